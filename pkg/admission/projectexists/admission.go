@@ -1,0 +1,48 @@
+// Package projectexists rejects namespaced nodus.dev objects whose namespace
+// is not a Project, as Kubernetes' NamespaceLifecycle does for namespaces.
+package projectexists
+
+import (
+	"context"
+	"errors"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/admission"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/auth"
+)
+
+// Plugin is the admission check. Projects is bound after the storages exist.
+type Plugin struct {
+	*admission.Handler
+	Projects auth.ProjectGetter
+}
+
+// New returns the check for creates.
+func New() *Plugin {
+	return &Plugin{Handler: admission.NewHandler(admission.Create)}
+}
+
+var _ admission.ValidationInterface = &Plugin{}
+
+// Validate rejects a create in a namespace that is no Project.
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetNamespace() == "" || a.GetResource().Group != nodusv1.GroupName || a.GetSubresource() != "" {
+		return nil
+	}
+	project, err := p.Projects.GetProject(ctx, a.GetNamespace())
+	if apierrors.IsNotFound(err) {
+		return apierror.ProjectNotFound(ctx, a.GetNamespace())
+	}
+	if err != nil {
+		return err
+	}
+	if project.DeletionTimestamp != nil {
+		return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(), errProjectDeleting)
+	}
+	return nil
+}
+
+var errProjectDeleting = errors.New("the project is being deleted")

@@ -1,0 +1,35 @@
+package apierror
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// New builds a StatusError with a registered reason and records fix for the
+// request in ctx (when fix is not empty).
+func New(ctx context.Context, reason metav1.StatusReason, qualified schema.GroupResource, name, message, fix string) *apierrors.StatusError {
+	// An unregistered reason is a programming error that the registry test
+	// catches; at run time it degrades to an internal error, never a panic.
+	r := Lookup(reason, http.StatusInternalServerError)
+	if fix != "" {
+		SetFix(ctx, fix)
+	}
+	return &apierrors.StatusError{ErrStatus: metav1.Status{
+		Status:  metav1.StatusFailure,
+		Code:    int32(r.Code),
+		Reason:  r.Name,
+		Message: message,
+		Details: &metav1.StatusDetails{Group: qualified.Group, Kind: qualified.Resource, Name: name},
+	}}
+}
+
+// ProjectNotFound says that namespace is no Project.
+func ProjectNotFound(ctx context.Context, namespace string) *apierrors.StatusError {
+	return New(ctx, ReasonProjectNotFound, schema.GroupResource{Group: "nodus.dev", Resource: "projects"}, namespace,
+		fmt.Sprintf("namespace %q is not a project: there is no Project named %q", namespace, namespace), "")
+}

@@ -1,0 +1,225 @@
+// Package apierror is the one registry of error reasons the server may put in
+// a Status body. Each reason has an HTTP code, a docs page under docs/errors/
+// and a fix: the next step for the caller, specific to the request when the
+// request says enough.
+package apierror
+
+import (
+	"fmt"
+	"net/http"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Request is what a fix may refer to: the parts of the failed request.
+type Request struct {
+	Verb        string // Kubernetes verb: get, list, create, update, patch, delete, watch…
+	Resource    string // plural resource, e.g. reservedhosts
+	Subresource string
+	Namespace   string
+	Name        string
+	Path        string
+}
+
+// kubectlTarget renders the request's object the way kubectl spells it.
+func (r Request) kubectlTarget() string {
+	target := r.Resource
+	if target == "" {
+		target = "<resource>"
+	}
+	if r.Name != "" {
+		target += " " + r.Name
+	}
+	if r.Namespace != "" {
+		target += " -n " + r.Namespace
+	}
+	return target
+}
+
+// Reason is one registered error reason.
+type Reason struct {
+	// Name is the value of Status.reason, in Kubernetes' PascalCase.
+	Name metav1.StatusReason
+	// Code is the HTTP status the reason is sent with.
+	Code int
+	// Summary is one line on what went wrong, used when the source gave no message.
+	Summary string
+	// Fix renders the next step for the caller.
+	Fix func(Request) string
+}
+
+// Reasons of our own, beyond the ones Kubernetes defines.
+const (
+	// ReasonProjectNotFound: a namespaced object was sent to a namespace that is no Project.
+	ReasonProjectNotFound metav1.StatusReason = "ProjectNotFound"
+	// ReasonPreconditionFailed: an If-Match or similar precondition did not hold.
+	ReasonPreconditionFailed metav1.StatusReason = "PreconditionFailed"
+)
+
+var registry = func() map[metav1.StatusReason]Reason {
+	list := []Reason{
+		{metav1.StatusReasonBadRequest, http.StatusBadRequest, "The request is malformed.",
+			func(r Request) string {
+				return "Correct the request body or query parameter named in the message and send it again; `kubectl explain " + orDefault(r.Resource, "<resource>") + "` shows the accepted fields."
+			}},
+		{metav1.StatusReasonUnauthorized, http.StatusUnauthorized, "The request carries no valid credential.",
+			func(Request) string {
+				return "Authenticate: use the kubeconfig nodus-server wrote (DIR/admin.kubeconfig) or `nodus login --server URL --token TOKEN` with a current access token from an operator."
+			}},
+		{metav1.StatusReasonForbidden, http.StatusForbidden, "The caller may not do this.",
+			func(r Request) string {
+				if r.Namespace != "" {
+					return fmt.Sprintf("Ask an admin of project %q (or an operator) for a role that allows %q on %s; `kubectl auth whoami` shows who you are.", r.Namespace, r.Verb, orDefault(r.Resource, r.Path))
+				}
+				return fmt.Sprintf("%q on %s is for operators; ask an operator, or use your project's namespace with -n PROJECT.", r.Verb, orDefault(r.Resource, r.Path))
+			}},
+		{metav1.StatusReasonNotFound, http.StatusNotFound, "The object or path does not exist.",
+			func(r Request) string {
+				if r.Resource == "" {
+					return "Check the URL; `kubectl api-resources` lists what this server serves."
+				}
+				list := "kubectl get " + r.Resource
+				if r.Namespace != "" {
+					list += " -n " + r.Namespace
+				}
+				return "Check the name and the project: `" + list + "` lists what exists."
+			}},
+		{metav1.StatusReasonMethodNotAllowed, http.StatusMethodNotAllowed, "The resource does not support this method.",
+			func(r Request) string {
+				if r.Resource == "namespaces" {
+					return "Namespaces are read-only views of Projects: create, change or delete the Project of that name instead (operators only)."
+				}
+				return "Use a method this resource supports; `kubectl api-resources -o wide` lists the verbs of " + orDefault(r.Resource, "each resource") + "."
+			}},
+		{metav1.StatusReasonNotAcceptable, http.StatusNotAcceptable, "The server cannot produce the requested media type.",
+			func(Request) string {
+				return "Ask for application/json or application/yaml in the Accept header; this server has no protobuf encoding."
+			}},
+		{metav1.StatusReasonAlreadyExists, http.StatusConflict, "An object of that name already exists.",
+			func(r Request) string {
+				return "Pick another name, or change the existing object with `kubectl apply` or `kubectl edit " + r.kubectlTarget() + "`."
+			}},
+		{metav1.StatusReasonConflict, http.StatusConflict, "The object changed since it was read.",
+			func(r Request) string {
+				return "Read the object again (`kubectl get " + r.kubectlTarget() + " -o yaml`), apply your change to that version and retry."
+			}},
+		{metav1.StatusReasonGone, http.StatusGone, "The requested resource version is too old.",
+			func(Request) string {
+				return "List again without a resourceVersion (or with the one the new list returns) and resume watching from there."
+			}},
+		{metav1.StatusReasonExpired, http.StatusGone, "The continue token or resource version has expired.",
+			func(Request) string {
+				return "Start the list again from the beginning, without the continue token."
+			}},
+		{ReasonPreconditionFailed, http.StatusPreconditionFailed, "A precondition of the request did not hold.",
+			func(r Request) string {
+				return "Read the object again (`kubectl get " + r.kubectlTarget() + " -o yaml`), review it, and send the request with its current ETag."
+			}},
+		{metav1.StatusReasonRequestEntityTooLarge, http.StatusRequestEntityTooLarge, "The request body is too large.",
+			func(Request) string { return "Send a smaller body: one object per request, at most 3 MiB." }},
+		{metav1.StatusReasonUnsupportedMediaType, http.StatusUnsupportedMediaType, "The request body's media type is not supported.",
+			func(r Request) string {
+				if r.Verb == "patch" {
+					return "Send the patch as application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json or application/apply-patch+yaml."
+				}
+				return "Send the body as application/json or application/yaml with a matching Content-Type header."
+			}},
+		{metav1.StatusReasonInvalid, http.StatusUnprocessableEntity, "The object is invalid.",
+			func(r Request) string {
+				return "Correct each field listed in details.causes and send the object again; `kubectl explain " + orDefault(r.Resource, "<resource>") + "` documents the fields."
+			}},
+		{metav1.StatusReasonTooManyRequests, http.StatusTooManyRequests, "The server is busy.",
+			func(Request) string {
+				return "Retry after the number of seconds in the Retry-After header, with back-off."
+			}},
+		{metav1.StatusReasonInternalError, http.StatusInternalServerError, "The server failed while handling the request.",
+			func(Request) string {
+				return "Retry once; if it fails again, send the requestId of this error to the operators so they can find it in the server log."
+			}},
+		{metav1.StatusReasonServiceUnavailable, http.StatusServiceUnavailable, "The server cannot handle the request right now.",
+			func(Request) string {
+				return "Retry in a few seconds; if it persists, the operators should check `/readyz?verbose` and the storage (etcd)."
+			}},
+		{metav1.StatusReasonServerTimeout, http.StatusInternalServerError, "The server could not finish the request in time.",
+			func(Request) string { return "Retry the request; long operations finish in the background." }},
+		{metav1.StatusReasonTimeout, http.StatusGatewayTimeout, "The request did not finish within its deadline.",
+			func(Request) string {
+				return "Retry with a longer timeout (kubectl --request-timeout), or narrow a list with a label selector or --chunk-size."
+			}},
+		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
+			func(r Request) string {
+				return fmt.Sprintf("Use the namespace of an existing project (`kubectl get projects` for operators, `kubectl get namespaces` for everyone), or have an operator create Project %q first.", r.Namespace)
+			}},
+	}
+	m := make(map[metav1.StatusReason]Reason, len(list))
+	for _, r := range list {
+		m[r.Name] = r
+	}
+	return m
+}()
+
+// byCode chooses the reason for a Status whose reason is empty or foreign.
+var byCode = map[int]metav1.StatusReason{
+	http.StatusBadRequest:            metav1.StatusReasonBadRequest,
+	http.StatusUnauthorized:          metav1.StatusReasonUnauthorized,
+	http.StatusForbidden:             metav1.StatusReasonForbidden,
+	http.StatusNotFound:              metav1.StatusReasonNotFound,
+	http.StatusMethodNotAllowed:      metav1.StatusReasonMethodNotAllowed,
+	http.StatusNotAcceptable:         metav1.StatusReasonNotAcceptable,
+	http.StatusConflict:              metav1.StatusReasonConflict,
+	http.StatusGone:                  metav1.StatusReasonGone,
+	http.StatusPreconditionFailed:    ReasonPreconditionFailed,
+	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
+	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,
+	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,
+	http.StatusInternalServerError:   metav1.StatusReasonInternalError,
+	http.StatusServiceUnavailable:    metav1.StatusReasonServiceUnavailable,
+	http.StatusGatewayTimeout:        metav1.StatusReasonTimeout,
+}
+
+// Lookup returns the registered reason for a reason name and HTTP code. A
+// reason that is not registered falls back to the reason registered for the
+// code, and an unknown code to BadRequest or InternalError.
+func Lookup(name metav1.StatusReason, code int) Reason {
+	if r, ok := registry[name]; ok {
+		return r
+	}
+	if n, ok := byCode[code]; ok {
+		return registry[n]
+	}
+	if code >= 500 {
+		return registry[metav1.StatusReasonInternalError]
+	}
+	return registry[metav1.StatusReasonBadRequest]
+}
+
+// All returns every registered reason, sorted by name.
+func All() []Reason {
+	out := make([]Reason, 0, len(registry))
+	for _, r := range registry {
+		out = append(out, r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// IsRegistered says whether name is a registered reason.
+func IsRegistered(name metav1.StatusReason) bool {
+	_, ok := registry[name]
+	return ok
+}
+
+// DocsURL is where the docs page of a reason lives under base.
+func DocsURL(base string, name metav1.StatusReason) string {
+	return strings.TrimSuffix(base, "/") + "/" + string(name)
+}
+
+func orDefault(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}

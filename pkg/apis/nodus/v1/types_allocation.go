@@ -1,0 +1,81 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Allocation claims one Node with OpenStack Ironic's semantics: by resource
+// class, required traits and optional candidate nodes, or by naming the node
+// to backfill.
+type Allocation struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the request.
+	Spec AllocationSpec `json:"spec"`
+	// Status is the outcome.
+	// +optional
+	Status AllocationStatus `json:"status,omitempty"`
+}
+
+// AllocationSpec asks for one node.
+type AllocationSpec struct {
+	// ResourceClass the node must have. Required unless Node is set.
+	// +optional
+	ResourceClass string `json:"resourceClass,omitempty"`
+	// Traits the node must all have.
+	// +optional
+	// +listType=set
+	Traits []string `json:"traits,omitempty"`
+	// CandidateNodes restricts the choice to these nodes (names).
+	// +optional
+	// +listType=set
+	CandidateNodes []string `json:"candidateNodes,omitempty"`
+	// Node backfills an allocation for a node that is already in use.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Owner is recorded on the allocation and its node, as Ironic's owner field.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+	// Extra is free-form operator data.
+	// +optional
+	Extra map[string]string `json:"extra,omitempty"`
+}
+
+// AllocationState is Ironic's allocation state.
+type AllocationState string
+
+const (
+	// AllocationStateAllocating: the controller is still looking for a node.
+	AllocationStateAllocating AllocationState = "allocating"
+	// AllocationStateActive: a node is claimed.
+	AllocationStateActive AllocationState = "active"
+	// AllocationStateError: no node could be claimed; see lastError.
+	AllocationStateError AllocationState = "error"
+)
+
+// AllocationStatus is the outcome of an allocation.
+type AllocationStatus struct {
+	// State is allocating, active or error.
+	// +optional
+	State AllocationState `json:"state,omitempty"`
+	// Node is the claimed node's name.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// LastError says which constraint could not be met when State is error.
+	// +optional
+	LastError string `json:"lastError,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// AllocationList is a list of Allocations.
+type AllocationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Allocation `json:"items"`
+}

@@ -1,0 +1,131 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Node is one physical server, created by enrollment of its nodusd agent.
+type Node struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what the operator decides about the server.
+	// +optional
+	Spec NodeSpec `json:"spec,omitempty"`
+	// Status is what the agent and the controllers observe.
+	// +optional
+	Status NodeStatus `json:"status,omitempty"`
+}
+
+// NodeSpec is the operator's view of a physical server.
+type NodeSpec struct {
+	// Pool is the capacity group the server belongs to.
+	Pool string `json:"pool"`
+	// ResourceClass is the scheduling class allocations ask for, e.g. "gpu-h100x8".
+	ResourceClass string `json:"resourceClass"`
+	// Traits are capabilities allocations may require, e.g. "CUSTOM_NVLINK".
+	// +optional
+	// +listType=set
+	Traits []string `json:"traits,omitempty"`
+	// Maintenance takes the server out of scheduling.
+	// +optional
+	Maintenance bool `json:"maintenance,omitempty"`
+	// MaintenanceReason says why the server is in maintenance.
+	// +optional
+	MaintenanceReason string `json:"maintenanceReason,omitempty"`
+	// LoginUser is the default operating-system account for reservations of this server.
+	// +optional
+	LoginUser string `json:"loginUser,omitempty"`
+}
+
+// ProvisionState is the Ironic-style lifecycle state of a node.
+type ProvisionState string
+
+const (
+	// ProvisionStateEnroll: registered, the agent has not reported yet.
+	ProvisionStateEnroll ProvisionState = "enroll"
+	// ProvisionStateAvailable: ready to be allocated.
+	ProvisionStateAvailable ProvisionState = "available"
+	// ProvisionStateActive: allocated and in use.
+	ProvisionStateActive ProvisionState = "active"
+)
+
+// NodeConditionReady is the condition type set while the agent heartbeats on time.
+const NodeConditionReady = "Ready"
+
+// NodeStatus is what is observed about a physical server.
+type NodeStatus struct {
+	// Inventory is the server's hardware and software as the agent reports it.
+	// +optional
+	Inventory NodeInventory `json:"inventory,omitempty"`
+	// SSHHostKey is the server's SSH host public key in authorized_keys format.
+	// +optional
+	SSHHostKey string `json:"sshHostKey,omitempty"`
+	// SSHAddress is host:port where the server's sshd listens.
+	// +optional
+	SSHAddress string `json:"sshAddress,omitempty"`
+	// Conditions report the server's health (Ready).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// LastHeartbeatTime is the latest heartbeat of the agent.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// ProvisionState is enroll, available or active.
+	// +optional
+	ProvisionState ProvisionState `json:"provisionState,omitempty"`
+	// Allocation is the name of the Allocation that holds this server.
+	// +optional
+	Allocation string `json:"allocation,omitempty"`
+	// AgentGeneration increases every time the server's agent is enrolled again.
+	// +optional
+	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+	// AppliedEpoch is the latest access epoch the agent applied.
+	// +optional
+	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+}
+
+// NodeInventory is the host's hardware and software.
+type NodeInventory struct {
+	// CPU is the host's CPU count.
+	CPU int32 `json:"cpu"`
+	// DiskGiB is the host's free disk in GiB.
+	DiskGiB int64 `json:"diskGiB"`
+	// GPUs are the host's GPUs.
+	// +optional
+	// +listType=atomic
+	GPUs []NodeGPU `json:"gpus,omitempty"`
+	// MemoryMiB is the host's memory in MiB.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// NodusdVersion is the nodusd release on the host.
+	// +optional
+	NodusdVersion string `json:"nodusdVersion,omitempty"`
+	// OS is the host's operating system.
+	// +optional
+	OS string `json:"os,omitempty"`
+}
+
+// NodeGPU is one device on the host.
+type NodeGPU struct {
+	// Driver is the GPU driver version.
+	// +optional
+	Driver string `json:"driver,omitempty"`
+	// MemoryMiB is the GPU's memory in MiB.
+	MemoryMiB int64 `json:"memoryMiB"`
+	// Accelerator model, "h100-sxm-80g"
+	Type string `json:"type"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodeList is a list of Nodes.
+type NodeList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Node `json:"items"`
+}

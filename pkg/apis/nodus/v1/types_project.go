@@ -1,0 +1,111 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Project is a customer project. Its name is also the namespace that holds the
+// project's ReservedHosts, so it follows the DNS-label rules of namespaces.
+type Project struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec says who belongs to the project and with which role.
+	// +optional
+	Spec ProjectSpec `json:"spec,omitempty"`
+}
+
+// ProjectSpec is the membership of a project.
+type ProjectSpec struct {
+	// DisplayName is a human-readable name for the project.
+	// +optional
+	DisplayName string `json:"displayName,omitempty"`
+	// Members are the users and groups that may use the project, each with a role.
+	// +optional
+	// +listType=atomic
+	Members []ProjectMember `json:"members,omitempty"`
+}
+
+// MemberKind says whether a member entry names a user or a group.
+type MemberKind string
+
+const (
+	// MemberKindUser names one authenticated user.
+	MemberKindUser MemberKind = "User"
+	// MemberKindGroup names every user of an authenticated group.
+	MemberKindGroup MemberKind = "Group"
+)
+
+// ProjectRole is what a member may do in its project.
+type ProjectRole string
+
+const (
+	// ProjectRoleViewer reads the project's objects.
+	ProjectRoleViewer ProjectRole = "viewer"
+	// ProjectRoleMember also gets SSH access to the project's hosts and runs executions.
+	ProjectRoleMember ProjectRole = "member"
+	// ProjectRoleAdmin also releases and lends the project's hosts.
+	ProjectRoleAdmin ProjectRole = "admin"
+)
+
+// ProjectMember grants a role in a project to a user or a group.
+type ProjectMember struct {
+	// Kind is User or Group. Defaults to User.
+	// +optional
+	Kind MemberKind `json:"kind,omitempty"`
+	// Name is the user name or group name as the server authenticates it.
+	Name string `json:"name"`
+	// Role is admin, member or viewer.
+	Role ProjectRole `json:"role"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ProjectList is a list of Projects.
+type ProjectList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Project `json:"items"`
+}
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Pool is an enrolled capacity group: one supplier's fleet in one place.
+type Pool struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec describes the pool.
+	// +optional
+	Spec PoolSpec `json:"spec,omitempty"`
+}
+
+// PoolSpec describes a capacity group.
+type PoolSpec struct {
+	// DisplayName is a human-readable name for the pool.
+	// +optional
+	DisplayName string `json:"displayName,omitempty"`
+	// Supplier is the organisation that owns the machines.
+	// +optional
+	Supplier string `json:"supplier,omitempty"`
+	// Location is where the machines are, for example a site or region name.
+	// +optional
+	Location string `json:"location,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// PoolList is a list of Pools.
+type PoolList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Pool `json:"items"`
+}

@@ -1,0 +1,109 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Reservation is the contract that assigns a whole physical server to a
+// customer project for a term. Its customer-safe projection is the
+// ReservedHost of the same name in the project's namespace.
+type Reservation struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the contract.
+	Spec ReservationSpec `json:"spec"`
+	// Status is the contract's progress and access epoch.
+	// +optional
+	Status ReservationStatus `json:"status,omitempty"`
+}
+
+// ReservationSpec is a reservation contract.
+type ReservationSpec struct {
+	// Project is the customer project the server is reserved to.
+	Project string `json:"project"`
+	// Placement says which server: an existing Allocation, a named Node, or a
+	// resource class and traits from which an Allocation is made.
+	Placement ReservationPlacement `json:"placement"`
+	// StartsAt is the beginning of the reservation term.
+	StartsAt metav1.Time `json:"startsAt"`
+	// EndsAt is the exclusive end of the reservation term.
+	EndsAt metav1.Time `json:"endsAt"`
+	// LoginUser is the operating-system account the project's people log in as.
+	// Defaults to the node's loginUser when empty.
+	// +optional
+	LoginUser string `json:"loginUser,omitempty"`
+}
+
+// ReservationPlacement chooses the server of a reservation. Exactly one of
+// Allocation, Node or ResourceClass is set.
+type ReservationPlacement struct {
+	// Allocation names an existing Allocation.
+	// +optional
+	Allocation string `json:"allocation,omitempty"`
+	// Node names a Node directly.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// ResourceClass asks the controller to allocate a node of this class.
+	// +optional
+	ResourceClass string `json:"resourceClass,omitempty"`
+	// Traits the allocated node must have; only with ResourceClass.
+	// +optional
+	// +listType=set
+	Traits []string `json:"traits,omitempty"`
+}
+
+// ReservationState controls access to the reserved server. The lifecycle is
+// pending → active → releasing → released when the owner releases capacity,
+// and active → ending → ended when the term runs out.
+type ReservationState string
+
+const (
+	// ReservationStatePending: the term has not started or no node is placed yet; no access.
+	ReservationStatePending ReservationState = "pending"
+	// ReservationStateActive: the project's members may log in.
+	ReservationStateActive ReservationState = "active"
+	// ReservationStateReleasing: the owner released capacity; access is being retired.
+	ReservationStateReleasing ReservationState = "releasing"
+	// ReservationStateReleased: the agent confirmed that nothing of the owner or borrowers runs.
+	ReservationStateReleased ReservationState = "released"
+	// ReservationStateEnding: the term ended; access is being retired.
+	ReservationStateEnding ReservationState = "ending"
+	// ReservationStateEnded: the term ended and the agent confirmed the drain.
+	ReservationStateEnded ReservationState = "ended"
+)
+
+// ReservationStatus is the progress of a reservation.
+type ReservationStatus struct {
+	// State controls access, never hardware availability to other workloads.
+	// +optional
+	State ReservationState `json:"state,omitempty"`
+	// Epoch fences connections after access changes. It increases on every
+	// access change and is never reused.
+	// +optional
+	Epoch int64 `json:"epoch,omitempty"`
+	// Node is the server the reservation landed on.
+	// +optional
+	Node string `json:"node,omitempty"`
+	// Allocation is the Allocation that holds the server.
+	// +optional
+	Allocation string `json:"allocation,omitempty"`
+	// Conditions report placement and eligibility.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ReservationList is a list of Reservations.
+type ReservationList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Reservation `json:"items"`
+}

@@ -1,0 +1,100 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:onlyVerbs=get,list,watch,create,update,patch,delete,updateStatus
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ReservedHost is a project-scoped physical server assignment (Beta). Operators assign the entire machine; customer connections never create or replace capacity.
+type ReservedHost struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// ReservedHostStatus is the customer-safe view of a physical host assignment.
+	// +required
+	Status ReservedHostStatus `json:"status"`
+}
+
+// ReservedHostStatus is the customer-safe view of a physical host assignment.
+type ReservedHostStatus struct {
+	// Conditions reports host connectivity and reservation eligibility.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ReservedHostConnect describes access to the physical operating system through Nodus.
+	// +optional
+	Connect *ReservedHostConnect `json:"connect,omitempty"`
+	// NodeInventory is the host’s hardware and software.
+	// +required
+	Inventory NodeInventory `json:"inventory"`
+	// LastHeartbeatTime is the latest host heartbeat.
+	// +optional
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	// Pool is the enrolled capacity group used for this host’s lending agreement.
+	// +optional
+	Pool string `json:"pool,omitempty"`
+	// ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.
+	// +optional
+	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	// HostReservation is the customer-safe projection of the physical server’s assignment (Beta).
+	// +required
+	Reservation HostReservation `json:"reservation"`
+}
+
+// ReservedHostConnect describes access to the physical operating system through Nodus.
+type ReservedHostConnect struct {
+	// Command sets up SSH and opens a shell on this host.
+	Command string `json:"command"`
+	// Host is the stable SSH alias installed by the Nodus CLI.
+	Host string `json:"host"`
+	// HostKey is the public SSH host key used for strict host verification.
+	HostKey string `json:"hostKey"`
+	// LoginUser is the operator-configured operating-system account.
+	LoginUser string `json:"loginUser"`
+}
+
+// ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.
+type ReservedHostReleaseStatus struct {
+	// DrainedAt is when current-agent evidence confirmed that owner and borrower execution had ended.
+	// +optional
+	DrainedAt *metav1.Time `json:"drainedAt,omitempty"`
+	// RequestedAt is when the owner requested retirement of access and execution.
+	RequestedAt metav1.Time `json:"requestedAt"`
+}
+
+// HostReservation is the customer-safe projection of the physical server’s assignment (Beta).
+type HostReservation struct {
+	// EndsAt is the exclusive end of the reservation term.
+	EndsAt metav1.Time `json:"endsAt"`
+	// Epoch fences connections after access changes.
+	Epoch int64 `json:"epoch"`
+	// LoginUser is the fixed operating-system account.
+	LoginUser string `json:"loginUser"`
+	// Project identifies the customer project authorized to connect.
+	Project string `json:"project"`
+	// StartsAt is the beginning of the reservation term.
+	StartsAt metav1.Time `json:"startsAt"`
+	// State controls access, never hardware availability to other workloads.
+	State ReservationState `json:"state"`
+}
+
+// Condition types of a ReservedHost.
+const (
+	// ReservedHostConditionConnected: a fresh heartbeat from the current agent at the current epoch.
+	ReservedHostConditionConnected = "Connected"
+	// ReservedHostConditionEligible: within the term and not released.
+	ReservedHostConditionEligible = "Eligible"
+)
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ReservedHostList is a list of ReservedHosts.
+type ReservedHostList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []ReservedHost `json:"items"`
+}

@@ -1,0 +1,427 @@
+// Package validation checks nodus.dev/v1 objects and reports every problem
+// with its field path, so that a 422 names each field to fix.
+package validation
+
+import (
+	"fmt"
+	"regexp"
+
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
+	"k8s.io/apimachinery/pkg/util/sets"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+var (
+	// resourceClassPattern follows Ironic: printable, no spaces, at most 80 characters.
+	resourceClassPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,79}$`)
+	// traitPattern is Ironic's: a standard trait (upper case, digits, underscores)
+	// or a CUSTOM_ trait, at most 255 characters.
+	traitPattern = regexp.MustCompile(`^[A-Z][A-Z0-9_]{0,254}$`)
+	// loginUserPattern is the portable POSIX user name as useradd accepts it.
+	loginUserPattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+)
+
+const (
+	maxTraits        = 50
+	maxCandidates    = 1000
+	maxMembers       = 500
+	maxFreeTextBytes = 1024
+)
+
+// ValidateProject checks a Project. Its name is a namespace name, so it must be a DNS label.
+func ValidateProject(p *nodusv1.Project) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&p.ObjectMeta, false, apimachineryvalidation.ValidateNamespaceName, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	errs = append(errs, validateFreeText(p.Spec.DisplayName, spec.Child("displayName"))...)
+	members := spec.Child("members")
+	if len(p.Spec.Members) > maxMembers {
+		errs = append(errs, field.TooMany(members, len(p.Spec.Members), maxMembers))
+	}
+	seen := sets.New[string]()
+	for i, m := range p.Spec.Members {
+		path := members.Index(i)
+		switch m.Kind {
+		case nodusv1.MemberKindUser, nodusv1.MemberKindGroup:
+		default:
+			errs = append(errs, field.NotSupported(path.Child("kind"), m.Kind, []string{string(nodusv1.MemberKindUser), string(nodusv1.MemberKindGroup)}))
+		}
+		if m.Name == "" {
+			errs = append(errs, field.Required(path.Child("name"), "the user or group name"))
+		} else if len(m.Name) > 253 {
+			errs = append(errs, field.TooLong(path.Child("name"), "", 253))
+		}
+		switch m.Role {
+		case nodusv1.ProjectRoleAdmin, nodusv1.ProjectRoleMember, nodusv1.ProjectRoleViewer:
+		default:
+			errs = append(errs, field.NotSupported(path.Child("role"), m.Role, []string{string(nodusv1.ProjectRoleAdmin), string(nodusv1.ProjectRoleMember), string(nodusv1.ProjectRoleViewer)}))
+		}
+		key := string(m.Kind) + "/" + m.Name
+		if seen.Has(key) {
+			errs = append(errs, field.Duplicate(path, key))
+		}
+		seen.Insert(key)
+	}
+	return errs
+}
+
+// ValidatePool checks a Pool.
+func ValidatePool(p *nodusv1.Pool) field.ErrorList {
+	errs := validateClusterMeta(&p.ObjectMeta)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateFreeText(p.Spec.DisplayName, spec.Child("displayName"))...)
+	errs = append(errs, validateFreeText(p.Spec.Supplier, spec.Child("supplier"))...)
+	errs = append(errs, validateFreeText(p.Spec.Location, spec.Child("location"))...)
+	return errs
+}
+
+// ValidateNode checks a Node's spec and metadata.
+func ValidateNode(n *nodusv1.Node) field.ErrorList {
+	errs := validateClusterMeta(&n.ObjectMeta)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateReferenceName(n.Spec.Pool, spec.Child("pool"), true)...)
+	errs = append(errs, validateResourceClass(n.Spec.ResourceClass, spec.Child("resourceClass"), true)...)
+	errs = append(errs, validateTraits(n.Spec.Traits, spec.Child("traits"))...)
+	errs = append(errs, validateFreeText(n.Spec.MaintenanceReason, spec.Child("maintenanceReason"))...)
+	if n.Spec.MaintenanceReason != "" && !n.Spec.Maintenance {
+		errs = append(errs, field.Invalid(spec.Child("maintenanceReason"), n.Spec.MaintenanceReason, "may only be set while maintenance is true"))
+	}
+	errs = append(errs, validateLoginUser(n.Spec.LoginUser, spec.Child("loginUser"), false)...)
+	return errs
+}
+
+// ValidateNodeStatus checks what an agent or controller reports.
+func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
+	status := field.NewPath("status")
+	errs := validateInventory(&n.Status.Inventory, status.Child("inventory"))
+	errs = append(errs, metav1validation.ValidateConditions(n.Status.Conditions, status.Child("conditions"))...)
+	switch n.Status.ProvisionState {
+	case "", nodusv1.ProvisionStateEnroll, nodusv1.ProvisionStateAvailable, nodusv1.ProvisionStateActive:
+	default:
+		errs = append(errs, field.NotSupported(status.Child("provisionState"), n.Status.ProvisionState,
+			[]string{string(nodusv1.ProvisionStateEnroll), string(nodusv1.ProvisionStateAvailable), string(nodusv1.ProvisionStateActive)}))
+	}
+	if n.Status.AgentGeneration < 0 {
+		errs = append(errs, field.Invalid(status.Child("agentGeneration"), n.Status.AgentGeneration, "must not be negative"))
+	}
+	if n.Status.AppliedEpoch < 0 {
+		errs = append(errs, field.Invalid(status.Child("appliedEpoch"), n.Status.AppliedEpoch, "must not be negative"))
+	}
+	return errs
+}
+
+// ValidateAllocation checks an Allocation request.
+func ValidateAllocation(a *nodusv1.Allocation) field.ErrorList {
+	errs := validateClusterMeta(&a.ObjectMeta)
+	spec := field.NewPath("spec")
+	errs = append(errs, validateResourceClass(a.Spec.ResourceClass, spec.Child("resourceClass"), a.Spec.Node == "")...)
+	errs = append(errs, validateTraits(a.Spec.Traits, spec.Child("traits"))...)
+	candidates := spec.Child("candidateNodes")
+	if len(a.Spec.CandidateNodes) > maxCandidates {
+		errs = append(errs, field.TooMany(candidates, len(a.Spec.CandidateNodes), maxCandidates))
+	}
+	seen := sets.New[string]()
+	for i, c := range a.Spec.CandidateNodes {
+		errs = append(errs, validateReferenceName(c, candidates.Index(i), true)...)
+		if seen.Has(c) {
+			errs = append(errs, field.Duplicate(candidates.Index(i), c))
+		}
+		seen.Insert(c)
+	}
+	errs = append(errs, validateReferenceName(a.Spec.Node, spec.Child("node"), false)...)
+	errs = append(errs, validateFreeText(a.Spec.Owner, spec.Child("owner"))...)
+	return errs
+}
+
+// ValidateAllocationUpdate forbids changing the request once made, as Ironic does.
+func ValidateAllocationUpdate(a, old *nodusv1.Allocation) field.ErrorList {
+	errs := ValidateAllocation(a)
+	spec := field.NewPath("spec")
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.ResourceClass, old.Spec.ResourceClass, spec.Child("resourceClass"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.Traits, old.Spec.Traits, spec.Child("traits"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.CandidateNodes, old.Spec.CandidateNodes, spec.Child("candidateNodes"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.Node, old.Spec.Node, spec.Child("node"))...)
+	return errs
+}
+
+// ValidateAllocationStatus checks the controller's outcome.
+func ValidateAllocationStatus(a *nodusv1.Allocation) field.ErrorList {
+	status := field.NewPath("status")
+	var errs field.ErrorList
+	switch a.Status.State {
+	case "", nodusv1.AllocationStateAllocating, nodusv1.AllocationStateActive, nodusv1.AllocationStateError:
+	default:
+		errs = append(errs, field.NotSupported(status.Child("state"), a.Status.State,
+			[]string{string(nodusv1.AllocationStateAllocating), string(nodusv1.AllocationStateActive), string(nodusv1.AllocationStateError)}))
+	}
+	if a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "" {
+		errs = append(errs, field.Required(status.Child("node"), "an active allocation names its node"))
+	}
+	errs = append(errs, validateReferenceName(a.Status.Node, status.Child("node"), false)...)
+	return errs
+}
+
+// ValidateReservation checks a Reservation contract.
+func ValidateReservation(r *nodusv1.Reservation) field.ErrorList {
+	errs := validateClusterMeta(&r.ObjectMeta)
+	spec := field.NewPath("spec")
+	if r.Spec.Project == "" {
+		errs = append(errs, field.Required(spec.Child("project"), "the customer project the server is reserved to"))
+	} else {
+		for _, msg := range apimachineryvalidation.ValidateNamespaceName(r.Spec.Project, false) {
+			errs = append(errs, field.Invalid(spec.Child("project"), r.Spec.Project, msg))
+		}
+	}
+	errs = append(errs, validatePlacement(&r.Spec.Placement, spec.Child("placement"))...)
+	errs = append(errs, validateTerm(r.Spec.StartsAt.Time.IsZero(), r.Spec.EndsAt.Time.IsZero(), r.Spec.EndsAt.After(r.Spec.StartsAt.Time), spec)...)
+	errs = append(errs, validateLoginUser(r.Spec.LoginUser, spec.Child("loginUser"), false)...)
+	return errs
+}
+
+// ValidateReservationUpdate keeps the contract's parties fixed. The term may
+// be extended or changed by the operator, never the project or the placement.
+func ValidateReservationUpdate(r, old *nodusv1.Reservation) field.ErrorList {
+	errs := ValidateReservation(r)
+	spec := field.NewPath("spec")
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Project, old.Spec.Project, spec.Child("project"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Placement, old.Spec.Placement, spec.Child("placement"))...)
+	return errs
+}
+
+// ValidateReservationStatus checks the controller's view of a reservation.
+func ValidateReservationStatus(r, old *nodusv1.Reservation) field.ErrorList {
+	status := field.NewPath("status")
+	errs := validateReservationState(r.Status.State, status.Child("state"))
+	if old != nil && r.Status.Epoch < old.Status.Epoch {
+		errs = append(errs, field.Invalid(status.Child("epoch"), r.Status.Epoch, fmt.Sprintf("must not decrease (was %d): epochs are never reused", old.Status.Epoch)))
+	}
+	if r.Status.Epoch < 0 {
+		errs = append(errs, field.Invalid(status.Child("epoch"), r.Status.Epoch, "must not be negative"))
+	}
+	errs = append(errs, metav1validation.ValidateConditions(r.Status.Conditions, status.Child("conditions"))...)
+	return errs
+}
+
+// ValidateReservedHost checks a ReservedHost projection.
+func ValidateReservedHost(h *nodusv1.ReservedHost) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&h.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	return append(errs, ValidateReservedHostStatus(h, nil)...)
+}
+
+// ValidateReservedHostStatus checks a ReservedHost's status.
+func ValidateReservedHostStatus(h, old *nodusv1.ReservedHost) field.ErrorList {
+	status := field.NewPath("status")
+	errs := metav1validation.ValidateConditions(h.Status.Conditions, status.Child("conditions"))
+	errs = append(errs, validateInventory(&h.Status.Inventory, status.Child("inventory"))...)
+	res := status.Child("reservation")
+	r := h.Status.Reservation
+	if r.Project != h.Namespace {
+		errs = append(errs, field.Invalid(res.Child("project"), r.Project, fmt.Sprintf("must equal the namespace %q", h.Namespace)))
+	}
+	errs = append(errs, validateTerm(r.StartsAt.Time.IsZero(), r.EndsAt.Time.IsZero(), r.EndsAt.After(r.StartsAt.Time), res)...)
+	errs = append(errs, validateLoginUser(r.LoginUser, res.Child("loginUser"), true)...)
+	if r.State == "" {
+		errs = append(errs, field.Required(res.Child("state"), ""))
+	} else {
+		errs = append(errs, validateReservationState(r.State, res.Child("state"))...)
+	}
+	if r.Epoch < 0 {
+		errs = append(errs, field.Invalid(res.Child("epoch"), r.Epoch, "must not be negative"))
+	}
+	if old != nil && r.Epoch < old.Status.Reservation.Epoch {
+		errs = append(errs, field.Invalid(res.Child("epoch"), r.Epoch, fmt.Sprintf("must not decrease (was %d): epochs are never reused", old.Status.Reservation.Epoch)))
+	}
+	if old != nil && !old.Status.Reservation.EndsAt.IsZero() && !r.EndsAt.Equal(&old.Status.Reservation.EndsAt) &&
+		(old.Status.Release != nil) {
+		errs = append(errs, field.Forbidden(res.Child("endsAt"), "a release never changes the end of the term"))
+	}
+	if c := h.Status.Connect; c != nil {
+		cp := status.Child("connect")
+		for name, v := range map[string]string{"command": c.Command, "host": c.Host, "hostKey": c.HostKey} {
+			if v == "" {
+				errs = append(errs, field.Required(cp.Child(name), ""))
+			}
+		}
+		errs = append(errs, validateLoginUser(c.LoginUser, cp.Child("loginUser"), true)...)
+	}
+	if rel := h.Status.Release; rel != nil {
+		rp := status.Child("release")
+		if rel.RequestedAt.IsZero() {
+			errs = append(errs, field.Required(rp.Child("requestedAt"), ""))
+		}
+		if rel.DrainedAt != nil && rel.DrainedAt.Before(&rel.RequestedAt) {
+			errs = append(errs, field.Invalid(rp.Child("drainedAt"), rel.DrainedAt, "must not be before requestedAt"))
+		}
+	}
+	return errs
+}
+
+// ValidateAccessToken checks an AccessToken. Its name is part of the bearer
+// token, so it must be a DNS label (no dots).
+func ValidateAccessToken(t *nodusv1.AccessToken) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&t.ObjectMeta, false, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	if t.Spec.User == "" {
+		errs = append(errs, field.Required(spec.Child("user"), "the user name the token authenticates as"))
+	} else if len(t.Spec.User) > 253 {
+		errs = append(errs, field.TooLong(spec.Child("user"), "", 253))
+	}
+	for i, g := range t.Spec.Groups {
+		if g == "" {
+			errs = append(errs, field.Required(spec.Child("groups").Index(i), ""))
+		}
+	}
+	errs = append(errs, validateFreeText(t.Spec.Description, spec.Child("description"))...)
+	return errs
+}
+
+// ValidateAccessTokenUpdate keeps who a token authenticates as fixed: a new
+// identity needs a new token.
+func ValidateAccessTokenUpdate(t, old *nodusv1.AccessToken) field.ErrorList {
+	errs := ValidateAccessToken(t)
+	spec := field.NewPath("spec")
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(t.Spec.User, old.Spec.User, spec.Child("user"))...)
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(t.Spec.Groups, old.Spec.Groups, spec.Child("groups"))...)
+	return errs
+}
+
+func validateClusterMeta(meta *metav1.ObjectMeta) field.ErrorList {
+	return apimachineryvalidation.ValidateObjectMeta(meta, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+}
+
+func validatePlacement(p *nodusv1.ReservationPlacement, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	set := 0
+	for _, v := range []string{p.Allocation, p.Node, p.ResourceClass} {
+		if v != "" {
+			set++
+		}
+	}
+	if set != 1 {
+		errs = append(errs, field.Invalid(path, "", "set exactly one of allocation, node or resourceClass"))
+	}
+	errs = append(errs, validateReferenceName(p.Allocation, path.Child("allocation"), false)...)
+	errs = append(errs, validateReferenceName(p.Node, path.Child("node"), false)...)
+	errs = append(errs, validateResourceClass(p.ResourceClass, path.Child("resourceClass"), false)...)
+	errs = append(errs, validateTraits(p.Traits, path.Child("traits"))...)
+	if len(p.Traits) > 0 && p.ResourceClass == "" {
+		errs = append(errs, field.Forbidden(path.Child("traits"), "traits only apply together with resourceClass"))
+	}
+	return errs
+}
+
+func validateTerm(startZero, endZero, endAfterStart bool, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if startZero {
+		errs = append(errs, field.Required(path.Child("startsAt"), "the beginning of the term"))
+	}
+	if endZero {
+		errs = append(errs, field.Required(path.Child("endsAt"), "the exclusive end of the term"))
+	}
+	if !startZero && !endZero && !endAfterStart {
+		errs = append(errs, field.Invalid(path.Child("endsAt"), "", "must be after startsAt"))
+	}
+	return errs
+}
+
+func validateReservationState(s nodusv1.ReservationState, path *field.Path) field.ErrorList {
+	switch s {
+	case "", nodusv1.ReservationStatePending, nodusv1.ReservationStateActive, nodusv1.ReservationStateReleasing,
+		nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+		return nil
+	}
+	return field.ErrorList{field.NotSupported(path, s, []string{
+		string(nodusv1.ReservationStatePending), string(nodusv1.ReservationStateActive), string(nodusv1.ReservationStateReleasing),
+		string(nodusv1.ReservationStateReleased), string(nodusv1.ReservationStateEnding), string(nodusv1.ReservationStateEnded)})}
+}
+
+func validateInventory(inv *nodusv1.NodeInventory, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	for name, v := range map[string]int64{"cpu": int64(inv.CPU), "memoryMiB": inv.MemoryMiB, "diskGiB": inv.DiskGiB} {
+		if v < 0 {
+			errs = append(errs, field.Invalid(path.Child(name), v, "must not be negative"))
+		}
+	}
+	for i, g := range inv.GPUs {
+		gp := path.Child("gpus").Index(i)
+		if g.Type == "" {
+			errs = append(errs, field.Required(gp.Child("type"), `the accelerator model, e.g. "h100-sxm-80g"`))
+		}
+		if g.MemoryMiB < 0 {
+			errs = append(errs, field.Invalid(gp.Child("memoryMiB"), g.MemoryMiB, "must not be negative"))
+		}
+	}
+	return errs
+}
+
+func validateReferenceName(name string, path *field.Path, required bool) field.ErrorList {
+	if name == "" {
+		if required {
+			return field.ErrorList{field.Required(path, "")}
+		}
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range utilvalidation.IsDNS1123Subdomain(name) {
+		errs = append(errs, field.Invalid(path, name, msg))
+	}
+	return errs
+}
+
+func validateResourceClass(rc string, path *field.Path, required bool) field.ErrorList {
+	if rc == "" {
+		if required {
+			return field.ErrorList{field.Required(path, `a resource class such as "gpu-h100x8"`)}
+		}
+		return nil
+	}
+	if !resourceClassPattern.MatchString(rc) {
+		return field.ErrorList{field.Invalid(path, rc, "must be 1-80 characters of letters, digits, '.', '_' or '-', starting with a letter or digit")}
+	}
+	return nil
+}
+
+func validateTraits(traits []string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(traits) > maxTraits {
+		errs = append(errs, field.TooMany(path, len(traits), maxTraits))
+	}
+	seen := sets.New[string]()
+	for i, t := range traits {
+		if !traitPattern.MatchString(t) {
+			errs = append(errs, field.Invalid(path.Index(i), t, `must be an upper-case trait such as "CUSTOM_NVLINK" (A-Z, 0-9, '_')`))
+		}
+		if seen.Has(t) {
+			errs = append(errs, field.Duplicate(path.Index(i), t))
+		}
+		seen.Insert(t)
+	}
+	return errs
+}
+
+func validateLoginUser(user string, path *field.Path, required bool) field.ErrorList {
+	if user == "" {
+		if required {
+			return field.ErrorList{field.Required(path, "the operating-system account")}
+		}
+		return nil
+	}
+	if user == "root" {
+		return field.ErrorList{field.Forbidden(path, "customers never log in as root")}
+	}
+	if !loginUserPattern.MatchString(user) {
+		return field.ErrorList{field.Invalid(path, user, "must be a POSIX user name: lower-case letters, digits, '_' or '-', starting with a letter or '_', at most 32 characters")}
+	}
+	return nil
+}
+
+func validateFreeText(s string, path *field.Path) field.ErrorList {
+	if len(s) > maxFreeTextBytes {
+		return field.ErrorList{field.TooLong(path, "", maxFreeTextBytes)}
+	}
+	return nil
+}

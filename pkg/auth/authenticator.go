@@ -1,0 +1,105 @@
+package auth
+
+import (
+	"context"
+	"crypto/subtle"
+	"crypto/x509"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
+	"k8s.io/apiserver/pkg/authentication/request/union"
+	x509request "k8s.io/apiserver/pkg/authentication/request/x509"
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+)
+
+// TokenGetter reads an AccessToken by name. fresh asks for a read that sees
+// every completed write, for tokens created a moment ago.
+type TokenGetter interface {
+	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
+}
+
+var errInvalidToken = errors.New("invalid bearer token")
+
+// PublicPaths are served to everyone, without credentials.
+var PublicPaths = []string{"/healthz", "/livez", "/readyz", "/version", "/docs/errors"}
+
+// IsPublicPath says whether path is one of PublicPaths or below one.
+func IsPublicPath(path string) bool {
+	for _, p := range PublicPaths {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// NewAuthenticator authenticates client certificates of clientCAs, bearer
+// AccessTokens, and lets requests for public paths through as anonymous.
+// A request without credentials for any other path fails with 401.
+func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticator.Request {
+	certs := x509request.New(x509.VerifyOptions{Roots: clientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+		x509request.UserConversionFunc(func(chain []*x509.Certificate) (*authenticator.Response, bool, error) {
+			subject := chain[0].Subject
+			if subject.CommonName == "" {
+				return nil, false, errors.New("client certificate has no common name")
+			}
+			groups := append([]string{}, subject.Organization...)
+			groups = append(groups, GroupAuthenticated)
+			return &authenticator.Response{User: &user.DefaultInfo{Name: subject.CommonName, Groups: groups}}, true, nil
+		}))
+	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
+	return union.New(certs, bearer, authenticator.RequestFunc(publicAnonymous))
+}
+
+func publicAnonymous(req *http.Request) (*authenticator.Response, bool, error) {
+	if !IsPublicPath(req.URL.Path) {
+		return nil, false, nil
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{Name: user.Anonymous, Groups: []string{user.AllUnauthenticated}}}, true, nil
+}
+
+type tokenAuthenticator struct {
+	tokens TokenGetter
+	now    func() time.Time
+}
+
+func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	name, secret, ok := accesstoken.SplitToken(token)
+	if !ok {
+		return nil, false, errInvalidToken
+	}
+	t, err := a.tokens.GetAccessToken(ctx, name, false)
+	if apierrors.IsNotFound(err) {
+		// The cache may not have seen a token created a moment ago.
+		t, err = a.tokens.GetAccessToken(ctx, name, true)
+	}
+	if apierrors.IsNotFound(err) {
+		return nil, false, errInvalidToken
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	want := t.Status.TokenHash
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(accesstoken.HashSecret(secret))) != 1 {
+		return nil, false, errInvalidToken
+	}
+	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
+		return nil, false, errors.New("bearer token expired at " + t.Spec.ExpiresAt.Format(time.RFC3339))
+	}
+	groups := append([]string{}, t.Spec.Groups...)
+	groups = append(groups, GroupAuthenticated)
+	return &authenticator.Response{User: &user.DefaultInfo{
+		Name:   t.Spec.User,
+		Groups: groups,
+		Extra:  map[string][]string{"nodus.dev/access-token": {t.Name}},
+	}}, true, nil
+}
+

@@ -1,0 +1,133 @@
+package auth
+
+import (
+	"context"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// Authorizer applies Nodus' roles:
+//   - operators (and the server's own loopback client) may do everything;
+//   - anyone, even without credentials, may read the public paths;
+//   - any authenticated user may read discovery and OpenAPI, list the
+//     namespaces (filtered to its projects) and get its projects;
+//   - in a project's namespace, a viewer reads ReservedHosts (and their
+//     status); member and admin add the actions later kinds define.
+//
+// Nobody but operators writes ReservedHosts, and nobody but operators sees
+// cluster-scoped operator kinds.
+type Authorizer struct {
+	Projects ProjectGetter
+}
+
+// readVerbs only observe.
+var readVerbs = map[string]bool{"get": true, "list": true, "watch": true}
+
+// projectReadable are the namespaced resources a project's viewers read.
+var projectReadable = map[string]bool{"reservedhosts": true}
+
+func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	u := attrs.GetUser()
+	if u == nil {
+		return authorizer.DecisionDeny, "no user", nil
+	}
+	if IsOperator(u) {
+		return authorizer.DecisionAllow, "operator", nil
+	}
+	if !attrs.IsResourceRequest() {
+		return a.nonResource(u, attrs)
+	}
+	if !isAuthenticated(u) {
+		return authorizer.DecisionDeny, "anonymous requests may only read public paths", nil
+	}
+	switch attrs.GetAPIGroup() {
+	case "":
+		if attrs.GetResource() == "namespaces" && attrs.GetSubresource() == "" {
+			switch attrs.GetVerb() {
+			case "list", "watch":
+				// The namespace storage filters to the caller's projects.
+				return authorizer.DecisionAllow, "", nil
+			case "get":
+				return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer)
+			}
+		}
+	case nodusv1.GroupName:
+		if attrs.GetResource() == "projects" && attrs.GetSubresource() == "" && attrs.GetVerb() == "get" {
+			return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer)
+		}
+		if attrs.GetNamespace() != "" && projectReadable[attrs.GetResource()] && readVerbs[attrs.GetVerb()] &&
+			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status") {
+			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer)
+		}
+	}
+	return authorizer.DecisionDeny, "only operators may " + attrs.GetVerb() + " " + resourceName(attrs), nil
+}
+
+func (a *Authorizer) nonResource(u user.Info, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
+	path := attrs.GetPath()
+	if IsPublicPath(path) {
+		return authorizer.DecisionAllow, "public", nil
+	}
+	if !isAuthenticated(u) || attrs.GetVerb() != "get" {
+		return authorizer.DecisionDeny, "", nil
+	}
+	for _, prefix := range []string{"/api", "/apis", "/openapi"} {
+		if path == prefix || strings.HasPrefix(path, prefix+"/") {
+			return authorizer.DecisionAllow, "discovery", nil
+		}
+	}
+	return authorizer.DecisionDeny, "only operators may read " + path, nil
+}
+
+func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string, want nodusv1.ProjectRole) (authorizer.Decision, string, error) {
+	if project == "" {
+		return authorizer.DecisionDeny, "across all projects only operators may read", nil
+	}
+	p, err := a.Projects.GetProject(ctx, project)
+	if apierrors.IsNotFound(err) {
+		return authorizer.DecisionDeny, "no project " + project, nil
+	}
+	if err != nil {
+		return authorizer.DecisionNoOpinion, "", err
+	}
+	role, ok := RoleIn(p, u)
+	if !ok {
+		return authorizer.DecisionDeny, u.GetName() + " is not a member of project " + project, nil
+	}
+	if !Allows(role, want) {
+		return authorizer.DecisionDeny, "role " + string(role) + " in project " + project + " does not allow this", nil
+	}
+	return authorizer.DecisionAllow, string(role), nil
+}
+
+func isAuthenticated(u user.Info) bool {
+	for _, g := range u.GetGroups() {
+		if g == GroupAuthenticated {
+			return true
+		}
+	}
+	return false
+}
+
+func resourceName(attrs authorizer.Attributes) string {
+	r := attrs.GetResource()
+	if s := attrs.GetSubresource(); s != "" {
+		r += "/" + s
+	}
+	return r
+}
+
+// ConditionsAwareAuthorize implements authorizer.Authorizer; Nodus' rules are unconditional.
+func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authorizer.Attributes) authorizer.ConditionsAwareDecision {
+	return authorizer.ConditionsAwareDecisionFromParts(a.Authorize(ctx, attrs))
+}
+
+// EvaluateConditions implements authorizer.Authorizer; there are no conditions to evaluate.
+func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
+	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}

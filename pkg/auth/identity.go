@@ -1,0 +1,61 @@
+// Package auth decides who a request comes from (bearer AccessTokens and
+// client certificates of the server CA) and what it may do (operators do
+// everything; project members act in their project by role).
+package auth
+
+import (
+	"context"
+	"slices"
+
+	"k8s.io/apiserver/pkg/authentication/user"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+const (
+	// GroupOperators may do everything.
+	GroupOperators = "nodus:operators"
+	// GroupAuthenticated holds every user with a valid credential.
+	GroupAuthenticated = "nodus:authenticated"
+	// AdminUser is the bootstrap operator written into admin.kubeconfig.
+	AdminUser = "nodus-admin"
+)
+
+// ProjectGetter reads a Project by name.
+type ProjectGetter interface {
+	GetProject(ctx context.Context, name string) (*nodusv1.Project, error)
+}
+
+// IsOperator says whether u acts for the operators (or is the server itself).
+func IsOperator(u user.Info) bool {
+	groups := u.GetGroups()
+	return slices.Contains(groups, GroupOperators) || slices.Contains(groups, user.SystemPrivilegedGroup)
+}
+
+// RoleIn returns u's strongest role in p.
+func RoleIn(p *nodusv1.Project, u user.Info) (nodusv1.ProjectRole, bool) {
+	best, found := nodusv1.ProjectRole(""), false
+	for _, m := range p.Spec.Members {
+		match := (m.Kind == nodusv1.MemberKindGroup && slices.Contains(u.GetGroups(), m.Name)) ||
+			(m.Kind != nodusv1.MemberKindGroup && m.Name == u.GetName())
+		if match && (!found || rank(m.Role) > rank(best)) {
+			best, found = m.Role, true
+		}
+	}
+	return best, found
+}
+
+// Allows says whether role includes want.
+func Allows(role, want nodusv1.ProjectRole) bool { return rank(role) >= rank(want) }
+
+func rank(r nodusv1.ProjectRole) int {
+	switch r {
+	case nodusv1.ProjectRoleViewer:
+		return 1
+	case nodusv1.ProjectRoleMember:
+		return 2
+	case nodusv1.ProjectRoleAdmin:
+		return 3
+	}
+	return 0
+}

@@ -1,0 +1,168 @@
+// Package envelope is the outermost HTTP filter of nodus-server. It gives
+// every request an id (X-Request-Id, also used as the audit id) and turns
+// every error response, whichever layer wrote it, into the Status envelope:
+// a metav1.Status with a registered reason plus docs, fix and requestId.
+package envelope
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strconv"
+	"strings"
+
+	"github.com/google/uuid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+)
+
+// HeaderRequestID is sent on every response.
+const HeaderRequestID = "X-Request-Id"
+
+// Status is the error body of every API response: a metav1.Status plus three
+// top-level extensions that kubectl and client-go ignore.
+type Status struct {
+	metav1.Status `json:",inline"`
+	// Docs is the URL of the code's docs page.
+	Docs string `json:"docs,omitempty"`
+	// Fix says what to do next, for example a CLI command or the field to change.
+	Fix string `json:"fix,omitempty"`
+	// RequestID identifies the request in logs and support tickets.
+	RequestID string `json:"requestId,omitempty"`
+}
+
+// Options configure the filter.
+type Options struct {
+	// DocsBaseURL is the prefix of docs URLs; empty means this server's own
+	// /docs/errors on the host the client used.
+	DocsBaseURL string
+	// Resolver names the resource of a request for request-specific fixes.
+	Resolver request.RequestInfoResolver
+}
+
+// maxErrorBody bounds what the filter buffers of an error response; error
+// bodies are small, and anything larger is replaced by a summary.
+const maxErrorBody = 1 << 20
+
+// WithEnvelope wraps handler.
+func WithEnvelope(handler http.Handler, opts Options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		id := uuid.NewString()
+		w.Header().Set(HeaderRequestID, id)
+		// The apiserver's audit filter takes its id from this header, so the
+		// audit log and the error body name the same request.
+		req.Header.Set("Audit-ID", id)
+		req = req.WithContext(apierror.WithFixNote(req.Context()))
+
+		ew := &errorWriter{ResponseWriter: w}
+		handler.ServeHTTP(ew, req)
+		if ew.code >= 400 {
+			ew.writeEnvelope(req, id, opts)
+		}
+	})
+}
+
+// errorWriter passes successful responses through untouched and holds back
+// the body of an error response so that it can be rewritten.
+type errorWriter struct {
+	http.ResponseWriter
+	code int
+	body bytes.Buffer
+}
+
+func (w *errorWriter) WriteHeader(code int) {
+	if w.code != 0 {
+		return
+	}
+	w.code = code
+	if code < 400 {
+		w.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (w *errorWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.WriteHeader(http.StatusOK)
+	}
+	if w.code < 400 {
+		return w.ResponseWriter.Write(p)
+	}
+	if w.body.Len()+len(p) <= maxErrorBody {
+		w.body.Write(p)
+	}
+	return len(p), nil
+}
+
+// Flush keeps watch streams working; error bodies are only written at the end.
+func (w *errorWriter) Flush() {
+	if w.code != 0 && w.code < 400 {
+		if f, ok := w.ResponseWriter.(http.Flusher); ok {
+			f.Flush()
+		}
+	}
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) {
+	status := Status{}
+	if err := json.Unmarshal(w.body.Bytes(), &status); err != nil || status.Kind != "Status" {
+		// Some layers (rate limiting, panic recovery, deadlines) answer in
+		// plain text; keep their words as the message.
+		status = Status{Status: metav1.Status{Message: strings.TrimSpace(w.body.String())}}
+	}
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	status.Status.Status = metav1.StatusFailure
+	status.Code = int32(w.code)
+
+	reason := apierror.Lookup(status.Reason, w.code)
+	status.Reason = reason.Name
+	if status.Message == "" {
+		status.Message = reason.Summary
+	}
+	status.RequestID = id
+	status.Docs = apierror.DocsURL(docsBase(req, opts.DocsBaseURL), reason.Name)
+	status.Fix = apierror.FixFrom(req.Context())
+	if status.Fix == "" {
+		status.Fix = reason.Fix(describe(req, opts.Resolver))
+	}
+	if status.Details != nil && status.Details.RetryAfterSeconds == 0 {
+		if s, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
+			status.Details.RetryAfterSeconds = int32(s)
+		}
+	}
+
+	body, err := json.Marshal(status)
+	if err != nil {
+		body = []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`)
+	}
+	h := w.ResponseWriter.Header()
+	h.Del("Content-Length")
+	h.Set("Content-Type", "application/json")
+	h.Set("X-Content-Type-Options", "nosniff")
+	w.ResponseWriter.WriteHeader(w.code)
+	_, _ = w.ResponseWriter.Write(body)
+}
+
+func docsBase(req *http.Request, configured string) string {
+	if configured != "" {
+		return configured
+	}
+	return "https://" + req.Host + "/docs/errors"
+}
+
+func describe(req *http.Request, resolver request.RequestInfoResolver) apierror.Request {
+	r := apierror.Request{Path: req.URL.Path}
+	if resolver == nil {
+		return r
+	}
+	info, err := resolver.NewRequestInfo(req)
+	if err != nil || !info.IsResourceRequest {
+		return r
+	}
+	r.Verb, r.Resource, r.Subresource, r.Namespace, r.Name = info.Verb, info.Resource, info.Subresource, info.Namespace, info.Name
+	return r
+}

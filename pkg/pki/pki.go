@@ -1,0 +1,238 @@
+// Package pki creates and loads the server's certificate authority, its
+// serving certificate and client certificates signed by that CA. Everything
+// is ECDSA P-256 and PEM on disk; keys are written 0600.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+const (
+	caValidity     = 10 * 365 * 24 * time.Hour
+	leafValidity   = 365 * 24 * time.Hour
+	clockSkewSlack = 5 * time.Minute
+)
+
+// CA is a loaded certificate authority.
+type CA struct {
+	Cert    *x509.Certificate
+	Key     *ecdsa.PrivateKey
+	CertPEM []byte
+}
+
+// Pair is a certificate and key in PEM.
+type Pair struct {
+	CertPEM, KeyPEM []byte
+}
+
+// LoadOrCreateCA reads DIR/ca.crt and DIR/ca.key, creating them on first use.
+func LoadOrCreateCA(dir, commonName string) (*CA, error) {
+	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
+	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil {
+		return parseCA(certPEM, keyPEM)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial(),
+		Subject:               pkix.Name{CommonName: commonName},
+		NotBefore:             now.Add(-clockSkewSlack),
+		NotAfter:              now.Add(caValidity),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		return nil, err
+	}
+	pair, err := encode(der, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := writePair(certPath, keyPath, pair); err != nil {
+		return nil, err
+	}
+	return parseCA(pair.CertPEM, pair.KeyPEM)
+}
+
+// LoadOrCreateServing reads DIR/NAME.crt and NAME.key, or issues a serving
+// certificate for hosts (DNS names or IPs) when they are missing or no longer
+// cover hosts.
+func (ca *CA) LoadOrCreateServing(dir, name string, hosts []string) (certPath, keyPath string, err error) {
+	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if certPEM, _, err := readPair(certPath, keyPath); err == nil && covers(certPEM, hosts) {
+		return certPath, keyPath, nil
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: hosts[0]},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	pair, err := ca.issue(tmpl)
+	if err != nil {
+		return "", "", err
+	}
+	return certPath, keyPath, writePair(certPath, keyPath, pair)
+}
+
+// IssueClient issues a client certificate for user in groups (the
+// Kubernetes convention: CN is the user, O are the groups).
+func (ca *CA) IssueClient(user string, groups []string) (Pair, error) {
+	return ca.issue(&x509.Certificate{
+		Subject:     pkix.Name{CommonName: user, Organization: groups},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	})
+}
+
+// LoadOrCreateClient reads DIR/NAME.crt and NAME.key or issues them.
+func (ca *CA) LoadOrCreateClient(dir, name, user string, groups []string) (Pair, error) {
+	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil {
+		return Pair{certPEM, keyPEM}, nil
+	}
+	pair, err := ca.IssueClient(user, groups)
+	if err != nil {
+		return Pair{}, err
+	}
+	return pair, writePair(certPath, keyPath, pair)
+}
+
+func (ca *CA) issue(tmpl *x509.Certificate) (Pair, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return Pair{}, err
+	}
+	now := time.Now()
+	tmpl.SerialNumber = serial()
+	tmpl.NotBefore = now.Add(-clockSkewSlack)
+	tmpl.NotAfter = now.Add(leafValidity)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.Key)
+	if err != nil {
+		return Pair{}, err
+	}
+	return encode(der, key)
+}
+
+func covers(certPEM []byte, hosts []string) bool {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil || time.Now().After(cert.NotAfter.Add(-30*24*time.Hour)) {
+		return false
+	}
+	for _, h := range hosts {
+		if cert.VerifyHostname(h) != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func parseCA(certPEM, keyPEM []byte) (*CA, error) {
+	cb, _ := pem.Decode(certPEM)
+	kb, _ := pem.Decode(keyPEM)
+	if cb == nil || kb == nil {
+		return nil, fmt.Errorf("CA certificate or key is not PEM")
+	}
+	cert, err := x509.ParseCertificate(cb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA certificate: %w", err)
+	}
+	key, err := x509.ParseECPrivateKey(kb.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse CA key: %w", err)
+	}
+	return &CA{Cert: cert, Key: key, CertPEM: certPEM}, nil
+}
+
+func encode(der []byte, key *ecdsa.PrivateKey) (Pair, error) {
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return Pair{}, err
+	}
+	return Pair{
+		CertPEM: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
+		KeyPEM:  pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
+	}, nil
+}
+
+func readPair(certPath, keyPath string) ([]byte, []byte, error) {
+	certPEM, err := os.ReadFile(certPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM, err := os.ReadFile(keyPath)
+	if err != nil {
+		return nil, nil, err
+	}
+	return certPEM, keyPEM, nil
+}
+
+func writePair(certPath, keyPath string, p Pair) error {
+	if err := os.MkdirAll(filepath.Dir(certPath), 0o700); err != nil {
+		return err
+	}
+	if err := WriteFileAtomic(keyPath, p.KeyPEM, 0o600); err != nil {
+		return err
+	}
+	return WriteFileAtomic(certPath, p.CertPEM, 0o644)
+}
+
+// WriteFileAtomic writes data to path through a temporary file and a rename,
+// so a reader never sees half a file.
+func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return err
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
+	if err != nil {
+		// crypto/rand does not fail on Linux; a fixed serial would still be a valid certificate.
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n
+}

@@ -1,0 +1,62 @@
+package accesstoken
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+type secretHashKey struct{}
+
+// REST creates AccessTokens with a fresh secret.
+type REST struct {
+	*base.REST
+}
+
+// Storage returns the AccessToken storage map entries.
+func Storage(stores base.Stores) map[string]rest.Storage {
+	return map[string]rest.Storage{"accesstokens": &REST{&base.REST{Store: stores.Main}}}
+}
+
+// Create generates the token's secret, stores its hash and returns the token
+// once, in this response only.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	raw := make([]byte, 32)
+	if _, err := rand.Read(raw); err != nil {
+		return nil, err
+	}
+	secret := base64.RawURLEncoding.EncodeToString(raw)
+	ctx = context.WithValue(ctx, secretHashKey{}, HashSecret(secret))
+	out, err := r.Store.Create(ctx, obj, createValidation, options)
+	if err != nil {
+		return nil, err
+	}
+	if len(options.DryRun) > 0 {
+		return out, nil
+	}
+	t := out.(*nodusv1.AccessToken).DeepCopy()
+	t.Status.Token = t.Name + "." + secret
+	return t, nil
+}
+
+// HashSecret is the verifier stored for a token secret.
+func HashSecret(secret string) string {
+	sum := sha256.Sum256([]byte(secret))
+	return hex.EncodeToString(sum[:])
+}
+
+// SplitToken splits a bearer token into the AccessToken's name and its secret.
+func SplitToken(token string) (name, secret string, ok bool) {
+	name, secret, ok = strings.Cut(token, ".")
+	return name, secret, ok && name != "" && secret != ""
+}

@@ -1,0 +1,71 @@
+package base
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// REST is a kind's main resource with the short names and categories kubectl shows.
+type REST struct {
+	*genericregistry.Store
+	Short []string
+}
+
+var (
+	_ rest.ShortNamesProvider = &REST{}
+	_ rest.CategoriesProvider = &REST{}
+)
+
+// ShortNames implements rest.ShortNamesProvider.
+func (r *REST) ShortNames() []string { return r.Short }
+
+// Categories puts every kind in `kubectl get nodus`.
+func (r *REST) Categories() []string { return []string{"nodus"} }
+
+// StatusREST serves only get, update and patch of a kind's status.
+type StatusREST struct {
+	store *genericregistry.Store
+}
+
+// NewStatusREST wraps the status store of a kind.
+func NewStatusREST(store *genericregistry.Store) *StatusREST { return &StatusREST{store: store} }
+
+var _ = rest.Patcher(&StatusREST{})
+
+func (r *StatusREST) New() runtime.Object { return r.store.New() }
+
+func (r *StatusREST) Destroy() {
+	// The main store owns the shared storage and destroys it.
+}
+
+func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	return r.store.Get(ctx, name, options)
+}
+
+func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	// Status updates never create the object.
+	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+}
+
+func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return r.store.GetResetFields()
+}
+
+func (r *StatusREST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return r.store.ConvertToTable(ctx, object, tableOptions)
+}
+
+// Storage returns the REST storages of stores for an API group's storage map,
+// keyed by resource and resource/status.
+func (s Stores) Storage(resource string, shortNames ...string) map[string]rest.Storage {
+	m := map[string]rest.Storage{resource: &REST{Store: s.Main, Short: shortNames}}
+	if s.Status != nil {
+		m[resource+"/status"] = NewStatusREST(s.Status)
+	}
+	return m
+}

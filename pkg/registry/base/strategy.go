@@ -1,0 +1,131 @@
+// Package base holds what every nodus.dev resource's registry shares: a
+// strategy assembled from a kind's validation and status rules, the
+// genericregistry.Store wiring, and table printing. Each kind's package under
+// pkg/registry says only what is particular to that kind.
+package base
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/storage/names"
+	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+)
+
+// Rules is what a kind's package says about its objects.
+type Rules struct {
+	Namespaced bool
+	// Validate checks a new object; ValidateUpdate an update (defaults to Validate).
+	Validate       func(obj runtime.Object) field.ErrorList
+	ValidateUpdate func(obj, old runtime.Object) field.ErrorList
+	// PrepareForCreate clears what a client may not set on create (usually status).
+	PrepareForCreate func(ctx context.Context, obj runtime.Object)
+	// CopyStatus copies old's status into obj, so that updates of the main
+	// resource never change status. Nil for kinds without status.
+	CopyStatus func(obj, old runtime.Object)
+	// CopySpec copies old's spec into obj, so that status updates never
+	// change the spec. Nil for kinds without a status subresource.
+	CopySpec func(obj, old runtime.Object)
+	// ValidateStatus checks a status update.
+	ValidateStatus func(obj, old runtime.Object) field.ErrorList
+	// Warnings returns warnings for a create or update.
+	Warnings func(obj runtime.Object) []string
+	// ResetFields are the top-level fields the main resource does not own
+	// (for server-side apply): "status" for kinds with a status subresource.
+	ResetFields []string
+	// StatusResetFields are the top-level fields the status subresource does not own.
+	StatusResetFields []string
+}
+
+// Strategy implements the create, update and delete strategies of a kind.
+type Strategy struct {
+	runtime.ObjectTyper
+	names.NameGenerator
+	rules Rules
+}
+
+// NewStrategy builds the main resource's strategy from rules.
+func NewStrategy(typer runtime.ObjectTyper, rules Rules) Strategy {
+	return Strategy{ObjectTyper: typer, NameGenerator: names.SimpleNameGenerator, rules: rules}
+}
+
+func (s Strategy) NamespaceScoped() bool { return s.rules.Namespaced }
+
+func (s Strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
+	if s.rules.PrepareForCreate != nil {
+		s.rules.PrepareForCreate(ctx, obj)
+	}
+}
+
+func (s Strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	if s.rules.CopyStatus != nil {
+		s.rules.CopyStatus(obj, old)
+	}
+}
+
+func (s Strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
+	return s.rules.Validate(obj)
+}
+
+func (s Strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	if s.rules.ValidateUpdate != nil {
+		return s.rules.ValidateUpdate(obj, old)
+	}
+	return s.rules.Validate(obj)
+}
+
+func (s Strategy) WarningsOnCreate(_ context.Context, obj runtime.Object) []string {
+	if s.rules.Warnings != nil {
+		return s.rules.Warnings(obj)
+	}
+	return nil
+}
+
+func (s Strategy) WarningsOnUpdate(_ context.Context, obj, _ runtime.Object) []string {
+	return s.WarningsOnCreate(context.Background(), obj)
+}
+
+func (Strategy) Canonicalize(runtime.Object)                   {}
+func (Strategy) AllowCreateOnUpdate(context.Context) bool      { return false }
+func (Strategy) AllowUnconditionalUpdate(context.Context) bool { return true }
+func (s Strategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return resetFields(s.rules.ResetFields)
+}
+
+// StatusStrategy is the strategy of a kind's status subresource.
+type StatusStrategy struct{ Strategy }
+
+// NewStatusStrategy builds the status subresource's strategy from rules.
+func NewStatusStrategy(typer runtime.ObjectTyper, rules Rules) StatusStrategy {
+	return StatusStrategy{NewStrategy(typer, rules)}
+}
+
+func (s StatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
+	if s.rules.CopySpec != nil {
+		s.rules.CopySpec(obj, old)
+	}
+}
+
+func (s StatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
+	if s.rules.ValidateStatus != nil {
+		return s.rules.ValidateStatus(obj, old)
+	}
+	return nil
+}
+
+func (s StatusStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
+	return nil
+}
+
+func (s StatusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {
+	return resetFields(s.rules.StatusResetFields)
+}
+
+func resetFields(fields []string) map[fieldpath.APIVersion]*fieldpath.Set {
+	set := fieldpath.NewSet()
+	for _, f := range fields {
+		set.Insert(fieldpath.MakePathOrDie(f))
+	}
+	return map[fieldpath.APIVersion]*fieldpath.Set{"nodus.dev/v1": set}
+}

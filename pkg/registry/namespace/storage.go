@@ -1,0 +1,137 @@
+// Package namespace serves /api/v1/namespaces as a read-only projection of
+// Projects, so that kubectl's namespace look-ups and `kubectl get namespaces`
+// work. Non-operators see only the projects they belong to.
+package namespace
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+// REST is the namespaces storage.
+type REST struct {
+	projects *genericregistry.Store
+}
+
+// NewREST projects the Projects in projects.
+func NewREST(projects *genericregistry.Store) *REST { return &REST{projects: projects} }
+
+var (
+	_ rest.Getter               = &REST{}
+	_ rest.Lister               = &REST{}
+	_ rest.Watcher              = &REST{}
+	_ rest.Scoper               = &REST{}
+	_ rest.SingularNameProvider = &REST{}
+	_ rest.ShortNamesProvider   = &REST{}
+)
+
+func (r *REST) New() runtime.Object     { return &corev1.Namespace{} }
+func (r *REST) NewList() runtime.Object { return &corev1.NamespaceList{} }
+func (r *REST) Destroy()                {}
+func (r *REST) NamespaceScoped() bool   { return false }
+func (r *REST) GetSingularName() string { return "namespace" }
+func (r *REST) ShortNames() []string    { return []string{"ns"} }
+
+func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	obj, err := r.projects.Get(ctx, name, options)
+	if err != nil {
+		return nil, err
+	}
+	return toNamespace(obj.(*nodusv1.Project)), nil
+}
+
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	obj, err := r.projects.List(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	projects := obj.(*nodusv1.ProjectList)
+	visible := visibleTo(ctx)
+	list := &corev1.NamespaceList{ListMeta: projects.ListMeta}
+	for i := range projects.Items {
+		if visible(&projects.Items[i]) {
+			list.Items = append(list.Items, *toNamespace(&projects.Items[i]))
+		}
+	}
+	return list, nil
+}
+
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	w, err := r.projects.Watch(ctx, options)
+	if err != nil {
+		return nil, err
+	}
+	visible := visibleTo(ctx)
+	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
+		p, ok := in.Object.(*nodusv1.Project)
+		if !ok {
+			// Errors and the like pass unchanged.
+			return in, true
+		}
+		if in.Type != watch.Bookmark && !visible(p) {
+			return in, false
+		}
+		return watch.Event{Type: in.Type, Object: toNamespace(p)}, true
+	}), nil
+}
+
+func (r *REST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
+	return table.ConvertToTable(ctx, object, tableOptions)
+}
+
+var table = base.Table{Columns: []base.Column{
+	base.Col("Status", "string", "Phase of the namespace.", func(n *corev1.Namespace) interface{} { return string(n.Status.Phase) }),
+}}
+
+// visibleTo returns whether the caller of ctx may see a project.
+func visibleTo(ctx context.Context) func(*nodusv1.Project) bool {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return func(*nodusv1.Project) bool { return false }
+	}
+	if auth.IsOperator(u) {
+		return func(*nodusv1.Project) bool { return true }
+	}
+	return func(p *nodusv1.Project) bool {
+		_, member := auth.RoleIn(p, u)
+		return member
+	}
+}
+
+func toNamespace(p *nodusv1.Project) *corev1.Namespace {
+	labels := map[string]string{"kubernetes.io/metadata.name": p.Name}
+	for k, v := range p.Labels {
+		labels[k] = v
+	}
+	ns := &corev1.Namespace{
+		TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:              p.Name,
+			UID:               p.UID,
+			ResourceVersion:   p.ResourceVersion,
+			CreationTimestamp: p.CreationTimestamp,
+			DeletionTimestamp: p.DeletionTimestamp,
+			Labels:            labels,
+		},
+		Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+	}
+	if p.DeletionTimestamp != nil {
+		ns.Status.Phase = corev1.NamespaceTerminating
+	}
+	if p.Spec.DisplayName != "" {
+		ns.Annotations = map[string]string{"nodus.dev/display-name": p.Spec.DisplayName}
+	}
+	return ns
+}

@@ -1,0 +1,74 @@
+// Package node is the registry of Nodes.
+package node
+
+import (
+	"context"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+var rules = base.Rules{
+	Validate: func(obj runtime.Object) field.ErrorList { return validation.ValidateNode(obj.(*nodusv1.Node)) },
+	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
+		n := obj.(*nodusv1.Node)
+		// Status comes from the agent and the controllers, never from the creator.
+		n.Status = nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateEnroll}
+	},
+	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Node).Status = old.(*nodusv1.Node).Status },
+	CopySpec:   func(obj, old runtime.Object) { obj.(*nodusv1.Node).Spec = old.(*nodusv1.Node).Spec },
+	ValidateStatus: func(obj, _ runtime.Object) field.ErrorList {
+		return validation.ValidateNodeStatus(obj.(*nodusv1.Node))
+	},
+	ResetFields:       []string{"status"},
+	StatusResetFields: []string{"spec"},
+}
+
+func selectable(obj runtime.Object) fields.Set {
+	n := obj.(*nodusv1.Node)
+	return fields.Set{"spec.pool": n.Spec.Pool, "spec.resourceClass": n.Spec.ResourceClass, "status.provisionState": string(n.Status.ProvisionState)}
+}
+
+var table = base.Table{Columns: []base.Column{
+	base.Col("Pool", "string", "Capacity group.", func(n *nodusv1.Node) interface{} { return n.Spec.Pool }),
+	base.Col("Class", "string", "Resource class.", func(n *nodusv1.Node) interface{} { return n.Spec.ResourceClass }),
+	base.Col("State", "string", "Provision state.", func(n *nodusv1.Node) interface{} { return base.Str(string(n.Status.ProvisionState)) }),
+	base.Col("Ready", "string", "Whether the agent heartbeats on time.", func(n *nodusv1.Node) interface{} {
+		if c := meta.FindStatusCondition(n.Status.Conditions, nodusv1.NodeConditionReady); c != nil {
+			return string(c.Status)
+		}
+		return "Unknown"
+	}),
+	base.Col("GPUs", "string", "Accelerators.", func(n *nodusv1.Node) interface{} { return GPUSummary(n.Status.Inventory.GPUs) }),
+	base.Col("Maintenance", "boolean", "Out of scheduling.", func(n *nodusv1.Node) interface{} { return n.Spec.Maintenance }),
+	base.Col("Allocation", "string", "Allocation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Allocation) }),
+}}
+
+// GPUSummary renders GPUs as "8× h100-sxm-80g" (mixed models are joined with ", ").
+func GPUSummary(gpus []nodusv1.NodeGPU) string {
+	if len(gpus) == 0 {
+		return "-"
+	}
+	var order []string
+	counts := map[string]int{}
+	for _, g := range gpus {
+		if counts[g.Type] == 0 {
+			order = append(order, g.Type)
+		}
+		counts[g.Type]++
+	}
+	out := ""
+	for i, t := range order {
+		if i > 0 {
+			out += ", "
+		}
+		out += base.Count(counts[t], t)
+	}
+	return out
+}

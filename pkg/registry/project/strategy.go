@@ -1,0 +1,20 @@
+// Package project is the registry of Projects.
+package project
+
+import (
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+var rules = base.Rules{
+	Validate: func(obj runtime.Object) field.ErrorList { return validation.ValidateProject(obj.(*nodusv1.Project)) },
+}
+
+var table = base.Table{Columns: []base.Column{
+	base.Col("Display Name", "string", "Human-readable name.", func(p *nodusv1.Project) interface{} { return base.Str(p.Spec.DisplayName) }),
+	base.Col("Members", "integer", "Number of member entries.", func(p *nodusv1.Project) interface{} { return int64(len(p.Spec.Members)) }),
+}}

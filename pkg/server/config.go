@@ -1,0 +1,242 @@
+package server
+
+import (
+	"context"
+	"crypto/x509"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/server/dynamiccertificates"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+	"k8s.io/apiserver/pkg/util/compatibility"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
+	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/envelope"
+	"github.com/nodus-dev/nodus/pkg/pki"
+	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+	"github.com/nodus-dev/nodus/pkg/registry/allocation"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/registry/node"
+	"github.com/nodus-dev/nodus/pkg/registry/pool"
+	"github.com/nodus-dev/nodus/pkg/registry/project"
+	"github.com/nodus-dev/nodus/pkg/registry/reservation"
+	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+)
+
+const (
+	etcdPrefix       = "/registry/nodus.dev"
+	etcdReadyTimeout = time.Minute
+)
+
+// Config is everything New needs, with storage already reachable.
+type Config struct {
+	Generic        *genericapiserver.Config
+	Scheme         *runtime.Scheme
+	Codecs         serializer.CodecFactory
+	Serializer     runtime.NegotiatedSerializer
+	Stores         map[string]base.Stores
+	KubeconfigPath string
+	URL            string
+
+	out  func(format string, args ...interface{})
+	etcd *embeddedetcd.Server
+}
+
+// Config prepares the data directory, the PKI and admin.kubeconfig, starts
+// embedded etcd when asked to, and builds the generic server's configuration.
+func (o *Options) Config() (cfg *Config, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("create --data-dir: %w", err)
+	}
+	scheme, err := NewScheme()
+	if err != nil {
+		return nil, err
+	}
+	codecs, negotiated := newCodecs(scheme)
+
+	listener := o.Listener
+	if listener == nil {
+		addr := net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort))
+		if listener, err = net.Listen("tcp", addr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w (choose another --secure-port or --bind-address)", addr, err)
+		}
+	}
+	defer func() {
+		if err != nil {
+			listener.Close()
+		}
+	}()
+	port := listener.Addr().(*net.TCPAddr).Port
+	url := "https://" + net.JoinHostPort(o.clientHost(), strconv.Itoa(port))
+
+	// PKI: the CA signs the serving certificate and every client certificate.
+	pkiDir := filepath.Join(o.DataDir, "pki")
+	ca, err := pki.LoadOrCreateCA(pkiDir, "nodus-ca")
+	if err != nil {
+		return nil, fmt.Errorf("certificate authority: %w", err)
+	}
+	hosts := append([]string{"localhost", "127.0.0.1", "::1", o.clientHost()}, o.TLSSANs...)
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	certFile, keyFile, err := ca.LoadOrCreateServing(pkiDir, "serving", hosts)
+	if err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	admin, err := ca.LoadOrCreateClient(pkiDir, "admin", auth.AdminUser, []string{auth.GroupOperators})
+	if err != nil {
+		return nil, fmt.Errorf("admin credential: %w", err)
+	}
+	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, url, ca.CertPEM, admin); err != nil {
+		return nil, fmt.Errorf("write %s: %w", kubeconfig, err)
+	}
+
+	generic := genericapiserver.NewConfig(codecs)
+	generic.Serializer = negotiated
+	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	generic.MaxRequestBodyBytes = 3 << 20
+
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.Listener = listener
+	serving.BindAddress = net.ParseIP(o.BindAddress)
+	serving.BindPort = port
+	serving.ServerCert.CertKey = genericoptions.CertKey{CertFile: certFile, KeyFile: keyFile}
+	if err := serving.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
+		return nil, fmt.Errorf("serving: %w", err)
+	}
+
+	servers := o.EtcdServers
+	var etcd *embeddedetcd.Server
+	if o.embeddedEtcd() {
+		if etcd, err = embeddedetcd.Start(filepath.Join(o.DataDir, "etcd"), etcdReadyTimeout); err != nil {
+			return nil, err
+		}
+		servers = []string{etcd.ClientURL}
+		defer func() {
+			if err != nil {
+				etcd.Stop(context.Background())
+			}
+		}()
+	}
+	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, codecs.LegacyCodec(nodusv1.SchemeGroupVersion)))
+	etcdOpts.StorageConfig.Transport.ServerList = servers
+	etcdOpts.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(nodusv1.SchemeGroupVersion,
+		schema.GroupKind{Group: nodusv1.GroupName})
+	if err := etcdOpts.ApplyTo(generic); err != nil {
+		return nil, fmt.Errorf("etcd: %w", err)
+	}
+
+	stores, err := newStores(scheme, generic)
+	if err != nil {
+		return nil, err
+	}
+	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main}
+
+	clientCAs := x509.NewCertPool()
+	clientCAs.AddCert(ca.Cert)
+	caContent, err := dynamiccertificates.NewStaticCAContent("nodus-ca", ca.CertPEM)
+	if err != nil {
+		return nil, err
+	}
+	if err := generic.Authentication.ApplyClientCert(caContent, generic.SecureServing); err != nil {
+		return nil, err
+	}
+	generic.Authentication.Authenticator = auth.NewAuthenticator(clientCAs, getters)
+	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters}
+	admission := projectexists.New()
+	admission.Projects = getters
+	generic.AdmissionControl = admission
+
+	namer := openapi.NewDefinitionNamer(scheme)
+	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
+	generic.OpenAPIConfig.Info.Title, generic.OpenAPIConfig.Info.Version = "Nodus", "v1"
+	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openAPIDefinitions, namer)
+	generic.OpenAPIV3Config.Info.Title, generic.OpenAPIV3Config.Info.Version = "Nodus", "v1"
+
+	docsBase := o.DocsBaseURL
+	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		return envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c),
+			envelope.Options{DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver})
+	}
+
+	out := func(format string, args ...interface{}) {
+		if o.Out != nil {
+			fmt.Fprintf(o.Out, format+"\n", args...)
+		}
+	}
+	return &Config{
+		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
+		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd,
+	}, nil
+}
+
+func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[string]base.Stores, error) {
+	kinds := map[string]base.Kind{
+		"projects":      project.Kind(),
+		"pools":         pool.Kind(),
+		"nodes":         node.Kind(),
+		"allocations":   allocation.Kind(),
+		"reservations":  reservation.Kind(),
+		"reservedhosts": reservedhost.Kind(),
+		"accesstokens":  accesstoken.Kind(),
+	}
+	stores := make(map[string]base.Stores, len(kinds))
+	for resource, kind := range kinds {
+		s, err := base.NewStore(scheme, generic.RESTOptionsGetter, kind)
+		if err != nil {
+			return nil, fmt.Errorf("storage for %s: %w", resource, err)
+		}
+		stores[resource] = s
+	}
+	return stores, nil
+}
+
+// storeGetters read Projects and AccessTokens for authentication,
+// authorization and admission straight from the stores.
+type storeGetters struct {
+	projects, tokens *genericregistry.Store
+}
+
+// fromCache asks the watch cache: fresh to within milliseconds, no etcd round trip.
+var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
+
+func (g storeGetters) GetProject(ctx context.Context, name string) (*nodusv1.Project, error) {
+	obj, err := g.projects.Get(ctx, name, fromCache)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Project), nil
+}
+
+func (g storeGetters) GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
+	opts := fromCache
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := g.tokens.Get(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.AccessToken), nil
+}
+

@@ -1,0 +1,50 @@
+package server
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// NewScheme registers nodus.dev/v1 (also as its own internal version) and the
+// core Namespace types that the namespaces projection serves.
+func NewScheme() (*runtime.Scheme, error) {
+	scheme := runtime.NewScheme()
+	if err := nodusv1.AddToScheme(scheme); err != nil {
+		return nil, err
+	}
+	core := schema.GroupVersion{Version: "v1"}
+	coreInternal := schema.GroupVersion{Version: runtime.APIVersionInternal}
+	scheme.AddKnownTypes(core, &corev1.Namespace{}, &corev1.NamespaceList{})
+	scheme.AddKnownTypes(coreInternal, &corev1.Namespace{}, &corev1.NamespaceList{})
+	metav1.AddToGroupVersion(scheme, core)
+	scheme.AddUnversionedTypes(core, &metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{},
+		&metav1.APIGroup{}, &metav1.APIResourceList{})
+	return scheme, nil
+}
+
+// textOnly hides the protobuf serializer: Nodus' types have no protobuf
+// encoding, so the server must neither accept nor advertise it.
+type textOnly struct {
+	runtime.NegotiatedSerializer
+}
+
+func (t textOnly) SupportedMediaTypes() []runtime.SerializerInfo {
+	var out []runtime.SerializerInfo
+	for _, info := range t.NegotiatedSerializer.SupportedMediaTypes() {
+		if info.MediaType == runtime.ContentTypeJSON || info.MediaType == runtime.ContentTypeYAML {
+			out = append(out, info)
+		}
+	}
+	return out
+}
+
+// newCodecs returns the scheme's codecs and the JSON/YAML-only negotiated serializer.
+func newCodecs(scheme *runtime.Scheme) (serializer.CodecFactory, runtime.NegotiatedSerializer) {
+	codecs := serializer.NewCodecFactory(scheme)
+	return codecs, textOnly{codecs}
+}

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"io/fs"
+	"net/http"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/docs"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+	"github.com/nodus-dev/nodus/pkg/registry/namespace"
+)
+
+const etcdStopTimeout = 10 * time.Second
+
+// CompletedConfig can only be made by Complete.
+type CompletedConfig struct {
+	*completedConfig
+}
+
+type completedConfig struct {
+	*Config
+	generic genericapiserver.CompletedConfig
+}
+
+// Complete fills in the generic server's derived settings.
+func (c *Config) Complete() CompletedConfig {
+	return CompletedConfig{&completedConfig{Config: c, generic: c.Generic.Complete(nil)}}
+}
+
+// Server is a nodus-server ready to run.
+type Server struct {
+	generic *genericapiserver.GenericAPIServer
+	config  *Config
+}
+
+// New installs the nodus.dev/v1 group, the namespaces projection and the
+// docs pages on a new generic API server.
+func (c CompletedConfig) New() (*Server, error) {
+	generic, err := c.generic.New("nodus-server", genericapiserver.NewEmptyDelegate())
+	if err != nil {
+		return nil, err
+	}
+
+	group := genericapiserver.NewDefaultAPIGroupInfo(nodusv1.GroupName, c.Scheme, metav1.ParameterCodec, c.Codecs)
+	group.NegotiatedSerializer = c.Serializer
+	storage := map[string]rest.Storage{}
+	short := map[string][]string{
+		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "allocations": {"alloc"},
+		"reservations": {"rsv"}, "reservedhosts": {"rh", "host", "hosts"},
+	}
+	for resource, names := range short {
+		for path, s := range c.Stores[resource].Storage(resource, names...) {
+			storage[path] = s
+		}
+	}
+	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
+		storage[path] = s
+	}
+	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
+	if err := generic.InstallAPIGroup(&group); err != nil {
+		return nil, err
+	}
+
+	legacy := genericapiserver.NewDefaultAPIGroupInfo("", c.Scheme, metav1.ParameterCodec, c.Codecs)
+	legacy.NegotiatedSerializer = c.Serializer
+	legacy.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
+		"namespaces": namespace.NewREST(c.Stores["projects"].Main),
+	}
+	if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &legacy); err != nil {
+		return nil, err
+	}
+
+	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	return &Server{generic: generic, config: c.Config}, nil
+}
+
+// Run serves until ctx is done, then stops the API server and, after it,
+// the embedded etcd.
+func (s *Server) Run(ctx context.Context) error {
+	s.config.out("nodus-server: serving on %s", s.config.URL)
+	s.config.out("admin kubeconfig: %s", s.config.KubeconfigPath)
+	s.config.out("try: kubectl --kubeconfig %s get reservedhosts -A", s.config.KubeconfigPath)
+	err := s.generic.PrepareRun().RunWithContext(ctx)
+	if s.config.etcd != nil {
+		stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
+		defer cancel()
+		s.config.etcd.Stop(stopCtx)
+	}
+	return err
+}
+
+// serveErrorDoc serves docs/errors/{reason}.md for a registered reason.
+func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
+	reason := strings.TrimPrefix(req.URL.Path, "/docs/errors/")
+	if !apierror.IsRegistered(metav1.StatusReason(reason)) {
+		http.NotFound(w, req)
+		return
+	}
+	page, err := fs.ReadFile(docs.ErrorPages, "errors/"+reason+".md")
+	if err != nil {
+		http.NotFound(w, req)
+		return
+	}
+	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
+	_, _ = w.Write(page)
+}
