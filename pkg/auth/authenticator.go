@@ -102,4 +102,3 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 		Extra:  map[string][]string{"nodus.dev/access-token": {t.Name}},
 	}}, true, nil
 }
-

@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 )
@@ -57,7 +58,9 @@ func WithEnvelope(handler http.Handler, opts Options) http.Handler {
 		req = req.WithContext(apierror.WithFixNote(req.Context()))
 
 		ew := &errorWriter{ResponseWriter: w}
-		handler.ServeHTTP(ew, req)
+		// The wrapper keeps CloseNotifier, Flusher and Hijacker of w visible,
+		// as the apiserver's watch and upgrade handlers need them.
+		handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(ew), req)
 		if ew.code >= 400 {
 			ew.writeEnvelope(req, id, opts)
 		}
@@ -104,7 +107,7 @@ func (w *errorWriter) Flush() {
 	}
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer.
+// Unwrap implements responsewriter.UserProvidedDecorator.
 func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) {

@@ -1523,9 +1523,8 @@ func schema_pkg_apis_nodus_v1_ReservedHost(ref common.ReferenceCallback) common.
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ReservedHostStatus is the customer-safe view of a physical host assignment.",
-							Default:     map[string]interface{}{},
-							Ref:         ref(v1.ReservedHostStatus{}.OpenAPIModelName()),
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.ReservedHostStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -1689,15 +1688,13 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 					},
 					"connect": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ReservedHostConnect describes access to the physical operating system through Nodus.",
-							Ref:         ref(v1.ReservedHostConnect{}.OpenAPIModelName()),
+							Ref: ref(v1.ReservedHostConnect{}.OpenAPIModelName()),
 						},
 					},
 					"inventory": {
 						SchemaProps: spec.SchemaProps{
-							Description: "NodeInventory is the host’s hardware and software.",
-							Default:     map[string]interface{}{},
-							Ref:         ref(v1.NodeInventory{}.OpenAPIModelName()),
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.NodeInventory{}.OpenAPIModelName()),
 						},
 					},
 					"lastHeartbeatTime": {
@@ -1715,15 +1712,13 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 					},
 					"release": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.",
-							Ref:         ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
+							Ref: ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
 						},
 					},
 					"reservation": {
 						SchemaProps: spec.SchemaProps{
-							Description: "HostReservation is the customer-safe projection of the physical server’s assignment (Beta).",
-							Default:     map[string]interface{}{},
-							Ref:         ref(v1.HostReservation{}.OpenAPIModelName()),
+							Default: map[string]interface{}{},
+							Ref:     ref(v1.HostReservation{}.OpenAPIModelName()),
 						},
 					},
 				},

@@ -1,0 +1,203 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestClientsetCRUD drives every kind through the generated typed clientset
+// against the real server: create, get, list, watch, update, status update,
+// patch and delete.
+func TestClientsetCRUD(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	c := s.Client.NodusV1()
+	ctx := ctx(t)
+
+	t.Run("Project", func(t *testing.T) {
+		w, err := c.Projects().Watch(ctx, metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		p, err := c.Projects().Create(ctx, project("acme", nodusv1.ProjectMember{Name: "alice", Role: nodusv1.ProjectRoleAdmin}), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Spec.Members[0].Kind != nodusv1.MemberKindUser {
+			t.Errorf("member kind not defaulted to User: %q", p.Spec.Members[0].Kind)
+		}
+		expectEvent(t, w, watch.Added, "acme")
+		p.Spec.DisplayName = "ACME Corp"
+		if p, err = c.Projects().Update(ctx, p, metav1.UpdateOptions{}); err != nil || p.Spec.DisplayName != "ACME Corp" {
+			t.Fatalf("update: %v %+v", err, p)
+		}
+		expectEvent(t, w, watch.Modified, "acme")
+		list, err := c.Projects().List(ctx, metav1.ListOptions{})
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("list: %v %d", err, len(list.Items))
+		}
+	})
+
+	t.Run("Pool", func(t *testing.T) {
+		if _, err := c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}, Spec: nodusv1.PoolSpec{Supplier: "hx"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := c.Pools().Patch(ctx, "fra1", types.MergePatchType, []byte(`{"spec":{"location":"Frankfurt"}}`), metav1.PatchOptions{})
+		if err != nil || p.Spec.Location != "Frankfurt" || p.Spec.Supplier != "hx" {
+			t.Fatalf("patch: %v %+v", err, p)
+		}
+	})
+
+	t.Run("Node", func(t *testing.T) {
+		n, err := c.Nodes().Create(ctx, &nodusv1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: "gpu-001"},
+			Spec:       nodusv1.NodeSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", Traits: []string{"CUSTOM_NVLINK"}},
+			Status:     nodusv1.NodeStatus{AgentGeneration: 7},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status.AgentGeneration != 0 || n.Status.ProvisionState != nodusv1.ProvisionStateEnroll {
+			t.Errorf("create must reset status to enroll, got %+v", n.Status)
+		}
+		n.Status.Inventory = nodusv1.NodeInventory{CPU: 64, MemoryMiB: 1 << 20, DiskGiB: 100}
+		n.Status.ProvisionState = nodusv1.ProvisionStateAvailable
+		n.Spec.Maintenance = true
+		n, err = c.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status.Inventory.CPU != 64 || n.Spec.Maintenance {
+			t.Errorf("status update must change status only: %+v / %+v", n.Status, n.Spec)
+		}
+		n.Status.Inventory.CPU = 1
+		n.Spec.Maintenance, n.Spec.MaintenanceReason = true, "disk swap"
+		n, err = c.Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n.Status.Inventory.CPU != 64 || !n.Spec.Maintenance {
+			t.Errorf("main update must change spec only: %+v / %+v", n.Status, n.Spec)
+		}
+		sel, err := c.Nodes().List(ctx, metav1.ListOptions{FieldSelector: "spec.pool=fra1,status.provisionState=available"})
+		if err != nil || len(sel.Items) != 1 {
+			t.Fatalf("field selector: %v %d", err, len(sel.Items))
+		}
+		if _, err := c.Nodes().List(ctx, metav1.ListOptions{FieldSelector: "spec.bogus=x"}); !apierrors.IsBadRequest(err) {
+			t.Errorf("unknown field selector: want 400, got %v", err)
+		}
+	})
+
+	t.Run("Allocation", func(t *testing.T) {
+		a, err := c.Allocations().Create(ctx, &nodusv1.Allocation{
+			ObjectMeta: metav1.ObjectMeta{Name: "alloc-1"},
+			Spec:       nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8", Traits: []string{"CUSTOM_NVLINK"}},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.Status.State != nodusv1.AllocationStateAllocating {
+			t.Errorf("new allocation state %q, want allocating", a.Status.State)
+		}
+		a.Spec.ResourceClass = "other"
+		if _, err := c.Allocations().Update(ctx, a, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("changing the request must be invalid, got %v", err)
+		}
+	})
+
+	t.Run("Reservation", func(t *testing.T) {
+		r, err := c.Reservations().Create(ctx, &nodusv1.Reservation{
+			ObjectMeta: metav1.ObjectMeta{Name: "r1"},
+			Spec: nodusv1.ReservationSpec{Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"},
+				StartsAt: termStart, EndsAt: termEnd, LoginUser: "ubuntu"},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.Status.Epoch, r.Status.State = 3, nodusv1.ReservationStateActive
+		if r, err = c.Reservations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		r.Status.Epoch = 2
+		if _, err := c.Reservations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("an epoch must never decrease, got %v", err)
+		}
+	})
+
+	t.Run("ReservedHost", func(t *testing.T) {
+		h, err := c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Status.Reservation.Epoch != 1 || h.Status.Inventory.GPUs[0].Type != "h100-sxm-80g" {
+			t.Errorf("create must keep the projection: %+v", h.Status)
+		}
+		h.Status.Reservation.Epoch = 2
+		h.Status.LastHeartbeatTime = &metav1.Time{Time: time.Now().Truncate(time.Second)}
+		if h, err = c.ReservedHosts("acme").UpdateStatus(ctx, h, metav1.UpdateOptions{}); err != nil || h.Status.Reservation.Epoch != 2 {
+			t.Fatalf("status update: %v", err)
+		}
+		list, err := c.ReservedHosts("").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active"})
+		if err != nil || len(list.Items) != 1 {
+			t.Fatalf("list across projects: %v %d", err, len(list.Items))
+		}
+		if err := c.ReservedHosts("acme").Delete(ctx, "r1", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("after delete: want 404, got %v", err)
+		}
+	})
+
+	t.Run("AccessToken", func(t *testing.T) {
+		tok, err := c.AccessTokens().Create(ctx, &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "alice-laptop"},
+			Spec: nodusv1.AccessTokenSpec{User: "alice"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tok.Status.Token == "" || tok.Status.TokenHash == "" {
+			t.Fatalf("create must return the token once and its hash: %+v", tok.Status)
+		}
+		stored, err := c.AccessTokens().Get(ctx, "alice-laptop", metav1.GetOptions{})
+		if err != nil || stored.Status.Token != "" || stored.Status.TokenHash != tok.Status.TokenHash {
+			t.Fatalf("stored token must hold only the hash: %v %+v", err, stored.Status)
+		}
+	})
+
+	t.Run("Delete", func(t *testing.T) {
+		deletes := map[string]func() error{
+			"reservation": func() error { return c.Reservations().Delete(ctx, "r1", metav1.DeleteOptions{}) },
+			"allocation":  func() error { return c.Allocations().Delete(ctx, "alloc-1", metav1.DeleteOptions{}) },
+			"node":        func() error { return c.Nodes().Delete(ctx, "gpu-001", metav1.DeleteOptions{}) },
+			"pool":        func() error { return c.Pools().Delete(ctx, "fra1", metav1.DeleteOptions{}) },
+			"accesstoken": func() error { return c.AccessTokens().Delete(ctx, "alice-laptop", metav1.DeleteOptions{}) },
+			"project":     func() error { return c.Projects().Delete(ctx, "acme", metav1.DeleteOptions{}) },
+		}
+		for kind, del := range deletes {
+			if err := del(); err != nil {
+				t.Errorf("delete %s: %v", kind, err)
+			}
+		}
+	})
+}
+
+func expectEvent(t *testing.T, w watch.Interface, want watch.EventType, name string) {
+	t.Helper()
+	select {
+	case e := <-w.ResultChan():
+		m, ok := e.Object.(metav1.Object)
+		if e.Type != want || !ok || m.GetName() != name {
+			t.Fatalf("watch: got %s %v, want %s %s", e.Type, e.Object, want, name)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("watch: no %s event for %s", want, name)
+	}
+}
