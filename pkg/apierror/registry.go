@@ -54,8 +54,6 @@ type Reason struct {
 const (
 	// ReasonProjectNotFound: a namespaced object was sent to a namespace that is no Project.
 	ReasonProjectNotFound metav1.StatusReason = "ProjectNotFound"
-	// ReasonPreconditionFailed: an If-Match or similar precondition did not hold.
-	ReasonPreconditionFailed metav1.StatusReason = "PreconditionFailed"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -113,10 +111,6 @@ var registry = func() map[metav1.StatusReason]Reason {
 			func(Request) string {
 				return "Start the list again from the beginning, without the continue token."
 			}},
-		{ReasonPreconditionFailed, http.StatusPreconditionFailed, "A precondition of the request did not hold.",
-			func(r Request) string {
-				return "Read the object again (`kubectl get " + r.kubectlTarget() + " -o yaml`), review it, and send the request with its current ETag."
-			}},
 		{metav1.StatusReasonRequestEntityTooLarge, http.StatusRequestEntityTooLarge, "The request body is too large.",
 			func(Request) string { return "Send a smaller body: one object per request, at most 3 MiB." }},
 		{metav1.StatusReasonUnsupportedMediaType, http.StatusUnsupportedMediaType, "The request body's media type is not supported.",
@@ -170,7 +164,6 @@ var byCode = map[int]metav1.StatusReason{
 	http.StatusNotAcceptable:         metav1.StatusReasonNotAcceptable,
 	http.StatusConflict:              metav1.StatusReasonConflict,
 	http.StatusGone:                  metav1.StatusReasonGone,
-	http.StatusPreconditionFailed:    ReasonPreconditionFailed,
 	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,

@@ -1,0 +1,224 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// kindUnderTest is one resource of the matrix: where it lives and an object of it.
+type kindUnderTest struct {
+	name       string // as printed, e.g. reservedhosts/status
+	collection string // URL path of the collection
+	object     string // name of the existing object
+	newObject  func() interface{}
+	// readOnly resources serve no writes at all (405 for those allowed to try).
+	readOnly bool
+	// statusOnly: only get, update and patch are served.
+	statusOnly bool
+}
+
+var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
+
+// TestAuthorizationMatrix checks every role against every verb on every kind.
+// Writes are sent with dryRun=All, so the matrix changes nothing.
+func TestAuthorizationMatrix(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	seedMatrix(t, s)
+
+	const nodus = "/apis/nodus.dev/v1"
+	kinds := []kindUnderTest{
+		{name: "projects", collection: nodus + "/projects", object: "acme", newObject: func() interface{} { return project("new-project") }},
+		{name: "pools", collection: nodus + "/pools", object: "fra1", newObject: func() interface{} {
+			return &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "new-pool"}}
+		}},
+		{name: "nodes", collection: nodus + "/nodes", object: "gpu-001", newObject: func() interface{} { return node("new-node") }},
+		{name: "allocations", collection: nodus + "/allocations", object: "a1", newObject: func() interface{} { return allocation("new-alloc") }},
+		{name: "reservations", collection: nodus + "/reservations", object: "r1", newObject: func() interface{} { return reservation("new-rsv") }},
+		{name: "accesstokens", collection: nodus + "/accesstokens", object: "tok1", newObject: func() interface{} {
+			return &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "new-token"}, Spec: nodusv1.AccessTokenSpec{User: "x"}}
+		}},
+		{name: "reservedhosts", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", newObject: func() interface{} { return reservedHost("acme", "new-host") }},
+		{name: "reservedhosts/status", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", statusOnly: true},
+		{name: "namespaces", collection: "/api/v1/namespaces", object: "acme", readOnly: true, newObject: func() interface{} {
+			return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "new-ns"}}
+		}},
+	}
+
+	roles := map[string]*rest.Config{
+		"operator":  s.Config,
+		"admin":     tokenFor(t, s, "alice"),
+		"member":    tokenFor(t, s, "mary"),
+		"viewer":    tokenFor(t, s, "victor", "acme-viewers"),
+		"outsider":  tokenFor(t, s, "oscar"),
+		"anonymous": anonymous(s),
+	}
+
+	for role, cfg := range roles {
+		for _, k := range kinds {
+			for _, verb := range verbs {
+				want := expectedCode(role, k, verb)
+				if want == 0 {
+					continue // not served at all: no route to authorize
+				}
+				got := send(t, s, cfg, k, verb)
+				if got != want {
+					t.Errorf("%-9s %-6s %-20s: got %d, want %d", role, verb, k.name, got, want)
+				}
+			}
+		}
+	}
+
+	t.Run("namespaces are filtered to the caller's projects", func(t *testing.T) {
+		for role, want := range map[string]string{"operator": "acme,other", "viewer": "acme", "outsider": "other"} {
+			r := do(t, roles[role], "GET", "/api/v1/namespaces", "", nil)
+			var list corev1.NamespaceList
+			if err := json.Unmarshal(r.body, &list); err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, ns := range list.Items {
+				names = append(names, ns.Name)
+			}
+			if got := strings.Join(names, ","); got != want {
+				t.Errorf("%s sees namespaces %q, want %q", role, got, want)
+			}
+		}
+	})
+
+	t.Run("denials carry no object data", func(t *testing.T) {
+		r := do(t, roles["outsider"], "GET", nodus+"/namespaces/acme/reservedhosts/r1", "", nil)
+		if r.code != http.StatusForbidden || bytes.Contains(r.body, []byte("h100")) {
+			t.Errorf("outsider read of another project's host: %d %s", r.code, r.body)
+		}
+		envelopeOf(t, r)
+	})
+}
+
+// expectedCode is the rule the matrix checks; 0 means the verb is not served.
+func expectedCode(role string, k kindUnderTest, verb string) int {
+	if k.statusOnly && verb != "get" && verb != "update" && verb != "patch" {
+		return 0
+	}
+	if role == "anonymous" {
+		return http.StatusUnauthorized
+	}
+	write := verb != "get" && verb != "list" && verb != "watch"
+	if role == "operator" {
+		if k.readOnly && write {
+			return http.StatusMethodNotAllowed
+		}
+		return success(verb)
+	}
+	allowed := false
+	switch k.name {
+	case "reservedhosts", "reservedhosts/status":
+		allowed = !write && role != "outsider"
+	case "namespaces":
+		allowed = verb == "list" || verb == "watch" || (verb == "get" && role != "outsider")
+	case "projects":
+		allowed = verb == "get" && role != "outsider"
+	}
+	if allowed {
+		return success(verb)
+	}
+	return http.StatusForbidden
+}
+
+func success(verb string) int {
+	if verb == "create" {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+// send performs verb on k with cfg's credentials and returns the status code.
+// Writes are dry runs; watches return as soon as the stream starts.
+func send(t *testing.T, s *testserver.Server, cfg *rest.Config, k kindUnderTest, verb string) int {
+	t.Helper()
+	item := k.collection + "/" + k.object
+	if k.statusOnly {
+		item += "/status"
+	}
+	var method, path, ctype string
+	var body []byte
+	switch verb {
+	case "get":
+		method, path = "GET", item
+	case "list":
+		method, path = "GET", k.collection
+	case "watch":
+		return watchCode(t, cfg, k.collection+"?watch=1")
+	case "create":
+		method, path, ctype = "POST", k.collection+"?dryRun=All", "application/json"
+		body, _ = json.Marshal(k.newObject())
+	case "update":
+		// Send back what the operator reads, so only authorization can fail.
+		current := do(t, s.Config, "GET", item, "", nil)
+		method, path, ctype, body = "PUT", item+"?dryRun=All", "application/json", current.body
+	case "patch":
+		method, path, ctype, body = "PATCH", item+"?dryRun=All", "application/merge-patch+json", []byte(`{"metadata":{"labels":{"touched":"yes"}}}`)
+	case "delete":
+		method, path = "DELETE", item+"?dryRun=All"
+	}
+	return do(t, cfg, method, path, ctype, bytes.NewReader(body)).code
+}
+
+func watchCode(t *testing.T, cfg *rest.Config, path string) int {
+	t.Helper()
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, _ := http.NewRequestWithContext(ctx(t), "GET", cfg.Host+path, nil)
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil {
+		t.Fatalf("watch %s: %v", path, err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+func seedMatrix(t *testing.T, s *testserver.Server) {
+	t.Helper()
+	c, ctx := s.Client.NodusV1(), ctx(t)
+	must := func(_ interface{}, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Projects().Create(ctx, project("acme",
+		nodusv1.ProjectMember{Name: "alice", Role: nodusv1.ProjectRoleAdmin},
+		nodusv1.ProjectMember{Name: "mary", Role: nodusv1.ProjectRoleMember},
+		nodusv1.ProjectMember{Kind: nodusv1.MemberKindGroup, Name: "acme-viewers", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{}))
+	must(c.Projects().Create(ctx, project("other", nodusv1.ProjectMember{Name: "oscar", Role: nodusv1.ProjectRoleAdmin}), metav1.CreateOptions{}))
+	must(c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{}))
+	must(c.Nodes().Create(ctx, node("gpu-001"), metav1.CreateOptions{}))
+	must(c.Allocations().Create(ctx, allocation("a1"), metav1.CreateOptions{}))
+	must(c.Reservations().Create(ctx, reservation("r1"), metav1.CreateOptions{}))
+	must(c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{}))
+	must(c.AccessTokens().Create(ctx, &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "tok1"}, Spec: nodusv1.AccessTokenSpec{User: "someone"}}, metav1.CreateOptions{}))
+}
+
+func node(name string) *nodusv1.Node {
+	return &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.NodeSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}}
+}
+
+func allocation(name string) *nodusv1.Allocation {
+	return &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}
+}
+
+func reservation(name string) *nodusv1.Reservation {
+	return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.ReservationSpec{
+		Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: termStart, EndsAt: termEnd}}
+}

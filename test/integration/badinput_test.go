@@ -1,0 +1,86 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestBadInputGetsA4xxEnvelope sends malformed, mistyped, oversized and
+// unauthenticated requests: each must get a 4xx Status envelope with a
+// registered reason, never a 500, and must write nothing.
+func TestBadInputGetsA4xxEnvelope(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	if _, err := s.Client.NodusV1().Projects().Create(ctx(t), project("acme"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const nodus = "/apis/nodus.dev/v1"
+	pool := func(body string) string {
+		return `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":` + body + `}`
+	}
+	host := `{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":"h"},"status":{"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1},` +
+		`"reservation":{"project":"acme","startsAt":"2026-01-01T00:00:00Z","endsAt":"2026-02-01T00:00:00Z","loginUser":"ubuntu","epoch":%EPOCH%,"state":"active"}}}`
+
+	cases := []struct {
+		name, method, path, ctype, body string
+		cfg                              *rest.Config
+		want                             int
+	}{
+		{"truncated JSON", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool",`, nil, 400},
+		{"not an object", "POST", nodus + "/pools", "application/json", `[1,2,3]`, nil, 400},
+		{"null body", "POST", nodus + "/pools", "application/json", `null`, nil, 422},
+		{"empty body", "POST", nodus + "/pools", "application/json", ``, nil, 400},
+		{"YAML garbage", "POST", nodus + "/pools", "application/yaml", "::: [", nil, 400},
+		{"wrong kind for the resource", "POST", nodus + "/nodes", "application/json", pool(`{}`), nil, 400},
+		{"unknown group version", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v9","kind":"Pool","metadata":{"name":"p"}}`, nil, 400},
+		{"wrong field type", "POST", nodus + "/pools", "application/json", pool(`{"supplier":42}`), nil, 400},
+		{"unknown field (strict)", "POST", nodus + "/pools?fieldValidation=Strict", "application/json", pool(`{"bogus":1}`), nil, 400},
+		{"duplicate field (strict)", "POST", nodus + "/pools?fieldValidation=Strict", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p","name":"q"}}`, nil, 400},
+		{"bad fieldValidation", "POST", nodus + "/pools?fieldValidation=Loose", "application/json", pool(`{}`), nil, 422},
+		{"bad dryRun", "POST", nodus + "/pools?dryRun=Maybe", "application/json", pool(`{}`), nil, 422},
+		{"integer overflow", "POST", nodus + "/namespaces/acme/reservedhosts", "application/json", strings.Replace(host, "%EPOCH%", "1e400", 1), nil, 400},
+		{"negative epoch", "POST", nodus + "/namespaces/acme/reservedhosts", "application/json", strings.Replace(host, "%EPOCH%", "-1", 1), nil, 422},
+		{"huge body", "POST", nodus + "/pools", "application/json", pool(`{"supplier":"` + strings.Repeat("x", 5<<20) + `"}`), nil, 413},
+		{"over-long free text", "POST", nodus + "/pools", "application/json", pool(`{"supplier":"` + strings.Repeat("x", 2000) + `"}`), nil, 422},
+		{"invalid name", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"UPPER case"}}`, nil, 422},
+		{"invalid trait", "POST", nodus + "/nodes", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Node","metadata":{"name":"n"},"spec":{"pool":"p","resourceClass":"c","traits":["lower"]}}`, nil, 422},
+		{"term ends before it starts", "POST", nodus + "/reservations", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Reservation","metadata":{"name":"r"},"spec":{"project":"acme","placement":{"node":"n"},"startsAt":"2027-01-01T00:00:00Z","endsAt":"2026-01-01T00:00:00Z"}}`, nil, 422},
+		{"root login user", "POST", nodus + "/reservations", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Reservation","metadata":{"name":"r"},"spec":{"project":"acme","placement":{"node":"n"},"startsAt":"2026-01-01T00:00:00Z","endsAt":"2027-01-01T00:00:00Z","loginUser":"root"}}`, nil, 422},
+		{"unknown namespace", "POST", nodus + "/namespaces/ghost/reservedhosts", "application/json", strings.NewReplacer("%EPOCH%", "1", `"project":"acme"`, `"project":"ghost"`).Replace(host), nil, 404},
+		{"malformed token", "GET", nodus + "/pools", "", "", bearer(s, "no-dot-here"), 401},
+		{"unknown token", "GET", nodus + "/pools", "", "", bearer(s, "ghost.c2VjcmV0"), 401},
+		{"no credentials", "GET", nodus + "/pools", "", "", anonymous(s), 401},
+		{"bad label selector", "GET", nodus + "/pools?labelSelector=a%20b%20c", "", "", nil, 400},
+		{"bad limit", "GET", nodus + "/pools?limit=abc", "", "", nil, 400},
+		{"unknown path", "GET", "/apis/nodus.dev/v2/pools", "", "", nil, 404},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := tc.cfg
+			if cfg == nil {
+				cfg = s.Config
+			}
+			r := do(t, cfg, tc.method, tc.path, tc.ctype, strings.NewReader(tc.body))
+			if r.code != tc.want {
+				t.Fatalf("got %d, want %d: %.300s", r.code, tc.want, r.body)
+			}
+			if env := envelopeOf(t, r); !apierror.IsRegistered(env.Reason) {
+				t.Errorf("reason %q is not registered", env.Reason)
+			}
+		})
+	}
+
+	pools, err := s.Client.NodusV1().Pools().List(ctx(t), metav1.ListOptions{})
+	if err != nil || len(pools.Items) != 0 {
+		t.Errorf("bad input must write nothing; pools: %v %d", err, len(pools.Items))
+	}
+	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK {
+		t.Errorf("server unhealthy after bad input: %d", r.code)
+	}
+}

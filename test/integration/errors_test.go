@@ -1,0 +1,133 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// unreachable lists the registered reasons that no well-behaved client can
+// provoke on a healthy server, with why. Every other reason must be provoked
+// by TestEveryReasonIsReachable.
+var unreachable = map[metav1.StatusReason]string{
+	metav1.StatusReasonInternalError:      "a server bug; there is none to trigger on purpose",
+	metav1.StatusReasonServerTimeout:      "storage that stops answering mid-request",
+	metav1.StatusReasonServiceUnavailable: "the server starting up, shutting down, or losing etcd",
+	metav1.StatusReasonTooManyRequests:    "more concurrent requests than --max-requests-inflight (400)",
+	// The watch cache answers old resource versions and continue tokens from
+	// memory, so etcd compaction reaches clients only when a watch falls out
+	// of the cache's event window; kept registered because client-go's
+	// reflectors act on it.
+	metav1.StatusReasonGone:    "a watch that falls behind the watch cache's event window",
+	metav1.StatusReasonExpired: "a continue token older than the watch cache's window and etcd's compaction",
+}
+
+func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	for _, r := range apierror.All() {
+		if r.Code < 400 || r.Code > 599 || http.StatusText(r.Code) == "" {
+			t.Errorf("%s: HTTP code %d is not an error code", r.Name, r.Code)
+		}
+		if r.Summary == "" || r.Fix(apierror.Request{}) == "" {
+			t.Errorf("%s: no summary or fix", r.Name)
+		}
+		// Served without credentials: the docs link must work for a caller who got a 401.
+		page := do(t, anonymous(s), "GET", "/docs/errors/"+string(r.Name), "", nil)
+		if page.code != http.StatusOK || !bytes.HasPrefix(page.body, []byte("# "+string(r.Name)+"\n")) {
+			t.Errorf("%s: docs page answered %d: %.80s", r.Name, page.code, page.body)
+		}
+		if !bytes.Contains(page.body, []byte(fmt.Sprintf("HTTP %d", r.Code))) {
+			t.Errorf("%s: docs page does not state HTTP %d", r.Name, r.Code)
+		}
+	}
+	if got := do(t, anonymous(s), "GET", "/docs/errors/NoSuchReason", "", nil); got.code != http.StatusNotFound {
+		t.Errorf("unknown reason page: %d", got.code)
+	}
+}
+
+func TestEveryReasonIsReachable(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	c, ctx := s.Client.NodusV1(), ctx(t)
+	if _, err := c.Projects().Create(ctx, project("acme", nodusv1.ProjectMember{Name: "victor", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pool, err := c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	victor := tokenFor(t, s, "victor")
+	stale := pool.DeepCopy()
+	pool.Spec.Supplier = "changed"
+	if _, err := c.Pools().Update(ctx, pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	staleBody, _ := json.Marshal(stale)
+	ghost, _ := json.Marshal(reservedHost("ghost", "r1"))
+
+	const pools = "/apis/nodus.dev/v1/pools"
+	cases := map[metav1.StatusReason]func() response{
+		metav1.StatusReasonBadRequest: func() response {
+			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"kind":`))
+		},
+		metav1.StatusReasonUnauthorized: func() response { return do(t, bearer(s, "nobody.secret"), "GET", pools, "", nil) },
+		metav1.StatusReasonForbidden: func() response {
+			return do(t, victor, "DELETE", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1", "", nil)
+		},
+		metav1.StatusReasonNotFound: func() response { return do(t, s.Config, "GET", pools+"/missing", "", nil) },
+		metav1.StatusReasonMethodNotAllowed: func() response {
+			return do(t, s.Config, "POST", "/api/v1/namespaces", "application/json", strings.NewReader(`{"metadata":{"name":"x"}}`))
+		},
+		metav1.StatusReasonNotAcceptable: func() response {
+			return do(t, s.Config, "GET", pools, "", nil, "Accept", "application/vnd.kubernetes.protobuf")
+		},
+		metav1.StatusReasonAlreadyExists: func() response {
+			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fra1"}}`))
+		},
+		metav1.StatusReasonConflict: func() response {
+			return do(t, s.Config, "PUT", pools+"/fra1", "application/json", bytes.NewReader(staleBody))
+		},
+		metav1.StatusReasonRequestEntityTooLarge: func() response {
+			huge := `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"big"},"spec":{"supplier":"` + strings.Repeat("x", 4<<20) + `"}}`
+			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(huge))
+		},
+		metav1.StatusReasonUnsupportedMediaType: func() response {
+			return do(t, s.Config, "POST", pools, "text/plain", strings.NewReader("pool"))
+		},
+		metav1.StatusReasonInvalid: func() response {
+			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"Not_A_Name"}}`))
+		},
+		metav1.StatusReasonTimeout: func() response { return do(t, s.Config, "GET", pools+"?timeout=1ns", "", nil) },
+		apierror.ReasonProjectNotFound: func() response {
+			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/ghost/reservedhosts", "application/json", bytes.NewReader(ghost))
+		},
+	}
+	for _, r := range apierror.All() {
+		provoke, ok := cases[r.Name]
+		if !ok {
+			if why, listed := unreachable[r.Name]; !listed || why == "" {
+				t.Errorf("%s is registered but neither provoked nor listed as unreachable", r.Name)
+			}
+			continue
+		}
+		resp := provoke()
+		if resp.code != r.Code {
+			t.Errorf("%s: got HTTP %d, want %d: %s", r.Name, resp.code, r.Code, resp.body)
+			continue
+		}
+		if env := envelopeOf(t, resp); env.Reason != r.Name {
+			t.Errorf("provoking %s gave reason %s: %s", r.Name, env.Reason, resp.body)
+		}
+	}
+}
