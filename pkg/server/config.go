@@ -40,7 +40,7 @@ import (
 )
 
 const (
-	etcdPrefix       = "/registry/nodus.dev"
+	etcdPrefix       = "/registry" // keys are /registry/nodus.dev/<resource>/[<namespace>/]<name>
 	etcdReadyTimeout = time.Minute
 )
 

@@ -35,8 +35,8 @@ type Server struct {
 }
 
 // Start runs a server with its data in dataDir until Stop. out receives the
-// server's start-up lines (nil discards them).
-func Start(dataDir string, out io.Writer) (*Server, error) {
+// server's start-up lines (nil discards them); tweaks adjust the options.
+func Start(dataDir string, out io.Writer, tweaks ...func(*server.Options)) (*Server, error) {
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -44,8 +44,12 @@ func Start(dataDir string, out io.Writer) (*Server, error) {
 	opts := server.NewOptions(out)
 	opts.DataDir = dataDir
 	opts.Listener = listener
+	for _, tweak := range tweaks {
+		tweak(opts)
+	}
 	cfg, err := opts.Config()
 	if err != nil {
+		listener.Close()
 		return nil, err
 	}
 	srv, err := cfg.Complete().New()

@@ -29,8 +29,8 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 
 	cases := []struct {
 		name, method, path, ctype, body string
-		cfg                              *rest.Config
-		want                             int
+		cfg                             *rest.Config
+		want                            int
 	}{
 		{"truncated JSON", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool",`, nil, 400},
 		{"not an object", "POST", nodus + "/pools", "application/json", `[1,2,3]`, nil, 400},

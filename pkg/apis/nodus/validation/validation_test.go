@@ -1,0 +1,99 @@
+package validation
+
+import (
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+var (
+	jan = metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	dec = metav1.NewTime(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
+)
+
+// fields renders the paths of errs, sorted, for comparison.
+func fields(errs field.ErrorList) string {
+	var out []string
+	for _, e := range errs {
+		out = append(out, e.Field)
+	}
+	sort.Strings(out)
+	return strings.Join(out, " ")
+}
+
+func TestValidate(t *testing.T) {
+	meta := metav1.ObjectMeta{Name: "ok"}
+	reservation := func(mut func(*nodusv1.Reservation)) field.ErrorList {
+		r := &nodusv1.Reservation{ObjectMeta: meta, Spec: nodusv1.ReservationSpec{
+			Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: jan, EndsAt: dec, LoginUser: "ubuntu"}}
+		mut(r)
+		return ValidateReservation(r)
+	}
+	cases := map[string]struct {
+		errs field.ErrorList
+		want string
+	}{
+		"valid reservation": {reservation(func(*nodusv1.Reservation) {}), ""},
+		"term backwards":    {reservation(func(r *nodusv1.Reservation) { r.Spec.StartsAt, r.Spec.EndsAt = dec, jan }), "spec.endsAt"},
+		"term missing":      {reservation(func(r *nodusv1.Reservation) { r.Spec.StartsAt, r.Spec.EndsAt = metav1.Time{}, metav1.Time{} }), "spec.endsAt spec.startsAt"},
+		"two placements":    {reservation(func(r *nodusv1.Reservation) { r.Spec.Placement.Allocation = "a1" }), "spec.placement"},
+		"traits without class": {reservation(func(r *nodusv1.Reservation) { r.Spec.Placement.Traits = []string{"CUSTOM_X"} }),
+			"spec.placement.traits"},
+		"root login":        {reservation(func(r *nodusv1.Reservation) { r.Spec.LoginUser = "root" }), "spec.loginUser"},
+		"bad login":         {reservation(func(r *nodusv1.Reservation) { r.Spec.LoginUser = "Bad User" }), "spec.loginUser"},
+		"project not label": {reservation(func(r *nodusv1.Reservation) { r.Spec.Project = "a.b" }), "spec.project"},
+		"node traits": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
+			Traits: []string{"CUSTOM_A", "lower", "CUSTOM_A"}}}), "spec.traits[1] spec.traits[2]"},
+		"node class and pool missing": {ValidateNode(&nodusv1.Node{ObjectMeta: meta}), "spec.pool spec.resourceClass"},
+		"maintenance reason without maintenance": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
+			MaintenanceReason: "x"}}), "spec.maintenanceReason"},
+		"allocation without class or node":   {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta}), "spec.resourceClass"},
+		"allocation backfill needs no class": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{Node: "gpu-001"}}), ""},
+		"allocation duplicate candidates": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
+			CandidateNodes: []string{"a", "a"}}}), "spec.candidateNodes[1]"},
+		"project members": {ValidateProject(&nodusv1.Project{ObjectMeta: meta, Spec: nodusv1.ProjectSpec{Members: []nodusv1.ProjectMember{
+			{Kind: nodusv1.MemberKindUser, Name: "a", Role: "owner"}, {Kind: "Robot", Name: "", Role: nodusv1.ProjectRoleAdmin},
+			{Kind: nodusv1.MemberKindUser, Name: "a", Role: nodusv1.ProjectRoleViewer}}}}),
+			"spec.members[0].role spec.members[1].kind spec.members[1].name spec.members[2]"},
+		"project name with dot": {ValidateProject(&nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "a.b"}}), "metadata.name"},
+		"token needs a user":    {ValidateAccessToken(&nodusv1.AccessToken{ObjectMeta: meta}), "spec.user"},
+	}
+	for name, tc := range cases {
+		if got := fields(tc.errs); got != tc.want {
+			t.Errorf("%s: error fields %q, want %q (%v)", name, got, tc.want, tc.errs)
+		}
+	}
+}
+
+func TestReservedHostStatus(t *testing.T) {
+	host := func() *nodusv1.ReservedHost {
+		return &nodusv1.ReservedHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "acme"}, Status: nodusv1.ReservedHostStatus{
+			Reservation: nodusv1.HostReservation{Project: "acme", StartsAt: jan, EndsAt: dec, LoginUser: "ubuntu", Epoch: 4, State: nodusv1.ReservationStateActive}}}
+	}
+	if errs := ValidateReservedHost(host()); len(errs) != 0 {
+		t.Fatalf("valid host: %v", errs)
+	}
+	lower := host()
+	lower.Status.Reservation.Epoch = 3
+	if got := fields(ValidateReservedHostStatus(lower, host())); got != "status.reservation.epoch" {
+		t.Errorf("decreasing epoch: %q", got)
+	}
+	released := host()
+	released.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: jan}
+	moved := released.DeepCopy()
+	moved.Status.Reservation.EndsAt = metav1.NewTime(dec.Add(time.Hour))
+	if got := fields(ValidateReservedHostStatus(moved, released)); got != "status.reservation.endsAt" {
+		t.Errorf("a release must never change endsAt: %q", got)
+	}
+	other := host()
+	other.Status.Reservation.Project = "other"
+	if got := fields(ValidateReservedHost(other)); got != "status.reservation.project" {
+		t.Errorf("project outside its namespace: %q", got)
+	}
+}
