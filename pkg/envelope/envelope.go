@@ -112,7 +112,11 @@ func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) {
 	status := Status{}
-	if err := json.Unmarshal(w.body.Bytes(), &status); err != nil || status.Kind != "Status" {
+	// Some writers (the request-timeout filter among them) send a Status
+	// without its kind; recognise a Status by its failure marker too.
+	err := json.Unmarshal(w.body.Bytes(), &status)
+	isStatus := err == nil && (status.Kind == "Status" || status.Status.Status == metav1.StatusFailure)
+	if !isStatus {
 		// Some layers (rate limiting, panic recovery, deadlines) answer in
 		// plain text; keep their words as the message.
 		status = Status{Status: metav1.Status{Message: strings.TrimSpace(w.body.String())}}
@@ -132,8 +136,11 @@ func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) 
 	if status.Fix == "" {
 		status.Fix = reason.Fix(describe(req, opts.Resolver))
 	}
-	if status.Details != nil && status.Details.RetryAfterSeconds == 0 {
-		if s, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil {
+	if s, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil && s > 0 {
+		if status.Details == nil {
+			status.Details = &metav1.StatusDetails{}
+		}
+		if status.Details.RetryAfterSeconds == 0 {
 			status.Details.RetryAfterSeconds = int32(s)
 		}
 	}

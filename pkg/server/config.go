@@ -170,8 +170,10 @@ func (o *Options) Config() (cfg *Config, err error) {
 	namer := openapi.NewDefinitionNamer(scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
 	generic.OpenAPIConfig.Info.Title, generic.OpenAPIConfig.Info.Version = "Nodus", "v1"
+	generic.OpenAPIConfig.PostProcessSpec = withoutProtobufV2
 	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openAPIDefinitions, namer)
 	generic.OpenAPIV3Config.Info.Title, generic.OpenAPIV3Config.Info.Version = "Nodus", "v1"
+	generic.OpenAPIV3Config.PostProcessSpec = withoutProtobufV3
 
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {

@@ -4,11 +4,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -20,6 +22,14 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	if _, err := s.Client.NodusV1().Projects().Create(ctx(t), project("acme"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	expired, err := s.Client.NodusV1().AccessTokens().Create(ctx(t), &nodusv1.AccessToken{
+		ObjectMeta: metav1.ObjectMeta{Name: "expired"},
+		Spec:       nodusv1.AccessTokenSpec{User: "alice", ExpiresAt: &metav1.Time{Time: time.Now().Add(-time.Minute)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := strings.Replace(expired.Status.Token, "expired.", "expired.x", 1)
 	const nodus = "/apis/nodus.dev/v1"
 	pool := func(body string) string {
 		return `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":` + body + `}`
@@ -56,6 +66,8 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"malformed token", "GET", nodus + "/pools", "", "", bearer(s, "no-dot-here"), 401},
 		{"unknown token", "GET", nodus + "/pools", "", "", bearer(s, "ghost.c2VjcmV0"), 401},
 		{"no credentials", "GET", nodus + "/pools", "", "", anonymous(s), 401},
+		{"expired token", "GET", nodus + "/pools", "", "", bearer(s, expired.Status.Token), 401},
+		{"wrong secret for a real token", "GET", nodus + "/pools", "", "", bearer(s, forged), 401},
 		{"bad label selector", "GET", nodus + "/pools?labelSelector=a%20b%20c", "", "", nil, 400},
 		{"bad limit", "GET", nodus + "/pools?limit=abc", "", "", nil, 400},
 		{"unknown path", "GET", "/apis/nodus.dev/v2/pools", "", "", nil, 404},
@@ -80,7 +92,7 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	if err != nil || len(pools.Items) != 0 {
 		t.Errorf("bad input must write nothing; pools: %v %d", err, len(pools.Items))
 	}
-	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK {
-		t.Errorf("server unhealthy after bad input: %d", r.code)
+	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK || r.header.Get("X-Request-Id") == "" {
+		t.Errorf("server unhealthy after bad input, or a success without X-Request-Id: %d %v", r.code, r.header)
 	}
 }

@@ -112,6 +112,9 @@ func envelopeOf(t *testing.T, r response) envelope.Status {
 	if s.Reason == "" || s.Message == "" || s.Fix == "" {
 		problems = append(problems, "empty reason, message or fix")
 	}
+	if strings.HasPrefix(strings.TrimSpace(s.Message), "{") {
+		problems = append(problems, "a JSON document nested in the message")
+	}
 	if !strings.HasSuffix(s.Docs, "/docs/errors/"+string(s.Reason)) {
 		problems = append(problems, "docs URL "+s.Docs)
 	}

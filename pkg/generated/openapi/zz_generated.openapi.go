@@ -1523,8 +1523,9 @@ func schema_pkg_apis_nodus_v1_ReservedHost(ref common.ReferenceCallback) common.
 					},
 					"status": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.ReservedHostStatus{}.OpenAPIModelName()),
+							Description: "ReservedHostStatus is the customer-safe view of a physical host assignment.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ReservedHostStatus{}.OpenAPIModelName()),
 						},
 					},
 				},
@@ -1688,13 +1689,15 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 					},
 					"connect": {
 						SchemaProps: spec.SchemaProps{
-							Ref: ref(v1.ReservedHostConnect{}.OpenAPIModelName()),
+							Description: "ReservedHostConnect describes access to the physical operating system through Nodus.",
+							Ref:         ref(v1.ReservedHostConnect{}.OpenAPIModelName()),
 						},
 					},
 					"inventory": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.NodeInventory{}.OpenAPIModelName()),
+							Description: "NodeInventory is the host’s hardware and software.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.NodeInventory{}.OpenAPIModelName()),
 						},
 					},
 					"lastHeartbeatTime": {
@@ -1712,13 +1715,15 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 					},
 					"release": {
 						SchemaProps: spec.SchemaProps{
-							Ref: ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
+							Description: "ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.",
+							Ref:         ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
 						},
 					},
 					"reservation": {
 						SchemaProps: spec.SchemaProps{
-							Default: map[string]interface{}{},
-							Ref:     ref(v1.HostReservation{}.OpenAPIModelName()),
+							Description: "HostReservation is the customer-safe projection of the physical server’s assignment (Beta).",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.HostReservation{}.OpenAPIModelName()),
 						},
 					},
 				},

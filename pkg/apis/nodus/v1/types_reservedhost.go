@@ -12,6 +12,7 @@ type ReservedHost struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// ReservedHostStatus is the customer-safe view of a physical host assignment.
 	// +required
 	Status ReservedHostStatus `json:"status"`
 }
@@ -23,8 +24,10 @@ type ReservedHostStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// ReservedHostConnect describes access to the physical operating system through Nodus.
 	// +optional
 	Connect *ReservedHostConnect `json:"connect,omitempty"`
+	// NodeInventory is the host’s hardware and software.
 	// +required
 	Inventory NodeInventory `json:"inventory"`
 	// LastHeartbeatTime is the latest host heartbeat.
@@ -33,8 +36,10 @@ type ReservedHostStatus struct {
 	// Pool is the enrolled capacity group used for this host’s lending agreement.
 	// +optional
 	Pool string `json:"pool,omitempty"`
+	// ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.
 	// +optional
 	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	// HostReservation is the customer-safe projection of the physical server’s assignment (Beta).
 	// +required
 	Reservation HostReservation `json:"reservation"`
 }

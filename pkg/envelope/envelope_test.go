@@ -1,0 +1,102 @@
+package envelope
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+)
+
+func serve(t *testing.T, h http.HandlerFunc, path string) (*httptest.ResponseRecorder, Status) {
+	t.Helper()
+	resolver := &request.RequestInfoFactory{APIPrefixes: sets.NewString("api", "apis"), GrouplessAPIPrefixes: sets.NewString("api")}
+	rec := httptest.NewRecorder()
+	WithEnvelope(h, Options{Resolver: resolver}).ServeHTTP(rec, httptest.NewRequest("GET", "https://nodus.test"+path, nil))
+	var s Status
+	if rec.Code >= 400 {
+		if err := json.Unmarshal(rec.Body.Bytes(), &s); err != nil {
+			t.Fatalf("error body is not JSON: %v: %s", err, rec.Body)
+		}
+	}
+	return rec, s
+}
+
+func TestSuccessPassesThroughWithARequestID(t *testing.T) {
+	rec, _ := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusCreated)
+		_, _ = w.Write([]byte(`{"kind":"Pool"}`))
+		w.(http.Flusher).Flush()
+	}, "/apis/nodus.dev/v1/pools")
+	if rec.Code != http.StatusCreated || rec.Body.String() != `{"kind":"Pool"}` || !rec.Flushed {
+		t.Errorf("success changed: %d %q flushed=%v", rec.Code, rec.Body, rec.Flushed)
+	}
+	if rec.Header().Get(HeaderRequestID) == "" {
+		t.Error("no X-Request-Id on a success")
+	}
+}
+
+func TestPlainTextErrorBecomesAnEnvelope(t *testing.T) {
+	rec, s := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "3")
+		http.Error(w, "Too many requests, please try again later.", http.StatusTooManyRequests)
+	}, "/apis/nodus.dev/v1/pools")
+	if rec.Code != http.StatusTooManyRequests || rec.Header().Get("Content-Type") != "application/json" {
+		t.Fatalf("got %d %s", rec.Code, rec.Header().Get("Content-Type"))
+	}
+	if s.Reason != metav1.StatusReasonTooManyRequests || s.Message != "Too many requests, please try again later." || s.Code != 429 {
+		t.Errorf("envelope: %+v", s)
+	}
+	if s.Details == nil || s.Details.RetryAfterSeconds != 3 {
+		t.Errorf("Retry-After not carried into details: %+v", s.Details)
+	}
+	if s.RequestID == "" || s.RequestID != rec.Header().Get(HeaderRequestID) {
+		t.Errorf("requestId %q vs header %q", s.RequestID, rec.Header().Get(HeaderRequestID))
+	}
+	if s.Docs != "https://nodus.test/docs/errors/TooManyRequests" {
+		t.Errorf("docs %q", s.Docs)
+	}
+}
+
+func TestStatusKeepsItsReasonAndGetsARequestSpecificFix(t *testing.T) {
+	_, s := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		err := apierrors.NewNotFound(schema.GroupResource{Group: "nodus.dev", Resource: "reservedhosts"}, "h1")
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_ = json.NewEncoder(w).Encode(err.Status())
+	}, "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h1")
+	if s.Reason != metav1.StatusReasonNotFound || s.Details == nil || s.Details.Name != "h1" {
+		t.Errorf("envelope lost the original status: %+v", s)
+	}
+	if want := "Check the name and the project: `kubectl get reservedhosts -n acme` lists what exists."; s.Fix != want {
+		t.Errorf("fix %q, want %q", s.Fix, want)
+	}
+}
+
+func TestFixSetDeepInTheRequestWins(t *testing.T) {
+	_, s := serve(t, func(w http.ResponseWriter, r *http.Request) {
+		apierror.SetFix(r.Context(), "do exactly this")
+		http.Error(w, "conflict", http.StatusConflict)
+	}, "/apis/nodus.dev/v1/pools/p")
+	if s.Fix != "do exactly this" || s.Reason != metav1.StatusReasonConflict {
+		t.Errorf("envelope: %+v", s)
+	}
+}
+
+func TestUnknownReasonFallsBackToTheCodesReason(t *testing.T) {
+	_, s := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","reason":"SomethingElse","message":"upstream"}`))
+	}, "/healthz")
+	if !apierror.IsRegistered(s.Reason) || s.Reason != metav1.StatusReasonInternalError || s.Message != "upstream" {
+		t.Errorf("envelope: %+v", s)
+	}
+}
