@@ -8,6 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 // New builds a StatusError with a registered reason and records fix for the
@@ -17,7 +19,7 @@ func New(ctx context.Context, reason metav1.StatusReason, qualified schema.Group
 	// catches; at run time it degrades to an internal error, never a panic.
 	r := Lookup(reason, http.StatusInternalServerError)
 	if fix != "" {
-		SetFix(ctx, fix)
+		exchange.From(ctx).SetFix(fix)
 	}
 	return &apierrors.StatusError{ErrStatus: metav1.Status{
 		Status:  metav1.StatusFailure,

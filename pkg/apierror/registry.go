@@ -54,6 +54,28 @@ type Reason struct {
 const (
 	// ReasonProjectNotFound: a namespaced object was sent to a namespace that is no Project.
 	ReasonProjectNotFound metav1.StatusReason = "ProjectNotFound"
+	// ReasonPreconditionFailed: If-Match named another version of the object.
+	ReasonPreconditionFailed metav1.StatusReason = "PreconditionFailed"
+	// ReasonReleaseNotAgreed: a release without agreed: true.
+	ReasonReleaseNotAgreed metav1.StatusReason = "ReleaseNotAgreed"
+	// ReasonEpochRequired: an access change without the epoch the caller reviewed.
+	ReasonEpochRequired metav1.StatusReason = "EpochRequired"
+	// ReasonEpochConflict: the epoch the caller reviewed is no longer current.
+	ReasonEpochConflict metav1.StatusReason = "EpochConflict"
+	// ReasonAlreadyReleased: the host is releasing or released.
+	ReasonAlreadyReleased metav1.StatusReason = "AlreadyReleased"
+	// ReasonTermEnded: the reservation's term is over.
+	ReasonTermEnded metav1.StatusReason = "TermEnded"
+	// ReasonReservationNotActive: the reservation has not started.
+	ReasonReservationNotActive metav1.StatusReason = "ReservationNotActive"
+	// ReasonIdempotencyKeyInvalid: a malformed Idempotency-Key header.
+	ReasonIdempotencyKeyInvalid metav1.StatusReason = "IdempotencyKeyInvalid"
+	// ReasonIdempotencyKeyReused: the key was used for another request.
+	ReasonIdempotencyKeyReused metav1.StatusReason = "IdempotencyKeyReused"
+	// ReasonIdempotencyKeyInFlight: the first request with the key is still running.
+	ReasonIdempotencyKeyInFlight metav1.StatusReason = "IdempotencyKeyInFlight"
+	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
+	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -142,6 +164,50 @@ var registry = func() map[metav1.StatusReason]Reason {
 			func(Request) string {
 				return "Retry with a longer timeout (kubectl --request-timeout), or narrow a list with a label selector or --chunk-size."
 			}},
+		{ReasonPreconditionFailed, http.StatusPreconditionFailed, "The object changed since the version named in If-Match.",
+			func(r Request) string {
+				return "Read the host again (`kubectl get " + r.kubectlTarget() + " -o yaml` shows it; the ETag header of a GET names its version), review it, and retry with the new ETag in If-Match."
+			}},
+		{ReasonReleaseNotAgreed, http.StatusUnprocessableEntity, "A release must be agreed to explicitly.",
+			func(r Request) string {
+				return "Send `\"agreed\": true` to confirm that access ends for good and the term is not shortened (`nodus release " + r.Namespace + "/" + r.Name + "` asks you)."
+			}},
+		{ReasonEpochRequired, http.StatusUnprocessableEntity, "The request does not say which epoch the caller reviewed.",
+			func(r Request) string {
+				return "Read the host (`kubectl get " + r.kubectlTarget() + " -o jsonpath={.status.reservation.epoch}`) and send that number as `epoch`."
+			}},
+		{ReasonEpochConflict, http.StatusConflict, "The reservation's access changed since the caller reviewed it.",
+			func(r Request) string {
+				return "Read the host again (`kubectl get " + r.kubectlTarget() + " -o yaml`), review what changed, and retry with the current epoch from details.causes."
+			}},
+		{ReasonAlreadyReleased, http.StatusConflict, "The host's capacity is already released.",
+			func(r Request) string {
+				return "Nothing to do: `kubectl get " + r.kubectlTarget() + " -o jsonpath={.status.release}` shows when the release was requested and drained."
+			}},
+		{ReasonTermEnded, http.StatusConflict, "The reservation's term is over.",
+			func(r Request) string {
+				return "Nothing to release: access ended with the term (`status.reservation.endsAt`). Ask an operator for a new reservation if you need the host."
+			}},
+		{ReasonReservationNotActive, http.StatusConflict, "The reservation has not started yet.",
+			func(r Request) string {
+				return "Wait until `status.reservation.state` is active (after `startsAt`), or ask an operator to cancel the reservation."
+			}},
+		{ReasonIdempotencyKeyInvalid, http.StatusBadRequest, "The Idempotency-Key header is malformed.",
+			func(Request) string {
+				return "Send one Idempotency-Key of at most 255 visible ASCII characters, as a raw token or a quoted string; a random UUID is a good key."
+			}},
+		{ReasonIdempotencyKeyReused, http.StatusUnprocessableEntity, "The Idempotency-Key was used for a different request.",
+			func(Request) string {
+				return "Use a new Idempotency-Key for a new request; reuse a key only to retry exactly the same request (same body and query)."
+			}},
+		{ReasonIdempotencyKeyInFlight, http.StatusConflict, "The first request with this Idempotency-Key is still running.",
+			func(Request) string {
+				return "Retry the same request with the same key after the Retry-After seconds; you will get the first request's response."
+			}},
+		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
+			func(Request) string {
+				return "Re-enroll the agent (`nodusd enroll`) or stop the old one; only the node's current agent generation is heard."
+			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {
 				return fmt.Sprintf("Use the namespace of an existing project (`kubectl get projects` for operators, `kubectl get namespaces` for everyone), or have an operator create Project %q first.", r.Namespace)
@@ -164,6 +230,7 @@ var byCode = map[int]metav1.StatusReason{
 	http.StatusNotAcceptable:         metav1.StatusReasonNotAcceptable,
 	http.StatusConflict:              metav1.StatusReasonConflict,
 	http.StatusGone:                  metav1.StatusReasonGone,
+	http.StatusPreconditionFailed:    ReasonPreconditionFailed,
 	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,

@@ -31,6 +31,12 @@ var readVerbs = map[string]bool{"get": true, "list": true, "watch": true}
 // projectReadable are the namespaced resources a project's viewers read.
 var projectReadable = map[string]bool{"reservedhosts": true}
 
+// projectActions are the action subresources (POST) of a project and the
+// least role that may take them.
+var projectActions = map[string]nodusv1.ProjectRole{
+	"reservedhosts/release-capacity": nodusv1.ProjectRoleAdmin,
+}
+
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
 	u := attrs.GetUser()
 	if u == nil {
@@ -63,6 +69,9 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		if attrs.GetNamespace() != "" && projectReadable[attrs.GetResource()] && readVerbs[attrs.GetVerb()] &&
 			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status") {
 			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer)
+		}
+		if role, ok := projectActions[attrs.GetResource()+"/"+attrs.GetSubresource()]; ok && attrs.GetVerb() == "create" && attrs.GetNamespace() != "" {
+			return a.inProject(ctx, u, attrs.GetNamespace(), role)
 		}
 	}
 	return authorizer.DecisionDeny, "only operators may " + attrs.GetVerb() + " " + resourceName(attrs), nil

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 // HeaderRequestID is sent on every response.
@@ -55,14 +56,15 @@ func WithEnvelope(handler http.Handler, opts Options) http.Handler {
 		// The apiserver's audit filter takes its id from this header, so the
 		// audit log and the error body name the same request.
 		req.Header.Set("Audit-ID", id)
-		req = req.WithContext(apierror.WithFixNote(req.Context()))
+		ctx, ex := exchange.With(req.Context(), req.Header, id)
+		req = req.WithContext(ctx)
 
-		ew := &errorWriter{ResponseWriter: w}
+		ew := &errorWriter{ResponseWriter: w, exchange: ex}
 		// The wrapper keeps CloseNotifier, Flusher and Hijacker of w visible,
 		// as the apiserver's watch and upgrade handlers need them.
 		handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(ew), req)
 		if ew.code >= 400 {
-			ew.writeEnvelope(req, id, opts)
+			ew.writeEnvelope(req, opts)
 		}
 	})
 }
@@ -71,8 +73,9 @@ func WithEnvelope(handler http.Handler, opts Options) http.Handler {
 // the body of an error response so that it can be rewritten.
 type errorWriter struct {
 	http.ResponseWriter
-	code int
-	body bytes.Buffer
+	exchange *exchange.Exchange
+	code     int
+	body     bytes.Buffer
 }
 
 func (w *errorWriter) WriteHeader(code int) {
@@ -80,6 +83,7 @@ func (w *errorWriter) WriteHeader(code int) {
 		return
 	}
 	w.code = code
+	w.exchange.CopyResponseHeaders(w.ResponseWriter.Header())
 	if code < 400 {
 		w.ResponseWriter.WriteHeader(code)
 	}
@@ -110,7 +114,7 @@ func (w *errorWriter) Flush() {
 // Unwrap implements responsewriter.UserProvidedDecorator.
 func (w *errorWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) {
+func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	status := Status{}
 	// Some writers (the request-timeout filter among them) send a Status
 	// without its kind; recognise a Status by its failure marker too.
@@ -130,9 +134,9 @@ func (w *errorWriter) writeEnvelope(req *http.Request, id string, opts Options) 
 	if status.Message == "" {
 		status.Message = reason.Summary
 	}
-	status.RequestID = id
+	status.RequestID = w.exchange.RequestID()
 	status.Docs = apierror.DocsURL(docsBase(req, opts.DocsBaseURL), reason.Name)
-	status.Fix = apierror.FixFrom(req.Context())
+	status.Fix = w.exchange.Fix()
 	if status.Fix == "" {
 		status.Fix = reason.Fix(describe(req, opts.Resolver))
 	}

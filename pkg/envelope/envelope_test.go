@@ -13,6 +13,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 func serve(t *testing.T, h http.HandlerFunc, path string) (*httptest.ResponseRecorder, Status) {
@@ -82,7 +83,7 @@ func TestStatusKeepsItsReasonAndGetsARequestSpecificFix(t *testing.T) {
 
 func TestFixSetDeepInTheRequestWins(t *testing.T) {
 	_, s := serve(t, func(w http.ResponseWriter, r *http.Request) {
-		apierror.SetFix(r.Context(), "do exactly this")
+		exchange.From(r.Context()).SetFix("do exactly this")
 		http.Error(w, "conflict", http.StatusConflict)
 	}, "/apis/nodus.dev/v1/pools/p")
 	if s.Fix != "do exactly this" || s.Reason != metav1.StatusReasonConflict {

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -23,11 +25,13 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/envelope"
+	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -54,9 +58,14 @@ type Config struct {
 	KubeconfigPath string
 	URL            string
 
-	out  func(format string, args ...interface{})
-	etcd *embeddedetcd.Server
+	out        func(format string, args ...interface{})
+	etcd       *embeddedetcd.Server
+	etcdClient *clientv3.Client
 }
+
+// actionSubresources are the POST subresources with the action contract
+// (200 OK, Idempotency-Key).
+var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true}
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
 // embedded etcd when asked to, and builds the generic server's configuration.
@@ -175,8 +184,19 @@ func (o *Options) Config() (cfg *Config, err error) {
 	generic.OpenAPIV3Config.Info.Title, generic.OpenAPIV3Config.Info.Version = "Nodus", "v1"
 	generic.OpenAPIV3Config.PostProcessSpec = withoutProtobufV3
 
+	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: servers, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, fmt.Errorf("etcd client: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			etcdClient.Close()
+		}
+	}()
+	idempotent := idempotency.NewStore(etcdClient)
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
+		apiHandler = actions.WithActions(apiHandler, idempotent, actionSubresources)
 		return envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c),
 			envelope.Options{DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver})
 	}
@@ -188,7 +208,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
-		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd,
+		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
 	}, nil
 }
 

@@ -16,6 +16,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
+	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
 const etcdStopTimeout = 10 * time.Second
@@ -53,8 +54,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
 	short := map[string][]string{
-		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "allocations": {"alloc"},
-		"reservations": {"rsv"}, "reservedhosts": {"rh", "host", "hosts"},
+		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "allocations": {"alloc"}, "reservations": {"rsv"},
 	}
 	for resource, names := range short {
 		for path, s := range c.Stores[resource].Storage(resource, names...) {
@@ -62,6 +62,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
+		storage[path] = s
+	}
+	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
 		storage[path] = s
 	}
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
@@ -89,6 +92,7 @@ func (s *Server) Run(ctx context.Context) error {
 	s.config.out("admin kubeconfig: %s", s.config.KubeconfigPath)
 	s.config.out("try: kubectl --kubeconfig %s get reservedhosts -A", s.config.KubeconfigPath)
 	err := s.generic.PrepareRun().RunWithContext(ctx)
+	s.config.etcdClient.Close()
 	if s.config.etcd != nil {
 		stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
 		defer cancel()

@@ -60,6 +60,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.ReservationSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReservationStatus"):
 		return &nodusv1.ReservationStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ReservedHostReleaseStatus"):
+		return &nodusv1.ReservedHostReleaseStatusApplyConfiguration{}
 
 	}
 	return nil

@@ -32,6 +32,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.HostReservation{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostReservation(ref),
 		v1.Node{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Node(ref),
 		v1.NodeGPU{}.OpenAPIModelName():                       schema_pkg_apis_nodus_v1_NodeGPU(ref),
+		v1.NodeHeartbeat{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_NodeHeartbeat(ref),
 		v1.NodeInventory{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_NodeInventory(ref),
 		v1.NodeList{}.OpenAPIModelName():                      schema_pkg_apis_nodus_v1_NodeList(ref),
 		v1.NodeSpec{}.OpenAPIModelName():                      schema_pkg_apis_nodus_v1_NodeSpec(ref),
@@ -44,6 +45,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.ProjectMember{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ProjectMember(ref),
 		v1.ProjectSpec{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_ProjectSpec(ref),
 		v1.Reservation{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_Reservation(ref),
+		v1.ReservationEvidence{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_ReservationEvidence(ref),
 		v1.ReservationList{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ReservationList(ref),
 		v1.ReservationPlacement{}.OpenAPIModelName():          schema_pkg_apis_nodus_v1_ReservationPlacement(ref),
 		v1.ReservationSpec{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ReservationSpec(ref),
@@ -51,6 +53,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.ReservedHost{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_ReservedHost(ref),
 		v1.ReservedHostConnect{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_ReservedHostConnect(ref),
 		v1.ReservedHostList{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_ReservedHostList(ref),
+		v1.ReservedHostReleaseRequest{}.OpenAPIModelName():    schema_pkg_apis_nodus_v1_ReservedHostReleaseRequest(ref),
 		v1.ReservedHostReleaseStatus{}.OpenAPIModelName():     schema_pkg_apis_nodus_v1_ReservedHostReleaseStatus(ref),
 		v1.ReservedHostStatus{}.OpenAPIModelName():            schema_pkg_apis_nodus_v1_ReservedHostStatus(ref),
 		resource.Quantity{}.OpenAPIModelName():                schema_apimachinery_pkg_api_resource_Quantity(ref),
@@ -654,6 +657,72 @@ func schema_pkg_apis_nodus_v1_NodeGPU(ref common.ReferenceCallback) common.OpenA
 				Required: []string{"memoryMiB", "type"},
 			},
 		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_NodeHeartbeat(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeHeartbeat is what a node's agent reports at every heartbeat, POSTed to nodes/{name}/heartbeat. The server answers with the same kind, with IntervalSeconds set to when it expects the next one.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"agentGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentGeneration is the generation of the agent's credential. Reports of any other generation than the node's current one are refused.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"reservations": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Reservations report, for each reservation the agent knows on this node, what it applied and what still runs.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.ReservationEvidence{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"intervalSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IntervalSeconds is set by the server in its answer: send the next heartbeat within this many seconds.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"agentGeneration"},
+			},
+		},
+		Dependencies: []string{
+			v1.ReservationEvidence{}.OpenAPIModelName()},
 	}
 }
 
@@ -1279,6 +1348,52 @@ func schema_pkg_apis_nodus_v1_Reservation(ref common.ReferenceCallback) common.O
 	}
 }
 
+func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservationEvidence is an agent's account of one reservation on its node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Name of the Reservation.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"appliedEpoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AppliedEpoch is the latest access epoch the agent enforces.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"ownerSessions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "OwnerSessions is the number of live sessions of the owner project's people.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"borrowerExecutions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BorrowerExecutions is the number of borrower executions still running.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"name", "appliedEpoch", "ownerSessions", "borrowerExecutions"},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_ReservationList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1465,6 +1580,25 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"loginUser": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LoginUser is the operating-system account access was granted for at the current epoch.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"release": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Release is set when the owner released capacity.",
+							Ref:         ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
+						},
+					},
+					"endedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "EndedAt is when current-agent evidence confirmed the drain after the term ended.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
 					"conditions": {
 						VendorExtensible: spec.VendorExtensible{
 							Extensions: spec.Extensions{
@@ -1490,7 +1624,7 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 			},
 		},
 		Dependencies: []string{
-			metav1.Condition{}.OpenAPIModelName()},
+			v1.ReservedHostReleaseStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -1628,6 +1762,48 @@ func schema_pkg_apis_nodus_v1_ReservedHostList(ref common.ReferenceCallback) com
 		},
 		Dependencies: []string{
 			v1.ReservedHost{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ReservedHostReleaseRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservedHostReleaseRequest confirms irreversible retirement under the reviewed reservation epoch.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"agreed": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Agreed confirms access retirement without shortening the supplier’s reservation term.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch identifies the reservation assignment reviewed before retirement.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"agreed", "epoch"},
+			},
+		},
 	}
 }
 

@@ -43,6 +43,7 @@ func knownTypes() []runtime.Object {
 		&Reservation{}, &ReservationList{},
 		&ReservedHost{}, &ReservedHostList{},
 		&AccessToken{}, &AccessTokenList{},
+		&ReservedHostReleaseRequest{}, &NodeHeartbeat{},
 	}
 }
 

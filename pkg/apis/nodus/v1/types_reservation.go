@@ -91,6 +91,15 @@ type ReservationStatus struct {
 	// Allocation is the Allocation that holds the server.
 	// +optional
 	Allocation string `json:"allocation,omitempty"`
+	// LoginUser is the operating-system account access was granted for at the current epoch.
+	// +optional
+	LoginUser string `json:"loginUser,omitempty"`
+	// Release is set when the owner released capacity.
+	// +optional
+	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
+	// +optional
+	EndedAt *metav1.Time `json:"endedAt,omitempty"`
 	// Conditions report placement and eligibility.
 	// +optional
 	// +listType=map

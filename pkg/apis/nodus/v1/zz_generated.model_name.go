@@ -65,6 +65,11 @@ func (in NodeGPU) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeHeartbeat) OpenAPIModelName() string {
+	return "dev.nodus.v1.NodeHeartbeat"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in NodeInventory) OpenAPIModelName() string {
 	return "dev.nodus.v1.NodeInventory"
 }
@@ -125,6 +130,11 @@ func (in Reservation) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservationEvidence) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservationEvidence"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservationList) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservationList"
 }
@@ -157,6 +167,11 @@ func (in ReservedHostConnect) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservedHostList) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservedHostList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservedHostReleaseRequest) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservedHostReleaseRequest"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

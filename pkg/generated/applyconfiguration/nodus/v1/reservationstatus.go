@@ -8,7 +8,8 @@ package v1
 
 import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	applyconfigurationsmetav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
 // ReservationStatusApplyConfiguration represents a declarative configuration of the ReservationStatus type for use
@@ -25,8 +26,14 @@ type ReservationStatusApplyConfiguration struct {
 	Node *string `json:"node,omitempty"`
 	// Allocation is the Allocation that holds the server.
 	Allocation *string `json:"allocation,omitempty"`
+	// LoginUser is the operating-system account access was granted for at the current epoch.
+	LoginUser *string `json:"loginUser,omitempty"`
+	// Release is set when the owner released capacity.
+	Release *ReservedHostReleaseStatusApplyConfiguration `json:"release,omitempty"`
+	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
+	EndedAt *metav1.Time `json:"endedAt,omitempty"`
 	// Conditions report placement and eligibility.
-	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	Conditions []applyconfigurationsmetav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
 // ReservationStatusApplyConfiguration constructs a declarative configuration of the ReservationStatus type for use with
@@ -67,10 +74,34 @@ func (b *ReservationStatusApplyConfiguration) WithAllocation(value string) *Rese
 	return b
 }
 
+// WithLoginUser sets the LoginUser field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the LoginUser field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithLoginUser(value string) *ReservationStatusApplyConfiguration {
+	b.LoginUser = &value
+	return b
+}
+
+// WithRelease sets the Release field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Release field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithRelease(value *ReservedHostReleaseStatusApplyConfiguration) *ReservationStatusApplyConfiguration {
+	b.Release = value
+	return b
+}
+
+// WithEndedAt sets the EndedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the EndedAt field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithEndedAt(value metav1.Time) *ReservationStatusApplyConfiguration {
+	b.EndedAt = &value
+	return b
+}
+
 // WithConditions adds the given value to the Conditions field in the declarative configuration
 // and returns the receiver, so that objects can be build by chaining "With" function invocations.
 // If called multiple times, values provided by each call will be appended to the Conditions field.
-func (b *ReservationStatusApplyConfiguration) WithConditions(values ...*metav1.ConditionApplyConfiguration) *ReservationStatusApplyConfiguration {
+func (b *ReservationStatusApplyConfiguration) WithConditions(values ...*applyconfigurationsmetav1.ConditionApplyConfiguration) *ReservationStatusApplyConfiguration {
 	for i := range values {
 		if values[i] == nil {
 			panic("nil value passed to WithConditions")

@@ -1,0 +1,240 @@
+// Package actions gives action subresources (POSTs that do something once,
+// such as release-capacity) their HTTP contract: 200 OK rather than the
+// generic handler's 201, and Idempotency-Key replay backed by etcd.
+package actions
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+	"k8s.io/klog/v2"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/idempotency"
+)
+
+const (
+	headerKey      = "Idempotency-Key"
+	headerReplayed = "Idempotent-Replayed"
+	maxKeyLength   = 255
+	// maxBody bounds what is read to fingerprint a request; larger bodies are
+	// left to the handler, which refuses them.
+	maxBody = 3 << 20
+	// maxAnswer bounds a stored answer.
+	maxAnswer = 1 << 20
+)
+
+// WithActions wraps handler for the action subresources in actions
+// ("resource/subresource"). It must run after authentication and request
+// info, so that keys are scoped to the caller.
+func WithActions(handler http.Handler, store *idempotency.Store, actions map[string]bool) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		info, ok := request.RequestInfoFrom(req.Context())
+		if !ok || !info.IsResourceRequest || info.Verb != "create" || !actions[info.Resource+"/"+info.Subresource] {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		w = responsewriter.WrapForHTTP1Or2(&okWriter{ResponseWriter: w})
+		keys := req.Header.Values(headerKey)
+		if len(keys) == 0 || req.URL.Query().Has("dryRun") {
+			// A dry run keeps no record: it changes nothing to protect.
+			handler.ServeHTTP(w, req)
+			return
+		}
+		key, ok := parseKey(keys)
+		if !ok {
+			writeError(w, apierror.New(req.Context(), apierror.ReasonIdempotencyKeyInvalid, gr(info), info.Name,
+				"Idempotency-Key must be one key of 1 to 255 visible ASCII characters, as a token or a quoted string", ""))
+			return
+		}
+		serveOnce(w, req, handler, store, info, key)
+	})
+}
+
+func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, store *idempotency.Store, info *request.RequestInfo, key string) {
+	ctx := req.Context()
+	body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
+	if err != nil || len(body) > maxBody {
+		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), req.Body))
+		handler.ServeHTTP(w, req)
+		return
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+
+	user := ""
+	if u, ok := request.UserFrom(ctx); ok {
+		user = u.GetName()
+	}
+	scope := digest(user, req.Method, req.URL.Path, key)
+	fingerprint := digest(req.URL.Query().Encode(), string(body))
+
+	existing, err := store.Begin(ctx, scope, fingerprint)
+	if err != nil {
+		writeError(w, apierrors.NewInternalError(err))
+		return
+	}
+	switch {
+	case existing == nil:
+	case existing.Fingerprint != fingerprint:
+		writeError(w, apierror.New(ctx, apierror.ReasonIdempotencyKeyReused, gr(info), info.Name,
+			"Idempotency-Key "+quote(key)+" was used for a different request (other body or query)", ""))
+		return
+	case existing.InFlight():
+		w.Header().Set("Retry-After", "1")
+		err := apierror.New(ctx, apierror.ReasonIdempotencyKeyInFlight, gr(info), info.Name,
+			"the first request with Idempotency-Key "+quote(key)+" is still running", "")
+		err.ErrStatus.Details.RetryAfterSeconds = 1
+		writeError(w, err)
+		return
+	default:
+		replay(w, req, existing)
+		return
+	}
+
+	capture := &capturingWriter{ResponseWriter: w}
+	handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(capture), req)
+
+	// The answer is kept even if the client went away: that is the point.
+	done := context.WithoutCancel(ctx)
+	if capture.code == 0 || capture.code >= 500 || capture.truncated {
+		if err := store.Abandon(done, scope); err != nil {
+			klog.ErrorS(err, "releasing an idempotency key after a failed action", "path", req.URL.Path)
+		}
+		return
+	}
+	record := idempotency.Record{
+		Fingerprint: fingerprint, Code: capture.code, Body: capture.body.Bytes(),
+		RequestID: exchange.From(ctx).RequestID(), Header: map[string]string{},
+	}
+	for _, h := range []string{"Content-Type", "ETag", "Retry-After"} {
+		if v := w.Header().Get(h); v != "" {
+			record.Header[h] = v
+		}
+	}
+	if err := store.Finish(done, scope, record); err != nil {
+		klog.ErrorS(err, "storing an idempotent answer", "path", req.URL.Path)
+	}
+}
+
+// replay writes the first answer again, marked as a replay. An error body
+// names the request that produced it.
+func replay(w http.ResponseWriter, req *http.Request, r *idempotency.Record) {
+	for k, v := range r.Header {
+		w.Header().Set(k, v)
+	}
+	w.Header().Set(headerReplayed, "true")
+	exchange.From(req.Context()).SetRequestID(r.RequestID)
+	w.WriteHeader(r.Code)
+	_, _ = w.Write(r.Body)
+}
+
+// parseKey accepts one key, raw (token characters) or as a quoted string.
+func parseKey(values []string) (string, bool) {
+	if len(values) != 1 {
+		return "", false
+	}
+	k := strings.TrimSpace(values[0])
+	if len(k) >= 2 && k[0] == '"' && k[len(k)-1] == '"' {
+		k = k[1 : len(k)-1]
+		if strings.ContainsAny(k, `"\`) {
+			return "", false
+		}
+		for _, c := range k {
+			if c < 0x20 || c > 0x7e {
+				return "", false
+			}
+		}
+	} else {
+		for _, c := range k {
+			if !isTokenChar(c) {
+				return "", false
+			}
+		}
+	}
+	return k, len(k) >= 1 && len(k) <= maxKeyLength
+}
+
+// isTokenChar is RFC 9110's tchar.
+func isTokenChar(c rune) bool {
+	return c < 0x7f && (c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune("!#$%&'*+-.^_`|~", c))
+}
+
+func digest(parts ...string) string {
+	h := sha256.New()
+	for _, p := range parts {
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+func quote(k string) string { return `"` + k + `"` }
+
+func gr(info *request.RequestInfo) schema.GroupResource {
+	return schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
+}
+
+// writeError writes a Status; the envelope outside completes it.
+func writeError(w http.ResponseWriter, err *apierrors.StatusError) {
+	status := err.Status()
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(status.Code))
+	_ = json.NewEncoder(w).Encode(status)
+}
+
+// okWriter answers 200 where the generic create handler says 201: an action
+// creates nothing.
+type okWriter struct {
+	http.ResponseWriter
+}
+
+func (w *okWriter) WriteHeader(code int) {
+	if code == http.StatusCreated {
+		code = http.StatusOK
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *okWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// capturingWriter passes the answer through and keeps a copy.
+type capturingWriter struct {
+	http.ResponseWriter
+	code      int
+	body      bytes.Buffer
+	truncated bool
+}
+
+func (w *capturingWriter) WriteHeader(code int) {
+	if w.code == 0 {
+		w.code = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *capturingWriter) Write(p []byte) (int, error) {
+	if w.code == 0 {
+		w.code = http.StatusOK
+	}
+	if w.body.Len()+len(p) > maxAnswer {
+		w.truncated = true
+	} else {
+		w.body.Write(p)
+	}
+	return w.ResponseWriter.Write(p)
+}
+
+func (w *capturingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

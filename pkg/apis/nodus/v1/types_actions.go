@@ -1,0 +1,52 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ReservedHostReleaseRequest confirms irreversible retirement under the reviewed reservation epoch.
+type ReservedHostReleaseRequest struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Agreed confirms access retirement without shortening the supplier’s reservation term.
+	// +required
+	Agreed *bool `json:"agreed"`
+	// Epoch identifies the reservation assignment reviewed before retirement.
+	// +required
+	Epoch *int64 `json:"epoch"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodeHeartbeat is what a node's agent reports at every heartbeat, POSTed to
+// nodes/{name}/heartbeat. The server answers with the same kind, with
+// IntervalSeconds set to when it expects the next one.
+type NodeHeartbeat struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// AgentGeneration is the generation of the agent's credential. Reports of
+	// any other generation than the node's current one are refused.
+	AgentGeneration int64 `json:"agentGeneration"`
+	// Reservations report, for each reservation the agent knows on this
+	// node, what it applied and what still runs.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Reservations []ReservationEvidence `json:"reservations,omitempty"`
+	// IntervalSeconds is set by the server in its answer: send the next
+	// heartbeat within this many seconds.
+	// +optional
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+}
+
+// ReservationEvidence is an agent's account of one reservation on its node.
+type ReservationEvidence struct {
+	// Name of the Reservation.
+	Name string `json:"name"`
+	// AppliedEpoch is the latest access epoch the agent enforces.
+	AppliedEpoch int64 `json:"appliedEpoch"`
+	// OwnerSessions is the number of live sessions of the owner project's people.
+	OwnerSessions int32 `json:"ownerSessions"`
+	// BorrowerExecutions is the number of borrower executions still running.
+	BorrowerExecutions int32 `json:"borrowerExecutions"`
+}

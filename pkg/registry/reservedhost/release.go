@@ -1,0 +1,194 @@
+package reservedhost
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+)
+
+// ReleaseREST serves POST reservedhosts/{name}/release-capacity: the owner
+// retires its access and drains lending, irreversibly, under the epoch it
+// reviewed. The Reservation is the record of truth; the ReservedHost is
+// updated in the same request so that the answer shows the effect.
+type ReleaseREST struct {
+	Hosts        *genericregistry.Store // reservedhosts/status
+	Reservations *genericregistry.Store // reservations/status
+	Now          func() time.Time
+}
+
+var (
+	_ rest.NamedCreater    = &ReleaseREST{}
+	_ rest.StorageMetadata = &ReleaseREST{}
+)
+
+func (r *ReleaseREST) New() runtime.Object { return &nodusv1.ReservedHostReleaseRequest{} }
+func (r *ReleaseREST) Destroy()            {}
+
+// ProducesMIMETypes implements rest.StorageMetadata.
+func (r *ReleaseREST) ProducesMIMETypes(string) []string { return nil }
+
+// ProducesObject says the answer is the ReservedHost, for the OpenAPI document.
+func (r *ReleaseREST) ProducesObject(string) interface{} { return nodusv1.ReservedHost{} }
+
+// Create performs the release.
+func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	req, ok := obj.(*nodusv1.ReservedHostReleaseRequest)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a ReservedHostReleaseRequest, got %T", obj))
+	}
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	ex := exchange.From(ctx)
+	gr := nodusv1.Resource("reservedhosts")
+
+	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	host := current.(*nodusv1.ReservedHost)
+	if ifMatch := strings.Join(ex.RequestHeaderValues("If-Match"), ","); ifMatch != "" {
+		match, err := IfMatch(ifMatch, ETag(host))
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if !match {
+			return nil, apierror.New(ctx, apierror.ReasonPreconditionFailed, gr, name,
+				fmt.Sprintf("If-Match %s does not name the current version %s of reservedhost %q", ifMatch, ETag(host), name), "")
+		}
+	}
+	if req.Agreed == nil || !*req.Agreed {
+		return nil, apierror.New(ctx, apierror.ReasonReleaseNotAgreed, gr, name,
+			`"agreed" must be true: a release retires access for good and does not shorten the term`, "")
+	}
+	if req.Epoch == nil {
+		return nil, apierror.New(ctx, apierror.ReasonEpochRequired, gr, name,
+			`"epoch" is required: send the status.reservation.epoch you reviewed`, "")
+	}
+
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	dryRun := options.DryRun
+	updated, _, err := r.Reservations.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			res := old.(*nodusv1.Reservation).DeepCopy()
+			if res.Spec.Project != namespace {
+				return nil, apierrors.NewNotFound(gr, name)
+			}
+			if err := releasable(ctx, res, *req.Epoch, now.Time, name); err != nil {
+				return nil, err
+			}
+			res.Status.State = nodusv1.ReservationStateReleasing
+			res.Status.Epoch++
+			res.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: now}
+			return res, nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	reservation := updated.(*nodusv1.Reservation)
+
+	manager := managerName(options.FieldManager, ex.RequestHeader("User-Agent"))
+	result, _, err := r.Hosts.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			h := old.(*nodusv1.ReservedHost).DeepCopy()
+			ApplyReservation(h, reservation)
+			recordManager(h, manager, now)
+			return h, nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
+	if err != nil {
+		return nil, err
+	}
+	ex.SetResponseHeader("ETag", ETag(result))
+	return result, nil
+}
+
+// releasable says why res cannot be released under epoch, or nil.
+func releasable(ctx context.Context, res *nodusv1.Reservation, epoch int64, now time.Time, name string) error {
+	gr := nodusv1.Resource("reservedhosts")
+	switch res.Status.State {
+	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
+		return apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name,
+			fmt.Sprintf("reservedhost %q was already released at %s", name, res.Status.Release.RequestedAt.UTC().Format(time.RFC3339)), "")
+	case nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+		return termEnded(ctx, res, name)
+	case nodusv1.ReservationStatePending, "":
+		return apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name,
+			fmt.Sprintf("reservedhost %q is pending: its term starts at %s", name, res.Spec.StartsAt.UTC().Format(time.RFC3339)), "")
+	}
+	if !now.Before(res.Spec.EndsAt.Time) {
+		return termEnded(ctx, res, name)
+	}
+	if epoch != res.Status.Epoch {
+		err := apierror.New(ctx, apierror.ReasonEpochConflict, gr, name,
+			fmt.Sprintf("epoch %d is not current: reservedhost %q is at epoch %d", epoch, name, res.Status.Epoch), "")
+		err.ErrStatus.Details.Causes = []metav1.StatusCause{{
+			Type: "CurrentEpoch", Field: "status.reservation.epoch", Message: fmt.Sprint(res.Status.Epoch),
+		}}
+		return err
+	}
+	return nil
+}
+
+func termEnded(ctx context.Context, res *nodusv1.Reservation, name string) error {
+	return apierror.New(ctx, apierror.ReasonTermEnded, nodusv1.Resource("reservedhosts"), name,
+		fmt.Sprintf("the term of reservedhost %q ended at %s", name, res.Spec.EndsAt.UTC().Format(time.RFC3339)), "")
+}
+
+// releaseFields are the fields a release sets, in managedFields' FieldsV1 form.
+const releaseFields = `{"f:status":{"f:release":{".":{},"f:requestedAt":{}},"f:reservation":{"f:epoch":{},"f:state":{}}}}`
+
+// recordManager records the release in managedFields under manager, with
+// subresource release-capacity, replacing an older entry of the same manager.
+func recordManager(h *nodusv1.ReservedHost, manager string, at metav1.Time) {
+	entry := metav1.ManagedFieldsEntry{
+		Manager:     manager,
+		Operation:   metav1.ManagedFieldsOperationUpdate,
+		APIVersion:  nodusv1.SchemeGroupVersion.String(),
+		Time:        &at,
+		FieldsType:  "FieldsV1",
+		FieldsV1:    &metav1.FieldsV1{Raw: []byte(releaseFields)},
+		Subresource: "release-capacity",
+	}
+	fields := h.ManagedFields[:0]
+	for _, f := range h.ManagedFields {
+		if !(f.Manager == manager && f.Operation == entry.Operation && f.Subresource == entry.Subresource) {
+			fields = append(fields, f)
+		}
+	}
+	h.ManagedFields = append(fields, entry)
+}
+
+// managerName is the fieldManager, or, as Kubernetes does, the client's
+// user agent up to its first '/'.
+func managerName(fieldManager, userAgent string) string {
+	if fieldManager != "" {
+		return fieldManager
+	}
+	if name, _, _ := strings.Cut(userAgent, "/"); name != "" {
+		if len(name) > 128 {
+			name = name[:128]
+		}
+		return name
+	}
+	return "unknown"
+}
+
+func (r *ReleaseREST) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
