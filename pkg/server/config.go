@@ -32,6 +32,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
+	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -61,11 +62,14 @@ type Config struct {
 	out        func(format string, args ...interface{})
 	etcd       *embeddedetcd.Server
 	etcdClient *clientv3.Client
+
+	liveness          *liveness.Tracker
+	heartbeatInterval time.Duration
 }
 
 // actionSubresources are the POST subresources with the action contract
 // (200 OK, Idempotency-Key).
-var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true}
+var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true, "nodes/heartbeat": true}
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
 // embedded etcd when asked to, and builds the generic server's configuration.
@@ -194,6 +198,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		}
 	}()
 	idempotent := idempotency.NewStore(etcdClient)
+	alive := liveness.New(etcdClient, 3*o.HeartbeatInterval)
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = actions.WithActions(apiHandler, idempotent, actionSubresources)
@@ -209,6 +214,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
+		liveness: alive, heartbeatInterval: o.HeartbeatInterval,
 	}, nil
 }
 

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/spf13/pflag"
 )
@@ -27,6 +28,9 @@ type Options struct {
 	// TLSSANs are extra host names or IPs for the serving certificate.
 	TLSSANs     []string
 	DocsBaseURL string
+	// HeartbeatInterval is how often agents report; a node is not ready
+	// after three missed intervals.
+	HeartbeatInterval time.Duration
 
 	// Listener, when set, is used instead of binding BindAddress:SecurePort
 	// (tests pass a listener on port 0).
@@ -37,11 +41,12 @@ type Options struct {
 // NewOptions returns the defaults.
 func NewOptions(out io.Writer) *Options {
 	return &Options{
-		DataDir:     defaultDataDir(),
-		EtcdServers: []string{EmbeddedEtcd},
-		SecurePort:  8443,
-		BindAddress: "127.0.0.1",
-		Out:         out,
+		DataDir:           defaultDataDir(),
+		EtcdServers:       []string{EmbeddedEtcd},
+		SecurePort:        8443,
+		BindAddress:       "127.0.0.1",
+		HeartbeatInterval: 10 * time.Second,
+		Out:               out,
 	}
 }
 
@@ -53,6 +58,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the API listens on; 0.0.0.0 for all interfaces.")
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra host names or IPs the serving certificate covers.")
 	fs.StringVar(&o.DocsBaseURL, "docs-base-url", o.DocsBaseURL, "Base URL of the error docs pages named in error bodies; default: this server's /docs/errors.")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 
 // Validate reports every invalid flag.
@@ -76,6 +82,9 @@ func (o *Options) Validate() error {
 	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
+	}
+	if o.HeartbeatInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval %s is below one second", o.HeartbeatInterval))
 	}
 	if o.DocsBaseURL != "" {
 		if u, err := url.Parse(o.DocsBaseURL); err != nil || u.Scheme == "" || u.Host == "" {

@@ -11,15 +11,29 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
+	"k8s.io/klog/v2"
+
 	"github.com/nodus-dev/nodus/docs"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/leader"
+	"github.com/nodus-dev/nodus/pkg/controller/nodeliveness"
+	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
+	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
-const etcdStopTimeout = 10 * time.Second
+const (
+	etcdStopTimeout = 10 * time.Second
+	// heartbeatPersistEvery bounds how stale a Node's stored lastHeartbeatTime
+	// may be; liveness itself is exact, through the etcd lease.
+	heartbeatPersistEvery = 5 * time.Minute
+	controllerWorkers     = 4
+)
 
 // CompletedConfig can only be made by Complete.
 type CompletedConfig struct {
@@ -67,6 +81,10 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
 		storage[path] = s
 	}
+	storage["nodes/heartbeat"] = &node.HeartbeatREST{
+		Nodes: c.Stores["nodes"].Status, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,
+		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,
+	}
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
@@ -82,6 +100,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
+		return nil, err
+	}
 	return &Server{generic: generic, config: c.Config}, nil
 }
 
@@ -115,4 +136,27 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 	}
 	w.Header().Set("Content-Type", "text/markdown; charset=utf-8")
 	_, _ = w.Write(page)
+}
+
+// startControllers runs the controllers on the replica that wins the
+// election, with a loopback client.
+func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
+	client, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+	if err != nil {
+		return err
+	}
+	go leader.Run(hook, c.etcdClient, func(ctx context.Context) {
+		factory := externalversions.NewSharedInformerFactory(client, 10*time.Minute)
+		reservations, err := reservationcontroller.New(client, factory)
+		if err != nil {
+			klog.ErrorS(err, "reservation controller")
+			return
+		}
+		factory.Start(ctx.Done())
+		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
+		go liveness.Run(ctx)
+		reservations.Run(ctx, controllerWorkers)
+		factory.Shutdown()
+	})
+	return nil
 }

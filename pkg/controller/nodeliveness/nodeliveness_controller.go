@@ -1,0 +1,87 @@
+// Package nodeliveness marks a Node not ready when its agent's liveness lease
+// expires (three missed heartbeat intervals), and on start-up and every
+// resync for any node that claims to be ready without a live lease.
+package nodeliveness
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// Liveness is what the controller needs of the liveness tracker.
+type Liveness interface {
+	Alive(ctx context.Context, node string) (bool, error)
+	WatchDeaths(ctx context.Context, died func(node string))
+}
+
+// Controller keeps Node Ready conditions honest.
+type Controller struct {
+	Client   versioned.Interface
+	Liveness Liveness
+	Resync   time.Duration
+	Now      func() time.Time
+}
+
+// Run watches lease expiries and resyncs until ctx ends.
+func (c *Controller) Run(ctx context.Context) {
+	go c.Liveness.WatchDeaths(ctx, func(node string) {
+		if err := c.markNotReady(ctx, node); err != nil {
+			klog.ErrorS(err, "marking a node not ready", "node", node)
+		}
+	})
+	wait.UntilWithContext(ctx, c.resync, c.Resync)
+}
+
+func (c *Controller) resync(ctx context.Context) {
+	nodes, err := c.Client.NodusV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		klog.ErrorS(err, "listing nodes for liveness")
+		return
+	}
+	for _, n := range nodes.Items {
+		if !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+			continue
+		}
+		alive, err := c.Liveness.Alive(ctx, n.Name)
+		if err != nil || alive {
+			continue
+		}
+		if err := c.markNotReady(ctx, n.Name); err != nil {
+			klog.ErrorS(err, "marking a node not ready", "node", n.Name)
+		}
+	}
+}
+
+func (c *Controller) markNotReady(ctx context.Context, name string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Client.NodusV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if alive, err := c.Liveness.Alive(ctx, name); err != nil || alive {
+			return err // it came back meanwhile
+		}
+		changed := meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+			Type: nodusv1.NodeConditionReady, Status: metav1.ConditionFalse, Reason: "HeartbeatMissed",
+			Message: "no heartbeat from the agent within three intervals", LastTransitionTime: metav1.NewTime(c.Now()),
+		})
+		if !changed {
+			return nil
+		}
+		_, err = c.Client.NodusV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodus-node-liveness"})
+		return err
+	})
+}

@@ -1,0 +1,263 @@
+// Package reservation keeps every Reservation's lifecycle and epoch, and its
+// customer-safe projection, the ReservedHost of the same name in the
+// project's namespace.
+package reservation
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+)
+
+// Controller reconciles Reservations.
+type Controller struct {
+	client       versioned.Interface
+	reservations listers.ReservationLister
+	nodes        listers.NodeLister
+	allocations  listers.AllocationLister
+	hosts        listers.ReservedHostLister
+	projects     listers.ProjectLister
+	synced       []cache.InformerSynced
+	queue        workqueue.TypedRateLimitingInterface[string]
+	now          func() time.Time
+}
+
+// New wires the controller to the informers of factory.
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory) (*Controller, error) {
+	v1 := factory.Nodus().V1()
+	c := &Controller{
+		client:       client,
+		reservations: v1.Reservations().Lister(),
+		nodes:        v1.Nodes().Lister(),
+		allocations:  v1.Allocations().Lister(),
+		hosts:        v1.ReservedHosts().Lister(),
+		projects:     v1.Projects().Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reservations"}),
+		now: time.Now,
+	}
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		keys     func(obj interface{}) []string
+	}{
+		{v1.Reservations().Informer(), func(obj interface{}) []string { return []string{objectName(obj)} }},
+		{v1.Nodes().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool {
+			return r.Status.Node == name || r.Spec.Placement.Node == name
+		})},
+		{v1.Allocations().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return allocationName(r) == name })},
+		{v1.Projects().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return r.Spec.Project == name })},
+		{v1.ReservedHosts().Informer(), func(obj interface{}) []string {
+			if h, ok := tombstone(obj).(*nodusv1.ReservedHost); ok && h.Labels[LabelReservation] != "" {
+				return []string{h.Labels[LabelReservation]}
+			}
+			return nil
+		}},
+	}
+	for _, h := range handlers {
+		keys := h.keys
+		enqueue := func(obj interface{}) {
+			for _, k := range keys(obj) {
+				c.queue.Add(k)
+			}
+		}
+		if _, err := h.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    enqueue,
+			UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+			DeleteFunc: enqueue,
+		}); err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, h.informer.HasSynced)
+	}
+	return c, nil
+}
+
+// Run processes the queue with workers until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	klog.InfoS("reservation controller started")
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, c.work, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		if err == nil {
+			c.queue.Forget(key)
+		} else {
+			klog.V(2).InfoS("retrying reservation", "reservation", key, "err", err)
+			c.queue.AddRateLimited(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	r, err := c.reservations.Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.deleteHosts(ctx, name)
+	}
+	if err != nil {
+		return err
+	}
+	o := observed{now: c.now(), reservation: r}
+	if o.allocation, err = c.allocation(ctx, r); err != nil {
+		return err
+	}
+	nodeName := r.Status.Node
+	if nodeName == "" {
+		nodeName = placedNode(o)
+	}
+	if nodeName != "" {
+		if o.node, err = c.nodes.Get(nodeName); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if o.host, err = c.hosts.ReservedHosts(r.Spec.Project).Get(r.Name); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	d := reconcile(o)
+
+	if d.status != nil {
+		next := r.DeepCopy()
+		next.Status = *d.status
+		if _, err := c.client.NodusV1().Reservations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"}); err != nil {
+			return err
+		}
+	}
+	if err := c.writeHost(ctx, o.host, d.host); err != nil {
+		return err
+	}
+	if d.releaseAlloc && o.allocation != nil {
+		err := c.client.NodusV1().Allocations().Delete(ctx, o.allocation.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	if d.requeue > 0 {
+		c.queue.AddAfter(name, d.requeue+time.Second)
+	}
+	return nil
+}
+
+// allocation returns the reservation's Allocation, creating it for a
+// resource-class placement.
+func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*nodusv1.Allocation, error) {
+	name := allocationName(r)
+	if name == "" {
+		return nil, nil
+	}
+	a, err := c.allocations.Get(name)
+	if err == nil || !apierrors.IsNotFound(err) {
+		return a, err
+	}
+	final := r.Status.State == nodusv1.ReservationStateReleased || r.Status.State == nodusv1.ReservationStateEnded
+	if r.Spec.Placement.ResourceClass == "" || final {
+		return nil, nil
+	}
+	a = &nodusv1.Allocation{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelReservation: r.Name}},
+		Spec: nodusv1.AllocationSpec{ResourceClass: r.Spec.Placement.ResourceClass, Traits: r.Spec.Placement.Traits,
+			Owner: r.Spec.Project},
+	}
+	created, err := c.client.NodusV1().Allocations().Create(ctx, a, metav1.CreateOptions{FieldManager: "nodus-reservation-controller"})
+	if apierrors.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("allocation %s exists but is not in the cache yet", name)
+	}
+	return created, err
+}
+
+func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.ReservedHost) error {
+	if desired == nil {
+		return nil
+	}
+	if _, err := c.projects.Get(desired.Namespace); apierrors.IsNotFound(err) {
+		return nil // the project's namespace does not exist yet; its creation requeues us
+	}
+	hosts := c.client.NodusV1().ReservedHosts(desired.Namespace)
+	opts := metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"}
+	switch {
+	case current == nil:
+		_, err := hosts.Create(ctx, desired, metav1.CreateOptions{FieldManager: opts.FieldManager})
+		if apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("reservedhost %s/%s exists but is not in the cache yet", desired.Namespace, desired.Name)
+		}
+		return err
+	case !equality.Semantic.DeepEqual(current.Status, desired.Status):
+		_, err := hosts.UpdateStatus(ctx, desired, opts)
+		return err
+	}
+	return nil
+}
+
+func (c *Controller) deleteHosts(ctx context.Context, reservation string) error {
+	hosts, err := c.hosts.List(labels.SelectorFromSet(labels.Set{LabelReservation: reservation}))
+	if err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// reservationsOf maps an object to the reservations that match(reservation, objectName).
+func (c *Controller) reservationsOf(match func(*nodusv1.Reservation, string) bool) func(obj interface{}) []string {
+	return func(obj interface{}) []string {
+		name := objectName(obj)
+		all, err := c.reservations.List(labels.Everything())
+		if err != nil {
+			return nil
+		}
+		var keys []string
+		for _, r := range all {
+			if match(r, name) {
+				keys = append(keys, r.Name)
+			}
+		}
+		return keys
+	}
+}
+
+func tombstone(obj interface{}) interface{} {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func objectName(obj interface{}) string {
+	if m, ok := tombstone(obj).(metav1.Object); ok {
+		return m.GetName()
+	}
+	return ""
+}

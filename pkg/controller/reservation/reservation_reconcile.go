@@ -1,0 +1,209 @@
+package reservation
+
+import (
+	"fmt"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+)
+
+// LabelReservation names, on a ReservedHost, the Reservation it projects.
+const LabelReservation = "nodus.dev/reservation"
+
+// observed is what the controller saw of one reservation's world.
+type observed struct {
+	now         time.Time
+	reservation *nodusv1.Reservation
+	node        *nodusv1.Node       // nil while no node is placed
+	allocation  *nodusv1.Allocation // nil unless placement names or implies one
+	host        *nodusv1.ReservedHost
+}
+
+// decision is what reconcile wants changed.
+type decision struct {
+	status       *nodusv1.ReservationStatus // nil: unchanged
+	host         *nodusv1.ReservedHost      // the desired projection; nil: none yet
+	releaseAlloc bool                       // the term is over: free the allocation
+	requeue      time.Duration              // 0: only on the next event
+}
+
+// reconcile is the reservation lifecycle as a function of observed state.
+// The epoch rises on every access change — activation, login-user change,
+// reassignment to another node, term end (release is done by the
+// release-capacity action) — and never otherwise.
+func reconcile(o observed) decision {
+	r := o.reservation
+	st := r.Status.DeepCopy()
+	placed := placedNode(o)
+	loginUser := effectiveLoginUser(r, o.node)
+	var d decision
+
+	switch st.State {
+	case "", nodusv1.ReservationStatePending:
+		st.State = nodusv1.ReservationStatePending
+		switch {
+		case !o.now.Before(r.Spec.EndsAt.Time):
+			// The term passed before the reservation ever gave access: nothing to retire.
+			st.State = nodusv1.ReservationStateEnded
+			st.EndedAt = &metav1.Time{Time: o.now}
+		case o.now.Before(r.Spec.StartsAt.Time):
+			d.requeue = r.Spec.StartsAt.Sub(o.now)
+		case placed != "" && loginUser != "":
+			st.State = nodusv1.ReservationStateActive
+			st.Epoch++
+			st.Node, st.LoginUser = placed, loginUser
+			d.requeue = r.Spec.EndsAt.Sub(o.now)
+		}
+	case nodusv1.ReservationStateActive:
+		switch {
+		case !o.now.Before(r.Spec.EndsAt.Time):
+			st.State = nodusv1.ReservationStateEnding
+			st.Epoch++
+		case placed != "" && placed != st.Node:
+			st.Epoch++
+			st.Node, st.LoginUser = placed, loginUser
+			d.requeue = r.Spec.EndsAt.Sub(o.now)
+		case loginUser != "" && loginUser != st.LoginUser:
+			st.Epoch++
+			st.LoginUser = loginUser
+			d.requeue = r.Spec.EndsAt.Sub(o.now)
+		default:
+			d.requeue = r.Spec.EndsAt.Sub(o.now)
+		}
+	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
+		d.releaseAlloc = true
+	}
+	if o.allocation != nil {
+		st.Allocation = o.allocation.Name
+	}
+	setReservationConditions(st, r, o)
+	if !equality.Semantic.DeepEqual(st, &r.Status) {
+		d.status = st
+	}
+	next := r.DeepCopy()
+	next.Status = *st
+	d.host = project(next, o)
+	return d
+}
+
+// placedNode is the node the placement resolves to now, or "".
+func placedNode(o observed) string {
+	p := o.reservation.Spec.Placement
+	switch {
+	case p.Node != "":
+		return p.Node
+	case o.allocation != nil && o.allocation.Status.State == nodusv1.AllocationStateActive:
+		return o.allocation.Status.Node
+	}
+	return ""
+}
+
+func effectiveLoginUser(r *nodusv1.Reservation, node *nodusv1.Node) string {
+	if r.Spec.LoginUser != "" {
+		return r.Spec.LoginUser
+	}
+	if node != nil {
+		return node.Spec.LoginUser
+	}
+	return ""
+}
+
+func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservation, o observed) {
+	placed := metav1.Condition{Type: "Placed", Status: metav1.ConditionTrue, Reason: "NodeAssigned",
+		Message: fmt.Sprintf("placed on node %s", st.Node), LastTransitionTime: metav1.Time{Time: o.now}}
+	if st.Node == "" {
+		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
+		placed.Message = "no node is placed yet"
+		if r.Spec.Placement.Allocation != "" || r.Spec.Placement.ResourceClass != "" {
+			placed.Message = "waiting for allocation " + allocationName(r) + " to become active"
+		}
+	}
+	meta.SetStatusCondition(&st.Conditions, placed)
+}
+
+// project builds the customer-safe ReservedHost of r.
+func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
+	host := &nodusv1.ReservedHost{}
+	if o.host != nil {
+		host = o.host.DeepCopy()
+	}
+	host.Name, host.Namespace = r.Name, r.Spec.Project
+	if host.Labels == nil {
+		host.Labels = map[string]string{}
+	}
+	host.Labels[LabelReservation] = r.Name
+	reservedhost.ApplyReservation(host, r)
+
+	node := o.node
+	if node != nil && node.Name != r.Status.Node {
+		node = nil // the placement moved on: show nothing of a node the reservation left
+	}
+	host.Status.Connect = nil
+	if node != nil {
+		host.Status.Inventory = node.Status.Inventory
+		host.Status.Pool = node.Spec.Pool
+		host.Status.LastHeartbeatTime = node.Status.LastHeartbeatTime
+		if node.Status.SSHHostKey != "" && host.Status.Reservation.LoginUser != "" {
+			host.Status.Connect = &nodusv1.ReservedHostConnect{
+				Command:   fmt.Sprintf("nodus ssh %s/%s", r.Spec.Project, r.Name),
+				Host:      fmt.Sprintf("%s.%s.nodus", r.Name, r.Spec.Project),
+				HostKey:   node.Status.SSHHostKey,
+				LoginUser: host.Status.Reservation.LoginUser,
+			}
+		}
+	}
+	now := metav1.Time{Time: o.now}
+	meta.SetStatusCondition(&host.Status.Conditions, connected(r, node, now))
+	meta.SetStatusCondition(&host.Status.Conditions, eligible(r, now))
+	return host
+}
+
+func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{Type: nodusv1.ReservedHostConditionConnected, Status: metav1.ConditionFalse, LastTransitionTime: now}
+	switch {
+	case node == nil:
+		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
+	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
+		c.Reason, c.Message = "HeartbeatMissing", "the host's agent has not reported within three heartbeat intervals"
+	case node.Status.AppliedEpoch != r.Status.Epoch:
+		c.Reason = "EpochNotApplied"
+		c.Message = fmt.Sprintf("the host's agent applied epoch %d, the reservation is at epoch %d", node.Status.AppliedEpoch, r.Status.Epoch)
+	default:
+		c.Status, c.Reason = metav1.ConditionTrue, "AgentCurrent"
+		c.Message = fmt.Sprintf("the host's current agent reports on time at epoch %d", r.Status.Epoch)
+	}
+	return c
+}
+
+func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {
+	c := metav1.Condition{Type: nodusv1.ReservedHostConditionEligible, Status: metav1.ConditionFalse, LastTransitionTime: now}
+	switch r.Status.State {
+	case nodusv1.ReservationStateActive:
+		c.Status, c.Reason = metav1.ConditionTrue, "WithinTerm"
+		c.Message = "the term runs until " + r.Spec.EndsAt.UTC().Format(time.RFC3339)
+	case nodusv1.ReservationStatePending:
+		c.Reason, c.Message = "NotStarted", "the term starts at "+r.Spec.StartsAt.UTC().Format(time.RFC3339)
+	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
+		c.Reason, c.Message = "Released", "the owner released this host's capacity"
+	default:
+		c.Reason, c.Message = "TermEnded", "the term ended at "+r.Spec.EndsAt.UTC().Format(time.RFC3339)
+	}
+	return c
+}
+
+// allocationName is the Allocation a reservation uses: the one it names,
+// or the one the controller makes for a resource-class placement.
+func allocationName(r *nodusv1.Reservation) string {
+	if r.Spec.Placement.Allocation != "" {
+		return r.Spec.Placement.Allocation
+	}
+	if r.Spec.Placement.ResourceClass != "" {
+		return "reservation-" + r.Name
+	}
+	return ""
+}

@@ -1,0 +1,102 @@
+// Package liveness tracks which nodes' agents are alive with etcd leases, so
+// that a heartbeat costs a lease keep-alive (which etcd's leader answers
+// without a raft write) instead of a write of the Node. A node's key lives
+// while its agent beats; it vanishes TTL after the last beat.
+package liveness
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Prefix holds one key per live node; its value is the lease id.
+const Prefix = "/nodus/liveness/"
+
+// Tracker keeps nodes alive. It is safe for concurrent use, and several
+// server replicas may share the keys: a replica that does not know a node's
+// lease reads it from the key.
+type Tracker struct {
+	client *clientv3.Client
+	ttl    time.Duration
+
+	mu     sync.Mutex
+	leases map[string]clientv3.LeaseID
+}
+
+// New returns a tracker whose nodes die ttl after their last beat.
+func New(client *clientv3.Client, ttl time.Duration) *Tracker {
+	return &Tracker{client: client, ttl: ttl, leases: map[string]clientv3.LeaseID{}}
+}
+
+// Beat records a heartbeat of node. revived says that the node was not alive
+// before this beat.
+func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err error) {
+	t.mu.Lock()
+	lease, known := t.leases[node]
+	t.mu.Unlock()
+	if !known {
+		resp, err := t.client.Get(ctx, Prefix+node)
+		if err != nil {
+			return false, err
+		}
+		if len(resp.Kvs) > 0 {
+			if id, err := strconv.ParseInt(string(resp.Kvs[0].Value), 16, 64); err == nil {
+				lease, known = clientv3.LeaseID(id), true
+			}
+		}
+	}
+	if known {
+		_, err := t.client.KeepAliveOnce(ctx, lease)
+		if err == nil {
+			t.remember(node, lease)
+			return false, nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return false, err
+		}
+	}
+	grant, err := t.client.Grant(ctx, int64(t.ttl.Seconds()))
+	if err != nil {
+		return false, err
+	}
+	if _, err := t.client.Put(ctx, Prefix+node, strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID)); err != nil {
+		return false, err
+	}
+	t.remember(node, grant.ID)
+	return true, nil
+}
+
+// Alive says whether node beat within the TTL.
+func (t *Tracker) Alive(ctx context.Context, node string) (bool, error) {
+	resp, err := t.client.Get(ctx, Prefix+node, clientv3.WithCountOnly())
+	if err != nil {
+		return false, err
+	}
+	return resp.Count > 0, nil
+}
+
+// WatchDeaths calls died for every node whose key expires, until ctx ends.
+func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
+	for resp := range t.client.Watch(ctx, Prefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
+		for _, ev := range resp.Events {
+			node := strings.TrimPrefix(string(ev.Kv.Key), Prefix)
+			t.mu.Lock()
+			delete(t.leases, node)
+			t.mu.Unlock()
+			died(node)
+		}
+	}
+}
+
+func (t *Tracker) remember(node string, lease clientv3.LeaseID) {
+	t.mu.Lock()
+	t.leases[node] = lease
+	t.mu.Unlock()
+}

@@ -1,0 +1,170 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/liveness"
+)
+
+// HeartbeatREST serves POST nodes/{name}/heartbeat, the agent's report.
+// Liveness costs an etcd lease keep-alive; the Node is written only when
+// something in it changes (readiness, applied epoch), and its
+// lastHeartbeatTime at most every PersistEvery. A report is evidence only
+// from the node's current agent generation, and per reservation only at the
+// reservation's current epoch.
+type HeartbeatREST struct {
+	Nodes        *genericregistry.Store // nodes/status
+	Reservations *genericregistry.Store // reservations/status
+	Liveness     *liveness.Tracker
+	Interval     time.Duration
+	PersistEvery time.Duration
+	Now          func() time.Time
+}
+
+var (
+	_ rest.NamedCreater    = &HeartbeatREST{}
+	_ rest.StorageMetadata = &HeartbeatREST{}
+)
+
+func (h *HeartbeatREST) New() runtime.Object               { return &nodusv1.NodeHeartbeat{} }
+func (h *HeartbeatREST) Destroy()                          {}
+func (h *HeartbeatREST) ProducesMIMETypes(string) []string { return nil }
+func (h *HeartbeatREST) ProducesObject(string) interface{} { return nodusv1.NodeHeartbeat{} }
+
+// Create takes one heartbeat.
+func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	beat, ok := obj.(*nodusv1.NodeHeartbeat)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeHeartbeat, got %T", obj))
+	}
+	current, err := h.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	node := current.(*nodusv1.Node)
+	if beat.AgentGeneration != node.Status.AgentGeneration {
+		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
+			fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, node.Status.AgentGeneration), "")
+	}
+	answer := beat.DeepCopy()
+	answer.IntervalSeconds = int32(h.Interval.Seconds())
+	if len(options.DryRun) > 0 {
+		return answer, nil
+	}
+	if _, err := h.Liveness.Beat(ctx, name); err != nil {
+		return nil, apierrors.NewServiceUnavailable("recording the heartbeat: " + err.Error())
+	}
+	now := metav1.NewTime(h.now().Truncate(time.Second))
+	applied := node.Status.AppliedEpoch
+	for _, e := range beat.Reservations {
+		onNode, err := h.drain(ctx, name, e, now)
+		if err != nil {
+			return nil, err
+		}
+		if onNode && e.AppliedEpoch > applied {
+			applied = e.AppliedEpoch
+		}
+	}
+	if h.nodeChanged(node, applied, now) {
+		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+				n := old.(*nodusv1.Node).DeepCopy()
+				if n.Status.AgentGeneration != beat.AgentGeneration {
+					return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
+						fmt.Sprintf("node %q was re-enrolled during the heartbeat", name), "")
+				}
+				h.applyBeat(n, applied, now)
+				return n, nil
+			}), nil, nil, false, &metav1.UpdateOptions{})
+		if err != nil {
+			return nil, err
+		}
+	}
+	return answer, nil
+}
+
+// drain turns evidence into a final state: a releasing (ending) reservation
+// on this node whose current epoch the agent applied, with no owner session
+// and no borrower execution left, is released (ended). It reports whether
+// the reservation is on this node at all.
+func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, error) {
+	obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res := obj.(*nodusv1.Reservation)
+	if res.Status.Node != node {
+		return false, nil
+	}
+	if !drained(res, e) {
+		return true, nil
+	}
+	_, _, err = h.Reservations.Update(ctx, e.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			r := old.(*nodusv1.Reservation).DeepCopy()
+			if r.Status.Node != node || !drained(r, e) {
+				return r, nil // the epoch moved on meanwhile: this evidence is stale
+			}
+			switch r.Status.State {
+			case nodusv1.ReservationStateReleasing:
+				r.Status.State = nodusv1.ReservationStateReleased
+				r.Status.Release.DrainedAt = &now
+			case nodusv1.ReservationStateEnding:
+				r.Status.State = nodusv1.ReservationStateEnded
+				r.Status.EndedAt = &now
+			}
+			return r, nil
+		}), nil, nil, false, &metav1.UpdateOptions{})
+	return true, err
+}
+
+func drained(r *nodusv1.Reservation, e nodusv1.ReservationEvidence) bool {
+	retiring := r.Status.State == nodusv1.ReservationStateReleasing || r.Status.State == nodusv1.ReservationStateEnding
+	if r.Status.State == nodusv1.ReservationStateReleasing && r.Status.Release == nil {
+		return false
+	}
+	return retiring && e.AppliedEpoch == r.Status.Epoch && e.OwnerSessions == 0 && e.BorrowerExecutions == 0
+}
+
+func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, now metav1.Time) bool {
+	c := n.DeepCopy()
+	h.applyBeat(c, applied, now)
+	return c.Status.AppliedEpoch != n.Status.AppliedEpoch ||
+		!meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) ||
+		!c.Status.LastHeartbeatTime.Equal(n.Status.LastHeartbeatTime)
+}
+
+func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, now metav1.Time) {
+	n.Status.AppliedEpoch = applied
+	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
+		Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived",
+		Message: "the agent reports on time", LastTransitionTime: now,
+	})
+	if n.Status.LastHeartbeatTime == nil || now.Sub(n.Status.LastHeartbeatTime.Time) >= h.PersistEvery {
+		n.Status.LastHeartbeatTime = &now
+	}
+	if n.Status.ProvisionState == nodusv1.ProvisionStateEnroll {
+		n.Status.ProvisionState = nodusv1.ProvisionStateAvailable
+	}
+}
+
+func (h *HeartbeatREST) now() time.Time {
+	if h.Now != nil {
+		return h.Now()
+	}
+	return time.Now()
+}
