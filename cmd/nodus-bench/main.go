@@ -7,11 +7,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
 	"sort"
 	"sync"
 	"text/tabwriter"
@@ -54,7 +52,7 @@ func run(c config) error {
 		return err
 	}
 	defer s.Stop()
-	etcd, err := etcdClient(dir)
+	etcd, err := s.EtcdClient()
 	if err != nil {
 		return err
 	}
@@ -222,18 +220,6 @@ func parallel(n, conc int, op func(i int) error) error {
 	default:
 		return nil
 	}
-}
-
-func etcdClient(dataDir string) (*clientv3.Client, error) {
-	data, err := os.ReadFile(filepath.Join(dataDir, "etcd", "ports.json"))
-	if err != nil {
-		return nil, err
-	}
-	var ports struct{ Client int }
-	if err := json.Unmarshal(data, &ports); err != nil {
-		return nil, err
-	}
-	return clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", ports.Client)}, DialTimeout: 10 * time.Second})
 }
 
 func host(name string) *nodusv1.ReservedHost {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -77,8 +78,8 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	if u, ok := request.UserFrom(ctx); ok {
 		user = u.GetName()
 	}
-	scope := digest(user, req.Method, req.URL.Path, key)
-	fingerprint := digest(req.URL.Query().Encode(), string(body))
+	scope := ScopeKey(user, req.Method, req.URL.Path, key)
+	fingerprint := Fingerprint(req.URL.RawQuery, body)
 
 	existing, err := store.Begin(ctx, scope, fingerprint)
 	if err != nil {
@@ -169,6 +170,20 @@ func parseKey(values []string) (string, bool) {
 // isTokenChar is RFC 9110's tchar.
 func isTokenChar(c rune) bool {
 	return c < 0x7f && (c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || strings.ContainsRune("!#$%&'*+-.^_`|~", c))
+}
+
+// ScopeKey is the record key of an Idempotency-Key: keys are scoped to the
+// caller, the method and the path.
+func ScopeKey(user, method, path, key string) string { return digest(user, method, path, key) }
+
+// Fingerprint identifies a request's query and body, to tell a retry from a
+// different request under the same key.
+func Fingerprint(rawQuery string, body []byte) string {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return digest(rawQuery, string(body))
+	}
+	return digest(q.Encode(), string(body))
 }
 
 func digest(parts ...string) string {

@@ -4,12 +4,17 @@ package testserver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -112,4 +117,20 @@ func (s *Server) Stop() {
 	case <-time.After(time.Minute):
 		fmt.Fprintln(os.Stderr, "testserver: server did not stop within a minute")
 	}
+}
+
+// EtcdClient connects to the server's embedded etcd, for tests and
+// benchmarks that look underneath the API.
+func (s *Server) EtcdClient() (*clientv3.Client, error) {
+	data, err := os.ReadFile(filepath.Join(s.DataDir, "etcd", "ports.json"))
+	if err != nil {
+		return nil, err
+	}
+	var ports struct{ Client int }
+	if err := json.Unmarshal(data, &ports); err != nil {
+		return nil, err
+	}
+	return clientv3.New(clientv3.Config{
+		Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", ports.Client)}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
+	})
 }
