@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -25,6 +26,7 @@ import (
 	"k8s.io/apiserver/pkg/storage/storagebackend"
 	"k8s.io/apiserver/pkg/util/compatibility"
 
+	"github.com/nodus-dev/nodus/deploy"
 	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -159,6 +161,10 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, fmt.Errorf("etcd: %w", err)
 	}
 
+	if err := o.applyAudit(generic); err != nil {
+		return nil, fmt.Errorf("audit: %w", err)
+	}
+
 	stores, err := newStores(scheme, generic)
 	if err != nil {
 		return nil, err
@@ -266,4 +272,25 @@ func (g storeGetters) GetAccessToken(ctx context.Context, name string, fresh boo
 		return nil, err
 	}
 	return obj.(*nodusv1.AccessToken), nil
+}
+
+// applyAudit configures the audit log backend with the policy.
+func (o *Options) applyAudit(generic *genericapiserver.Config) error {
+	audit := genericoptions.NewAuditOptions()
+	audit.LogOptions.Path = o.AuditLogPath
+	if audit.LogOptions.Path == "" {
+		audit.LogOptions.Path = filepath.Join(o.DataDir, "audit.log")
+	}
+	audit.LogOptions.Format = "json"
+	audit.PolicyFile = o.AuditPolicyFile
+	if audit.PolicyFile == "" {
+		audit.PolicyFile = filepath.Join(o.DataDir, "audit-policy.yaml")
+		if err := pki.WriteFileAtomic(audit.PolicyFile, deploy.AuditPolicy, 0o644); err != nil {
+			return err
+		}
+	}
+	if errs := audit.Validate(); len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	return audit.ApplyTo(generic)
 }

@@ -31,6 +31,10 @@ type Options struct {
 	// HeartbeatInterval is how often agents report; a node is not ready
 	// after three missed intervals.
 	HeartbeatInterval time.Duration
+	// AuditLogPath is where audit events go; empty means DIR/audit.log, "-" stdout.
+	AuditLogPath string
+	// AuditPolicyFile overrides the built-in audit policy.
+	AuditPolicyFile string
 
 	// Listener, when set, is used instead of binding BindAddress:SecurePort
 	// (tests pass a listener on port 0).
@@ -58,6 +62,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the API listens on; 0.0.0.0 for all interfaces.")
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra host names or IPs the serving certificate covers.")
 	fs.StringVar(&o.DocsBaseURL, "docs-base-url", o.DocsBaseURL, "Base URL of the error docs pages named in error bodies; default: this server's /docs/errors.")
+	fs.StringVar(&o.AuditLogPath, "audit-log-path", o.AuditLogPath, `Audit log file; default DIR/audit.log, "-" for standard output.`)
+	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 

@@ -1,0 +1,147 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/server"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestDrainedAtNeedsCurrentEvidence: after a release, drainedAt is set only
+// by a heartbeat of the node's current agent generation, at the new epoch,
+// reporting no owner session and no borrower execution.
+func TestDrainedAtNeedsCurrentEvidence(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "h-drain", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if r := f.release(t, f.admin, "h-drain", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	notDrained := func(why string) {
+		t.Helper()
+		if st := f.reservation(t, "h-drain").Status; st.State != nodusv1.ReservationStateReleasing || st.Release.DrainedAt != nil {
+			t.Fatalf("%s drained the host: %+v", why, st)
+		}
+	}
+
+	stale := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 0, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
+	expectReason(t, stale, http.StatusConflict, apierror.ReasonStaleAgent)
+	notDrained("an old agent generation")
+
+	for why, e := range map[string]nodusv1.ReservationEvidence{
+		"the old epoch":          evidence("h-drain", 1, 0, 0),
+		"a live owner session":   evidence("h-drain", 2, 1, 0),
+		"a running borrower job": evidence("h-drain", 2, 0, 3),
+	} {
+		if r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{e}}); r.code != 200 {
+			t.Fatalf("heartbeat: %d %s", r.code, r.body)
+		}
+		notDrained(why)
+	}
+	// Evidence about this reservation from another node never counts.
+	f.node(t, "elsewhere")
+	f.heartbeat(t, "elsewhere", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
+	notDrained("another node's report")
+
+	r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
+	if r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	st := f.reservation(t, "h-drain").Status
+	if st.State != nodusv1.ReservationStateReleased || st.Release.DrainedAt == nil || st.Epoch != 2 {
+		t.Fatalf("the current agent's evidence did not drain: %+v", st)
+	}
+	h := f.waitHost(t, "h-drain", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Release != nil && h.Status.Release.DrainedAt != nil
+	})
+	if h.Status.Reservation.State != nodusv1.ReservationStateReleased {
+		t.Errorf("host state %s, want released", h.Status.Reservation.State)
+	}
+}
+
+// TestTermEnd: at endsAt the controller retires access (ending, epoch + 1);
+// the agent's evidence ends it; then the allocation is released.
+func TestTermEnd(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	f.node(t, "h-term")
+	alloc, err := c.Allocations().Create(ctx(t), allocation("alloc-term"), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The allocation controller (another issue) would claim the node; do it here.
+	alloc.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateActive, Node: "h-term"}
+	if _, err := c.Allocations().UpdateStatus(ctx(t), alloc, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.reserve(t, "h-term", nodusv1.ReservationPlacement{Allocation: "alloc-term"}, time.Now().Add(-time.Minute), time.Now().Add(3*time.Second))
+	active := f.waitHost(t, "h-term", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	if active.Status.Reservation.Epoch != 1 || active.Status.Reservation.LoginUser != "ubuntu" {
+		t.Errorf("activation: %+v", active.Status.Reservation)
+	}
+	ending := f.waitHost(t, "h-term", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateEnding
+	})
+	if ending.Status.Reservation.Epoch != 2 {
+		t.Errorf("term end must raise the epoch once: %d", ending.Status.Reservation.Epoch)
+	}
+	if cond := meta.FindStatusCondition(ending.Status.Conditions, nodusv1.ReservedHostConditionEligible); cond == nil || cond.Reason != "TermEnded" {
+		t.Errorf("Eligible condition: %+v", cond)
+	}
+	f.heartbeat(t, "h-term", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-term", 2, 0, 0)}})
+	f.waitHost(t, "h-term", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateEnded })
+	err = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		_, err := c.Allocations().Get(cx, "alloc-term", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	})
+	if err != nil {
+		t.Errorf("the allocation was not released after the term ended")
+	}
+}
+
+// TestConnectedFollowsHeartbeats: a fresh heartbeat of the current agent at
+// the current epoch makes the host Connected; three missed intervals make
+// the node not ready and the host not connected.
+func TestConnectedFollowsHeartbeats(t *testing.T) {
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	f := newFleet(t, s)
+	f.host(t, "h-live", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	connected := func(status metav1.ConditionStatus, reason string) {
+		t.Helper()
+		f.waitHost(t, "h-live", func(h *nodusv1.ReservedHost) bool {
+			c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+			return c != nil && c.Status == status && c.Reason == reason
+		})
+	}
+	connected(metav1.ConditionFalse, "HeartbeatMissing")
+	f.heartbeat(t, "h-live", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-live", 0, 0, 0)}})
+	connected(metav1.ConditionFalse, "EpochNotApplied")
+	beat := f.heartbeat(t, "h-live", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-live", 1, 1, 0)}})
+	if beat.code != 200 {
+		t.Fatalf("heartbeat: %d %s", beat.code, beat.body)
+	}
+	connected(metav1.ConditionTrue, "AgentCurrent")
+	// No more beats: after three intervals the lease expires.
+	connected(metav1.ConditionFalse, "HeartbeatMissing")
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-live", metav1.GetOptions{})
+	if err != nil || meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+		t.Errorf("node still ready after missed heartbeats: %v %+v", err, n.Status.Conditions)
+	}
+}
