@@ -45,7 +45,7 @@ spec:
 ---
 apiVersion: nodus.dev/v1
 kind: ReservedHost
-metadata: {name: r1, namespace: acme}
+metadata: {name: manual, namespace: acme}
 status:
   inventory: {cpu: 224, memoryMiB: 2097152, diskGiB: 3500, gpus: [{type: h100-sxm-80g, memoryMiB: 81559, driver: "550.54.15"}]}
   pool: fra1
@@ -64,7 +64,7 @@ var kinds = []struct{ resource, name, namespace string }{
 	{"nodes", "gpu-001", ""},
 	{"allocations", "alloc-1", ""},
 	{"reservations", "r1", ""},
-	{"reservedhosts", "r1", "acme"},
+	{"reservedhosts", "manual", "acme"},
 	{"accesstokens", "alice-laptop", ""},
 }
 
@@ -128,6 +128,32 @@ func TestKubectl(t *testing.T) {
 			if !strings.Contains(out, col) {
 				t.Errorf("reservedhosts table lacks %q:\n%s", col, out)
 			}
+		}
+	})
+
+	t.Run("the controller projects the reservation; release with create --raw", func(t *testing.T) {
+		var out string
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if out, _, _ = s.kubectl("get", "reservedhost", "r1", "-n", "acme", "-o", "yaml"); strings.Contains(out, "state: active") {
+				break
+			}
+		}
+		for _, want := range []string{"state: active", "epoch: 1", "type: Connected", "type: Eligible", "reason: WithinTerm", "loginUser: ubuntu", "project: acme"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("projection lacks %q:\n%s", want, out)
+			}
+		}
+		body := filepath.Join(t.TempDir(), "release.json")
+		if err := os.WriteFile(body, []byte(`{"agreed": true, "epoch": 1}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		out = s.must(t, "create", "--raw", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/release-capacity", "-f", body)
+		if !strings.Contains(out, `"state":"releasing"`) || !strings.Contains(out, `"epoch":2`) {
+			t.Errorf("release answer: %s", out)
+		}
+		_, errOut, err := s.kubectl("create", "--raw", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/release-capacity", "-f", body)
+		if err == nil || !strings.Contains(errOut, "AlreadyReleased") {
+			t.Errorf("a second release: %v %s", err, errOut)
 		}
 	})
 

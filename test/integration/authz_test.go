@@ -25,6 +25,8 @@ type kindUnderTest struct {
 	readOnly bool
 	// statusOnly: only get, update and patch are served.
 	statusOnly bool
+	// action is the body of an action subresource, which serves only create (POST).
+	action string
 }
 
 var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delete"}
@@ -34,6 +36,11 @@ var verbs = []string{"get", "list", "watch", "create", "update", "patch", "delet
 func TestAuthorizationMatrix(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	seedMatrix(t, s)
+	// The reservation controller projects r1; wait until it settles so that
+	// the matrix's updates do not race it.
+	(&fleet{s: s}).waitHost(t, "r1", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 
 	const nodus = "/apis/nodus.dev/v1"
 	kinds := []kindUnderTest{
@@ -49,6 +56,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}},
 		{name: "reservedhosts", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", newObject: func() interface{} { return reservedHost("acme", "new-host") }},
 		{name: "reservedhosts/status", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", statusOnly: true},
+		{name: "reservedhosts/release-capacity", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"agreed":true,"epoch":1}`},
+		{name: "nodes/heartbeat", collection: nodus + "/nodes", object: "gpu-001", action: `{"agentGeneration":0}`},
 		{name: "namespaces", collection: "/api/v1/namespaces", object: "acme", readOnly: true, newObject: func() interface{} {
 			return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "new-ns"}}
 		}},
@@ -109,6 +118,9 @@ func expectedCode(role string, k kindUnderTest, verb string) int {
 	if k.statusOnly && verb != "get" && verb != "update" && verb != "patch" {
 		return 0
 	}
+	if k.action != "" && verb != "create" {
+		return 0
+	}
 	if role == "anonymous" {
 		return http.StatusUnauthorized
 	}
@@ -117,7 +129,7 @@ func expectedCode(role string, k kindUnderTest, verb string) int {
 		if k.readOnly && write {
 			return http.StatusMethodNotAllowed
 		}
-		return success(verb)
+		return success(k, verb)
 	}
 	allowed := false
 	switch k.name {
@@ -127,14 +139,21 @@ func expectedCode(role string, k kindUnderTest, verb string) int {
 		allowed = verb == "list" || verb == "watch" || (verb == "get" && role != "outsider")
 	case "projects":
 		allowed = verb == "get" && role != "outsider"
+	case "reservedhosts/release-capacity":
+		if role == "admin" {
+			return http.StatusOK
+		}
 	}
 	if allowed {
-		return success(verb)
+		return success(k, verb)
 	}
 	return http.StatusForbidden
 }
 
-func success(verb string) int {
+func success(k kindUnderTest, verb string) int {
+	if k.action != "" {
+		return http.StatusOK // actions create nothing
+	}
 	if verb == "create" {
 		return http.StatusCreated
 	}
@@ -148,6 +167,10 @@ func send(t *testing.T, s *testserver.Server, cfg *rest.Config, k kindUnderTest,
 	item := k.collection + "/" + k.object
 	if k.statusOnly {
 		item += "/status"
+	}
+	if k.action != "" {
+		sub := k.name[strings.Index(k.name, "/")+1:]
+		return do(t, cfg, "POST", item+"/"+sub+"?dryRun=All", "application/json", strings.NewReader(k.action)).code
 	}
 	var method, path, ctype string
 	var body []byte
@@ -206,7 +229,6 @@ func seedMatrix(t *testing.T, s *testserver.Server) {
 	must(c.Nodes().Create(ctx, node("gpu-001"), metav1.CreateOptions{}))
 	must(c.Allocations().Create(ctx, allocation("a1"), metav1.CreateOptions{}))
 	must(c.Reservations().Create(ctx, reservation("r1"), metav1.CreateOptions{}))
-	must(c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{}))
 	must(c.AccessTokens().Create(ctx, &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "tok1"}, Spec: nodusv1.AccessTokenSpec{User: "someone"}}, metav1.CreateOptions{}))
 }
 
@@ -220,5 +242,5 @@ func allocation(name string) *nodusv1.Allocation {
 
 func reservation(name string) *nodusv1.Reservation {
 	return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.ReservationSpec{
-		Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: termStart, EndsAt: termEnd}}
+		Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: termStart, EndsAt: termEnd, LoginUser: "ubuntu"}}
 }

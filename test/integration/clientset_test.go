@@ -133,7 +133,7 @@ func TestClientsetCRUD(t *testing.T) {
 	})
 
 	t.Run("ReservedHost", func(t *testing.T) {
-		h, err := c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{})
+		h, err := c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "manual"), metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -145,14 +145,14 @@ func TestClientsetCRUD(t *testing.T) {
 		if h, err = c.ReservedHosts("acme").UpdateStatus(ctx, h, metav1.UpdateOptions{}); err != nil || h.Status.Reservation.Epoch != 2 {
 			t.Fatalf("status update: %v", err)
 		}
-		list, err := c.ReservedHosts("").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active"})
+		list, err := c.ReservedHosts("").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active,metadata.name=manual"})
 		if err != nil || len(list.Items) != 1 {
 			t.Fatalf("list across projects: %v %d", err, len(list.Items))
 		}
-		if err := c.ReservedHosts("acme").Delete(ctx, "r1", metav1.DeleteOptions{}); err != nil {
+		if err := c.ReservedHosts("acme").Delete(ctx, "manual", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		if _, err := c.ReservedHosts("acme").Get(ctx, "manual", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("after delete: want 404, got %v", err)
 		}
 	})

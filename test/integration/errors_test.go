@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -57,17 +58,42 @@ func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
 func TestEveryReasonIsReachable(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	c, ctx := s.Client.NodusV1(), ctx(t)
-	if _, err := c.Projects().Create(ctx, project("acme", nodusv1.ProjectMember{Name: "victor", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pool, err := c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{})
+	f := newFleet(t, s)
+	pool, err := c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra2"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.ReservedHosts("acme").Create(ctx, reservedHost("acme", "r1"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	victor := tokenFor(t, s, "victor")
+	victor := f.viewer
+	now := time.Now()
+	f.host(t, "active", now.Add(-time.Hour), now.Add(time.Hour))
+	f.host(t, "released", now.Add(-time.Hour), now.Add(time.Hour))
+	if r := f.release(t, f.admin, "released", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	f.node(t, "future")
+	f.reserve(t, "future", nodusv1.ReservationPlacement{Node: "future"}, now.Add(time.Hour), now.Add(2*time.Hour))
+	f.waitHost(t, "future", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStatePending
+	})
+	f.host(t, "over", now.Add(-time.Hour), time.Now().Add(2*time.Second))
+	f.waitHost(t, "over", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateEnding
+	})
+	if r := f.release(t, f.admin, "active", `{"agreed":true,"epoch":9}`, "", "Idempotency-Key", "used-once"); r.code != 409 {
+		t.Fatalf("stale release: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	inFlight := "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/active/release-capacity"
+	if _, err := idempotencyStore(etcd).Begin(ctx, scopeKey("alice", "POST", inFlight, "running"), fingerprint("", agreed)); err != nil {
+		t.Fatal(err)
+	}
 	stale := pool.DeepCopy()
 	pool.Spec.Supplier = "changed"
 	if _, err := c.Pools().Update(ctx, pool, metav1.UpdateOptions{}); err != nil {
@@ -96,7 +122,7 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fra1"}}`))
 		},
 		metav1.StatusReasonConflict: func() response {
-			return do(t, s.Config, "PUT", pools+"/fra1", "application/json", bytes.NewReader(staleBody))
+			return do(t, s.Config, "PUT", pools+"/fra2", "application/json", bytes.NewReader(staleBody))
 		},
 		metav1.StatusReasonRequestEntityTooLarge: func() response {
 			huge := `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"big"},"spec":{"supplier":"` + strings.Repeat("x", 4<<20) + `"}}`
@@ -108,7 +134,28 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		metav1.StatusReasonInvalid: func() response {
 			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"Not_A_Name"}}`))
 		},
-		metav1.StatusReasonTimeout: func() response { return do(t, s.Config, "GET", pools+"?timeout=1ns", "", nil) },
+		metav1.StatusReasonTimeout:          func() response { return do(t, s.Config, "GET", pools+"?timeout=1ns", "", nil) },
+		apierror.ReasonReleaseNotAgreed:     func() response { return f.release(t, f.admin, "active", `{"agreed":false,"epoch":1}`, "") },
+		apierror.ReasonEpochRequired:        func() response { return f.release(t, f.admin, "active", `{"agreed":true}`, "") },
+		apierror.ReasonEpochConflict:        func() response { return f.release(t, f.admin, "active", `{"agreed":true,"epoch":9}`, "") },
+		apierror.ReasonAlreadyReleased:      func() response { return f.release(t, f.admin, "released", `{"agreed":true,"epoch":2}`, "") },
+		apierror.ReasonTermEnded:            func() response { return f.release(t, f.admin, "over", `{"agreed":true,"epoch":2}`, "") },
+		apierror.ReasonReservationNotActive: func() response { return f.release(t, f.admin, "future", `{"agreed":true,"epoch":0}`, "") },
+		apierror.ReasonPreconditionFailed: func() response {
+			return f.release(t, f.admin, "active", agreed, "", "If-Match", `"0"`)
+		},
+		apierror.ReasonIdempotencyKeyInvalid: func() response {
+			return f.release(t, f.admin, "active", agreed, "", "Idempotency-Key", "two words")
+		},
+		apierror.ReasonIdempotencyKeyReused: func() response {
+			return f.release(t, f.admin, "active", agreed, "", "Idempotency-Key", "used-once")
+		},
+		apierror.ReasonIdempotencyKeyInFlight: func() response {
+			return f.release(t, f.admin, "active", agreed, "", "Idempotency-Key", "running")
+		},
+		apierror.ReasonStaleAgent: func() response {
+			return f.heartbeat(t, "active", nodusv1.NodeHeartbeat{AgentGeneration: 0})
+		},
 		apierror.ReasonProjectNotFound: func() response {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/ghost/reservedhosts", "application/json", bytes.NewReader(ghost))
 		},

@@ -87,7 +87,11 @@ func reconcile(o observed) decision {
 	}
 	next := r.DeepCopy()
 	next.Status = *st
-	d.host = project(next, o)
+	if loginUser != "" || st.LoginUser != "" {
+		// Without a login user there is nothing a customer could use yet;
+		// the Placed condition says what is missing.
+		d.host = project(next, o)
+	}
 	return d
 }
 
@@ -116,7 +120,11 @@ func effectiveLoginUser(r *nodusv1.Reservation, node *nodusv1.Node) string {
 func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservation, o observed) {
 	placed := metav1.Condition{Type: "Placed", Status: metav1.ConditionTrue, Reason: "NodeAssigned",
 		Message: fmt.Sprintf("placed on node %s", st.Node), LastTransitionTime: metav1.Time{Time: o.now}}
-	if st.Node == "" {
+	switch {
+	case st.Node == "" && placedNode(o) != "" && effectiveLoginUser(r, o.node) == "":
+		placed.Status, placed.Reason = metav1.ConditionFalse, "LoginUserUnknown"
+		placed.Message = "neither the reservation nor node " + placedNode(o) + " names a loginUser"
+	case st.Node == "":
 		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
 		placed.Message = "no node is placed yet"
 		if r.Spec.Placement.Allocation != "" || r.Spec.Placement.ResourceClass != "" {
@@ -138,6 +146,10 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	}
 	host.Labels[LabelReservation] = r.Name
 	reservedhost.ApplyReservation(host, r)
+	if host.Status.Reservation.LoginUser == "" {
+		// Before activation the host shows the account access will be for.
+		host.Status.Reservation.LoginUser = effectiveLoginUser(r, o.node)
+	}
 
 	node := o.node
 	if node != nil && node.Name != r.Status.Node {
