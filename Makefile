@@ -37,6 +37,6 @@ verify:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-ed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-## bench: API GET/LIST/UPDATE throughput against raw etcd on the same embedded etcd
-bench:
-	$(GO) run ./cmd/nodus-bench $(ARGS)
+## bench: API vs raw etcd, release latency, heartbeat cost (nodus-server runs as a child process)
+bench: build
+	bin/nodus-bench -server bin/nodus-server $(ARGS)

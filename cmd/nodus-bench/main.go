@@ -1,172 +1,85 @@
-// Command nodus-bench measures the API's GET, LIST and UPDATE throughput
-// against raw etcd Get, Range and Put of the same bytes on the same embedded
-// etcd, in one run, and prints the ratios.
+// Command nodus-bench measures nodus-server, started as a child process on
+// its embedded etcd, against baselines measured in the same run:
 //
-//	go run ./cmd/nodus-bench [-objects 1000] [-concurrency 8]
+//   - crud: API GET, LIST (1,000 objects) and UPDATE against raw etcd Get,
+//     Range and Put of the same bytes on the same etcd, as ratios;
+//
+//   - release: release-capacity latency, and the time until an agent's watch
+//     sees the new epoch;
+//
+//   - heartbeat: etcd writes and server CPU per heartbeat of many simulated
+//     nodes, extrapolated to 10,000 nodes at a 10 s interval.
+//
+//     go run ./cmd/nodus-bench [-scenarios crud,release,heartbeat] [-server bin/nodus-server]
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"os"
 	"sort"
+	"strings"
 	"sync"
-	"text/tabwriter"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
 type config struct {
 	objects, gets, updates, lists, concurrency int
+	releases                                   int
+	nodes, rounds                              int
+	interval                                   time.Duration
 }
 
 func main() {
 	var c config
-	flag.IntVar(&c.objects, "objects", 1000, "ReservedHosts to create; LIST returns all of them")
-	flag.IntVar(&c.gets, "gets", 5000, "GET requests per side")
-	flag.IntVar(&c.updates, "updates", 2000, "UPDATE requests per side")
-	flag.IntVar(&c.lists, "lists", 30, "LIST requests per side")
-	flag.IntVar(&c.concurrency, "concurrency", 8, "concurrent clients for GET and UPDATE")
+	var scenarios, binary string
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat", "which measurements to run")
+	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
+	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
+	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
+	flag.IntVar(&c.updates, "updates", 2000, "crud: UPDATE requests per side")
+	flag.IntVar(&c.lists, "lists", 30, "crud: LIST requests per side")
+	flag.IntVar(&c.concurrency, "concurrency", 8, "concurrent clients")
+	flag.IntVar(&c.releases, "releases", 200, "release: hosts to release")
+	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat: simulated nodes")
+	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: steady-state rounds measured after the first")
+	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
 	flag.Parse()
-	if err := run(c); err != nil {
+	if err := run(c, binary, strings.Split(scenarios, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "nodus-bench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(c config) error {
-	dir, err := os.MkdirTemp("", "nodus-bench")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	fmt.Fprintln(os.Stderr, "starting nodus-server on embedded etcd in", dir)
-	s, err := testserver.Start(dir, nil)
-	if err != nil {
-		return err
-	}
-	defer s.Stop()
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		return err
-	}
-	defer etcd.Close()
-	ctx := context.Background()
-	api := s.Client.NodusV1()
-
-	if _, err := api.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
-		return err
-	}
-	names := make([]string, c.objects)
-	// latest holds each host as last written, so that an UPDATE is one PUT
-	// with the right resourceVersion, like etcd's Put.
-	latest := make([]*nodusv1.ReservedHost, c.objects)
-	var latestMu sync.Mutex
-	fmt.Fprintf(os.Stderr, "creating %d ReservedHosts\n", c.objects)
-	if err := parallel(c.objects, c.concurrency, func(i int) error {
-		names[i] = fmt.Sprintf("host-%05d", i)
-		h, err := api.ReservedHosts("bench").Create(ctx, host(names[i]), metav1.CreateOptions{})
-		latestMu.Lock()
-		latest[i] = h
-		latestMu.Unlock()
-		return err
-	}); err != nil {
-		return err
-	}
-	key := func(i int) string { return "/registry/nodus.dev/reservedhosts/bench/" + names[i%len(names)] }
-	stored, err := etcd.Get(ctx, key(0))
-	if err != nil || len(stored.Kvs) == 0 {
-		return fmt.Errorf("read %s from etcd: %v", key(0), err)
-	}
-	value := string(stored.Kvs[0].Value)
-
-	var rows []row
-	measure := func(op string, n, conc int, apiOp, etcdOp func(i int) error) error {
-		a, err := timed(n, conc, apiOp)
-		if err != nil {
-			return fmt.Errorf("%s through the API: %w", op, err)
+func run(c config, binary string, scenarios []string) error {
+	for _, name := range scenarios {
+		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat}[name]
+		if !ok {
+			return fmt.Errorf("unknown scenario %q", name)
 		}
-		e, err := timed(n, conc, etcdOp)
+		// Each scenario gets a fresh server, so that none measures another's leftovers.
+		dir, err := os.MkdirTemp("", "nodus-bench")
 		if err != nil {
-			return fmt.Errorf("%s on raw etcd: %w", op, err)
+			return err
 		}
-		rows = append(rows, row{op, a, e})
-		return nil
-	}
-	if err := measure("GET", c.gets, c.concurrency,
-		func(i int) error {
-			_, err := api.ReservedHosts("bench").Get(ctx, names[i%len(names)], metav1.GetOptions{})
+		fmt.Fprintf(os.Stderr, "%s: starting nodus-server in %s\n", name, dir)
+		s, err := startServer(binary, dir)
+		if err != nil {
 			return err
-		},
-		func(i int) error { _, err := etcd.Get(ctx, key(i)); return err }); err != nil {
-		return err
+		}
+		err = scenario(s, c)
+		s.stop()
+		os.RemoveAll(dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
 	}
-	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, 1,
-		func(int) error {
-			l, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{})
-			if err == nil && len(l.Items) != c.objects {
-				err = fmt.Errorf("listed %d, want %d", len(l.Items), c.objects)
-			}
-			return err
-		},
-		func(int) error {
-			r, err := etcd.Get(ctx, "/registry/nodus.dev/reservedhosts/bench/", clientv3.WithPrefix())
-			if err == nil && len(r.Kvs) != c.objects {
-				err = fmt.Errorf("ranged %d, want %d", len(r.Kvs), c.objects)
-			}
-			return err
-		}); err != nil {
-		return err
-	}
-	// Each update changes the object so that the API really writes. Workers
-	// take indexes in order, so no two update the same host at once while
-	// there are more hosts than workers.
-	if err := measure("UPDATE", c.updates, c.concurrency,
-		func(i int) error {
-			latestMu.Lock()
-			h := latest[i%len(latest)].DeepCopy()
-			latestMu.Unlock()
-			h.Labels = map[string]string{"seq": fmt.Sprint(i)}
-			updated, err := api.ReservedHosts("bench").Update(ctx, h, metav1.UpdateOptions{})
-			if err == nil {
-				latestMu.Lock()
-				latest[i%len(latest)] = updated
-				latestMu.Unlock()
-			}
-			return err
-		},
-		func(i int) error { _, err := etcd.Put(ctx, "/bench-raw/"+names[i%len(names)], value); return err }); err != nil {
-		return err
-	}
-	print(rows, c, len(value))
 	return nil
 }
 
 type result struct {
 	perSecond float64
 	p50, p99  time.Duration
-}
-
-type row struct {
-	op        string
-	api, etcd result
-}
-
-func print(rows []row, c config, objectBytes int) {
-	fmt.Printf("nodus-bench: %d ReservedHosts of %d bytes in etcd, %d concurrent clients, one embedded etcd\n\n", c.objects, objectBytes, c.concurrency)
-	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(w, "operation\tAPI ops/s\tAPI p50\tAPI p99\tetcd ops/s\tetcd p50\tetcd p99\tAPI/etcd throughput\t")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%.2f\t\n", r.op, r.api.perSecond, r.api.p50, r.api.p99,
-			r.etcd.perSecond, r.etcd.p50, r.etcd.p99, r.api.perSecond/r.etcd.perSecond)
-	}
-	w.Flush()
 }
 
 // timed runs op n times on conc workers and reports throughput and latency.
@@ -183,14 +96,18 @@ func timed(n, conc int, op func(i int) error) (result, error) {
 	if err != nil {
 		return result{}, err
 	}
-	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
-	return result{
-		perSecond: float64(n) / elapsed.Seconds(),
-		p50:       lat[n/2].Round(time.Microsecond),
-		p99:       lat[n*99/100].Round(time.Microsecond),
-	}, nil
+	p50, p99 := percentiles(lat)
+	return result{perSecond: float64(n) / elapsed.Seconds(), p50: p50, p99: p99}, nil
 }
 
+func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
+	sorted := append([]time.Duration(nil), lat...)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i] < sorted[j] })
+	n := len(sorted)
+	return sorted[n/2].Round(time.Microsecond), sorted[n*99/100].Round(time.Microsecond)
+}
+
+// parallel runs op for 0..n-1 on conc workers and returns the first error.
 func parallel(n, conc int, op func(i int) error) error {
 	var wg sync.WaitGroup
 	errs := make(chan error, conc)
@@ -219,24 +136,5 @@ func parallel(n, conc int, op func(i int) error) error {
 		return err
 	default:
 		return nil
-	}
-}
-
-func host(name string) *nodusv1.ReservedHost {
-	start := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
-	end := metav1.NewTime(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
-	gpus := make([]nodusv1.NodeGPU, 8)
-	for i := range gpus {
-		gpus[i] = nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559, Driver: "550.54.15"}
-	}
-	return &nodusv1.ReservedHost{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
-		Status: nodusv1.ReservedHostStatus{
-			Inventory: nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500, GPUs: gpus, OS: "Ubuntu 24.04", NodusdVersion: "0.1.0"},
-			Pool:      "fra1",
-			Connect:   &nodusv1.ReservedHostConnect{Command: "nodus ssh bench/" + name, Host: name + ".bench.nodus", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB", LoginUser: "ubuntu"},
-			Reservation: nodusv1.HostReservation{Project: "bench", StartsAt: start, EndsAt: end, LoginUser: "ubuntu", Epoch: 1,
-				State: nodusv1.ReservationStateActive},
-		},
 	}
 }

@@ -121,8 +121,11 @@ func (s *Server) Stop() {
 
 // EtcdClient connects to the server's embedded etcd, for tests and
 // benchmarks that look underneath the API.
-func (s *Server) EtcdClient() (*clientv3.Client, error) {
-	data, err := os.ReadFile(filepath.Join(s.DataDir, "etcd", "ports.json"))
+func (s *Server) EtcdClient() (*clientv3.Client, error) { return EtcdClientFor(s.DataDir) }
+
+// EtcdClientFor connects to the embedded etcd of a server's data directory.
+func EtcdClientFor(dataDir string) (*clientv3.Client, error) {
+	data, err := os.ReadFile(filepath.Join(dataDir, "etcd", "ports.json"))
 	if err != nil {
 		return nil, err
 	}

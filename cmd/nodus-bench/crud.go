@@ -1,0 +1,146 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// crud compares GET, LIST and UPDATE through the API with raw etcd Get,
+// Range and Put of the same bytes on the same etcd.
+func crud(s *server, c config) error {
+	ctx := context.Background()
+	api := s.client.NodusV1()
+	etcd := s.etcd
+
+	if _, err := api.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	names := make([]string, c.objects)
+	// latest holds each host as last written, so that an UPDATE is one PUT
+	// with the right resourceVersion, like etcd's Put.
+	latest := make([]*nodusv1.ReservedHost, c.objects)
+	var latestMu sync.Mutex
+	fmt.Fprintf(os.Stderr, "creating %d ReservedHosts\n", c.objects)
+	if err := parallel(c.objects, c.concurrency, func(i int) error {
+		names[i] = fmt.Sprintf("host-%05d", i)
+		h, err := api.ReservedHosts("bench").Create(ctx, host(names[i]), metav1.CreateOptions{})
+		latestMu.Lock()
+		latest[i] = h
+		latestMu.Unlock()
+		return err
+	}); err != nil {
+		return err
+	}
+	key := func(i int) string { return "/registry/nodus.dev/reservedhosts/bench/" + names[i%len(names)] }
+	stored, err := etcd.Get(ctx, key(0))
+	if err != nil || len(stored.Kvs) == 0 {
+		return fmt.Errorf("read %s from etcd: %v", key(0), err)
+	}
+	value := string(stored.Kvs[0].Value)
+
+	var rows []row
+	measure := func(op string, n, conc int, apiOp, etcdOp func(i int) error) error {
+		a, err := timed(n, conc, apiOp)
+		if err != nil {
+			return fmt.Errorf("%s through the API: %w", op, err)
+		}
+		e, err := timed(n, conc, etcdOp)
+		if err != nil {
+			return fmt.Errorf("%s on raw etcd: %w", op, err)
+		}
+		rows = append(rows, row{op, a, e})
+		return nil
+	}
+	if err := measure("GET", c.gets, c.concurrency,
+		func(i int) error {
+			_, err := api.ReservedHosts("bench").Get(ctx, names[i%len(names)], metav1.GetOptions{})
+			return err
+		},
+		func(i int) error { _, err := etcd.Get(ctx, key(i)); return err }); err != nil {
+		return err
+	}
+	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, 1,
+		func(int) error {
+			l, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{})
+			if err == nil && len(l.Items) != c.objects {
+				err = fmt.Errorf("listed %d, want %d", len(l.Items), c.objects)
+			}
+			return err
+		},
+		func(int) error {
+			r, err := etcd.Get(ctx, "/registry/nodus.dev/reservedhosts/bench/", clientv3.WithPrefix())
+			if err == nil && len(r.Kvs) != c.objects {
+				err = fmt.Errorf("ranged %d, want %d", len(r.Kvs), c.objects)
+			}
+			return err
+		}); err != nil {
+		return err
+	}
+	// Each update changes the object so that the API really writes. Workers
+	// take indexes in order, so no two update the same host at once while
+	// there are more hosts than workers.
+	if err := measure("UPDATE", c.updates, c.concurrency,
+		func(i int) error {
+			latestMu.Lock()
+			h := latest[i%len(latest)].DeepCopy()
+			latestMu.Unlock()
+			h.Labels = map[string]string{"seq": fmt.Sprint(i)}
+			updated, err := api.ReservedHosts("bench").Update(ctx, h, metav1.UpdateOptions{})
+			if err == nil {
+				latestMu.Lock()
+				latest[i%len(latest)] = updated
+				latestMu.Unlock()
+			}
+			return err
+		},
+		func(i int) error { _, err := etcd.Put(ctx, "/bench-raw/"+names[i%len(names)], value); return err }); err != nil {
+		return err
+	}
+	printCRUD(rows, c, len(value))
+	return nil
+}
+
+type row struct {
+	op        string
+	api, etcd result
+}
+
+func printCRUD(rows []row, c config, objectBytes int) {
+	fmt.Printf("CRUD: %d ReservedHosts of %d bytes in etcd, %d concurrent clients, one embedded etcd\n", c.objects, objectBytes, c.concurrency)
+	w := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "operation\tAPI ops/s\tAPI p50\tAPI p99\tetcd ops/s\tetcd p50\tetcd p99\tAPI/etcd throughput\t")
+	for _, r := range rows {
+		fmt.Fprintf(w, "%s\t%.0f\t%s\t%s\t%.0f\t%s\t%s\t%.2f\t\n", r.op, r.api.perSecond, r.api.p50, r.api.p99,
+			r.etcd.perSecond, r.etcd.p50, r.etcd.p99, r.api.perSecond/r.etcd.perSecond)
+	}
+	w.Flush()
+	fmt.Println()
+}
+
+func host(name string) *nodusv1.ReservedHost {
+	start := metav1.NewTime(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	end := metav1.NewTime(time.Date(2027, 1, 1, 0, 0, 0, 0, time.UTC))
+	gpus := make([]nodusv1.NodeGPU, 8)
+	for i := range gpus {
+		gpus[i] = nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559, Driver: "550.54.15"}
+	}
+	return &nodusv1.ReservedHost{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "bench"},
+		Status: nodusv1.ReservedHostStatus{
+			Inventory: nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500, GPUs: gpus, OS: "Ubuntu 24.04", NodusdVersion: "0.1.0"},
+			Pool:      "fra1",
+			Connect:   &nodusv1.ReservedHostConnect{Command: "nodus ssh bench/" + name, Host: name + ".bench.nodus", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB", LoginUser: "ubuntu"},
+			Reservation: nodusv1.HostReservation{Project: "bench", StartsAt: start, EndsAt: end, LoginUser: "ubuntu", Epoch: 1,
+				State: nodusv1.ReservationStateActive},
+		},
+	}
+}

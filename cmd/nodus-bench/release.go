@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// release measures release-capacity's latency and how long until a watch
+// on the Reservations — the agent's channel — delivers the new epoch.
+func release(s *server, c config) error {
+	ctx := context.Background()
+	api := s.client.NodusV1()
+	if err := seedFleet(ctx, s, c.releases, c.concurrency, true); err != nil {
+		return err
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active"})
+		return err == nil && len(list.Items) == c.releases, nil
+	}); err != nil {
+		return fmt.Errorf("hosts never became active: %w", err)
+	}
+
+	w, err := api.Reservations().Watch(ctx, metav1.ListOptions{FieldSelector: "status.state=releasing"})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	sent, told := map[string]time.Time{}, map[string]time.Duration{}
+	allTold := make(chan struct{})
+	go func() {
+		for e := range w.ResultChan() {
+			r, ok := e.Object.(*nodusv1.Reservation)
+			if !ok || e.Type == watch.Deleted || r.Status.Epoch != 2 {
+				continue
+			}
+			at := time.Now()
+			mu.Lock()
+			if start, ok := sent[r.Name]; ok {
+				if _, seen := told[r.Name]; !seen {
+					told[r.Name] = at.Sub(start)
+				}
+			}
+			n := len(told)
+			mu.Unlock()
+			if n == c.releases {
+				close(allTold)
+				return
+			}
+		}
+	}()
+
+	latency, err := timed(c.releases, c.concurrency, func(i int) error {
+		name := fleetName(i)
+		mu.Lock()
+		sent[name] = time.Now()
+		mu.Unlock()
+		return api.RESTClient().Post().Namespace("bench").Resource("reservedhosts").Name(name).SubResource("release-capacity").
+			SetHeader("Content-Type", "application/json").Body([]byte(`{"agreed":true,"epoch":1}`)).Do(ctx).Error()
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case <-allTold:
+	case <-time.After(time.Minute):
+		return fmt.Errorf("the watch delivered %d of %d releases", len(told), c.releases)
+	}
+	var toldLat []time.Duration
+	mu.Lock()
+	for _, d := range told {
+		toldLat = append(toldLat, d)
+	}
+	mu.Unlock()
+	tp50, tp99 := percentiles(toldLat)
+	fmt.Printf("release: %d hosts released by %d concurrent clients\n", c.releases, c.concurrency)
+	fmt.Printf("  release-capacity latency   p50 %-10s p99 %-10s (%.0f releases/s)\n", latency.p50, latency.p99, latency.perSecond)
+	fmt.Printf("  release → agent's watch    p50 %-10s p99 %s\n\n", tp50, tp99)
+	return nil
+}
+
+func fleetName(i int) string { return fmt.Sprintf("host-%05d", i) }
+
+// seedFleet creates project "bench", pool "bench" and n nodes, each with a
+// reservation when reserve is set.
+func seedFleet(ctx context.Context, s *server, n, conc int, reserve bool) error {
+	api := s.client.NodusV1()
+	if _, err := api.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	if _, err := api.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	now := time.Now().Truncate(time.Second)
+	return parallel(n, conc, func(i int) error {
+		name := fleetName(i)
+		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.NodeSpec{Pool: "bench", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		if !reserve {
+			return nil
+		}
+		_, err := api.Reservations().Create(ctx, &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.ReservationSpec{Project: "bench", Placement: nodusv1.ReservationPlacement{Node: name},
+				StartsAt: metav1.NewTime(now.Add(-time.Hour)), EndsAt: metav1.NewTime(now.Add(24 * time.Hour))}}, metav1.CreateOptions{})
+		return err
+	})
+}
