@@ -74,6 +74,8 @@ const (
 	ReasonIdempotencyKeyReused metav1.StatusReason = "IdempotencyKeyReused"
 	// ReasonIdempotencyKeyInFlight: the first request with the key is still running.
 	ReasonIdempotencyKeyInFlight metav1.StatusReason = "IdempotencyKeyInFlight"
+	// ReasonNodeActive: the allocation of an active node out of maintenance cannot go.
+	ReasonNodeActive metav1.StatusReason = "NodeActive"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
 	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
 )
@@ -203,6 +205,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonIdempotencyKeyInFlight, http.StatusConflict, "The first request with this Idempotency-Key is still running.",
 			func(Request) string {
 				return "Retry the same request with the same key after the Retry-After seconds; you will get the first request's response."
+			}},
+		{ReasonNodeActive, http.StatusConflict, "The allocation's node is active and not in maintenance.",
+			func(r Request) string {
+				return "End the node's use first (its reservation ends or is released), or put the node in maintenance (`kubectl patch node NAME --type merge -p '{\"spec\":{\"maintenance\":true}}'`), then delete the allocation."
 			}},
 		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
 			func(Request) string {

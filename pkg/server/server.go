@@ -16,12 +16,14 @@ import (
 	"github.com/nodus-dev/nodus/docs"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	allocationcontroller "github.com/nodus-dev/nodus/pkg/controller/allocation"
 	"github.com/nodus-dev/nodus/pkg/controller/leader"
 	"github.com/nodus-dev/nodus/pkg/controller/nodeliveness"
 	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
@@ -68,7 +70,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
 	short := map[string][]string{
-		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "allocations": {"alloc"}, "reservations": {"rsv"},
+		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
 	}
 	for resource, names := range short {
 		for path, s := range c.Stores[resource].Storage(resource, names...) {
@@ -76,6 +78,9 @@ func (c CompletedConfig) New() (*Server, error) {
 		}
 	}
 	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
+		storage[path] = s
+	}
+	for path, s := range allocation.Storage(c.Stores["allocations"], c.Stores["nodes"]) {
 		storage[path] = s
 	}
 	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
@@ -152,7 +157,13 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "reservation controller")
 			return
 		}
+		allocations, err := allocationcontroller.New(client, factory)
+		if err != nil {
+			klog.ErrorS(err, "allocation controller")
+			return
+		}
 		factory.Start(ctx.Done())
+		go allocations.Run(ctx, controllerWorkers)
 		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		go liveness.Run(ctx)
 		reservations.Run(ctx, controllerWorkers)

@@ -154,6 +154,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err := c.writeHost(ctx, o.host, d.host); err != nil {
 		return err
 	}
+	if err := c.markNodeInUse(ctx, o.node, r.Status.Node, stateAfter(r, d)); err != nil {
+		return err
+	}
 	if d.releaseAlloc && o.allocation != nil {
 		err := c.client.NodusV1().Allocations().Delete(ctx, o.allocation.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -260,4 +263,36 @@ func objectName(obj interface{}) string {
 		return m.GetName()
 	}
 	return ""
+}
+
+func stateAfter(r *nodusv1.Reservation, d decision) nodusv1.ReservationState {
+	if d.status != nil {
+		return d.status.State
+	}
+	return r.Status.State
+}
+
+// markNodeInUse keeps the node's provision state in step with the
+// reservation: active while the reservation can give access, available again
+// once its use has ended, before its allocation is released.
+func (c *Controller) markNodeInUse(ctx context.Context, node *nodusv1.Node, reservedNode string, state nodusv1.ReservationState) error {
+	if node == nil || node.Name != reservedNode {
+		return nil
+	}
+	want := node.Status.ProvisionState
+	switch state {
+	case nodusv1.ReservationStateActive, nodusv1.ReservationStateReleasing, nodusv1.ReservationStateEnding:
+		want = nodusv1.ProvisionStateActive
+	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
+		if want == nodusv1.ProvisionStateActive {
+			want = nodusv1.ProvisionStateAvailable
+		}
+	}
+	if want == node.Status.ProvisionState {
+		return nil
+	}
+	next := node.DeepCopy()
+	next.Status.ProvisionState = want
+	_, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"})
+	return err
 }

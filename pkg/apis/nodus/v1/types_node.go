@@ -39,6 +39,12 @@ type NodeSpec struct {
 	// LoginUser is the default operating-system account for reservations of this server.
 	// +optional
 	LoginUser string `json:"loginUser,omitempty"`
+	// Owner is recorded as Ironic's node owner.
+	// +optional
+	Owner string `json:"owner,omitempty"`
+	// Extra is free-form operator data, Ironic's node extra.
+	// +optional
+	Extra map[string]string `json:"extra,omitempty"`
 }
 
 // ProvisionState is the Ironic-style lifecycle state of a node.

@@ -23,6 +23,10 @@ type NodeSpecApplyConfiguration struct {
 	MaintenanceReason *string `json:"maintenanceReason,omitempty"`
 	// LoginUser is the default operating-system account for reservations of this server.
 	LoginUser *string `json:"loginUser,omitempty"`
+	// Owner is recorded as Ironic's node owner.
+	Owner *string `json:"owner,omitempty"`
+	// Extra is free-form operator data, Ironic's node extra.
+	Extra map[string]string `json:"extra,omitempty"`
 }
 
 // NodeSpecApplyConfiguration constructs a declarative configuration of the NodeSpec type for use with
@@ -78,5 +82,27 @@ func (b *NodeSpecApplyConfiguration) WithMaintenanceReason(value string) *NodeSp
 // If called multiple times, the LoginUser field is set to the value of the last call.
 func (b *NodeSpecApplyConfiguration) WithLoginUser(value string) *NodeSpecApplyConfiguration {
 	b.LoginUser = &value
+	return b
+}
+
+// WithOwner sets the Owner field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Owner field is set to the value of the last call.
+func (b *NodeSpecApplyConfiguration) WithOwner(value string) *NodeSpecApplyConfiguration {
+	b.Owner = &value
+	return b
+}
+
+// WithExtra puts the entries into the Extra field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, the entries provided by each call will be put on the Extra field,
+// overwriting an existing map entries in Extra field with the same key.
+func (b *NodeSpecApplyConfiguration) WithExtra(entries map[string]string) *NodeSpecApplyConfiguration {
+	if b.Extra == nil && len(entries) > 0 {
+		b.Extra = make(map[string]string, len(entries))
+	}
+	for k, v := range entries {
+		b.Extra[k] = v
+	}
 	return b
 }

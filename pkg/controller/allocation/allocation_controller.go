@@ -1,0 +1,139 @@
+// Package allocation claims nodes for Allocations. The claim is a write of
+// the Node's status.allocation under optimistic concurrency: of two claims
+// of one node, by this replica or another, only one can succeed, so no node
+// is ever in two allocations.
+package allocation
+
+import (
+	"context"
+	"math/rand/v2"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+)
+
+const fieldManager = "nodus-allocation-controller"
+
+// Controller processes allocations that are still allocating.
+type Controller struct {
+	client      versioned.Interface
+	allocations listers.AllocationLister
+	nodes       listers.NodeLister
+	synced      []cache.InformerSynced
+	queue       workqueue.TypedRateLimitingInterface[string]
+	rnd         *rand.Rand
+}
+
+// New wires the controller to factory's informers.
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory) (*Controller, error) {
+	v1 := factory.Nodus().V1()
+	c := &Controller{
+		client:      client,
+		allocations: v1.Allocations().Lister(),
+		nodes:       v1.Nodes().Lister(),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "allocations"}),
+		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
+	}
+	enqueue := func(obj interface{}) {
+		if a, ok := obj.(*nodusv1.Allocation); ok && allocating(a) {
+			c.queue.Add(a.Name)
+		}
+	}
+	informer := v1.Allocations().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{informer.HasSynced, v1.Nodes().Informer().HasSynced}
+	return c, nil
+}
+
+func allocating(a *nodusv1.Allocation) bool {
+	return a.DeletionTimestamp == nil && (a.Status.State == "" || a.Status.State == nodusv1.AllocationStateAllocating)
+}
+
+// Run processes allocations until ctx ends. Allocations left allocating by
+// a restart are picked up by the informer's initial list.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	klog.InfoS("allocation controller started")
+	for i := 0; i < workers; i++ {
+		go wait.UntilWithContext(ctx, c.work, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) work(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		if err := c.sync(ctx, key); err != nil {
+			klog.V(2).InfoS("retrying allocation", "allocation", key, "err", err)
+			c.queue.AddRateLimited(key)
+		} else {
+			c.queue.Forget(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	a, err := c.allocations.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil || !allocating(a) {
+		return err
+	}
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	// A claim made before a restart or a failed status write is finished first.
+	for _, n := range nodes {
+		if n.Status.Allocation == a.Name {
+			return c.finish(ctx, a, n.Name, "")
+		}
+	}
+	node, lastError := choose(a, nodes, c.rnd)
+	if node == nil {
+		return c.finish(ctx, a, "", lastError)
+	}
+	claimed := node.DeepCopy()
+	claimed.Status.Allocation = a.Name
+	if _, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+		// A conflict means another claim (or any change) won the race: choose again.
+		return err
+	}
+	return c.finish(ctx, a, node.Name, "")
+}
+
+func (c *Controller) finish(ctx context.Context, a *nodusv1.Allocation, node, lastError string) error {
+	next := a.DeepCopy()
+	next.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateActive, Node: node}
+	if node == "" {
+		next.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateError, LastError: lastError}
+	}
+	_, err := c.client.NodusV1().Allocations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
+}

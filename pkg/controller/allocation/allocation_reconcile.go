@@ -1,0 +1,96 @@
+package allocation
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// choose picks the node for an allocation with Ironic's rules: the resource
+// class must match, the node's traits must include every requested trait,
+// the node must be a candidate when candidates are given, and available (no
+// allocation, not in maintenance, its agent ready). A node named like the
+// allocation goes first; otherwise the pick is random, so that concurrent
+// allocators rarely collide. With no node, lastError names the constraint
+// that emptied the field.
+func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node *nodusv1.Node, lastError string) {
+	if a.Spec.Node != "" {
+		return backfill(a, nodes)
+	}
+	steps := []struct {
+		keep func(*nodusv1.Node) bool
+		why  string
+	}{
+		{func(n *nodusv1.Node) bool { return n.Spec.ResourceClass == a.Spec.ResourceClass },
+			fmt.Sprintf("no node has resource class %q", a.Spec.ResourceClass)},
+		{func(n *nodusv1.Node) bool { return hasAll(n.Spec.Traits, a.Spec.Traits) },
+			fmt.Sprintf("no node of resource class %q has all traits %s", a.Spec.ResourceClass, strings.Join(a.Spec.Traits, ", "))},
+		{func(n *nodusv1.Node) bool {
+			return len(a.Spec.CandidateNodes) == 0 || slices.Contains(a.Spec.CandidateNodes, n.Name) || slices.Contains(a.Spec.CandidateNodes, string(n.UID))
+		}, fmt.Sprintf("none of the candidate nodes %s matches the resource class and traits", strings.Join(a.Spec.CandidateNodes, ", "))},
+		{func(n *nodusv1.Node) bool { return !n.Spec.Maintenance }, "every matching node is in maintenance"},
+		{func(n *nodusv1.Node) bool {
+			return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady)
+		},
+			"no matching node's agent is ready"},
+		{func(n *nodusv1.Node) bool {
+			return n.Status.Allocation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
+		}, "every matching node is already allocated or in use"},
+	}
+	field := nodes
+	for _, step := range steps {
+		var kept []*nodusv1.Node
+		for _, n := range field {
+			if step.keep(n) {
+				kept = append(kept, n)
+			}
+		}
+		if len(kept) == 0 {
+			return nil, step.why
+		}
+		field = kept
+	}
+	for _, n := range field {
+		if n.Name == a.Name {
+			return n, ""
+		}
+	}
+	sort.Slice(field, func(i, j int) bool { return field[i].Name < field[j].Name })
+	return field[rnd.IntN(len(field))], ""
+}
+
+// backfill records an allocation for a named node, even one already in use,
+// as Ironic 1.58 does, unless another allocation holds it.
+func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, string) {
+	for _, n := range nodes {
+		if n.Name != a.Spec.Node && string(n.UID) != a.Spec.Node {
+			continue
+		}
+		if n.Status.Allocation != "" && n.Status.Allocation != a.Name {
+			return nil, fmt.Sprintf("node %s already has allocation %s", n.Name, n.Status.Allocation)
+		}
+		if a.Spec.ResourceClass != "" && n.Spec.ResourceClass != a.Spec.ResourceClass {
+			return nil, fmt.Sprintf("node %s has resource class %q, not %q", n.Name, n.Spec.ResourceClass, a.Spec.ResourceClass)
+		}
+		if !hasAll(n.Spec.Traits, a.Spec.Traits) {
+			return nil, fmt.Sprintf("node %s lacks some of the traits %s", n.Name, strings.Join(a.Spec.Traits, ", "))
+		}
+		return n, ""
+	}
+	return nil, fmt.Sprintf("node %s does not exist", a.Spec.Node)
+}
+
+func hasAll(have, want []string) bool {
+	for _, t := range want {
+		if !slices.Contains(have, t) {
+			return false
+		}
+	}
+	return true
+}
