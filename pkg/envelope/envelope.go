@@ -42,6 +42,15 @@ type Options struct {
 	DocsBaseURL string
 	// Resolver names the resource of a request for request-specific fixes.
 	Resolver request.RequestInfoResolver
+	// Formats write the envelope in another API's error format for the
+	// paths they claim (the Ironic API's, for one).
+	Formats []Format
+}
+
+// Format writes errors for the paths Match accepts.
+type Format struct {
+	Match func(path string) bool
+	Write func(w http.ResponseWriter, code int, s Status)
 }
 
 // maxErrorBody bounds what the filter buffers of an error response; error
@@ -149,6 +158,13 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 		}
 	}
 
+	for _, f := range opts.Formats {
+		if f.Match(req.URL.Path) {
+			w.ResponseWriter.Header().Del("Content-Length")
+			f.Write(w.ResponseWriter, w.code, status)
+			return
+		}
+	}
 	body, err := json.Marshal(status)
 	if err != nil {
 		body = []byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","reason":"InternalError","code":500}`)

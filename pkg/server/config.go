@@ -34,6 +34,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
+	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
@@ -208,8 +209,11 @@ func (o *Options) Config() (cfg *Config, err error) {
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = actions.WithActions(apiHandler, idempotent, actionSubresources)
-		return envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c),
-			envelope.Options{DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver})
+		handler := envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), envelope.Options{
+			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
+			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
+		})
+		return ironic.WithAuthToken(handler)
 	}
 
 	out := func(format string, args ...interface{}) {

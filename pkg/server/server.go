@@ -22,6 +22,7 @@ import (
 	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
@@ -80,7 +81,8 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
 		storage[path] = s
 	}
-	for path, s := range allocation.Storage(c.Stores["allocations"], c.Stores["nodes"]) {
+	allocationStorage := allocation.Storage(c.Stores["allocations"], c.Stores["nodes"])
+	for path, s := range allocationStorage {
 		storage[path] = s
 	}
 	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
@@ -105,6 +107,12 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	bareMetal := &ironic.Handler{
+		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, Allocations: c.Stores["allocations"].Main,
+		AllocationDeleter: allocationStorage["allocations"].(rest.GracefulDeleter),
+	}
+	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
+	generic.Handler.NonGoRestfulMux.HandlePrefix(ironic.Prefix+"/", bareMetal)
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,225 @@
+package ironic
+
+import (
+	"context"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+var (
+	allocationSortKeys = []string{"uuid", "name", "created_at", "state", "resource_class", "owner"}
+	allocationFields   = keysOf(allocationView("", &nodusv1.Allocation{}, ""))
+)
+
+// allocationRequest is Ironic's POST /v1/allocations body.
+type allocationRequest struct {
+	Name           *string                `json:"name"`
+	UUID           *string                `json:"uuid"`
+	ResourceClass  *string                `json:"resource_class"`
+	Traits         []string               `json:"traits"`
+	CandidateNodes []string               `json:"candidate_nodes"`
+	Extra          map[string]interface{} `json:"extra"`
+	Node           *string                `json:"node"`
+	Owner          *string                `json:"owner"`
+}
+
+func (c *call) createAllocation() error {
+	var body allocationRequest
+	if err := c.decode(&body); err != nil {
+		return err
+	}
+	switch {
+	case body.UUID != nil:
+		return errorf(http.StatusBadRequest, "Nodus assigns allocation UUIDs; leave uuid out")
+	case body.Node != nil && !c.v.atLeast(backfillSince):
+		return errorf(http.StatusBadRequest, "node (backfilling) needs API version %s or later", backfillSince)
+	case body.Owner != nil && !c.v.atLeast(ownerSince):
+		return errorf(http.StatusBadRequest, "owner needs API version %s or later", ownerSince)
+	case deref(body.ResourceClass) == "" && deref(body.Node) == "":
+		return errorf(http.StatusBadRequest, "resource_class is required unless node is given")
+	}
+	extra, err := stringMap(body.Extra)
+	if err != nil {
+		return err
+	}
+	a := &nodusv1.Allocation{Spec: nodusv1.AllocationSpec{
+		ResourceClass: deref(body.ResourceClass), Traits: body.Traits, CandidateNodes: body.CandidateNodes,
+		Extra: extra, Owner: deref(body.Owner),
+	}}
+	if body.Node != nil {
+		n, err := c.findNode(*body.Node)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "Node %s could not be found", *body.Node)
+		}
+		a.Spec.Node = n.Name
+	}
+	if body.Name != nil && *body.Name != "" {
+		a.Name = *body.Name
+	} else {
+		a.GenerateName = "allocation-"
+		a.Annotations = map[string]string{annotationUnnamed: "true"}
+	}
+	obj, err := c.h.Allocations.Create(c.ctx(), a, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return errorf(http.StatusConflict, "An allocation with name %s already exists.", a.Name)
+	}
+	if err != nil {
+		return err
+	}
+	created := obj.(*nodusv1.Allocation)
+	c.w.Header().Set("Location", c.base+"/v1/allocations/"+string(created.UID))
+	return c.reply(http.StatusCreated, allocationView(c.base, created, ""))
+}
+
+func (c *call) listAllocations() error {
+	q := c.req.URL.Query()
+	p, err := parsePage(q, allocationSortKeys, allocationFields)
+	if err != nil {
+		return err
+	}
+	if q.Has("owner") && !c.v.atLeast(ownerSince) {
+		return errorf(http.StatusNotAcceptable, "Filtering by owner needs API version %s or later", ownerSince)
+	}
+	nodes, err := c.nodes()
+	if err != nil {
+		return err
+	}
+	nodeFilter := ""
+	if ident := q.Get("node"); ident != "" {
+		n, err := c.findNode(ident)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "Node %s could not be found", ident)
+		}
+		nodeFilter = n.Name
+	}
+	all, err := c.allocations()
+	if err != nil {
+		return err
+	}
+	var views []map[string]interface{}
+	for i := range all {
+		a := &all[i]
+		if nodeFilter != "" && a.Status.Node != nodeFilter {
+			continue
+		}
+		if !matches(q, "resource_class", a.Spec.ResourceClass) || !matches(q, "owner", a.Spec.Owner) ||
+			!matches(q, "state", stateOf(a)) {
+			continue
+		}
+		views = append(views, allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)))
+	}
+	out, next, err := p.apply(views, "allocations", c.base, q)
+	if err != nil {
+		return err
+	}
+	body := map[string]interface{}{"allocations": out}
+	if next != "" {
+		body["next"] = next
+	}
+	return c.reply(http.StatusOK, body)
+}
+
+func stateOf(a *nodusv1.Allocation) string {
+	if a.Status.State == "" {
+		return string(nodusv1.AllocationStateAllocating)
+	}
+	return string(a.Status.State)
+}
+
+func (c *call) showAllocation(ident string) error {
+	p, err := parsePage(c.req.URL.Query(), allocationSortKeys, allocationFields)
+	if err != nil {
+		return err
+	}
+	a, err := c.findAllocation(ident)
+	if err != nil {
+		return err
+	}
+	view, err := c.allocationView(a)
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusOK, selectFields(view, p.fields))
+}
+
+func (c *call) allocationView(a *nodusv1.Allocation) (map[string]interface{}, error) {
+	nodeUID := ""
+	if a.Status.Node != "" {
+		if n, err := c.findNode(a.Status.Node); err == nil {
+			nodeUID = string(n.UID)
+		}
+	}
+	return allocationView(c.base, a, nodeUID), nil
+}
+
+// patchAllocation changes extra (1.57+). Nodus allocation names are object
+// names and cannot change.
+func (c *call) patchAllocation(ident string) error {
+	a, err := c.findAllocation(ident)
+	if err != nil {
+		return err
+	}
+	ops, err := c.readPatch()
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		field := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)[0]
+		if field != "extra" {
+			return errorf(http.StatusBadRequest, "Cannot patch %s: only extra may change (allocation names are fixed in Nodus)", op.Path)
+		}
+	}
+	view, err := c.allocationView(a)
+	if err != nil {
+		return err
+	}
+	var patched struct {
+		Extra map[string]interface{} `json:"extra"`
+	}
+	if err := applyPatch(view, ops, &patched); err != nil {
+		return err
+	}
+	extra, err := stringMap(patched.Extra)
+	if err != nil {
+		return err
+	}
+	obj, _, err := c.h.Allocations.Update(c.ctx(), a.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			next := old.(*nodusv1.Allocation).DeepCopy()
+			next.Spec.Extra = extra
+			return next, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	view, err = c.allocationView(obj.(*nodusv1.Allocation))
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusOK, view)
+}
+
+func (c *call) deleteAllocation(ident string) error {
+	a, err := c.findAllocation(ident)
+	if err != nil {
+		return err
+	}
+	return c.removeAllocation(a)
+}
+
+// removeAllocation deletes with the Ironic rule: 409 while the node is
+// active and not in maintenance.
+func (c *call) removeAllocation(a *nodusv1.Allocation) error {
+	_, _, err := c.h.AllocationDeleter.Delete(c.ctx(), a.Name, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{})
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusNoContent, nil)
+}

@@ -1,0 +1,295 @@
+package ironic
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+)
+
+// Handler serves /v1 over the server's stores.
+type Handler struct {
+	Nodes       *genericregistry.Store // nodes
+	NodeStatus  *genericregistry.Store // nodes/status
+	Allocations *genericregistry.Store // allocations
+	// AllocationDeleter deletes with the Ironic rule (409 for active nodes).
+	AllocationDeleter rest.GracefulDeleter
+}
+
+const maxBody = 1 << 20
+
+// apiError is an error with its Ironic status code.
+type apiError struct {
+	code int
+	msg  string
+}
+
+func (e *apiError) Error() string { return e.msg }
+
+func errorf(code int, format string, args ...interface{}) *apiError {
+	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
+}
+
+// ServeHTTP routes /v1 requests.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	ex := exchange.From(req.Context())
+	w.Header().Set(headerRequestID, "req-"+ex.RequestID())
+	v, err := negotiate(req)
+	if err != nil {
+		ex.SetFix(fmt.Sprintf("Send %s: a version from %s to %s, or latest (gophercloud: client.Microversion).", headerVersion, minVersion, maxVersion))
+		h.fail(w, req, &apiError{code: http.StatusNotAcceptable, msg: err.Error()})
+		return
+	}
+	setVersionHeaders(w.Header(), &v)
+	c := &call{h: h, w: w, req: req, v: v, base: baseURL(req)}
+	if err := c.route(); err != nil {
+		h.fail(w, req, err)
+	}
+}
+
+// fail hands an error to the envelope, which writes it in Ironic's format.
+func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
+	var ae *apiError
+	var status apierrors.APIStatus
+	switch {
+	case errors.As(err, &ae):
+		http.Error(w, ae.msg, ae.code)
+	case errors.As(err, &status):
+		s := status.Status()
+		code := int(s.Code)
+		switch code {
+		case 0:
+			code = http.StatusInternalServerError
+		case http.StatusUnprocessableEntity:
+			code = http.StatusBadRequest // Ironic reports invalid values as 400
+		}
+		s.Code = int32(code)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		s.Kind, s.APIVersion = "Status", "v1"
+		_ = json.NewEncoder(w).Encode(s)
+	default:
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// call is one request.
+type call struct {
+	h    *Handler
+	w    http.ResponseWriter
+	req  *http.Request
+	v    version
+	base string
+}
+
+// ctx is the request's context, marked cluster-scoped for the stores.
+func (c *call) ctx() context.Context {
+	return genericapirequest.WithNamespace(c.req.Context(), metav1.NamespaceNone)
+}
+
+func (c *call) route() error {
+	parts := strings.Split(strings.Trim(strings.TrimPrefix(c.req.URL.Path, Prefix), "/"), "/")
+	if parts[0] == "" {
+		parts = nil
+	}
+	method := c.req.Method
+	switch {
+	case len(parts) == 0 && method == http.MethodGet:
+		return c.versionDocument()
+	case len(parts) >= 1 && parts[0] == "nodes":
+		return c.routeNodes(method, parts[1:])
+	case len(parts) >= 1 && parts[0] == "allocations":
+		if !c.v.atLeast(allocationsSince) {
+			exchange.From(c.ctx()).SetFix(fmt.Sprintf("Allocations need API version %s or later: send %s: %s (or latest).", allocationsSince, headerVersion, maxVersion))
+			return errorf(http.StatusNotFound, "The resource could not be found.")
+		}
+		return c.routeAllocations(method, parts[1:])
+	case len(parts) == 0:
+		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for /v1", method)
+	}
+	return errorf(http.StatusNotFound, "The resource could not be found.")
+}
+
+func (c *call) routeNodes(method string, rest []string) error {
+	switch {
+	case len(rest) == 0 && method == http.MethodGet:
+		return c.listNodes(false)
+	case len(rest) == 1 && rest[0] == "detail" && method == http.MethodGet:
+		return c.listNodes(true)
+	case len(rest) == 1 && method == http.MethodGet:
+		return c.showNode(rest[0])
+	case len(rest) == 1 && method == http.MethodPatch:
+		return c.patchNode(rest[0])
+	case len(rest) == 2 && rest[1] == "maintenance" && (method == http.MethodPut || method == http.MethodDelete):
+		return c.setMaintenance(rest[0], method == http.MethodPut)
+	case len(rest) == 2 && rest[1] == "allocation" && c.v.atLeast(allocationsSince) && method == http.MethodGet:
+		return c.nodeAllocation(rest[0], false)
+	case len(rest) == 2 && rest[1] == "allocation" && c.v.atLeast(allocationsSince) && method == http.MethodDelete:
+		return c.nodeAllocation(rest[0], true)
+	case len(rest) == 0 || len(rest) == 1 || (len(rest) == 2 && rest[1] == "maintenance"):
+		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource", method)
+	}
+	return errorf(http.StatusNotFound, "The resource could not be found.")
+}
+
+func (c *call) routeAllocations(method string, rest []string) error {
+	switch {
+	case len(rest) == 0 && method == http.MethodGet:
+		return c.listAllocations()
+	case len(rest) == 0 && method == http.MethodPost:
+		return c.createAllocation()
+	case len(rest) == 1 && method == http.MethodGet:
+		return c.showAllocation(rest[0])
+	case len(rest) == 1 && method == http.MethodPatch && c.v.atLeast(patchAllocSince):
+		return c.patchAllocation(rest[0])
+	case len(rest) == 1 && method == http.MethodDelete:
+		return c.deleteAllocation(rest[0])
+	case len(rest) <= 1:
+		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource", method)
+	}
+	return errorf(http.StatusNotFound, "The resource could not be found.")
+}
+
+func (c *call) versionDocument() error {
+	doc := map[string]interface{}{
+		"id":          "v1",
+		"links":       []link{{Href: c.base + "/v1/", Rel: "self"}},
+		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
+		"version": map[string]interface{}{
+			"id": "v1", "links": []link{{Href: c.base + "/v1/", Rel: "self"}}, "status": "CURRENT",
+			"min_version": minVersion.String(), "version": maxVersion.String(),
+		},
+		"nodes": []link{{Href: c.base + "/v1/nodes/", Rel: "self"}, {Href: c.base + "/nodes/", Rel: "bookmark"}},
+	}
+	if c.v.atLeast(allocationsSince) {
+		doc["allocations"] = []link{{Href: c.base + "/v1/allocations/", Rel: "self"}, {Href: c.base + "/allocations/", Rel: "bookmark"}}
+	}
+	return c.reply(http.StatusOK, doc)
+}
+
+func (c *call) reply(code int, body interface{}) error {
+	c.w.Header().Set("Content-Type", "application/json")
+	c.w.WriteHeader(code)
+	if body != nil {
+		return json.NewEncoder(c.w).Encode(body)
+	}
+	return nil
+}
+
+// decode reads a JSON body into v, refusing unknown fields.
+func (c *call) decode(v interface{}) error {
+	dec := json.NewDecoder(io.LimitReader(c.req.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return errorf(http.StatusBadRequest, "Invalid request body: %v", err)
+	}
+	return nil
+}
+
+// nodes lists every node from the watch cache.
+func (c *call) nodes() ([]nodusv1.Node, error) {
+	obj, err := c.h.Nodes.List(c.ctx(), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.NodeList).Items, nil
+}
+
+func (c *call) allocations() ([]nodusv1.Allocation, error) {
+	obj, err := c.h.Allocations.List(c.ctx(), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.AllocationList).Items, nil
+}
+
+// findNode resolves a node by UUID or name, with a consistent read.
+func (c *call) findNode(ident string) (*nodusv1.Node, error) {
+	if !looksLikeUUID(ident) {
+		obj, err := c.h.Nodes.Get(c.ctx(), ident, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*nodusv1.Node), nil
+	}
+	nodes, err := c.nodes()
+	if err != nil {
+		return nil, err
+	}
+	for i := range nodes {
+		if string(nodes[i].UID) == ident {
+			return c.findNode(nodes[i].Name)
+		}
+	}
+	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+}
+
+func (c *call) findAllocation(ident string) (*nodusv1.Allocation, error) {
+	if !looksLikeUUID(ident) {
+		obj, err := c.h.Allocations.Get(c.ctx(), ident, &metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)
+		}
+		if err != nil {
+			return nil, err
+		}
+		return obj.(*nodusv1.Allocation), nil
+	}
+	all, err := c.allocations()
+	if err != nil {
+		return nil, err
+	}
+	for i := range all {
+		if string(all[i].UID) == ident {
+			return c.findAllocation(all[i].Name)
+		}
+	}
+	return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)
+}
+
+// uidOf returns the uid of the named node, or "".
+func uidOfNode(nodes []nodusv1.Node, name string) string {
+	for i := range nodes {
+		if nodes[i].Name == name {
+			return string(nodes[i].UID)
+		}
+	}
+	return ""
+}
+
+func looksLikeUUID(s string) bool {
+	if len(s) != 36 {
+		return false
+	}
+	for i, r := range s {
+		switch i {
+		case 8, 13, 18, 23:
+			if r != '-' {
+				return false
+			}
+		default:
+			if !strings.ContainsRune("0123456789abcdefABCDEF", r) {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+func baseURL(req *http.Request) string { return "https://" + req.Host }

@@ -1,0 +1,324 @@
+package ironic
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+
+	jsonpatch "gopkg.in/evanphx/json-patch.v4"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+var (
+	nodeSortKeys = []string{"uuid", "name", "created_at", "provision_state", "resource_class", "maintenance", "owner"}
+	nodeFields   = keysOf(nodeView("", &nodusv1.Node{}, ""))
+)
+
+func (c *call) listNodes(detail bool) error {
+	q := c.req.URL.Query()
+	p, err := parsePage(q, nodeSortKeys, nodeFields)
+	if err != nil {
+		return err
+	}
+	if detail && len(p.fields) > 0 {
+		return errorf(http.StatusBadRequest, "Can not specify ?fields on /v1/nodes/detail")
+	}
+	if !detail && len(p.fields) == 0 {
+		p.fields = nodeSummaryFields
+	}
+	nodes, err := c.nodes()
+	if err != nil {
+		return err
+	}
+	allocationUIDs, err := c.allocationUIDs()
+	if err != nil {
+		return err
+	}
+	var views []map[string]interface{}
+	for i := range nodes {
+		n := &nodes[i]
+		if !matches(q, "resource_class", n.Spec.ResourceClass) || !matches(q, "provision_state", string(n.Status.ProvisionState)) ||
+			!matches(q, "owner", n.Spec.Owner) || !matches(q, "maintenance", boolString(n.Spec.Maintenance)) {
+			continue
+		}
+		views = append(views, nodeView(c.base, n, allocationUIDs[n.Status.Allocation]))
+	}
+	collection := "nodes"
+	if detail {
+		collection = "nodes/detail"
+	}
+	out, next, err := p.apply(views, collection, c.base, q)
+	if err != nil {
+		return err
+	}
+	body := map[string]interface{}{"nodes": out}
+	if next != "" {
+		body["next"] = next
+	}
+	return c.reply(http.StatusOK, body)
+}
+
+func (c *call) showNode(ident string) error {
+	p, err := parsePage(c.req.URL.Query(), nodeSortKeys, nodeFields)
+	if err != nil {
+		return err
+	}
+	n, err := c.findNode(ident)
+	if err != nil {
+		return err
+	}
+	view, err := c.nodeView(n)
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusOK, selectFields(view, p.fields))
+}
+
+func (c *call) nodeView(n *nodusv1.Node) (map[string]interface{}, error) {
+	uids, err := c.allocationUIDs()
+	if err != nil {
+		return nil, err
+	}
+	return nodeView(c.base, n, uids[n.Status.Allocation]), nil
+}
+
+// nodePatchable are the node fields an operator may change through /v1.
+var nodePatchable = map[string]bool{
+	"resource_class": true, "traits": true, "maintenance": true, "maintenance_reason": true, "extra": true, "owner": true,
+}
+
+// patchNode applies an RFC 6902 JSON patch to the Ironic view of a node and
+// stores the fields an operator may change.
+func (c *call) patchNode(ident string) error {
+	n, err := c.findNode(ident)
+	if err != nil {
+		return err
+	}
+	ops, err := c.readPatch()
+	if err != nil {
+		return err
+	}
+	for _, op := range ops {
+		field := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)[0]
+		if field == "name" {
+			return errorf(http.StatusBadRequest, "Nodus node names are their Kubernetes object names and cannot change")
+		}
+		if !nodePatchable[field] {
+			return errorf(http.StatusBadRequest, "Cannot patch %s: only %s may change", op.Path, "resource_class, traits, maintenance, maintenance_reason, extra and owner")
+		}
+	}
+	view, err := c.nodeView(n)
+	if err != nil {
+		return err
+	}
+	var patched map[string]interface{}
+	if err := applyPatch(view, ops, &patched); err != nil {
+		return err
+	}
+	var upd struct {
+		ResourceClass     *string                `json:"resource_class"`
+		Traits            []string               `json:"traits"`
+		Maintenance       bool                   `json:"maintenance"`
+		MaintenanceReason *string                `json:"maintenance_reason"`
+		Extra             map[string]interface{} `json:"extra"`
+		Owner             *string                `json:"owner"`
+	}
+	if err := remarshal(patched, &upd); err != nil {
+		return err
+	}
+	extra, err := stringMap(upd.Extra)
+	if err != nil {
+		return err
+	}
+	obj, _, err := c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			next := old.(*nodusv1.Node).DeepCopy()
+			next.Spec.ResourceClass = deref(upd.ResourceClass)
+			next.Spec.Traits = upd.Traits
+			next.Spec.Maintenance = upd.Maintenance
+			next.Spec.MaintenanceReason = deref(upd.MaintenanceReason)
+			if !next.Spec.Maintenance {
+				next.Spec.MaintenanceReason = ""
+			}
+			next.Spec.Extra = extra
+			next.Spec.Owner = deref(upd.Owner)
+			return next, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	view, err = c.nodeView(obj.(*nodusv1.Node))
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusOK, view)
+}
+
+// setMaintenance puts a node in maintenance (with an optional reason) or
+// takes it out, answering 202 as Ironic does.
+func (c *call) setMaintenance(ident string, on bool) error {
+	n, err := c.findNode(ident)
+	if err != nil {
+		return err
+	}
+	var body struct {
+		Reason string `json:"reason"`
+	}
+	if on {
+		if data, _ := io.ReadAll(io.LimitReader(c.req.Body, maxBody)); len(strings.TrimSpace(string(data))) > 0 {
+			if err := json.Unmarshal(data, &body); err != nil {
+				return errorf(http.StatusBadRequest, "Invalid request body: %v", err)
+			}
+		}
+	}
+	_, _, err = c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			next := old.(*nodusv1.Node).DeepCopy()
+			next.Spec.Maintenance, next.Spec.MaintenanceReason = on, ""
+			if on {
+				next.Spec.MaintenanceReason = body.Reason
+			}
+			return next, nil
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusAccepted, nil)
+}
+
+// nodeAllocation shows or deletes the allocation of a node.
+func (c *call) nodeAllocation(ident string, remove bool) error {
+	n, err := c.findNode(ident)
+	if err != nil {
+		return err
+	}
+	if n.Status.Allocation == "" {
+		return errorf(http.StatusNotFound, "Node %s is not associated with any allocation.", ident)
+	}
+	a, err := c.findAllocation(n.Status.Allocation)
+	if err != nil {
+		return err
+	}
+	if remove {
+		return c.removeAllocation(a)
+	}
+	p, err := parsePage(c.req.URL.Query(), allocationSortKeys, allocationFields)
+	if err != nil {
+		return err
+	}
+	return c.reply(http.StatusOK, selectFields(allocationView(c.base, a, string(n.UID)), p.fields))
+}
+
+// allocationUIDs maps allocation names to their uids.
+func (c *call) allocationUIDs() (map[string]string, error) {
+	all, err := c.allocations()
+	if err != nil {
+		return nil, err
+	}
+	uids := map[string]string{"": ""}
+	for i := range all {
+		uids[all[i].Name] = string(all[i].UID)
+	}
+	return uids, nil
+}
+
+func matches(q map[string][]string, key, value string) bool {
+	want, ok := q[key]
+	return !ok || want[0] == value
+}
+
+func boolString(b bool) string {
+	if b {
+		return "true"
+	}
+	return "false"
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+// patchOp is one RFC 6902 operation.
+type patchOp struct {
+	Op    string          `json:"op"`
+	Path  string          `json:"path"`
+	Value json.RawMessage `json:"value,omitempty"`
+	From  string          `json:"from,omitempty"`
+}
+
+func (c *call) readPatch() ([]patchOp, error) {
+	var ops []patchOp
+	if err := c.decode(&ops); err != nil {
+		return nil, err
+	}
+	for _, op := range ops {
+		switch op.Op {
+		case "add", "replace", "remove":
+		default:
+			return nil, errorf(http.StatusBadRequest, "Invalid patch operation %q: use add, replace or remove", op.Op)
+		}
+		if !strings.HasPrefix(op.Path, "/") {
+			return nil, errorf(http.StatusBadRequest, "Invalid patch path %q", op.Path)
+		}
+	}
+	return ops, nil
+}
+
+func applyPatch(view map[string]interface{}, ops []patchOp, out interface{}) error {
+	doc, err := json.Marshal(view)
+	if err != nil {
+		return err
+	}
+	raw, err := json.Marshal(ops)
+	if err != nil {
+		return err
+	}
+	patch, err := jsonpatch.DecodePatch(raw)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "Invalid patch: %v", err)
+	}
+	patched, err := patch.Apply(doc)
+	if err != nil {
+		return errorf(http.StatusBadRequest, "Patch does not apply: %v", err)
+	}
+	if err := json.Unmarshal(patched, out); err != nil {
+		return errorf(http.StatusBadRequest, "Invalid patch result: %v", err)
+	}
+	return nil
+}
+
+func remarshal(in, out interface{}) error {
+	data, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, out); err != nil {
+		return errorf(http.StatusBadRequest, "Invalid value: %v", err)
+	}
+	return nil
+}
+
+// stringMap converts extra to strings: Nodus keeps extra values as strings.
+func stringMap(in map[string]interface{}) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		s, ok := v.(string)
+		if !ok {
+			return nil, errorf(http.StatusBadRequest, "extra/%s must be a string: Nodus keeps extra values as strings", k)
+		}
+		out[k] = s
+	}
+	return out, nil
+}

@@ -1,0 +1,132 @@
+package ironic
+
+import (
+	"time"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// link is Ironic's resource link.
+type link struct {
+	Href string `json:"href"`
+	Rel  string `json:"rel"`
+}
+
+func links(base, collection, id string) []link {
+	return []link{{Href: base + "/v1/" + collection + "/" + id, Rel: "self"}, {Href: base + "/" + collection + "/" + id, Rel: "bookmark"}}
+}
+
+func timestamp(t time.Time) *string {
+	if t.IsZero() {
+		return nil
+	}
+	s := t.UTC().Format("2006-01-02T15:04:05+00:00")
+	return &s
+}
+
+func orNil(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func extraOf(m map[string]string) map[string]interface{} {
+	out := map[string]interface{}{}
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+// nodeView renders a Node as Ironic does; allocationUUID is its
+// allocation's uid, or "".
+func nodeView(base string, n *nodusv1.Node, allocationUUID string) map[string]interface{} {
+	traits := n.Spec.Traits
+	if traits == nil {
+		traits = []string{}
+	}
+	provision := string(n.Status.ProvisionState)
+	if provision == "" {
+		provision = string(nodusv1.ProvisionStateEnroll)
+	}
+	inv := n.Status.Inventory
+	return map[string]interface{}{
+		"uuid":               string(n.UID),
+		"name":               n.Name,
+		"resource_class":     orNil(n.Spec.ResourceClass),
+		"traits":             traits,
+		"maintenance":        n.Spec.Maintenance,
+		"maintenance_reason": orNil(n.Spec.MaintenanceReason),
+		"provision_state":    provision,
+		"power_state":        nil,
+		"instance_uuid":      nil,
+		"driver":             "nodus",
+		"owner":              orNil(n.Spec.Owner),
+		"extra":              extraOf(n.Spec.Extra),
+		"allocation_uuid":    orNil(allocationUUID),
+		"conductor_group":    n.Spec.Pool,
+		"properties": map[string]interface{}{
+			"cpus": inv.CPU, "memory_mb": inv.MemoryMiB, "local_gb": inv.DiskGiB,
+		},
+		"created_at": timestamp(n.CreationTimestamp.Time),
+		"updated_at": nil,
+		"links":      links(base, "nodes", string(n.UID)),
+	}
+}
+
+// nodeSummaryFields are what a plain node list shows, as in Ironic.
+var nodeSummaryFields = []string{"uuid", "name", "instance_uuid", "power_state", "provision_state", "maintenance", "links"}
+
+// allocationView renders an Allocation; nodeUUID is its node's uid, or "".
+func allocationView(base string, a *nodusv1.Allocation, nodeUUID string) map[string]interface{} {
+	traits := a.Spec.Traits
+	if traits == nil {
+		traits = []string{}
+	}
+	candidates := a.Spec.CandidateNodes
+	if candidates == nil {
+		candidates = []string{}
+	}
+	state := string(a.Status.State)
+	if state == "" {
+		state = string(nodusv1.AllocationStateAllocating)
+	}
+	name := orNil(a.Name)
+	if a.Annotations[annotationUnnamed] == "true" {
+		name = nil
+	}
+	return map[string]interface{}{
+		"uuid":            string(a.UID),
+		"name":            name,
+		"node_uuid":       orNil(nodeUUID),
+		"state":           state,
+		"last_error":      orNil(a.Status.LastError),
+		"resource_class":  orNil(a.Spec.ResourceClass),
+		"traits":          traits,
+		"candidate_nodes": candidates,
+		"extra":           extraOf(a.Spec.Extra),
+		"owner":           orNil(a.Spec.Owner),
+		"created_at":      timestamp(a.CreationTimestamp.Time),
+		"updated_at":      nil,
+		"links":           links(base, "allocations", string(a.UID)),
+	}
+}
+
+// annotationUnnamed marks an allocation created without a name: Ironic
+// shows its name as null.
+const annotationUnnamed = "nodus.dev/ironic-unnamed"
+
+// selectFields keeps only fields (Ironic's ?fields=a,b), links always.
+func selectFields(view map[string]interface{}, fields []string) map[string]interface{} {
+	if len(fields) == 0 {
+		return view
+	}
+	out := map[string]interface{}{"links": view["links"]}
+	for _, f := range fields {
+		if v, ok := view[f]; ok {
+			out[f] = v
+		}
+	}
+	return out
+}

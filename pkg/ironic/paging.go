@@ -1,0 +1,145 @@
+package ironic
+
+import (
+	"net/http"
+	"net/url"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// maxLimit is the largest page, as Ironic's default [api]max_limit.
+const maxLimit = 1000
+
+// page is a list request's paging, sorting and field selection.
+type page struct {
+	limit   int
+	marker  string
+	sortKey string
+	desc    bool
+	fields  []string
+}
+
+// parsePage reads limit, marker, sort_key, sort_dir and fields.
+func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
+	p := page{limit: maxLimit, sortKey: "created_at"}
+	if raw := q.Get("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return p, errorf(http.StatusBadRequest, "Invalid limit %q: must be a positive integer", raw)
+		}
+		if n <= 0 {
+			return p, errorf(http.StatusBadRequest, "Limit must be positive")
+		}
+		p.limit = min(n, maxLimit)
+	}
+	if p.marker = q.Get("marker"); p.marker != "" && !looksLikeUUID(p.marker) {
+		return p, errorf(http.StatusBadRequest, "Invalid marker %q: expected a UUID", p.marker)
+	}
+	if key := q.Get("sort_key"); key != "" {
+		if !contains(sortKeys, key) {
+			return p, errorf(http.StatusBadRequest, "The sort_key value %q is an invalid field for sorting; use one of %s", key, strings.Join(sortKeys, ", "))
+		}
+		p.sortKey = key
+	}
+	switch dir := q.Get("sort_dir"); dir {
+	case "", "asc":
+	case "desc":
+		p.desc = true
+	default:
+		return p, errorf(http.StatusBadRequest, "Invalid sort direction: %s. Acceptable values are 'asc' or 'desc'", dir)
+	}
+	if raw := q.Get("fields"); raw != "" {
+		for _, f := range strings.Split(raw, ",") {
+			if !contains(fields, f) {
+				return p, errorf(http.StatusBadRequest, "Field(s) %q are not valid", f)
+			}
+			p.fields = append(p.fields, f)
+		}
+	}
+	return p, nil
+}
+
+// apply sorts views, starts after the marker and cuts a page. It returns the
+// page and the link to the next one, which exists only when the page is full.
+func (p page) apply(views []map[string]interface{}, collection, base string, q url.Values) ([]map[string]interface{}, string, error) {
+	sort.SliceStable(views, func(i, j int) bool {
+		a, b := sortable(views[i][p.sortKey]), sortable(views[j][p.sortKey])
+		if a == b {
+			a, b = sortable(views[i]["uuid"]), sortable(views[j]["uuid"])
+		}
+		if p.desc {
+			return a > b
+		}
+		return a < b
+	})
+	if p.marker != "" {
+		at := -1
+		for i, v := range views {
+			if v["uuid"] == p.marker {
+				at = i
+				break
+			}
+		}
+		if at < 0 {
+			return nil, "", errorf(http.StatusBadRequest, "Marker %s could not be found in this collection", p.marker)
+		}
+		views = views[at+1:]
+	}
+	next := ""
+	if len(views) > p.limit {
+		views = views[:p.limit]
+	}
+	if len(views) == p.limit && len(views) > 0 {
+		q = cloneQuery(q)
+		q.Set("limit", strconv.Itoa(p.limit))
+		q.Set("marker", views[len(views)-1]["uuid"].(string))
+		next = base + "/v1/" + collection + "?" + q.Encode()
+	}
+	out := make([]map[string]interface{}, len(views))
+	for i, v := range views {
+		out[i] = selectFields(v, p.fields)
+	}
+	return out, next, nil
+}
+
+func sortable(v interface{}) string {
+	switch x := v.(type) {
+	case *string:
+		if x == nil {
+			return ""
+		}
+		return *x
+	case string:
+		return x
+	case bool:
+		return strconv.FormatBool(x)
+	}
+	return ""
+}
+
+func cloneQuery(q url.Values) url.Values {
+	out := url.Values{}
+	for k, v := range q {
+		out[k] = append([]string(nil), v...)
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func keysOf(view map[string]interface{}) []string {
+	out := make([]string, 0, len(view))
+	for k := range view {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
