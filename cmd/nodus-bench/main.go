@@ -8,7 +8,10 @@
 //     sees the new epoch;
 //
 //   - heartbeat: etcd writes and server CPU per heartbeat of many simulated
-//     nodes, extrapolated to 10,000 nodes at a 10 s interval.
+//     nodes, extrapolated to 10,000 nodes at a 10 s interval;
+//
+//   - allocation: allocations per second and POST-to-active latency of 1,000
+//     allocations over 10,000 nodes, with one server and with two sharing an etcd.
 //
 //     go run ./cmd/nodus-bench [-scenarios crud,release,heartbeat] [-server bin/nodus-server]
 package main
@@ -26,14 +29,14 @@ import (
 type config struct {
 	objects, gets, updates, lists, concurrency int
 	releases                                   int
-	nodes, rounds                              int
+	nodes, rounds, allocations                 int
 	interval                                   time.Duration
 }
 
 func main() {
 	var c config
 	var scenarios, binary string
-	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat", "which measurements to run")
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation", "which measurements to run")
 	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
 	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
@@ -43,6 +46,7 @@ func main() {
 	flag.IntVar(&c.releases, "releases", 200, "release: hosts to release")
 	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat: simulated nodes")
 	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: steady-state rounds measured after the first")
+	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
 	flag.Parse()
 	if err := run(c, binary, strings.Split(scenarios, ",")); err != nil {
@@ -53,6 +57,12 @@ func main() {
 
 func run(c config, binary string, scenarios []string) error {
 	for _, name := range scenarios {
+		if name == "allocation" {
+			if err := allocationScenario(c, binary); err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			continue
+		}
 		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat}[name]
 		if !ok {
 			return fmt.Errorf("unknown scenario %q", name)
@@ -63,7 +73,7 @@ func run(c config, binary string, scenarios []string) error {
 			return err
 		}
 		fmt.Fprintf(os.Stderr, "%s: starting nodus-server in %s\n", name, dir)
-		s, err := startServer(binary, dir)
+		s, err := startServer(binary, dir, "")
 		if err != nil {
 			return err
 		}

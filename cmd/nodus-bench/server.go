@@ -30,7 +30,9 @@ type server struct {
 	etcd   *clientv3.Client
 }
 
-func startServer(binary, dir string, extraArgs ...string) (*server, error) {
+// startServer starts nodus-server with its data in dir, on its embedded etcd
+// or, when etcdURL is set, on that etcd.
+func startServer(binary, dir, etcdURL string) (*server, error) {
 	if binary == "" {
 		binary = filepath.Join(dir, "nodus-server")
 		build := exec.Command("go", "build", "-o", binary, "github.com/nodus-dev/nodus/cmd/nodus-server")
@@ -49,7 +51,10 @@ func startServer(binary, dir string, extraArgs ...string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	args := append([]string{"--data-dir", filepath.Join(dir, "data"), "--secure-port", strconv.Itoa(port)}, extraArgs...)
+	args := []string{"--data-dir", filepath.Join(dir, "data"), "--secure-port", strconv.Itoa(port)}
+	if etcdURL != "" {
+		args = append(args, "--etcd-servers", etcdURL)
+	}
 	cmd := exec.Command(binary, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {
@@ -76,7 +81,12 @@ func startServer(binary, dir string, extraArgs ...string) (*server, error) {
 		s.stop()
 		return nil, fmt.Errorf("nodus-server did not become ready (log: %s): %w", log.Name(), err)
 	}
-	if s.etcd, err = testserver.EtcdClientFor(s.dir); err != nil {
+	if etcdURL != "" {
+		s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
+	} else {
+		s.etcd, err = testserver.EtcdClientFor(s.dir)
+	}
+	if err != nil {
 		s.stop()
 		return nil, err
 	}

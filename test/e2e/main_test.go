@@ -47,7 +47,14 @@ type serverProcess struct {
 // startServer runs nodus-server on dataDir and waits until kubectl reaches it.
 func startServer(t *testing.T, dataDir string) *serverProcess {
 	t.Helper()
-	cmd := exec.Command(serverBinary, "--data-dir", dataDir, "--secure-port", fmt.Sprint(freePort(t)))
+	return startServerWith(t, dataDir)
+}
+
+// startServerWith starts nodus-server with extra flags.
+func startServerWith(t *testing.T, dataDir string, flags ...string) *serverProcess {
+	t.Helper()
+	args := append([]string{"--data-dir", dataDir, "--secure-port", fmt.Sprint(freePort(t))}, flags...)
+	cmd := exec.Command(serverBinary, args...)
 	out := &syncBuffer{}
 	cmd.Stdout = out
 	cmd.Stderr = out

@@ -1,0 +1,132 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// TestAllocationRaceAcrossTwoServers: 400 allocations for 200 matching
+// nodes, from 16 concurrent clients, through two nodus-server processes
+// sharing one etcd: exactly 200 become active, 200 fail, and no node is in
+// two allocations.
+func TestAllocationRaceAcrossTwoServers(t *testing.T) {
+	requireKubectl(t)
+	const nodes, allocs, clients = 200, 400, 16
+	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Stop(context.Background()) })
+
+	var apis []versioned.Interface
+	for i := 0; i < 2; i++ {
+		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
+		cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.QPS, cfg.Burst = 1000, 1000
+		apis = append(apis, versioned.NewForConfigOrDie(cfg))
+	}
+	ctx := context.Background()
+	a := apis[0].NodusV1()
+	if _, err := a.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "race"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	run := func(n int, op func(i int) error) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		work := make(chan int)
+		for w := 0; w < clients; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					if err := op(i); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		for i := 0; i < n; i++ {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	run(nodes, func(i int) error {
+		api := apis[i%2].NodusV1()
+		name := fmt.Sprintf("race-%03d", i)
+		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.NodeSpec{Pool: "race", ResourceClass: "gpu-race"}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		return api.RESTClient().Post().Resource("nodes").Name(name).SubResource("heartbeat").
+			SetHeader("Content-Type", "application/json").Body([]byte(`{"agentGeneration":0}`)).Do(ctx).Error()
+	})
+	run(allocs, func(i int) error {
+		_, err := apis[i%2].NodusV1().Allocations().Create(ctx, &nodusv1.Allocation{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("claim-%03d", i)},
+			Spec:       nodusv1.AllocationSpec{ResourceClass: "gpu-race"}}, metav1.CreateOptions{})
+		return err
+	})
+
+	var list *nodusv1.AllocationList
+	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err = apis[1].NodusV1().Allocations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, al := range list.Items {
+			if al.Status.State == "" || al.Status.State == nodusv1.AllocationStateAllocating {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("allocations still allocating: %v", err)
+	}
+	active, failed := 0, 0
+	holder := map[string]string{}
+	for _, al := range list.Items {
+		switch al.Status.State {
+		case nodusv1.AllocationStateActive:
+			active++
+			if other, taken := holder[al.Status.Node]; taken {
+				t.Errorf("node %s is in allocations %s and %s", al.Status.Node, other, al.Name)
+			}
+			holder[al.Status.Node] = al.Name
+		case nodusv1.AllocationStateError:
+			failed++
+		}
+	}
+	if active != nodes || failed != allocs-nodes {
+		t.Errorf("%d active and %d failed, want %d and %d", active, failed, nodes, allocs-nodes)
+	}
+	stored, err := apis[0].NodusV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range stored.Items {
+		if n.Status.Allocation == "" || holder[n.Name] != n.Status.Allocation {
+			t.Errorf("node %s records allocation %q, the allocations say %q", n.Name, n.Status.Allocation, holder[n.Name])
+		}
+	}
+}
