@@ -178,8 +178,8 @@ func TestKubectl(t *testing.T) {
 				t.Errorf("patch %s did not stick: %q", k.resource, out)
 			}
 		}
-		s.must(t, "patch", "nodes", "gpu-001", "--subresource", "status", "--type", "merge", "-p", `{"status":{"provisionState":"available"}}`)
-		if out := s.must(t, "get", "node", "gpu-001", "-o", "jsonpath={.status.provisionState}"); out != "available" {
+		s.must(t, "patch", "nodes", "gpu-001", "--subresource", "status", "--type", "merge", "-p", `{"status":{"sshAddress":"192.0.2.7:22"}}`)
+		if out := s.must(t, "get", "node", "gpu-001", "-o", "jsonpath={.status.sshAddress}"); out != "192.0.2.7:22" {
 			t.Errorf("status patch: %q", out)
 		}
 	})

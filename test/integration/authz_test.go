@@ -2,13 +2,16 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -41,6 +44,12 @@ func TestAuthorizationMatrix(t *testing.T) {
 	(&fleet{s: s}).waitHost(t, "r1", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Reservation.State == nodusv1.ReservationStateActive
 	})
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		n, err := s.Client.NodusV1().Nodes().Get(c, "gpu-001", metav1.GetOptions{})
+		return err == nil && n.Status.ProvisionState == nodusv1.ProvisionStateActive, nil
+	}); err != nil {
+		t.Fatal("the reserved node never became active")
+	}
 
 	const nodus = "/apis/nodus.dev/v1"
 	kinds := []kindUnderTest{

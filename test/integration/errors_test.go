@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -85,6 +87,17 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	if r := f.release(t, f.admin, "active", `{"agreed":true,"epoch":9}`, "", "Idempotency-Key", "used-once"); r.code != 409 {
 		t.Fatalf("stale release: %d %s", r.code, r.body)
 	}
+	// Backfill an allocation for the node in use, whose deletion must be refused.
+	if _, err := c.Allocations().Create(ctx, &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "in-use"},
+		Spec: nodusv1.AllocationSpec{Node: "active"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(cx, "in-use", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive, nil
+	}); err != nil {
+		t.Fatal("the backfill allocation never became active")
+	}
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -152,6 +165,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		},
 		apierror.ReasonIdempotencyKeyInFlight: func() response {
 			return f.release(t, f.admin, "active", agreed, "", "Idempotency-Key", "running")
+		},
+		apierror.ReasonNodeActive: func() response {
+			return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/allocations/in-use", "", nil)
 		},
 		apierror.ReasonStaleAgent: func() response {
 			return f.heartbeat(t, "active", nodusv1.NodeHeartbeat{AgentGeneration: 0})
