@@ -18,12 +18,15 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
+	secretpkg "github.com/nodus-dev/nodus/pkg/registry/secret"
 )
 
-// TokenGetter reads an AccessToken by name. fresh asks for a read that sees
-// every completed write, for tokens created a moment ago.
+// TokenGetter reads AccessTokens and EnrollmentTokens by name. fresh asks
+// for a read that sees every completed write, for tokens created a moment ago.
 type TokenGetter interface {
 	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
+	GetEnrollmentToken(ctx context.Context, name string) (*nodusv1.EnrollmentToken, error)
 }
 
 var errInvalidToken = errors.New("invalid bearer token")
@@ -53,7 +56,13 @@ func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticato
 			}
 			groups := append([]string{}, subject.Organization...)
 			groups = append(groups, GroupAuthenticated)
-			return &authenticator.Response{User: &user.DefaultInfo{Name: subject.CommonName, Groups: groups}}, true, nil
+			info := &user.DefaultInfo{Name: subject.CommonName, Groups: groups}
+			for _, unit := range subject.OrganizationalUnit {
+				if g, ok := strings.CutPrefix(unit, "generation-"); ok {
+					info.Extra = map[string][]string{ExtraAgentGeneration: {g}}
+				}
+			}
+			return &authenticator.Response{User: info}, true, nil
 		}))
 	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
 	return union.New(certs, bearer, authenticator.RequestFunc(publicAnonymous))
@@ -72,6 +81,9 @@ type tokenAuthenticator struct {
 }
 
 func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	if rest, ok := strings.CutPrefix(token, enrollmenttoken.TokenPrefix); ok {
+		return a.enrollment(ctx, rest)
+	}
 	name, secret, ok := accesstoken.SplitToken(token)
 	if !ok {
 		return nil, false, errInvalidToken
@@ -88,7 +100,7 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 		return nil, false, err
 	}
 	want := t.Status.TokenHash
-	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(accesstoken.HashSecret(secret))) != 1 {
+	if want == "" || subtle.ConstantTimeCompare([]byte(want), []byte(secretpkg.Hash(secret))) != 1 {
 		return nil, false, errInvalidToken
 	}
 	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
@@ -100,5 +112,34 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 		Name:   t.Spec.User,
 		Groups: groups,
 		Extra:  map[string][]string{"nodus.dev/access-token": {t.Name}},
+	}}, true, nil
+}
+
+// enrollment authenticates an unused, unexpired enrollment token as an
+// enroller, which may do nothing but enroll.
+func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*authenticator.Response, bool, error) {
+	name, plain, ok := accesstoken.SplitToken(token)
+	if !ok {
+		return nil, false, errInvalidToken
+	}
+	t, err := a.tokens.GetEnrollmentToken(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return nil, false, errInvalidToken
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	if t.Status.TokenHash == "" || subtle.ConstantTimeCompare([]byte(t.Status.TokenHash), []byte(secretpkg.Hash(plain))) != 1 {
+		return nil, false, errInvalidToken
+	}
+	if t.Status.UsedAt != nil {
+		return nil, false, errors.New("the enrollment token was already used by node " + t.Status.UsedBy)
+	}
+	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
+		return nil, false, errors.New("the enrollment token expired at " + t.Spec.ExpiresAt.Format(time.RFC3339))
+	}
+	return &authenticator.Response{User: &user.DefaultInfo{
+		Name: "nodus:enroller:" + name, Groups: []string{GroupEnrollers},
+		Extra: map[string][]string{ExtraEnrollmentToken: {name}},
 	}}, true, nil
 }

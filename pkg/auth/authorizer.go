@@ -2,9 +2,12 @@ package auth
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -23,6 +26,12 @@ import (
 // cluster-scoped operator kinds.
 type Authorizer struct {
 	Projects ProjectGetter
+	Nodes    NodeGetter
+}
+
+// NodeGetter reads a Node by name.
+type NodeGetter interface {
+	GetNode(ctx context.Context, name string) (*nodusv1.Node, error)
 }
 
 // readVerbs only observe.
@@ -44,6 +53,16 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	}
 	if IsOperator(u) {
 		return authorizer.DecisionAllow, "operator", nil
+	}
+	if node, generation, ok := NodeOf(u); ok {
+		return a.agent(ctx, attrs, node, generation)
+	}
+	if slices.Contains(u.GetGroups(), GroupEnrollers) {
+		if attrs.IsResourceRequest() && attrs.GetAPIGroup() == nodusv1.GroupName && attrs.GetResource() == "nodes" &&
+			attrs.GetSubresource() == "enroll" && attrs.GetVerb() == "create" {
+			return authorizer.DecisionAllow, "enrollment", nil
+		}
+		return authorizer.DecisionDeny, "an enrollment token may only enroll a node", nil
 	}
 	if !attrs.IsResourceRequest() {
 		return a.nonResource(u, attrs)
@@ -139,4 +158,61 @@ func (a *Authorizer) ConditionsAwareAuthorize(ctx context.Context, attrs authori
 // EvaluateConditions implements authorizer.Authorizer; there are no conditions to evaluate.
 func (a *Authorizer) EvaluateConditions(context.Context, authorizer.ConditionsAwareDecision, authorizer.ConditionsData) (authorizer.Decision, string, error) {
 	return authorizer.DecisionDeny, "", authorizer.ErrorConditionEvaluationNotSupported
+}
+
+// agent applies the node restriction: a node's agent reads and writes its
+// own Node's status and heartbeat, and watches the reservations placed on
+// it — with a credential of the node's current agent generation only.
+func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, node string, generation int64) (authorizer.Decision, string, error) {
+	if !attrs.IsResourceRequest() {
+		if attrs.GetVerb() == "get" && (strings.HasPrefix(attrs.GetPath(), "/api") || IsPublicPath(attrs.GetPath())) {
+			return authorizer.DecisionAllow, "discovery", nil
+		}
+		return authorizer.DecisionDeny, "node agents only use the API", nil
+	}
+	n, err := a.Nodes.GetNode(ctx, node)
+	if apierrors.IsNotFound(err) {
+		return authorizer.DecisionDeny, "node " + node + " does not exist", nil
+	}
+	if err != nil {
+		return authorizer.DecisionNoOpinion, "", err
+	}
+	if n.Status.AgentGeneration != generation {
+		return authorizer.DecisionDeny, fmt.Sprintf("this credential is of agent generation %d; node %s was enrolled again (generation %d)",
+			generation, node, n.Status.AgentGeneration), nil
+	}
+	if attrs.GetAPIGroup() != nodusv1.GroupName {
+		return authorizer.DecisionDeny, "node agents only use nodus.dev", nil
+	}
+	verb, sub := attrs.GetVerb(), attrs.GetSubresource()
+	switch attrs.GetResource() {
+	case "nodes":
+		own := attrs.GetName() == node
+		switch {
+		case own && sub == "" && verb == "get",
+			own && sub == "status" && (verb == "get" || verb == "update" || verb == "patch"),
+			own && sub == "heartbeat" && verb == "create",
+			sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "metadata.name", node):
+			return authorizer.DecisionAllow, "own node", nil
+		}
+	case "reservations":
+		if sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "status.node", node) {
+			return authorizer.DecisionAllow, "reservations on own node", nil
+		}
+	}
+	return authorizer.DecisionDeny, "node " + node + "'s agent may only use its own node and the reservations on it", nil
+}
+
+// selects says whether the request's field selector pins field to value.
+func selects(attrs authorizer.Attributes, field, value string) bool {
+	reqs, err := attrs.GetFieldSelector()
+	if err != nil {
+		return false
+	}
+	for _, r := range reqs {
+		if r.Field == field && (r.Operator == selection.Equals || r.Operator == selection.DoubleEquals) && r.Value == value {
+			return true
+		}
+	}
+	return false
 }

@@ -5,7 +5,10 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strconv"
+	"strings"
 
 	"k8s.io/apiserver/pkg/authentication/user"
 
@@ -19,7 +22,33 @@ const (
 	GroupAuthenticated = "nodus:authenticated"
 	// AdminUser is the bootstrap operator written into admin.kubeconfig.
 	AdminUser = "nodus-admin"
+	// GroupNodes holds every node agent; an agent's user is NodeUserPrefix + node name.
+	GroupNodes     = "nodus:nodes"
+	NodeUserPrefix = "nodus:node:"
+	// GroupEnrollers holds the bearers of enrollment tokens.
+	GroupEnrollers = "nodus:enrollers"
+	// ExtraEnrollmentToken names the enrollment token a request came with.
+	ExtraEnrollmentToken = "nodus.dev/enrollment-token"
+	// ExtraAgentGeneration is the agent generation a node credential was issued for.
+	ExtraAgentGeneration = "nodus.dev/agent-generation"
 )
+
+// GenerationUnit is the certificate OU that carries an agent generation.
+func GenerationUnit(generation int64) string { return fmt.Sprintf("generation-%d", generation) }
+
+// NodeOf returns the node an agent user acts for, and its credential's generation.
+func NodeOf(u user.Info) (node string, generation int64, ok bool) {
+	name, found := strings.CutPrefix(u.GetName(), NodeUserPrefix)
+	if !found || !slices.Contains(u.GetGroups(), GroupNodes) {
+		return "", 0, false
+	}
+	gens := u.GetExtra()[ExtraAgentGeneration]
+	if len(gens) != 1 {
+		return "", 0, false
+	}
+	g, err := strconv.ParseInt(gens[0], 10, 64)
+	return name, g, err == nil
+}
 
 // ProjectGetter reads a Project by name.
 type ProjectGetter interface {

@@ -7,8 +7,10 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -235,4 +237,46 @@ func serial() *big.Int {
 		return big.NewInt(time.Now().UnixNano())
 	}
 	return n
+}
+
+// ParseCSR reads a PEM certificate request and checks its signature.
+func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
+	block, _ := pem.Decode(csrPEM)
+	if block == nil || block.Type != "CERTIFICATE REQUEST" {
+		return nil, errors.New("the certificate request is not a PEM CERTIFICATE REQUEST")
+	}
+	csr, err := x509.ParseCertificateRequest(block.Bytes)
+	if err != nil {
+		return nil, fmt.Errorf("parse the certificate request: %w", err)
+	}
+	if err := csr.CheckSignature(); err != nil {
+		return nil, fmt.Errorf("the certificate request's signature is invalid: %w", err)
+	}
+	return csr, nil
+}
+
+// SignCSR issues a client certificate for the key of a certificate request,
+// with the subject the CA decides (never the requester's).
+func (ca *CA) SignCSR(csr *x509.CertificateRequest, subject pkix.Name) ([]byte, error) {
+	now := time.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: serial(),
+		Subject:      subject,
+		NotBefore:    now.Add(-clockSkewSlack),
+		NotAfter:     now.Add(leafValidity),
+		KeyUsage:     x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, csr.PublicKey, ca.Key)
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), nil
+}
+
+// Fingerprint is the SHA-256 fingerprint of the CA certificate, as
+// "sha256:<hex>", for agents to pin.
+func (ca *CA) Fingerprint() string {
+	sum := sha256.Sum256(ca.Cert.Raw)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -40,6 +40,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/pool"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
@@ -68,11 +69,12 @@ type Config struct {
 
 	liveness          *liveness.Tracker
 	heartbeatInterval time.Duration
+	ca                *pki.CA
 }
 
 // actionSubresources are the POST subresources with the action contract
 // (200 OK, Idempotency-Key).
-var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true, "nodes/heartbeat": true}
+var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true, "nodes/heartbeat": true, "nodes/enroll": true}
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
 // embedded etcd when asked to, and builds the generic server's configuration.
@@ -170,7 +172,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
-	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main}
+	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main,
+		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main}
 
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
@@ -182,7 +185,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	generic.Authentication.Authenticator = auth.NewAuthenticator(clientCAs, getters)
-	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters}
+	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters, Nodes: getters}
 	admission := projectexists.New()
 	admission.Projects = getters
 	generic.AdmissionControl = admission
@@ -224,19 +227,20 @@ func (o *Options) Config() (cfg *Config, err error) {
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
-		liveness: alive, heartbeatInterval: o.HeartbeatInterval,
+		liveness: alive, heartbeatInterval: o.HeartbeatInterval, ca: ca,
 	}, nil
 }
 
 func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[string]base.Stores, error) {
 	kinds := map[string]base.Kind{
-		"projects":      project.Kind(),
-		"pools":         pool.Kind(),
-		"nodes":         node.Kind(),
-		"allocations":   allocation.Kind(),
-		"reservations":  reservation.Kind(),
-		"reservedhosts": reservedhost.Kind(),
-		"accesstokens":  accesstoken.Kind(),
+		"projects":         project.Kind(),
+		"pools":            pool.Kind(),
+		"nodes":            node.Kind(),
+		"allocations":      allocation.Kind(),
+		"reservations":     reservation.Kind(),
+		"reservedhosts":    reservedhost.Kind(),
+		"accesstokens":     accesstoken.Kind(),
+		"enrollmenttokens": enrollmenttoken.Kind(),
 	}
 	stores := make(map[string]base.Stores, len(kinds))
 	for resource, kind := range kinds {
@@ -252,7 +256,25 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 // storeGetters read Projects and AccessTokens for authentication,
 // authorization and admission straight from the stores.
 type storeGetters struct {
-	projects, tokens *genericregistry.Store
+	projects, tokens, enrollments, nodes *genericregistry.Store
+}
+
+// GetEnrollmentToken reads consistently: a token is used once.
+func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string) (*nodusv1.EnrollmentToken, error) {
+	obj, err := g.enrollments.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.EnrollmentToken), nil
+}
+
+// GetNode reads from the watch cache; a re-enrollment reaches it within milliseconds.
+func (g storeGetters) GetNode(ctx context.Context, name string) (*nodusv1.Node, error) {
+	obj, err := g.nodes.Get(ctx, name, fromCache)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Node), nil
 }
 
 // fromCache asks the watch cache: fresh to within milliseconds, no etcd round trip.

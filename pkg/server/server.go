@@ -25,6 +25,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
+	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
@@ -88,6 +89,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
 		storage[path] = s
 	}
+	for path, s := range enrollmenttoken.Storage(c.Stores["enrollmenttokens"], c.ca.Fingerprint()) {
+		storage[path] = s
+	}
+	storage["nodes/enroll"] = &node.EnrollREST{Tokens: c.Stores["enrollmenttokens"].Status,
+		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, CA: c.ca}
 	storage["nodes/heartbeat"] = &node.HeartbeatREST{
 		Nodes: c.Stores["nodes"].Status, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,
 		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,

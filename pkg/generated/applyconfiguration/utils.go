@@ -32,6 +32,12 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.AllocationSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("AllocationStatus"):
 		return &nodusv1.AllocationStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EnrollmentToken"):
+		return &nodusv1.EnrollmentTokenApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EnrollmentTokenSpec"):
+		return &nodusv1.EnrollmentTokenSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("EnrollmentTokenStatus"):
+		return &nodusv1.EnrollmentTokenStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Node"):
 		return &nodusv1.NodeApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeGPU"):

@@ -29,8 +29,13 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.AllocationList{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_AllocationList(ref),
 		v1.AllocationSpec{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_AllocationSpec(ref),
 		v1.AllocationStatus{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_AllocationStatus(ref),
+		v1.EnrollmentToken{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_EnrollmentToken(ref),
+		v1.EnrollmentTokenList{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenList(ref),
+		v1.EnrollmentTokenSpec{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref),
+		v1.EnrollmentTokenStatus{}.OpenAPIModelName():         schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref),
 		v1.HostReservation{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostReservation(ref),
 		v1.Node{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Node(ref),
+		v1.NodeEnrollment{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_NodeEnrollment(ref),
 		v1.NodeGPU{}.OpenAPIModelName():                       schema_pkg_apis_nodus_v1_NodeGPU(ref),
 		v1.NodeHeartbeat{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_NodeHeartbeat(ref),
 		v1.NodeInventory{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_NodeInventory(ref),
@@ -514,6 +519,217 @@ func schema_pkg_apis_nodus_v1_AllocationStatus(ref common.ReferenceCallback) com
 	}
 }
 
+func schema_pkg_apis_nodus_v1_EnrollmentToken(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EnrollmentToken lets one physical server's nodusd enroll into a pool, once. The server generates the secret on create, returns it once and stores only its hash; deleting the token revokes it.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec says where the enrolled node goes.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.EnrollmentTokenSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status holds the token's hash and its use.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.EnrollmentTokenStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1.EnrollmentTokenSpec{}.OpenAPIModelName(), v1.EnrollmentTokenStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_EnrollmentTokenList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EnrollmentTokenList is a list of EnrollmentTokens.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.EnrollmentToken{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1.EnrollmentToken{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EnrollmentTokenSpec is what an enrollment creates.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"pool": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pool the node joins.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"resourceClass": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ResourceClass of the node.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"traits": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Traits of the node.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"loginUser": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LoginUser is the node's default login user.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"expiresAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExpiresAt is when the token stops working; defaults to 24 hours after creation.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"pool", "resourceClass"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "EnrollmentTokenStatus records the token's verifier and use.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"tokenHash": {
+						SchemaProps: spec.SchemaProps{
+							Description: "TokenHash is the hex SHA-256 of the token's secret part.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"token": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Token is set only in the response to the create request.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"caFingerprint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CAFingerprint is the SHA-256 fingerprint of the server CA, for the agent to pin; set in the create response.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"usedBy": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UsedBy is the node that enrolled with the token.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"usedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UsedAt is when it did.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_HostReservation(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -620,6 +836,63 @@ func schema_pkg_apis_nodus_v1_Node(ref common.ReferenceCallback) common.OpenAPID
 		},
 		Dependencies: []string{
 			v1.NodeSpec{}.OpenAPIModelName(), v1.NodeStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_NodeEnrollment(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeEnrollment is POSTed to nodes/{name}/enroll with an enrollment token as the bearer credential. The answer carries the node's client certificate, signed for the node's new agent generation.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"certificateRequest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CertificateRequest is a PEM certificate signing request for the agent's own key; the server sets the subject.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"certificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Certificate is the signed client certificate, in the answer.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"ca": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CA is the server CA certificate, in the answer.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"agentGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentGeneration is the node's new agent generation, in the answer.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"certificateRequest"},
+			},
+		},
 	}
 }
 

@@ -2,10 +2,6 @@ package accesstoken
 
 import (
 	"context"
-	"crypto/rand"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,9 +10,8 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/registry/secret"
 )
-
-type secretHashKey struct{}
 
 // REST creates AccessTokens with a fresh secret.
 type REST struct {
@@ -31,12 +26,11 @@ func Storage(stores base.Stores) map[string]rest.Storage {
 // Create generates the token's secret, stores its hash and returns the token
 // once, in this response only.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	raw := make([]byte, 32)
-	if _, err := rand.Read(raw); err != nil {
+	plain, err := secret.New()
+	if err != nil {
 		return nil, err
 	}
-	secret := base64.RawURLEncoding.EncodeToString(raw)
-	ctx = context.WithValue(ctx, secretHashKey{}, HashSecret(secret))
+	ctx = secret.WithHash(ctx, secret.Hash(plain))
 	out, err := r.Store.Create(ctx, obj, createValidation, options)
 	if err != nil {
 		return nil, err
@@ -45,14 +39,8 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		return out, nil
 	}
 	t := out.(*nodusv1.AccessToken).DeepCopy()
-	t.Status.Token = t.Name + "." + secret
+	t.Status.Token = t.Name + "." + plain
 	return t, nil
-}
-
-// HashSecret is the verifier stored for a token secret.
-func HashSecret(secret string) string {
-	sum := sha256.Sum256([]byte(secret))
-	return hex.EncodeToString(sum[:])
 }
 
 // SplitToken splits a bearer token into the AccessToken's name and its secret.

@@ -12,6 +12,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/registry/secret"
 )
 
 var rules = base.Rules{
@@ -24,8 +25,7 @@ var rules = base.Rules{
 	// Only the hash of the secret that REST.Create generated is stored; a
 	// client can never choose its own hash or smuggle a token into storage.
 	PrepareForCreate: func(ctx context.Context, obj runtime.Object) {
-		hash, _ := ctx.Value(secretHashKey{}).(string)
-		obj.(*nodusv1.AccessToken).Status = nodusv1.AccessTokenStatus{TokenHash: hash}
+		obj.(*nodusv1.AccessToken).Status = nodusv1.AccessTokenStatus{TokenHash: secret.HashFrom(ctx)}
 	},
 	CopyStatus:  func(obj, old runtime.Object) { obj.(*nodusv1.AccessToken).Status = old.(*nodusv1.AccessToken).Status },
 	ResetFields: []string{"status"},

@@ -20,7 +20,7 @@ var selectableFields = map[string][]string{
 func SelectableFields(kind string) []string { return selectableFields[kind] }
 
 func addFieldLabelConversions(scheme *runtime.Scheme) error {
-	for _, kind := range []string{"Project", "Pool", "Node", "Allocation", "Reservation", "ReservedHost", "AccessToken"} {
+	for _, kind := range []string{"Project", "Pool", "Node", "Allocation", "Reservation", "ReservedHost", "AccessToken", "EnrollmentToken"} {
 		allowed := map[string]bool{"metadata.name": true, "metadata.namespace": true}
 		for _, f := range selectableFields[kind] {
 			allowed[f] = true

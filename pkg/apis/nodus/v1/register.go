@@ -43,7 +43,8 @@ func knownTypes() []runtime.Object {
 		&Reservation{}, &ReservationList{},
 		&ReservedHost{}, &ReservedHostList{},
 		&AccessToken{}, &AccessTokenList{},
-		&ReservedHostReleaseRequest{}, &NodeHeartbeat{},
+		&EnrollmentToken{}, &EnrollmentTokenList{},
+		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{},
 	}
 }
 

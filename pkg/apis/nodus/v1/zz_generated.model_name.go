@@ -50,6 +50,26 @@ func (in AllocationStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EnrollmentToken) OpenAPIModelName() string {
+	return "dev.nodus.v1.EnrollmentToken"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EnrollmentTokenList) OpenAPIModelName() string {
+	return "dev.nodus.v1.EnrollmentTokenList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EnrollmentTokenSpec) OpenAPIModelName() string {
+	return "dev.nodus.v1.EnrollmentTokenSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in EnrollmentTokenStatus) OpenAPIModelName() string {
+	return "dev.nodus.v1.EnrollmentTokenStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in HostReservation) OpenAPIModelName() string {
 	return "dev.nodus.v1.HostReservation"
 }
@@ -57,6 +77,11 @@ func (in HostReservation) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Node) OpenAPIModelName() string {
 	return "dev.nodus.v1.Node"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeEnrollment) OpenAPIModelName() string {
+	return "dev.nodus.v1.NodeEnrollment"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

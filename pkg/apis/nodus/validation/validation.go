@@ -425,3 +425,15 @@ func validateFreeText(s string, path *field.Path) field.ErrorList {
 	}
 	return nil
 }
+
+// ValidateEnrollmentToken checks an EnrollmentToken. Its name is part of the
+// token, so it must be a DNS label.
+func ValidateEnrollmentToken(t *nodusv1.EnrollmentToken) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&t.ObjectMeta, false, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	errs = append(errs, validateReferenceName(t.Spec.Pool, spec.Child("pool"), true)...)
+	errs = append(errs, validateResourceClass(t.Spec.ResourceClass, spec.Child("resourceClass"), true)...)
+	errs = append(errs, validateTraits(t.Spec.Traits, spec.Child("traits"))...)
+	errs = append(errs, validateLoginUser(t.Spec.LoginUser, spec.Child("loginUser"), false)...)
+	return errs
+}

@@ -45,6 +45,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().AccessTokens().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("allocations"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().Allocations().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("enrollmenttokens"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().EnrollmentTokens().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("nodes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().Nodes().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("pools"):

@@ -14,6 +14,10 @@ type AccessTokenListerExpansion interface{}
 // AllocationLister.
 type AllocationListerExpansion interface{}
 
+// EnrollmentTokenListerExpansion allows custom methods to be added to
+// EnrollmentTokenLister.
+type EnrollmentTokenListerExpansion interface{}
+
 // NodeListerExpansion allows custom methods to be added to
 // NodeLister.
 type NodeListerExpansion interface{}

@@ -16,6 +16,8 @@ type Interface interface {
 	AccessTokens() TypedAccessTokenInformer
 	// Allocations returns a AllocationInformer.
 	Allocations() TypedAllocationInformer
+	// EnrollmentTokens returns a EnrollmentTokenInformer.
+	EnrollmentTokens() TypedEnrollmentTokenInformer
 	// Nodes returns a NodeInformer.
 	Nodes() TypedNodeInformer
 	// Pools returns a PoolInformer.
@@ -47,6 +49,11 @@ func (v *version) AccessTokens() TypedAccessTokenInformer {
 // Allocations returns a TypedAllocationInformer.
 func (v *version) Allocations() TypedAllocationInformer {
 	return &allocationInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// EnrollmentTokens returns a TypedEnrollmentTokenInformer.
+func (v *version) EnrollmentTokens() TypedEnrollmentTokenInformer {
+	return &enrollmentTokenInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // Nodes returns a TypedNodeInformer.

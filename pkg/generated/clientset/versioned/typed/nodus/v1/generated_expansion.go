@@ -10,6 +10,8 @@ type AccessTokenExpansion interface{}
 
 type AllocationExpansion interface{}
 
+type EnrollmentTokenExpansion interface{}
+
 type NodeExpansion interface{}
 
 type PoolExpansion interface{}

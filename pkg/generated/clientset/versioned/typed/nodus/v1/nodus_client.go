@@ -18,6 +18,7 @@ type NodusV1Interface interface {
 	RESTClient() rest.Interface
 	AccessTokensGetter
 	AllocationsGetter
+	EnrollmentTokensGetter
 	NodesGetter
 	PoolsGetter
 	ProjectsGetter
@@ -36,6 +37,10 @@ func (c *NodusV1Client) AccessTokens() AccessTokenInterface {
 
 func (c *NodusV1Client) Allocations() AllocationInterface {
 	return newAllocations(c)
+}
+
+func (c *NodusV1Client) EnrollmentTokens() EnrollmentTokenInterface {
+	return newEnrollmentTokens(c)
 }
 
 func (c *NodusV1Client) Nodes() NodeInterface {

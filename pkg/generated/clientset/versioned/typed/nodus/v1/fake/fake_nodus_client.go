@@ -24,6 +24,10 @@ func (c *FakeNodusV1) Allocations() v1.AllocationInterface {
 	return newFakeAllocations(c)
 }
 
+func (c *FakeNodusV1) EnrollmentTokens() v1.EnrollmentTokenInterface {
+	return newFakeEnrollmentTokens(c)
+}
+
 func (c *FakeNodusV1) Nodes() v1.NodeInterface {
 	return newFakeNodes(c)
 }

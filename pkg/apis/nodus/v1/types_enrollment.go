@@ -1,0 +1,92 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// EnrollmentToken lets one physical server's nodusd enroll into a pool,
+// once. The server generates the secret on create, returns it once and
+// stores only its hash; deleting the token revokes it.
+type EnrollmentToken struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec says where the enrolled node goes.
+	Spec EnrollmentTokenSpec `json:"spec"`
+	// Status holds the token's hash and its use.
+	// +optional
+	Status EnrollmentTokenStatus `json:"status,omitempty"`
+}
+
+// EnrollmentTokenSpec is what an enrollment creates.
+type EnrollmentTokenSpec struct {
+	// Pool the node joins.
+	Pool string `json:"pool"`
+	// ResourceClass of the node.
+	ResourceClass string `json:"resourceClass"`
+	// Traits of the node.
+	// +optional
+	// +listType=set
+	Traits []string `json:"traits,omitempty"`
+	// LoginUser is the node's default login user.
+	// +optional
+	LoginUser string `json:"loginUser,omitempty"`
+	// ExpiresAt is when the token stops working; defaults to 24 hours after creation.
+	// +optional
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+}
+
+// EnrollmentTokenStatus records the token's verifier and use.
+type EnrollmentTokenStatus struct {
+	// TokenHash is the hex SHA-256 of the token's secret part.
+	// +optional
+	TokenHash string `json:"tokenHash,omitempty"`
+	// Token is set only in the response to the create request.
+	// +optional
+	Token string `json:"token,omitempty"`
+	// CAFingerprint is the SHA-256 fingerprint of the server CA, for the
+	// agent to pin; set in the create response.
+	// +optional
+	CAFingerprint string `json:"caFingerprint,omitempty"`
+	// UsedBy is the node that enrolled with the token.
+	// +optional
+	UsedBy string `json:"usedBy,omitempty"`
+	// UsedAt is when it did.
+	// +optional
+	UsedAt *metav1.Time `json:"usedAt,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// EnrollmentTokenList is a list of EnrollmentTokens.
+type EnrollmentTokenList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []EnrollmentToken `json:"items"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// NodeEnrollment is POSTed to nodes/{name}/enroll with an enrollment token
+// as the bearer credential. The answer carries the node's client
+// certificate, signed for the node's new agent generation.
+type NodeEnrollment struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// CertificateRequest is a PEM certificate signing request for the
+	// agent's own key; the server sets the subject.
+	CertificateRequest string `json:"certificateRequest"`
+	// Certificate is the signed client certificate, in the answer.
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+	// CA is the server CA certificate, in the answer.
+	// +optional
+	CA string `json:"ca,omitempty"`
+	// AgentGeneration is the node's new agent generation, in the answer.
+	// +optional
+	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+}
