@@ -113,6 +113,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	// The CA is public: agents fetch it and compare it with the fingerprint they were given.
+	generic.Handler.NonGoRestfulMux.Handle("/ca.crt", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/x-pem-file")
+		_, _ = w.Write(c.ca.CertPEM)
+	}))
 	bareMetal := &ironic.Handler{
 		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, Allocations: c.Stores["allocations"].Main,
 		AllocationDeleter: allocationStorage["allocations"].(rest.GracefulDeleter),

@@ -1,0 +1,138 @@
+// Command nodusd is the Nodus host agent: it runs as root on every physical
+// server, enrolls it, reports its inventory and heartbeats, and applies the
+// access state of the reservations on it, fenced by epoch.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/component-base/cli"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+)
+
+// version is set at build time with -ldflags "-X main.version=…".
+var version = "dev"
+
+func main() {
+	os.Exit(cli.Run(newCommand()))
+}
+
+func newCommand() *cobra.Command {
+	root := &cobra.Command{Use: "nodusd", Short: "The Nodus host agent", SilenceUsage: true}
+	root.AddCommand(enrollCommand(), runCommand())
+	return root
+}
+
+func enrollCommand() *cobra.Command {
+	o := agent.EnrollOptions{StateDir: "/var/lib/nodusd"}
+	cmd := &cobra.Command{
+		Use:   "enroll --server URL --token TOKEN (--ca-file FILE | --ca-hash sha256:HEX)",
+		Short: "Enroll this host with an enrollment token from an operator",
+		Example: `  # The operator creates a token and hands over the token and the CA hash:
+  kubectl create -f token.yaml -o jsonpath='{.status.token} {.status.caFingerprint}'
+  nodusd enroll --server https://nodus.example:8443 --token enroll_gpu-001.SECRET --ca-hash sha256:3f…`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if o.Node == "" {
+				host, err := os.Hostname()
+				if err != nil {
+					return err
+				}
+				o.Node = host
+			}
+			gen, err := agent.Enroll(cmd.Context(), o)
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(cmd.OutOrStdout(), "enrolled as node %s (agent generation %d); credential in %s\n", o.Node, gen, o.StateDir)
+			return nil
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Server, "server", "", "nodus-server URL")
+	f.StringVar(&o.Token, "token", "", "enrollment token")
+	f.StringVar(&o.CAFile, "ca-file", "", "the server CA certificate to trust")
+	f.StringVar(&o.CAHash, "ca-hash", "", "the server CA's fingerprint (sha256:HEX), printed with the token")
+	f.StringVar(&o.Node, "name", "", "node name (default: the hostname)")
+	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
+	return cmd
+}
+
+func runCommand() *cobra.Command {
+	o := agent.Options{StateDir: "/var/lib/nodusd", SSHHostKey: "/etc/ssh/ssh_host_ed25519_key.pub", DiskPath: "/", Grace: 5 * time.Second}
+	var config string
+	cmd := &cobra.Command{
+		Use:   "run [--config FILE]",
+		Short: "Run the agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if config != "" {
+				data, err := os.ReadFile(config)
+				if err != nil {
+					return err
+				}
+				if err := yaml.UnmarshalStrict(data, &fileConfig{&o}); err != nil {
+					return fmt.Errorf("%s: %w", config, err)
+				}
+			}
+			o.Version = version
+			a, err := agent.New(o)
+			if err != nil {
+				return err
+			}
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			defer stop()
+			return a.Run(ctx)
+		},
+	}
+	cmd.SetContext(context.Background())
+	f := cmd.Flags()
+	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath and grace; its values override the flags")
+	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
+	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
+	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
+	f.StringVar(&o.DiskPath, "disk-path", o.DiskPath, "filesystem whose free space is reported")
+	f.DurationVar(&o.Grace, "grace", o.Grace, "time between SIGTERM and SIGKILL when access is retired")
+	return cmd
+}
+
+// fileConfig maps the YAML config file onto the options.
+type fileConfig struct{ o *agent.Options }
+
+func (f *fileConfig) UnmarshalJSON(data []byte) error {
+	var c struct {
+		StateDir   *string `json:"stateDir"`
+		SSHHostKey *string `json:"sshHostKey"`
+		SSHAddress *string `json:"sshAddress"`
+		DiskPath   *string `json:"diskPath"`
+		Grace      *string `json:"grace"`
+	}
+	if err := strictJSON(data, &c); err != nil {
+		return err
+	}
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&f.o.StateDir, c.StateDir)
+	set(&f.o.SSHHostKey, c.SSHHostKey)
+	set(&f.o.SSHAddress, c.SSHAddress)
+	set(&f.o.DiskPath, c.DiskPath)
+	if c.Grace != nil {
+		d, err := time.ParseDuration(*c.Grace)
+		if err != nil {
+			return fmt.Errorf("grace: %w", err)
+		}
+		f.o.Grace = d
+	}
+	return nil
+}

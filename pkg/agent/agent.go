@@ -1,0 +1,242 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"math/rand/v2"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/klog/v2"
+
+	"github.com/nodus-dev/nodus/pkg/agent/inventory"
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+	"github.com/nodus-dev/nodus/pkg/agent/state"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+)
+
+// Options configure `nodusd run`.
+type Options struct {
+	StateDir string
+	// SSHHostKey is the sshd host public key reported for connect.hostKey.
+	SSHHostKey string
+	// SSHAddress is host:port of the host's sshd, reported to the server.
+	SSHAddress string
+	// DiskPath is the filesystem whose free space is reported.
+	DiskPath string
+	Version  string
+	// Grace is how long retired sessions get between SIGTERM and SIGKILL.
+	Grace time.Duration
+	// InventoryEvery is how often the inventory is read again.
+	InventoryEvery time.Duration
+}
+
+// Agent is a running nodusd.
+type Agent struct {
+	opts      Options
+	id        identity
+	client    versioned.Interface
+	store     *state.Store
+	inventory *inventory.Collector
+	procs     sessions.Procs
+
+	mu       sync.Mutex
+	interval time.Duration
+	beatNow  chan struct{}
+}
+
+// New loads the agent's credential and state.
+func New(opts Options) (*Agent, error) {
+	cfg, id, err := clientConfig(opts.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	store, err := state.Open(filepath.Join(opts.StateDir, fileState))
+	if err != nil {
+		return nil, err
+	}
+	if opts.Grace == 0 {
+		opts.Grace = 5 * time.Second
+	}
+	if opts.InventoryEvery == 0 {
+		opts.InventoryEvery = 5 * time.Minute
+	}
+	if opts.DiskPath == "" {
+		opts.DiskPath = "/"
+	}
+	return &Agent{
+		opts: opts, id: id, client: client, store: store,
+		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),
+		procs:     sessions.Procs{Root: "/proc"},
+		interval:  10 * time.Second, beatNow: make(chan struct{}, 1),
+	}, nil
+}
+
+// Node is the node this agent is enrolled as.
+func (a *Agent) Node() string { return a.id.Node }
+
+// Run works until ctx ends, then closes the state.
+func (a *Agent) Run(ctx context.Context) error {
+	defer a.store.Close()
+	factory := externalversions.NewSharedInformerFactoryWithOptions(a.client, 0,
+		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.node=" + a.id.Node }))
+	informer := factory.Nodus().V1().Reservations().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { a.apply(ctx, obj.(*nodusv1.Reservation)) },
+		UpdateFunc: func(_, obj interface{}) { a.apply(ctx, obj.(*nodusv1.Reservation)) },
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	go a.reportStatus(ctx)
+	a.heartbeats(ctx)
+	factory.Shutdown()
+	return nil
+}
+
+// apply applies a reservation's access state if its epoch is newer than the
+// one applied: on retirement it first records the denial (new logins are
+// refused from then on), then ends the login user's processes, then asks
+// for a heartbeat that acknowledges the epoch.
+func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
+	loginUser := r.Status.LoginUser
+	if loginUser == "" {
+		loginUser = r.Spec.LoginUser
+	}
+	desired := state.Access{Reservation: r.Name, Epoch: r.Status.Epoch, State: string(r.Status.State), LoginUser: loginUser, Project: r.Spec.Project}
+	previous, _, err := a.store.Applied(r.Name)
+	if err != nil {
+		klog.ErrorS(err, "reading applied access", "reservation", r.Name)
+		return
+	}
+	applied, err := a.store.Apply(desired)
+	if err != nil {
+		klog.ErrorS(err, "recording access", "reservation", r.Name)
+		return
+	}
+	if !applied {
+		return // not newer: an old or repeated state never counts
+	}
+	klog.InfoS("applied access", "reservation", r.Name, "epoch", desired.Epoch, "state", desired.State)
+	if !desired.Granted() {
+		for _, user := range []string{previous.LoginUser, desired.LoginUser} {
+			if user != "" {
+				a.procs.End(ctx, user, a.opts.Grace)
+			}
+		}
+	}
+	select {
+	case a.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+// heartbeats reports at the server's interval, starting with a jittered
+// beat, sooner when access was just applied, backing off on errors.
+func (a *Agent) heartbeats(ctx context.Context) {
+	wait := time.Duration(rand.Int64N(int64(time.Second)))
+	backoff := time.Second
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		case <-a.beatNow:
+		}
+		if err := a.beat(ctx); err != nil {
+			klog.ErrorS(err, "heartbeat failed", "retryIn", backoff)
+			wait, backoff = backoff, min(2*backoff, a.currentInterval())
+			continue
+		}
+		backoff = time.Second
+		wait = a.currentInterval()
+	}
+}
+
+func (a *Agent) beat(ctx context.Context) error {
+	applied, err := a.store.All()
+	if err != nil {
+		return err
+	}
+	hb := nodusv1.NodeHeartbeat{AgentGeneration: a.id.AgentGeneration}
+	for _, acc := range applied {
+		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
+			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(a.procs.Count(acc.LoginUser)),
+		})
+	}
+	body, err := json.Marshal(hb)
+	if err != nil {
+		return err
+	}
+	raw, err := a.client.NodusV1().RESTClient().Post().Resource("nodes").Name(a.id.Node).SubResource("heartbeat").
+		SetHeader("Content-Type", "application/json").Body(body).DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	var answer nodusv1.NodeHeartbeat
+	if err := json.Unmarshal(raw, &answer); err == nil && answer.IntervalSeconds > 0 {
+		a.mu.Lock()
+		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
+		a.mu.Unlock()
+	}
+	return nil
+}
+
+func (a *Agent) currentInterval() time.Duration {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.interval
+}
+
+// reportStatus writes the inventory, host key and address to the Node when
+// they change, re-reading them every InventoryEvery.
+func (a *Agent) reportStatus(ctx context.Context) {
+	for {
+		if err := a.report(ctx); err != nil {
+			klog.ErrorS(err, "reporting the inventory")
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(a.opts.InventoryEvery):
+		}
+	}
+}
+
+func (a *Agent) report(ctx context.Context) error {
+	inv, err := a.inventory.Collect(ctx)
+	if err != nil {
+		return err
+	}
+	hostKey := ""
+	if a.opts.SSHHostKey != "" {
+		if hostKey, err = inventory.HostKey(a.opts.SSHHostKey); err != nil {
+			return err
+		}
+	}
+	nodes := a.client.NodusV1().Nodes()
+	// Heartbeats write the same status; retry on their conflicts.
+	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
+		n, err := nodes.Get(ctx, a.id.Node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if equality.Semantic.DeepEqual(n.Status.Inventory, inv) && n.Status.SSHHostKey == hostKey && n.Status.SSHAddress == a.opts.SSHAddress {
+			return nil
+		}
+		n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress = inv, hostKey, a.opts.SSHAddress
+		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodusd"})
+		return err
+	})
+}

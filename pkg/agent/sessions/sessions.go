@@ -1,0 +1,104 @@
+// Package sessions finds and ends a login user's processes on the host, by
+// reading /proc: what an SSH login leaves running is processes of that user.
+package sessions
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Procs reads process owners from a /proc tree (Root, "/proc" on a host).
+type Procs struct {
+	Root string
+}
+
+// UID returns the uid of login, or -1 when no such user exists.
+func UID(login string) int {
+	u, err := user.Lookup(login)
+	if err != nil {
+		return -1
+	}
+	uid, err := strconv.Atoi(u.Uid)
+	if err != nil {
+		return -1
+	}
+	return uid
+}
+
+// PIDs returns the processes whose real uid is uid.
+func (p Procs) PIDs(uid int) []int {
+	if uid < 0 {
+		return nil
+	}
+	entries, err := os.ReadDir(p.Root)
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join(p.Root, e.Name(), "status"))
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if realUID(string(status)) == uid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// Count is the number of processes login runs.
+func (p Procs) Count(login string) int { return len(p.PIDs(UID(login))) }
+
+// End ends every process of login: SIGTERM, then SIGKILL for what is left
+// after grace. It returns when none is left or ctx ends.
+func (p Procs) End(ctx context.Context, login string, grace time.Duration) {
+	uid := UID(login)
+	if uid <= 0 {
+		return // unknown user, or root: never kill root's processes
+	}
+	signalAll(p.PIDs(uid), syscall.SIGTERM)
+	deadline := time.Now().Add(grace)
+	for len(p.PIDs(uid)) > 0 {
+		if time.Now().After(deadline) {
+			signalAll(p.PIDs(uid), syscall.SIGKILL)
+			deadline = time.Now().Add(grace)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func signalAll(pids []int, sig syscall.Signal) {
+	for _, pid := range pids {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// realUID reads the real uid from /proc/PID/status ("Uid: real effective …").
+func realUID(status string) int {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			fields := strings.Fields(rest)
+			if len(fields) > 0 {
+				if uid, err := strconv.Atoi(fields[0]); err == nil {
+					return uid
+				}
+			}
+		}
+	}
+	return -1
+}

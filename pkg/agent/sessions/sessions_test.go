@@ -1,0 +1,35 @@
+package sessions
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestPIDsReadsRealUIDs(t *testing.T) {
+	root := t.TempDir()
+	write := func(pid, status string) {
+		if err := os.MkdirAll(filepath.Join(root, pid), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, pid, "status"), []byte(status), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("100", "Name:\tbash\nUid:\t1001\t1001\t1001\t1001\n")
+	write("101", "Name:\tsleep\nUid:\t1001\t0\t0\t0\n")
+	write("102", "Name:\tsshd\nUid:\t0\t0\t0\t0\n")
+	write("self", "Uid:\t1001\t1001\t1001\t1001\n")
+	if got := (Procs{Root: root}).PIDs(1001); len(got) != 2 {
+		t.Errorf("pids of 1001: %v", got)
+	}
+	if got := (Procs{Root: root}).PIDs(-1); got != nil {
+		t.Errorf("an unknown user has no processes: %v", got)
+	}
+}
+
+func TestUnknownUser(t *testing.T) {
+	if UID("no-such-user-nodus") != -1 {
+		t.Error("unknown user has a uid")
+	}
+}

@@ -1,0 +1,136 @@
+// Package state is nodusd's local state: what access it applied, under
+// which epoch, kept in bbolt so that it survives restarts.
+//
+// Schema (version 1): bucket "meta" holds key "version" = "1"; bucket
+// "access" maps a reservation name to the JSON of Access.
+package state
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+const schemaVersion = "1"
+
+var (
+	bucketMeta   = []byte("meta")
+	bucketAccess = []byte("access")
+)
+
+// Access is the access state applied for one reservation.
+type Access struct {
+	Reservation string `json:"reservation"`
+	Epoch       int64  `json:"epoch"`
+	// State is the reservation state applied: active grants the login user,
+	// anything else retires it.
+	State     string `json:"state"`
+	LoginUser string `json:"loginUser"`
+	Project   string `json:"project"`
+}
+
+// Granted says whether the access lets the login user in.
+func (a Access) Granted() bool { return a.State == "active" }
+
+// Store is the state database.
+type Store struct {
+	db *bolt.DB
+}
+
+// ErrLocked says that another process holds the database.
+var ErrLocked = errors.New("another nodusd holds the state database")
+
+// Open opens (or creates) the database at path.
+func Open(path string) (*Store, error) {
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("%s: %w", path, ErrLocked)
+	}
+	if err != nil {
+		return nil, err
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucketIfNotExists(bucketMeta)
+		if err != nil {
+			return err
+		}
+		switch v := string(meta.Get([]byte("version"))); v {
+		case "":
+			if err := meta.Put([]byte("version"), []byte(schemaVersion)); err != nil {
+				return err
+			}
+		case schemaVersion:
+		default:
+			return fmt.Errorf("state schema version %s is newer than this nodusd understands (%s)", v, schemaVersion)
+		}
+		_, err = tx.CreateBucketIfNotExists(bucketAccess)
+		return err
+	})
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &Store{db: db}, nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Applied returns the access applied for a reservation.
+func (s *Store) Applied(reservation string) (Access, bool, error) {
+	var a Access
+	found := false
+	err := s.db.View(func(tx *bolt.Tx) error {
+		data := tx.Bucket(bucketAccess).Get([]byte(reservation))
+		if data == nil {
+			return nil
+		}
+		found = true
+		return json.Unmarshal(data, &a)
+	})
+	return a, found, err
+}
+
+// All returns every applied access.
+func (s *Store) All() ([]Access, error) {
+	var all []Access
+	err := s.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAccess).ForEach(func(_, v []byte) error {
+			var a Access
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			all = append(all, a)
+			return nil
+		})
+	})
+	return all, err
+}
+
+// Apply records a, durably, only if its epoch is newer than the one applied
+// for its reservation; it reports whether it did.
+func (s *Store) Apply(a Access) (bool, error) {
+	applied := false
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccess)
+		if data := b.Get([]byte(a.Reservation)); data != nil {
+			var old Access
+			if err := json.Unmarshal(data, &old); err != nil {
+				return err
+			}
+			if a.Epoch <= old.Epoch {
+				return nil
+			}
+		}
+		data, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		applied = true
+		return b.Put([]byte(a.Reservation), data)
+	})
+	return applied, err
+}

@@ -1,0 +1,186 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// enrollmentToken has the operator issue a token for pool fra1.
+func enrollmentToken(t *testing.T, s *testserver.Server, name string, expires time.Time) *nodusv1.EnrollmentToken {
+	t.Helper()
+	tok, err := s.Client.NodusV1().EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login",
+			ExpiresAt: &metav1.Time{Time: expires.Truncate(time.Second)}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(tok.Status.Token, "enroll_"+name+".") || !strings.HasPrefix(tok.Status.CAFingerprint, "sha256:") {
+		t.Fatalf("create response: %+v", tok.Status)
+	}
+	return tok
+}
+
+// agentConfig is the credential an enrolled agent holds now. It is read
+// into the config, so that a later credential in the same files is a
+// different client.
+func agentConfig(t *testing.T, s *testserver.Server, dir string) *rest.Config {
+	t.Helper()
+	read := func(name string) []byte {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	return &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{
+		CertData: read("agent.crt"), KeyData: read("agent.key"), CAData: read("ca.crt")}}
+}
+
+func TestAgentEnrollsReportsAndDrains(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	tok := enrollmentToken(t, s, "first", time.Now().Add(time.Hour))
+	dir := t.TempDir()
+	enroll := func(token string) (int64, error) {
+		return agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: token, CAHash: tok.Status.CAFingerprint, Node: "agent-1", StateDir: dir})
+	}
+
+	gen, err := enroll(tok.Status.Token)
+	if err != nil || gen != 1 {
+		t.Fatalf("enroll: %d %v", gen, err)
+	}
+	for _, name := range []string{"agent.key", "agent.crt", "agent.json"} {
+		if info, err := os.Stat(filepath.Join(dir, name)); err != nil || info.Mode().Perm() != 0o600 {
+			t.Errorf("%s must be 0600: %v %v", name, err, info)
+		}
+	}
+	if _, err := enroll(tok.Status.Token); err == nil || !strings.Contains(err.Error(), "401") {
+		t.Errorf("a token works once: %v", err)
+	}
+	expired := enrollmentToken(t, s, "expired", time.Now().Add(-time.Minute))
+	if _, err := enroll(expired.Status.Token); err == nil {
+		t.Error("an expired token enrolled")
+	}
+	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: "enroll_x.y", CAHash: "sha256:00", Node: "agent-1", StateDir: t.TempDir()}); err == nil ||
+		!strings.Contains(err.Error(), "fingerprint") {
+		t.Errorf("a wrong CA pin must stop enrollment: %v", err)
+	}
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "agent-1", metav1.GetOptions{})
+	if err != nil || n.Spec.Pool != "fra1" || n.Spec.LoginUser != "nodus-test-login" || n.Status.AgentGeneration != 1 {
+		t.Fatalf("enrolled node: %v %+v", err, n)
+	}
+
+	hostKey := filepath.Join(dir, "ssh_host_ed25519_key.pub")
+	if err := os.WriteFile(hostKey, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentTestKey root@agent-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	a, err := agent.New(agent.Options{StateDir: dir, SSHHostKey: hostKey, SSHAddress: "127.0.0.1:2222", DiskPath: dir, Grace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(runCtx)
+
+	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
+		return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) && n.Status.Inventory.CPU > 0 &&
+			n.Status.SSHHostKey == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentTestKey" && n.Status.SSHAddress == "127.0.0.1:2222"
+	})
+
+	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
+		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+		return h.Status.Reservation.Epoch == 1 && c != nil && c.Status == metav1.ConditionTrue &&
+			h.Status.Connect != nil && h.Status.Connect.LoginUser == "nodus-test-login"
+	})
+	if r := f.release(t, f.admin, "agent-1", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Release != nil && h.Status.Release.DrainedAt != nil && h.Status.Reservation.State == nodusv1.ReservationStateReleased
+	})
+
+	t.Run("node restriction", func(t *testing.T) {
+		f.node(t, "agent-2")
+		own := agentConfig(t, s, dir)
+		for path, want := range map[string]int{
+			"/apis/nodus.dev/v1/nodes/agent-1":                                    200,
+			"/apis/nodus.dev/v1/nodes/agent-2":                                    403,
+			"/apis/nodus.dev/v1/nodes":                                            403,
+			"/apis/nodus.dev/v1/nodes?fieldSelector=metadata.name%3Dagent-1":      200,
+			"/apis/nodus.dev/v1/reservations":                                     403,
+			"/apis/nodus.dev/v1/reservations?fieldSelector=status.node%3Dagent-1": 200,
+			"/apis/nodus.dev/v1/reservations?fieldSelector=status.node%3Dagent-2": 403,
+			"/apis/nodus.dev/v1/projects/acme":                                    403,
+			"/apis/nodus.dev/v1/namespaces/acme/reservedhosts":                    403,
+			"/apis/nodus.dev/v1/accesstokens":                                     403,
+		} {
+			if r := do(t, own, "GET", path, "", nil); r.code != want {
+				t.Errorf("agent GET %s: %d, want %d", path, r.code, want)
+			}
+		}
+		if r := do(t, own, "POST", "/apis/nodus.dev/v1/nodes/agent-2/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":0}`)); r.code != http.StatusForbidden {
+			t.Errorf("agent 1 heartbeating for node 2: %d", r.code)
+		}
+	})
+
+	t.Run("re-enrollment retires the old credential", func(t *testing.T) {
+		old := agentConfig(t, s, dir)
+		stop() // the old agent process goes away
+		second := enrollmentToken(t, s, "second", time.Now().Add(time.Hour))
+		gen, err := enroll(second.Status.Token)
+		if err != nil || gen != 2 {
+			t.Fatalf("re-enroll: %d %v", gen, err)
+		}
+		waitCode(t, old, "/apis/nodus.dev/v1/nodes/agent-1", http.StatusForbidden)
+		if r := do(t, agentConfig(t, s, dir), "GET", "/apis/nodus.dev/v1/nodes/agent-1", "", nil); r.code != 200 {
+			t.Errorf("the new credential: %d %s", r.code, r.body)
+		}
+	})
+}
+
+func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Node) bool) {
+	t.Helper()
+	var last *nodusv1.Node
+	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		n, err := s.Client.NodusV1().Nodes().Get(c, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return ok(n), nil
+	})
+	if err != nil {
+		t.Fatalf("node %s never got there: %+v", name, last)
+	}
+}
+
+// waitCode polls path until it answers code (the authorizer reads nodes
+// from the watch cache, a few milliseconds behind).
+func waitCode(t *testing.T, cfg *rest.Config, path string, code int) {
+	t.Helper()
+	var last response
+	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		last = do(t, cfg, "GET", path, "", nil)
+		return last.code == code, nil
+	})
+	if err != nil {
+		t.Fatalf("GET %s: %d, want %d: %s", path, last.code, code, last.body)
+	}
+}
