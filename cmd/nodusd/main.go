@@ -27,7 +27,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	root := &cobra.Command{Use: "nodusd", Short: "The Nodus host agent", SilenceUsage: true}
-	root.AddCommand(enrollCommand(), runCommand())
+	root.AddCommand(enrollCommand(), runCommand(), principalsCommand())
 	return root
 }
 
@@ -101,6 +101,26 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
 	f.StringVar(&o.DiskPath, "disk-path", o.DiskPath, "filesystem whose free space is reported")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "time between SIGTERM and SIGKILL when access is retired")
+	f.StringVar(&o.Socket, "socket", o.Socket, "unix socket for `nodusd principals` (default STATE-DIR/agent.sock)")
+	f.StringVar(&o.SSHDCAFile, "sshd-ca-file", o.SSHDCAFile, "write the server's SSH user CA key here, for sshd's TrustedUserCAKeys")
+	return cmd
+}
+
+func principalsCommand() *cobra.Command {
+	socket := "/var/lib/nodusd/agent.sock"
+	cmd := &cobra.Command{
+		Use:   "principals LOGIN-USER",
+		Short: "Print the SSH principals LOGIN-USER may log in with now (sshd's AuthorizedPrincipalsCommand)",
+		Example: `  # /etc/ssh/sshd_config.d/nodus.conf
+  TrustedUserCAKeys /etc/ssh/nodus_user_ca.pub
+  AuthorizedPrincipalsCommand /usr/local/bin/nodusd principals %u
+  AuthorizedPrincipalsCommandUser root`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return agent.Principals(socket, args[0], cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", socket, "the running nodusd's socket")
 	return cmd
 }
 

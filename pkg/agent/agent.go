@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"math/rand/v2"
 	"path/filepath"
 	"sync"
@@ -36,6 +37,12 @@ type Options struct {
 	Grace time.Duration
 	// InventoryEvery is how often the inventory is read again.
 	InventoryEvery time.Duration
+	// Socket serves the principals for sshd's AuthorizedPrincipalsCommand;
+	// default STATE-DIR/agent.sock.
+	Socket string
+	// SSHDCAFile, when set, receives the server's SSH user CA key for
+	// sshd's TrustedUserCAKeys.
+	SSHDCAFile string
 }
 
 // Agent is a running nodusd.
@@ -75,6 +82,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.DiskPath == "" {
 		opts.DiskPath = "/"
 	}
+	if opts.Socket == "" {
+		opts.Socket = filepath.Join(opts.StateDir, "agent.sock")
+	}
 	return &Agent{
 		opts: opts, id: id, client: client, store: store,
 		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),
@@ -98,6 +108,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if a.opts.SSHDCAFile != "" {
+		if err := a.installUserCA(ctx, a.opts.SSHDCAFile); err != nil {
+			return fmt.Errorf("installing the SSH user CA: %w", err)
+		}
+	}
+	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()
 	factory.Start(ctx.Done())
 	go a.reportStatus(ctx)
 	a.heartbeats(ctx)

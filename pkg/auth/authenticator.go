@@ -32,7 +32,7 @@ type TokenGetter interface {
 var errInvalidToken = errors.New("invalid bearer token")
 
 // PublicPaths are served to everyone, without credentials.
-var PublicPaths = []string{"/healthz", "/livez", "/readyz", "/version", "/docs/errors", "/ca.crt"}
+var PublicPaths = []string{"/healthz", "/livez", "/readyz", "/version", "/docs/errors", "/ca.crt", "/ssh-user-ca.pub"}
 
 // IsPublicPath says whether path is one of PublicPaths or below one.
 func IsPublicPath(path string) bool {

@@ -44,6 +44,7 @@ var projectReadable = map[string]bool{"reservedhosts": true}
 // least role that may take them.
 var projectActions = map[string]nodusv1.ProjectRole{
 	"reservedhosts/release-capacity": nodusv1.ProjectRoleAdmin,
+	"reservedhosts/ssh-certificate":  nodusv1.ProjectRoleMember,
 }
 
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {

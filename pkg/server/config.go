@@ -46,6 +46,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/project"
 	"github.com/nodus-dev/nodus/pkg/registry/reservation"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+	"github.com/nodus-dev/nodus/pkg/sshca"
 )
 
 const (
@@ -70,11 +71,14 @@ type Config struct {
 	liveness          *liveness.Tracker
 	heartbeatInterval time.Duration
 	ca                *pki.CA
+	sshCA             *sshca.CA
 }
 
 // actionSubresources are the POST subresources with the action contract
 // (200 OK, Idempotency-Key).
-var actionSubresources = map[string]bool{"reservedhosts/release-capacity": true, "nodes/heartbeat": true, "nodes/enroll": true}
+var actionSubresources = map[string]bool{
+	"reservedhosts/release-capacity": true, "reservedhosts/ssh-certificate": true, "nodes/heartbeat": true, "nodes/enroll": true,
+}
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
 // embedded etcd when asked to, and builds the generic server's configuration.
@@ -123,6 +127,10 @@ func (o *Options) Config() (cfg *Config, err error) {
 	admin, err := ca.LoadOrCreateClient(pkiDir, "admin", auth.AdminUser, []string{auth.GroupOperators})
 	if err != nil {
 		return nil, fmt.Errorf("admin credential: %w", err)
+	}
+	sshCA, err := sshca.LoadOrCreate(filepath.Join(pkiDir, "ssh-user-ca"))
+	if err != nil {
+		return nil, fmt.Errorf("SSH user CA: %w", err)
 	}
 	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
 	if err := writeKubeconfig(kubeconfig, url, ca.CertPEM, admin); err != nil {
@@ -227,7 +235,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
-		liveness: alive, heartbeatInterval: o.HeartbeatInterval, ca: ca,
+		liveness: alive, heartbeatInterval: o.HeartbeatInterval, ca: ca, sshCA: sshCA,
 	}, nil
 }
 

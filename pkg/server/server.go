@@ -86,7 +86,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, s := range allocationStorage {
 		storage[path] = s
 	}
-	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"]) {
+	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"], c.Stores["nodes"], c.sshCA) {
 		storage[path] = s
 	}
 	for path, s := range enrollmenttoken.Storage(c.Stores["enrollmenttokens"], c.ca.Fingerprint()) {
@@ -113,6 +113,11 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	// The SSH user CA's public key goes into every host's TrustedUserCAKeys.
+	generic.Handler.NonGoRestfulMux.Handle("/ssh-user-ca.pub", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		_, _ = w.Write([]byte(c.sshCA.PublicKey + "\n"))
+	}))
 	// The CA is public: agents fetch it and compare it with the fingerprint they were given.
 	generic.Handler.NonGoRestfulMux.Handle("/ca.crt", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/x-pem-file")

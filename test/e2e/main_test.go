@@ -15,19 +15,27 @@ import (
 	"time"
 )
 
-var serverBinary string
+var serverBinary, agentBinary string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "nodus-e2e-bin")
+	// sshd runs nodusd as AuthorizedPrincipalsCommand only from a path that
+	// root owns all the way up and nobody else may write: not under /tmp.
+	parent := ""
+	if os.Geteuid() == 0 {
+		parent = "/opt"
+	}
+	dir, err := os.MkdirTemp(parent, "nodus-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
 	serverBinary = filepath.Join(dir, "nodus-server")
-	build := exec.Command("go", "build", "-o", serverBinary, "github.com/nodus-dev/nodus/cmd/nodus-server")
+	agentBinary = filepath.Join(dir, "nodusd")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/nodus-dev/nodus/cmd/nodus-server", "github.com/nodus-dev/nodus/cmd/nodusd")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build nodus-server:", err)
+		fmt.Fprintln(os.Stderr, "build nodus-server and nodusd:", err)
+		os.RemoveAll(dir)
 		os.Exit(1)
 	}
 	code := m.Run()

@@ -60,6 +60,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.ReservedHostList{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_ReservedHostList(ref),
 		v1.ReservedHostReleaseRequest{}.OpenAPIModelName():    schema_pkg_apis_nodus_v1_ReservedHostReleaseRequest(ref),
 		v1.ReservedHostReleaseStatus{}.OpenAPIModelName():     schema_pkg_apis_nodus_v1_ReservedHostReleaseStatus(ref),
+		v1.ReservedHostSSHCertificate{}.OpenAPIModelName():    schema_pkg_apis_nodus_v1_ReservedHostSSHCertificate(ref),
 		v1.ReservedHostStatus{}.OpenAPIModelName():            schema_pkg_apis_nodus_v1_ReservedHostStatus(ref),
 		resource.Quantity{}.OpenAPIModelName():                schema_apimachinery_pkg_api_resource_Quantity(ref),
 		metav1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
@@ -2123,6 +2124,85 @@ func schema_pkg_apis_nodus_v1_ReservedHostReleaseStatus(ref common.ReferenceCall
 					},
 				},
 				Required: []string{"requestedAt"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ReservedHostSSHCertificate(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservedHostSSHCertificate is POSTed to reservedhosts/{name}/ssh-certificate by a project member with the public key to certify; the answer carries a short-lived SSH user certificate bound to the reservation's current epoch and where to connect.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"publicKey": {
+						SchemaProps: spec.SchemaProps{
+							Description: "PublicKey is the key to certify, in authorized_keys format.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"certificate": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Certificate is the SSH user certificate, in the answer.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"principal": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Principal is the certificate's only principal: the reservation and epoch.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"loginUser": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LoginUser is the account to log in as.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"address": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Address is host:port of the host's sshd, as its agent reports it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch is the reservation epoch the certificate is bound to.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"validBefore": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ValidBefore is when the certificate expires: at most an hour, never past endsAt.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"publicKey"},
 			},
 		},
 		Dependencies: []string{

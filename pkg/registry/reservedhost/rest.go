@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/sshca"
 )
 
 // REST is the ReservedHost main resource; single-object GETs carry an ETag.
@@ -27,10 +28,11 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 
 // Storage returns the ReservedHost storages: the resource, its status, and
 // the release-capacity action, which updates reservations as well.
-func Storage(hosts, reservations base.Stores) map[string]rest.Storage {
+func Storage(hosts, reservations, nodes base.Stores, ca *sshca.CA) map[string]rest.Storage {
 	return map[string]rest.Storage{
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},
 		"reservedhosts/status":           base.NewStatusREST(hosts.Status),
 		"reservedhosts/release-capacity": &ReleaseREST{Hosts: hosts.Status, Reservations: reservations.Status},
+		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, CA: ca},
 	}
 }

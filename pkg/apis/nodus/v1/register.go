@@ -44,7 +44,7 @@ func knownTypes() []runtime.Object {
 		&ReservedHost{}, &ReservedHostList{},
 		&AccessToken{}, &AccessTokenList{},
 		&EnrollmentToken{}, &EnrollmentTokenList{},
-		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{},
+		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{}, &ReservedHostSSHCertificate{},
 	}
 }
 

@@ -50,3 +50,34 @@ type ReservationEvidence struct {
 	// BorrowerExecutions is the number of borrower executions still running.
 	BorrowerExecutions int32 `json:"borrowerExecutions"`
 }
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ReservedHostSSHCertificate is POSTed to reservedhosts/{name}/ssh-certificate
+// by a project member with the public key to certify; the answer carries a
+// short-lived SSH user certificate bound to the reservation's current epoch
+// and where to connect.
+type ReservedHostSSHCertificate struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// PublicKey is the key to certify, in authorized_keys format.
+	PublicKey string `json:"publicKey"`
+	// Certificate is the SSH user certificate, in the answer.
+	// +optional
+	Certificate string `json:"certificate,omitempty"`
+	// Principal is the certificate's only principal: the reservation and epoch.
+	// +optional
+	Principal string `json:"principal,omitempty"`
+	// LoginUser is the account to log in as.
+	// +optional
+	LoginUser string `json:"loginUser,omitempty"`
+	// Address is host:port of the host's sshd, as its agent reports it.
+	// +optional
+	Address string `json:"address,omitempty"`
+	// Epoch is the reservation epoch the certificate is bound to.
+	// +optional
+	Epoch int64 `json:"epoch,omitempty"`
+	// ValidBefore is when the certificate expires: at most an hour, never past endsAt.
+	// +optional
+	ValidBefore *metav1.Time `json:"validBefore,omitempty"`
+}

@@ -205,6 +205,11 @@ func (in ReservedHostReleaseStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservedHostSSHCertificate) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservedHostSSHCertificate"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservedHostStatus) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservedHostStatus"
 }

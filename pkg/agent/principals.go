@@ -1,0 +1,89 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/nodus-dev/nodus/pkg/sshca"
+)
+
+// servePrincipals answers sshd's AuthorizedPrincipalsCommand (through
+// `nodusd principals`) on a unix socket: the principals a login user may
+// present now — one per reservation whose applied access grants it, named
+// with the applied epoch. A certificate of any other epoch matches nothing.
+func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
+	_ = os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return err
+	}
+	if err := os.Chmod(socket, 0o600); err != nil {
+		l.Close()
+		return err
+	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		login := req.URL.Query().Get("user")
+		applied, err := a.store.All()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		for _, acc := range applied {
+			if acc.Granted() && acc.LoginUser == login && login != "" {
+				fmt.Fprintln(w, sshca.Principal(acc.Reservation, acc.Epoch))
+			}
+		}
+	})}
+	go func() {
+		<-ctx.Done()
+		srv.Close()
+	}()
+	if err := srv.Serve(l); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		klog.ErrorS(err, "principals socket")
+		return err
+	}
+	return nil
+}
+
+// Principals asks a running nodusd for the principals of login, as sshd's
+// AuthorizedPrincipalsCommand does. Any failure prints nothing: no login.
+func Principals(socket, login string, out io.Writer) error {
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
+		},
+	}}
+	resp, err := client.Get("http://nodusd/principals?user=" + login)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("nodusd answered %d", resp.StatusCode)
+	}
+	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return err
+	}
+	_, err = io.WriteString(out, strings.TrimSpace(string(body))+"\n")
+	return err
+}
+
+// installUserCA writes the server's SSH user CA key where sshd's
+// TrustedUserCAKeys reads it.
+func (a *Agent) installUserCA(ctx context.Context, path string) error {
+	raw, err := a.client.NodusV1().RESTClient().Get().AbsPath("/ssh-user-ca.pub").DoRaw(ctx)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, raw, 0o644)
+}

@@ -1,0 +1,96 @@
+package reservedhost
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/sshca"
+)
+
+// MaxCertificateLifetime bounds SSH certificates; endsAt bounds them too.
+const MaxCertificateLifetime = time.Hour
+
+// SSHCertificateREST serves POST reservedhosts/{name}/ssh-certificate: a
+// project member's public key certified for the reservation's current epoch.
+type SSHCertificateREST struct {
+	Reservations *genericregistry.Store
+	Nodes        *genericregistry.Store
+	CA           *sshca.CA
+}
+
+var _ rest.NamedCreater = &SSHCertificateREST{}
+
+func (r *SSHCertificateREST) New() runtime.Object { return &nodusv1.ReservedHostSSHCertificate{} }
+func (r *SSHCertificateREST) Destroy()            {}
+
+// Create certifies the key.
+func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	req, ok := obj.(*nodusv1.ReservedHostSSHCertificate)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a ReservedHostSSHCertificate, got %T", obj))
+	}
+	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(req.PublicKey))
+	if err != nil {
+		return nil, apierrors.NewBadRequest("publicKey is not an SSH public key in authorized_keys format: " + err.Error())
+	}
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	gr := nodusv1.Resource("reservedhosts")
+	got, err := r.Reservations.Get(genericapirequest.WithNamespace(ctx, ""), name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := got.(*nodusv1.Reservation)
+	if res.Spec.Project != namespace {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	now := time.Now()
+	switch {
+	case res.Status.State == nodusv1.ReservationStatePending || res.Status.State == "":
+		return nil, apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name, fmt.Sprintf("reservedhost %q is not active yet", name), "")
+	case res.Status.State == nodusv1.ReservationStateReleasing || res.Status.State == nodusv1.ReservationStateReleased:
+		return nil, apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name, fmt.Sprintf("reservedhost %q was released: no more access", name), "")
+	case res.Status.State != nodusv1.ReservationStateActive || !now.Before(res.Spec.EndsAt.Time):
+		return nil, apierror.New(ctx, apierror.ReasonTermEnded, gr, name, fmt.Sprintf("the term of reservedhost %q ended", name), "")
+	}
+	node, err := r.Nodes.Get(genericapirequest.WithNamespace(ctx, ""), res.Status.Node, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	validBefore := now.Add(MaxCertificateLifetime)
+	if res.Spec.EndsAt.Time.Before(validBefore) {
+		validBefore = res.Spec.EndsAt.Time
+	}
+	user := "unknown"
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		user = u.GetName()
+	}
+	principal := sshca.Principal(res.Name, res.Status.Epoch)
+	answer := &nodusv1.ReservedHostSSHCertificate{
+		PublicKey: req.PublicKey, Principal: principal, LoginUser: res.Status.LoginUser, Epoch: res.Status.Epoch,
+		Address: node.(*nodusv1.Node).Status.SSHAddress, ValidBefore: &metav1.Time{Time: validBefore.Truncate(time.Second)},
+	}
+	if len(options.DryRun) > 0 {
+		return answer, nil
+	}
+	cert, err := r.CA.Sign(pub, fmt.Sprintf("user=%s request=%s", user, exchange.From(ctx).RequestID()), principal, validBefore)
+	if err != nil {
+		return nil, err
+	}
+	answer.Certificate = string(ssh.MarshalAuthorizedKey(cert))
+	return answer, nil
+}

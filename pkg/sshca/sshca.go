@@ -1,0 +1,82 @@
+// Package sshca is the server's SSH user certificate authority: it signs
+// short-lived user certificates whose one principal names a reservation and
+// the epoch they were issued under, so that a host's sshd accepts them only
+// while its agent has that epoch applied.
+package sshca
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/nodus-dev/nodus/pkg/pki"
+)
+
+// CA signs SSH user certificates.
+type CA struct {
+	signer ssh.Signer
+	// PublicKey is the CA key in authorized_keys format, for TrustedUserCAKeys.
+	PublicKey string
+}
+
+// LoadOrCreate reads the CA key at path (OpenSSH format), creating it on first use.
+func LoadOrCreate(path string) (*CA, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, key, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return nil, err
+		}
+		block, err := ssh.MarshalPrivateKey(key, "nodus ssh user ca")
+		if err != nil {
+			return nil, err
+		}
+		data = pem.EncodeToMemory(block)
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			return nil, err
+		}
+		if err := pki.WriteFileAtomic(path, data, 0o600); err != nil {
+			return nil, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	signer, err := ssh.ParsePrivateKey(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return &CA{signer: signer, PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}, nil
+}
+
+// Principal names a reservation at an epoch.
+func Principal(reservation string, epoch int64) string {
+	return fmt.Sprintf("nodus-%s-epoch-%d", reservation, epoch)
+}
+
+// Sign certifies pub for one principal until validBefore.
+func (ca *CA) Sign(pub ssh.PublicKey, keyID, principal string, validBefore time.Time) (*ssh.Certificate, error) {
+	now := time.Now()
+	cert := &ssh.Certificate{
+		Key:             pub,
+		CertType:        ssh.UserCert,
+		KeyId:           keyID,
+		ValidPrincipals: []string{principal},
+		ValidAfter:      uint64(now.Add(-time.Minute).Unix()),
+		ValidBefore:     uint64(validBefore.Unix()),
+		Permissions: ssh.Permissions{Extensions: map[string]string{
+			"permit-pty": "", "permit-port-forwarding": "", "permit-agent-forwarding": "", "permit-X11-forwarding": "", "permit-user-rc": "",
+		}},
+	}
+	if err := cert.SignCert(rand.Reader, ca.signer); err != nil {
+		return nil, err
+	}
+	return cert, nil
+}

@@ -1,0 +1,255 @@
+package e2e
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// TestSSHAccessThroughSystemSSHD runs the whole access path as a customer
+// meets it: nodus-server, nodusd enrolled with a token, the system's own
+// sshd trusting the server's SSH user CA with nodusd's principals, and the
+// system ssh client with the pinned host key. A release ends a live session,
+// refuses new logins and the old certificate, and drains the host.
+func TestSSHAccessThroughSystemSSHD(t *testing.T) {
+	requireKubectl(t)
+	sshd, err := exec.LookPath("sshd")
+	if err != nil {
+		sshd = "/usr/sbin/sshd"
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it creates a login user and runs sshd (CI runs as root)")
+	}
+	if _, err := os.Stat(sshd); err != nil {
+		t.Skip("sshd is not installed (.ci/run installs openssh-server)")
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	login := "nodus" + hex.EncodeToString(suffix)
+	run(t, "useradd", "--create-home", "--shell", "/bin/sh", login)
+	// No password, but not locked: sshd without PAM refuses locked accounts.
+	run(t, "usermod", "-p", "*", login)
+	t.Cleanup(func() {
+		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
+		_ = exec.Command("userdel", "-r", login).Run()
+	})
+
+	dir := t.TempDir()
+	s := startServer(t, filepath.Join(dir, "server"))
+	manifest := fmt.Sprintf(`apiVersion: nodus.dev/v1
+kind: Pool
+metadata: {name: e2e}
+---
+apiVersion: nodus.dev/v1
+kind: Project
+metadata: {name: acme}
+spec:
+  members:
+  - {name: mia, role: member}
+  - {name: ada, role: admin}
+  - {name: vic, role: viewer}
+---
+apiVersion: nodus.dev/v1
+kind: EnrollmentToken
+metadata: {name: e2e-node}
+spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
+`, login)
+	out := s.apply(t, manifest, "create", "-o", "json")
+	// kubectl prints one JSON document per object.
+	var enrollToken, caHash string
+	dec := json.NewDecoder(strings.NewReader(out))
+	for dec.More() {
+		var obj struct {
+			Kind   string
+			Status struct{ Token, CAFingerprint string }
+		}
+		if err := dec.Decode(&obj); err != nil {
+			t.Fatalf("create output: %v\n%s", err, out)
+		}
+		if obj.Kind == "EnrollmentToken" {
+			enrollToken, caHash = obj.Status.Token, obj.Status.CAFingerprint
+		}
+	}
+	tokens := map[string]string{}
+	for _, who := range []string{"mia", "ada", "vic"} {
+		out := s.apply(t, "apiVersion: nodus.dev/v1\nkind: AccessToken\nmetadata: {name: "+who+"}\nspec: {user: "+who+"}\n",
+			"create", "-o", "jsonpath={.status.token}")
+		tokens[who] = out
+	}
+
+	// The host: nodusd enrolled and running, sshd trusting the server's CA.
+	agentDir := filepath.Join(dir, "agent")
+	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+	run(t, agentBinary, "enroll", "--server", serverURL, "--token", enrollToken, "--ca-hash", caHash, "--name", "e2e-node", "--state-dir", agentDir)
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
+	port := freePort(t)
+	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
+		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--grace", "1s", "--disk-path", dir)
+	agentLog := &syncBuffer{}
+	agent.Stdout, agent.Stderr = agentLog, agentLog
+	if err := agent.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
+	waitFor(t, "the SSH user CA from nodusd", func() bool { _, err := os.Stat(filepath.Join(agentDir, "user_ca.pub")); return err == nil })
+
+	config := filepath.Join(agentDir, "sshd_config")
+	if err := os.WriteFile(config, []byte(fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+PidFile %s
+TrustedUserCAKeys %s
+AuthorizedPrincipalsCommand %s principals --socket %s %%u
+AuthorizedPrincipalsCommandUser root
+AuthorizedKeysFile none
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+PubkeyAuthentication yes
+UsePAM no
+StrictModes no
+`, port, filepath.Join(agentDir, "ssh_host_ed25519_key"), filepath.Join(agentDir, "sshd.pid"), filepath.Join(agentDir, "user_ca.pub"),
+		agentBinary, filepath.Join(agentDir, "agent.sock"))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.MkdirAll("/run/sshd", 0o755)
+	daemon := exec.Command(sshd, "-D", "-e", "-f", config)
+	sshdLog := &syncBuffer{}
+	daemon.Stdout, daemon.Stderr = sshdLog, sshdLog
+	if err := daemon.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = daemon.Process.Kill(); _ = daemon.Wait() })
+
+	// The reservation, and its projection with the pinned host key.
+	s.apply(t, fmt.Sprintf(`apiVersion: nodus.dev/v1
+kind: Reservation
+metadata: {name: e2e-node}
+spec:
+  project: acme
+  placement: {node: e2e-node}
+  startsAt: "%s"
+  endsAt: "%s"
+`, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)), "create")
+	var hostKey string
+	waitFor(t, "the host to be connected", func() bool {
+		out, _, _ := s.kubectl("get", "reservedhost", "e2e-node", "-n", "acme", "-o",
+			`jsonpath={.status.conditions[?(@.type=="Connected")].status} {.status.connect.hostKey}`)
+		status, key, _ := strings.Cut(out, " ")
+		hostKey = key
+		return status == "True" && key != ""
+	})
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := os.WriteFile(knownHosts, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	userKey := filepath.Join(dir, "id_ed25519")
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", userKey)
+	pub, _ := os.ReadFile(userKey + ".pub")
+	certify := func(who string) (int, string) {
+		cfg, _ := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+		cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
+		cfg.BearerToken = tokens[who]
+		body, _ := json.Marshal(map[string]string{"publicKey": string(pub)})
+		var code int
+		raw, err := versioned.NewForConfigOrDie(cfg).NodusV1().RESTClient().Post().Namespace("acme").Resource("reservedhosts").
+			Name("e2e-node").SubResource("ssh-certificate").SetHeader("Content-Type", "application/json").Body(body).Do(context.Background()).
+			StatusCode(&code).Raw()
+		if err != nil {
+			return code, err.Error()
+		}
+		return code, string(raw)
+	}
+	if code, _ := certify("vic"); code != 403 {
+		t.Errorf("a viewer got an SSH certificate: %d", code)
+	}
+	code, answer := certify("mia")
+	var cert struct{ Certificate, LoginUser, Address string }
+	if code != 200 || json.Unmarshal([]byte(answer), &cert) != nil || cert.LoginUser != login || cert.Address != fmt.Sprintf("127.0.0.1:%d", port) {
+		t.Fatalf("certificate for a member: %d %s", code, answer)
+	}
+	if err := os.WriteFile(userKey+"-cert.pub", []byte(cert.Certificate), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ssh := func(args ...string) *exec.Cmd {
+		return exec.Command("ssh", append([]string{"-p", fmt.Sprint(port), "-i", userKey, "-o", "CertificateFile=" + userKey + "-cert.pub",
+			"-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=" + knownHosts, "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+			"-o", "ConnectTimeout=10", login + "@127.0.0.1"}, args...)...)
+	}
+	if out, err := ssh("echo", "hello-from-$(whoami)").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "hello-from-"+login {
+		t.Fatalf("login failed: %v %s\nsshd: %s\nnodusd: %s", err, out, sshdLog.String(), agentLog.String())
+	}
+	long := ssh("sleep", "600")
+	if err := long.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan error, 1)
+	go func() { ended <- long.Wait() }()
+	waitFor(t, "the long session", func() bool {
+		out, _ := exec.Command("pgrep", "-u", login, "sleep").Output()
+		return len(out) > 0
+	})
+
+	// Release as the project admin.
+	adminCfg, _ := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	adminCfg.CertData, adminCfg.KeyData, adminCfg.CertFile, adminCfg.KeyFile = nil, nil, "", ""
+	adminCfg.BearerToken = tokens["ada"]
+	released := time.Now()
+	if err := versioned.NewForConfigOrDie(adminCfg).NodusV1().RESTClient().Post().Namespace("acme").Resource("reservedhosts").
+		Name("e2e-node").SubResource("release-capacity").SetHeader("Content-Type", "application/json").
+		Body([]byte(`{"agreed":true,"epoch":1}`)).Do(context.Background()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	var refusedAfter, endedAfter, drainedAfter time.Duration
+	waitFor(t, "new logins to be refused", func() bool {
+		err := ssh("true").Run()
+		refusedAfter = time.Since(released)
+		return err != nil
+	})
+	select {
+	case <-ended:
+		endedAfter = time.Since(released)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the live session survived the release")
+	}
+	waitFor(t, "drainedAt", func() bool {
+		out, _, _ := s.kubectl("get", "reservedhost", "e2e-node", "-n", "acme", "-o", "jsonpath={.status.release.drainedAt}")
+		drainedAfter = time.Since(released)
+		return strings.TrimSpace(out) != ""
+	})
+	if err := ssh("true").Run(); err == nil {
+		t.Error("the old certificate still logs in")
+	}
+	t.Logf("release → new login refused %s, → live session ended %s, → drainedAt %s (one run)",
+		refusedAfter.Round(time.Millisecond), endedAfter.Round(time.Millisecond), drainedAfter.Round(time.Millisecond))
+}
+
+func run(t *testing.T, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
