@@ -66,15 +66,20 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		return nil, apierrors.NewServiceUnavailable("recording the heartbeat: " + err.Error())
 	}
 	now := metav1.NewTime(h.now().Truncate(time.Second))
-	applied := node.Status.AppliedEpoch
+	// The node's applied epoch is that of its current (not yet final)
+	// reservation; a node between reservations keeps the last one.
+	applied, haveCurrent := int64(0), false
 	for _, e := range beat.Reservations {
-		onNode, err := h.drain(ctx, name, e, now)
+		live, err := h.drain(ctx, name, e, now)
 		if err != nil {
 			return nil, err
 		}
-		if onNode && e.AppliedEpoch > applied {
-			applied = e.AppliedEpoch
+		if live && (!haveCurrent || e.AppliedEpoch > applied) {
+			applied, haveCurrent = e.AppliedEpoch, true
 		}
+	}
+	if !haveCurrent {
+		applied = node.Status.AppliedEpoch
 	}
 	if h.nodeChanged(node, applied, now) {
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
@@ -97,7 +102,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 // drain turns evidence into a final state: a releasing (ending) reservation
 // on this node whose current epoch the agent applied, with no owner session
 // and no borrower execution left, is released (ended). It reports whether
-// the reservation is on this node at all.
+// the reservation is on this node and not final before this report.
 func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, error) {
 	obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -107,7 +112,7 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 		return false, err
 	}
 	res := obj.(*nodusv1.Reservation)
-	if res.Status.Node != node {
+	if res.Status.Node != node || res.Status.State == nodusv1.ReservationStateReleased || res.Status.State == nodusv1.ReservationStateEnded {
 		return false, nil
 	}
 	if !drained(res, e) {
