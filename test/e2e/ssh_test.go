@@ -15,9 +15,11 @@ import (
 	"testing"
 	"time"
 
+	gossh "golang.org/x/crypto/ssh"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/sshca"
 )
 
 // TestSSHAccessThroughSystemSSHD runs the whole access path as a customer
@@ -220,6 +222,9 @@ spec:
 	if out, err := ssh("echo", "hello-from-$(whoami)").CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "hello-from-"+login {
 		t.Fatalf("login failed: %v %s\nsshd: %s\nnodusd: %s", err, out, sshdLog.String(), agentLog.String())
 	}
+	if name == "run-00" {
+		checkExpiredCertificateRefused(t, s, rig, name, userKey, ssh)
+	}
 	long := ssh("sleep", "600")
 	if err := long.Start(); err != nil {
 		t.Fatal(err)
@@ -264,6 +269,36 @@ spec:
 		t.Error("the old certificate still logs in")
 	}
 	return refusedAfter, endedAfter, drainedAfter
+}
+
+// checkExpiredCertificateRefused signs, with the server's own SSH user CA, a
+// certificate for the current principal that has already expired: sshd must
+// refuse it.
+func checkExpiredCertificateRefused(t *testing.T, s *serverProcess, rig sshRig, name, userKey string, ssh func(...string) *exec.Cmd) {
+	t.Helper()
+	ca, err := sshca.LoadOrCreate(filepath.Join(s.dataDir, "pki", "ssh-user-ca"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pubBytes, _ := os.ReadFile(userKey + ".pub")
+	pub, _, _, _, err := gossh.ParseAuthorizedKey(pubBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := ca.Sign(pub, "expired", sshca.Principal(name, 1), time.Now().Add(-time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	valid, _ := os.ReadFile(userKey + "-cert.pub")
+	if err := os.WriteFile(userKey+"-cert.pub", gossh.MarshalAuthorizedKey(expired), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := ssh("true").Run(); err == nil {
+		t.Error("an expired certificate logged in")
+	}
+	if err := os.WriteFile(userKey+"-cert.pub", valid, 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func p50p99(d []time.Duration) string {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -143,6 +144,20 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 	t.Run("re-enrollment retires the old credential", func(t *testing.T) {
 		old := agentConfig(t, s, dir)
 		stop() // the old agent process goes away
+		// What it applied survives it.
+		var store *state.Store
+		if err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			var err error
+			store, err = state.Open(filepath.Join(dir, "state.db"))
+			return err == nil, nil
+		}); err != nil {
+			t.Fatal("the stopped agent's state database stays locked")
+		}
+		applied, ok, err := store.Applied("agent-1")
+		store.Close()
+		if err != nil || !ok || applied.Epoch != 2 || applied.Granted() {
+			t.Errorf("applied access after a restart: %+v %v %v", applied, ok, err)
+		}
 		second := enrollmentToken(t, s, "second", time.Now().Add(time.Hour))
 		gen, err := enroll(second.Status.Token)
 		if err != nil || gen != 2 {
