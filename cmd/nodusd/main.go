@@ -103,6 +103,7 @@ func runCommand() *cobra.Command {
 	f.DurationVar(&o.Grace, "grace", o.Grace, "time between SIGTERM and SIGKILL when access is retired")
 	f.StringVar(&o.Socket, "socket", o.Socket, "unix socket for `nodusd principals` (default STATE-DIR/agent.sock)")
 	f.StringVar(&o.SSHDCAFile, "sshd-ca-file", o.SSHDCAFile, "write the server's SSH user CA key here, for sshd's TrustedUserCAKeys")
+	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	return cmd
 }
 

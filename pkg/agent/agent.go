@@ -43,6 +43,9 @@ type Options struct {
 	// SSHDCAFile, when set, receives the server's SSH user CA key for
 	// sshd's TrustedUserCAKeys.
 	SSHDCAFile string
+	// SSHDDropIn, when set, receives the sshd configuration that makes sshd
+	// trust SSHDCAFile and ask this nodusd for principals.
+	SSHDDropIn string
 }
 
 // Agent is a running nodusd.
@@ -111,6 +114,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	if a.opts.SSHDCAFile != "" {
 		if err := a.installUserCA(ctx, a.opts.SSHDCAFile); err != nil {
 			return fmt.Errorf("installing the SSH user CA: %w", err)
+		}
+	}
+	if a.opts.SSHDDropIn != "" {
+		if err := a.installDropIn(); err != nil {
+			return fmt.Errorf("installing the sshd drop-in: %w", err)
 		}
 	}
 	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()

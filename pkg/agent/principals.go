@@ -87,3 +87,19 @@ func (a *Agent) installUserCA(ctx context.Context, path string) error {
 	}
 	return os.WriteFile(path, raw, 0o644)
 }
+
+// installDropIn writes the sshd configuration for Nodus access: trust the
+// server's SSH user CA and ask this nodusd which principals are valid.
+func (a *Agent) installDropIn() error {
+	if a.opts.SSHDCAFile == "" {
+		return errors.New("an sshd drop-in needs --sshd-ca-file")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	conf := fmt.Sprintf("# Written by nodusd: Nodus certificates log in while nodusd says so.\n"+
+		"TrustedUserCAKeys %s\nAuthorizedPrincipalsCommand %s principals --socket %s %%u\nAuthorizedPrincipalsCommandUser root\n",
+		a.opts.SSHDCAFile, self, a.opts.Socket)
+	return os.WriteFile(a.opts.SSHDDropIn, []byte(conf), 0o644)
+}

@@ -100,31 +100,29 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
 	port := freePort(t)
 	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
-		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--grace", "1s", "--disk-path", dir)
+		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
+		"--grace", "1s", "--disk-path", dir)
 	agentLog := &syncBuffer{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
 	if err := agent.Start(); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
-	waitFor(t, "the SSH user CA from nodusd", func() bool { _, err := os.Stat(filepath.Join(agentDir, "user_ca.pub")); return err == nil })
+	waitFor(t, "nodusd's sshd drop-in", func() bool { _, err := os.Stat(filepath.Join(agentDir, "nodus.conf")); return err == nil })
 
 	config := filepath.Join(agentDir, "sshd_config")
 	if err := os.WriteFile(config, []byte(fmt.Sprintf(`Port %d
 ListenAddress 127.0.0.1
 HostKey %s
 PidFile %s
-TrustedUserCAKeys %s
-AuthorizedPrincipalsCommand %s principals --socket %s %%u
-AuthorizedPrincipalsCommandUser root
+Include %s
 AuthorizedKeysFile none
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 PubkeyAuthentication yes
 UsePAM no
 StrictModes no
-`, port, filepath.Join(agentDir, "ssh_host_ed25519_key"), filepath.Join(agentDir, "sshd.pid"), filepath.Join(agentDir, "user_ca.pub"),
-		agentBinary, filepath.Join(agentDir, "agent.sock"))), 0o600); err != nil {
+`, port, filepath.Join(agentDir, "ssh_host_ed25519_key"), filepath.Join(agentDir, "sshd.pid"), filepath.Join(agentDir, "nodus.conf"))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_ = os.MkdirAll("/run/sshd", 0o755)

@@ -31,12 +31,15 @@ type Collector struct {
 	Run      func(ctx context.Context, name string, args ...string) (string, error)
 	NumCPU   func() int
 	FreeGiB  func(path string) (int64, error)
+	// NVML reads GPUs through the NVIDIA management library; ErrNoNVML
+	// (no library on the host) falls back to nvidia-smi.
+	NVML func() ([]nodusv1.NodeGPU, error)
 }
 
 // NewCollector reads the real host.
 func NewCollector(diskPath, version string) *Collector {
 	return &Collector{
-		DiskPath: diskPath, Version: version, ReadFile: os.ReadFile, NumCPU: runtime.NumCPU, FreeGiB: freeGiB,
+		DiskPath: diskPath, Version: version, ReadFile: os.ReadFile, NumCPU: runtime.NumCPU, FreeGiB: freeGiB, NVML: NVMLGPUs,
 		Run: func(ctx context.Context, name string, args ...string) (string, error) {
 			out, err := exec.CommandContext(ctx, name, args...).Output()
 			return string(out), err
@@ -44,8 +47,8 @@ func NewCollector(diskPath, version string) *Collector {
 	}
 }
 
-// Collect reads everything. A host without NVIDIA GPUs (no nvidia-smi) has
-// no GPUs; that is not an error.
+// Collect reads everything. GPUs come from NVML, or from nvidia-smi where
+// NVML is not loadable; a host with neither has no GPUs, which is no error.
 func (c *Collector) Collect(ctx context.Context) (nodusv1.NodeInventory, error) {
 	inv := nodusv1.NodeInventory{CPU: int32(c.NumCPU()), NodusdVersion: c.Version}
 	meminfo, err := c.ReadFile("/proc/meminfo")
@@ -60,6 +63,16 @@ func (c *Collector) Collect(ctx context.Context) (nodusv1.NodeInventory, error) 
 	}
 	if release, err := c.ReadFile("/etc/os-release"); err == nil {
 		inv.OS = ParseOSRelease(string(release))
+	}
+	if c.NVML != nil {
+		gpus, err := c.NVML()
+		if err == nil {
+			inv.GPUs = gpus
+			return inv, nil
+		}
+		if !errors.Is(err, ErrNoNVML) {
+			return inv, err
+		}
 	}
 	gpuCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
 const meminfo = `MemTotal:       2113486996 kB
@@ -33,6 +35,7 @@ func fakeHost(smi string, smiErr error) *Collector {
 		Run:     func(context.Context, string, ...string) (string, error) { return smi, smiErr },
 		NumCPU:  func() int { return 224 },
 		FreeGiB: func(string) (int64, error) { return 3500, nil },
+		NVML:    func() ([]nodusv1.NodeGPU, error) { return nil, ErrNoNVML },
 	}
 }
 
@@ -64,5 +67,35 @@ func TestParsers(t *testing.T) {
 	}
 	if got := ParseOSRelease("NAME=Debian\nVERSION_ID=12\n"); got != "Debian 12" {
 		t.Errorf("os-release without PRETTY_NAME: %q", got)
+	}
+}
+
+func TestNVMLFirst(t *testing.T) {
+	host := fakeHost("", errors.New("nvidia-smi must not run when NVML answers"))
+	host.NVML = func() ([]nodusv1.NodeGPU, error) {
+		return []nodusv1.NodeGPU{{Type: "h200-sxm-141g", MemoryMiB: 143771, Driver: "560.35.03"}}, nil
+	}
+	inv, err := host.Collect(context.Background())
+	if err != nil || len(inv.GPUs) != 1 || inv.GPUs[0].Type != "h200-sxm-141g" {
+		t.Errorf("NVML inventory: %v %+v", err, inv.GPUs)
+	}
+}
+
+// TestNVMLOnThisHost runs the real NVML reader: on a host without the NVIDIA
+// driver it must say so (ErrNoNVML), not crash; on a GPU host it lists GPUs.
+func TestNVMLOnThisHost(t *testing.T) {
+	gpus, err := NVMLGPUs()
+	switch {
+	case errors.Is(err, ErrNoNVML):
+		t.Logf("no NVML here (%v): the agent falls back to nvidia-smi", err)
+	case err != nil:
+		t.Fatalf("NVML: %v", err)
+	default:
+		for _, g := range gpus {
+			if g.Type == "" || g.MemoryMiB <= 0 {
+				t.Errorf("NVML GPU: %+v", g)
+			}
+		}
+		t.Logf("NVML GPUs: %+v", gpus)
 	}
 }
