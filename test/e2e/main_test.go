@@ -15,7 +15,7 @@ import (
 	"time"
 )
 
-var serverBinary, agentBinary string
+var serverBinary, agentBinary, cliBinary string
 
 func TestMain(m *testing.M) {
 	// sshd runs nodusd as AuthorizedPrincipalsCommand only from a path that
@@ -31,7 +31,9 @@ func TestMain(m *testing.M) {
 	}
 	serverBinary = filepath.Join(dir, "nodus-server")
 	agentBinary = filepath.Join(dir, "nodusd")
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/nodus-dev/nodus/cmd/nodus-server", "github.com/nodus-dev/nodus/cmd/nodusd")
+	cliBinary = filepath.Join(dir, "nodus")
+	build := exec.Command("go", "build", "-o", dir+"/", "github.com/nodus-dev/nodus/cmd/nodus-server",
+		"github.com/nodus-dev/nodus/cmd/nodusd", "github.com/nodus-dev/nodus/cmd/nodus")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build nodus-server and nodusd:", err)

@@ -145,6 +145,75 @@ StrictModes no
 	}
 	t.Logf("over %d runs: release → new login refused %s, → live session ended %s, → drainedAt %s",
 		runs, p50p99(refused), p50p99(ended), p50p99(drained))
+
+	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
+}
+
+// cliRun is what a customer does with the CLI alone: log in, list, ssh,
+// release and wait, and find access gone.
+func cliRun(t *testing.T, s *serverProcess, rig sshRig) {
+	home := filepath.Join(rig.dir, "home")
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	own := "Host my-own-box\n  HostName 192.0.2.1\n"
+	if err := os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte(own), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	nodus := func(user string, args ...string) (string, error) {
+		cmd := exec.Command(cliBinary, args...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+			"NODUS_CONFIG="+filepath.Join(home, user+".config"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+	ca := filepath.Join(s.dataDir, "pki", "ca.crt")
+	for _, who := range []string{"mia", "ada"} {
+		if out, err := nodus(who, "login", "--server", serverURL, "--token", rig.tokens[who], "--ca-file", ca); err != nil {
+			t.Fatalf("login %s: %v %s", who, err, out)
+		}
+	}
+	s.apply(t, fmt.Sprintf(`apiVersion: nodus.dev/v1
+kind: Reservation
+metadata: {name: cli-host}
+spec:
+  project: acme
+  placement: {node: e2e-node}
+  startsAt: "%s"
+  endsAt: "%s"
+`, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)), "create")
+	waitFor(t, "cli-host to be connected", func() bool {
+		out, _ := nodus("mia", "hosts", "list", "-n", "acme")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "acme/cli-host ") && strings.Contains(line, " active ") && strings.Contains(line, " yes ") {
+				return true
+			}
+		}
+		return false
+	})
+	for i := 0; i < 2; i++ {
+		out, err := nodus("mia", "ssh", "acme/cli-host", "--", "id", "-un")
+		if err != nil || strings.TrimSpace(out) != rig.login {
+			t.Fatalf("nodus ssh (%d): %v %q", i, err, out)
+		}
+	}
+	config, _ := os.ReadFile(filepath.Join(home, ".ssh", "config"))
+	if !strings.HasSuffix(string(config), own) || strings.Count(string(config), "# nodus begin include") != 1 {
+		t.Errorf("~/.ssh/config must keep the user's lines and hold one nodus block:\n%s", config)
+	}
+	included, _ := os.ReadFile(filepath.Join(home, ".config", "nodus", "ssh", "config"))
+	if strings.Count(string(included), "# nodus begin cli-host.acme.nodus") != 1 {
+		t.Errorf("running nodus ssh twice must leave one managed block:\n%s", included)
+	}
+	out, err := nodus("ada", "release", "acme/cli-host", "--yes", "--wait", "--timeout", "60s")
+	if err != nil || !strings.Contains(out, "drained after") {
+		t.Fatalf("nodus release --wait: %v\n%s", err, out)
+	}
+	out, err = nodus("mia", "ssh", "acme/cli-host", "--", "true")
+	if err == nil || !strings.Contains(out, "no access now") {
+		t.Errorf("nodus ssh after the release must be refused clearly: %v %q", err, out)
+	}
 }
 
 // sshRig is the host side of the SSH test.

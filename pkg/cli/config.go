@@ -1,0 +1,96 @@
+// Package cli is the nodus command: customers' and operators' verbs over the
+// generated client. Each verb has an options struct with Complete, Validate
+// and Run, and writes to injected streams.
+package cli
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// Streams are a command's input and outputs.
+type Streams struct {
+	In       io.Reader
+	Out, Err io.Writer
+}
+
+// Globals are the flags every command has.
+type Globals struct {
+	// Kubeconfig overrides $NODUS_CONFIG and ~/.config/nodus/config.
+	Kubeconfig string
+	Context    string
+	Output     string
+}
+
+// ConfigPath is where nodus keeps its kubeconfig.
+func (g *Globals) ConfigPath() string {
+	if g.Kubeconfig != "" {
+		return g.Kubeconfig
+	}
+	if p := os.Getenv("NODUS_CONFIG"); p != "" {
+		return p
+	}
+	return filepath.Join(configHome(), "nodus", "config")
+}
+
+// DataDir holds nodus' SSH files.
+func DataDir() string { return filepath.Join(configHome(), "nodus") }
+
+func configHome() string {
+	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
+		return d
+	}
+	home, _ := os.UserHomeDir()
+	return filepath.Join(home, ".config")
+}
+
+// RESTConfig loads the client configuration of the current (or chosen) context.
+func (g *Globals) RESTConfig() (*rest.Config, error) {
+	path := g.ConfigPath()
+	if _, err := os.Stat(path); err != nil {
+		return nil, usageError(fmt.Errorf("no nodus configuration at %s: run `nodus login --server URL --token TOKEN` first", path))
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
+		&clientcmd.ConfigOverrides{CurrentContext: g.Context}).ClientConfig()
+	if err != nil {
+		return nil, usageError(err)
+	}
+	cfg.UserAgent = "nodus/" + Version
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{rt} })
+	return cfg, nil
+}
+
+// Client is the typed client of the current context.
+func (g *Globals) Client() (versioned.Interface, *rest.Config, error) {
+	cfg, err := g.RESTConfig()
+	if err != nil {
+		return nil, nil, err
+	}
+	c, err := versioned.NewForConfig(cfg)
+	return c, cfg, err
+}
+
+// loadConfig reads nodus' kubeconfig, or an empty one.
+func loadConfig(path string) (*clientcmdapi.Config, error) {
+	if _, err := os.Stat(path); os.IsNotExist(err) {
+		return clientcmdapi.NewConfig(), nil
+	}
+	return clientcmd.LoadFromFile(path)
+}
+
+func saveConfig(path string, cfg *clientcmdapi.Config) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
+}

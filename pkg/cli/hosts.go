@@ -1,0 +1,177 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"sigs.k8s.io/yaml"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/node"
+)
+
+// HostsOptions are `nodus hosts list|get`'s.
+type HostsOptions struct {
+	*Globals
+	Streams
+	Project     string
+	AllProjects bool
+	Watch       bool
+	Now         func() time.Time
+}
+
+func newHostsCommand(g *Globals, s Streams) *cobra.Command {
+	o := &HostsOptions{Globals: g, Streams: s, Now: time.Now}
+	cmd := &cobra.Command{Use: "hosts", Short: "Your reserved hosts"}
+	list := &cobra.Command{
+		Use:     "list [-n PROJECT | -A]",
+		Short:   "List reserved hosts",
+		Example: "  nodus hosts list -n acme\n  nodus hosts list -A -o wide",
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return o.List(cmd.Context()) },
+	}
+	list.Flags().StringVarP(&o.Project, "project", "n", "", "the project")
+	list.Flags().BoolVarP(&o.AllProjects, "all-projects", "A", false, "every project you can see")
+	list.Flags().BoolVarP(&o.Watch, "watch", "w", false, "keep printing changes")
+	get := &cobra.Command{
+		Use:   "get PROJECT/NAME",
+		Short: "Show one reserved host",
+		Args:  cobra.ExactArgs(1),
+		RunE:  func(cmd *cobra.Command, args []string) error { return o.Get(cmd.Context(), args[0]) },
+	}
+	cmd.AddCommand(list, get)
+	return cmd
+}
+
+// List prints the hosts of a project (or all).
+func (o *HostsOptions) List(ctx context.Context) error {
+	if o.Project == "" && !o.AllProjects {
+		return usageError(fmt.Errorf("say which project (-n PROJECT) or all of them (-A)"))
+	}
+	c, _, err := o.Client()
+	if err != nil {
+		return err
+	}
+	hosts := c.NodusV1().ReservedHosts(o.Project)
+	list, err := hosts.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	if err := o.print(list.Items); err != nil || !o.Watch {
+		return err
+	}
+	w, err := hosts.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	for e := range w.ResultChan() {
+		if h, ok := e.Object.(*nodusv1.ReservedHost); ok {
+			if err := o.print([]nodusv1.ReservedHost{*h}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Get prints one host.
+func (o *HostsOptions) Get(ctx context.Context, ref string) error {
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return err
+	}
+	c, _, err := o.Client()
+	if err != nil {
+		return err
+	}
+	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return o.print([]nodusv1.ReservedHost{*h})
+}
+
+func (o *HostsOptions) print(hosts []nodusv1.ReservedHost) error {
+	switch o.Output {
+	case "json", "yaml":
+		for i := range hosts {
+			hosts[i].APIVersion, hosts[i].Kind = nodusv1.SchemeGroupVersion.String(), "ReservedHost"
+			data, err := yaml.Marshal(&hosts[i])
+			if err != nil {
+				return err
+			}
+			if o.Output == "json" {
+				if data, err = yaml.YAMLToJSON(data); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintln(o.Out, strings.TrimSpace(string(data)))
+		}
+		return nil
+	case "", "wide":
+	default:
+		return usageError(fmt.Errorf("-o %s: use wide, json or yaml", o.Output))
+	}
+	w := tabwriter.NewWriter(o.Out, 0, 0, 3, ' ', 0)
+	header := "HOST\tSTATE\tEPOCH\tGPUS\tPOOL\tCONNECTED\tENDS IN"
+	if o.Output == "wide" {
+		header += "\tLOGIN\tSSH"
+	}
+	fmt.Fprintln(w, header)
+	for _, h := range hosts {
+		r := h.Status.Reservation
+		row := fmt.Sprintf("%s/%s\t%s\t%d\t%s\t%s\t%s\t%s", h.Namespace, h.Name, r.State, r.Epoch,
+			node.GPUSummary(h.Status.Inventory.GPUs), dash(h.Status.Pool), connected(&h), o.endsIn(r.EndsAt))
+		if o.Output == "wide" {
+			ssh := "-"
+			if h.Status.Connect != nil {
+				ssh = h.Status.Connect.Command
+			}
+			row += fmt.Sprintf("\t%s\t%s", r.LoginUser, ssh)
+		}
+		fmt.Fprintln(w, row)
+	}
+	return w.Flush()
+}
+
+func (o *HostsOptions) endsIn(t metav1.Time) string {
+	d := t.Sub(o.Now())
+	if d <= 0 {
+		return "ended"
+	}
+	return duration.HumanDuration(d)
+}
+
+func connected(h *nodusv1.ReservedHost) string {
+	if c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected); c != nil {
+		if c.Status == metav1.ConditionTrue {
+			return "yes"
+		}
+		return "no (" + c.Reason + ")"
+	}
+	return "unknown"
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// splitRef splits PROJECT/NAME.
+func splitRef(ref string) (string, string, error) {
+	project, name, ok := strings.Cut(ref, "/")
+	if !ok || project == "" || name == "" || strings.Contains(name, "/") {
+		return "", "", usageError(fmt.Errorf("%q is not PROJECT/NAME", ref))
+	}
+	return project, name, nil
+}

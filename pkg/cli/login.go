@@ -1,0 +1,97 @@
+package cli
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// LoginOptions are `nodus login`'s.
+type LoginOptions struct {
+	*Globals
+	Streams
+	Server, Token, CAFile, Adopt string
+}
+
+func newLoginCommand(g *Globals, s Streams) *cobra.Command {
+	o := &LoginOptions{Globals: g, Streams: s}
+	cmd := &cobra.Command{
+		Use:   "login (--server URL --token TOKEN [--ca-file FILE] | --from-kubeconfig FILE)",
+		Short: "Store a server and a credential in the nodus configuration",
+		Example: `  nodus login --server https://nodus.example:8443 --token alice-laptop.SECRET --ca-file ca.crt
+  nodus login --from-kubeconfig ~/.local/share/nodus/admin.kubeconfig`,
+		Args: cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if err := o.Validate(); err != nil {
+				return err
+			}
+			return o.Run()
+		},
+	}
+	cmd.Flags().StringVar(&o.Server, "server", "", "nodus-server URL")
+	cmd.Flags().StringVar(&o.Token, "token", "", "your access token")
+	cmd.Flags().StringVar(&o.CAFile, "ca-file", "", "the server's CA certificate")
+	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of an existing kubeconfig (e.g. DIR/admin.kubeconfig)")
+	return cmd
+}
+
+// Validate checks the flags.
+func (o *LoginOptions) Validate() error {
+	if o.Adopt != "" {
+		return nil
+	}
+	if o.Server == "" || o.Token == "" {
+		return usageError(fmt.Errorf("give --server and --token, or --from-kubeconfig"))
+	}
+	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
+		return usageError(fmt.Errorf("--server %q is not an https URL", o.Server))
+	}
+	return nil
+}
+
+// Run writes the context and makes it current.
+func (o *LoginOptions) Run() error {
+	path := o.ConfigPath()
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	var name string
+	if o.Adopt != "" {
+		src, err := clientcmd.LoadFromFile(o.Adopt)
+		if err != nil {
+			return usageError(err)
+		}
+		if err := clientcmdapi.FlattenConfig(src); err != nil {
+			return err
+		}
+		ctx, ok := src.Contexts[src.CurrentContext]
+		if !ok {
+			return usageError(fmt.Errorf("%s has no current context", o.Adopt))
+		}
+		name = src.CurrentContext
+		cfg.Clusters[name], cfg.AuthInfos[name] = src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
+	} else {
+		u, _ := url.Parse(o.Server)
+		name = strings.ReplaceAll(u.Host, ":", "-")
+		cluster := &clientcmdapi.Cluster{Server: o.Server}
+		if o.CAFile != "" {
+			if cluster.CertificateAuthorityData, err = os.ReadFile(o.CAFile); err != nil {
+				return usageError(err)
+			}
+		}
+		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, &clientcmdapi.AuthInfo{Token: o.Token}
+	}
+	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+	cfg.CurrentContext = name
+	if err := saveConfig(path, cfg); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "logged in: context %s in %s\n", name, path)
+	return nil
+}

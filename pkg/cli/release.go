@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// ReleaseOptions are `nodus release`'s.
+type ReleaseOptions struct {
+	*Globals
+	Streams
+	Yes, DryRun, Wait bool
+	Timeout           time.Duration
+	Attempts          int
+}
+
+func newReleaseCommand(g *Globals, s Streams) *cobra.Command {
+	o := &ReleaseOptions{Globals: g, Streams: s, Timeout: 10 * time.Minute, Attempts: 5}
+	cmd := &cobra.Command{
+		Use:   "release PROJECT/NAME",
+		Short: "Retire your access to a host and drain its lending, for good",
+		Long: "Release capacity: your project's access to the host ends and lending drains, irreversibly.\n" +
+			"The reservation term is not shortened.",
+		Example: "  nodus release acme/gpu-001\n  nodus release acme/gpu-001 --yes --wait",
+		Args:    cobra.ExactArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
+	}
+	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
+	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "check everything, change nothing")
+	cmd.Flags().BoolVar(&o.Wait, "wait", false, "wait until the host's agent confirms that nothing runs any more")
+	cmd.Flags().DurationVar(&o.Timeout, "timeout", o.Timeout, "how long --wait waits")
+	return cmd
+}
+
+// Run shows what will happen, confirms, releases and optionally waits.
+func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return err
+	}
+	c, _, err := o.Client()
+	if err != nil {
+		return err
+	}
+	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	r := h.Status.Reservation
+	fmt.Fprintf(o.Out, "Release %s/%s\n  term:   %s until %s (unchanged by a release)\n  epoch:  %d\n  state:  %s\n",
+		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, r.State)
+	fmt.Fprintln(o.Out, "Your project's access to this host ends and its lending drains. This cannot be undone.")
+	if !o.Yes && !o.DryRun {
+		fmt.Fprintf(o.Out, "Type the host name (%s) to release it: ", name)
+		line, _ := bufio.NewReader(o.In).ReadString('\n')
+		if strings.TrimSpace(line) != name {
+			return usageError(errors.New("not confirmed; nothing was released"))
+		}
+	}
+	body := fmt.Sprintf(`{"agreed":true,"epoch":%d}`, r.Epoch)
+	key := uuid.NewString()
+	var released *nodusv1.ReservedHost
+	for attempt := 1; ; attempt++ {
+		req := c.NodusV1().RESTClient().Post().Namespace(project).Resource("reservedhosts").Name(name).SubResource("release-capacity").
+			SetHeader("Content-Type", "application/json").
+			SetHeader("If-Match", `"`+h.ResourceVersion+`"`).
+			SetHeader("Idempotency-Key", key).
+			Body([]byte(body))
+		if o.DryRun {
+			req = req.Param("dryRun", "All")
+		}
+		out := &nodusv1.ReservedHost{}
+		err = req.Do(ctx).Into(out)
+		if err == nil {
+			released = out
+			break
+		}
+		// The same key makes a retry safe: the first answer comes back.
+		retriable := !isAPIError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+			apierrors.IsInternalError(err) || reasonIs(err, "IdempotencyKeyInFlight")
+		if !retriable || attempt >= o.Attempts {
+			return err
+		}
+		fmt.Fprintf(o.Err, "retrying the release (%v)\n", err)
+		time.Sleep(time.Duration(attempt) * time.Second)
+	}
+	if o.DryRun {
+		fmt.Fprintf(o.Out, "dry run: would release %s/%s (epoch %d → %d); nothing changed\n", project, name, r.Epoch, released.Status.Reservation.Epoch)
+		return nil
+	}
+	fmt.Fprintf(o.Out, "released %s/%s at epoch %d\n", project, name, released.Status.Reservation.Epoch)
+	if !o.Wait {
+		return nil
+	}
+	return o.waitDrained(ctx, project, name)
+}
+
+func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) error {
+	c, _, err := o.Client()
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	for {
+		h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if rel := h.Status.Release; rel != nil && rel.DrainedAt != nil {
+			fmt.Fprintf(o.Out, "drained after %s: no session or execution runs on the host any more\n", time.Since(start).Round(time.Second))
+			return nil
+		}
+		if time.Since(start) > o.Timeout {
+			return fmt.Errorf("not drained after %s: the host's agent has not confirmed yet (is it connected?)", o.Timeout)
+		}
+		fmt.Fprintf(o.Out, "waiting for the host's agent to confirm that sessions and executions ended (%s)\n", time.Since(start).Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// isAPIError says whether the server answered; otherwise the connection failed.
+func isAPIError(err error) bool {
+	var s apierrors.APIStatus
+	return errors.As(err, &s) && s.Status().Code != 0
+}
+
+func reasonIs(err error, reason string) bool {
+	var s apierrors.APIStatus
+	return errors.As(err, &s) && string(s.Status().Reason) == reason
+}

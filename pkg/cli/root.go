@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"fmt"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is set at build time with -ldflags "-X github.com/nodus-dev/nodus/pkg/cli.Version=…".
+var Version = "dev"
+
+// NewCommand is the nodus command with every verb.
+func NewCommand(s Streams) (*cobra.Command, *Globals) {
+	g := &Globals{}
+	root := &cobra.Command{
+		Use:           "nodus",
+		Short:         "Rent and use whole GPU servers",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError(err) })
+	root.SetIn(s.In)
+	root.SetOut(s.Out)
+	root.SetErr(s.Err)
+	root.PersistentFlags().StringVar(&g.Kubeconfig, "kubeconfig", "", "nodus configuration (default $NODUS_CONFIG or ~/.config/nodus/config)")
+	root.PersistentFlags().StringVar(&g.Context, "context", "", "use this context of the configuration")
+	root.PersistentFlags().StringVarP(&g.Output, "output", "o", "", "output: wide, json or yaml")
+	root.AddCommand(newLoginCommand(g, s), newHostsCommand(g, s), newSSHCommand(g, s), newReleaseCommand(g, s),
+		&cobra.Command{
+			Use: "version", Short: "Print the client and server versions", Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error {
+				fmt.Fprintf(s.Out, "client: %s\n", Version)
+				c, _, err := g.Client()
+				if err != nil {
+					return err
+				}
+				info, err := c.Discovery().ServerVersion()
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(s.Out, "server: %s\n", info.GitVersion)
+				return nil
+			},
+		})
+	return root, g
+}

@@ -1,0 +1,219 @@
+package cli
+
+import (
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/crypto/ssh"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/pki"
+	"github.com/nodus-dev/nodus/pkg/sshca"
+)
+
+// SSHOptions are `nodus ssh`'s.
+type SSHOptions struct {
+	*Globals
+	Streams
+	ConfigOnly bool
+	// Home is the user's home, whose .ssh/config includes nodus' ssh config.
+	Home string
+}
+
+func newSSHCommand(g *Globals, s Streams) *cobra.Command {
+	home, _ := os.UserHomeDir()
+	o := &SSHOptions{Globals: g, Streams: s, Home: home}
+	cmd := &cobra.Command{
+		Use:   "ssh PROJECT/NAME [-- COMMAND...]",
+		Short: "Open a shell (or run a command) on a reserved host with your system's ssh",
+		Example: `  nodus ssh acme/gpu-001
+  nodus ssh acme/gpu-001 -- nvidia-smi
+  nodus ssh acme/gpu-001 --config-only && ssh gpu-001.acme.nodus`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0], args[1:]) },
+	}
+	cmd.Flags().BoolVar(&o.ConfigOnly, "config-only", false, "install the SSH alias and credential, do not connect")
+	return cmd
+}
+
+// Run installs the alias, a pinned host key and a fresh certificate, then
+// replaces itself with the system ssh.
+func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) error {
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return err
+	}
+	c, _, err := o.Client()
+	if err != nil {
+		return err
+	}
+	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
+		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, h.Status.Reservation.State))
+	}
+	dir := filepath.Join(DataDir(), "ssh")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	key, pub, err := userKey(filepath.Join(dir, "id_ed25519"))
+	if err != nil {
+		return err
+	}
+	certFile := filepath.Join(dir, project+"-"+name+"-cert.pub")
+	address, err := o.certificate(ctx, h, pub, certFile)
+	if err != nil {
+		return err
+	}
+	alias := h.Status.Connect.Host
+	knownHosts := filepath.Join(dir, "known_hosts")
+	if err := replaceBlock(knownHosts, alias, alias+" "+h.Status.Connect.HostKey+"\n"); err != nil {
+		return err
+	}
+	hostName, port, err := net.SplitHostPort(address)
+	if err != nil {
+		return fmt.Errorf("the host's SSH address %q: %w", address, err)
+	}
+	entry := fmt.Sprintf("Host %s\n  HostName %s\n  Port %s\n  User %s\n  HostKeyAlias %s\n  UserKnownHostsFile %s\n"+
+		"  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n  IdentityFile %s\n  CertificateFile %s\n",
+		alias, hostName, port, h.Status.Connect.LoginUser, alias, knownHosts, key, certFile)
+	sshConfig := filepath.Join(dir, "config")
+	if err := replaceBlock(sshConfig, alias, entry); err != nil {
+		return err
+	}
+	if err := includeFrom(filepath.Join(o.Home, ".ssh", "config"), sshConfig); err != nil {
+		return err
+	}
+	if o.ConfigOnly {
+		fmt.Fprintf(o.Out, "installed: ssh %s\n", alias)
+		return nil
+	}
+	binary, err := exec.LookPath("ssh")
+	if err != nil {
+		return errors.New("the system ssh client is not installed")
+	}
+	args := []string{"ssh"}
+	// ssh reads the config of the account's home, not $HOME; follow $HOME
+	// as the rest of nodus does when the two differ.
+	if u, err := user.Current(); err == nil && filepath.Clean(u.HomeDir) != filepath.Clean(o.Home) {
+		args = append(args, "-F", filepath.Join(o.Home, ".ssh", "config"))
+	}
+	return syscall.Exec(binary, append(append(args, alias), command...), os.Environ())
+}
+
+// certificate returns the host's SSH address after making sure certFile
+// holds a certificate for the host's current epoch with a minute to spare.
+func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, pub ssh.PublicKey, certFile string) (string, error) {
+	meta := certFile + ".json"
+	want := sshca.Principal(h.Name, h.Status.Reservation.Epoch)
+	var cached nodusv1.ReservedHostSSHCertificate
+	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Principal == want &&
+		cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
+		if _, err := os.Stat(certFile); err == nil {
+			return cached.Address, nil
+		}
+	}
+	c, _, err := o.Client()
+	if err != nil {
+		return "", err
+	}
+	body, _ := json.Marshal(map[string]string{"publicKey": string(ssh.MarshalAuthorizedKey(pub))})
+	var answer nodusv1.ReservedHostSSHCertificate
+	raw, err := c.NodusV1().RESTClient().Post().Namespace(h.Namespace).Resource("reservedhosts").Name(h.Name).SubResource("ssh-certificate").
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	if err != nil {
+		return "", err
+	}
+	if err := json.Unmarshal(raw, &answer); err != nil {
+		return "", err
+	}
+	if err := pki.WriteFileAtomic(certFile, []byte(answer.Certificate), 0o600); err != nil {
+		return "", err
+	}
+	answer.Certificate = ""
+	data, _ := json.Marshal(answer)
+	return answer.Address, pki.WriteFileAtomic(meta, data, 0o600)
+}
+
+// userKey loads or creates the user's nodus SSH key.
+func userKey(path string) (string, ssh.PublicKey, error) {
+	data, err := os.ReadFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		_, priv, err := ed25519.GenerateKey(rand.Reader)
+		if err != nil {
+			return "", nil, err
+		}
+		block, err := ssh.MarshalPrivateKey(priv, "nodus")
+		if err != nil {
+			return "", nil, err
+		}
+		data = pem.EncodeToMemory(block)
+		if err := pki.WriteFileAtomic(path, data, 0o600); err != nil {
+			return "", nil, err
+		}
+	} else if err != nil {
+		return "", nil, err
+	}
+	signer, err := ssh.ParsePrivateKey(data)
+	if err != nil {
+		return "", nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return path, signer.PublicKey(), nil
+}
+
+const (
+	beginMarker = "# nodus begin "
+	endMarker   = "# nodus end "
+)
+
+// replaceBlock writes content between begin/end markers named id in path,
+// replacing an earlier block of that id and keeping every other line.
+func replaceBlock(path, id, content string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	block := beginMarker + id + "\n" + content + endMarker + id + "\n"
+	text := string(old)
+	if start := strings.Index(text, beginMarker+id+"\n"); start >= 0 {
+		if end := strings.Index(text[start:], endMarker+id+"\n"); end >= 0 {
+			text = text[:start] + block + text[start+end+len(endMarker+id+"\n"):]
+			return pki.WriteFileAtomic(path, []byte(text), 0o600)
+		}
+	}
+	return pki.WriteFileAtomic(path, []byte(text+block), 0o600)
+}
+
+// includeFrom makes the user's ssh config include nodus' one, at the top
+// (Include must come before any Host), once, touching no other line.
+func includeFrom(userConfig, included string) error {
+	if err := os.MkdirAll(filepath.Dir(userConfig), 0o700); err != nil {
+		return err
+	}
+	old, err := os.ReadFile(userConfig)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	block := beginMarker + "include\nInclude " + included + "\n" + endMarker + "include\n"
+	if strings.Contains(string(old), block) {
+		return nil
+	}
+	return pki.WriteFileAtomic(userConfig, append([]byte(block), old...), 0o600)
+}
