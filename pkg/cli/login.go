@@ -21,12 +21,17 @@ type LoginOptions struct {
 func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 	o := &LoginOptions{Globals: g, Streams: s}
 	cmd := &cobra.Command{
-		Use:   "login (--server URL --token TOKEN [--ca-file FILE] | --from-kubeconfig FILE)",
+		Use:   "login (--server URL --token TOKEN [--ca-file FILE] | --kubeconfig FILE)",
 		Short: "Store a server and a credential in the nodus configuration",
 		Example: `  nodus login --server https://nodus.example:8443 --token alice-laptop.SECRET --ca-file ca.crt
-  nodus login --from-kubeconfig ~/.local/share/nodus/admin.kubeconfig`,
+  # adopt an existing kubeconfig, such as the operator's:
+  nodus login --kubeconfig ~/.local/share/nodus/admin.kubeconfig`,
 		Args: cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
+			if o.Adopt == "" && o.Server == "" && o.Globals.Kubeconfig != "" {
+				// login --kubeconfig FILE adopts FILE into the nodus configuration.
+				o.Adopt, o.Globals.Kubeconfig = o.Globals.Kubeconfig, ""
+			}
 			if err := o.Validate(); err != nil {
 				return err
 			}
@@ -36,7 +41,7 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 	cmd.Flags().StringVar(&o.Server, "server", "", "nodus-server URL")
 	cmd.Flags().StringVar(&o.Token, "token", "", "your access token")
 	cmd.Flags().StringVar(&o.CAFile, "ca-file", "", "the server's CA certificate")
-	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of an existing kubeconfig (e.g. DIR/admin.kubeconfig)")
+	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of this kubeconfig (same as login --kubeconfig FILE)")
 	return cmd
 }
 

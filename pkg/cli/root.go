@@ -25,7 +25,7 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 	root.PersistentFlags().StringVar(&g.Kubeconfig, "kubeconfig", "", "nodus configuration (default $NODUS_CONFIG or ~/.config/nodus/config)")
 	root.PersistentFlags().StringVar(&g.Context, "context", "", "use this context of the configuration")
 	root.PersistentFlags().StringVarP(&g.Output, "output", "o", "", "output: wide, json or yaml")
-	root.AddCommand(newLoginCommand(g, s), newHostsCommand(g, s), newSSHCommand(g, s), newReleaseCommand(g, s),
+	root.AddCommand(newLoginCommand(g, s), newConfigCommand(g, s), newHostsCommand(g, s), newSSHCommand(g, s), newReleaseCommand(g, s),
 		&cobra.Command{
 			Use: "version", Short: "Print the client and server versions", Args: cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, _ []string) error {

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -25,7 +28,10 @@ type nodusCLI struct {
 func (n nodusCLI) run(stdin string, args ...string) (string, int) {
 	var out bytes.Buffer
 	cmd, g := cli.NewCommand(cli.Streams{In: strings.NewReader(stdin), Out: &out, Err: &out})
-	cmd.SetArgs(append([]string{"--kubeconfig", n.config}, args...))
+	if n.config != "" {
+		args = append([]string{"--kubeconfig", n.config}, args...)
+	}
+	cmd.SetArgs(args)
 	code := cli.Report(cmd.Execute(), g.Output, &out)
 	return out.String(), code
 }
@@ -108,11 +114,30 @@ func TestCLIGolden(t *testing.T) {
 		t.Fatalf("release: %d %s", code, out)
 	}
 	golden(t, "release", out)
+	// Let the controller finish projecting the release, so that the next
+	// release's If-Match names the current version.
+	f.waitHost(t, "gpu-001", func(h *nodusv1.ReservedHost) bool {
+		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionEligible)
+		return c != nil && c.Reason == "Released"
+	})
 	out, code = alice.run("", "release", "acme/gpu-001", "--yes")
 	if code != cli.ExitConflict {
 		t.Errorf("a second release: exit %d", code)
 	}
 	golden(t, "release-again", out)
+
+	// login --kubeconfig FILE adopts FILE into the nodus configuration ($NODUS_CONFIG here).
+	t.Setenv("NODUS_CONFIG", filepath.Join(t.TempDir(), "config"))
+	operator := nodusCLI{t: t}
+	if out, code := operator.run("", "login", "--kubeconfig", s.KubeconfigPath); code != 0 {
+		t.Errorf("adopting admin.kubeconfig: %d %s", code, out)
+	}
+	if out, code := operator.run("", "hosts", "list", "-A"); code != 0 || !strings.Contains(out, "acme/gpu-002") {
+		t.Errorf("the adopted operator context: %d %s", code, out)
+	}
+	if out, code := operator.run("", "config", "use-context", "nope"); code != cli.ExitUsage {
+		t.Errorf("use-context of a missing context: %d %s", code, out)
+	}
 
 	viewer := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
 	viewer.run("", "login", "--server", s.Config.Host, "--token", f.viewer.BearerToken, "--ca-file", ca)
