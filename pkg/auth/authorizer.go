@@ -105,7 +105,7 @@ func (a *Authorizer) nonResource(u user.Info, attrs authorizer.Attributes) (auth
 	if !isAuthenticated(u) || attrs.GetVerb() != "get" {
 		return authorizer.DecisionDeny, "", nil
 	}
-	for _, prefix := range []string{"/api", "/apis", "/openapi"} {
+	for _, prefix := range []string{"/api", "/apis", "/openapi", "/whoami"} {
 		if path == prefix || strings.HasPrefix(path, prefix+"/") {
 			return authorizer.DecisionAllow, "discovery", nil
 		}

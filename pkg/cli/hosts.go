@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -41,10 +42,11 @@ func newHostsCommand(g *Globals, s Streams) *cobra.Command {
 	list.Flags().BoolVarP(&o.AllProjects, "all-projects", "A", false, "every project you can see")
 	list.Flags().BoolVarP(&o.Watch, "watch", "w", false, "keep printing changes")
 	get := &cobra.Command{
-		Use:   "get PROJECT/NAME",
-		Short: "Show one reserved host",
-		Args:  cobra.ExactArgs(1),
-		RunE:  func(cmd *cobra.Command, args []string) error { return o.Get(cmd.Context(), args[0]) },
+		Use:               "get PROJECT/NAME",
+		Short:             "Show one reserved host",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeHosts(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.Get(cmd.Context(), args[0]) },
 	}
 	cmd.AddCommand(list, get)
 	return cmd
@@ -174,4 +176,40 @@ func splitRef(ref string) (string, string, error) {
 		return "", "", usageError(fmt.Errorf("%q is not PROJECT/NAME", ref))
 	}
 	return project, name, nil
+}
+
+// completeHosts completes PROJECT/NAME from the hosts the caller can see.
+func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(cmd *cobra.Command, args []string, prefix string) ([]string, cobra.ShellCompDirective) {
+		if len(args) > 0 {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		c, _, err := g.Client()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		raw, err := c.Discovery().RESTClient().Get().AbsPath("/api/v1/namespaces").Do(cmd.Context()).Raw()
+		if err != nil {
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		}
+		var namespaces struct {
+			Items []struct {
+				Metadata struct{ Name string } `json:"metadata"`
+			} `json:"items"`
+		}
+		_ = json.Unmarshal(raw, &namespaces)
+		var out []string
+		for _, ns := range namespaces.Items {
+			hosts, err := c.NodusV1().ReservedHosts(ns.Metadata.Name).List(cmd.Context(), metav1.ListOptions{})
+			if err != nil {
+				continue
+			}
+			for _, h := range hosts.Items {
+				if ref := h.Namespace + "/" + h.Name; strings.HasPrefix(ref, prefix) {
+					out = append(out, ref)
+				}
+			}
+		}
+		return out, cobra.ShellCompDirectiveNoFileComp
+	}
 }

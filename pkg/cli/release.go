@@ -32,9 +32,10 @@ func newReleaseCommand(g *Globals, s Streams) *cobra.Command {
 		Short: "Retire your access to a host and drain its lending, for good",
 		Long: "Release capacity: your project's access to the host ends and lending drains, irreversibly.\n" +
 			"The reservation term is not shortened.",
-		Example: "  nodus release acme/gpu-001\n  nodus release acme/gpu-001 --yes --wait",
-		Args:    cobra.ExactArgs(1),
-		RunE:    func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
+		Example:           "  nodus release acme/gpu-001\n  nodus release acme/gpu-001 --yes --wait",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeHosts(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
 	}
 	cmd.Flags().BoolVar(&o.Yes, "yes", false, "do not ask for confirmation")
 	cmd.Flags().BoolVar(&o.DryRun, "dry-run", false, "check everything, change nothing")

@@ -1,7 +1,9 @@
 package cli
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 
 	"github.com/spf13/cobra"
 )
@@ -42,5 +44,28 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 				return nil
 			},
 		})
+	root.AddCommand(operatorCommands(g, s)...)
+	root.AddCommand(&cobra.Command{
+		Use: "whoami", Short: "Who the server takes you for", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			raw, err := c.NodusV1().RESTClient().Get().AbsPath("/whoami").Do(cmd.Context()).Raw()
+			if err != nil {
+				return err
+			}
+			var me struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			}
+			if err := json.Unmarshal(raw, &me); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "user:   %s\ngroups: %s\n", me.Username, strings.Join(me.Groups, ", "))
+			return nil
+		},
+	})
 	return root, g
 }

@@ -44,8 +44,9 @@ func newSSHCommand(g *Globals, s Streams) *cobra.Command {
 		Example: `  nodus ssh acme/gpu-001
   nodus ssh acme/gpu-001 -- nvidia-smi
   nodus ssh acme/gpu-001 --config-only && ssh gpu-001.acme.nodus`,
-		Args: cobra.MinimumNArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0], args[1:]) },
+		Args:              cobra.MinimumNArgs(1),
+		ValidArgsFunction: completeHosts(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0], args[1:]) },
 	}
 	cmd.Flags().BoolVar(&o.ConfigOnly, "config-only", false, "install the SSH alias and credential, do not connect")
 	return cmd

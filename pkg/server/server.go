@@ -2,12 +2,14 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"io/fs"
 	"net/http"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
@@ -113,6 +115,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 
 	generic.Handler.NonGoRestfulMux.HandlePrefix("/docs/errors/", http.HandlerFunc(serveErrorDoc))
+	// Who the caller is, for `nodus whoami`.
+	generic.Handler.NonGoRestfulMux.Handle("/whoami", http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		u, ok := genericapirequest.UserFrom(req.Context())
+		if !ok {
+			http.Error(w, "no user", http.StatusUnauthorized)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]interface{}{"username": u.GetName(), "groups": u.GetGroups()})
+	}))
 	// The SSH user CA's public key goes into every host's TrustedUserCAKeys.
 	generic.Handler.NonGoRestfulMux.Handle("/ssh-user-ca.pub", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")

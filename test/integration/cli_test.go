@@ -2,18 +2,26 @@ package integration
 
 import (
 	"bytes"
+	"crypto/tls"
 	"flag"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
+	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -139,6 +147,31 @@ func TestCLIGolden(t *testing.T) {
 		t.Errorf("use-context of a missing context: %d %s", code, out)
 	}
 
+	if out, code := operator.run("", "whoami"); code != 0 || !strings.Contains(out, "user:   nodus-admin") || !strings.Contains(out, "nodus:operators") {
+		t.Errorf("whoami: %d %s", code, out)
+	}
+	if out, code := operator.run("", "nodes", "maintenance", "gpu-002", "on", "--reason", "fan"); code != 0 {
+		t.Errorf("maintenance on: %d %s", code, out)
+	}
+	out, code = operator.run("", "nodes", "list")
+	if code != 0 {
+		t.Fatalf("nodes list: %d %s", code, out)
+	}
+	golden(t, "nodes-list", regexp.MustCompile(`(?m)\d+[smhd]$`).ReplaceAllString(out, "AGE"))
+	if out, code := operator.run("", "tokens", "create", "bob-laptop", "--user", "bob", "--expires", "24h"); code != 0 || !strings.Contains(out, "bob-laptop.") {
+		t.Errorf("tokens create: %d %s", code, out)
+	}
+	if out, code := operator.run("", "tokens", "revoke", "bob-laptop"); code != 0 {
+		t.Errorf("tokens revoke: %d %s", code, out)
+	}
+	if out, code := operator.run("", "pools", "token", "fra1", "--resource-class", "gpu-h100x8"); code != 0 ||
+		!strings.Contains(out, "nodusd enroll --server "+s.Config.Host+" --token enroll_fra1-") || !strings.Contains(out, "--ca-hash sha256:") {
+		t.Errorf("pools token: %d %s", code, out)
+	}
+	if out, code := operator.run("", "__complete", "hosts", "get", "acme/gpu-00"); code != 0 || !strings.Contains(out, "acme/gpu-001\nacme/gpu-002\n") {
+		t.Errorf("host-name completion: %d %q", code, out)
+	}
+
 	viewer := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
 	viewer.run("", "login", "--server", s.Config.Host, "--token", f.viewer.BearerToken, "--ca-file", ca)
 	out, code = viewer.run("", "release", "acme/gpu-002", "--yes")
@@ -152,5 +185,65 @@ func TestCLIGolden(t *testing.T) {
 	out, code = viewer.run("", "release", "acme/gpu-002", "--yes", "-o", "json")
 	if code != cli.ExitAuth || !strings.Contains(out, `"kind":"Status"`) || !strings.Contains(out, `"requestId"`) {
 		t.Errorf("-o json prints the Status body as is: %d %s", code, out)
+	}
+}
+
+// TestCLIReleaseSurvivesADroppedAnswer puts a proxy between nodus and the
+// server that forwards the first release but drops its answer: nodus retries
+// with the same Idempotency-Key, gets the first answer back, reports
+// success, and the release happened once.
+func TestCLIReleaseSurvivesADroppedAnswer(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "gpu-003", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+
+	ca, err := pki.LoadOrCreateCA(filepath.Join(s.DataDir, "pki"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile, err := ca.LoadOrCreateServing(t.TempDir(), "proxy", []string{"127.0.0.1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, _ := url.Parse(s.Config.Host)
+	forward := httputil.NewSingleHostReverseProxy(upstream)
+	if forward.Transport, err = rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}}); err != nil {
+		t.Fatal(err)
+	}
+	var dropped atomic.Int32
+	proxy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if strings.HasSuffix(req.URL.Path, "/release-capacity") && dropped.Add(1) == 1 {
+			forward.ServeHTTP(httptest.NewRecorder(), req) // the server acts…
+			panic(http.ErrAbortHandler)                    // …and the answer is lost
+		}
+		forward.ServeHTTP(w, req)
+	}))
+	proxy.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
+	proxy.StartTLS()
+	defer proxy.Close()
+
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, s.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := alice.run("", "login", "--server", proxy.URL, "--token", f.admin.BearerToken, "--ca-file", caFile); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	out, code := alice.run("", "release", "acme/gpu-003", "--yes")
+	if code != 0 || !strings.Contains(out, "released acme/gpu-003 at epoch 2") {
+		t.Fatalf("release through a dropping proxy: %d\n%s", code, out)
+	}
+	// The retry is nodus' own or its HTTP/2 transport's; either way it
+	// carried the same Idempotency-Key.
+	if dropped.Load() < 2 {
+		t.Errorf("the dropped release was not retried: %d release requests", dropped.Load())
+	}
+	if st := f.reservation(t, "gpu-003").Status; st.Epoch != 2 || st.State != nodusv1.ReservationStateReleasing {
+		t.Errorf("the release must have happened exactly once: %+v", st)
 	}
 }

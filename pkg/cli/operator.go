@@ -1,0 +1,347 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// operatorCommands are the fleet verbs: projects, pools, nodes,
+// allocations, reservations and access tokens.
+func operatorCommands(g *Globals, s Streams) []*cobra.Command {
+	return []*cobra.Command{projectsCommand(g, s), poolsCommand(g, s), nodesCommand(g, s),
+		allocationsCommand(g, s), reservationsCommand(g, s), tokensCommand(g, s)}
+}
+
+// table prints what the server's table convertor says about resource
+// (all of them, or one), as kubectl get does.
+func table(ctx context.Context, g *Globals, s Streams, resource, name string) error {
+	c, _, err := g.Client()
+	if err != nil {
+		return err
+	}
+	req := c.NodusV1().RESTClient().Get().Resource(resource).
+		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json")
+	if name != "" {
+		req = req.Name(name)
+	}
+	raw, err := req.Do(ctx).Raw()
+	if err != nil {
+		return err
+	}
+	if g.Output == "json" {
+		fmt.Fprintln(s.Out, string(raw))
+		return nil
+	}
+	var t metav1.Table
+	if err := json.Unmarshal(raw, &t); err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
+	var header []string
+	for _, col := range t.ColumnDefinitions {
+		header = append(header, strings.ToUpper(col.Name))
+	}
+	fmt.Fprintln(w, strings.Join(header, "\t"))
+	for _, row := range t.Rows {
+		cells := make([]string, len(row.Cells))
+		for i, cell := range row.Cells {
+			cells[i] = fmt.Sprint(cell)
+		}
+		fmt.Fprintln(w, strings.Join(cells, "\t"))
+	}
+	return w.Flush()
+}
+
+func listGet(g *Globals, s Streams, resource string) []*cobra.Command {
+	return []*cobra.Command{
+		{Use: "list", Short: "List " + resource, Args: cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, _ []string) error { return table(cmd.Context(), g, s, resource, "") }},
+		{Use: "get NAME", Short: "Show one of the " + resource, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return table(cmd.Context(), g, s, resource, args[0]) }},
+	}
+}
+
+func projectsCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "projects", Short: "Customer projects (operators)"}
+	var members []string
+	create := &cobra.Command{
+		Use: "create NAME [--member USER:ROLE]...", Short: "Create a project", Args: cobra.ExactArgs(1),
+		Example: "  nodus projects create acme --member alice:admin --member bob:viewer",
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p := &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: args[0]}}
+			for _, m := range members {
+				member, err := parseMember(m, false)
+				if err != nil {
+					return err
+				}
+				p.Spec.Members = append(p.Spec.Members, member)
+			}
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.NodusV1().Projects().Create(cmd.Context(), p, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "project %s created\n", args[0])
+			return nil
+		},
+	}
+	create.Flags().StringArrayVar(&members, "member", nil, "USER:ROLE (admin, member or viewer)")
+	var group bool
+	add := &cobra.Command{
+		Use: "add-member PROJECT NAME:ROLE", Short: "Give a user (or --group) a role in a project", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			member, err := parseMember(args[1], group)
+			if err != nil {
+				return err
+			}
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			p, err := c.NodusV1().Projects().Get(cmd.Context(), args[0], metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.Members = append(p.Spec.Members, member)
+			if _, err := c.NodusV1().Projects().Update(cmd.Context(), p, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "%s %s is now %s of project %s\n", strings.ToLower(string(member.Kind)), member.Name, member.Role, args[0])
+			return nil
+		},
+	}
+	add.Flags().BoolVar(&group, "group", false, "NAME is a group")
+	cmd.AddCommand(append(listGet(g, s, "projects"), create, add)...)
+	return cmd
+}
+
+func parseMember(s string, group bool) (nodusv1.ProjectMember, error) {
+	name, role, ok := strings.Cut(s, ":")
+	if !ok || name == "" {
+		return nodusv1.ProjectMember{}, usageError(fmt.Errorf("%q is not NAME:ROLE", s))
+	}
+	kind := nodusv1.MemberKindUser
+	if group {
+		kind = nodusv1.MemberKindGroup
+	}
+	return nodusv1.ProjectMember{Kind: kind, Name: name, Role: nodusv1.ProjectRole(role)}, nil
+}
+
+func poolsCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "pools", Short: "Capacity pools (operators)"}
+	var supplier, location, class, loginUser string
+	var traits []string
+	create := &cobra.Command{
+		Use: "create NAME", Short: "Create a pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			_, err = c.NodusV1().Pools().Create(cmd.Context(), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: args[0]},
+				Spec: nodusv1.PoolSpec{Supplier: supplier, Location: location}}, metav1.CreateOptions{})
+			if err == nil {
+				fmt.Fprintf(s.Out, "pool %s created\n", args[0])
+			}
+			return err
+		},
+	}
+	create.Flags().StringVar(&supplier, "supplier", "", "who owns the machines")
+	create.Flags().StringVar(&location, "location", "", "where the machines are")
+	token := &cobra.Command{
+		Use: "token POOL --resource-class CLASS", Short: "Issue a single-use enrollment token for a server of the pool", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, cfg, err := g.Client()
+			if err != nil {
+				return err
+			}
+			t, err := c.NodusV1().EnrollmentTokens().Create(cmd.Context(), &nodusv1.EnrollmentToken{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: args[0] + "-"},
+				Spec:       nodusv1.EnrollmentTokenSpec{Pool: args[0], ResourceClass: class, Traits: traits, LoginUser: loginUser},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\nrun on the host, as root:\n  nodusd enroll --server %s --token %s --ca-hash %s\n",
+				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.Token, t.Status.CAFingerprint)
+			return nil
+		},
+	}
+	token.Flags().StringVar(&class, "resource-class", "", "resource class of the node")
+	token.Flags().StringSliceVar(&traits, "traits", nil, "traits of the node")
+	token.Flags().StringVar(&loginUser, "login-user", "", "default login user of the node")
+	cmd.AddCommand(append(listGet(g, s, "pools"), create, token)...)
+	return cmd
+}
+
+func nodesCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "nodes", Short: "Physical servers (operators)"}
+	var reason string
+	maintenance := &cobra.Command{
+		Use: "maintenance NAME on|off [--reason TEXT]", Short: "Take a node out of scheduling, or back", Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			on := args[1] == "on"
+			if !on && args[1] != "off" {
+				return usageError(fmt.Errorf("say on or off, not %q", args[1]))
+			}
+			if !on {
+				reason = ""
+			}
+			patch, _ := json.Marshal(map[string]interface{}{"spec": map[string]interface{}{"maintenance": on, "maintenanceReason": reason}})
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if _, err := c.NodusV1().Nodes().Patch(cmd.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "node %s maintenance %s\n", args[0], args[1])
+			return nil
+		},
+	}
+	maintenance.Flags().StringVar(&reason, "reason", "", "why")
+	cmd.AddCommand(append(listGet(g, s, "nodes"), maintenance)...)
+	return cmd
+}
+
+func allocationsCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "allocations", Short: "Node allocations (operators)"}
+	var spec nodusv1.AllocationSpec
+	create := &cobra.Command{
+		Use: "create NAME --resource-class CLASS", Short: "Claim a node", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			_, err = c.NodusV1().Allocations().Create(cmd.Context(), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: args[0]}, Spec: spec}, metav1.CreateOptions{})
+			if err == nil {
+				fmt.Fprintf(s.Out, "allocation %s created\n", args[0])
+			}
+			return err
+		},
+	}
+	create.Flags().StringVar(&spec.ResourceClass, "resource-class", "", "resource class")
+	create.Flags().StringSliceVar(&spec.Traits, "traits", nil, "required traits")
+	create.Flags().StringSliceVar(&spec.CandidateNodes, "candidate", nil, "candidate nodes")
+	create.Flags().StringVar(&spec.Node, "node", "", "backfill this node")
+	del := &cobra.Command{
+		Use: "delete NAME", Short: "Delete an allocation, freeing its node", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if err := c.NodusV1().Allocations().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "allocation %s deleted\n", args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(append(listGet(g, s, "allocations"), create, del)...)
+	return cmd
+}
+
+func reservationsCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "reservations", Short: "Reservation contracts (operators)"}
+	var spec nodusv1.ReservationSpec
+	var starts, ends string
+	create := &cobra.Command{
+		Use:     "create NAME --project P (--node N | --allocation A | --resource-class C) --ends TIME",
+		Short:   "Reserve a whole server to a project for a term",
+		Example: "  nodus reservations create acme-1 --project acme --node gpu-001 --ends 2027-06-30T00:00:00Z --login-user ubuntu",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			start := time.Now()
+			if starts != "" {
+				t, err := time.Parse(time.RFC3339, starts)
+				if err != nil {
+					return usageError(fmt.Errorf("--starts: %w", err))
+				}
+				start = t
+			}
+			end, err := time.Parse(time.RFC3339, ends)
+			if err != nil {
+				return usageError(fmt.Errorf("--ends must be an RFC 3339 time: %w", err))
+			}
+			spec.StartsAt, spec.EndsAt = metav1.NewTime(start.Truncate(time.Second)), metav1.NewTime(end)
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			_, err = c.NodusV1().Reservations().Create(cmd.Context(), &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: args[0]}, Spec: spec}, metav1.CreateOptions{})
+			if err == nil {
+				fmt.Fprintf(s.Out, "reservation %s created; the project sees it as %s/%s\n", args[0], spec.Project, args[0])
+			}
+			return err
+		},
+	}
+	f := create.Flags()
+	f.StringVar(&spec.Project, "project", "", "the customer project")
+	f.StringVar(&spec.Placement.Node, "node", "", "place on this node")
+	f.StringVar(&spec.Placement.Allocation, "allocation", "", "place on this allocation's node")
+	f.StringVar(&spec.Placement.ResourceClass, "resource-class", "", "allocate a node of this class")
+	f.StringSliceVar(&spec.Placement.Traits, "traits", nil, "with these traits")
+	f.StringVar(&starts, "starts", "", "start of the term (RFC 3339; default now)")
+	f.StringVar(&ends, "ends", "", "exclusive end of the term (RFC 3339)")
+	f.StringVar(&spec.LoginUser, "login-user", "", "the operating-system account (default: the node's)")
+	cmd.AddCommand(append(listGet(g, s, "reservations"), create)...)
+	return cmd
+}
+
+func tokensCommand(g *Globals, s Streams) *cobra.Command {
+	cmd := &cobra.Command{Use: "tokens", Short: "Access tokens for people (operators)"}
+	var spec nodusv1.AccessTokenSpec
+	var expires time.Duration
+	create := &cobra.Command{
+		Use: "create NAME --user USER", Short: "Create an access token; it is shown once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if expires > 0 {
+				spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(expires).Truncate(time.Second)}
+			}
+			c, cfg, err := g.Client()
+			if err != nil {
+				return err
+			}
+			t, err := c.NodusV1().AccessTokens().Create(cmd.Context(), &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: args[0]}, Spec: spec}, metav1.CreateOptions{})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with:\n  nodus login --server %s --token %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host, t.Status.Token)
+			return nil
+		},
+	}
+	create.Flags().StringVar(&spec.User, "user", "", "the person")
+	create.Flags().StringSliceVar(&spec.Groups, "group", nil, "groups")
+	create.Flags().DurationVar(&expires, "expires", 0, "lifetime (default: until revoked)")
+	revoke := &cobra.Command{
+		Use: "revoke NAME", Short: "Revoke a token at once", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if err := c.NodusV1().AccessTokens().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "token %s revoked\n", args[0])
+			return nil
+		},
+	}
+	listCmd := listGet(g, s, "accesstokens")
+	cmd.AddCommand(listCmd[0], create, revoke)
+	return cmd
+}
