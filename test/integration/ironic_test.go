@@ -310,7 +310,8 @@ func TestIronicRawHTTP(t *testing.T) {
 	}
 	fault(t, get("/v1/nodes/00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
 	fault(t, get("/v1/allocations/no-such"), http.StatusNotFound)
-	fault(t, get("/v1/nodes/raw-0/allocation"), http.StatusNotFound)
+	f.node(t, "raw-spare") // its agent never reports: it is never allocated
+	fault(t, get("/v1/nodes/raw-spare/allocation"), http.StatusNotFound)
 	patch := func(path, body string) response {
 		return do(t, op, "PATCH", path, "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", "1.60")
 	}
