@@ -12,6 +12,7 @@ import (
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 // Authorizer applies Nodus' roles:
@@ -179,6 +180,7 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		return authorizer.DecisionNoOpinion, "", err
 	}
 	if n.Status.AgentGeneration != generation {
+		exchange.From(ctx).SetFix("This agent's credential was replaced when node " + node + " was enrolled again: stop this agent, or enroll it anew with a fresh token (`nodusd enroll`).")
 		return authorizer.DecisionDeny, fmt.Sprintf("this credential is of agent generation %d; node %s was enrolled again (generation %d)",
 			generation, node, n.Status.AgentGeneration), nil
 	}

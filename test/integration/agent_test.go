@@ -164,6 +164,9 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 			t.Fatalf("re-enroll: %d %v", gen, err)
 		}
 		waitCode(t, old, "/apis/nodus.dev/v1/nodes/agent-1", http.StatusForbidden)
+		if env := envelopeOf(t, do(t, old, "GET", "/apis/nodus.dev/v1/nodes/agent-1", "", nil)); !strings.Contains(env.Fix, "nodusd enroll") {
+			t.Errorf("a stale agent credential's fix must say to enroll again: %q", env.Fix)
+		}
 		if r := do(t, agentConfig(t, s, dir), "GET", "/apis/nodus.dev/v1/nodes/agent-1", "", nil); r.code != 200 {
 			t.Errorf("the new credential: %d %s", r.code, r.body)
 		}

@@ -13,12 +13,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/worker"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
@@ -90,32 +90,12 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 // Run processes the queue with workers until ctx ends.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
 	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		c.queue.ShutDown()
 		return
 	}
 	klog.InfoS("reservation controller started")
-	for i := 0; i < workers; i++ {
-		go wait.UntilWithContext(ctx, c.work, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) work(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		if err == nil {
-			c.queue.Forget(key)
-		} else {
-			klog.V(2).InfoS("retrying reservation", "reservation", key, "err", err)
-			c.queue.AddRateLimited(key)
-		}
-		c.queue.Done(key)
-	}
+	worker.Run(ctx, c.queue, workers, "reservations", c.sync)
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
