@@ -35,7 +35,7 @@ type StatusREST struct {
 // NewStatusREST wraps the status store of a kind.
 func NewStatusREST(store *genericregistry.Store) *StatusREST { return &StatusREST{store: store} }
 
-var _ = rest.Patcher(&StatusREST{})
+var _ rest.Patcher = &StatusREST{}
 
 func (r *StatusREST) New() runtime.Object { return r.store.New() }
 
