@@ -23,6 +23,10 @@ func TestMain(m *testing.M) {
 	parent := ""
 	if os.Geteuid() == 0 {
 		parent = "/opt"
+		if err := os.MkdirAll(parent, 0o755); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
 	}
 	dir, err := os.MkdirTemp(parent, "nodus-e2e-bin")
 	if err != nil {
