@@ -4,6 +4,11 @@ GO          ?= go
 # go-nvml's headers mark old NVML calls deprecated; we call none of them.
 export CGO_CFLAGS ?= -O2 -g -Wno-deprecated-declarations
 ARGS        ?=
+VERSION     ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+# One version for the server's /version, nodusd and the CLI.
+LDFLAGS     := -X k8s.io/component-base/version.gitVersion=v0.1.0-$(VERSION) \
+               -X main.version=v0.1.0-$(VERSION) \
+               -X github.com/nodus-dev/nodus/pkg/cli.Version=v0.1.0-$(VERSION)
 FUZZTIME    ?= 3s
 FUZZ_PKG    := ./pkg/apis/nodus/validation
 FUZZ_TARGETS := FuzzProject FuzzPool FuzzNode FuzzAllocation FuzzReservation FuzzReservedHost FuzzAccessToken
@@ -12,11 +17,11 @@ FUZZ_TARGETS := FuzzProject FuzzPool FuzzNode FuzzAllocation FuzzReservation Fuz
 
 ## run: start nodus-server on embedded etcd (data under ~/.local/share/nodus; ARGS="--data-dir DIR" to change)
 run:
-	$(GO) run ./cmd/nodus-server $(ARGS)
+	$(GO) run -ldflags "$(LDFLAGS)" ./cmd/nodus-server $(ARGS)
 
 ## build: build every command into bin/
 build:
-	$(GO) build -o bin/ ./cmd/...
+	$(GO) build -ldflags "$(LDFLAGS)" -o bin/ ./cmd/...
 
 ## test: check generated code, formatting and vet, run every test, then fuzz each kind briefly
 test: verify unit fuzz
