@@ -11,7 +11,7 @@ LDFLAGS     := -X k8s.io/component-base/version.gitVersion=v0.1.0-$(VERSION) \
                -X github.com/nodus-dev/nodus/pkg/cli.Version=v0.1.0-$(VERSION)
 FUZZTIME    ?= 3s
 FUZZ_PKG    := ./pkg/apis/nodus/validation
-FUZZ_TARGETS := FuzzProject FuzzPool FuzzNode FuzzAllocation FuzzReservation FuzzReservedHost FuzzAccessToken
+FUZZ_TARGETS := FuzzProject FuzzPool FuzzNode FuzzAllocation FuzzReservation FuzzReservedHost FuzzAccessToken FuzzExecution
 
 .PHONY: run build test unit fuzz generate verify bench
 

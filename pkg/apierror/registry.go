@@ -76,6 +76,8 @@ const (
 	ReasonIdempotencyKeyInFlight metav1.StatusReason = "IdempotencyKeyInFlight"
 	// ReasonNodeActive: the allocation of an active node out of maintenance cannot go.
 	ReasonNodeActive metav1.StatusReason = "NodeActive"
+	// ReasonBorrowingNotAllowed: an execution in a pool the project may not borrow from.
+	ReasonBorrowingNotAllowed metav1.StatusReason = "BorrowingNotAllowed"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
 	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
 )
@@ -209,6 +211,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeActive, http.StatusConflict, "The allocation's node is active and not in maintenance.",
 			func(r Request) string {
 				return "End the node's use first (its reservation ends or is released), or put the node in maintenance (`kubectl patch node NAME --type merge -p '{\"spec\":{\"maintenance\":true}}'`), then delete the allocation."
+			}},
+		{ReasonBorrowingNotAllowed, http.StatusForbidden, "The project may not borrow this in this pool.",
+			func(r Request) string {
+				return "Use a pool whose lending is open to project " + r.Namespace + " and stay within its GPU cap; an operator sets them in the Pool's spec.lending."
 			}},
 		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
 			func(Request) string {

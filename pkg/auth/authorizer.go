@@ -39,7 +39,11 @@ type NodeGetter interface {
 var readVerbs = map[string]bool{"get": true, "list": true, "watch": true}
 
 // projectReadable are the namespaced resources a project's viewers read.
-var projectReadable = map[string]bool{"reservedhosts": true}
+var projectReadable = map[string]bool{"reservedhosts": true, "executions": true}
+
+// projectWritable are the namespaced resources a project's members create
+// and delete (borrowers submit and cancel executions).
+var projectWritable = map[string]bool{"executions": true}
 
 // projectActions are the action subresources (POST) of a project and the
 // least role that may take them.
@@ -90,6 +94,10 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		if attrs.GetNamespace() != "" && projectReadable[attrs.GetResource()] && readVerbs[attrs.GetVerb()] &&
 			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status") {
 			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer)
+		}
+		if attrs.GetNamespace() != "" && projectWritable[attrs.GetResource()] && attrs.GetSubresource() == "" &&
+			(attrs.GetVerb() == "create" || attrs.GetVerb() == "delete") {
+			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleMember)
 		}
 		if role, ok := projectActions[attrs.GetResource()+"/"+attrs.GetSubresource()]; ok && attrs.GetVerb() == "create" && attrs.GetNamespace() != "" {
 			return a.inProject(ctx, u, attrs.GetNamespace(), role)

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -28,6 +29,7 @@ import (
 
 	"github.com/nodus-dev/nodus/deploy"
 	"github.com/nodus-dev/nodus/pkg/actions"
+	"github.com/nodus-dev/nodus/pkg/admission/lendingpolicy"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
@@ -41,6 +43,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
+	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/pool"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
@@ -181,7 +184,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main,
-		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main}
+		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main, pools: stores["pools"].Main}
 
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
@@ -194,9 +197,9 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	generic.Authentication.Authenticator = auth.NewAuthenticator(clientCAs, getters)
 	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters, Nodes: getters}
-	admission := projectexists.New()
-	admission.Projects = getters
-	generic.AdmissionControl = admission
+	projects := projectexists.New()
+	projects.Projects = getters
+	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters))
 
 	namer := openapi.NewDefinitionNamer(scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
@@ -249,6 +252,7 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 		"reservedhosts":    reservedhost.Kind(),
 		"accesstokens":     accesstoken.Kind(),
 		"enrollmenttokens": enrollmenttoken.Kind(),
+		"executions":       execution.Kind(),
 	}
 	stores := make(map[string]base.Stores, len(kinds))
 	for resource, kind := range kinds {
@@ -264,7 +268,16 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 // storeGetters read Projects and AccessTokens for authentication,
 // authorization and admission straight from the stores.
 type storeGetters struct {
-	projects, tokens, enrollments, nodes *genericregistry.Store
+	projects, tokens, enrollments, nodes, pools *genericregistry.Store
+}
+
+// GetPool reads from the watch cache.
+func (g storeGetters) GetPool(ctx context.Context, name string) (*nodusv1.Pool, error) {
+	obj, err := g.pools.Get(ctx, name, fromCache)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Pool), nil
 }
 
 // GetEnrollmentToken reads consistently: a token is used once.

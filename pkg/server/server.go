@@ -74,7 +74,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
 	short := map[string][]string{
-		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
+		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"}, "executions": {"exec"},
 	}
 	for resource, names := range short {
 		for path, s := range c.Stores[resource].Storage(resource, names...) {

@@ -169,6 +169,10 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		apierror.ReasonNodeActive: func() response {
 			return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/allocations/in-use", "", nil)
 		},
+		apierror.ReasonBorrowingNotAllowed: func() response {
+			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions", "application/json", strings.NewReader(
+				`{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"e"},"spec":{"pool":"fra1","command":["true"],"maxRuntimeSeconds":60}}`))
+		},
 		apierror.ReasonStaleAgent: func() response {
 			return f.heartbeat(t, "active", nodusv1.NodeHeartbeat{AgentGeneration: 0})
 		},

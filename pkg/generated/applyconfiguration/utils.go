@@ -38,6 +38,14 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.EnrollmentTokenSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("EnrollmentTokenStatus"):
 		return &nodusv1.EnrollmentTokenStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("Execution"):
+		return &nodusv1.ExecutionApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExecutionEnv"):
+		return &nodusv1.ExecutionEnvApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExecutionSpec"):
+		return &nodusv1.ExecutionSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ExecutionStatus"):
+		return &nodusv1.ExecutionStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Node"):
 		return &nodusv1.NodeApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeGPU"):
@@ -50,6 +58,10 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.NodeStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Pool"):
 		return &nodusv1.PoolApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("PoolBorrower"):
+		return &nodusv1.PoolBorrowerApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("PoolLending"):
+		return &nodusv1.PoolLendingApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("PoolSpec"):
 		return &nodusv1.PoolSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Project"):

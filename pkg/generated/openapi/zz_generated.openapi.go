@@ -33,6 +33,11 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.EnrollmentTokenList{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenList(ref),
 		v1.EnrollmentTokenSpec{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref),
 		v1.EnrollmentTokenStatus{}.OpenAPIModelName():         schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref),
+		v1.Execution{}.OpenAPIModelName():                     schema_pkg_apis_nodus_v1_Execution(ref),
+		v1.ExecutionEnv{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_ExecutionEnv(ref),
+		v1.ExecutionList{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ExecutionList(ref),
+		v1.ExecutionSpec{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ExecutionSpec(ref),
+		v1.ExecutionStatus{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ExecutionStatus(ref),
 		v1.HostReservation{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostReservation(ref),
 		v1.Node{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Node(ref),
 		v1.NodeEnrollment{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_NodeEnrollment(ref),
@@ -43,6 +48,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.NodeSpec{}.OpenAPIModelName():                      schema_pkg_apis_nodus_v1_NodeSpec(ref),
 		v1.NodeStatus{}.OpenAPIModelName():                    schema_pkg_apis_nodus_v1_NodeStatus(ref),
 		v1.Pool{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Pool(ref),
+		v1.PoolBorrower{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_PoolBorrower(ref),
+		v1.PoolLending{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_PoolLending(ref),
 		v1.PoolList{}.OpenAPIModelName():                      schema_pkg_apis_nodus_v1_PoolList(ref),
 		v1.PoolSpec{}.OpenAPIModelName():                      schema_pkg_apis_nodus_v1_PoolSpec(ref),
 		v1.Project{}.OpenAPIModelName():                       schema_pkg_apis_nodus_v1_Project(ref),
@@ -731,6 +738,273 @@ func schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref common.ReferenceCallback
 	}
 }
 
+func schema_pkg_apis_nodus_v1_Execution(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "Execution is a borrower project's workload on capacity lent in a pool.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"spec": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Spec is what to run and where.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ExecutionSpec{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is how it goes.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ExecutionStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"spec"},
+			},
+		},
+		Dependencies: []string{
+			v1.ExecutionSpec{}.OpenAPIModelName(), v1.ExecutionStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ExecutionEnv(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionEnv is one environment variable.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"name": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+					"value": {
+						SchemaProps: spec.SchemaProps{
+							Default: "",
+							Type:    []string{"string"},
+							Format:  "",
+						},
+					},
+				},
+				Required: []string{"name", "value"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ExecutionList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionList is a list of Executions.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.Execution{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1.Execution{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ExecutionSpec(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionSpec is a borrower's workload.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"pool": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pool whose lent hosts may run it.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"command": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Command and its arguments.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"env": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"name",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Env are environment variables.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.ExecutionEnv{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"gpus": {
+						SchemaProps: spec.SchemaProps{
+							Description: "GPUs wanted.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxRuntimeSeconds": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxRuntimeSeconds ends the execution when reached.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"pool", "command", "maxRuntimeSeconds"},
+			},
+		},
+		Dependencies: []string{
+			v1.ExecutionEnv{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionStatus reports an execution, customer-safe: never the owner or the node.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is pending, scheduled, running, succeeded, failed, drained or cancelled.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"host": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Host is an alias of where it runs, never the owner's project or the node's name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"startedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "StartedAt is when it started.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"finishedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "FinishedAt is when it ended.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"exitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitCode of the command.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a machine-readable cause, such as Drained.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what happened.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_HostReservation(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1345,6 +1619,86 @@ func schema_pkg_apis_nodus_v1_Pool(ref common.ReferenceCallback) common.OpenAPID
 	}
 }
 
+func schema_pkg_apis_nodus_v1_PoolBorrower(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolBorrower is one project allowed to borrow, with its cap.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"project": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Project is the borrowing project.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"maxGPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxGPUs caps the GPUs the project borrows at once in this pool.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"project", "maxGPUs"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_PoolLending(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "PoolLending is a pool's lending policy, after Kueue's borrowing limits.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"open": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Open lets owners lend hosts of this pool.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"borrowers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"project",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Borrowers are the projects that may run executions on lent hosts.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.PoolBorrower{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"showBorrowers": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ShowBorrowers lets owners see which projects borrow their hosts.",
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.PoolBorrower{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_PoolList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1421,9 +1775,17 @@ func schema_pkg_apis_nodus_v1_PoolSpec(ref common.ReferenceCallback) common.Open
 							Format:      "",
 						},
 					},
+					"lending": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Lending says whether owners may lend idle hosts of this pool to other projects, and which projects may borrow how much.",
+							Ref:         ref(v1.PoolLending{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
+		Dependencies: []string{
+			v1.PoolLending{}.OpenAPIModelName()},
 	}
 }
 

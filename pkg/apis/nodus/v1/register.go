@@ -44,6 +44,7 @@ func knownTypes() []runtime.Object {
 		&ReservedHost{}, &ReservedHostList{},
 		&AccessToken{}, &AccessTokenList{},
 		&EnrollmentToken{}, &EnrollmentTokenList{},
+		&Execution{}, &ExecutionList{},
 		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{}, &ReservedHostSSHCertificate{},
 	}
 }

@@ -98,6 +98,33 @@ type PoolSpec struct {
 	// Location is where the machines are, for example a site or region name.
 	// +optional
 	Location string `json:"location,omitempty"`
+	// Lending says whether owners may lend idle hosts of this pool to other
+	// projects, and which projects may borrow how much.
+	// +optional
+	Lending *PoolLending `json:"lending,omitempty"`
+}
+
+// PoolLending is a pool's lending policy, after Kueue's borrowing limits.
+type PoolLending struct {
+	// Open lets owners lend hosts of this pool.
+	// +optional
+	Open bool `json:"open,omitempty"`
+	// Borrowers are the projects that may run executions on lent hosts.
+	// +optional
+	// +listType=map
+	// +listMapKey=project
+	Borrowers []PoolBorrower `json:"borrowers,omitempty"`
+	// ShowBorrowers lets owners see which projects borrow their hosts.
+	// +optional
+	ShowBorrowers bool `json:"showBorrowers,omitempty"`
+}
+
+// PoolBorrower is one project allowed to borrow, with its cap.
+type PoolBorrower struct {
+	// Project is the borrowing project.
+	Project string `json:"project"`
+	// MaxGPUs caps the GPUs the project borrows at once in this pool.
+	MaxGPUs int32 `json:"maxGPUs"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

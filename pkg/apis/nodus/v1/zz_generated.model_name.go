@@ -70,6 +70,31 @@ func (in EnrollmentTokenStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in Execution) OpenAPIModelName() string {
+	return "dev.nodus.v1.Execution"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionEnv) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionEnv"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionList) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionSpec) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionSpec"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionStatus) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in HostReservation) OpenAPIModelName() string {
 	return "dev.nodus.v1.HostReservation"
 }
@@ -117,6 +142,16 @@ func (in NodeStatus) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Pool) OpenAPIModelName() string {
 	return "dev.nodus.v1.Pool"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PoolBorrower) OpenAPIModelName() string {
+	return "dev.nodus.v1.PoolBorrower"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in PoolLending) OpenAPIModelName() string {
+	return "dev.nodus.v1.PoolLending"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -86,3 +86,9 @@ func FuzzReservedHost(f *testing.F) {
 func FuzzAccessToken(f *testing.F) {
 	fuzzKind(f, []string{`{"apiVersion":"nodus.dev/v1","kind":"AccessToken","metadata":{"name":"t"},"spec":{"user":"alice","groups":[""]}}`}, ValidateAccessToken)
 }
+
+func FuzzExecution(f *testing.F) {
+	fuzzKind(f, []string{
+		`{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"e","namespace":"p"},"spec":{"pool":"fra1","command":["python","x.py"],"env":[{"name":"A","value":"1"},{"name":"A","value":"2"}],"gpus":-3,"maxRuntimeSeconds":0}}`,
+	}, ValidateExecution)
+}

@@ -76,6 +76,7 @@ func ValidatePool(p *nodusv1.Pool) field.ErrorList {
 	errs = append(errs, validateFreeText(p.Spec.DisplayName, spec.Child("displayName"))...)
 	errs = append(errs, validateFreeText(p.Spec.Supplier, spec.Child("supplier"))...)
 	errs = append(errs, validateFreeText(p.Spec.Location, spec.Child("location"))...)
+	errs = append(errs, validatePoolLending(p.Spec.Lending, spec.Child("lending"))...)
 	return errs
 }
 
@@ -435,5 +436,83 @@ func ValidateEnrollmentToken(t *nodusv1.EnrollmentToken) field.ErrorList {
 	errs = append(errs, validateResourceClass(t.Spec.ResourceClass, spec.Child("resourceClass"), true)...)
 	errs = append(errs, validateTraits(t.Spec.Traits, spec.Child("traits"))...)
 	errs = append(errs, validateLoginUser(t.Spec.LoginUser, spec.Child("loginUser"), false)...)
+	return errs
+}
+
+const (
+	maxExecutionGPUs       = 64
+	maxExecutionRuntime    = 7 * 24 * 3600
+	maxCommandArgs         = 256
+	maxCommandBytes        = 64 << 10
+	maxExecutionEnvEntries = 128
+)
+
+// ValidateExecution checks a borrower's execution.
+func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
+	errs := apimachineryvalidation.ValidateObjectMeta(&e.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
+	spec := field.NewPath("spec")
+	errs = append(errs, validateReferenceName(e.Spec.Pool, spec.Child("pool"), true)...)
+	switch n := len(e.Spec.Command); {
+	case n == 0 || e.Spec.Command[0] == "":
+		errs = append(errs, field.Required(spec.Child("command"), "the program to run and its arguments"))
+	case n > maxCommandArgs:
+		errs = append(errs, field.TooMany(spec.Child("command"), n, maxCommandArgs))
+	}
+	total := 0
+	for _, a := range e.Spec.Command {
+		total += len(a)
+	}
+	if total > maxCommandBytes {
+		errs = append(errs, field.TooLong(spec.Child("command"), "", maxCommandBytes))
+	}
+	if len(e.Spec.Env) > maxExecutionEnvEntries {
+		errs = append(errs, field.TooMany(spec.Child("env"), len(e.Spec.Env), maxExecutionEnvEntries))
+	}
+	seen := sets.New[string]()
+	for i, v := range e.Spec.Env {
+		p := spec.Child("env").Index(i).Child("name")
+		for _, msg := range utilvalidation.IsEnvVarName(v.Name) {
+			errs = append(errs, field.Invalid(p, v.Name, msg))
+		}
+		if seen.Has(v.Name) {
+			errs = append(errs, field.Duplicate(p, v.Name))
+		}
+		seen.Insert(v.Name)
+	}
+	if e.Spec.GPUs < 0 || e.Spec.GPUs > maxExecutionGPUs {
+		errs = append(errs, field.Invalid(spec.Child("gpus"), e.Spec.GPUs, fmt.Sprintf("must be between 0 and %d", maxExecutionGPUs)))
+	}
+	if e.Spec.MaxRuntimeSeconds < 1 || e.Spec.MaxRuntimeSeconds > maxExecutionRuntime {
+		errs = append(errs, field.Invalid(spec.Child("maxRuntimeSeconds"), e.Spec.MaxRuntimeSeconds, fmt.Sprintf("must be between 1 and %d (7 days)", maxExecutionRuntime)))
+	}
+	return errs
+}
+
+// ValidateExecutionUpdate keeps what runs fixed once submitted.
+func ValidateExecutionUpdate(e, old *nodusv1.Execution) field.ErrorList {
+	errs := ValidateExecution(e)
+	return append(errs, apimachineryvalidation.ValidateImmutableField(e.Spec, old.Spec, field.NewPath("spec"))...)
+}
+
+// validatePoolLending checks a pool's lending policy.
+func validatePoolLending(l *nodusv1.PoolLending, path *field.Path) field.ErrorList {
+	if l == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, b := range l.Borrowers {
+		p := path.Child("borrowers").Index(i)
+		for _, msg := range apimachineryvalidation.ValidateNamespaceName(b.Project, false) {
+			errs = append(errs, field.Invalid(p.Child("project"), b.Project, msg))
+		}
+		if seen.Has(b.Project) {
+			errs = append(errs, field.Duplicate(p.Child("project"), b.Project))
+		}
+		seen.Insert(b.Project)
+		if b.MaxGPUs < 0 || b.MaxGPUs > 1<<20 {
+			errs = append(errs, field.Invalid(p.Child("maxGPUs"), b.MaxGPUs, "must not be negative"))
+		}
+	}
 	return errs
 }

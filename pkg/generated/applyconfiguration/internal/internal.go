@@ -57,6 +57,16 @@ var schemaYAML = typed.YAMLObject(`types:
     elementType:
       namedType: __untyped_deduced_
     elementRelationship: separable
+- name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Execution
+  scalar: untyped
+  list:
+    elementType:
+      namedType: __untyped_atomic_
+    elementRelationship: atomic
+  map:
+    elementType:
+      namedType: __untyped_deduced_
+    elementRelationship: separable
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Node
   scalar: untyped
   list:

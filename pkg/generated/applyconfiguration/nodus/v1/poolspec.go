@@ -17,6 +17,9 @@ type PoolSpecApplyConfiguration struct {
 	Supplier *string `json:"supplier,omitempty"`
 	// Location is where the machines are, for example a site or region name.
 	Location *string `json:"location,omitempty"`
+	// Lending says whether owners may lend idle hosts of this pool to other
+	// projects, and which projects may borrow how much.
+	Lending *PoolLendingApplyConfiguration `json:"lending,omitempty"`
 }
 
 // PoolSpecApplyConfiguration constructs a declarative configuration of the PoolSpec type for use with
@@ -46,5 +49,13 @@ func (b *PoolSpecApplyConfiguration) WithSupplier(value string) *PoolSpecApplyCo
 // If called multiple times, the Location field is set to the value of the last call.
 func (b *PoolSpecApplyConfiguration) WithLocation(value string) *PoolSpecApplyConfiguration {
 	b.Location = &value
+	return b
+}
+
+// WithLending sets the Lending field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Lending field is set to the value of the last call.
+func (b *PoolSpecApplyConfiguration) WithLending(value *PoolLendingApplyConfiguration) *PoolSpecApplyConfiguration {
+	b.Lending = value
 	return b
 }

@@ -18,6 +18,14 @@ type AllocationListerExpansion interface{}
 // EnrollmentTokenLister.
 type EnrollmentTokenListerExpansion interface{}
 
+// ExecutionListerExpansion allows custom methods to be added to
+// ExecutionLister.
+type ExecutionListerExpansion interface{}
+
+// ExecutionNamespaceListerExpansion allows custom methods to be added to
+// ExecutionNamespaceLister.
+type ExecutionNamespaceListerExpansion interface{}
+
 // NodeListerExpansion allows custom methods to be added to
 // NodeLister.
 type NodeListerExpansion interface{}

@@ -18,6 +18,8 @@ type Interface interface {
 	Allocations() TypedAllocationInformer
 	// EnrollmentTokens returns a EnrollmentTokenInformer.
 	EnrollmentTokens() TypedEnrollmentTokenInformer
+	// Executions returns a ExecutionInformer.
+	Executions() TypedExecutionInformer
 	// Nodes returns a NodeInformer.
 	Nodes() TypedNodeInformer
 	// Pools returns a PoolInformer.
@@ -54,6 +56,11 @@ func (v *version) Allocations() TypedAllocationInformer {
 // EnrollmentTokens returns a TypedEnrollmentTokenInformer.
 func (v *version) EnrollmentTokens() TypedEnrollmentTokenInformer {
 	return &enrollmentTokenInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// Executions returns a TypedExecutionInformer.
+func (v *version) Executions() TypedExecutionInformer {
+	return &executionInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // Nodes returns a TypedNodeInformer.

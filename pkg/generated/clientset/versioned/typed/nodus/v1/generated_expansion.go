@@ -12,6 +12,8 @@ type AllocationExpansion interface{}
 
 type EnrollmentTokenExpansion interface{}
 
+type ExecutionExpansion interface{}
+
 type NodeExpansion interface{}
 
 type PoolExpansion interface{}

@@ -19,6 +19,7 @@ type NodusV1Interface interface {
 	AccessTokensGetter
 	AllocationsGetter
 	EnrollmentTokensGetter
+	ExecutionsGetter
 	NodesGetter
 	PoolsGetter
 	ProjectsGetter
@@ -41,6 +42,10 @@ func (c *NodusV1Client) Allocations() AllocationInterface {
 
 func (c *NodusV1Client) EnrollmentTokens() EnrollmentTokenInterface {
 	return newEnrollmentTokens(c)
+}
+
+func (c *NodusV1Client) Executions(namespace string) ExecutionInterface {
+	return newExecutions(c, namespace)
 }
 
 func (c *NodusV1Client) Nodes() NodeInterface {

@@ -28,6 +28,10 @@ func (c *FakeNodusV1) EnrollmentTokens() v1.EnrollmentTokenInterface {
 	return newFakeEnrollmentTokens(c)
 }
 
+func (c *FakeNodusV1) Executions(namespace string) v1.ExecutionInterface {
+	return newFakeExecutions(c, namespace)
+}
+
 func (c *FakeNodusV1) Nodes() v1.NodeInterface {
 	return newFakeNodes(c)
 }

@@ -1,0 +1,93 @@
+package v1
+
+import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+// +genclient
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// Execution is a borrower project's workload on capacity lent in a pool.
+type Execution struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what to run and where.
+	Spec ExecutionSpec `json:"spec"`
+	// Status is how it goes.
+	// +optional
+	Status ExecutionStatus `json:"status,omitempty"`
+}
+
+// ExecutionSpec is a borrower's workload.
+type ExecutionSpec struct {
+	// Pool whose lent hosts may run it.
+	Pool string `json:"pool"`
+	// Command and its arguments.
+	// +listType=atomic
+	Command []string `json:"command"`
+	// Env are environment variables.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	Env []ExecutionEnv `json:"env,omitempty"`
+	// GPUs wanted.
+	// +optional
+	GPUs int32 `json:"gpus,omitempty"`
+	// MaxRuntimeSeconds ends the execution when reached.
+	MaxRuntimeSeconds int64 `json:"maxRuntimeSeconds"`
+}
+
+// ExecutionEnv is one environment variable.
+type ExecutionEnv struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+// ExecutionPhase is where an execution is in its life.
+type ExecutionPhase string
+
+// Execution phases.
+const (
+	ExecutionPending   ExecutionPhase = "pending"
+	ExecutionScheduled ExecutionPhase = "scheduled"
+	ExecutionRunning   ExecutionPhase = "running"
+	ExecutionSucceeded ExecutionPhase = "succeeded"
+	ExecutionFailed    ExecutionPhase = "failed"
+	ExecutionDrained   ExecutionPhase = "drained"
+	ExecutionCancelled ExecutionPhase = "cancelled"
+)
+
+// ExecutionStatus reports an execution, customer-safe: never the owner or the node.
+type ExecutionStatus struct {
+	// Phase is pending, scheduled, running, succeeded, failed, drained or cancelled.
+	// +optional
+	Phase ExecutionPhase `json:"phase,omitempty"`
+	// Host is an alias of where it runs, never the owner's project or the node's name.
+	// +optional
+	Host string `json:"host,omitempty"`
+	// StartedAt is when it started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when it ended.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// ExitCode of the command.
+	// +optional
+	ExitCode *int32 `json:"exitCode,omitempty"`
+	// Reason is a machine-readable cause, such as Drained.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+	// Message says what happened.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
+// ExecutionList is a list of Executions.
+type ExecutionList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []Execution `json:"items"`
+}

@@ -1,0 +1,85 @@
+package integration
+
+import (
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestExecutionAdmission: executions are admitted only into pools that lend
+// to the project, within its GPU cap, from members, with sane inputs.
+func TestExecutionAdmission(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	must := func(_ interface{}, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Projects().Create(ctx(t), project("borrower",
+		nodusv1.ProjectMember{Name: "bea", Role: nodusv1.ProjectRoleMember},
+		nodusv1.ProjectMember{Name: "vera", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{}))
+	must(c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lending"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "borrower", MaxGPUs: 4}}}}}, metav1.CreateOptions{}))
+	bea, vera := tokenFor(t, s, "bea"), tokenFor(t, s, "vera")
+	submit := func(cfg *rest.Config, body string) response {
+		return do(t, cfg, "POST", "/apis/nodus.dev/v1/namespaces/borrower/executions", "application/json", strings.NewReader(body))
+	}
+	execution := func(pool string, gpus int, extra string) string {
+		return `{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"generateName":"job-"},"spec":{"pool":"` + pool +
+			`","command":["python","train.py"],"gpus":` + itoa(gpus) + `,"maxRuntimeSeconds":3600` + extra + `}}`
+	}
+
+	ok := submit(bea, execution("lending", 2, ""))
+	if ok.code != http.StatusCreated || !strings.Contains(string(ok.body), `"phase":"pending"`) {
+		t.Fatalf("a member's execution within the cap: %d %s", ok.code, ok.body)
+	}
+	for name, tc := range map[string]struct {
+		cfg    *rest.Config
+		body   string
+		code   int
+		reason metav1.StatusReason
+	}{
+		"viewer":                  {vera, execution("lending", 1, ""), 403, metav1.StatusReasonForbidden},
+		"owner's admin":           {f.admin, execution("lending", 1, ""), 403, metav1.StatusReasonForbidden},
+		"over the cap":            {bea, execution("lending", 5, ""), 403, apierror.ReasonBorrowingNotAllowed},
+		"pool that does not lend": {bea, execution("fra1", 1, ""), 403, apierror.ReasonBorrowingNotAllowed},
+		"no such pool":            {bea, execution("nowhere", 1, ""), 403, apierror.ReasonBorrowingNotAllowed},
+		"negative GPUs":           {bea, execution("lending", -1, ""), 422, metav1.StatusReasonInvalid},
+		"huge GPUs":               {bea, execution("lending", 100000, ""), 422, metav1.StatusReasonInvalid},
+		"empty command":           {bea, strings.Replace(execution("lending", 1, ""), `["python","train.py"]`, `[]`, 1), 422, metav1.StatusReasonInvalid},
+		"bad env name":            {bea, execution("lending", 1, `,"env":[{"name":"1BAD","value":"x"}]`), 422, metav1.StatusReasonInvalid},
+		"runtime over 7 days":     {bea, strings.Replace(execution("lending", 1, ""), "3600", "999999999", 1), 422, metav1.StatusReasonInvalid},
+	} {
+		r := submit(tc.cfg, tc.body)
+		if r.code != tc.code {
+			t.Errorf("%s: got %d, want %d: %s", name, r.code, tc.code, r.body)
+			continue
+		}
+		if env := envelopeOf(t, r); env.Reason != tc.reason {
+			t.Errorf("%s: reason %s, want %s", name, env.Reason, tc.reason)
+		}
+	}
+	// Borrowers see nothing of the owner.
+	for _, path := range []string{"/apis/nodus.dev/v1/namespaces/acme/reservedhosts", "/apis/nodus.dev/v1/namespaces/acme/executions",
+		"/apis/nodus.dev/v1/pools/lending", "/apis/nodus.dev/v1/reservations"} {
+		if r := do(t, bea, "GET", path, "", nil); r.code != http.StatusForbidden {
+			t.Errorf("a borrower reading %s: %d", path, r.code)
+		}
+	}
+	if r := do(t, vera, "GET", "/apis/nodus.dev/v1/namespaces/borrower/executions", "", nil); r.code != http.StatusOK {
+		t.Errorf("a viewer lists its project's executions: %d %s", r.code, r.body)
+	}
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
