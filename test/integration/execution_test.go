@@ -2,6 +2,8 @@ package integration
 
 import (
 	"net/http"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -80,6 +83,35 @@ func TestExecutionAdmission(t *testing.T) {
 	if r := do(t, vera, "GET", "/apis/nodus.dev/v1/namespaces/borrower/executions", "", nil); r.code != http.StatusOK {
 		t.Errorf("a viewer lists its project's executions: %d %s", r.code, r.body)
 	}
+
+	t.Run("through the CLI", func(t *testing.T) {
+		ca := filepath.Join(t.TempDir(), "ca.crt")
+		if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		borrower := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+		if out, code := borrower.run("", "login", "--server", s.Config.Host, "--token", bea.BearerToken, "--ca-file", ca); code != 0 {
+			t.Fatalf("login: %d %s", code, out)
+		}
+		out, code := borrower.run("", "executions", "run", "-n", "borrower", "--pool", "lending", "--gpus", "2", "--env", "EPOCHS=3", "--", "python", "train.py")
+		if code != 0 || !strings.Contains(out, "submitted (pending)") {
+			t.Fatalf("executions run: %d %s", code, out)
+		}
+		name := strings.Fields(out)[1]
+		if out, code := borrower.run("", "executions", "list", "-n", "borrower"); code != 0 || !strings.Contains(out, name+"   pending   lending   2") {
+			t.Errorf("executions list: %d\n%s", code, out)
+		}
+		if out, code := borrower.run("", "executions", "run", "-n", "borrower", "--pool", "lending", "--gpus", "9", "--", "x"); code != cli.ExitAuth ||
+			!strings.Contains(out, "at most 4 GPUs") {
+			t.Errorf("over the cap through the CLI: %d %s", code, out)
+		}
+		if out, code := borrower.run("", "executions", "cancel", name); code != 0 {
+			t.Errorf("executions cancel: %d %s", code, out)
+		}
+		if _, code := borrower.run("", "executions", "get", name); code != cli.ExitNotFound {
+			t.Errorf("a cancelled execution is gone: exit %d", code)
+		}
+	})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
