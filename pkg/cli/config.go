@@ -4,16 +4,19 @@
 package cli
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -93,4 +96,18 @@ func saveConfig(path string, cfg *clientcmdapi.Config) error {
 		return err
 	}
 	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// host reads PROJECT/NAME, returning the client it used.
+func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *nodusv1.ReservedHost, error) {
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return nil, nil, err
+	}
+	c, _, err := g.Client()
+	if err != nil {
+		return nil, nil, err
+	}
+	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+	return c, h, err
 }

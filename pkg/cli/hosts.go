@@ -86,15 +86,7 @@ func (o *HostsOptions) List(ctx context.Context) error {
 
 // Get prints one host.
 func (o *HostsOptions) Get(ctx context.Context, ref string) error {
-	project, name, err := splitRef(ref)
-	if err != nil {
-		return err
-	}
-	c, _, err := o.Client()
-	if err != nil {
-		return err
-	}
-	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+	_, h, err := o.host(ctx, ref)
 	if err != nil {
 		return err
 	}

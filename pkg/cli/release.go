@@ -46,18 +46,11 @@ func newReleaseCommand(g *Globals, s Streams) *cobra.Command {
 
 // Run shows what will happen, confirms, releases and optionally waits.
 func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
-	project, name, err := splitRef(ref)
+	c, h, err := o.host(ctx, ref)
 	if err != nil {
 		return err
 	}
-	c, _, err := o.Client()
-	if err != nil {
-		return err
-	}
-	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
+	project, name := h.Namespace, h.Name
 	r := h.Status.Reservation
 	fmt.Fprintf(o.Out, "Release %s/%s\n  term:   %s until %s (unchanged by a release)\n  epoch:  %d\n  state:  %s\n",
 		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, r.State)

@@ -19,7 +19,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/pki"
@@ -55,18 +54,11 @@ func newSSHCommand(g *Globals, s Streams) *cobra.Command {
 // Run installs the alias, a pinned host key and a fresh certificate, then
 // replaces itself with the system ssh.
 func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) error {
-	project, name, err := splitRef(ref)
+	_, h, err := o.host(ctx, ref)
 	if err != nil {
 		return err
 	}
-	c, _, err := o.Client()
-	if err != nil {
-		return err
-	}
-	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
+	project, name := h.Namespace, h.Name
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
 		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, h.Status.Reservation.State))
 	}

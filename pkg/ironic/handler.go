@@ -23,7 +23,6 @@ import (
 // Handler serves /v1 over the server's stores.
 type Handler struct {
 	Nodes       *genericregistry.Store // nodes
-	NodeStatus  *genericregistry.Store // nodes/status
 	Allocations *genericregistry.Store // allocations
 	// AllocationDeleter deletes with the Ironic rule (409 for active nodes).
 	AllocationDeleter rest.GracefulDeleter

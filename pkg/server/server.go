@@ -136,7 +136,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		_, _ = w.Write(c.ca.CertPEM)
 	}))
 	bareMetal := &ironic.Handler{
-		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, Allocations: c.Stores["allocations"].Main,
+		Nodes: c.Stores["nodes"].Main, Allocations: c.Stores["allocations"].Main,
 		AllocationDeleter: allocationStorage["allocations"].(rest.GracefulDeleter),
 	}
 	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
