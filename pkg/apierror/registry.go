@@ -78,6 +78,12 @@ const (
 	ReasonNodeActive metav1.StatusReason = "NodeActive"
 	// ReasonBorrowingNotAllowed: an execution in a pool the project may not borrow from.
 	ReasonBorrowingNotAllowed metav1.StatusReason = "BorrowingNotAllowed"
+	// ReasonLendingClosed: a lend into a pool that does not accept lending.
+	ReasonLendingClosed metav1.StatusReason = "LendingClosed"
+	// ReasonExecutionFinished: a change to an execution that already ended.
+	ReasonExecutionFinished metav1.StatusReason = "ExecutionFinished"
+	// ReasonHostNotLent: an agent would start an execution on a host that is no longer lent.
+	ReasonHostNotLent metav1.StatusReason = "HostNotLent"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
 	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
 )
@@ -215,6 +221,18 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonBorrowingNotAllowed, http.StatusForbidden, "The project may not borrow this in this pool.",
 			func(r Request) string {
 				return "Use a pool whose lending is open to project " + r.Namespace + " and stay within its GPU cap; an operator sets them in the Pool's spec.lending."
+			}},
+		{ReasonLendingClosed, http.StatusConflict, "The host's pool does not accept lending.",
+			func(r Request) string {
+				return "Keep the host for your own use, or ask an operator to open lending in the host's pool (the Pool's spec.lending.open)."
+			}},
+		{ReasonExecutionFinished, http.StatusConflict, "The execution already ended.",
+			func(r Request) string {
+				return fmt.Sprintf("Nothing is left to stop: read how it ended with `nodus executions get %s -n %s`; submit a new execution to run it again.", r.Name, r.Namespace)
+			}},
+		{ReasonHostNotLent, http.StatusConflict, "The host is no longer lent, so the execution may not start there.",
+			func(Request) string {
+				return "Do not start the execution; report it as drained. The scheduler places new executions only on hosts lent now."
 			}},
 		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
 			func(Request) string {

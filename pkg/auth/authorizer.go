@@ -13,6 +13,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/lending"
 )
 
 // Authorizer applies Nodus' roles:
@@ -39,7 +40,10 @@ type NodeGetter interface {
 var readVerbs = map[string]bool{"get": true, "list": true, "watch": true}
 
 // projectReadable are the namespaced resources a project's viewers read.
-var projectReadable = map[string]bool{"reservedhosts": true, "executions": true}
+var projectReadable = map[string]bool{"reservedhosts": true, "executions": true, "hostlendings": true}
+
+// projectReadableSubresources are the subresources beyond status that a project's viewers read.
+var projectReadableSubresources = map[string]bool{"executions/log": true}
 
 // projectWritable are the namespaced resources a project's members create
 // and delete (borrowers submit and cancel executions).
@@ -50,6 +54,9 @@ var projectWritable = map[string]bool{"executions": true}
 var projectActions = map[string]nodusv1.ProjectRole{
 	"reservedhosts/release-capacity": nodusv1.ProjectRoleAdmin,
 	"reservedhosts/ssh-certificate":  nodusv1.ProjectRoleMember,
+	"reservedhosts/lend":             nodusv1.ProjectRoleAdmin,
+	"reservedhosts/withdraw":         nodusv1.ProjectRoleAdmin,
+	"executions/cancel":              nodusv1.ProjectRoleMember,
 }
 
 func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes) (authorizer.Decision, string, error) {
@@ -92,7 +99,8 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 			return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer)
 		}
 		if attrs.GetNamespace() != "" && projectReadable[attrs.GetResource()] && readVerbs[attrs.GetVerb()] &&
-			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status") {
+			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status" ||
+				projectReadableSubresources[attrs.GetResource()+"/"+attrs.GetSubresource()]) {
 			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer)
 		}
 		if attrs.GetNamespace() != "" && projectWritable[attrs.GetResource()] && attrs.GetSubresource() == "" &&
@@ -210,8 +218,17 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		if sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "status.node", node) {
 			return authorizer.DecisionAllow, "reservations on own node", nil
 		}
+	case "executions":
+		// The agent sees only executions placed on its host, and reports
+		// them; the report action checks the placement again.
+		if sub == "" && (verb == "list" || verb == "watch") && attrs.GetNamespace() == "" && selects(attrs, "status.host", lending.HostAlias(n)) {
+			return authorizer.DecisionAllow, "executions on own host", nil
+		}
+		if sub == "report" && verb == "create" {
+			return authorizer.DecisionAllow, "reports executions on own host", nil
+		}
 	}
-	return authorizer.DecisionDeny, "node " + node + "'s agent may only use its own node and the reservations on it", nil
+	return authorizer.DecisionDeny, "node " + node + "'s agent may only use its own node, the reservations on it and the executions placed on it", nil
 }
 
 // selects says whether the request's field selector pins field to value.

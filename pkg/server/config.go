@@ -35,6 +35,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/envelope"
+	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/liveness"
@@ -44,6 +45,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
+	"github.com/nodus-dev/nodus/pkg/registry/hostlending"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/pool"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
@@ -70,6 +72,8 @@ type Config struct {
 	out        func(format string, args ...interface{})
 	etcd       *embeddedetcd.Server
 	etcdClient *clientv3.Client
+	// executionLogs keeps the bounded output of executions.
+	executionLogs *executionlog.Store
 
 	liveness          *liveness.Tracker
 	heartbeatInterval time.Duration
@@ -81,6 +85,7 @@ type Config struct {
 // (200 OK, Idempotency-Key).
 var actionSubresources = map[string]bool{
 	"reservedhosts/release-capacity": true, "reservedhosts/ssh-certificate": true, "nodes/heartbeat": true, "nodes/enroll": true,
+	"reservedhosts/lend": true, "reservedhosts/withdraw": true, "executions/cancel": true, "executions/report": true,
 }
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
@@ -238,7 +243,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
-		liveness: alive, heartbeatInterval: o.HeartbeatInterval, ca: ca, sshCA: sshCA,
+		executionLogs: executionlog.NewStore(etcdClient),
+		liveness:      alive, heartbeatInterval: o.HeartbeatInterval, ca: ca, sshCA: sshCA,
 	}, nil
 }
 
@@ -253,6 +259,7 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 		"accesstokens":     accesstoken.Kind(),
 		"enrollmenttokens": enrollmenttoken.Kind(),
 		"executions":       execution.Kind(),
+		"hostlendings":     hostlending.Kind(),
 	}
 	stores := make(map[string]base.Stores, len(kinds))
 	for resource, kind := range kinds {

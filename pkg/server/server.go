@@ -22,12 +22,14 @@ import (
 	"github.com/nodus-dev/nodus/pkg/controller/leader"
 	"github.com/nodus-dev/nodus/pkg/controller/nodeliveness"
 	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
+	schedulercontroller "github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
+	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
@@ -74,7 +76,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
 	short := map[string][]string{
-		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"}, "executions": {"exec"},
+		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
 	}
 	for resource, names := range short {
 		for path, s := range c.Stores[resource].Storage(resource, names...) {
@@ -88,7 +90,14 @@ func (c CompletedConfig) New() (*Server, error) {
 	for path, s := range allocationStorage {
 		storage[path] = s
 	}
-	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"], c.Stores["nodes"], c.sshCA) {
+	for path, s := range execution.Storage(c.Stores["executions"], c.Stores["reservations"], c.Stores["nodes"], c.executionLogs) {
+		storage[path] = s
+	}
+	for path, s := range c.Stores["hostlendings"].Storage("hostlendings", "lending") {
+		storage[path] = s
+	}
+	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"], c.Stores["nodes"],
+		c.Stores["pools"], c.Stores["hostlendings"], c.sshCA) {
 		storage[path] = s
 	}
 	for path, s := range enrollmenttoken.Storage(c.Stores["enrollmenttokens"], c.ca.Fingerprint()) {
@@ -198,8 +207,14 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "allocation controller")
 			return
 		}
+		scheduler, err := schedulercontroller.New(client, factory)
+		if err != nil {
+			klog.ErrorS(err, "scheduler")
+			return
+		}
 		factory.Start(ctx.Done())
 		go allocations.Run(ctx, controllerWorkers)
+		go scheduler.Run(ctx)
 		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		go liveness.Run(ctx)
 		reservations.Run(ctx, controllerWorkers)

@@ -72,6 +72,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.ProjectSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Reservation"):
 		return &nodusv1.ReservationApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ReservationLending"):
+		return &nodusv1.ReservationLendingApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReservationPlacement"):
 		return &nodusv1.ReservationPlacementApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReservationSpec"):

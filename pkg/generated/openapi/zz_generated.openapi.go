@@ -34,10 +34,16 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.EnrollmentTokenSpec{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref),
 		v1.EnrollmentTokenStatus{}.OpenAPIModelName():         schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref),
 		v1.Execution{}.OpenAPIModelName():                     schema_pkg_apis_nodus_v1_Execution(ref),
+		v1.ExecutionCancelRequest{}.OpenAPIModelName():        schema_pkg_apis_nodus_v1_ExecutionCancelRequest(ref),
 		v1.ExecutionEnv{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_ExecutionEnv(ref),
 		v1.ExecutionList{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ExecutionList(ref),
+		v1.ExecutionReport{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ExecutionReport(ref),
 		v1.ExecutionSpec{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ExecutionSpec(ref),
 		v1.ExecutionStatus{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ExecutionStatus(ref),
+		v1.HostBorrower{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_HostBorrower(ref),
+		v1.HostLending{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_HostLending(ref),
+		v1.HostLendingList{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostLendingList(ref),
+		v1.HostLendingStatus{}.OpenAPIModelName():             schema_pkg_apis_nodus_v1_HostLendingStatus(ref),
 		v1.HostReservation{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostReservation(ref),
 		v1.Node{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Node(ref),
 		v1.NodeEnrollment{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_NodeEnrollment(ref),
@@ -58,17 +64,20 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.ProjectSpec{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_ProjectSpec(ref),
 		v1.Reservation{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_Reservation(ref),
 		v1.ReservationEvidence{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_ReservationEvidence(ref),
+		v1.ReservationLending{}.OpenAPIModelName():            schema_pkg_apis_nodus_v1_ReservationLending(ref),
 		v1.ReservationList{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ReservationList(ref),
 		v1.ReservationPlacement{}.OpenAPIModelName():          schema_pkg_apis_nodus_v1_ReservationPlacement(ref),
 		v1.ReservationSpec{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_ReservationSpec(ref),
 		v1.ReservationStatus{}.OpenAPIModelName():             schema_pkg_apis_nodus_v1_ReservationStatus(ref),
 		v1.ReservedHost{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_ReservedHost(ref),
 		v1.ReservedHostConnect{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_ReservedHostConnect(ref),
+		v1.ReservedHostLendRequest{}.OpenAPIModelName():       schema_pkg_apis_nodus_v1_ReservedHostLendRequest(ref),
 		v1.ReservedHostList{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_ReservedHostList(ref),
 		v1.ReservedHostReleaseRequest{}.OpenAPIModelName():    schema_pkg_apis_nodus_v1_ReservedHostReleaseRequest(ref),
 		v1.ReservedHostReleaseStatus{}.OpenAPIModelName():     schema_pkg_apis_nodus_v1_ReservedHostReleaseStatus(ref),
 		v1.ReservedHostSSHCertificate{}.OpenAPIModelName():    schema_pkg_apis_nodus_v1_ReservedHostSSHCertificate(ref),
 		v1.ReservedHostStatus{}.OpenAPIModelName():            schema_pkg_apis_nodus_v1_ReservedHostStatus(ref),
+		v1.ReservedHostWithdrawRequest{}.OpenAPIModelName():   schema_pkg_apis_nodus_v1_ReservedHostWithdrawRequest(ref),
 		resource.Quantity{}.OpenAPIModelName():                schema_apimachinery_pkg_api_resource_Quantity(ref),
 		metav1.APIGroup{}.OpenAPIModelName():                  schema_pkg_apis_meta_v1_APIGroup(ref),
 		metav1.APIGroupList{}.OpenAPIModelName():              schema_pkg_apis_meta_v1_APIGroupList(ref),
@@ -788,6 +797,33 @@ func schema_pkg_apis_nodus_v1_Execution(ref common.ReferenceCallback) common.Ope
 	}
 }
 
+func schema_pkg_apis_nodus_v1_ExecutionCancelRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionCancelRequest is POSTed to executions/{name}/cancel by a borrower member. A pending or scheduled execution ends as cancelled at once; a running one is stopped by its host's agent (TERM, grace period, KILL). The record is kept.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_ExecutionEnv(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -861,6 +897,77 @@ func schema_pkg_apis_nodus_v1_ExecutionList(ref common.ReferenceCallback) common
 		},
 		Dependencies: []string{
 			v1.Execution{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ExecutionReport(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ExecutionReport is POSTed to executions/{name}/report by the agent of the host the execution was placed on: the phase it reached and the bounded tail of its output.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is running, succeeded, failed, drained or cancelled.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"exitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExitCode of the command, when it exited.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"reason": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reason is a machine-readable cause.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what happened.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"log": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Log is the tail of the execution's output so far, at most MaxExecutionLogBytes.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"logDroppedBytes": {
+						SchemaProps: spec.SchemaProps{
+							Description: "LogDroppedBytes is how much output before Log was dropped.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"phase"},
+			},
+		},
 	}
 }
 
@@ -964,6 +1071,37 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 							Format:      "",
 						},
 					},
+					"gpuIndices": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"integer"},
+										Format: "int32",
+									},
+								},
+							},
+						},
+					},
+					"scheduledAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ScheduledAt is when it was placed on a host.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"cancelRequestedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CancelRequestedAt is when a borrower asked to cancel it while it ran.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
 					"startedAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "StartedAt is when it started.",
@@ -1002,6 +1140,232 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 		},
 		Dependencies: []string{
 			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_HostBorrower(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HostBorrower is one borrowing project's use of a host.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"project": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Project is the borrowing project.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"gpus": {
+						SchemaProps: spec.SchemaProps{
+							Description: "GPUs it holds on the host.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"executions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Executions it has scheduled or running on the host.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"project", "gpus", "executions"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_HostLending(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HostLending is the owner's view of how its ReservedHost of the same name is lent: what it agreed to lend and how much of it is borrowed now. It is written by Nodus only; owners change it through the ReservedHost's lend and withdraw actions.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ObjectMeta{}.OpenAPIModelName()),
+						},
+					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is the lending agreement and its use.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.HostLendingStatus{}.OpenAPIModelName()),
+						},
+					},
+				},
+			},
+		},
+		Dependencies: []string{
+			v1.HostLendingStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_HostLendingList(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HostLendingList is a list of HostLendings.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"metadata": {
+						SchemaProps: spec.SchemaProps{
+							Default: map[string]interface{}{},
+							Ref:     ref(metav1.ListMeta{}.OpenAPIModelName()),
+						},
+					},
+					"items": {
+						SchemaProps: spec.SchemaProps{
+							Type: []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.HostLending{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+				},
+				Required: []string{"items"},
+			},
+		},
+		Dependencies: []string{
+			v1.HostLending{}.OpenAPIModelName(), metav1.ListMeta{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_HostLendingStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "HostLendingStatus is a host's lending agreement and its use.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"state": {
+						SchemaProps: spec.SchemaProps{
+							Description: "State is lent, withdrawn or ended.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"pool": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Pool is the pool the host is lent into.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"maxGPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxGPUs is the most GPUs borrowers use at once.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxExecutions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxExecutions is the most borrower executions at once.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"borrowedGPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "BorrowedGPUs is how many GPUs borrowers hold now.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"executions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Executions is how many borrower executions are scheduled or running now.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"borrowers": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-map-keys": []interface{}{
+									"project",
+								},
+								"x-kubernetes-list-type": "map",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Borrowers names who borrows, only where the pool shows borrowers to owners.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Ref: ref(v1.HostBorrower{}.OpenAPIModelName()),
+									},
+								},
+							},
+						},
+					},
+					"changedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ChangedAt is when the owner last lent or withdrew.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"state", "epoch", "maxGPUs", "maxExecutions", "borrowedGPUs", "executions", "changedAt"},
+			},
+		},
+		Dependencies: []string{
+			v1.HostBorrower{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2052,6 +2416,60 @@ func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) 
 	}
 }
 
+func schema_pkg_apis_nodus_v1_ReservationLending(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservationLending is the owner's lending agreement for a reserved host: while Lent and the reservation is active, the scheduler may place borrowers' executions on the host, within the caps.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"lent": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Lent says the owner lends the host now; false after a withdrawal.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"maxGPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxGPUs is the most GPUs borrowers use on the host at once.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxExecutions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxExecutions is the most borrower executions on the host at once.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"changedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ChangedAt is when the owner last lent or withdrew.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+				},
+				Required: []string{"lent", "maxGPUs", "maxExecutions", "epoch", "changedAt"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_ReservationList(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -2251,6 +2669,12 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 							Ref:         ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
 						},
 					},
+					"lending": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Lending is the owner's lending agreement, once it lent the host.",
+							Ref:         ref(v1.ReservationLending{}.OpenAPIModelName()),
+						},
+					},
 					"endedAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "EndedAt is when current-agent evidence confirmed the drain after the term ended.",
@@ -2282,7 +2706,7 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 			},
 		},
 		Dependencies: []string{
-			v1.ReservedHostReleaseStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1.ReservationLending{}.OpenAPIModelName(), v1.ReservedHostReleaseStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2370,6 +2794,55 @@ func schema_pkg_apis_nodus_v1_ReservedHostConnect(ref common.ReferenceCallback) 
 					},
 				},
 				Required: []string{"command", "host", "hostKey", "loginUser"},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ReservedHostLendRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservedHostLendRequest is POSTed to reservedhosts/{name}/lend by an owner admin: lend the host into its pool, or change the caps of a lent host. The answer is the host's HostLending.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch identifies the reservation assignment the owner reviewed.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"maxGPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxGPUs caps the GPUs borrowers use at once; default all of the host's GPUs.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxExecutions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxExecutions caps the executions at once; default one per lent GPU, at least one.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+				},
+				Required: []string{"epoch"},
 			},
 		},
 	}
@@ -2645,6 +3118,41 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 		},
 		Dependencies: []string{
 			v1.HostReservation{}.OpenAPIModelName(), v1.NodeInventory{}.OpenAPIModelName(), v1.ReservedHostConnect{}.OpenAPIModelName(), v1.ReservedHostReleaseStatus{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ReservedHostWithdrawRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ReservedHostWithdrawRequest is POSTed to reservedhosts/{name}/withdraw by an owner admin: stop lending; borrowers' executions on the host drain.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch identifies the reservation assignment the owner reviewed.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+				Required: []string{"epoch"},
+			},
+		},
 	}
 }
 

@@ -33,7 +33,7 @@ var rules = base.Rules{
 
 func selectable(obj runtime.Object) fields.Set {
 	e := obj.(*nodusv1.Execution)
-	return fields.Set{"spec.pool": e.Spec.Pool, "status.phase": string(e.Status.Phase)}
+	return fields.Set{"spec.pool": e.Spec.Pool, "status.phase": string(e.Status.Phase), "status.host": e.Status.Host}
 }
 
 var table = base.Table{Columns: []base.Column{

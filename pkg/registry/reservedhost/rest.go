@@ -27,12 +27,19 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 }
 
 // Storage returns the ReservedHost storages: the resource, its status, and
-// the release-capacity action, which updates reservations as well.
-func Storage(hosts, reservations, nodes base.Stores, ca *sshca.CA) map[string]rest.Storage {
+// the release-capacity, lend and withdraw actions, which update reservations
+// as well, and the SSH certificate action.
+func Storage(hosts, reservations, nodes, pools, lendings base.Stores, ca *sshca.CA) map[string]rest.Storage {
+	lend := func(withdraw bool) *LendREST {
+		return &LendREST{Withdraw: withdraw, Hosts: hosts.Main, Reservations: reservations.Status,
+			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings}
+	}
 	return map[string]rest.Storage{
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},
 		"reservedhosts/status":           base.NewStatusREST(hosts.Status),
 		"reservedhosts/release-capacity": &ReleaseREST{Hosts: hosts.Status, Reservations: reservations.Status},
 		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, CA: ca},
+		"reservedhosts/lend":             lend(false),
+		"reservedhosts/withdraw":         lend(true),
 	}
 }

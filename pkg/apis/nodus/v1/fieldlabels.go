@@ -14,14 +14,14 @@ var selectableFields = map[string][]string{
 	"Reservation":  {"spec.project", "status.state", "status.node"},
 	"ReservedHost": {"status.reservation.state", "status.pool"},
 	"AccessToken":  {"spec.user"},
-	"Execution":    {"spec.pool", "status.phase"},
+	"Execution":    {"spec.pool", "status.phase", "status.host"},
 }
 
 // SelectableFields returns the extra selectable fields of kind.
 func SelectableFields(kind string) []string { return selectableFields[kind] }
 
 func addFieldLabelConversions(scheme *runtime.Scheme) error {
-	for _, kind := range []string{"Project", "Pool", "Node", "Allocation", "Reservation", "ReservedHost", "AccessToken", "EnrollmentToken", "Execution"} {
+	for _, kind := range []string{"Project", "Pool", "Node", "Allocation", "Reservation", "ReservedHost", "AccessToken", "EnrollmentToken", "Execution", "HostLending"} {
 		allowed := map[string]bool{"metadata.name": true, "metadata.namespace": true}
 		for _, f := range selectableFields[kind] {
 			allowed[f] = true

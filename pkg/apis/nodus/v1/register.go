@@ -45,6 +45,8 @@ func knownTypes() []runtime.Object {
 		&AccessToken{}, &AccessTokenList{},
 		&EnrollmentToken{}, &EnrollmentTokenList{},
 		&Execution{}, &ExecutionList{},
+		&HostLending{}, &HostLendingList{},
+		&ReservedHostLendRequest{}, &ReservedHostWithdrawRequest{}, &ExecutionCancelRequest{}, &ExecutionReport{},
 		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{}, &ReservedHostSSHCertificate{},
 	}
 }

@@ -65,6 +65,16 @@ type ExecutionStatus struct {
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	// +optional
 	Host string `json:"host,omitempty"`
+	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
+	// +optional
+	// +listType=atomic
+	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	// ScheduledAt is when it was placed on a host.
+	// +optional
+	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
+	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
+	// +optional
+	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty"`
 	// StartedAt is when it started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`

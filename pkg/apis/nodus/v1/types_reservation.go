@@ -97,6 +97,9 @@ type ReservationStatus struct {
 	// Release is set when the owner released capacity.
 	// +optional
 	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	// Lending is the owner's lending agreement, once it lent the host.
+	// +optional
+	Lending *ReservationLending `json:"lending,omitempty"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
 	// +optional
 	EndedAt *metav1.Time `json:"endedAt,omitempty"`

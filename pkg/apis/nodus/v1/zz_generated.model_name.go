@@ -75,6 +75,11 @@ func (in Execution) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionCancelRequest) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionCancelRequest"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExecutionEnv) OpenAPIModelName() string {
 	return "dev.nodus.v1.ExecutionEnv"
 }
@@ -85,6 +90,11 @@ func (in ExecutionList) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ExecutionReport) OpenAPIModelName() string {
+	return "dev.nodus.v1.ExecutionReport"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExecutionSpec) OpenAPIModelName() string {
 	return "dev.nodus.v1.ExecutionSpec"
 }
@@ -92,6 +102,26 @@ func (in ExecutionSpec) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ExecutionStatus) OpenAPIModelName() string {
 	return "dev.nodus.v1.ExecutionStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in HostBorrower) OpenAPIModelName() string {
+	return "dev.nodus.v1.HostBorrower"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in HostLending) OpenAPIModelName() string {
+	return "dev.nodus.v1.HostLending"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in HostLendingList) OpenAPIModelName() string {
+	return "dev.nodus.v1.HostLendingList"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in HostLendingStatus) OpenAPIModelName() string {
+	return "dev.nodus.v1.HostLendingStatus"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
@@ -195,6 +225,11 @@ func (in ReservationEvidence) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservationLending) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservationLending"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservationList) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservationList"
 }
@@ -225,6 +260,11 @@ func (in ReservedHostConnect) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservedHostLendRequest) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservedHostLendRequest"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservedHostList) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservedHostList"
 }
@@ -247,4 +287,9 @@ func (in ReservedHostSSHCertificate) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in ReservedHostStatus) OpenAPIModelName() string {
 	return "dev.nodus.v1.ReservedHostStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ReservedHostWithdrawRequest) OpenAPIModelName() string {
+	return "dev.nodus.v1.ReservedHostWithdrawRequest"
 }

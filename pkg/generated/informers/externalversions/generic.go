@@ -49,6 +49,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().EnrollmentTokens().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("executions"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().Executions().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("hostlendings"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().HostLendings().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("nodes"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Nodus().V1().Nodes().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("pools"):

@@ -20,6 +20,12 @@ type ExecutionStatusApplyConfiguration struct {
 	Phase *nodusv1.ExecutionPhase `json:"phase,omitempty"`
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	Host *string `json:"host,omitempty"`
+	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
+	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	// ScheduledAt is when it was placed on a host.
+	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
+	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
+	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty"`
 	// StartedAt is when it started.
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// FinishedAt is when it ended.
@@ -51,6 +57,32 @@ func (b *ExecutionStatusApplyConfiguration) WithPhase(value nodusv1.ExecutionPha
 // If called multiple times, the Host field is set to the value of the last call.
 func (b *ExecutionStatusApplyConfiguration) WithHost(value string) *ExecutionStatusApplyConfiguration {
 	b.Host = &value
+	return b
+}
+
+// WithGPUIndices adds the given value to the GPUIndices field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the GPUIndices field.
+func (b *ExecutionStatusApplyConfiguration) WithGPUIndices(values ...int32) *ExecutionStatusApplyConfiguration {
+	for i := range values {
+		b.GPUIndices = append(b.GPUIndices, values[i])
+	}
+	return b
+}
+
+// WithScheduledAt sets the ScheduledAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ScheduledAt field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithScheduledAt(value metav1.Time) *ExecutionStatusApplyConfiguration {
+	b.ScheduledAt = &value
+	return b
+}
+
+// WithCancelRequestedAt sets the CancelRequestedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the CancelRequestedAt field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithCancelRequestedAt(value metav1.Time) *ExecutionStatusApplyConfiguration {
+	b.CancelRequestedAt = &value
 	return b
 }
 

@@ -30,6 +30,8 @@ type ReservationStatusApplyConfiguration struct {
 	LoginUser *string `json:"loginUser,omitempty"`
 	// Release is set when the owner released capacity.
 	Release *ReservedHostReleaseStatusApplyConfiguration `json:"release,omitempty"`
+	// Lending is the owner's lending agreement, once it lent the host.
+	Lending *ReservationLendingApplyConfiguration `json:"lending,omitempty"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
 	EndedAt *metav1.Time `json:"endedAt,omitempty"`
 	// Conditions report placement and eligibility.
@@ -87,6 +89,14 @@ func (b *ReservationStatusApplyConfiguration) WithLoginUser(value string) *Reser
 // If called multiple times, the Release field is set to the value of the last call.
 func (b *ReservationStatusApplyConfiguration) WithRelease(value *ReservedHostReleaseStatusApplyConfiguration) *ReservationStatusApplyConfiguration {
 	b.Release = value
+	return b
+}
+
+// WithLending sets the Lending field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Lending field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithLending(value *ReservationLendingApplyConfiguration) *ReservationStatusApplyConfiguration {
+	b.Lending = value
 	return b
 }
 

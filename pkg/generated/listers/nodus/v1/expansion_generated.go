@@ -26,6 +26,14 @@ type ExecutionListerExpansion interface{}
 // ExecutionNamespaceLister.
 type ExecutionNamespaceListerExpansion interface{}
 
+// HostLendingListerExpansion allows custom methods to be added to
+// HostLendingLister.
+type HostLendingListerExpansion interface{}
+
+// HostLendingNamespaceListerExpansion allows custom methods to be added to
+// HostLendingNamespaceLister.
+type HostLendingNamespaceListerExpansion interface{}
+
 // NodeListerExpansion allows custom methods to be added to
 // NodeLister.
 type NodeListerExpansion interface{}

@@ -20,6 +20,8 @@ type Interface interface {
 	EnrollmentTokens() TypedEnrollmentTokenInformer
 	// Executions returns a ExecutionInformer.
 	Executions() TypedExecutionInformer
+	// HostLendings returns a HostLendingInformer.
+	HostLendings() TypedHostLendingInformer
 	// Nodes returns a NodeInformer.
 	Nodes() TypedNodeInformer
 	// Pools returns a PoolInformer.
@@ -61,6 +63,11 @@ func (v *version) EnrollmentTokens() TypedEnrollmentTokenInformer {
 // Executions returns a TypedExecutionInformer.
 func (v *version) Executions() TypedExecutionInformer {
 	return &executionInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// HostLendings returns a TypedHostLendingInformer.
+func (v *version) HostLendings() TypedHostLendingInformer {
+	return &hostLendingInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
 }
 
 // Nodes returns a TypedNodeInformer.

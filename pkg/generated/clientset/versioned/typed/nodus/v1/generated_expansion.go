@@ -14,6 +14,8 @@ type EnrollmentTokenExpansion interface{}
 
 type ExecutionExpansion interface{}
 
+type HostLendingExpansion interface{}
+
 type NodeExpansion interface{}
 
 type PoolExpansion interface{}

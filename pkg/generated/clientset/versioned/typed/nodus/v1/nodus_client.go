@@ -20,6 +20,7 @@ type NodusV1Interface interface {
 	AllocationsGetter
 	EnrollmentTokensGetter
 	ExecutionsGetter
+	HostLendingsGetter
 	NodesGetter
 	PoolsGetter
 	ProjectsGetter
@@ -46,6 +47,10 @@ func (c *NodusV1Client) EnrollmentTokens() EnrollmentTokenInterface {
 
 func (c *NodusV1Client) Executions(namespace string) ExecutionInterface {
 	return newExecutions(c, namespace)
+}
+
+func (c *NodusV1Client) HostLendings(namespace string) HostLendingInterface {
+	return newHostLendings(c, namespace)
 }
 
 func (c *NodusV1Client) Nodes() NodeInterface {

@@ -32,6 +32,10 @@ func (c *FakeNodusV1) Executions(namespace string) v1.ExecutionInterface {
 	return newFakeExecutions(c, namespace)
 }
 
+func (c *FakeNodusV1) HostLendings(namespace string) v1.HostLendingInterface {
+	return newFakeHostLendings(c, namespace)
+}
+
 func (c *FakeNodusV1) Nodes() v1.NodeInterface {
 	return newFakeNodes(c)
 }

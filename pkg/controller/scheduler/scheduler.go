@@ -1,0 +1,427 @@
+// Package scheduler places borrowers' pending executions on lent hosts and
+// keeps each owner's HostLending in step with what is borrowed.
+//
+// It works in passes over the informers' caches: one pass sees every lent
+// host and every execution, so caps and GPUs are counted once, in one place.
+// Only the elected leader runs it. Placements it wrote and the cache does not
+// show yet are remembered ("assumed"), so a pass never hands out a GPU that
+// an earlier pass gave away.
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lending"
+)
+
+const (
+	fieldManager = "nodus-scheduler"
+	// writers is how many status writes a pass has in flight at once.
+	writers = 16
+	// resync runs a pass even without events, as a safety net.
+	resync = 30 * time.Second
+)
+
+// Controller is the scheduler.
+type Controller struct {
+	client       versioned.Interface
+	executions   listers.ExecutionLister
+	reservations listers.ReservationLister
+	nodes        listers.NodeLister
+	pools        listers.PoolLister
+	lendings     listers.HostLendingLister
+	projects     listers.ProjectLister
+	synced       []cache.InformerSynced
+	trigger      chan struct{}
+	now          func() time.Time
+
+	mu      sync.Mutex
+	assumed map[types.UID]placement
+}
+
+// placement is where an execution was put.
+type placement struct {
+	alias string
+	gpus  []int32
+}
+
+// New wires the scheduler to the informers of factory.
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory) (*Controller, error) {
+	v1 := factory.Nodus().V1()
+	c := &Controller{
+		client:       client,
+		executions:   v1.Executions().Lister(),
+		reservations: v1.Reservations().Lister(),
+		nodes:        v1.Nodes().Lister(),
+		pools:        v1.Pools().Lister(),
+		lendings:     v1.HostLendings().Lister(),
+		projects:     v1.Projects().Lister(),
+		trigger:      make(chan struct{}, 1),
+		now:          time.Now,
+		assumed:      map[types.UID]placement{},
+	}
+	for _, informer := range []cache.SharedIndexInformer{
+		v1.Executions().Informer(), v1.Reservations().Informer(), v1.Nodes().Informer(),
+		v1.Pools().Informer(), v1.HostLendings().Informer(), v1.Projects().Informer(),
+	} {
+		if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(interface{}) { c.poke() },
+			UpdateFunc: func(_, _ interface{}) { c.poke() },
+			DeleteFunc: func(interface{}) { c.poke() },
+		}); err != nil {
+			return nil, err
+		}
+		c.synced = append(c.synced, informer.HasSynced)
+	}
+	return c, nil
+}
+
+func (c *Controller) poke() {
+	select {
+	case c.trigger <- struct{}{}:
+	default:
+	}
+}
+
+// Run makes passes until ctx ends: after events, coalesced, and every resync.
+func (c *Controller) Run(ctx context.Context) {
+	defer utilruntime.HandleCrash()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		return
+	}
+	klog.InfoS("scheduler started")
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-c.trigger:
+		case <-time.After(resync):
+		}
+		if err := c.Pass(ctx); err != nil {
+			klog.ErrorS(err, "scheduling pass")
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			c.poke()
+		}
+	}
+}
+
+// host is one lent host as a pass sees it.
+type host struct {
+	alias       string
+	pool        string
+	reservation *nodusv1.Reservation
+	placeable   bool // lent, agent ready, not in maintenance
+	maxGPUs     int32
+	maxExec     int32
+	gpuUsed     []bool // by index; len is the host's GPU count
+	usedGPUs    int32
+	executions  int32
+	usage       lending.Usage
+}
+
+func (h *host) freeIndices(n int32) []int32 {
+	var out []int32
+	for i, used := range h.gpuUsed {
+		if int32(len(out)) == n {
+			break
+		}
+		if !used {
+			out = append(out, int32(i))
+		}
+	}
+	if int32(len(out)) < n {
+		return nil
+	}
+	return out
+}
+
+func (h *host) fits(gpus int32) bool {
+	return h.placeable && h.executions < h.maxExec && h.usedGPUs+gpus <= h.maxGPUs &&
+		(gpus == 0 || h.freeIndices(gpus) != nil)
+}
+
+func (h *host) take(project string, gpus []int32) {
+	for _, i := range gpus {
+		if int(i) < len(h.gpuUsed) {
+			h.gpuUsed[i] = true
+		}
+	}
+	h.usedGPUs += int32(len(gpus))
+	h.executions++
+	h.usage.Add(project, int32(len(gpus)))
+}
+
+// write is one status change a pass decided.
+type write struct {
+	execution *nodusv1.Execution
+	place     *placement
+}
+
+// Pass places what can be placed now and brings HostLendings up to date.
+func (c *Controller) Pass(ctx context.Context) error {
+	hosts, all, err := c.hosts()
+	if err != nil {
+		return err
+	}
+	executions, err := c.executions.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	// borrowed is GPUs held per pool and borrowing project.
+	borrowed := map[[2]string]int32{}
+	var pending []*nodusv1.Execution
+	var writes []write
+	now := metav1.NewTime(c.now().Truncate(time.Second))
+
+	c.mu.Lock()
+	seen := map[types.UID]bool{}
+	for _, e := range executions {
+		seen[e.UID] = true
+		p, isAssumed := c.assumed[e.UID]
+		if isAssumed && e.Status.Phase != nodusv1.ExecutionPending {
+			delete(c.assumed, e.UID) // the cache caught up
+			isAssumed = false
+		}
+		switch {
+		case isAssumed:
+			// Placed by an earlier pass; the cache does not show it yet.
+		case e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning:
+			p = placement{alias: e.Status.Host, gpus: e.Status.GPUIndices}
+		case e.Status.Phase == nodusv1.ExecutionPending || e.Status.Phase == "":
+			pending = append(pending, e)
+			continue
+		default:
+			continue
+		}
+		borrowed[[2]string{e.Spec.Pool, e.Namespace}] += int32(len(p.gpus))
+		h := hosts[p.alias]
+		if h == nil {
+			continue
+		}
+		h.take(e.Namespace, p.gpus)
+		if e.Status.Phase == nodusv1.ExecutionScheduled && !lending.Lent(h.reservation) {
+			// Withdrawn, released or ended before the agent started it.
+			writes = append(writes, write{execution: drained(e, now)})
+		}
+	}
+	for uid := range c.assumed {
+		if !seen[uid] {
+			delete(c.assumed, uid)
+		}
+	}
+	c.mu.Unlock()
+
+	byPool := map[string][]*host{}
+	for _, h := range hosts {
+		if h.placeable {
+			byPool[h.pool] = append(byPool[h.pool], h)
+		}
+	}
+	for _, list := range byPool {
+		slices.SortFunc(list, func(a, b *host) int { return cmp.Compare(a.alias, b.alias) })
+	}
+	slices.SortFunc(pending, func(a, b *nodusv1.Execution) int {
+		if d := a.CreationTimestamp.Compare(b.CreationTimestamp.Time); d != 0 {
+			return d
+		}
+		return cmp.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
+	})
+	for _, e := range pending {
+		key := [2]string{e.Spec.Pool, e.Namespace}
+		capGPUs, allowed := c.borrowerCap(e)
+		var why string
+		var chosen *host
+		switch {
+		case !allowed:
+			why = fmt.Sprintf("pool %s no longer lends to project %s", e.Spec.Pool, e.Namespace)
+		case borrowed[key]+e.Spec.GPUs > capGPUs:
+			why = fmt.Sprintf("project %s holds %d of its %d GPUs in pool %s; waiting for some to be freed", e.Namespace, borrowed[key], capGPUs, e.Spec.Pool)
+		default:
+			chosen = bestFit(byPool[e.Spec.Pool], e.Spec.GPUs)
+			if chosen == nil {
+				why = fmt.Sprintf("no lent host in pool %s has %d free GPUs and a free execution slot now", e.Spec.Pool, e.Spec.GPUs)
+			}
+		}
+		if chosen == nil {
+			if e.Status.Reason != "Waiting" || e.Status.Message != why {
+				w := e.DeepCopy()
+				w.Status.Phase, w.Status.Reason, w.Status.Message = nodusv1.ExecutionPending, "Waiting", why
+				writes = append(writes, write{execution: w})
+			}
+			continue
+		}
+		p := placement{alias: chosen.alias, gpus: chosen.freeIndices(e.Spec.GPUs)}
+		chosen.take(e.Namespace, p.gpus)
+		borrowed[key] += e.Spec.GPUs
+		w := e.DeepCopy()
+		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
+		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
+		writes = append(writes, write{execution: w, place: &p})
+	}
+	if err := c.apply(ctx, writes); err != nil {
+		return err
+	}
+	return c.project(ctx, all)
+}
+
+// bestFit is the host where the execution leaves the fewest lendable GPUs
+// unused, so that big executions still find whole hosts.
+func bestFit(candidates []*host, gpus int32) *host {
+	var best *host
+	for _, h := range candidates {
+		if !h.fits(gpus) {
+			continue
+		}
+		if best == nil || h.maxGPUs-h.usedGPUs < best.maxGPUs-best.usedGPUs {
+			best = h
+		}
+	}
+	return best
+}
+
+func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := e.DeepCopy()
+	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionDrained, &now
+	w.Status.Reason, w.Status.Message = "Drained", "the host stopped being lent before the execution started"
+	return w
+}
+
+// borrowerCap is the project's GPU cap in the execution's pool, and whether
+// the pool lends to it at all (admission checked it; the pool may have changed).
+func (c *Controller) borrowerCap(e *nodusv1.Execution) (int32, bool) {
+	pool, err := c.pools.Get(e.Spec.Pool)
+	if err != nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
+		return 0, false
+	}
+	for _, b := range pool.Spec.Lending.Borrowers {
+		if b.Project == e.Namespace {
+			return b.MaxGPUs, true
+		}
+	}
+	return 0, false
+}
+
+// hosts are the hosts of every reservation with a lending agreement: all of
+// them, and by alias the one that counts for each node (the lent one, if any).
+func (c *Controller) hosts() (map[string]*host, []*host, error) {
+	reservations, err := c.reservations.List(labels.Everything())
+	if err != nil {
+		return nil, nil, err
+	}
+	out := map[string]*host{}
+	var all []*host
+	for _, r := range reservations {
+		if r.Status.Lending == nil || r.Status.Node == "" {
+			continue
+		}
+		node, err := c.nodes.Get(r.Status.Node)
+		if err != nil {
+			continue
+		}
+		h := &host{
+			alias: lending.HostAlias(node), pool: node.Spec.Pool, reservation: r,
+			maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions,
+			gpuUsed: make([]bool, lending.GPUCount(node)), usage: lending.Usage{},
+		}
+		h.placeable = lending.Lent(r) && !node.Spec.Maintenance &&
+			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady)
+		all = append(all, h)
+		if old, ok := out[h.alias]; ok && lending.Lent(old.reservation) {
+			continue // an ended reservation of the same node never hides the live one
+		}
+		out[h.alias] = h
+	}
+	return out, all, nil
+}
+
+// apply writes the decided statuses, several at once. A conflict means the
+// execution changed (cancelled, say): the next pass sees it anew.
+func (c *Controller) apply(ctx context.Context, writes []write) error {
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, writers)
+	var mu sync.Mutex
+	var firstErr error
+	for _, w := range writes {
+		if w.place != nil {
+			c.mu.Lock()
+			c.assumed[w.execution.UID] = *w.place
+			c.mu.Unlock()
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(w write) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			_, err := c.client.NodusV1().Executions(w.execution.Namespace).UpdateStatus(ctx, w.execution, metav1.UpdateOptions{FieldManager: fieldManager})
+			if err == nil {
+				return
+			}
+			if w.place != nil {
+				c.mu.Lock()
+				delete(c.assumed, w.execution.UID)
+				c.mu.Unlock()
+			}
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				c.poke()
+				return
+			}
+			mu.Lock()
+			if firstErr == nil {
+				firstErr = err
+			}
+			mu.Unlock()
+		}(w)
+	}
+	wg.Wait()
+	return firstErr
+}
+
+// project writes each owner's HostLending where its use or agreement changed.
+func (c *Controller) project(ctx context.Context, hosts []*host) error {
+	for _, h := range hosts {
+		r := h.reservation
+		if _, err := c.projects.Get(r.Spec.Project); err != nil {
+			continue
+		}
+		pool, _ := c.pools.Get(h.pool)
+		desired := lending.Status(r, pool, h.usage)
+		current, err := c.lendings.HostLendings(r.Spec.Project).Get(r.Name)
+		switch {
+		case apierrors.IsNotFound(err):
+			l := &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: r.Name, Namespace: r.Spec.Project}, Status: desired}
+			_, err = c.client.NodusV1().HostLendings(r.Spec.Project).Create(ctx, l, metav1.CreateOptions{FieldManager: fieldManager})
+		case err != nil:
+		case !equality.Semantic.DeepEqual(current.Status, desired):
+			l := current.DeepCopy()
+			l.Status = desired
+			_, err = c.client.NodusV1().HostLendings(r.Spec.Project).UpdateStatus(ctx, l, metav1.UpdateOptions{FieldManager: fieldManager})
+		}
+		if err != nil && !apierrors.IsConflict(err) && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,78 @@
+// Package executionlog keeps the bounded output of borrower executions in
+// etcd, outside the Execution objects so that lists and watches stay small.
+// Each log lives on a lease: it disappears a week after its last write,
+// whether or not its Execution is still there.
+package executionlog
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// Log is the kept tail of an execution's output.
+type Log struct {
+	// Data is the tail, at most nodusv1.MaxExecutionLogBytes.
+	Data []byte `json:"data"`
+	// DroppedBytes is how much output came before Data and was not kept.
+	DroppedBytes int64 `json:"droppedBytes,omitempty"`
+}
+
+// Store reads and writes logs under Prefix.
+type Store struct {
+	Client *clientv3.Client
+	Prefix string
+	TTL    time.Duration
+}
+
+// NewStore keeps logs under /nodus/executionlogs/ for a week.
+func NewStore(client *clientv3.Client) *Store {
+	return &Store{Client: client, Prefix: "/nodus/executionlogs/", TTL: 7 * 24 * time.Hour}
+}
+
+// key includes the UID: a new execution of the same name never shows an old log.
+func (s *Store) key(namespace, name string, uid types.UID) string {
+	return s.Prefix + namespace + "/" + name + "/" + string(uid)
+}
+
+// Put replaces the log, trimming it to its last MaxExecutionLogBytes.
+func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, log Log) error {
+	if over := len(log.Data) - nodusv1.MaxExecutionLogBytes; over > 0 {
+		log.Data = log.Data[over:]
+		log.DroppedBytes += int64(over)
+	}
+	data, err := json.Marshal(log)
+	if err != nil {
+		return err
+	}
+	key := s.key(namespace, name, uid)
+	// Keep the lease of the first write: one lease per log, not per write.
+	_, err = s.Client.Put(ctx, key, string(data), clientv3.WithIgnoreLease())
+	if !errors.Is(err, rpctypes.ErrKeyNotFound) {
+		return err
+	}
+	lease, err := s.Client.Grant(ctx, int64(s.TTL.Seconds()))
+	if err != nil {
+		return err
+	}
+	_, err = s.Client.Put(ctx, key, string(data), clientv3.WithLease(lease.ID))
+	return err
+}
+
+// Get returns the log, or an empty one when nothing was written.
+func (s *Store) Get(ctx context.Context, namespace, name string, uid types.UID) (Log, error) {
+	resp, err := s.Client.Get(ctx, s.key(namespace, name, uid))
+	if err != nil || len(resp.Kvs) == 0 {
+		return Log{}, err
+	}
+	var log Log
+	err = json.Unmarshal(resp.Kvs[0].Value, &log)
+	return log, err
+}

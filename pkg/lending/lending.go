@@ -1,0 +1,84 @@
+// Package lending holds the rules of lending that the server's actions, the
+// scheduler and the authorizer share: when a host counts as lent, what it
+// lends, and the alias borrowers know it by.
+package lending
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"slices"
+	"strings"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// MaxExecutionsPerHost bounds what an owner may allow at once on one host.
+const MaxExecutionsPerHost = 64
+
+// HostAlias is the name borrowers see for the host of a node: derived from
+// the node's UID, so it says nothing of the node's name or its owner, and a
+// node enrolled anew is a new host to borrowers.
+func HostAlias(node *nodusv1.Node) string {
+	sum := sha256.Sum256([]byte("nodus-host-alias/" + string(node.UID)))
+	return "host-" + hex.EncodeToString(sum[:6])
+}
+
+// Lent says whether borrowers may use the reserved host now: the owner lends
+// it and the reservation is active. Releasing and the end of the term
+// therefore drain lending without touching the agreement itself.
+func Lent(r *nodusv1.Reservation) bool {
+	return r.Status.State == nodusv1.ReservationStateActive && r.Status.Lending != nil && r.Status.Lending.Lent
+}
+
+// State is the owner-visible lending state of r.
+func State(r *nodusv1.Reservation) nodusv1.HostLendingState {
+	switch {
+	case Lent(r):
+		return nodusv1.HostLendingLent
+	case r.Status.State == nodusv1.ReservationStateActive:
+		return nodusv1.HostLendingWithdrawn
+	}
+	return nodusv1.HostLendingEnded
+}
+
+// GPUCount is the number of GPUs a node reports.
+func GPUCount(node *nodusv1.Node) int32 {
+	if node == nil {
+		return 0
+	}
+	return int32(len(node.Status.Inventory.GPUs))
+}
+
+// Usage is how much of a lent host borrowers hold, per borrowing project.
+type Usage map[string]nodusv1.HostBorrower
+
+// Add counts an execution of project holding gpus.
+func (u Usage) Add(project string, gpus int32) {
+	b := u[project]
+	b.Project = project
+	b.GPUs += gpus
+	b.Executions++
+	u[project] = b
+}
+
+// Status is the HostLending status of reservation r whose host is in pool,
+// given its current use. Borrowers are named only where the pool says so.
+func Status(r *nodusv1.Reservation, pool *nodusv1.Pool, usage Usage) nodusv1.HostLendingStatus {
+	st := nodusv1.HostLendingStatus{State: State(r)}
+	if l := r.Status.Lending; l != nil {
+		st.Epoch, st.MaxGPUs, st.MaxExecutions, st.ChangedAt = l.Epoch, l.MaxGPUs, l.MaxExecutions, l.ChangedAt
+	}
+	if pool != nil {
+		st.Pool = pool.Name
+	}
+	show := pool != nil && pool.Spec.Lending != nil && pool.Spec.Lending.ShowBorrowers
+	for _, b := range usage {
+		st.BorrowedGPUs += b.GPUs
+		st.Executions += b.Executions
+		if show {
+			st.Borrowers = append(st.Borrowers, b)
+		}
+	}
+	slices.SortFunc(st.Borrowers, func(a, b nodusv1.HostBorrower) int { return strings.Compare(a.Project, b.Project) })
+	return st
+}

@@ -1,0 +1,252 @@
+package execution
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/executionlog"
+	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+var gr = nodusv1.Resource("executions")
+
+// Finished says whether phase is one an execution never leaves.
+func Finished(phase nodusv1.ExecutionPhase) bool {
+	switch phase {
+	case nodusv1.ExecutionSucceeded, nodusv1.ExecutionFailed, nodusv1.ExecutionDrained, nodusv1.ExecutionCancelled:
+		return true
+	}
+	return false
+}
+
+// Storage returns the Execution storages: the resource, its status, the
+// borrower's cancel action, the agent's report action and the log.
+func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Store) map[string]rest.Storage {
+	storage := executions.Storage("executions", "exec")
+	storage["executions/cancel"] = &CancelREST{Executions: executions.Status}
+	storage["executions/report"] = &ReportREST{Executions: executions.Status, Reservations: reservations.Main, Nodes: nodes.Main, Logs: logs}
+	storage["executions/log"] = &LogREST{Executions: executions.Main, Logs: logs}
+	return storage
+}
+
+// CancelREST serves POST executions/{name}/cancel. A pending or scheduled
+// execution ends as cancelled at once; a running one gets
+// status.cancelRequestedAt, and its agent stops it and reports it cancelled.
+type CancelREST struct {
+	Executions *genericregistry.Store // executions/status
+}
+
+func (r *CancelREST) New() runtime.Object { return &nodusv1.ExecutionCancelRequest{} }
+func (r *CancelREST) Destroy()            {}
+
+// ProducesMIMETypes implements rest.StorageMetadata.
+func (r *CancelREST) ProducesMIMETypes(string) []string { return nil }
+
+// ProducesObject says the answer is the Execution.
+func (r *CancelREST) ProducesObject(string) interface{} { return nodusv1.Execution{} }
+
+// Create cancels.
+func (r *CancelREST) Create(ctx context.Context, name string, _ runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	who := "a borrower"
+	if u, ok := genericapirequest.UserFrom(ctx); ok {
+		who = u.GetName()
+	}
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	updated, _, err := r.Executions.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			e := old.(*nodusv1.Execution).DeepCopy()
+			switch e.Status.Phase {
+			case nodusv1.ExecutionCancelled:
+				return e, nil
+			case nodusv1.ExecutionPending, nodusv1.ExecutionScheduled, "":
+				e.Status.Phase, e.Status.FinishedAt = nodusv1.ExecutionCancelled, &now
+				e.Status.Reason, e.Status.Message = "Cancelled", "cancelled by "+who+" before it started"
+				e.Status.Host, e.Status.GPUIndices = "", nil
+			case nodusv1.ExecutionRunning:
+				if e.Status.CancelRequestedAt == nil {
+					e.Status.CancelRequestedAt = &now
+					e.Status.Message = "cancel requested by " + who + "; the host stops it"
+				}
+			default:
+				return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
+					fmt.Sprintf("execution %q already ended: %s", name, e.Status.Phase), "")
+			}
+			return e, nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
+	return updated, err
+}
+
+// ReportREST serves POST executions/{name}/report for the agent of the host
+// the execution is placed on: it moves the execution to running or to its
+// end and keeps the tail of its output.
+type ReportREST struct {
+	Executions   *genericregistry.Store // executions/status
+	Reservations *genericregistry.Store
+	Nodes        *genericregistry.Store
+	Logs         *executionlog.Store
+}
+
+func (r *ReportREST) New() runtime.Object { return &nodusv1.ExecutionReport{} }
+func (r *ReportREST) Destroy()            {}
+
+// ProducesMIMETypes implements rest.StorageMetadata.
+func (r *ReportREST) ProducesMIMETypes(string) []string { return nil }
+
+// ProducesObject says the answer is the Execution.
+func (r *ReportREST) ProducesObject(string) interface{} { return nodusv1.Execution{} }
+
+// Create applies the report.
+func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	report, ok := obj.(*nodusv1.ExecutionReport)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an ExecutionReport, got %T", obj))
+	}
+	if report.Phase != nodusv1.ExecutionRunning && !Finished(report.Phase) {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("phase %q cannot be reported: send running, succeeded, failed, drained or cancelled", report.Phase))
+	}
+	u, _ := genericapirequest.UserFrom(ctx)
+	nodeName, _, isAgent := auth.NodeOf(u)
+	if !isAgent {
+		return nil, apierrors.NewForbidden(gr, name, fmt.Errorf("only the agent of the host an execution runs on reports it"))
+	}
+	cluster := genericapirequest.WithNamespace(ctx, "")
+	nodeObj, err := r.Nodes.Get(cluster, nodeName, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	node := nodeObj.(*nodusv1.Node)
+	alias := lending.HostAlias(node)
+	if report.Phase == nodusv1.ExecutionRunning {
+		lent, err := r.lent(cluster, nodeName)
+		if err != nil {
+			return nil, err
+		}
+		if !lent {
+			return nil, apierror.New(ctx, apierror.ReasonHostNotLent, gr, name,
+				fmt.Sprintf("the host of execution %q is no longer lent: do not start it", name), "")
+		}
+	}
+
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	updated, _, err := r.Executions.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			e := old.(*nodusv1.Execution).DeepCopy()
+			if e.Status.Host != alias {
+				// Not placed here: to this agent, it does not exist.
+				return nil, apierrors.NewNotFound(gr, name)
+			}
+			if e.Status.Phase == report.Phase {
+				return e, nil // a repeated report, or fresh output only
+			}
+			if Finished(e.Status.Phase) || e.Status.Phase == nodusv1.ExecutionPending ||
+				(report.Phase == nodusv1.ExecutionRunning && e.Status.Phase != nodusv1.ExecutionScheduled) {
+				return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
+					fmt.Sprintf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase), "")
+			}
+			e.Status.Phase = report.Phase
+			e.Status.Reason, e.Status.Message = report.Reason, report.Message
+			if report.Phase == nodusv1.ExecutionRunning {
+				e.Status.StartedAt = &now
+			} else {
+				e.Status.FinishedAt = &now
+				e.Status.ExitCode = report.ExitCode
+			}
+			return e, nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
+	if err != nil {
+		return nil, err
+	}
+	e := updated.(*nodusv1.Execution)
+	if len(options.DryRun) == 0 && (report.Log != "" || report.LogDroppedBytes > 0) {
+		ns, _ := genericapirequest.NamespaceFrom(ctx)
+		if err := r.Logs.Put(ctx, ns, name, e.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes}); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// lent says whether a reservation on node lends it now.
+func (r *ReportREST) lent(ctx context.Context, node string) (bool, error) {
+	list, err := r.Reservations.List(ctx, &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.node", node)})
+	if err != nil {
+		return false, err
+	}
+	for i := range list.(*nodusv1.ReservationList).Items {
+		if lending.Lent(&list.(*nodusv1.ReservationList).Items[i]) {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// LogREST serves GET executions/{name}/log: the kept tail of the output, as text.
+type LogREST struct {
+	Executions *genericregistry.Store
+	Logs       *executionlog.Store
+}
+
+var (
+	_ rest.Getter          = &LogREST{}
+	_ rest.StorageMetadata = &LogREST{}
+)
+
+func (r *LogREST) New() runtime.Object { return &nodusv1.Execution{} }
+func (r *LogREST) Destroy()            {}
+
+// ProducesMIMETypes says the log is plain text.
+func (r *LogREST) ProducesMIMETypes(string) []string { return []string{"text/plain"} }
+
+// ProducesObject says the answer is a string.
+func (r *LogREST) ProducesObject(string) interface{} { return "" }
+
+// Get returns the log as a stream.
+func (r *LogREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (runtime.Object, error) {
+	obj, err := r.Executions.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	e := obj.(*nodusv1.Execution)
+	log, err := r.Logs.Get(ctx, e.Namespace, e.Name, e.UID)
+	if err != nil {
+		return nil, err
+	}
+	data := log.Data
+	if log.DroppedBytes > 0 {
+		data = append([]byte(fmt.Sprintf("[nodus: %d earlier bytes of output were not kept]\n", log.DroppedBytes)), data...)
+	}
+	return &logStream{data: data}, nil
+}
+
+// logStream is the log as the generic server streams it.
+type logStream struct {
+	metav1.TypeMeta
+	data []byte
+}
+
+var _ rest.ResourceStreamer = &logStream{}
+
+func (s *logStream) DeepCopyObject() runtime.Object {
+	return &logStream{TypeMeta: s.TypeMeta, data: bytes.Clone(s.data)}
+}
+
+// InputStream implements rest.ResourceStreamer.
+func (s *logStream) InputStream(context.Context, string, string) (io.ReadCloser, bool, string, error) {
+	return io.NopCloser(bytes.NewReader(s.data)), false, "text/plain; charset=utf-8", nil
+}

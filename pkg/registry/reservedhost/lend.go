@@ -1,0 +1,225 @@
+package reservedhost
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+// LendREST serves POST reservedhosts/{name}/lend and …/withdraw: the owner
+// lends its host into the host's pool, changes what it lends, or withdraws
+// it. Like release, it takes the epoch the owner reviewed and honours
+// If-Match and Idempotency-Key. The agreement is kept on the Reservation;
+// the answer is the owner's HostLending.
+type LendREST struct {
+	Withdraw     bool
+	Hosts        *genericregistry.Store // reservedhosts
+	Reservations *genericregistry.Store // reservations/status
+	Nodes        *genericregistry.Store
+	Pools        *genericregistry.Store
+	Lendings     base.Stores // hostlendings and their status
+	Now          func() time.Time
+}
+
+var (
+	_ rest.NamedCreater    = &LendREST{}
+	_ rest.StorageMetadata = &LendREST{}
+)
+
+func (r *LendREST) New() runtime.Object {
+	if r.Withdraw {
+		return &nodusv1.ReservedHostWithdrawRequest{}
+	}
+	return &nodusv1.ReservedHostLendRequest{}
+}
+func (r *LendREST) Destroy() {}
+
+// ProducesMIMETypes implements rest.StorageMetadata.
+func (r *LendREST) ProducesMIMETypes(string) []string { return nil }
+
+// ProducesObject says the answer is the HostLending, for the OpenAPI document.
+func (r *LendREST) ProducesObject(string) interface{} { return nodusv1.HostLending{} }
+
+// Create lends or withdraws.
+func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	var epoch *int64
+	var maxGPUs, maxExecutions *int32
+	switch req := obj.(type) {
+	case *nodusv1.ReservedHostLendRequest:
+		epoch, maxGPUs, maxExecutions = req.Epoch, req.MaxGPUs, req.MaxExecutions
+	case *nodusv1.ReservedHostWithdrawRequest:
+		epoch = req.Epoch
+	default:
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("unexpected body %T", obj))
+	}
+	namespace, _ := genericapirequest.NamespaceFrom(ctx)
+	cluster := genericapirequest.WithNamespace(ctx, "")
+	gr := nodusv1.Resource("reservedhosts")
+
+	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	host := current.(*nodusv1.ReservedHost)
+	if ifMatch := strings.Join(exchange.From(ctx).RequestHeaderValues("If-Match"), ","); ifMatch != "" {
+		match, err := IfMatch(ifMatch, ETag(host))
+		if err != nil {
+			return nil, apierrors.NewBadRequest(err.Error())
+		}
+		if !match {
+			return nil, apierror.New(ctx, apierror.ReasonPreconditionFailed, gr, name,
+				fmt.Sprintf("If-Match %s does not name the current version %s of reservedhost %q", ifMatch, ETag(host), name), "")
+		}
+	}
+	if epoch == nil {
+		return nil, apierror.New(ctx, apierror.ReasonEpochRequired, gr, name,
+			`"epoch" is required: send the status.reservation.epoch you reviewed`, "")
+	}
+
+	var pool *nodusv1.Pool
+	now := metav1.NewTime(r.now().Truncate(time.Second))
+	updated, _, err := r.Reservations.Update(cluster, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
+			res := old.(*nodusv1.Reservation).DeepCopy()
+			if res.Spec.Project != namespace {
+				return nil, apierrors.NewNotFound(gr, name)
+			}
+			if err := releasable(ctx, res, *epoch, now.Time, name); err != nil {
+				return nil, err
+			}
+			if r.Withdraw {
+				if res.Status.Lending == nil || !res.Status.Lending.Lent {
+					return res, nil // nothing lent: withdrawing again changes nothing
+				}
+				res.Status.Lending.Lent = false
+				res.Status.Lending.Epoch, res.Status.Lending.ChangedAt = *epoch, now
+				return res, nil
+			}
+			var node *nodusv1.Node
+			var err error
+			if node, pool, err = r.nodeAndPool(ctx, res.Status.Node); err != nil {
+				return nil, err
+			}
+			if pool == nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
+				return nil, apierror.New(ctx, apierror.ReasonLendingClosed, gr, name,
+					fmt.Sprintf("pool %q of reservedhost %q does not accept lending", node.Spec.Pool, name), "")
+			}
+			agreement, errs := agreementFor(node, maxGPUs, maxExecutions)
+			if len(errs) > 0 {
+				return nil, apierrors.NewInvalid(nodusv1.Kind("ReservedHostLendRequest"), name, errs)
+			}
+			agreement.Epoch, agreement.ChangedAt = *epoch, now
+			res.Status.Lending = agreement
+			return res, nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
+	if apierrors.IsNotFound(err) {
+		return nil, apierrors.NewNotFound(gr, name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	res := updated.(*nodusv1.Reservation)
+	if pool == nil && res.Status.Node != "" {
+		_, pool, _ = r.nodeAndPool(ctx, res.Status.Node)
+	}
+	return r.writeLending(ctx, namespace, name, res, pool, options.DryRun)
+}
+
+// agreementFor checks the caps asked against the node and fills in defaults:
+// every GPU of the host, and one execution per lent GPU (at least one).
+func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32) (*nodusv1.ReservationLending, field.ErrorList) {
+	gpus := lending.GPUCount(node)
+	a := &nodusv1.ReservationLending{Lent: true, MaxGPUs: gpus}
+	var errs field.ErrorList
+	if maxGPUs != nil {
+		switch {
+		case *maxGPUs < 0:
+			errs = append(errs, field.Invalid(field.NewPath("maxGPUs"), *maxGPUs, "must not be negative"))
+		case *maxGPUs > gpus:
+			errs = append(errs, field.Invalid(field.NewPath("maxGPUs"), *maxGPUs, fmt.Sprintf("the host has %d GPUs", gpus)))
+		default:
+			a.MaxGPUs = *maxGPUs
+		}
+	}
+	a.MaxExecutions = max(a.MaxGPUs, 1)
+	if maxExecutions != nil {
+		if *maxExecutions < 1 || *maxExecutions > lending.MaxExecutionsPerHost {
+			errs = append(errs, field.Invalid(field.NewPath("maxExecutions"), *maxExecutions,
+				fmt.Sprintf("must be between 1 and %d", lending.MaxExecutionsPerHost)))
+		} else {
+			a.MaxExecutions = *maxExecutions
+		}
+	}
+	return a, errs
+}
+
+func (r *LendREST) nodeAndPool(ctx context.Context, nodeName string) (*nodusv1.Node, *nodusv1.Pool, error) {
+	cluster := genericapirequest.WithNamespace(ctx, "")
+	obj, err := r.Nodes.Get(cluster, nodeName, &metav1.GetOptions{})
+	if err != nil {
+		return nil, nil, err
+	}
+	node := obj.(*nodusv1.Node)
+	obj, err = r.Pools.Get(cluster, node.Spec.Pool, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return node, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	return node, obj.(*nodusv1.Pool), nil
+}
+
+// writeLending brings the owner's HostLending in line with the agreement at
+// once, keeping the use the scheduler last recorded, and returns it.
+func (r *LendREST) writeLending(ctx context.Context, namespace, name string, res *nodusv1.Reservation, pool *nodusv1.Pool, dryRun []string) (runtime.Object, error) {
+	ctx = genericapirequest.WithNamespace(ctx, namespace)
+	desired := func(old *nodusv1.HostLending) *nodusv1.HostLending {
+		l := old.DeepCopy()
+		usage := lending.Usage{}
+		for _, b := range old.Status.Borrowers {
+			usage[b.Project] = b
+		}
+		st := lending.Status(res, pool, usage)
+		st.BorrowedGPUs, st.Executions = old.Status.BorrowedGPUs, old.Status.Executions
+		l.Status = st
+		return l
+	}
+	_, err := r.Lendings.Main.Get(ctx, name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		l := desired(&nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
+		created, err := r.Lendings.Main.Create(ctx, l, nil, &metav1.CreateOptions{DryRun: dryRun})
+		if !apierrors.IsAlreadyExists(err) {
+			return created, err
+		}
+	} else if err != nil {
+		return nil, err
+	}
+	updated, _, err := r.Lendings.Status.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			return desired(old.(*nodusv1.HostLending)), nil
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
+	return updated, err
+}
+
+func (r *LendREST) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
