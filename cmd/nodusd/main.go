@@ -95,7 +95,7 @@ func runCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath and grace; its values override the flags")
+	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser and executionsDir; its values override the flags")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
 	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
@@ -103,6 +103,8 @@ func runCommand() *cobra.Command {
 	f.DurationVar(&o.Grace, "grace", o.Grace, "time between SIGTERM and SIGKILL when access is retired")
 	f.StringVar(&o.Socket, "socket", o.Socket, "unix socket for `nodusd principals` (default STATE-DIR/agent.sock)")
 	f.StringVar(&o.SSHDCAFile, "sshd-ca-file", o.SSHDCAFile, "write the server's SSH user CA key here, for sshd's TrustedUserCAKeys")
+	f.StringVar(&o.BorrowerUser, "borrower-user", agent.DefaultBorrowerUser, "unprivileged account borrowers' executions run as (never the owner's login user)")
+	f.StringVar(&o.ExecutionsDir, "executions-dir", o.ExecutionsDir, "where executions' work directories are made and removed (default STATE-DIR/executions)")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	return cmd
 }
@@ -135,6 +137,9 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 		SSHAddress *string `json:"sshAddress"`
 		DiskPath   *string `json:"diskPath"`
 		Grace      *string `json:"grace"`
+		// Borrower executions.
+		BorrowerUser  *string `json:"borrowerUser"`
+		ExecutionsDir *string `json:"executionsDir"`
 	}
 	if err := strictJSON(data, &c); err != nil {
 		return err
@@ -148,6 +153,8 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 	set(&f.o.SSHHostKey, c.SSHHostKey)
 	set(&f.o.SSHAddress, c.SSHAddress)
 	set(&f.o.DiskPath, c.DiskPath)
+	set(&f.o.BorrowerUser, c.BorrowerUser)
+	set(&f.o.ExecutionsDir, c.ExecutionsDir)
 	if c.Grace != nil {
 		d, err := time.ParseDuration(*c.Grace)
 		if err != nil {

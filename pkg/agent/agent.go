@@ -15,12 +15,14 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	"github.com/nodus-dev/nodus/pkg/agent/inventory"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/lending"
 )
 
 // Options configure `nodusd run`.
@@ -46,6 +48,10 @@ type Options struct {
 	// SSHDDropIn, when set, receives the sshd configuration that makes sshd
 	// trust SSHDCAFile and ask this nodusd for principals.
 	SSHDDropIn string
+	// BorrowerUser is the unprivileged account borrowers' executions run as.
+	BorrowerUser string
+	// ExecutionsDir holds the executions' work directories; default STATE-DIR/executions.
+	ExecutionsDir string
 }
 
 // Agent is a running nodusd.
@@ -56,6 +62,8 @@ type Agent struct {
 	store     *state.Store
 	inventory *inventory.Collector
 	procs     sessions.Procs
+	runner    *executions.Runner
+	lent      func() bool
 
 	mu       sync.Mutex
 	interval time.Duration
@@ -88,6 +96,12 @@ func New(opts Options) (*Agent, error) {
 	if opts.Socket == "" {
 		opts.Socket = filepath.Join(opts.StateDir, "agent.sock")
 	}
+	if opts.BorrowerUser == "" {
+		opts.BorrowerUser = DefaultBorrowerUser
+	}
+	if opts.ExecutionsDir == "" {
+		opts.ExecutionsDir = filepath.Join(opts.StateDir, "executions")
+	}
 	return &Agent{
 		opts: opts, id: id, client: client, store: store,
 		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),
@@ -95,6 +109,9 @@ func New(opts Options) (*Agent, error) {
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1),
 	}, nil
 }
+
+// DefaultBorrowerUser is the account executions run as unless configured.
+const DefaultBorrowerUser = "nodus-borrower"
 
 // Node is the node this agent is enrolled as.
 func (a *Agent) Node() string { return a.id.Node }
@@ -105,9 +122,25 @@ func (a *Agent) Run(ctx context.Context) error {
 	factory := externalversions.NewSharedInformerFactoryWithOptions(a.client, 0,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.node=" + a.id.Node }))
 	informer := factory.Nodus().V1().Reservations().Informer()
+	a.lent = func() bool {
+		for _, obj := range informer.GetStore().List() {
+			if lending.Lent(obj.(*nodusv1.Reservation)) {
+				return true
+			}
+		}
+		return false
+	}
+	node, err := a.client.NodusV1().Nodes().Get(ctx, a.id.Node, metav1.GetOptions{})
+	if err != nil {
+		return fmt.Errorf("reading node %s: %w", a.id.Node, err)
+	}
+	a.runner = executions.New(executions.Options{
+		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser,
+		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lent: a.lent,
+	})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { a.apply(ctx, obj.(*nodusv1.Reservation)) },
-		UpdateFunc: func(_, obj interface{}) { a.apply(ctx, obj.(*nodusv1.Reservation)) },
+		AddFunc:    func(obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
+		UpdateFunc: func(_, obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 	}); err != nil {
 		return err
 	}
@@ -123,16 +156,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()
 	factory.Start(ctx.Done())
+	go func() { _ = a.runner.Run(ctx) }()
 	go a.reportStatus(ctx)
 	a.heartbeats(ctx)
 	factory.Shutdown()
 	return nil
 }
 
+// observe applies a reservation's access and drains borrowers' executions
+// once the host is no longer lent (withdrawn, released or ended).
+func (a *Agent) observe(ctx context.Context, r *nodusv1.Reservation) {
+	a.apply(ctx, r)
+	if !a.lent() && a.runner.Running() > 0 {
+		go a.runner.Drain(ctx, "the host's owner withdrew it from lending")
+	}
+}
+
 // apply applies a reservation's access state if its epoch is newer than the
 // one applied: on retirement it first records the denial (new logins are
-// refused from then on), then ends the login user's processes, then asks
-// for a heartbeat that acknowledges the epoch.
+// refused from then on), then ends the login user's processes and drains
+// borrowers' executions, then asks for a heartbeat that acknowledges the epoch.
 func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	loginUser := r.Status.LoginUser
 	if loginUser == "" {
@@ -158,6 +201,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 			if user != "" {
 				a.procs.End(ctx, user, a.opts.Grace)
 			}
+		}
+		if !a.lent() {
+			a.runner.Drain(ctx, fmt.Sprintf("the host's reservation is %s: lending drained", desired.State))
 		}
 	}
 	select {
@@ -197,6 +243,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	for _, acc := range applied {
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
 			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(a.procs.Count(acc.LoginUser)),
+			BorrowerExecutions: int32(a.runner.Running()),
 		})
 	}
 	body, err := json.Marshal(hb)

@@ -1,0 +1,435 @@
+// Package executions runs borrowers' executions on a lent host: each as a
+// process group of the dedicated borrower account, in a work directory of
+// its own that is removed afterwards, with only its assigned GPUs visible,
+// stopped at its maximum runtime, and drained (TERM, grace, KILL) when the
+// host stops being lent.
+package executions
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+)
+
+// The reasons an agent reports.
+const (
+	ReasonDrained            = "Drained"
+	ReasonCancelled          = "Cancelled"
+	ReasonMaxRuntimeExceeded = "MaxRuntimeExceeded"
+	ReasonExited             = "Exited"
+	ReasonStartFailed        = "StartFailed"
+	ReasonAgentRestarted     = "AgentRestarted"
+)
+
+// childPath is the PATH executions get, whatever the agent's own is.
+const childPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Options configure a Runner.
+type Options struct {
+	Client versioned.Interface
+	// Alias is the host's alias; the runner watches executions placed on it.
+	Alias string
+	// User is the borrower account executions run as.
+	User string
+	// WorkRoot holds the executions' work directories.
+	WorkRoot string
+	// Grace is the time between SIGTERM and SIGKILL.
+	Grace time.Duration
+	// LogEvery is how often fresh output is uploaded while an execution runs.
+	LogEvery time.Duration
+	// Lent says whether the host is lent now.
+	Lent func() bool
+}
+
+// Runner runs the executions placed on this host.
+type Runner struct {
+	opts  Options
+	procs sessions.Procs
+
+	mu   sync.Mutex
+	runs map[types.UID]*run
+}
+
+// run is one execution on this host, from its start to its final report.
+type run struct {
+	namespace, name string
+	uid             types.UID
+	out             *tail
+	started         chan struct{} // closed once the process runs (or failed to)
+	done            chan struct{} // closed when the process has exited
+
+	mu   sync.Mutex
+	pgid int
+	stop *outcome // why the agent stopped it, if it did
+}
+
+// outcome is how an execution ended, as reported.
+type outcome struct {
+	phase   nodusv1.ExecutionPhase
+	reason  string
+	message string
+	exit    *int32
+}
+
+// New returns a runner; Run starts it.
+func New(opts Options) *Runner {
+	if opts.LogEvery == 0 {
+		opts.LogEvery = 2 * time.Second
+	}
+	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}}
+}
+
+// Run watches the executions placed on this host until ctx ends. What the
+// borrower account still runs from before is ended first: this agent did
+// not start it and cannot account for it.
+func (r *Runner) Run(ctx context.Context) error {
+	if sessions.UID(r.opts.User) > 0 {
+		r.procs.End(ctx, r.opts.User, r.opts.Grace)
+	}
+	factory := externalversions.NewSharedInformerFactoryWithOptions(r.opts.Client, 0,
+		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.host=" + r.opts.Alias }))
+	informer := factory.Nodus().V1().Executions().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { r.observe(ctx, obj.(*nodusv1.Execution)) },
+		UpdateFunc: func(_, obj interface{}) { r.observe(ctx, obj.(*nodusv1.Execution)) },
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if e, ok := obj.(*nodusv1.Execution); ok {
+				r.stopRun(e.UID, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "the execution was deleted"})
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	<-ctx.Done()
+	factory.Shutdown()
+	return nil
+}
+
+// Running is how many processes the borrower account has on the host: what
+// really runs, including anything an execution left behind.
+func (r *Runner) Running() int {
+	if sessions.UID(r.opts.User) <= 0 {
+		return 0
+	}
+	return r.procs.Count(r.opts.User)
+}
+
+// Drain stops every execution as drained and ends whatever else the borrower
+// account runs, returning when nothing of it is left (or ctx ends).
+func (r *Runner) Drain(ctx context.Context, message string) {
+	r.mu.Lock()
+	runs := make([]*run, 0, len(r.runs))
+	for _, x := range r.runs {
+		runs = append(runs, x)
+	}
+	r.mu.Unlock()
+	for _, x := range runs {
+		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: message})
+	}
+	if uid := sessions.UID(r.opts.User); uid > 0 {
+		r.procs.End(ctx, r.opts.User, r.opts.Grace)
+	}
+	for _, x := range runs {
+		select {
+		case <-x.done:
+		case <-ctx.Done():
+			return
+		}
+	}
+}
+
+func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
+	r.mu.Lock()
+	x, known := r.runs[e.UID]
+	r.mu.Unlock()
+	switch {
+	case !known && e.Status.Phase == nodusv1.ExecutionScheduled:
+		r.start(ctx, e)
+	case !known && e.Status.Phase == nodusv1.ExecutionRunning:
+		// Started by this host before the agent restarted: its process is
+		// no longer ours to watch. End whatever is left and say so.
+		go r.report(ctx, e.Namespace, e.Name, e.UID, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted,
+			message: "the host agent restarted while the execution ran; its processes were ended"}, "", 0)
+	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.CancelRequestedAt != nil:
+		r.stop(x, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "cancelled by the borrower while it ran"})
+	case known && (e.Status.Phase == nodusv1.ExecutionCancelled || e.Status.Phase == nodusv1.ExecutionDrained):
+		r.stop(x, outcome{phase: e.Status.Phase, reason: e.Status.Reason, message: e.Status.Message})
+	}
+}
+
+func (r *Runner) stopRun(uid types.UID, o outcome) {
+	r.mu.Lock()
+	x := r.runs[uid]
+	r.mu.Unlock()
+	if x != nil {
+		r.stop(x, o)
+	}
+}
+
+// stop ends x's process group: SIGTERM, and SIGKILL after the grace period.
+// The first reason to stop it is the one reported.
+func (r *Runner) stop(x *run, o outcome) {
+	x.mu.Lock()
+	if x.stop == nil {
+		x.stop = &o
+	}
+	x.mu.Unlock()
+	go func() {
+		<-x.started
+		x.mu.Lock()
+		pgid := x.pgid
+		x.mu.Unlock()
+		if pgid <= 0 {
+			return
+		}
+		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-x.done:
+		case <-time.After(r.opts.Grace):
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}()
+}
+
+// start claims the execution (reports it running), then runs it.
+func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
+	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, out: newTail(), started: make(chan struct{}), done: make(chan struct{})}
+	r.mu.Lock()
+	r.runs[e.UID] = x
+	r.mu.Unlock()
+	go func() {
+		defer func() {
+			r.mu.Lock()
+			delete(r.runs, e.UID)
+			r.mu.Unlock()
+		}()
+		final := r.execute(ctx, e, x)
+		if final == nil {
+			return
+		}
+		text, dropped, _ := x.out.Snapshot()
+		r.report(ctx, e.Namespace, e.Name, e.UID, *final, text, dropped)
+	}()
+}
+
+// execute runs e and returns how it ended, or nil when it must not be
+// reported (another party already ended it).
+func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *outcome {
+	defer close(x.done)
+	startedOnce := false
+	markStarted := func() {
+		if !startedOnce {
+			startedOnce = true
+			close(x.started)
+		}
+	}
+	defer markStarted()
+
+	if r.opts.Lent != nil && !r.opts.Lent() {
+		return &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
+	}
+	_, err := r.post(ctx, e.Namespace, e.Name, &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias})
+	switch {
+	case isReason(err, "HostNotLent"):
+		return &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
+	case err != nil:
+		// Cancelled or deleted meanwhile, or the server is unreachable: the
+		// execution did not start here, and the next watch event says more.
+		klog.InfoS("not starting execution", "execution", e.Namespace+"/"+e.Name, "err", err)
+		return nil
+	}
+
+	cred, home, err := r.account()
+	if err != nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+	}
+	dir := filepath.Join(r.opts.WorkRoot, string(e.UID))
+	defer os.RemoveAll(dir)
+	if err := r.workDir(dir, cred); err != nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "preparing the work directory: " + err.Error()}
+	}
+	cmd := exec.Command(e.Spec.Command[0], e.Spec.Command[1:]...)
+	cmd.Dir = dir
+	cmd.Env = Environment(e, r.opts.User, dir, home)
+	cmd.Stdout, cmd.Stderr = x.out, x.out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+	if err := cmd.Start(); err != nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+	}
+	x.mu.Lock()
+	x.pgid = cmd.Process.Pid
+	x.mu.Unlock()
+	markStarted()
+
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	limit := time.NewTimer(time.Duration(e.Spec.MaxRuntimeSeconds) * time.Second)
+	defer limit.Stop()
+	upload := time.NewTicker(r.opts.LogEvery)
+	defer upload.Stop()
+	var sent int64
+	for {
+		select {
+		case err := <-exited:
+			x.mu.Lock()
+			stopped := x.stop
+			x.mu.Unlock()
+			if stopped != nil {
+				return stopped
+			}
+			return exitOutcome(err)
+		case <-limit.C:
+			r.stop(x, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonMaxRuntimeExceeded,
+				message: fmt.Sprintf("stopped after its maximum runtime of %ds", e.Spec.MaxRuntimeSeconds)})
+		case <-upload.C:
+			text, dropped, version := x.out.Snapshot()
+			if version != sent {
+				if _, err := r.post(ctx, e.Namespace, e.Name, &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Log: text, LogDroppedBytes: dropped}); err == nil {
+					sent = version
+				}
+			}
+		case <-ctx.Done():
+			// The agent stops; the execution is ended with it, and the
+			// restarted agent reports it.
+			r.stop(x, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted, message: "the host agent stopped"})
+			<-exited
+			return nil
+		}
+	}
+}
+
+func exitOutcome(err error) *outcome {
+	if err == nil {
+		zero := int32(0)
+		return &outcome{phase: nodusv1.ExecutionSucceeded, reason: ReasonExited, message: "exited with status 0", exit: &zero}
+	}
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		code := int32(exitErr.ExitCode())
+		msg := fmt.Sprintf("exited with status %d", code)
+		if ws, ok := exitErr.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int32(ws.Signal())
+			msg = "ended by signal " + ws.Signal().String()
+		}
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonExited, message: msg, exit: &code}
+	}
+	return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonExited, message: err.Error()}
+}
+
+// Environment is what an execution sees: a clean environment with the
+// borrower's variables and only its assigned GPUs, numbered as NVML numbers
+// them (PCI bus order).
+func Environment(e *nodusv1.Execution, account, dir, home string) []string {
+	gpus := make([]string, len(e.Status.GPUIndices))
+	for i, g := range e.Status.GPUIndices {
+		gpus[i] = strconv.Itoa(int(g))
+	}
+	visible := strings.Join(gpus, ",")
+	nvidia := visible
+	if nvidia == "" {
+		nvidia = "void" // the NVIDIA container runtime's "no GPU"
+	}
+	env := []string{"PATH=" + childPath, "HOME=" + home, "USER=" + account, "LOGNAME=" + account, "TMPDIR=" + dir}
+	for _, v := range e.Spec.Env {
+		env = append(env, v.Name+"="+v.Value)
+	}
+	// Last, so that the borrower's own variables cannot widen what it sees.
+	return append(env, "NODUS_EXECUTION="+e.Name, "CUDA_DEVICE_ORDER=PCI_BUS_ID",
+		"CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
+}
+
+// account resolves the borrower account. Running as it needs root, unless
+// the agent itself runs as that account (a development setup).
+func (r *Runner) account() (*syscall.Credential, string, error) {
+	u, err := user.Lookup(r.opts.User)
+	if err != nil {
+		return nil, "", fmt.Errorf("the host has no borrower account %q", r.opts.User)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if uid == 0 {
+		return nil, "", fmt.Errorf("the borrower account %q is root: executions never run as root", r.opts.User)
+	}
+	if os.Geteuid() == uid {
+		return nil, u.HomeDir, nil
+	}
+	if os.Geteuid() != 0 {
+		return nil, "", fmt.Errorf("the host agent is not root and cannot run executions as %q", r.opts.User)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, u.HomeDir, nil
+}
+
+func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
+	if err := os.MkdirAll(r.opts.WorkRoot, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if cred != nil {
+		return os.Chown(dir, int(cred.Uid), int(cred.Gid))
+	}
+	return nil
+}
+
+// report sends the final outcome, retrying until the server takes it or
+// says the execution has moved on.
+func (r *Runner) report(ctx context.Context, namespace, name string, uid types.UID, o outcome, log string, dropped int64) {
+	rep := &nodusv1.ExecutionReport{Phase: o.phase, Reason: o.reason, Message: o.message, ExitCode: o.exit, Log: log, LogDroppedBytes: dropped}
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		_, err := r.post(ctx, namespace, name, rep)
+		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+			if err != nil {
+				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
+			}
+			return
+		}
+		klog.ErrorS(err, "reporting execution", "execution", namespace+"/"+name)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
+	body, err := json.Marshal(rep)
+	if err != nil {
+		return nil, err
+	}
+	out := &nodusv1.Execution{}
+	err = r.opts.Client.NodusV1().RESTClient().Post().Namespace(namespace).Resource("executions").Name(name).SubResource("report").
+		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Into(out)
+	return out, err
+}
+
+func isReason(err error, reason string) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && string(status.Status().Reason) == reason
+}
