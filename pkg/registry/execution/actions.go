@@ -132,6 +132,14 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	}
 	node := nodeObj.(*nodusv1.Node)
 	alias := lending.HostAlias(node)
+	current, err := r.Executions.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	if current.(*nodusv1.Execution).Status.Host != alias {
+		// Not placed here: to this agent, it does not exist.
+		return nil, apierrors.NewNotFound(gr, name)
+	}
 	if report.Phase == nodusv1.ExecutionRunning {
 		lent, err := r.lent(cluster, nodeName)
 		if err != nil {

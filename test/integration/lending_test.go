@@ -1,0 +1,526 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// lendingFleet is a fleet whose pool "gpu" lends to borrower projects.
+type lendingFleet struct {
+	*fleet
+	borrowers map[string]*rest.Config // project → a member's credentials
+	agents    map[string]*rest.Config // node → its agent's credentials
+	aliases   map[string]string       // node → host alias
+}
+
+// newLendingFleet enrolls nodes (8 GPUs each) into pool "gpu", reserves them
+// to acme, keeps their (simulated) agents heartbeating, and opens the pool
+// to borrowers with the given GPU caps.
+func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[string]int32, showBorrowers bool) *lendingFleet {
+	t.Helper()
+	f := &lendingFleet{fleet: newFleet(t, s), borrowers: map[string]*rest.Config{}, agents: map[string]*rest.Config{}, aliases: map[string]string{}}
+	c := s.Client.NodusV1()
+	pool := &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: nodusv1.PoolSpec{Lending: &nodusv1.PoolLending{Open: true, ShowBorrowers: showBorrowers}}}
+	for name, max := range caps {
+		pool.Spec.Lending.Borrowers = append(pool.Spec.Lending.Borrowers, nodusv1.PoolBorrower{Project: name, MaxGPUs: max})
+		if _, err := c.Projects().Create(ctx(t), project(name, nodusv1.ProjectMember{Name: "m-" + name, Role: nodusv1.ProjectRoleMember}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.borrowers[name] = tokenFor(t, s, "m-"+name)
+	}
+	if _, err := c.Pools().Create(ctx(t), pool, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < nodes; i++ {
+		name := fmt.Sprintf("gpu-%02d", i)
+		tok, err := c.EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
+			t.Fatal(err)
+		}
+		f.agents[name] = agentConfig(t, s, dir)
+		n, err := c.Nodes().Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Status.Inventory = nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500}
+		for g := 0; g < 8; g++ {
+			n.Status.Inventory.GPUs = append(n.Status.Inventory.GPUs, nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559})
+		}
+		if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		f.aliases[name] = lending.HostAlias(n)
+		f.reserve(t, name, nodusv1.ReservationPlacement{Node: name}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	}
+	// The simulated agents heartbeat with their own credentials.
+	beatCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	for name, cfg := range f.agents {
+		go func() {
+			for beatCtx.Err() == nil {
+				data, _ := json.Marshal(nodusv1.NodeHeartbeat{AgentGeneration: 1})
+				_, _ = versioned.NewForConfigOrDie(cfg).NodusV1().RESTClient().Post().Resource("nodes").Name(name).
+					SubResource("heartbeat").SetHeader("Content-Type", "application/json").Body(data).DoRaw(beatCtx)
+				select {
+				case <-beatCtx.Done():
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}()
+	}
+	for name := range f.agents {
+		f.waitHost(t, name, func(h *nodusv1.ReservedHost) bool {
+			return h.Status.Reservation.State == nodusv1.ReservationStateActive
+		})
+	}
+	return f
+}
+
+// lend POSTs to lend (or withdraw) as cfg.
+func (f *lendingFleet) lend(t *testing.T, cfg *rest.Config, action, name, body string, headers ...string) response {
+	t.Helper()
+	return do(t, cfg, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/"+name+"/"+action, "application/json", strings.NewReader(body), headers...)
+}
+
+func (f *lendingFleet) submit(t *testing.T, project string, gpus int, runtime int) *nodusv1.Execution {
+	t.Helper()
+	e, err := versioned.NewForConfigOrDie(f.borrowers[project]).NodusV1().Executions(project).Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: int32(gpus), MaxRuntimeSeconds: int64(runtime)}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// report POSTs an execution report as node's agent.
+func (f *lendingFleet) report(t *testing.T, node, project, name string, rep nodusv1.ExecutionReport) response {
+	t.Helper()
+	data, _ := json.Marshal(rep)
+	return do(t, f.agents[node], "POST", "/apis/nodus.dev/v1/namespaces/"+project+"/executions/"+name+"/report", "application/json", strings.NewReader(string(data)))
+}
+
+func (f *lendingFleet) waitExecution(t *testing.T, project, name string, ok func(*nodusv1.Execution) bool) *nodusv1.Execution {
+	t.Helper()
+	var last *nodusv1.Execution
+	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		e, err := f.s.Client.NodusV1().Executions(project).Get(c, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		last = e
+		return ok(e), nil
+	})
+	if err != nil {
+		t.Fatalf("execution %s/%s never got there: %+v", project, name, last.Status)
+	}
+	return last
+}
+
+func (f *lendingFleet) nodeOf(alias string) string {
+	for n, a := range f.aliases {
+		if a == alias {
+			return n
+		}
+	}
+	return ""
+}
+
+// TestLendingAgreementAndExecutionLifecycle: the owner lends and withdraws
+// under its epoch; the scheduler places; the agent reports; borrowers
+// cancel and read logs; nobody sees more than their share.
+func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 4}, false)
+	beta := f.borrowers["beta"]
+	node := "gpu-00"
+	epoch := f.reservation(t, node).Status.Epoch
+	body := func(extra string) string { return fmt.Sprintf(`{"epoch":%d%s}`, epoch, extra) }
+
+	// Nothing is placed before the owner lends.
+	waiting := f.submit(t, "beta", 2, 60)
+	f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool {
+		return e.Status.Phase == nodusv1.ExecutionPending && e.Status.Reason == "Waiting" && strings.Contains(e.Status.Message, "no lent host")
+	})
+
+	for name, tc := range map[string]struct {
+		cfg     *rest.Config
+		action  string
+		body    string
+		headers []string
+		code    int
+		reason  metav1.StatusReason
+	}{
+		"member may not lend":         {f.member, "lend", body(""), nil, 403, metav1.StatusReasonForbidden},
+		"borrower may not lend":       {beta, "lend", body(""), nil, 403, metav1.StatusReasonForbidden},
+		"no epoch":                    {f.admin, "lend", `{}`, nil, 422, apierror.ReasonEpochRequired},
+		"stale epoch":                 {f.admin, "lend", fmt.Sprintf(`{"epoch":%d}`, epoch-1), nil, 409, apierror.ReasonEpochConflict},
+		"more GPUs than the host has": {f.admin, "lend", body(`,"maxGPUs":9`), nil, 422, metav1.StatusReasonInvalid},
+		"negative GPUs":               {f.admin, "lend", body(`,"maxGPUs":-1`), nil, 422, metav1.StatusReasonInvalid},
+		"too many executions":         {f.admin, "lend", body(`,"maxExecutions":1000`), nil, 422, metav1.StatusReasonInvalid},
+		"unknown field":               {f.admin, "lend?fieldValidation=Strict", body(`,"gpus":2`), nil, 400, metav1.StatusReasonBadRequest},
+		"stale If-Match":              {f.admin, "lend", body(""), []string{"If-Match", `"0-0"`}, 412, apierror.ReasonPreconditionFailed},
+	} {
+		r := f.lend(t, tc.cfg, tc.action, node, tc.body, tc.headers...)
+		if r.code != tc.code || envelopeOf(t, r).Reason != tc.reason {
+			t.Errorf("%s: %d %s, want %d %s", name, r.code, r.body, tc.code, tc.reason)
+		}
+	}
+	if l, err := s.Client.NodusV1().HostLendings("acme").Get(ctx(t), node, metav1.GetOptions{}); err == nil {
+		t.Fatalf("refused lends left a HostLending: %+v", l.Status)
+	}
+
+	// Lend 3 of 8 GPUs; the answer is the owner's HostLending.
+	r := f.lend(t, f.admin, "lend", node, body(`,"maxGPUs":3,"maxExecutions":2`), "Idempotency-Key", "lend-1")
+	var hl nodusv1.HostLending
+	if r.code != 200 || json.Unmarshal(r.body, &hl) != nil || hl.Status.State != nodusv1.HostLendingLent || hl.Status.MaxGPUs != 3 ||
+		hl.Status.MaxExecutions != 2 || hl.Status.Pool != "gpu" || hl.Status.Epoch != epoch {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	if again := f.lend(t, f.admin, "lend", node, body(`,"maxGPUs":3,"maxExecutions":2`), "Idempotency-Key", "lend-1"); again.code != 200 ||
+		again.header.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("a retried lend is not a replay: %d %v", again.code, again.header)
+	}
+	placed := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if placed.Status.Host != f.aliases[node] || len(placed.Status.GPUIndices) != 2 || strings.Contains(string(mustJSON(t, placed)), node) ||
+		strings.Contains(string(mustJSON(t, placed)), "acme") {
+		t.Fatalf("placement shows more than an alias, or not the GPUs: %s", mustJSON(t, placed))
+	}
+	// Two more GPUs do not fit in the three lent: the second one waits.
+	second := f.submit(t, "beta", 2, 60)
+	f.waitExecution(t, "beta", second.Name, func(e *nodusv1.Execution) bool {
+		return e.Status.Phase == nodusv1.ExecutionPending && strings.Contains(e.Status.Message, "2 free GPUs")
+	})
+
+	// Owners see how much is borrowed, not by whom (the pool does not show borrowers).
+	waitLending(t, s, node, func(l *nodusv1.HostLending) bool {
+		return l.Status.BorrowedGPUs == 2 && l.Status.Executions == 1 && len(l.Status.Borrowers) == 0
+	})
+	if r := do(t, f.viewer, "GET", "/apis/nodus.dev/v1/namespaces/acme/hostlendings/"+node, "", nil); r.code != 200 {
+		t.Errorf("the owner's viewer reads the HostLending: %d", r.code)
+	}
+	for _, path := range []string{"/apis/nodus.dev/v1/namespaces/acme/hostlendings/" + node, "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/" + node,
+		"/apis/nodus.dev/v1/nodes/" + node, "/apis/nodus.dev/v1/executions"} {
+		if r := do(t, beta, "GET", path, "", nil); r.code != http.StatusForbidden {
+			t.Errorf("a borrower reads %s: %d", path, r.code)
+		}
+	}
+
+	// Only the host's own agent reports, and only for what is placed on it.
+	other := newAgentOnly(t, f, "gpu-99")
+	if r := do(t, other, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+placed.Name+"/report", "application/json", strings.NewReader(`{"phase":"running"}`)); r.code != 404 {
+		t.Errorf("another node's agent reports the execution: %d %s", r.code, r.body)
+	}
+	if r := do(t, beta, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+placed.Name+"/report", "application/json", strings.NewReader(`{"phase":"succeeded"}`)); r.code != 403 {
+		t.Errorf("a borrower reports its own execution: %d %s", r.code, r.body)
+	}
+	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: "pending"}); r.code != 400 {
+		t.Errorf("reporting pending: %d %s", r.code, r.body)
+	}
+	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Fatalf("report running: %d %s", r.code, r.body)
+	}
+	zero := int32(0)
+	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded, ExitCode: &zero, Reason: "Exited",
+		Log: "epoch 1 loss 0.3\ndone\n", LogDroppedBytes: 10}); r.code != 200 {
+		t.Fatalf("report succeeded: %d %s", r.code, r.body)
+	}
+	done := f.waitExecution(t, "beta", placed.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionSucceeded })
+	if done.Status.StartedAt == nil || done.Status.FinishedAt == nil || done.Status.ExitCode == nil || *done.Status.ExitCode != 0 {
+		t.Errorf("a succeeded execution's status: %+v", done.Status)
+	}
+	if r := do(t, beta, "GET", "/apis/nodus.dev/v1/namespaces/beta/executions/"+placed.Name+"/log", "", nil); r.code != 200 ||
+		string(r.body) != "[nodus: 10 earlier bytes of output were not kept]\nepoch 1 loss 0.3\ndone\n" || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
+		t.Errorf("log: %d %q %v", r.code, r.body, r.header)
+	}
+	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed}); r.code != 409 || envelopeOf(t, r).Reason != apierror.ReasonExecutionFinished {
+		t.Errorf("a finished execution reported again: %d %s", r.code, r.body)
+	}
+	if r := do(t, beta, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+placed.Name+"/cancel", "application/json", strings.NewReader(`{}`)); r.code != 409 ||
+		envelopeOf(t, r).Reason != apierror.ReasonExecutionFinished {
+		t.Errorf("cancelling a finished execution: %d %s", r.code, r.body)
+	}
+
+	// The freed GPUs go to the waiting one; the borrower cancels it while it runs.
+	running := f.waitExecution(t, "beta", second.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := f.report(t, node, "beta", running.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Fatalf("report running: %d %s", r.code, r.body)
+	}
+	if r := do(t, f.viewer, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+running.Name+"/cancel", "application/json", strings.NewReader(`{}`)); r.code != 403 {
+		t.Errorf("the owner's viewer cancels a borrower's execution: %d", r.code)
+	}
+	r = do(t, beta, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+running.Name+"/cancel", "application/json", strings.NewReader(`{}`))
+	if r.code != 200 || !strings.Contains(string(r.body), `"cancelRequestedAt"`) || !strings.Contains(string(r.body), `"phase":"running"`) {
+		t.Fatalf("cancel while running: %d %s", r.code, r.body)
+	}
+	if r := f.report(t, node, "beta", running.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionCancelled, Reason: "Cancelled"}); r.code != 200 {
+		t.Fatalf("report cancelled: %d %s", r.code, r.body)
+	}
+	// A pending execution is cancelled at once and its record kept.
+	pending := f.submit(t, "beta", 4, 60) // never fits in 3 lent GPUs
+	r = do(t, beta, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+pending.Name+"/cancel", "application/json", strings.NewReader(`{}`))
+	if r.code != 200 || !strings.Contains(string(r.body), `"phase":"cancelled"`) {
+		t.Fatalf("cancel while pending: %d %s", r.code, r.body)
+	}
+	if r := do(t, beta, "POST", "/apis/nodus.dev/v1/namespaces/beta/executions/"+pending.Name+"/cancel", "application/json", strings.NewReader(`{}`)); r.code != 200 {
+		t.Errorf("cancelling twice: %d %s", r.code, r.body)
+	}
+
+	// Withdrawal: what is scheduled but not started drains; a start is refused.
+	late := f.submit(t, "beta", 1, 60)
+	f.waitExecution(t, "beta", late.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := f.lend(t, f.admin, "withdraw", node, body("")); r.code != 200 || !strings.Contains(string(r.body), `"state":"withdrawn"`) {
+		t.Fatalf("withdraw: %d %s", r.code, r.body)
+	}
+	if r := f.report(t, node, "beta", late.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 409 || envelopeOf(t, r).Reason != apierror.ReasonHostNotLent {
+		t.Errorf("starting on a withdrawn host: %d %s", r.code, r.body)
+	}
+	drained := f.waitExecution(t, "beta", late.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionDrained })
+	if drained.Status.Reason != "Drained" || drained.Status.FinishedAt == nil {
+		t.Errorf("drained before it started: %+v", drained.Status)
+	}
+	if r := f.lend(t, f.admin, "withdraw", node, body("")); r.code != 200 {
+		t.Errorf("withdrawing twice: %d %s", r.code, r.body)
+	}
+	// A pool that does not lend refuses lending.
+	f.node(t, "closed-1")
+	f.reserve(t, "closed-1", nodusv1.ReservationPlacement{Node: "closed-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	h := f.waitHost(t, "closed-1", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	if r := f.lend(t, f.admin, "lend", "closed-1", fmt.Sprintf(`{"epoch":%d}`, h.Status.Reservation.Epoch)); r.code != 409 || envelopeOf(t, r).Reason != apierror.ReasonLendingClosed {
+		t.Errorf("lending in a closed pool: %d %s", r.code, r.body)
+	}
+}
+
+// newAgentOnly enrolls a node with no reservation, for its credential.
+func newAgentOnly(t *testing.T, f *lendingFleet, name string) *rest.Config {
+	t.Helper()
+	tok, err := f.s.Client.NodusV1().EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: f.s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	return agentConfig(t, f.s, dir)
+}
+
+func waitLending(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.HostLending) bool) *nodusv1.HostLending {
+	t.Helper()
+	var last *nodusv1.HostLending
+	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		l, err := s.Client.NodusV1().HostLendings("acme").Get(c, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = l
+		return ok(l), nil
+	})
+	if err != nil {
+		t.Fatalf("hostlending %s never got there: %+v", name, last)
+	}
+	return last
+}
+
+func mustJSON(t *testing.T, v interface{}) []byte {
+	t.Helper()
+	data, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// TestLendingCapsNeverDoubleBook: 200 executions from 5 borrowers on 10
+// simulated hosts. Every moment the watch shows, no GPU is held twice, no
+// host runs more than it lends, and no borrower more than its cap; all 200
+// finish, and a capped borrower was seen waiting.
+func TestLendingCapsNeverDoubleBook(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	caps := map[string]int32{"b1": 4, "b2": 16, "b3": 16, "b4": 24, "b5": 32}
+	f := newLendingFleet(t, s, 10, caps, true)
+	lent := map[string]int32{}
+	for i, node := range sortedKeys(f.agents) {
+		max := int32(8)
+		if i%3 == 0 {
+			max = 5 // some owners keep GPUs for themselves
+		}
+		epoch := f.reservation(t, node).Status.Epoch
+		if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":%d,"maxExecutions":4}`, epoch, max)); r.code != 200 {
+			t.Fatalf("lend %s: %d %s", node, r.code, r.body)
+		}
+		lent[f.aliases[node]] = max
+	}
+
+	// The checker watches every execution and checks each state it sees.
+	w, err := s.Client.NodusV1().Executions("").Watch(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	seen := map[string]*nodusv1.Execution{}
+	var violations []string
+	sawCapWait := false
+	finished := 0
+	check := func() {
+		gpus := map[string]map[int32]string{}
+		perHost := map[string]int32{}
+		execs := map[string]int32{}
+		perBorrower := map[string]int32{}
+		for key, e := range seen {
+			if e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning {
+				continue
+			}
+			if gpus[e.Status.Host] == nil {
+				gpus[e.Status.Host] = map[int32]string{}
+			}
+			for _, g := range e.Status.GPUIndices {
+				if holder, taken := gpus[e.Status.Host][g]; taken {
+					violations = append(violations, fmt.Sprintf("GPU %d of %s held by %s and %s", g, e.Status.Host, holder, key))
+				}
+				gpus[e.Status.Host][g] = key
+			}
+			perHost[e.Status.Host] += int32(len(e.Status.GPUIndices))
+			execs[e.Status.Host]++
+			perBorrower[e.Namespace] += e.Spec.GPUs
+		}
+		for host, n := range perHost {
+			if n > lent[host] {
+				violations = append(violations, fmt.Sprintf("%s runs %d GPUs, lends %d", host, n, lent[host]))
+			}
+			if execs[host] > 4 {
+				violations = append(violations, fmt.Sprintf("%s runs %d executions, allows 4", host, execs[host]))
+			}
+		}
+		for p, n := range perBorrower {
+			if n > caps[p] {
+				violations = append(violations, fmt.Sprintf("%s holds %d GPUs, its cap is %d", p, n, caps[p]))
+			}
+		}
+	}
+	allDone := make(chan struct{})
+	go func() {
+		for ev := range w.ResultChan() {
+			e, ok := ev.Object.(*nodusv1.Execution)
+			if !ok || ev.Type == watch.Deleted {
+				continue
+			}
+			mu.Lock()
+			key := e.Namespace + "/" + e.Name
+			old := seen[key]
+			seen[key] = e
+			if e.Namespace == "b1" && e.Status.Reason == "Waiting" && strings.Contains(e.Status.Message, "of its 4 GPUs") {
+				sawCapWait = true
+			}
+			if e.Status.Phase == nodusv1.ExecutionSucceeded && (old == nil || old.Status.Phase != nodusv1.ExecutionSucceeded) {
+				finished++
+				if finished == 200 {
+					close(allDone)
+				}
+			}
+			check()
+			mu.Unlock()
+		}
+	}()
+
+	// The simulated agents start what is placed on them and finish it soon after.
+	agentCtx, stopAgents := context.WithCancel(ctx(t))
+	defer stopAgents()
+	for node, cfg := range f.agents {
+		go simulateAgent(agentCtx, t, f, node, cfg)
+	}
+	rng := rand.New(rand.NewPCG(7, 7))
+	projects := sortedKeys(f.borrowers)
+	for i := 0; i < 200; i++ {
+		f.submit(t, projects[i%5], 1+rng.IntN(4), 60)
+	}
+	select {
+	case <-allDone:
+	case <-time.After(120 * time.Second):
+		mu.Lock()
+		t.Fatalf("only %d of 200 executions succeeded", finished)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(violations) > 0 {
+		t.Fatalf("%d violations, first: %s", len(violations), violations[0])
+	}
+	if !sawCapWait {
+		t.Error("b1 (cap 4 GPUs) never waited for its cap")
+	}
+	// With the pool showing borrowers, owners see who borrowed (now: nobody).
+	l := waitLending(t, s, "gpu-00", func(l *nodusv1.HostLending) bool { return l.Status.Executions == 0 })
+	if l.Status.BorrowedGPUs != 0 || l.Status.State != nodusv1.HostLendingLent {
+		t.Errorf("an idle lent host: %+v", l.Status)
+	}
+}
+
+// simulateAgent is a node's agent without processes: it reports each
+// execution placed on its host running, then succeeded after a moment.
+func simulateAgent(ctx context.Context, t *testing.T, f *lendingFleet, node string, cfg *rest.Config) {
+	client := versioned.NewForConfigOrDie(cfg).NodusV1()
+	w, err := client.Executions("").Watch(ctx, metav1.ListOptions{FieldSelector: "status.host=" + f.aliases[node]})
+	if err != nil {
+		t.Errorf("agent %s watch: %v", node, err)
+		return
+	}
+	defer w.Stop()
+	post := func(e *nodusv1.Execution, rep nodusv1.ExecutionReport) error {
+		data, _ := json.Marshal(rep)
+		return client.RESTClient().Post().Namespace(e.Namespace).Resource("executions").Name(e.Name).SubResource("report").
+			SetHeader("Content-Type", "application/json").Body(data).Do(ctx).Error()
+	}
+	for ev := range w.ResultChan() {
+		e, ok := ev.Object.(*nodusv1.Execution)
+		if !ok || e.Status.Phase != nodusv1.ExecutionScheduled {
+			continue
+		}
+		go func() {
+			if err := post(e, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); err != nil {
+				return
+			}
+			time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
+			zero := int32(0)
+			_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+				return post(e, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded, ExitCode: &zero}) == nil, nil
+			})
+		}()
+	}
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
