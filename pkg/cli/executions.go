@@ -1,14 +1,18 @@
 package cli
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
 // executionsCommand is the borrower's side of lending: submit, list, show
@@ -88,11 +92,15 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return printExecutions(s, []nodusv1.Execution{*e})
+			if err := printExecutions(s, []nodusv1.Execution{*e}); err != nil {
+				return err
+			}
+			printExecutionDetail(s, e)
+			return nil
 		},
 	}
 	cancel := &cobra.Command{
-		Use: "cancel PROJECT/NAME", Short: "Cancel an execution", Args: cobra.ExactArgs(1),
+		Use: "cancel PROJECT/NAME", Short: "Cancel an execution (its record is kept)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			p, name, err := splitRef(args[0])
 			if err != nil {
@@ -102,15 +110,111 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.NodusV1().Executions(p).Delete(cmd.Context(), name, metav1.DeleteOptions{}); err != nil {
+			e := &nodusv1.Execution{}
+			err = c.NodusV1().RESTClient().Post().Namespace(p).Resource("executions").Name(name).SubResource("cancel").
+				SetHeader("Content-Type", "application/json").Body([]byte(`{}`)).Do(cmd.Context()).Into(e)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "execution %s cancelled\n", args[0])
+			if e.Status.Phase == nodusv1.ExecutionCancelled {
+				fmt.Fprintf(s.Out, "execution %s cancelled\n", args[0])
+			} else {
+				fmt.Fprintf(s.Out, "execution %s is being stopped (TERM, then KILL after the host's grace period)\n", args[0])
+			}
 			return nil
 		},
 	}
-	cmd.AddCommand(run, list, get, cancel)
+	var follow bool
+	logs := &cobra.Command{
+		Use: "logs PROJECT/NAME [-f]", Short: "Print an execution's output (its last 256 KiB)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, name, err := splitRef(args[0])
+			if err != nil {
+				return err
+			}
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			return followLogs(cmd.Context(), c, s, p, name, follow)
+		},
+	}
+	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the execution ends")
+	cmd.AddCommand(run, list, get, cancel, logs)
 	return cmd
+}
+
+// followLogs prints the log, and with follow the output that comes after it
+// until the execution ends. Output the server no longer keeps is skipped.
+func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, name string, follow bool) error {
+	var printed int64 // bytes of the whole output printed so far
+	for {
+		e, err := c.NodusV1().Executions(project).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		raw, err := c.NodusV1().RESTClient().Get().Namespace(project).Resource("executions").Name(name).SubResource("log").DoRaw(ctx)
+		if err != nil {
+			return err
+		}
+		dropped, data := splitDropped(raw)
+		switch start := printed - dropped; {
+		case printed == 0:
+			_, _ = s.Out.Write(raw)
+		case start < 0:
+			fmt.Fprintf(s.Out, "[nodus: %d bytes of output were not kept]\n", -start)
+			_, _ = s.Out.Write(data)
+		case start < int64(len(data)):
+			_, _ = s.Out.Write(data[start:])
+		}
+		printed = dropped + int64(len(data))
+		if !follow || finished(e.Status.Phase) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// splitDropped separates the server's note on dropped output from the log.
+func splitDropped(raw []byte) (int64, []byte) {
+	var dropped int64
+	if n, err := fmt.Sscanf(string(raw), "[nodus: %d earlier bytes of output were not kept]", &dropped); err == nil && n == 1 {
+		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
+			return dropped, raw[i+1:]
+		}
+	}
+	return 0, raw
+}
+
+func finished(phase nodusv1.ExecutionPhase) bool {
+	switch phase {
+	case nodusv1.ExecutionSucceeded, nodusv1.ExecutionFailed, nodusv1.ExecutionDrained, nodusv1.ExecutionCancelled:
+		return true
+	}
+	return false
+}
+
+func printExecutionDetail(s Streams, e *nodusv1.Execution) {
+	st := e.Status
+	if st.Reason != "" || st.Message != "" {
+		fmt.Fprintf(s.Out, "reason:   %s: %s\n", dash(st.Reason), st.Message)
+	}
+	if len(st.GPUIndices) > 0 {
+		fmt.Fprintf(s.Out, "gpus:     %v\n", st.GPUIndices)
+	}
+	if st.StartedAt != nil {
+		fmt.Fprintf(s.Out, "started:  %s\n", st.StartedAt.UTC().Format(time.RFC3339))
+	}
+	if st.FinishedAt != nil {
+		fmt.Fprintf(s.Out, "finished: %s\n", st.FinishedAt.UTC().Format(time.RFC3339))
+	}
+	if st.ExitCode != nil {
+		fmt.Fprintf(s.Out, "exit:     %d\n", *st.ExitCode)
+	}
 }
 
 func printExecutions(s Streams, items []nodusv1.Execution) error {

@@ -81,9 +81,7 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 			break
 		}
 		// The same key makes a retry safe: the first answer comes back.
-		retriable := !isAPIError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
-			apierrors.IsInternalError(err) || reasonIs(err, "IdempotencyKeyInFlight")
-		if !retriable || attempt >= o.Attempts {
+		if !retriable(err) || attempt >= o.Attempts {
 			return err
 		}
 		fmt.Fprintf(o.Err, "retrying the release (%v)\n", err)

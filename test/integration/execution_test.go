@@ -105,11 +105,15 @@ func TestExecutionAdmission(t *testing.T) {
 			!strings.Contains(out, "at most 4 GPUs") {
 			t.Errorf("over the cap through the CLI: %d %s", code, out)
 		}
-		if out, code := borrower.run("", "executions", "cancel", name); code != 0 {
+		if out, code := borrower.run("", "executions", "cancel", name); code != 0 || !strings.Contains(out, "cancelled") {
 			t.Errorf("executions cancel: %d %s", code, out)
 		}
-		if _, code := borrower.run("", "executions", "get", name); code != cli.ExitNotFound {
-			t.Errorf("a cancelled execution is gone: exit %d", code)
+		if out, code := borrower.run("", "executions", "get", name); code != 0 || !strings.Contains(out, "cancelled") ||
+			!strings.Contains(out, "reason:   Cancelled: cancelled by bea before it started") {
+			t.Errorf("a cancelled execution keeps its record: %d %s", code, out)
+		}
+		if out, code := borrower.run("", "executions", "cancel", "borrower/nope"); code != cli.ExitNotFound {
+			t.Errorf("cancelling what does not exist: %d %s", code, out)
 		}
 	})
 }

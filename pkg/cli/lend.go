@@ -1,0 +1,142 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// LendOptions are `nodus lend`'s and `nodus withdraw`'s.
+type LendOptions struct {
+	*Globals
+	Streams
+	Withdraw      bool
+	GPUs          int32
+	MaxExecutions int32
+	Attempts      int
+}
+
+func newLendCommand(g *Globals, s Streams) *cobra.Command {
+	o := &LendOptions{Globals: g, Streams: s, GPUs: -1, Attempts: 5}
+	cmd := &cobra.Command{
+		Use:   "lend PROJECT/NAME [--gpus N] [--max-executions N]",
+		Short: "Lend an idle host into its pool, or change what you lend",
+		Long: "Lend the host's idle capacity to the projects its pool lends to. Borrowers' executions run as\n" +
+			"their own account with only the GPUs they are given; your access to the host is unchanged.\n" +
+			"`nodus withdraw` takes the host back: running executions are drained.",
+		Example:           "  nodus lend acme/gpu-001 --gpus 4\n  nodus withdraw acme/gpu-001",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeHosts(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
+	}
+	cmd.Flags().Int32Var(&o.GPUs, "gpus", o.GPUs, "GPUs borrowers may use at once (default: all of the host's)")
+	cmd.Flags().Int32Var(&o.MaxExecutions, "max-executions", 0, "executions at once (default: one per lent GPU, at least one)")
+	return cmd
+}
+
+func newWithdrawCommand(g *Globals, s Streams) *cobra.Command {
+	o := &LendOptions{Globals: g, Streams: s, Withdraw: true, Attempts: 5}
+	return &cobra.Command{
+		Use:               "withdraw PROJECT/NAME",
+		Short:             "Stop lending a host; borrowers' executions on it are drained",
+		Example:           "  nodus withdraw acme/gpu-001",
+		Args:              cobra.ExactArgs(1),
+		ValidArgsFunction: completeHosts(g),
+		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
+	}
+}
+
+// Run lends or withdraws under the epoch and version just read, with one
+// Idempotency-Key for every retry.
+func (o *LendOptions) Run(ctx context.Context, ref string) error {
+	c, h, err := o.host(ctx, ref)
+	if err != nil {
+		return err
+	}
+	req := map[string]interface{}{"epoch": h.Status.Reservation.Epoch}
+	action := "withdraw"
+	if !o.Withdraw {
+		action = "lend"
+		if o.GPUs >= 0 {
+			req["maxGPUs"] = o.GPUs
+		}
+		if o.MaxExecutions > 0 {
+			req["maxExecutions"] = o.MaxExecutions
+		}
+	}
+	body, _ := json.Marshal(req)
+	key := uuid.NewString()
+	out := &nodusv1.HostLending{}
+	for attempt := 1; ; attempt++ {
+		err = c.NodusV1().RESTClient().Post().Namespace(h.Namespace).Resource("reservedhosts").Name(h.Name).SubResource(action).
+			SetHeader("Content-Type", "application/json").SetHeader("If-Match", `"`+h.ResourceVersion+`"`).
+			SetHeader("Idempotency-Key", key).Body(body).Do(ctx).Into(out)
+		if err == nil {
+			break
+		}
+		if !retriable(err) || attempt >= o.Attempts {
+			return err
+		}
+		fmt.Fprintf(o.Err, "retrying (%v)\n", err)
+		time.Sleep(time.Duration(attempt) * time.Second)
+	}
+	l := out.Status
+	if o.Withdraw {
+		fmt.Fprintf(o.Out, "withdrew %s/%s from lending; %d borrower executions drain\n", h.Namespace, h.Name, l.Executions)
+		return nil
+	}
+	fmt.Fprintf(o.Out, "lent %s/%s into pool %s: up to %d GPUs and %d executions at once\n", h.Namespace, h.Name, l.Pool, l.MaxGPUs, l.MaxExecutions)
+	return nil
+}
+
+// retriable says whether a failed action may be sent again with the same key.
+func retriable(err error) bool {
+	return !isAPIError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
+		apierrors.IsInternalError(err) || reasonIs(err, "IdempotencyKeyInFlight")
+}
+
+func newLendingCommand(g *Globals, s Streams) *cobra.Command {
+	var project string
+	cmd := &cobra.Command{
+		Use:     "lending -n PROJECT",
+		Short:   "How your hosts are lent and how much of them is borrowed now",
+		Example: "  nodus lending -n acme",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if project == "" {
+				return usageError(fmt.Errorf("say which project (-n PROJECT)"))
+			}
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			l, err := c.NodusV1().HostLendings(project).List(cmd.Context(), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
+			fmt.Fprintln(w, "HOST\tSTATE\tPOOL\tBORROWED GPUS\tEXECUTIONS\tBORROWERS")
+			for _, x := range l.Items {
+				var who []string
+				for _, b := range x.Status.Borrowers {
+					who = append(who, fmt.Sprintf("%s (%d GPUs)", b.Project, b.GPUs))
+				}
+				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", x.Namespace, x.Name, x.Status.State, dash(x.Status.Pool),
+					x.Status.BorrowedGPUs, x.Status.MaxGPUs, x.Status.Executions, x.Status.MaxExecutions, dash(strings.Join(who, ", ")))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().StringVarP(&project, "project", "n", "", "your project")
+	return cmd
+}
