@@ -104,7 +104,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.Socket, "socket", o.Socket, "unix socket for `nodusd principals` (default STATE-DIR/agent.sock)")
 	f.StringVar(&o.SSHDCAFile, "sshd-ca-file", o.SSHDCAFile, "write the server's SSH user CA key here, for sshd's TrustedUserCAKeys")
 	f.StringVar(&o.BorrowerUser, "borrower-user", agent.DefaultBorrowerUser, "unprivileged account borrowers' executions run as (never the owner's login user)")
-	f.StringVar(&o.ExecutionsDir, "executions-dir", o.ExecutionsDir, "where executions' work directories are made and removed (default STATE-DIR/executions)")
+	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed; the borrower account must be able to reach it")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	return cmd
 }

@@ -50,7 +50,9 @@ type Options struct {
 	SSHDDropIn string
 	// BorrowerUser is the unprivileged account borrowers' executions run as.
 	BorrowerUser string
-	// ExecutionsDir holds the executions' work directories; default STATE-DIR/executions.
+	// ExecutionsDir holds the executions' work directories; default
+	// DefaultExecutionsDir. The borrower account must be able to reach it,
+	// so it is not inside the private state directory.
 	ExecutionsDir string
 }
 
@@ -100,7 +102,7 @@ func New(opts Options) (*Agent, error) {
 		opts.BorrowerUser = DefaultBorrowerUser
 	}
 	if opts.ExecutionsDir == "" {
-		opts.ExecutionsDir = filepath.Join(opts.StateDir, "executions")
+		opts.ExecutionsDir = DefaultExecutionsDir
 	}
 	return &Agent{
 		opts: opts, id: id, client: client, store: store,
@@ -110,8 +112,13 @@ func New(opts Options) (*Agent, error) {
 	}, nil
 }
 
-// DefaultBorrowerUser is the account executions run as unless configured.
-const DefaultBorrowerUser = "nodus-borrower"
+// Defaults for borrowers' executions.
+const (
+	// DefaultBorrowerUser is the account executions run as.
+	DefaultBorrowerUser = "nodus-borrower"
+	// DefaultExecutionsDir holds their work directories.
+	DefaultExecutionsDir = "/var/lib/nodus-executions"
+)
 
 // Node is the node this agent is enrolled as.
 func (a *Agent) Node() string { return a.id.Node }

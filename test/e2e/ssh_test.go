@@ -49,6 +49,13 @@ func TestSSHAccessThroughSystemSSHD(t *testing.T) {
 		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
 		_ = exec.Command("userdel", "-r", login).Run()
 	})
+	// Borrowers' executions run as their own unprivileged account.
+	borrower := "nodusb" + hex.EncodeToString(suffix)
+	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", borrower)
+	t.Cleanup(func() {
+		_ = exec.Command("pkill", "-KILL", "-u", borrower).Run()
+		_ = exec.Command("userdel", borrower).Run()
+	})
 
 	dir := t.TempDir()
 	s := startServer(t, filepath.Join(dir, "server"))
@@ -95,13 +102,20 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 
 	// The host: nodusd enrolled and running, sshd trusting the server's CA.
 	agentDir := filepath.Join(dir, "agent")
+	// The borrower account must reach its work directories: not under the
+	// test's private temporary directory.
+	executionsDir, err := os.MkdirTemp("/var/tmp", "nodus-executions-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(executionsDir) })
 	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
 	run(t, agentBinary, "enroll", "--server", serverURL, "--token", enrollToken, "--ca-hash", caHash, "--name", "e2e-node", "--state-dir", agentDir)
 	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
 	port := freePort(t)
 	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
 		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
-		"--grace", "1s", "--disk-path", dir)
+		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--executions-dir", executionsDir)
 	agentLog := &syncBuffer{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
 	if err := agent.Start(); err != nil {
@@ -147,6 +161,9 @@ StrictModes no
 		runs, p50p99(refused), p50p99(ended), p50p99(drained))
 
 	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
+	t.Run("lending drains with the release", func(t *testing.T) {
+		lendingRun(t, s, sshRig{dir: dir, agentDir: agentDir, port: port, login: login, tokens: tokens, borrower: borrower, agentLog: agentLog})
+	})
 }
 
 // cliRun is what a customer does with the CLI alone: log in, list, ssh,
@@ -220,7 +237,7 @@ spec:
 type sshRig struct {
 	dir, agentDir     string
 	port              int
-	login             string
+	login, borrower   string
 	tokens            map[string]string
 	sshdLog, agentLog *syncBuffer
 }

@@ -78,6 +78,7 @@ type run struct {
 	out             *tail
 	started         chan struct{} // closed once the process runs (or failed to)
 	done            chan struct{} // closed when the process has exited
+	reported        chan struct{} // closed when its end was reported (or never will be)
 
 	mu   sync.Mutex
 	pgid int
@@ -154,14 +155,23 @@ func (r *Runner) Drain(ctx context.Context, message string) {
 	if uid := sessions.UID(r.opts.User); uid > 0 {
 		r.procs.End(ctx, r.opts.User, r.opts.Grace)
 	}
+	// The ends are reported before the agent's next heartbeat can say that
+	// nothing runs: a drained execution's finishedAt precedes drainedAt.
+	deadline := time.After(reportWait)
 	for _, x := range runs {
 		select {
-		case <-x.done:
+		case <-x.reported:
+		case <-deadline:
+			return
 		case <-ctx.Done():
 			return
 		}
 	}
 }
+
+// reportWait bounds how long a drain waits for the server to take the
+// reports; the process evidence in heartbeats does not depend on them.
+const reportWait = 15 * time.Second
 
 func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 	r.mu.Lock()
@@ -218,7 +228,8 @@ func (r *Runner) stop(x *run, o outcome) {
 
 // start claims the execution (reports it running), then runs it.
 func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
-	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, out: newTail(), started: make(chan struct{}), done: make(chan struct{})}
+	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, out: newTail(),
+		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.mu.Lock()
 	r.runs[e.UID] = x
 	r.mu.Unlock()
@@ -227,6 +238,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			r.mu.Lock()
 			delete(r.runs, e.UID)
 			r.mu.Unlock()
+			close(x.reported)
 		}()
 		final := r.execute(ctx, e, x)
 		if final == nil {
@@ -264,7 +276,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		return nil
 	}
 
-	cred, home, err := r.account()
+	cred, err := r.account()
 	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
 	}
@@ -275,7 +287,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	}
 	cmd := exec.Command(e.Spec.Command[0], e.Spec.Command[1:]...)
 	cmd.Dir = dir
-	cmd.Env = Environment(e, r.opts.User, dir, home)
+	cmd.Env = Environment(e, r.opts.User, dir)
 	cmd.Stdout, cmd.Stderr = x.out, x.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	if err := cmd.Start(); err != nil {
@@ -343,8 +355,9 @@ func exitOutcome(err error) *outcome {
 
 // Environment is what an execution sees: a clean environment with the
 // borrower's variables and only its assigned GPUs, numbered as NVML numbers
-// them (PCI bus order).
-func Environment(e *nodusv1.Execution, account, dir, home string) []string {
+// them (PCI bus order). HOME is the work directory: nothing an execution
+// writes outlives it.
+func Environment(e *nodusv1.Execution, account, dir string) []string {
 	gpus := make([]string, len(e.Status.GPUIndices))
 	for i, g := range e.Status.GPUIndices {
 		gpus[i] = strconv.Itoa(int(g))
@@ -354,7 +367,7 @@ func Environment(e *nodusv1.Execution, account, dir, home string) []string {
 	if nvidia == "" {
 		nvidia = "void" // the NVIDIA container runtime's "no GPU"
 	}
-	env := []string{"PATH=" + childPath, "HOME=" + home, "USER=" + account, "LOGNAME=" + account, "TMPDIR=" + dir}
+	env := []string{"PATH=" + childPath, "HOME=" + dir, "USER=" + account, "LOGNAME=" + account, "TMPDIR=" + dir}
 	for _, v := range e.Spec.Env {
 		env = append(env, v.Name+"="+v.Value)
 	}
@@ -365,27 +378,32 @@ func Environment(e *nodusv1.Execution, account, dir, home string) []string {
 
 // account resolves the borrower account. Running as it needs root, unless
 // the agent itself runs as that account (a development setup).
-func (r *Runner) account() (*syscall.Credential, string, error) {
+func (r *Runner) account() (*syscall.Credential, error) {
 	u, err := user.Lookup(r.opts.User)
 	if err != nil {
-		return nil, "", fmt.Errorf("the host has no borrower account %q", r.opts.User)
+		return nil, fmt.Errorf("the host has no borrower account %q", r.opts.User)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	if uid == 0 {
-		return nil, "", fmt.Errorf("the borrower account %q is root: executions never run as root", r.opts.User)
+		return nil, fmt.Errorf("the borrower account %q is root: executions never run as root", r.opts.User)
 	}
 	if os.Geteuid() == uid {
-		return nil, u.HomeDir, nil
+		return nil, nil
 	}
 	if os.Geteuid() != 0 {
-		return nil, "", fmt.Errorf("the host agent is not root and cannot run executions as %q", r.opts.User)
+		return nil, fmt.Errorf("the host agent is not root and cannot run executions as %q", r.opts.User)
 	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, u.HomeDir, nil
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
 func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
+	// The borrower account passes through the root to its own directory,
+	// and lists nothing of the others.
 	if err := os.MkdirAll(r.opts.WorkRoot, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(r.opts.WorkRoot, 0o711); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {

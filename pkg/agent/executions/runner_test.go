@@ -1,0 +1,59 @@
+package executions
+
+import (
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+func TestEnvironmentShowsOnlyAssignedGPUs(t *testing.T) {
+	e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Env: []nodusv1.ExecutionEnv{
+		{Name: "EPOCHS", Value: "3"}, {Name: "CUDA_VISIBLE_DEVICES", Value: "0,1,2,3,4,5,6,7"}}}}
+	e.Name = "job-1"
+	e.Status.GPUIndices = []int32{2, 5}
+	env := Environment(e, "nodus-borrower", "/work/x")
+	last := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		last[k] = v // exec uses the last value of a repeated name
+	}
+	want := map[string]string{"CUDA_VISIBLE_DEVICES": "2,5", "NVIDIA_VISIBLE_DEVICES": "2,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+		"EPOCHS": "3", "HOME": "/work/x", "TMPDIR": "/work/x", "USER": "nodus-borrower", "NODUS_EXECUTION": "job-1"}
+	for k, v := range want {
+		if last[k] != v {
+			t.Errorf("%s=%q, want %q (env %v)", k, last[k], v, env)
+		}
+	}
+	e.Status.GPUIndices = nil
+	env = Environment(e, "nodus-borrower", "/work/x")
+	if !slices.Contains(env, "CUDA_VISIBLE_DEVICES=") || !slices.Contains(env, "NVIDIA_VISIBLE_DEVICES=void") {
+		t.Errorf("an execution without GPUs must see none: %v", env)
+	}
+}
+
+func TestTailKeepsTheEndAndCountsTheRest(t *testing.T) {
+	tl := &tail{Limit: 10}
+	_, _ = tl.Write([]byte("0123456789"))
+	_, _ = tl.Write([]byte("abcde"))
+	data, dropped, version := tl.Snapshot()
+	if data != "56789abcde" || dropped != 5 || version != 2 {
+		t.Errorf("tail %q dropped %d version %d", data, dropped, version)
+	}
+}
+
+func TestExitOutcome(t *testing.T) {
+	if o := exitOutcome(nil); o.phase != nodusv1.ExecutionSucceeded || *o.exit != 0 {
+		t.Errorf("exit 0: %+v", o)
+	}
+	err := exec.Command("sh", "-c", "exit 3").Run()
+	if o := exitOutcome(err); o.phase != nodusv1.ExecutionFailed || *o.exit != 3 {
+		t.Errorf("exit 3: %+v", o)
+	}
+	err = exec.Command("sh", "-c", "kill -TERM $$").Run()
+	if o := exitOutcome(err); o.phase != nodusv1.ExecutionFailed || *o.exit != 143 || !strings.Contains(o.message, "terminated") {
+		t.Errorf("killed: %+v %s", o, o.message)
+	}
+}

@@ -1,0 +1,175 @@
+package e2e
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// lendingRun is lending as its three parties meet it, through the nodus CLI:
+// the owner lends its host; a borrower's execution runs there as the
+// borrower account and its output is in `logs`; a second, long one runs;
+// the owner releases; the long one ends as drained before drainedAt
+// appears, and the owner's SSH access is gone too.
+func lendingRun(t *testing.T, s *serverProcess, rig sshRig) {
+	s.apply(t, `apiVersion: nodus.dev/v1
+kind: Project
+metadata: {name: beta}
+spec:
+  members:
+  - {name: bob, role: member}
+---
+apiVersion: nodus.dev/v1
+kind: AccessToken
+metadata: {name: bob}
+spec: {user: bob}
+`, "create")
+	bobToken := strings.TrimSpace(s.must(t, "get", "accesstoken", "bob", "-o", "jsonpath={.status.token}"))
+	if bobToken == "" {
+		// The token is shown once, in the create answer: make another.
+		bobToken = s.apply(t, "apiVersion: nodus.dev/v1\nkind: AccessToken\nmetadata: {name: bob-2}\nspec: {user: bob}\n", "create", "-o", "jsonpath={.status.token}")
+	}
+	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"open":true,"borrowers":[{"project":"beta","maxGPUs":0}]}}}`)
+
+	home := filepath.Join(rig.dir, "lending-home")
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	nodus := func(user string, args ...string) (string, error) {
+		cmd := exec.Command(cliBinary, args...)
+		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
+			"NODUS_CONFIG="+filepath.Join(home, user+".config"))
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
+	ca := filepath.Join(s.dataDir, "pki", "ca.crt")
+	for who, token := range map[string]string{"mia": rig.tokens["mia"], "ada": rig.tokens["ada"], "bob": bobToken} {
+		if out, err := nodus(who, "login", "--server", serverURL, "--token", token, "--ca-file", ca); err != nil {
+			t.Fatalf("login %s: %v %s", who, err, out)
+		}
+	}
+	s.apply(t, `apiVersion: nodus.dev/v1
+kind: Reservation
+metadata: {name: lent-host}
+spec:
+  project: acme
+  placement: {node: e2e-node}
+  startsAt: "`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"
+  endsAt: "`+time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)+`"
+`, "create")
+	waitFor(t, "lent-host to be connected", func() bool {
+		out, _ := nodus("mia", "hosts", "list", "-n", "acme")
+		for _, line := range strings.Split(out, "\n") {
+			if strings.HasPrefix(line, "acme/lent-host ") && strings.Contains(line, " active ") && strings.Contains(line, " yes ") {
+				return true
+			}
+		}
+		return false
+	})
+	if out, err := nodus("mia", "ssh", "acme/lent-host", "--", "id", "-un"); err != nil || strings.TrimSpace(out) != rig.login {
+		t.Fatalf("the owner's ssh before lending: %v %q", err, out)
+	}
+	if out, err := nodus("bob", "lend", "acme/lent-host"); err == nil {
+		t.Errorf("a borrower lent the owner's host: %s", out)
+	}
+	if out, err := nodus("ada", "lend", "acme/lent-host", "--max-executions", "2"); err != nil || !strings.Contains(out, "lent acme/lent-host into pool e2e") {
+		t.Fatalf("nodus lend: %v %s", err, out)
+	}
+
+	// The first execution runs as the borrower account and succeeds.
+	submit := func(script string) string {
+		t.Helper()
+		out, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "0", "--", "sh", "-c", script)
+		if err != nil || !strings.Contains(out, "submitted") {
+			t.Fatalf("executions run: %v %s", err, out)
+		}
+		return strings.Fields(out)[1] // beta/NAME
+	}
+	phase := func(ref string) string {
+		out, _ := nodus("bob", "executions", "get", ref)
+		lines := strings.Split(out, "\n")
+		if len(lines) < 2 {
+			return ""
+		}
+		if f := strings.Fields(lines[1]); len(f) > 1 {
+			return f[1]
+		}
+		return ""
+	}
+	first := submit(`echo "user=$(id -un) dir=$PWD gpus=[$CUDA_VISIBLE_DEVICES]"; echo done`)
+	dump := func(ref string) string {
+		out, _ := nodus("bob", "executions", "get", ref)
+		return out + "\nnodusd:\n" + rig.agentLog.String()
+	}
+	waitOr(t, "the first execution to succeed", func() bool { return phase(first) == "succeeded" }, func() string { return dump(first) })
+	logs, err := nodus("bob", "executions", "logs", first)
+	if err != nil || !strings.Contains(logs, "user="+rig.borrower+" ") || !strings.Contains(logs, "gpus=[]") || !strings.Contains(logs, "done") {
+		t.Fatalf("logs of the first execution: %v %q\nnodusd: %s", err, logs, rig.agentLog.String())
+	}
+	if _, dir, ok := strings.Cut(strings.Fields(logs)[1], "dir="); ok {
+		if _, err := os.Stat(dir); !os.IsNotExist(err) {
+			t.Errorf("the work directory %s outlived the execution: %v", dir, err)
+		}
+	} else {
+		t.Errorf("no work directory in the log: %q", logs)
+	}
+	if out, _ := nodus("bob", "executions", "get", first); strings.Contains(out, "e2e-node") || strings.Contains(out, "acme") {
+		t.Errorf("the borrower sees the owner or the node: %s", out)
+	}
+
+	// The second runs until the release drains it.
+	second := submit(`echo started; sleep 600`)
+	waitOr(t, "the long execution to run", func() bool {
+		out, _ := exec.Command("pgrep", "-u", rig.borrower, "sleep").Output()
+		return phase(second) == "running" && len(out) > 0
+	}, func() string { return dump(second) })
+	if out, _ := nodus("ada", "lending", "-n", "acme"); !strings.Contains(out, "acme/lent-host") || !strings.Contains(out, " lent ") {
+		t.Errorf("nodus lending: %s", out)
+	}
+	waitFor(t, "the owner to see one execution on its host", func() bool {
+		out, _ := nodus("ada", "lending", "-n", "acme")
+		return strings.Contains(out, "1/2")
+	})
+	if out, err := nodus("ada", "release", "acme/lent-host", "--yes", "--wait", "--timeout", "60s"); err != nil || !strings.Contains(out, "drained after") {
+		t.Fatalf("nodus release --wait: %v\n%s", err, out)
+	}
+	if got := phase(second); got != "drained" {
+		out, _ := nodus("bob", "executions", "get", second)
+		t.Fatalf("the long execution after the release: %s\n%s", got, out)
+	}
+	if out, _ := exec.Command("pgrep", "-u", rig.borrower).Output(); len(out) > 0 {
+		t.Errorf("borrower processes survive the drain: %s", out)
+	}
+	finished := strings.TrimSpace(s.must(t, "get", "execution", strings.TrimPrefix(second, "beta/"), "-n", "beta", "-o", "jsonpath={.status.finishedAt}"))
+	drained := strings.TrimSpace(s.must(t, "get", "reservedhost", "lent-host", "-n", "acme", "-o", "jsonpath={.status.release.drainedAt}"))
+	finishedAt, err1 := time.Parse(time.RFC3339, finished)
+	drainedAt, err2 := time.Parse(time.RFC3339, drained)
+	if err1 != nil || err2 != nil || drainedAt.Before(finishedAt) {
+		t.Errorf("drainedAt %q must come after the execution ended at %q", drained, finished)
+	}
+	if logs, _ := nodus("bob", "executions", "logs", second); !strings.Contains(logs, "started") {
+		t.Errorf("the drained execution's output: %q", logs)
+	}
+	if out, err := nodus("mia", "ssh", "acme/lent-host", "--", "true"); err == nil || !strings.Contains(out, "no access now") {
+		t.Errorf("the owner's ssh after the release: %v %q", err, out)
+	}
+	if out, _ := nodus("ada", "lending", "-n", "acme"); !strings.Contains(out, " ended ") {
+		t.Errorf("lending after the release: %s", out)
+	}
+}
+
+// waitOr waits like waitFor and says what dump shows when it times out.
+func waitOr(t *testing.T, what string, ok func() bool, dump func() string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s:\n%s", what, dump())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
