@@ -12,9 +12,12 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -113,6 +116,8 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		t.Fatal(err)
 	}
 	staleBody, _ := json.Marshal(stale)
+	// A finished execution, and one placed on an enrolled agent's host that is not lent.
+	finished, reporter := executionFixtures(t, s)
 	ghost, _ := json.Marshal(reservedHost("ghost", "r1"))
 
 	const pools = "/apis/nodus.dev/v1/pools"
@@ -173,6 +178,16 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions", "application/json", strings.NewReader(
 				`{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"e"},"spec":{"pool":"fra1","command":["true"],"maxRuntimeSeconds":60}}`))
 		},
+		apierror.ReasonLendingClosed: func() response {
+			return do(t, f.admin, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/active/lend", "application/json", strings.NewReader(`{"epoch":1}`))
+		},
+		apierror.ReasonExecutionFinished: func() response {
+			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions/"+finished+"/cancel", "application/json", strings.NewReader(`{}`))
+		},
+		apierror.ReasonHostNotLent: func() response {
+			return do(t, reporter.agent, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions/"+reporter.execution+"/report",
+				"application/json", strings.NewReader(`{"phase":"running"}`))
+		},
 		apierror.ReasonStaleAgent: func() response {
 			return f.heartbeat(t, "active", nodusv1.NodeHeartbeat{AgentGeneration: 0})
 		},
@@ -197,4 +212,48 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			t.Errorf("provoking %s gave reason %s: %s", r.Name, env.Reason, resp.body)
 		}
 	}
+}
+
+// placedExecution is an execution placed on an enrolled agent's host.
+type placedExecution struct {
+	agent     *rest.Config
+	execution string
+}
+
+// executionFixtures makes, in acme, an execution that succeeded and one
+// scheduled on the host of a freshly enrolled agent that nobody lends.
+func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecution) {
+	t.Helper()
+	c := s.Client.NodusV1()
+	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends-to-acme"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := c.EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "reporter"},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "lends-to-acme", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: "reporter", StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	node, err := c.Nodes().Get(ctx(t), "reporter", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := func(phase nodusv1.ExecutionPhase, host string) string {
+		e, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{GenerateName: "fixture-"},
+			Spec: nodusv1.ExecutionSpec{Pool: "lends-to-acme", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The operator plays the scheduler: the pool has no lent host.
+		e.Status.Phase, e.Status.Host = phase, host
+		if _, err := c.Executions("acme").UpdateStatus(ctx(t), e, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return e.Name
+	}
+	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: agentConfig(t, s, dir), execution: placed(nodusv1.ExecutionScheduled, lending.HostAlias(node))}
 }

@@ -218,11 +218,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		borrowed[[2]string{e.Spec.Pool, e.Namespace}] += int32(len(p.gpus))
 		h := hosts[p.alias]
-		if h == nil {
-			continue
+		if h != nil {
+			h.take(e.Namespace, p.gpus)
 		}
-		h.take(e.Namespace, p.gpus)
-		if e.Status.Phase == nodusv1.ExecutionScheduled && !lending.Lent(h.reservation) {
+		if e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)) {
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
 		}
