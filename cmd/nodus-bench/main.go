@@ -11,7 +11,10 @@
 //     nodes, extrapolated to 10,000 nodes at a 10 s interval;
 //
 //   - allocation: allocations per second and POST-to-active latency of 1,000
-//     allocations over 10,000 nodes, with one server and with two sharing an etcd.
+//     allocations over 10,000 nodes, with one server and with two sharing an etcd;
+//
+//   - lending: execution create → scheduled → running latency, and the
+//     scheduler's throughput for 1,000 pending executions over 1,000 lent hosts.
 //
 //     go run ./cmd/nodus-bench [-scenarios crud,release,heartbeat] [-server bin/nodus-server]
 package main
@@ -30,13 +33,15 @@ type config struct {
 	objects, gets, updates, lists, concurrency int
 	releases                                   int
 	nodes, rounds, allocations                 int
+	lentHosts, latencyHosts, latencyRuns       int
+	pending                                    int
 	interval                                   time.Duration
 }
 
 func main() {
 	var c config
 	var scenarios, binary string
-	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation", "which measurements to run")
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending", "which measurements to run")
 	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
 	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
@@ -47,6 +52,10 @@ func main() {
 	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat: simulated nodes")
 	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: steady-state rounds measured after the first")
 	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes")
+	flag.IntVar(&c.lentHosts, "lent-hosts", 1000, "lending: lent 8-GPU hosts")
+	flag.IntVar(&c.latencyHosts, "latency-hosts", 4, "lending: hosts with simulated agents for the create → running latency")
+	flag.IntVar(&c.latencyRuns, "latency-runs", 100, "lending: executions timed one at a time")
+	flag.IntVar(&c.pending, "pending", 1000, "lending: executions the scheduler places at once")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
 	flag.Parse()
 	if err := run(c, binary, strings.Split(scenarios, ",")); err != nil {
@@ -63,7 +72,7 @@ func run(c config, binary string, scenarios []string) error {
 			}
 			continue
 		}
-		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat}[name]
+		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat, "lending": lendingBench}[name]
 		if !ok {
 			return fmt.Errorf("unknown scenario %q", name)
 		}

@@ -190,9 +190,11 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	return e, nil
 }
 
-// lent says whether a reservation on node lends it now.
+// lent says whether a reservation on node lends it now. It reads the watch
+// cache: a withdrawal it does not show yet is still drained by the agent.
 func (r *ReportREST) lent(ctx context.Context, node string) (bool, error) {
-	list, err := r.Reservations.List(ctx, &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.node", node)})
+	list, err := r.Reservations.List(ctx, &metainternalversion.ListOptions{ResourceVersion: "0",
+		FieldSelector: fields.OneTermEqualSelector("status.node", node)})
 	if err != nil {
 		return false, err
 	}

@@ -1,0 +1,306 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/lending"
+)
+
+// lendingBench measures, on -lent-hosts lent 8-GPU hosts:
+//
+//   - create → scheduled and create → running of executions, one at a time,
+//     on a few hosts whose simulated agents (real credentials, the real watch
+//     and report calls, no processes) report them running and succeeded;
+//   - scheduler throughput: -pending executions that wait on their
+//     borrower's cap are released at once by raising the cap, and the time
+//     until the watch shows all of them scheduled is taken.
+func lendingBench(s *server, c config) error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	api := s.client.NodusV1()
+	fmt.Fprintf(os.Stderr, "lending: %d reserved hosts with 8 GPUs each\n", c.lentHosts)
+	if err := seedFleet(ctx, s, c.lentHosts, c.concurrency*4, true); err != nil {
+		return err
+	}
+	if _, err := api.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "borrower"}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	pool, err := api.Pools().Get(ctx, "bench", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pool.Spec.Lending = &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "borrower", MaxGPUs: 1 << 20}}}
+	if pool, err = api.Pools().Update(ctx, pool, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	agents, err := enrollAgents(ctx, s, c.latencyHosts)
+	if err != nil {
+		return err
+	}
+	all := make([]string, 0, c.lentHosts+len(agents))
+	for i := 0; i < c.lentHosts; i++ {
+		all = append(all, fleetName(i))
+	}
+	for name := range agents {
+		all = append(all, name)
+	}
+	if err := parallel(len(all), c.concurrency*4, func(i int) error {
+		n, err := api.Nodes().Get(ctx, all[i], metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Inventory.GPUs = nil
+		for g := 0; g < 8; g++ {
+			n.Status.Inventory.GPUs = append(n.Status.Inventory.GPUs, nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559})
+		}
+		_, err = api.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	// The fleet's agents heartbeat (as the operator; the latency hosts' own
+	// agents report executions) so that every host stays ready.
+	beat := func() error {
+		return parallel(len(all), c.concurrency*4, func(i int) error {
+			n, err := api.Nodes().Get(ctx, all[i], metav1.GetOptions{ResourceVersion: "0"})
+			if err != nil {
+				return err
+			}
+			body := fmt.Sprintf(`{"agentGeneration":%d}`, n.Status.AgentGeneration)
+			return api.RESTClient().Post().Resource("nodes").Name(all[i]).SubResource("heartbeat").
+				SetHeader("Content-Type", "application/json").Body([]byte(body)).Do(ctx).Error()
+		})
+	}
+	if err := beat(); err != nil {
+		return err
+	}
+	go func() {
+		for ctx.Err() == nil {
+			select {
+			case <-ctx.Done():
+			case <-time.After(5 * time.Second):
+				_ = beat()
+			}
+		}
+	}()
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active"})
+		return err == nil && len(list.Items) == len(all), nil
+	}); err != nil {
+		return fmt.Errorf("hosts never became active: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "lending: lending %d hosts\n", len(all))
+	if err := parallel(len(all), c.concurrency, func(i int) error {
+		return api.RESTClient().Post().Namespace("bench").Resource("reservedhosts").Name(all[i]).SubResource("lend").
+			SetHeader("Content-Type", "application/json").Body([]byte(`{"epoch":1}`)).Do(ctx).Error()
+	}); err != nil {
+		return err
+	}
+
+	// The latency executions go to pool "agents", whose hosts have agents
+	// that report; the scheduler still considers the whole fleet in every pass.
+	if err := latency(ctx, s, c, agents); err != nil {
+		return err
+	}
+	return throughput(ctx, s, c, pool)
+}
+
+// enrollAgents enrolls n nodes into pool "agents" (lent to "borrower") and
+// returns their agents' credentials.
+func enrollAgents(ctx context.Context, s *server, n int) (map[string]*rest.Config, error) {
+	api := s.client.NodusV1()
+	if _, err := api.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "agents"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "borrower", MaxGPUs: 1 << 20}}}}}, metav1.CreateOptions{}); err != nil {
+		return nil, err
+	}
+	now := time.Now().Truncate(time.Second)
+	out := map[string]*rest.Config{}
+	for i := 0; i < n; i++ {
+		name := fmt.Sprintf("agent-%02d", i)
+		tok, err := api.EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.EnrollmentTokenSpec{Pool: "agents", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+		if err != nil {
+			return nil, err
+		}
+		dir, err := os.MkdirTemp(s.dir, "agent-")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := agent.Enroll(ctx, agent.EnrollOptions{Server: s.config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
+			return nil, err
+		}
+		read := func(f string) []byte { data, _ := os.ReadFile(dir + "/" + f); return data }
+		out[name] = &rest.Config{Host: s.config.Host, QPS: -1, TLSClientConfig: rest.TLSClientConfig{
+			CertData: read("agent.crt"), KeyData: read("agent.key"), CAData: read("ca.crt")}}
+		if _, err := api.Reservations().Create(ctx, &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.ReservationSpec{Project: "bench", Placement: nodusv1.ReservationPlacement{Node: name},
+				StartsAt: metav1.NewTime(now.Add(-time.Hour)), EndsAt: metav1.NewTime(now.Add(24 * time.Hour))}}, metav1.CreateOptions{}); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// latency submits executions one at a time and times them to scheduled and to running.
+func latency(ctx context.Context, s *server, c config, agents map[string]*rest.Config) error {
+	for name, cfg := range agents {
+		node, err := s.client.NodusV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		go simulatedAgent(ctx, cfg, lending.HostAlias(node))
+	}
+	api := s.client.NodusV1().Executions("borrower")
+	w, err := api.Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var toScheduled, toRunning []time.Duration
+	for i := 0; i < c.latencyRuns; i++ {
+		start := time.Now()
+		e, err := api.Create(ctx, &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("latency-%04d", i)},
+			Spec: nodusv1.ExecutionSpec{Pool: "agents", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		scheduled := time.Duration(0)
+		for scheduled == 0 || len(toRunning) <= i {
+			select {
+			case ev := <-w.ResultChan():
+				got, ok := ev.Object.(*nodusv1.Execution)
+				if !ok || ev.Type == watch.Deleted || got.Name != e.Name {
+					continue
+				}
+				if scheduled == 0 && got.Status.Phase != nodusv1.ExecutionPending {
+					scheduled = time.Since(start)
+					toScheduled = append(toScheduled, scheduled)
+				}
+				if got.Status.Phase == nodusv1.ExecutionRunning || got.Status.Phase == nodusv1.ExecutionSucceeded {
+					toRunning = append(toRunning, time.Since(start))
+				}
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("execution %s never ran", e.Name)
+			}
+		}
+	}
+	s50, s99 := percentiles(toScheduled)
+	r50, r99 := percentiles(toRunning)
+	fmt.Printf("lending: %d executions, one at a time, %d lent hosts in all (%d with simulated agents)\n", c.latencyRuns, c.lentHosts+len(agents), len(agents))
+	fmt.Printf("  create → scheduled p50 %-10s p99 %s\n", s50, s99)
+	fmt.Printf("  create → running   p50 %-10s p99 %s (the agent's watch and its report included)\n", r50, r99)
+	return nil
+}
+
+// simulatedAgent reports each execution placed on alias running, then succeeded.
+func simulatedAgent(ctx context.Context, cfg *rest.Config, alias string) {
+	client := versioned.NewForConfigOrDie(cfg).NodusV1()
+	w, err := client.Executions("").Watch(ctx, metav1.ListOptions{FieldSelector: "status.host=" + alias})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lending: agent watch:", err)
+		return
+	}
+	defer w.Stop()
+	report := func(e *nodusv1.Execution, phase nodusv1.ExecutionPhase) error {
+		body, _ := json.Marshal(nodusv1.ExecutionReport{Phase: phase})
+		return client.RESTClient().Post().Namespace(e.Namespace).Resource("executions").Name(e.Name).SubResource("report").
+			SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+	}
+	for ev := range w.ResultChan() {
+		if e, ok := ev.Object.(*nodusv1.Execution); ok && e.Status.Phase == nodusv1.ExecutionScheduled {
+			if report(e, nodusv1.ExecutionRunning) == nil {
+				_ = report(e, nodusv1.ExecutionSucceeded)
+			}
+		}
+	}
+}
+
+// throughput holds -pending executions behind their borrower's cap, lifts
+// the cap in one update and times the scheduler placing all of them.
+func throughput(ctx context.Context, s *server, c config, pool *nodusv1.Pool) error {
+	api := s.client.NodusV1()
+	pool, err := api.Pools().Get(ctx, pool.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	pool.Spec.Lending.Borrowers[0].MaxGPUs = 1
+	if pool, err = api.Pools().Update(ctx, pool, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "lending: submitting %d executions held by a 1-GPU cap\n", c.pending)
+	if err := parallel(c.pending, c.concurrency, func(i int) error {
+		_, err := api.Executions("borrower").Create(ctx, &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pending-%05d", i)},
+			Spec: nodusv1.ExecutionSpec{Pool: "bench", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+		return err
+	}); err != nil {
+		return err
+	}
+	// Wait until all but the one the cap lets through say why they wait.
+	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := api.Executions("borrower").List(ctx, metav1.ListOptions{FieldSelector: "spec.pool=bench,status.phase=pending"})
+		if err != nil {
+			return false, nil
+		}
+		waiting := 0
+		for _, e := range list.Items {
+			if e.Status.Reason == "Waiting" {
+				waiting++
+			}
+		}
+		return waiting == c.pending-1, nil
+	}); err != nil {
+		return fmt.Errorf("the executions never all waited on the cap: %w", err)
+	}
+	w, err := api.Executions("borrower").Watch(ctx, metav1.ListOptions{FieldSelector: "spec.pool=bench"})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	scheduled := map[string]bool{}
+	done := make(chan struct{})
+	go func() {
+		for ev := range w.ResultChan() {
+			if e, ok := ev.Object.(*nodusv1.Execution); ok && e.Status.Phase == nodusv1.ExecutionScheduled {
+				mu.Lock()
+				scheduled[e.Name] = true
+				n := len(scheduled)
+				mu.Unlock()
+				if n == c.pending {
+					close(done)
+					return
+				}
+			}
+		}
+	}()
+	pool.Spec.Lending.Borrowers[0].MaxGPUs = 1 << 20
+	start := time.Now()
+	if _, err := api.Pools().Update(ctx, pool, metav1.UpdateOptions{}); err != nil {
+		return err
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Minute):
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Errorf("only %d of %d executions were scheduled", len(scheduled), c.pending)
+	}
+	elapsed := time.Since(start)
+	fmt.Printf("lending: scheduler throughput, %d pending executions (1 GPU each) over %d lent hosts\n", c.pending-1, c.lentHosts)
+	fmt.Printf("  cap lifted → all scheduled in %s: %.0f placements/s (each a status write; HostLendings updated in the same passes)\n\n",
+		elapsed.Round(time.Millisecond), float64(c.pending-1)/elapsed.Seconds())
+	return nil
+}
