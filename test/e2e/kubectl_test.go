@@ -90,8 +90,8 @@ func TestKubectl(t *testing.T) {
 				t.Errorf("api-resources lacks %s:\n%s", k.resource, out)
 			}
 		}
-		if out := s.must(t, "api-resources", "--namespaced=true", "--api-group=nodus.dev", "-o", "name"); strings.Join(strings.Fields(out), " ") != "executions.nodus.dev reservedhosts.nodus.dev" {
-			t.Errorf("only Execution and ReservedHost are namespaced, got:\n%s", out)
+		if out := s.must(t, "api-resources", "--namespaced=true", "--api-group=nodus.dev", "-o", "name"); strings.Join(strings.Fields(out), " ") != "executions.nodus.dev hostlendings.nodus.dev reservedhosts.nodus.dev" {
+			t.Errorf("only Execution, HostLending and ReservedHost are namespaced, got:\n%s", out)
 		}
 	})
 
