@@ -50,6 +50,16 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the reserved node never became active")
 	}
+	// r1 is lent, so that its HostLending exists; e1 waits for a ready host.
+	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/lend", "application/json", strings.NewReader(`{"epoch":1}`)); r.code != 200 {
+		t.Fatalf("lend r1: %d %s", r.code, r.body)
+	}
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		e, err := s.Client.NodusV1().Executions("acme").Get(c, "e1", metav1.GetOptions{})
+		return err == nil && e.Status.Reason == "Waiting", nil
+	}); err != nil {
+		t.Fatal("the execution never settled as waiting")
+	}
 
 	const nodus = "/apis/nodus.dev/v1"
 	kinds := []kindUnderTest{
@@ -67,6 +77,16 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{name: "reservedhosts/status", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", statusOnly: true},
 		{name: "reservedhosts/release-capacity", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"agreed":true,"epoch":1}`},
 		{name: "nodes/heartbeat", collection: nodus + "/nodes", object: "gpu-001", action: `{"agentGeneration":0}`},
+		{name: "reservedhosts/lend", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"epoch":1}`},
+		{name: "reservedhosts/withdraw", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"epoch":1}`},
+		{name: "hostlendings", collection: nodus + "/namespaces/acme/hostlendings", object: "r1", newObject: func() interface{} {
+			return &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: "new-lending", Namespace: "acme"}}
+		}},
+		{name: "hostlendings/status", collection: nodus + "/namespaces/acme/hostlendings", object: "r1", statusOnly: true},
+		{name: "executions", collection: nodus + "/namespaces/acme/executions", object: "e1", newObject: func() interface{} { return execution("new-exec") }},
+		{name: "executions/status", collection: nodus + "/namespaces/acme/executions", object: "e1", statusOnly: true},
+		{name: "executions/cancel", collection: nodus + "/namespaces/acme/executions", object: "e1", action: `{}`},
+		{name: "executions/report", collection: nodus + "/namespaces/acme/executions", object: "e1", action: `{"phase":"running"}`},
 		{name: "namespaces", collection: "/api/v1/namespaces", object: "acme", readOnly: true, newObject: func() interface{} {
 			return &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "new-ns"}}
 		}},
@@ -133,6 +153,9 @@ func expectedCode(role string, k kindUnderTest, verb string) int {
 	if role == "anonymous" {
 		return http.StatusUnauthorized
 	}
+	if k.name == "executions/report" {
+		return http.StatusForbidden // the host's agent only, not even operators
+	}
 	write := verb != "get" && verb != "list" && verb != "watch"
 	if role == "operator" {
 		if k.readOnly && write {
@@ -142,14 +165,20 @@ func expectedCode(role string, k kindUnderTest, verb string) int {
 	}
 	allowed := false
 	switch k.name {
-	case "reservedhosts", "reservedhosts/status":
+	case "reservedhosts", "reservedhosts/status", "hostlendings", "hostlendings/status", "executions/status":
 		allowed = !write && role != "outsider"
+	case "executions":
+		allowed = role != "outsider" && (!write || ((verb == "create" || verb == "delete") && role != "viewer"))
 	case "namespaces":
 		allowed = verb == "list" || verb == "watch" || (verb == "get" && role != "outsider")
 	case "projects":
 		allowed = verb == "get" && role != "outsider"
-	case "reservedhosts/release-capacity":
+	case "reservedhosts/release-capacity", "reservedhosts/lend", "reservedhosts/withdraw":
 		if role == "admin" {
+			return http.StatusOK
+		}
+	case "executions/cancel":
+		if role == "admin" || role == "member" {
 			return http.StatusOK
 		}
 	}
@@ -234,11 +263,18 @@ func seedMatrix(t *testing.T, s *testserver.Server) {
 		nodusv1.ProjectMember{Name: "mary", Role: nodusv1.ProjectRoleMember},
 		nodusv1.ProjectMember{Kind: nodusv1.MemberKindGroup, Name: "acme-viewers", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{}))
 	must(c.Projects().Create(ctx, project("other", nodusv1.ProjectMember{Name: "oscar", Role: nodusv1.ProjectRoleAdmin}), metav1.CreateOptions{}))
-	must(c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{}))
+	must(c.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}}, metav1.CreateOptions{}))
 	must(c.Nodes().Create(ctx, node("gpu-001"), metav1.CreateOptions{}))
+	must(c.Executions("acme").Create(ctx, execution("e1"), metav1.CreateOptions{}))
 	must(c.Allocations().Create(ctx, allocation("a1"), metav1.CreateOptions{}))
 	must(c.Reservations().Create(ctx, reservation("r1"), metav1.CreateOptions{}))
 	must(c.AccessTokens().Create(ctx, &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "tok1"}, Spec: nodusv1.AccessTokenSpec{User: "someone"}}, metav1.CreateOptions{}))
+}
+
+func execution(name string) *nodusv1.Execution {
+	return &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "acme"},
+		Spec: nodusv1.ExecutionSpec{Pool: "fra1", Command: []string{"true"}, MaxRuntimeSeconds: 60}}
 }
 
 func node(name string) *nodusv1.Node {

@@ -258,6 +258,11 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 		string(r.body) != "[nodus: 10 earlier bytes of output were not kept]\nepoch 1 loss 0.3\ndone\n" || !strings.HasPrefix(r.header.Get("Content-Type"), "text/plain") {
 		t.Errorf("log: %d %q %v", r.code, r.body, r.header)
 	}
+	for who, cfg := range map[string]*rest.Config{"the owner's admin": f.admin, "another project": f.outsider} {
+		if r := do(t, cfg, "GET", "/apis/nodus.dev/v1/namespaces/beta/executions/"+placed.Name+"/log", "", nil); r.code != http.StatusForbidden {
+			t.Errorf("%s reads a borrower's log: %d", who, r.code)
+		}
+	}
 	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed}); r.code != 409 || envelopeOf(t, r).Reason != apierror.ReasonExecutionFinished {
 		t.Errorf("a finished execution reported again: %d %s", r.code, r.body)
 	}
