@@ -121,6 +121,27 @@ spec:
 		t.Errorf("the borrower sees the owner or the node: %s", out)
 	}
 
+	// The maximum runtime is enforced, and a borrower cancels a running one.
+	limited, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "0", "--max-runtime", "1", "--", "sleep", "600")
+	if err != nil {
+		t.Fatalf("executions run: %v %s", err, limited)
+	}
+	limitedRef := strings.Fields(limited)[1]
+	waitOr(t, "the maximum runtime to end an execution", func() bool { return phase(limitedRef) == "failed" }, func() string { return dump(limitedRef) })
+	if out, _ := nodus("bob", "executions", "get", limitedRef); !strings.Contains(out, "MaxRuntimeExceeded") {
+		t.Errorf("an execution over its maximum runtime: %s", out)
+	}
+	cancelled := submit(`echo waiting; sleep 600`)
+	waitOr(t, "the execution to cancel to run", func() bool { return phase(cancelled) == "running" }, func() string { return dump(cancelled) })
+	if out, err := nodus("bob", "executions", "cancel", cancelled); err != nil || !strings.Contains(out, "being stopped") {
+		t.Errorf("executions cancel of a running execution: %v %s", err, out)
+	}
+	waitOr(t, "the running execution to be cancelled", func() bool { return phase(cancelled) == "cancelled" }, func() string { return dump(cancelled) })
+	waitOr(t, "the cancelled execution's processes to end", func() bool {
+		out, _ := exec.Command("pgrep", "-u", rig.borrower).Output()
+		return len(out) == 0
+	}, func() string { out, _ := exec.Command("ps", "-u", rig.borrower, "-o", "pid,cmd").Output(); return string(out) })
+
 	// The second runs until the release drains it.
 	second := submit(`echo started; sleep 600`)
 	waitOr(t, "the long execution to run", func() bool {

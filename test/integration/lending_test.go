@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -311,6 +312,16 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 	}
 	if r := f.lend(t, f.admin, "withdraw", node, body("")); r.code != 200 {
 		t.Errorf("withdrawing twice: %d %s", r.code, r.body)
+	}
+	// The HostLending goes with its reservation.
+	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		_, err := s.Client.NodusV1().HostLendings("acme").Get(c, node, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error("the HostLending outlived its reservation")
 	}
 	// A pool that does not lend refuses lending.
 	f.node(t, "closed-1")

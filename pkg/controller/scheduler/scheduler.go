@@ -398,8 +398,22 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 	return firstErr
 }
 
-// project writes each owner's HostLending where its use or agreement changed.
+// project writes each owner's HostLending where its use or agreement
+// changed, and deletes those whose reservation is gone.
 func (c *Controller) project(ctx context.Context, hosts []*host) error {
+	lendings, err := c.lendings.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	for _, l := range lendings {
+		r, err := c.reservations.Get(l.Name)
+		if apierrors.IsNotFound(err) || (err == nil && r.Spec.Project != l.Namespace) {
+			err := c.client.NodusV1().HostLendings(l.Namespace).Delete(ctx, l.Name, metav1.DeleteOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+		}
+	}
 	for _, h := range hosts {
 		r := h.reservation
 		if _, err := c.projects.Get(r.Spec.Project); err != nil {
