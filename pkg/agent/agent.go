@@ -144,10 +144,20 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runner = executions.New(executions.Options{
 		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser,
 		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lent: a.lent,
+		OwnerUsers: func() []string {
+			var users []string
+			for _, obj := range informer.GetStore().List() {
+				r := obj.(*nodusv1.Reservation)
+				users = append(users, r.Status.LoginUser, r.Spec.LoginUser)
+			}
+			return users
+		},
 	})
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 		UpdateFunc: func(_, obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
+		// A reservation deleted under a lent host takes the lending with it.
+		DeleteFunc: func(interface{}) { a.drainUnlent(ctx) },
 	}); err != nil {
 		return err
 	}
@@ -163,6 +173,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()
 	factory.Start(ctx.Done())
+	// The runner asks whether the host is lent: only once the reservations are known.
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+		return ctx.Err()
+	}
 	go func() { _ = a.runner.Run(ctx) }()
 	go a.reportStatus(ctx)
 	a.heartbeats(ctx)
@@ -174,8 +188,12 @@ func (a *Agent) Run(ctx context.Context) error {
 // once the host is no longer lent (withdrawn, released or ended).
 func (a *Agent) observe(ctx context.Context, r *nodusv1.Reservation) {
 	a.apply(ctx, r)
-	if !a.lent() && a.runner.Running() > 0 {
-		go a.runner.Drain(ctx, "the host's owner withdrew it from lending")
+	a.drainUnlent(ctx)
+}
+
+func (a *Agent) drainUnlent(ctx context.Context) {
+	if !a.lent() && a.runner.Active() {
+		go a.runner.Drain(ctx, "the host is no longer lent: its owner withdrew it, or its reservation ended")
 	}
 }
 

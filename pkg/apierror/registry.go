@@ -82,6 +82,8 @@ const (
 	ReasonLendingClosed metav1.StatusReason = "LendingClosed"
 	// ReasonExecutionFinished: a change to an execution that already ended.
 	ReasonExecutionFinished metav1.StatusReason = "ExecutionFinished"
+	// ReasonExecutionActive: deleting an execution that holds a host.
+	ReasonExecutionActive metav1.StatusReason = "ExecutionActive"
 	// ReasonHostNotLent: an agent would start an execution on a host that is no longer lent.
 	ReasonHostNotLent metav1.StatusReason = "HostNotLent"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
@@ -229,6 +231,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonExecutionFinished, http.StatusConflict, "The execution already ended.",
 			func(r Request) string {
 				return fmt.Sprintf("Nothing is left to stop: read how it ended with `nodus executions get %s -n %s`; submit a new execution to run it again.", r.Name, r.Namespace)
+			}},
+		{ReasonExecutionActive, http.StatusConflict, "The execution is placed on a host or running there.",
+			func(r Request) string {
+				return fmt.Sprintf("Cancel it first (`nodus executions cancel %s/%s`), then delete it once it ended.", r.Namespace, r.Name)
 			}},
 		{ReasonHostNotLent, http.StatusConflict, "The host is no longer lent, so the execution may not start there.",
 			func(Request) string {

@@ -37,7 +37,15 @@ func newLendCommand(g *Globals, s Streams) *cobra.Command {
 		Example:           "  nodus lend acme/gpu-001 --gpus 4\n  nodus withdraw acme/gpu-001",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeHosts(g),
-		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("gpus") && o.GPUs < 0 {
+				return usageError(fmt.Errorf("--gpus must not be negative"))
+			}
+			if cmd.Flags().Changed("max-executions") && o.MaxExecutions < 1 {
+				return usageError(fmt.Errorf("--max-executions must be at least 1"))
+			}
+			return o.Run(cmd.Context(), args[0])
+		},
 	}
 	cmd.Flags().Int32Var(&o.GPUs, "gpus", o.GPUs, "GPUs borrowers may use at once (default: all of the host's)")
 	cmd.Flags().Int32Var(&o.MaxExecutions, "max-executions", 0, "executions at once (default: one per lent GPU, at least one)")

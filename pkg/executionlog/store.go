@@ -1,7 +1,8 @@
 // Package executionlog keeps the bounded output of borrower executions in
 // etcd, outside the Execution objects so that lists and watches stay small.
-// Each log lives on a lease: it disappears a week after its last write,
-// whether or not its Execution is still there.
+// Each log lives on the lease of its first write, for two weeks: executions
+// run at most a week, so every log is kept at least a week after its
+// execution ended, whether or not the Execution is still there.
 package executionlog
 
 import (
@@ -32,9 +33,9 @@ type Store struct {
 	TTL    time.Duration
 }
 
-// NewStore keeps logs under /nodus/executionlogs/ for a week.
+// NewStore keeps logs under /nodus/executionlogs/ for two weeks.
 func NewStore(client *clientv3.Client) *Store {
-	return &Store{Client: client, Prefix: "/nodus/executionlogs/", TTL: 7 * 24 * time.Hour}
+	return &Store{Client: client, Prefix: "/nodus/executionlogs/", TTL: 14 * 24 * time.Hour}
 }
 
 // key includes the UID: a new execution of the same name never shows an old log.

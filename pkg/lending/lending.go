@@ -62,9 +62,10 @@ func (u Usage) Add(project string, gpus int32) {
 }
 
 // Status is the HostLending status of reservation r whose host is in pool,
-// given its current use. Borrowers are named only where the pool says so.
-func Status(r *nodusv1.Reservation, pool *nodusv1.Pool, usage Usage) nodusv1.HostLendingStatus {
-	st := nodusv1.HostLendingStatus{State: State(r)}
+// given its current use and the GPU indices borrowers hold. Borrowers are
+// named only where the pool says so.
+func Status(r *nodusv1.Reservation, pool *nodusv1.Pool, usage Usage, gpus []int32) nodusv1.HostLendingStatus {
+	st := nodusv1.HostLendingStatus{State: State(r), GPUIndices: gpus}
 	if l := r.Status.Lending; l != nil {
 		st.Epoch, st.MaxGPUs, st.MaxExecutions, st.ChangedAt = l.Epoch, l.MaxGPUs, l.MaxExecutions, l.ChangedAt
 	}

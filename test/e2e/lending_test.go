@@ -140,7 +140,10 @@ spec:
 	waitOr(t, "the cancelled execution's processes to end", func() bool {
 		out, _ := exec.Command("pgrep", "-u", rig.borrower).Output()
 		return len(out) == 0
-	}, func() string { out, _ := exec.Command("ps", "-u", rig.borrower, "-o", "pid,cmd").Output(); return string(out) })
+	}, func() string {
+		out, _ := exec.Command("ps", "-u", rig.borrower, "-o", "pid,cmd").Output()
+		return string(out)
+	})
 
 	// The second runs until the release drains it.
 	second := submit(`echo started; sleep 600`)

@@ -184,6 +184,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		apierror.ReasonExecutionFinished: func() response {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions/"+finished+"/cancel", "application/json", strings.NewReader(`{}`))
 		},
+		apierror.ReasonExecutionActive: func() response {
+			return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/namespaces/acme/executions/"+reporter.execution, "", nil)
+		},
 		apierror.ReasonHostNotLent: func() response {
 			return do(t, reporter.agent, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions/"+reporter.execution+"/report",
 				"application/json", strings.NewReader(`{"phase":"running"}`))
@@ -221,7 +224,7 @@ type placedExecution struct {
 }
 
 // executionFixtures makes, in acme, an execution that succeeded and one
-// scheduled on the host of a freshly enrolled agent that nobody lends.
+// running on the host of a freshly enrolled agent that nobody lends.
 func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecution) {
 	t.Helper()
 	c := s.Client.NodusV1()
@@ -255,5 +258,5 @@ func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecut
 		}
 		return e.Name
 	}
-	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: agentConfig(t, s, dir), execution: placed(nodusv1.ExecutionScheduled, lending.HostAlias(node))}
+	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: agentConfig(t, s, dir), execution: placed(nodusv1.ExecutionRunning, lending.HostAlias(node))}
 }

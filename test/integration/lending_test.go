@@ -220,7 +220,8 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 
 	// Owners see how much is borrowed, not by whom (the pool does not show borrowers).
 	waitLending(t, s, node, func(l *nodusv1.HostLending) bool {
-		return l.Status.BorrowedGPUs == 2 && l.Status.Executions == 1 && len(l.Status.Borrowers) == 0
+		return l.Status.BorrowedGPUs == 2 && l.Status.Executions == 1 && len(l.Status.Borrowers) == 0 &&
+			slices.Equal(l.Status.GPUIndices, placed.Status.GPUIndices)
 	})
 	if r := do(t, f.viewer, "GET", "/apis/nodus.dev/v1/namespaces/acme/hostlendings/"+node, "", nil); r.code != 200 {
 		t.Errorf("the owner's viewer reads the HostLending: %d", r.code)

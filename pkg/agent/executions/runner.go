@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +61,9 @@ type Options struct {
 	LogEvery time.Duration
 	// Lent says whether the host is lent now.
 	Lent func() bool
+	// OwnerUsers are the login users of the reservations on the host:
+	// executions never run as one of them.
+	OwnerUsers func() []string
 }
 
 // Runner runs the executions placed on this host.
@@ -101,14 +105,21 @@ func New(opts Options) *Runner {
 	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}}
 }
 
+// resync re-offers every execution on the host to the runner, so that one
+// whose start could not be reported is tried again.
+const resync = 30 * time.Second
+
 // Run watches the executions placed on this host until ctx ends. What the
-// borrower account still runs from before is ended first: this agent did
-// not start it and cannot account for it.
+// borrower account still runs, and the work directories, from before are
+// removed first: this agent did not start them and cannot account for them.
 func (r *Runner) Run(ctx context.Context) error {
-	if sessions.UID(r.opts.User) > 0 {
-		r.procs.End(ctx, r.opts.User, r.opts.Grace)
+	r.endBorrowerProcesses(ctx)
+	if entries, err := os.ReadDir(r.opts.WorkRoot); err == nil {
+		for _, e := range entries {
+			_ = os.RemoveAll(filepath.Join(r.opts.WorkRoot, e.Name()))
+		}
 	}
-	factory := externalversions.NewSharedInformerFactoryWithOptions(r.opts.Client, 0,
+	factory := externalversions.NewSharedInformerFactoryWithOptions(r.opts.Client, resync,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.host=" + r.opts.Alias }))
 	informer := factory.Nodus().V1().Executions().Informer()
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -140,6 +151,23 @@ func (r *Runner) Running() int {
 	return r.procs.Count(r.opts.User)
 }
 
+// Active says whether anything of borrowers is on the host: an execution
+// being started, run or reported, or a process of the borrower account.
+func (r *Runner) Active() bool {
+	r.mu.Lock()
+	n := len(r.runs)
+	r.mu.Unlock()
+	return n > 0 || r.Running() > 0
+}
+
+// endBorrowerProcesses ends every process of the borrower account, unless
+// that account is the agent's own (a development setup).
+func (r *Runner) endBorrowerProcesses(ctx context.Context) {
+	if uid := sessions.UID(r.opts.User); uid > 0 && uid != os.Geteuid() {
+		r.procs.End(ctx, r.opts.User, r.opts.Grace)
+	}
+}
+
 // Drain stops every execution as drained and ends whatever else the borrower
 // account runs, returning when nothing of it is left (or ctx ends).
 func (r *Runner) Drain(ctx context.Context, message string) {
@@ -152,9 +180,7 @@ func (r *Runner) Drain(ctx context.Context, message string) {
 	for _, x := range runs {
 		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: message})
 	}
-	if uid := sessions.UID(r.opts.User); uid > 0 {
-		r.procs.End(ctx, r.opts.User, r.opts.Grace)
-	}
+	r.endBorrowerProcesses(ctx)
 	// The ends are reported before the agent's next heartbeat can say that
 	// nothing runs: a drained execution's finishedAt precedes drainedAt.
 	deadline := time.After(reportWait)
@@ -181,8 +207,8 @@ func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 	case !known && e.Status.Phase == nodusv1.ExecutionScheduled:
 		r.start(ctx, e)
 	case !known && e.Status.Phase == nodusv1.ExecutionRunning:
-		// Started by this host before the agent restarted: its process is
-		// no longer ours to watch. End whatever is left and say so.
+		// Started by this host before the agent restarted (whose start
+		// ended what the borrower account ran): say so.
 		go r.report(ctx, e.Namespace, e.Name, e.UID, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted,
 			message: "the host agent restarted while the execution ran; its processes were ended"}, "", 0)
 	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.CancelRequestedAt != nil:
@@ -202,7 +228,8 @@ func (r *Runner) stopRun(uid types.UID, o outcome) {
 }
 
 // stop ends x's process group: SIGTERM, and SIGKILL after the grace period.
-// The first reason to stop it is the one reported.
+// The first reason to stop it is the one reported; an execution not started
+// yet is not started at all.
 func (r *Runner) stop(x *run, o outcome) {
 	x.mu.Lock()
 	if x.stop == nil {
@@ -211,19 +238,30 @@ func (r *Runner) stop(x *run, o outcome) {
 	x.mu.Unlock()
 	go func() {
 		<-x.started
-		x.mu.Lock()
-		pgid := x.pgid
-		x.mu.Unlock()
-		if pgid <= 0 {
-			return
-		}
-		_ = syscall.Kill(-pgid, syscall.SIGTERM)
+		x.signal(syscall.SIGTERM)
 		select {
 		case <-x.done:
 		case <-time.After(r.opts.Grace):
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			x.signal(syscall.SIGKILL)
 		}
 	}()
+}
+
+// signal sends sig to the execution's process group while it is its own:
+// once the group is gone, its id may belong to someone else.
+func (x *run) signal(sig syscall.Signal) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.pgid > 0 {
+		_ = syscall.Kill(-x.pgid, sig)
+	}
+}
+
+// stopped is why the agent stopped x, or nil.
+func (x *run) stopped() *outcome {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.stop
 }
 
 // start claims the execution (reports it running), then runs it.
@@ -262,16 +300,17 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	}
 	defer markStarted()
 
+	notLent := &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
 	if r.opts.Lent != nil && !r.opts.Lent() {
-		return &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
+		return notLent
 	}
-	_, err := r.post(ctx, e.Namespace, e.Name, &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias})
+	err := r.claim(ctx, e)
 	switch {
 	case isReason(err, "HostNotLent"):
-		return &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
+		return notLent
 	case err != nil:
-		// Cancelled or deleted meanwhile, or the server is unreachable: the
-		// execution did not start here, and the next watch event says more.
+		// Cancelled or deleted meanwhile, or the server stayed unreachable:
+		// it did not start here; the informer's resync offers it again.
 		klog.InfoS("not starting execution", "execution", e.Namespace+"/"+e.Name, "err", err)
 		return nil
 	}
@@ -285,17 +324,33 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	if err := r.workDir(dir, cred); err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "preparing the work directory: " + err.Error()}
 	}
-	cmd := exec.Command(e.Spec.Command[0], e.Spec.Command[1:]...)
+	path, err := lookPath(e.Spec.Command[0])
+	if err != nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+	}
+	cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}
 	cmd.Dir = dir
 	cmd.Env = Environment(e, r.opts.User, dir)
 	cmd.Stdout, cmd.Stderr = x.out, x.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
-	if err := cmd.Start(); err != nil {
+	// A drain or cancel that came while it was being prepared wins.
+	x.mu.Lock()
+	if x.stop != nil {
+		x.mu.Unlock()
+		return x.stop
+	}
+	if r.opts.Lent != nil && !r.opts.Lent() {
+		x.mu.Unlock()
+		return notLent
+	}
+	err = cmd.Start()
+	if err == nil {
+		x.pgid = cmd.Process.Pid
+	}
+	x.mu.Unlock()
+	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
 	}
-	x.mu.Lock()
-	x.pgid = cmd.Process.Pid
-	x.mu.Unlock()
 	markStarted()
 
 	exited := make(chan error, 1)
@@ -308,10 +363,13 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	for {
 		select {
 		case err := <-exited:
+			// What it left in its process group goes with it; then the
+			// group id is no longer ours to signal.
+			x.signal(syscall.SIGKILL)
 			x.mu.Lock()
-			stopped := x.stop
+			x.pgid = 0
 			x.mu.Unlock()
-			if stopped != nil {
+			if stopped := x.stopped(); stopped != nil {
 				return stopped
 			}
 			return exitOutcome(err)
@@ -330,6 +388,10 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			// restarted agent reports it.
 			r.stop(x, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted, message: "the host agent stopped"})
 			<-exited
+			x.signal(syscall.SIGKILL)
+			x.mu.Lock()
+			x.pgid = 0
+			x.mu.Unlock()
 			return nil
 		}
 	}
@@ -371,7 +433,8 @@ func Environment(e *nodusv1.Execution, account, dir string) []string {
 	for _, v := range e.Spec.Env {
 		env = append(env, v.Name+"="+v.Value)
 	}
-	// Last, so that the borrower's own variables cannot widen what it sees.
+	// Last, so that the borrower's env cannot override them. This is
+	// visibility, not enforcement: a process may still open other GPUs.
 	return append(env, "NODUS_EXECUTION="+e.Name, "CUDA_DEVICE_ORDER=PCI_BUS_ID",
 		"CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
 }
@@ -387,6 +450,9 @@ func (r *Runner) account() (*syscall.Credential, error) {
 	gid, _ := strconv.Atoi(u.Gid)
 	if uid == 0 {
 		return nil, fmt.Errorf("the borrower account %q is root: executions never run as root", r.opts.User)
+	}
+	if r.opts.OwnerUsers != nil && slices.Contains(r.opts.OwnerUsers(), r.opts.User) {
+		return nil, fmt.Errorf("the borrower account %q is the host owner's login user: executions never run as the owner", r.opts.User)
 	}
 	if os.Geteuid() == uid {
 		return nil, nil
@@ -413,6 +479,38 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 		return os.Chown(dir, int(cred.Uid), int(cred.Gid))
 	}
 	return nil
+}
+
+// claim reports the execution running, retrying while the server cannot be
+// reached; the server's refusals (cancelled, withdrawn, gone) are final.
+func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
+	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
+	var err error
+	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, 2*wait {
+		if _, err = r.post(ctx, e.Namespace, e.Name, rep); err == nil || isAPIError(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+	return err
+}
+
+// lookPath finds name in the PATH executions get, not the agent's own.
+func lookPath(name string) (string, error) {
+	if strings.Contains(name, "/") {
+		return name, nil
+	}
+	for _, dir := range filepath.SplitList(childPath) {
+		p := filepath.Join(dir, name)
+		if info, err := os.Stat(p); err == nil && !info.IsDir() && info.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("command %q is not found in %s", name, childPath)
 }
 
 // report sends the final outcome, retrying until the server takes it or
@@ -445,6 +543,12 @@ func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.
 	err = r.opts.Client.NodusV1().RESTClient().Post().Namespace(namespace).Resource("executions").Name(name).SubResource("report").
 		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Into(out)
 	return out, err
+}
+
+// isAPIError says whether the server answered; otherwise it could not be reached.
+func isAPIError(err error) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && status.Status().Code != 0
 }
 
 func isReason(err error, reason string) bool {

@@ -158,6 +158,16 @@ func (h *host) freeIndices(n int32) []int32 {
 	return out
 }
 
+func (h *host) borrowedIndices() []int32 {
+	var out []int32
+	for i, used := range h.gpuUsed {
+		if used {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
 func (h *host) fits(gpus int32) bool {
 	return h.placeable && h.executions < h.maxExec && h.usedGPUs+gpus <= h.maxGPUs &&
 		(gpus == 0 || h.freeIndices(gpus) != nil)
@@ -420,7 +430,7 @@ func (c *Controller) project(ctx context.Context, hosts []*host) error {
 			continue
 		}
 		pool, _ := c.pools.Get(h.pool)
-		desired := lending.Status(r, pool, h.usage)
+		desired := lending.Status(r, pool, h.usage, h.borrowedIndices())
 		current, err := c.lendings.HostLendings(r.Spec.Project).Get(r.Name)
 		switch {
 		case apierrors.IsNotFound(err):

@@ -1325,6 +1325,25 @@ func schema_pkg_apis_nodus_v1_HostLendingStatus(ref common.ReferenceCallback) co
 							Format:      "int32",
 						},
 					},
+					"gpuIndices": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and CUDA_VISIBLE_DEVICES number them: the owner's own work should use the others.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"integer"},
+										Format: "int32",
+									},
+								},
+							},
+						},
+					},
 					"executions": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Executions is how many borrower executions are scheduled or running now.",

@@ -39,10 +39,43 @@ func Finished(phase nodusv1.ExecutionPhase) bool {
 // borrower's cancel action, the agent's report action and the log.
 func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Store) map[string]rest.Storage {
 	storage := executions.Storage("executions", "exec")
+	storage["executions"] = &REST{REST: storage["executions"].(*base.REST)}
 	storage["executions/cancel"] = &CancelREST{Executions: executions.Status}
 	storage["executions/report"] = &ReportREST{Executions: executions.Status, Reservations: reservations.Main, Nodes: nodes.Main, Logs: logs}
 	storage["executions/log"] = &LogREST{Executions: executions.Main, Logs: logs}
 	return storage
+}
+
+// REST keeps an execution while it holds a host: deleting it then would
+// free its GPUs for others while its processes may still run.
+type REST struct {
+	*base.REST
+}
+
+// Delete refuses executions that are scheduled or running.
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	return r.REST.Delete(ctx, name, notPlaced(deleteValidation), options)
+}
+
+// DeleteCollection refuses, one by one, executions that are scheduled or running.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return r.REST.DeleteCollection(ctx, notPlaced(deleteValidation), options, listOptions)
+}
+
+// notPlaced runs against the stored object inside the delete, so a
+// placement that lands meanwhile is seen.
+func notPlaced(next rest.ValidateObjectFunc) rest.ValidateObjectFunc {
+	return func(ctx context.Context, obj runtime.Object) error {
+		e := obj.(*nodusv1.Execution)
+		if e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning {
+			return apierror.New(ctx, apierror.ReasonExecutionActive, gr, e.Name,
+				fmt.Sprintf("execution %q is %s on a host: cancel it, and delete it once it ended", e.Name, e.Status.Phase), "")
+		}
+		if next != nil {
+			return next(ctx, obj)
+		}
+		return nil
+	}
 }
 
 // CancelREST serves POST executions/{name}/cancel. A pending or scheduled
@@ -136,7 +169,8 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, err
 	}
-	if current.(*nodusv1.Execution).Status.Host != alias {
+	placed := current.(*nodusv1.Execution)
+	if placed.Status.Host != alias {
 		// Not placed here: to this agent, it does not exist.
 		return nil, apierrors.NewNotFound(gr, name)
 	}
@@ -151,21 +185,31 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		}
 	}
 
+	// The output is kept before the phase changes: whoever sees the end
+	// also finds the last output.
+	if len(options.DryRun) == 0 && (report.Log != "" || report.LogDroppedBytes > 0) {
+		ns, _ := genericapirequest.NamespaceFrom(ctx)
+		if err := r.Logs.Put(ctx, ns, name, placed.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes}); err != nil {
+			return nil, err
+		}
+	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	updated, _, err := r.Executions.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			e := old.(*nodusv1.Execution).DeepCopy()
-			if e.Status.Host != alias {
+			if e.Status.Host != alias || e.UID != placed.UID {
 				// Not placed here: to this agent, it does not exist.
 				return nil, apierrors.NewNotFound(gr, name)
 			}
 			if e.Status.Phase == report.Phase {
 				return e, nil // a repeated report, or fresh output only
 			}
-			if Finished(e.Status.Phase) || e.Status.Phase == nodusv1.ExecutionPending ||
-				(report.Phase == nodusv1.ExecutionRunning && e.Status.Phase != nodusv1.ExecutionScheduled) {
+			if Finished(e.Status.Phase) {
 				return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
 					fmt.Sprintf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase), "")
+			}
+			if e.Status.Phase == nodusv1.ExecutionPending || (report.Phase == nodusv1.ExecutionRunning && e.Status.Phase != nodusv1.ExecutionScheduled) {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase))
 			}
 			e.Status.Phase = report.Phase
 			e.Status.Reason, e.Status.Message = report.Reason, report.Message
@@ -180,14 +224,7 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, err
 	}
-	e := updated.(*nodusv1.Execution)
-	if len(options.DryRun) == 0 && (report.Log != "" || report.LogDroppedBytes > 0) {
-		ns, _ := genericapirequest.NamespaceFrom(ctx)
-		if err := r.Logs.Put(ctx, ns, name, e.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes}); err != nil {
-			return nil, err
-		}
-	}
-	return e, nil
+	return updated, nil
 }
 
 // lent says whether a reservation on node lends it now. It reads the watch

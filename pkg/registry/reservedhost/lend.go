@@ -189,13 +189,18 @@ func (r *LendREST) nodeAndPool(ctx context.Context, nodeName string) (*nodusv1.N
 // once, keeping the use the scheduler last recorded, and returns it.
 func (r *LendREST) writeLending(ctx context.Context, namespace, name string, res *nodusv1.Reservation, pool *nodusv1.Pool, dryRun []string) (runtime.Object, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
+	if res.Status.Lending == nil {
+		// Withdrawn without ever being lent: nothing to keep a record of.
+		return &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
+			Status: lending.Status(res, pool, nil, nil)}, nil
+	}
 	desired := func(old *nodusv1.HostLending) *nodusv1.HostLending {
 		l := old.DeepCopy()
 		usage := lending.Usage{}
 		for _, b := range old.Status.Borrowers {
 			usage[b.Project] = b
 		}
-		st := lending.Status(res, pool, usage)
+		st := lending.Status(res, pool, usage, old.Status.GPUIndices)
 		st.BorrowedGPUs, st.Executions = old.Status.BorrowedGPUs, old.Status.Executions
 		l.Status = st
 		return l

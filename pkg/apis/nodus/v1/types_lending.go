@@ -63,6 +63,11 @@ type HostLendingStatus struct {
 	MaxExecutions int32 `json:"maxExecutions"`
 	// BorrowedGPUs is how many GPUs borrowers hold now.
 	BorrowedGPUs int32 `json:"borrowedGPUs"`
+	// GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and
+	// CUDA_VISIBLE_DEVICES number them: the owner's own work should use the others.
+	// +optional
+	// +listType=atomic
+	GPUIndices []int32 `json:"gpuIndices,omitempty"`
 	// Executions is how many borrower executions are scheduled or running now.
 	Executions int32 `json:"executions"`
 	// Borrowers names who borrows, only where the pool shows borrowers to owners.
