@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -251,9 +252,17 @@ func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecut
 		if err != nil {
 			t.Fatal(err)
 		}
-		// The operator plays the scheduler: the pool has no lent host.
-		e.Status.Phase, e.Status.Host = phase, host
-		if _, err := c.Executions("acme").UpdateStatus(ctx(t), e, metav1.UpdateOptions{}); err != nil {
+		// The operator plays the scheduler (the pool has no lent host), whose
+		// "Waiting" note on the new execution may come first.
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			current, err := c.Executions("acme").Get(ctx(t), e.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			current.Status.Phase, current.Status.Host = phase, host
+			_, err = c.Executions("acme").UpdateStatus(ctx(t), current, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
 			t.Fatal(err)
 		}
 		return e.Name
