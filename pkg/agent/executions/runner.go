@@ -73,12 +73,15 @@ type Runner struct {
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
+	// placed lists the executions placed on this host, from the watch.
+	placed func() []*nodusv1.Execution
 }
 
 // run is one execution on this host, from its start to its final report.
 type run struct {
 	namespace, name string
 	uid             types.UID
+	gpus            []int32
 	out             *tail
 	started         chan struct{} // closed once the process runs (or failed to)
 	done            chan struct{} // closed when the process has exited
@@ -122,6 +125,13 @@ func (r *Runner) Run(ctx context.Context) error {
 	factory := externalversions.NewSharedInformerFactoryWithOptions(r.opts.Client, resync,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.host=" + r.opts.Alias }))
 	informer := factory.Nodus().V1().Executions().Informer()
+	r.placed = func() []*nodusv1.Execution {
+		var out []*nodusv1.Execution
+		for _, obj := range informer.GetStore().List() {
+			out = append(out, obj.(*nodusv1.Execution))
+		}
+		return out
+	}
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { r.observe(ctx, obj.(*nodusv1.Execution)) },
 		UpdateFunc: func(_, obj interface{}) { r.observe(ctx, obj.(*nodusv1.Execution)) },
@@ -265,10 +275,23 @@ func (x *run) stopped() *outcome {
 }
 
 // start claims the execution (reports it running), then runs it.
+//
+// The host itself never runs two executions on one GPU, whatever it is told:
+// one whose GPUs are still held here waits until they are free.
 func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
-	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, out: newTail(),
-		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.mu.Lock()
+	if _, ok := r.runs[e.UID]; ok {
+		r.mu.Unlock()
+		return
+	}
+	if holder := r.holder(e.Status.GPUIndices); holder != nil {
+		r.mu.Unlock()
+		klog.InfoS("execution waits for GPUs held on this host", "execution", e.Namespace+"/"+e.Name,
+			"gpus", e.Status.GPUIndices, "heldBy", holder.namespace+"/"+holder.name)
+		return
+	}
+	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, out: newTail(),
+		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()
 	go func() {
@@ -277,6 +300,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			delete(r.runs, e.UID)
 			r.mu.Unlock()
 			close(x.reported)
+			r.offerWaiting(ctx)
 		}()
 		final := r.execute(ctx, e, x)
 		if final == nil {
@@ -285,6 +309,30 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 		text, dropped, _ := x.out.Snapshot()
 		r.report(ctx, e.Namespace, e.Name, e.UID, *final, text, dropped)
 	}()
+}
+
+// holder is the run holding any of gpus, or nil; r.mu is held.
+func (r *Runner) holder(gpus []int32) *run {
+	for _, x := range r.runs {
+		for _, g := range x.gpus {
+			if slices.Contains(gpus, g) {
+				return x
+			}
+		}
+	}
+	return nil
+}
+
+// offerWaiting starts the scheduled executions that waited for GPUs.
+func (r *Runner) offerWaiting(ctx context.Context) {
+	if r.placed == nil || ctx.Err() != nil {
+		return
+	}
+	for _, e := range r.placed() {
+		if e.Status.Phase == nodusv1.ExecutionScheduled {
+			r.start(ctx, e)
+		}
+	}
 }
 
 // execute runs e and returns how it ended, or nil when it must not be

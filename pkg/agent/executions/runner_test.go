@@ -1,6 +1,7 @@
 package executions
 
 import (
+	"context"
 	"os/exec"
 	"slices"
 	"strings"
@@ -55,5 +56,23 @@ func TestExitOutcome(t *testing.T) {
 	err = exec.Command("sh", "-c", "kill -TERM $$").Run()
 	if o := exitOutcome(err); o.phase != nodusv1.ExecutionFailed || *o.exit != 143 || !strings.Contains(o.message, "terminated") {
 		t.Errorf("killed: %+v %s", o, o.message)
+	}
+}
+
+func TestHostNeverStartsTwoExecutionsOnOneGPU(t *testing.T) {
+	r := New(Options{})
+	r.runs["a"] = &run{namespace: "beta", name: "first", uid: "a", gpus: []int32{2, 5}}
+	e := &nodusv1.Execution{}
+	e.Namespace, e.Name, e.UID = "gamma", "second", "b"
+	e.Status.Phase, e.Status.GPUIndices = nodusv1.ExecutionScheduled, []int32{5, 6}
+	r.start(context.Background(), e)
+	if len(r.runs) != 1 {
+		t.Fatalf("an execution on a GPU in use was started: %v", r.runs)
+	}
+	if h := r.holder([]int32{0, 1, 3}); h != nil {
+		t.Errorf("free GPUs are reported held by %s", h.name)
+	}
+	if h := r.holder([]int32{2}); h == nil || h.name != "first" {
+		t.Errorf("GPU 2 is held by first, got %v", h)
 	}
 }
