@@ -95,7 +95,7 @@ func runCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser and executionsDir; its values override the flags")
+	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots and executionsDir; its values override the flags")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
 	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
@@ -104,6 +104,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.Socket, "socket", o.Socket, "unix socket for `nodusd principals` (default STATE-DIR/agent.sock)")
 	f.StringVar(&o.SSHDCAFile, "sshd-ca-file", o.SSHDCAFile, "write the server's SSH user CA key here, for sshd's TrustedUserCAKeys")
 	f.StringVar(&o.BorrowerUser, "borrower-user", agent.DefaultBorrowerUser, "unprivileged account borrowers' executions run as (never the owner's login user)")
+	f.IntVar(&o.BorrowerSlots, "borrower-slots", 0, "when above 0, run each execution as an account of its own: BORROWER-USER-0 … BORROWER-USER-(N-1); at most N at once")
 	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed; the borrower account must be able to reach it")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	return cmd
@@ -139,6 +140,7 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 		Grace      *string `json:"grace"`
 		// Borrower executions.
 		BorrowerUser  *string `json:"borrowerUser"`
+		BorrowerSlots *int    `json:"borrowerSlots"`
 		ExecutionsDir *string `json:"executionsDir"`
 	}
 	if err := strictJSON(data, &c); err != nil {
@@ -154,6 +156,12 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 	set(&f.o.SSHAddress, c.SSHAddress)
 	set(&f.o.DiskPath, c.DiskPath)
 	set(&f.o.BorrowerUser, c.BorrowerUser)
+	if c.BorrowerSlots != nil {
+		if *c.BorrowerSlots < 0 {
+			return fmt.Errorf("borrowerSlots must not be negative")
+		}
+		f.o.BorrowerSlots = *c.BorrowerSlots
+	}
 	set(&f.o.ExecutionsDir, c.ExecutionsDir)
 	if c.Grace != nil {
 		d, err := time.ParseDuration(*c.Grace)

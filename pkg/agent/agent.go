@@ -50,6 +50,10 @@ type Options struct {
 	SSHDDropIn string
 	// BorrowerUser is the unprivileged account borrowers' executions run as.
 	BorrowerUser string
+	// BorrowerSlots, when above zero, runs every execution as an account of
+	// its own, BorrowerUser-0 … BorrowerUser-(N-1): executions cannot see or
+	// signal each other, and whatever one leaves behind is ended with it.
+	BorrowerSlots int
 	// ExecutionsDir holds the executions' work directories; default
 	// DefaultExecutionsDir. The borrower account must be able to reach it,
 	// so it is not inside the private state directory.
@@ -101,6 +105,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.BorrowerUser == "" {
 		opts.BorrowerUser = DefaultBorrowerUser
 	}
+	if opts.BorrowerSlots < 0 || opts.BorrowerSlots > lending.MaxExecutionsPerHost {
+		return nil, fmt.Errorf("borrower slots must be between 0 and %d, not %d", lending.MaxExecutionsPerHost, opts.BorrowerSlots)
+	}
 	if opts.ExecutionsDir == "" {
 		opts.ExecutionsDir = DefaultExecutionsDir
 	}
@@ -142,7 +149,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("reading node %s: %w", a.id.Node, err)
 	}
 	a.runner = executions.New(executions.Options{
-		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser,
+		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser, Slots: a.opts.BorrowerSlots,
 		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lent: a.lent,
 		OwnerUsers: func() []string {
 			var users []string

@@ -107,7 +107,8 @@ spec:
 	}
 	waitOr(t, "the first execution to succeed", func() bool { return phase(first) == "succeeded" }, func() string { return dump(first) })
 	logs, err := nodus("bob", "executions", "logs", first)
-	if err != nil || !strings.Contains(logs, "user="+rig.borrower+" ") || !strings.Contains(logs, "gpus=[]") || !strings.Contains(logs, "done") {
+	if err != nil || !(strings.Contains(logs, "user="+rig.borrower+"-0 ") || strings.Contains(logs, "user="+rig.borrower+"-1 ")) ||
+		!strings.Contains(logs, "gpus=[]") || !strings.Contains(logs, "done") {
 		t.Fatalf("logs of the first execution: %v %q\nnodusd: %s", err, logs, rig.agentLog.String())
 	}
 	if _, dir, ok := strings.Cut(strings.Fields(logs)[1], "dir="); ok {
@@ -137,19 +138,20 @@ spec:
 		t.Errorf("executions cancel of a running execution: %v %s", err, out)
 	}
 	waitOr(t, "the running execution to be cancelled", func() bool { return phase(cancelled) == "cancelled" }, func() string { return dump(cancelled) })
-	waitOr(t, "the cancelled execution's processes to end", func() bool {
-		out, _ := exec.Command("pgrep", "-u", rig.borrower).Output()
-		return len(out) == 0
-	}, func() string {
-		out, _ := exec.Command("ps", "-u", rig.borrower, "-o", "pid,cmd").Output()
-		return string(out)
-	})
+	waitOr(t, "the cancelled execution's processes to end", func() bool { return borrowerProcs(rig, "") == "" },
+		func() string { return borrowerProcs(rig, "") })
+
+	// What an execution leaves running, even outside its process group, ends with it.
+	leaver := submit(`setsid sleep 600 </dev/null >/dev/null 2>&1 & echo left-behind`)
+	waitOr(t, "the leaving execution to succeed", func() bool { return phase(leaver) == "succeeded" }, func() string { return dump(leaver) })
+	if out := borrowerProcs(rig, "sleep"); out != "" {
+		t.Errorf("a process the execution left behind outlived it: %s", out)
+	}
 
 	// The second runs until the release drains it.
 	second := submit(`echo started; sleep 600`)
 	waitOr(t, "the long execution to run", func() bool {
-		out, _ := exec.Command("pgrep", "-u", rig.borrower, "sleep").Output()
-		return phase(second) == "running" && len(out) > 0
+		return phase(second) == "running" && borrowerProcs(rig, "sleep") != ""
 	}, func() string { return dump(second) })
 	if out, _ := nodus("ada", "lending", "-n", "acme"); !strings.Contains(out, "acme/lent-host") || !strings.Contains(out, " lent ") {
 		t.Errorf("nodus lending: %s", out)
@@ -165,7 +167,7 @@ spec:
 		out, _ := nodus("bob", "executions", "get", second)
 		t.Fatalf("the long execution after the release: %s\n%s", got, out)
 	}
-	if out, _ := exec.Command("pgrep", "-u", rig.borrower).Output(); len(out) > 0 {
+	if out := borrowerProcs(rig, ""); out != "" {
 		t.Errorf("borrower processes survive the drain: %s", out)
 	}
 	finished := strings.TrimSpace(s.must(t, "get", "execution", strings.TrimPrefix(second, "beta/"), "-n", "beta", "-o", "jsonpath={.status.finishedAt}"))
@@ -196,4 +198,21 @@ func waitOr(t *testing.T, what string, ok func() bool, dump func() string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// borrowerProcs lists the processes of the host's borrower accounts whose
+// name matches pattern (all with ""), one "PID COMMAND" per line.
+func borrowerProcs(rig sshRig, pattern string) string {
+	var out []string
+	for _, account := range []string{rig.borrower + "-0", rig.borrower + "-1"} {
+		args := []string{"-l", "-u", account}
+		if pattern != "" {
+			args = append(args, pattern)
+		}
+		found, _ := exec.Command("pgrep", args...).Output()
+		if s := strings.TrimSpace(string(found)); s != "" {
+			out = append(out, account+": "+s)
+		}
+	}
+	return strings.Join(out, "\n")
 }

@@ -49,13 +49,15 @@ func TestSSHAccessThroughSystemSSHD(t *testing.T) {
 		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
 		_ = exec.Command("userdel", "-r", login).Run()
 	})
-	// Borrowers' executions run as their own unprivileged account.
+	// Borrowers' executions run as unprivileged accounts of their own: two slots.
 	borrower := "nodusb" + hex.EncodeToString(suffix)
-	run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", borrower)
-	t.Cleanup(func() {
-		_ = exec.Command("pkill", "-KILL", "-u", borrower).Run()
-		_ = exec.Command("userdel", borrower).Run()
-	})
+	for _, slot := range []string{borrower + "-0", borrower + "-1"} {
+		run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot)
+		t.Cleanup(func() {
+			_ = exec.Command("pkill", "-KILL", "-u", slot).Run()
+			_ = exec.Command("userdel", slot).Run()
+		})
+	}
 
 	dir := t.TempDir()
 	s := startServer(t, filepath.Join(dir, "server"))
@@ -115,7 +117,7 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	port := freePort(t)
 	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
 		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
-		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--executions-dir", executionsDir)
+		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir)
 	agentLog := &syncBuffer{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
 	if err := agent.Start(); err != nil {

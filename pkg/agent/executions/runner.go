@@ -51,8 +51,11 @@ type Options struct {
 	Client versioned.Interface
 	// Alias is the host's alias; the runner watches executions placed on it.
 	Alias string
-	// User is the borrower account executions run as.
+	// User is the borrower account executions run as; with Slots, the
+	// accounts USER-0 … USER-(Slots-1), one execution each at a time.
 	User string
+	// Slots, when above zero, gives every execution an account of its own.
+	Slots int
 	// WorkRoot holds the executions' work directories.
 	WorkRoot string
 	// Grace is the time between SIGTERM and SIGKILL.
@@ -82,6 +85,7 @@ type run struct {
 	namespace, name string
 	uid             types.UID
 	gpus            []int32
+	account         string
 	out             *tail
 	started         chan struct{} // closed once the process runs (or failed to)
 	done            chan struct{} // closed when the process has exited
@@ -106,6 +110,18 @@ func New(opts Options) *Runner {
 		opts.LogEvery = 2 * time.Second
 	}
 	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}}
+}
+
+// Accounts are the borrower accounts executions run as.
+func (r *Runner) Accounts() []string {
+	if r.opts.Slots <= 0 {
+		return []string{r.opts.User}
+	}
+	out := make([]string, r.opts.Slots)
+	for i := range out {
+		out[i] = fmt.Sprintf("%s-%d", r.opts.User, i)
+	}
+	return out
 }
 
 // resync re-offers every execution on the host to the runner, so that one
@@ -152,13 +168,16 @@ func (r *Runner) Run(ctx context.Context) error {
 	return nil
 }
 
-// Running is how many processes the borrower account has on the host: what
-// really runs, including anything an execution left behind.
+// Running is how many processes the borrower accounts have on the host:
+// what really runs, including anything an execution left behind.
 func (r *Runner) Running() int {
-	if sessions.UID(r.opts.User) <= 0 {
-		return 0
+	n := 0
+	for _, account := range r.Accounts() {
+		if sessions.UID(account) > 0 {
+			n += r.procs.Count(account)
+		}
 	}
-	return r.procs.Count(r.opts.User)
+	return n
 }
 
 // Active says whether anything of borrowers is on the host: an execution
@@ -170,11 +189,18 @@ func (r *Runner) Active() bool {
 	return n > 0 || r.Running() > 0
 }
 
-// endBorrowerProcesses ends every process of the borrower account, unless
-// that account is the agent's own (a development setup).
+// endBorrowerProcesses ends every process of the borrower accounts.
 func (r *Runner) endBorrowerProcesses(ctx context.Context) {
-	if uid := sessions.UID(r.opts.User); uid > 0 && uid != os.Geteuid() {
-		r.procs.End(ctx, r.opts.User, r.opts.Grace)
+	for _, account := range r.Accounts() {
+		r.endAccount(ctx, account)
+	}
+}
+
+// endAccount ends every process of account, unless it is the agent's own
+// (a development setup).
+func (r *Runner) endAccount(ctx context.Context, account string) {
+	if uid := sessions.UID(account); uid > 0 && uid != os.Geteuid() {
+		r.procs.End(ctx, account, r.opts.Grace)
 	}
 }
 
@@ -290,7 +316,13 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			"gpus", e.Status.GPUIndices, "heldBy", holder.namespace+"/"+holder.name)
 		return
 	}
-	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, out: newTail(),
+	account := r.freeAccount()
+	if account == "" {
+		r.mu.Unlock()
+		klog.InfoS("execution waits for a free borrower account", "execution", e.Namespace+"/"+e.Name, "slots", r.opts.Slots)
+		return
+	}
+	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
 		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()
@@ -323,7 +355,27 @@ func (r *Runner) holder(gpus []int32) *run {
 	return nil
 }
 
-// offerWaiting starts the scheduled executions that waited for GPUs.
+// freeAccount is the account for a new execution, or "" when every slot is
+// taken; r.mu is held. Without slots every execution shares the one account.
+// A slot is free when no run holds it and nothing of it still runs.
+func (r *Runner) freeAccount() string {
+	accounts := r.Accounts()
+	if r.opts.Slots <= 0 {
+		return accounts[0]
+	}
+	taken := map[string]bool{}
+	for _, x := range r.runs {
+		taken[x.account] = true
+	}
+	for _, account := range accounts {
+		if !taken[account] && (sessions.UID(account) <= 0 || r.procs.Count(account) == 0) {
+			return account
+		}
+	}
+	return ""
+}
+
+// offerWaiting starts the scheduled executions that waited for GPUs or an account.
 func (r *Runner) offerWaiting(ctx context.Context) {
 	if r.placed == nil || ctx.Err() != nil {
 		return
@@ -363,7 +415,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		return nil
 	}
 
-	cred, err := r.account()
+	cred, err := r.account(x.account)
 	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
 	}
@@ -378,7 +430,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	}
 	cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}
 	cmd.Dir = dir
-	cmd.Env = Environment(e, r.opts.User, dir)
+	cmd.Env = Environment(e, x.account, dir)
 	cmd.Stdout, cmd.Stderr = x.out, x.out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	// A drain or cancel that came while it was being prepared wins.
@@ -412,11 +464,15 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		select {
 		case err := <-exited:
 			// What it left in its process group goes with it; then the
-			// group id is no longer ours to signal.
+			// group id is no longer ours to signal. An account of its own
+			// takes what escaped the group, too.
 			x.signal(syscall.SIGKILL)
 			x.mu.Lock()
 			x.pgid = 0
 			x.mu.Unlock()
+			if r.opts.Slots > 0 {
+				r.endAccount(ctx, x.account)
+			}
 			if stopped := x.stopped(); stopped != nil {
 				return stopped
 			}
@@ -489,24 +545,24 @@ func Environment(e *nodusv1.Execution, account, dir string) []string {
 
 // account resolves the borrower account. Running as it needs root, unless
 // the agent itself runs as that account (a development setup).
-func (r *Runner) account() (*syscall.Credential, error) {
-	u, err := user.Lookup(r.opts.User)
+func (r *Runner) account(name string) (*syscall.Credential, error) {
+	u, err := user.Lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("the host has no borrower account %q", r.opts.User)
+		return nil, fmt.Errorf("the host has no borrower account %q", name)
 	}
 	uid, _ := strconv.Atoi(u.Uid)
 	gid, _ := strconv.Atoi(u.Gid)
 	if uid == 0 {
-		return nil, fmt.Errorf("the borrower account %q is root: executions never run as root", r.opts.User)
+		return nil, fmt.Errorf("the borrower account %q is root: executions never run as root", name)
 	}
-	if r.opts.OwnerUsers != nil && slices.Contains(r.opts.OwnerUsers(), r.opts.User) {
-		return nil, fmt.Errorf("the borrower account %q is the host owner's login user: executions never run as the owner", r.opts.User)
+	if r.opts.OwnerUsers != nil && slices.Contains(r.opts.OwnerUsers(), name) {
+		return nil, fmt.Errorf("the borrower account %q is the host owner's login user: executions never run as the owner", name)
 	}
 	if os.Geteuid() == uid {
 		return nil, nil
 	}
 	if os.Geteuid() != 0 {
-		return nil, fmt.Errorf("the host agent is not root and cannot run executions as %q", r.opts.User)
+		return nil, fmt.Errorf("the host agent is not root and cannot run executions as %q", name)
 	}
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }

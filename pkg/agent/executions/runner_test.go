@@ -76,3 +76,27 @@ func TestHostNeverStartsTwoExecutionsOnOneGPU(t *testing.T) {
 		t.Errorf("GPU 2 is held by first, got %v", h)
 	}
 }
+
+func TestSlotsGiveEachExecutionAnAccountOfItsOwn(t *testing.T) {
+	shared := New(Options{User: "nodus-borrower"})
+	if got := shared.Accounts(); !slices.Equal(got, []string{"nodus-borrower"}) {
+		t.Errorf("without slots: %v", got)
+	}
+	shared.runs["a"] = &run{account: "nodus-borrower"}
+	if got := shared.freeAccount(); got != "nodus-borrower" {
+		t.Errorf("without slots executions share the account: %q", got)
+	}
+
+	r := New(Options{User: "nodus-test-no-such-user", Slots: 2})
+	if got := r.Accounts(); !slices.Equal(got, []string{"nodus-test-no-such-user-0", "nodus-test-no-such-user-1"}) {
+		t.Errorf("with 2 slots: %v", got)
+	}
+	r.runs["a"] = &run{account: "nodus-test-no-such-user-0"}
+	if got := r.freeAccount(); got != "nodus-test-no-such-user-1" {
+		t.Errorf("the free slot: %q", got)
+	}
+	r.runs["b"] = &run{account: "nodus-test-no-such-user-1"}
+	if got := r.freeAccount(); got != "" {
+		t.Errorf("every slot is taken, got %q", got)
+	}
+}
