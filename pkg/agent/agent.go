@@ -335,10 +335,12 @@ func (a *Agent) report(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if equality.Semantic.DeepEqual(n.Status.Inventory, inv) && n.Status.SSHHostKey == hostKey && n.Status.SSHAddress == a.opts.SSHAddress {
+		slots := int32(a.opts.BorrowerSlots)
+		if equality.Semantic.DeepEqual(n.Status.Inventory, inv) && n.Status.SSHHostKey == hostKey && n.Status.SSHAddress == a.opts.SSHAddress &&
+			n.Status.ExecutionSlots == slots {
 			return nil
 		}
-		n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress = inv, hostKey, a.opts.SSHAddress
+		n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = inv, hostKey, a.opts.SSHAddress, slots
 		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodusd"})
 		return err
 	})

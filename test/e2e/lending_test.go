@@ -73,6 +73,12 @@ spec:
 	if out, err := nodus("mia", "ssh", "acme/lent-host", "--", "id", "-un"); err != nil || strings.TrimSpace(out) != rig.login {
 		t.Fatalf("the owner's ssh before lending: %v %q", err, out)
 	}
+	if slots := strings.TrimSpace(s.must(t, "get", "node", "e2e-node", "-o", "jsonpath={.status.executionSlots}")); slots != "2" {
+		t.Errorf("nodusd with two borrower slots reports executionSlots %q", slots)
+	}
+	if out, err := nodus("ada", "lend", "acme/lent-host", "--max-executions", "3"); err == nil || !strings.Contains(out, "at most 2 at once") {
+		t.Errorf("lending more executions than the host has slots: %v %s", err, out)
+	}
 	if out, err := nodus("bob", "lend", "acme/lent-host"); err == nil {
 		t.Errorf("a borrower lent the owner's host: %s", out)
 	}

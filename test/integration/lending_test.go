@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -162,6 +163,18 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 	node := "gpu-00"
 	epoch := f.reservation(t, node).Status.Epoch
 	body := func(extra string) string { return fmt.Sprintf(`{"epoch":%d%s}`, epoch, extra) }
+	// Its agent runs two executions at once, each as an account of its own.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := s.Client.NodusV1().Nodes().Get(ctx(t), node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.ExecutionSlots = 2
+		_, err = s.Client.NodusV1().Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	// Nothing is placed before the owner lends.
 	waiting := f.submit(t, "beta", 2, 60)
@@ -184,6 +197,7 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 		"more GPUs than the host has": {f.admin, "lend", body(`,"maxGPUs":9`), nil, 422, metav1.StatusReasonInvalid},
 		"negative GPUs":               {f.admin, "lend", body(`,"maxGPUs":-1`), nil, 422, metav1.StatusReasonInvalid},
 		"too many executions":         {f.admin, "lend", body(`,"maxExecutions":1000`), nil, 422, metav1.StatusReasonInvalid},
+		"more executions than slots":  {f.admin, "lend", body(`,"maxExecutions":3`), nil, 422, metav1.StatusReasonInvalid},
 		"unknown field":               {f.admin, "lend?fieldValidation=Strict", body(`,"gpus":2`), nil, 400, metav1.StatusReasonBadRequest},
 		"stale If-Match":              {f.admin, "lend", body(""), []string{"If-Match", `"0-0"`}, 412, apierror.ReasonPreconditionFailed},
 	} {

@@ -355,6 +355,9 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 			maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions,
 			gpuUsed: make([]bool, lending.GPUCount(node)), usage: lending.Usage{},
 		}
+		if slots := node.Status.ExecutionSlots; slots > 0 {
+			h.maxExec = min(h.maxExec, slots) // the agent's slots may have shrunk since the lend
+		}
 		h.placeable = lending.Lent(r) && !node.Spec.Maintenance &&
 			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady)
 		all = append(all, h)

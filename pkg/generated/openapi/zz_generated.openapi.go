@@ -1952,6 +1952,13 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 							Format:      "int64",
 						},
 					},
+					"executionSlots": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ExecutionSlots is how many borrower executions the agent runs at once, each as an account of its own; 0 when they share one account.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
 				},
 			},
 		},

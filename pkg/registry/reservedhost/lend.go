@@ -141,7 +141,8 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 }
 
 // agreementFor checks the caps asked against the node and fills in defaults:
-// every GPU of the host, and one execution per lent GPU (at least one).
+// every GPU of the host, and one execution per lent GPU (at least one), never
+// more than the host's agent has execution slots for.
 func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32) (*nodusv1.ReservationLending, field.ErrorList) {
 	gpus := lending.GPUCount(node)
 	a := &nodusv1.ReservationLending{Lent: true, MaxGPUs: gpus}
@@ -156,11 +157,15 @@ func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32) (*nodusv1.R
 			a.MaxGPUs = *maxGPUs
 		}
 	}
-	a.MaxExecutions = max(a.MaxGPUs, 1)
+	limit := int32(lending.MaxExecutionsPerHost)
+	if slots := node.Status.ExecutionSlots; slots > 0 {
+		limit = min(limit, slots)
+	}
+	a.MaxExecutions = min(max(a.MaxGPUs, 1), limit)
 	if maxExecutions != nil {
-		if *maxExecutions < 1 || *maxExecutions > lending.MaxExecutionsPerHost {
+		if *maxExecutions < 1 || *maxExecutions > limit {
 			errs = append(errs, field.Invalid(field.NewPath("maxExecutions"), *maxExecutions,
-				fmt.Sprintf("must be between 1 and %d", lending.MaxExecutionsPerHost)))
+				fmt.Sprintf("must be between 1 and %d (the host runs at most %d at once)", limit, limit)))
 		} else {
 			a.MaxExecutions = *maxExecutions
 		}

@@ -93,6 +93,10 @@ type NodeStatus struct {
 	// AppliedEpoch is the latest access epoch the agent applied.
 	// +optional
 	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	// ExecutionSlots is how many borrower executions the agent runs at once,
+	// each as an account of its own; 0 when they share one account.
+	// +optional
+	ExecutionSlots int32 `json:"executionSlots,omitempty"`
 }
 
 // NodeInventory is the host's hardware and software.

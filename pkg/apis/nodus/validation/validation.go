@@ -109,6 +109,9 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	if n.Status.AgentGeneration < 0 {
 		errs = append(errs, field.Invalid(status.Child("agentGeneration"), n.Status.AgentGeneration, "must not be negative"))
 	}
+	if n.Status.ExecutionSlots < 0 || n.Status.ExecutionSlots > 64 {
+		errs = append(errs, field.Invalid(status.Child("executionSlots"), n.Status.ExecutionSlots, "must be between 0 and 64"))
+	}
 	if n.Status.AppliedEpoch < 0 {
 		errs = append(errs, field.Invalid(status.Child("appliedEpoch"), n.Status.AppliedEpoch, "must not be negative"))
 	}

@@ -35,6 +35,9 @@ type NodeStatusApplyConfiguration struct {
 	AgentGeneration *int64 `json:"agentGeneration,omitempty"`
 	// AppliedEpoch is the latest access epoch the agent applied.
 	AppliedEpoch *int64 `json:"appliedEpoch,omitempty"`
+	// ExecutionSlots is how many borrower executions the agent runs at once,
+	// each as an account of its own; 0 when they share one account.
+	ExecutionSlots *int32 `json:"executionSlots,omitempty"`
 }
 
 // NodeStatusApplyConfiguration constructs a declarative configuration of the NodeStatus type for use with
@@ -117,5 +120,13 @@ func (b *NodeStatusApplyConfiguration) WithAgentGeneration(value int64) *NodeSta
 // If called multiple times, the AppliedEpoch field is set to the value of the last call.
 func (b *NodeStatusApplyConfiguration) WithAppliedEpoch(value int64) *NodeStatusApplyConfiguration {
 	b.AppliedEpoch = &value
+	return b
+}
+
+// WithExecutionSlots sets the ExecutionSlots field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ExecutionSlots field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithExecutionSlots(value int32) *NodeStatusApplyConfiguration {
+	b.ExecutionSlots = &value
 	return b
 }
