@@ -8,6 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -114,20 +115,32 @@ func TestClientsetCRUD(t *testing.T) {
 	})
 
 	t.Run("Reservation", func(t *testing.T) {
-		r, err := c.Reservations().Create(ctx, &nodusv1.Reservation{
+		if _, err := c.Reservations().Create(ctx, &nodusv1.Reservation{
 			ObjectMeta: metav1.ObjectMeta{Name: "r1"},
 			Spec: nodusv1.ReservationSpec{Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"},
 				StartsAt: termStart, EndsAt: termEnd, LoginUser: "ubuntu"},
-		}, metav1.CreateOptions{})
-		if err != nil {
+		}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		r.Status.Epoch, r.Status.State = 3, nodusv1.ReservationStateActive
-		if r, err = c.Reservations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+		// The reservation controller writes the status too: each write
+		// starts from the latest version, so only validation can refuse it.
+		update := func(change func(*nodusv1.Reservation)) error {
+			return retry.OnError(retry.DefaultRetry, apierrors.IsConflict, func() error {
+				r, err := c.Reservations().Get(ctx, "r1", metav1.GetOptions{})
+				if err != nil {
+					return err
+				}
+				change(r)
+				_, err = c.Reservations().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+				return err
+			})
+		}
+		if err := update(func(r *nodusv1.Reservation) {
+			r.Status.Epoch, r.Status.State = r.Status.Epoch+3, nodusv1.ReservationStateActive
+		}); err != nil {
 			t.Fatal(err)
 		}
-		r.Status.Epoch = 2
-		if _, err := c.Reservations().UpdateStatus(ctx, r, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		if err := update(func(r *nodusv1.Reservation) { r.Status.Epoch-- }); !apierrors.IsInvalid(err) {
 			t.Errorf("an epoch must never decrease, got %v", err)
 		}
 	})
