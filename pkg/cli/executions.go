@@ -168,7 +168,7 @@ func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, 
 			_, _ = s.Out.Write(data[start:])
 		}
 		printed = dropped + int64(len(data))
-		if !follow || finished(e.Status.Phase) {
+		if !follow || e.Status.Phase.Finished() {
 			return nil
 		}
 		select {
@@ -188,14 +188,6 @@ func splitDropped(raw []byte) (int64, []byte) {
 		}
 	}
 	return 0, raw
-}
-
-func finished(phase nodusv1.ExecutionPhase) bool {
-	switch phase {
-	case nodusv1.ExecutionSucceeded, nodusv1.ExecutionFailed, nodusv1.ExecutionDrained, nodusv1.ExecutionCancelled:
-		return true
-	}
-	return false
 }
 
 func printExecutionDetail(s Streams, e *nodusv1.Execution) {

@@ -26,15 +26,6 @@ import (
 
 var gr = nodusv1.Resource("executions")
 
-// Finished says whether phase is one an execution never leaves.
-func Finished(phase nodusv1.ExecutionPhase) bool {
-	switch phase {
-	case nodusv1.ExecutionSucceeded, nodusv1.ExecutionFailed, nodusv1.ExecutionDrained, nodusv1.ExecutionCancelled:
-		return true
-	}
-	return false
-}
-
 // Storage returns the Execution storages: the resource, its status, the
 // borrower's cancel action, the agent's report action and the log.
 func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Store) map[string]rest.Storage {
@@ -150,7 +141,7 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an ExecutionReport, got %T", obj))
 	}
-	if report.Phase != nodusv1.ExecutionRunning && !Finished(report.Phase) {
+	if report.Phase != nodusv1.ExecutionRunning && !report.Phase.Finished() {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("phase %q cannot be reported: send running, succeeded, failed, drained or cancelled", report.Phase))
 	}
 	u, _ := genericapirequest.UserFrom(ctx)
@@ -204,7 +195,7 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 			if e.Status.Phase == report.Phase {
 				return e, nil // a repeated report, or fresh output only
 			}
-			if Finished(e.Status.Phase) {
+			if e.Status.Phase.Finished() {
 				return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
 					fmt.Sprintf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase), "")
 			}

@@ -57,6 +57,15 @@ const (
 	ExecutionCancelled ExecutionPhase = "cancelled"
 )
 
+// Finished says whether an execution in this phase has ended for good.
+func (p ExecutionPhase) Finished() bool {
+	switch p {
+	case ExecutionSucceeded, ExecutionFailed, ExecutionDrained, ExecutionCancelled:
+		return true
+	}
+	return false
+}
+
 // ExecutionStatus reports an execution, customer-safe: never the owner or the node.
 type ExecutionStatus struct {
 	// Phase is pending, scheduled, running, succeeded, failed, drained or cancelled.
