@@ -1,11 +1,18 @@
 package reservedhost
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 // ETag is the strong entity tag of an object's current version: its
@@ -41,4 +48,22 @@ func IfMatch(header, current string) (bool, error) {
 		}
 	}
 	return matched, nil
+}
+
+// checkIfMatch applies the request's If-Match, if any, to host: 400 when
+// malformed, 412 PreconditionFailed when it names another version.
+func checkIfMatch(ctx context.Context, host *nodusv1.ReservedHost) error {
+	ifMatch := strings.Join(exchange.From(ctx).RequestHeaderValues("If-Match"), ",")
+	if ifMatch == "" {
+		return nil
+	}
+	match, err := IfMatch(ifMatch, ETag(host))
+	if err != nil {
+		return apierrors.NewBadRequest(err.Error())
+	}
+	if !match {
+		return apierror.New(ctx, apierror.ReasonPreconditionFailed, nodusv1.Resource("reservedhosts"), host.Name,
+			fmt.Sprintf("If-Match %s does not name the current version %s of reservedhost %q", ifMatch, ETag(host), host.Name), "")
+	}
+	return nil
 }

@@ -3,7 +3,6 @@ package reservedhost
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
@@ -75,16 +73,8 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	if err != nil {
 		return nil, err
 	}
-	host := current.(*nodusv1.ReservedHost)
-	if ifMatch := strings.Join(exchange.From(ctx).RequestHeaderValues("If-Match"), ","); ifMatch != "" {
-		match, err := IfMatch(ifMatch, ETag(host))
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if !match {
-			return nil, apierror.New(ctx, apierror.ReasonPreconditionFailed, gr, name,
-				fmt.Sprintf("If-Match %s does not name the current version %s of reservedhost %q", ifMatch, ETag(host), name), "")
-		}
+	if err := checkIfMatch(ctx, current.(*nodusv1.ReservedHost)); err != nil {
+		return nil, err
 	}
 	if epoch == nil {
 		return nil, apierror.New(ctx, apierror.ReasonEpochRequired, gr, name,

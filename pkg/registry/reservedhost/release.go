@@ -56,16 +56,8 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	if err != nil {
 		return nil, err
 	}
-	host := current.(*nodusv1.ReservedHost)
-	if ifMatch := strings.Join(ex.RequestHeaderValues("If-Match"), ","); ifMatch != "" {
-		match, err := IfMatch(ifMatch, ETag(host))
-		if err != nil {
-			return nil, apierrors.NewBadRequest(err.Error())
-		}
-		if !match {
-			return nil, apierror.New(ctx, apierror.ReasonPreconditionFailed, gr, name,
-				fmt.Sprintf("If-Match %s does not name the current version %s of reservedhost %q", ifMatch, ETag(host), name), "")
-		}
+	if err := checkIfMatch(ctx, current.(*nodusv1.ReservedHost)); err != nil {
+		return nil, err
 	}
 	if req.Agreed == nil || !*req.Agreed {
 		return nil, apierror.New(ctx, apierror.ReasonReleaseNotAgreed, gr, name,
