@@ -3,11 +3,14 @@ package integration
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -28,6 +31,10 @@ type auditEvent struct {
 	} `json:"requestObject"`
 	// ResponseObject is the ReservedHost of a success, a Status of a failure.
 	ResponseObject json.RawMessage `json:"responseObject"`
+	// Level is how much of the exchange was kept.
+	Level string `json:"level"`
+	// RawRequest is the request body as kept, to see whether it was.
+	RawRequest json.RawMessage `json:"-"`
 }
 
 // answeredEpoch is the epoch of the ReservedHost in the answer, 0 for errors.
@@ -60,7 +67,7 @@ func TestAuditRecordsReleases(t *testing.T) {
 	want := map[string]auditEvent{}
 	deadline := time.Now().Add(30 * time.Second)
 	for len(want) < 2 && time.Now().Before(deadline) {
-		want = releaseEvents(t, filepath.Join(s.DataDir, "audit.log"))
+		want = auditEvents(t, filepath.Join(s.DataDir, "audit.log"), "release-capacity")
 		time.Sleep(100 * time.Millisecond)
 	}
 	for _, tc := range []struct {
@@ -81,7 +88,8 @@ func TestAuditRecordsReleases(t *testing.T) {
 	}
 }
 
-func releaseEvents(t *testing.T, path string) map[string]auditEvent {
+// auditEvents are the logged events of a subresource, by audit id.
+func auditEvents(t *testing.T, path, subresource string) map[string]auditEvent {
 	t.Helper()
 	file, err := os.Open(path)
 	if err != nil {
@@ -93,9 +101,54 @@ func releaseEvents(t *testing.T, path string) map[string]auditEvent {
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		var e auditEvent
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.ObjectRef.Subresource == "release-capacity" {
+		var raw struct {
+			RequestObject json.RawMessage `json:"requestObject"`
+		}
+		if json.Unmarshal(sc.Bytes(), &e) == nil && json.Unmarshal(sc.Bytes(), &raw) == nil && e.ObjectRef.Subresource == subresource {
+			e.RawRequest = raw.RequestObject
 			events[e.AuditID] = e
 		}
 	}
 	return events
+}
+
+// TestAuditRecordsLending: lending and withdrawal are kept with the epoch the
+// owner reviewed and the HostLending they produced; agents' reports, which
+// carry output, only with who and when.
+func TestAuditRecordsLending(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 4}, false)
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	lent := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d,"maxGPUs":2}`, epoch))
+	e := f.submit(t, "beta", 1, 60)
+	f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	reported := f.report(t, "gpu-00", "beta", e.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Log: "secret output"})
+	withdrawn := f.lend(t, f.admin, "withdraw", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch))
+	if lent.code != 200 || reported.code != 200 || withdrawn.code != 200 {
+		t.Fatalf("lend %d, report %d, withdraw %d", lent.code, reported.code, withdrawn.code)
+	}
+	log := filepath.Join(s.DataDir, "audit.log")
+	var lends, withdraws, reports map[string]auditEvent
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		lends, withdraws, reports = auditEvents(t, log, "lend"), auditEvents(t, log, "withdraw"), auditEvents(t, log, "report")
+		if len(lends) > 0 && len(withdraws) > 0 && len(reports) > 0 {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for what, tc := range map[string]struct {
+		events map[string]auditEvent
+		r      response
+	}{"lend": {lends, lent}, "withdraw": {withdraws, withdrawn}} {
+		ev, ok := tc.events[tc.r.header.Get("X-Request-Id")]
+		if !ok || ev.User.Username != "alice" || ev.RequestObject.Epoch != epoch || ev.ResponseStatus.Code != 200 ||
+			!strings.Contains(string(ev.ResponseObject), `"kind":"HostLending"`) {
+			t.Errorf("audit event of the %s: %v %+v", what, ok, ev)
+		}
+	}
+	ev, ok := reports[reported.header.Get("X-Request-Id")]
+	if !ok || ev.Level != "Metadata" || len(ev.RawRequest) != 0 || ev.User.Username != "nodus:node:gpu-00" {
+		t.Errorf("audit event of the report: %v %+v %s", ok, ev, ev.RawRequest)
+	}
 }
