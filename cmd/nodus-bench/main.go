@@ -13,8 +13,10 @@
 //   - allocation: allocations per second and POST-to-active latency of 1,000
 //     allocations over 10,000 nodes, with one server and with two sharing an etcd;
 //
-//   - lending: execution create → scheduled → running latency, and the
-//     scheduler's throughput for 1,000 pending executions over 1,000 lent hosts.
+//   - lending: execution create → scheduled → running latency against create →
+//     seen by a watch, and the scheduler's throughput for 1,000 pending
+//     executions over 1,000 lent hosts against the same status writes made
+//     through the API.
 //
 //     go run ./cmd/nodus-bench [-scenarios crud,release,heartbeat] [-server bin/nodus-server]
 package main
