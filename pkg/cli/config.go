@@ -98,13 +98,19 @@ func saveConfig(path string, cfg *clientcmdapi.Config) error {
 	return clientcmd.WriteToFile(*cfg, path)
 }
 
-// host reads PROJECT/NAME, returning the client it used.
-func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *nodusv1.ReservedHost, error) {
+// clientFor splits PROJECT/NAME and returns a client for it.
+func (g *Globals) clientFor(ref string) (versioned.Interface, string, string, error) {
 	project, name, err := splitRef(ref)
 	if err != nil {
-		return nil, nil, err
+		return nil, "", "", err
 	}
 	c, _, err := g.Client()
+	return c, project, name, err
+}
+
+// host reads PROJECT/NAME, returning the client it used.
+func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *nodusv1.ReservedHost, error) {
+	c, project, name, err := g.clientFor(ref)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -80,11 +80,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	get := &cobra.Command{
 		Use: "get PROJECT/NAME", Short: "Show an execution", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, name, err := splitRef(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := g.Client()
+			c, p, name, err := g.clientFor(args[0])
 			if err != nil {
 				return err
 			}
@@ -102,11 +98,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	cancel := &cobra.Command{
 		Use: "cancel PROJECT/NAME", Short: "Cancel an execution (its record is kept)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, name, err := splitRef(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := g.Client()
+			c, p, name, err := g.clientFor(args[0])
 			if err != nil {
 				return err
 			}
@@ -128,11 +120,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	logs := &cobra.Command{
 		Use: "logs PROJECT/NAME [-f]", Short: "Print an execution's output (its last 256 KiB)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, name, err := splitRef(args[0])
-			if err != nil {
-				return err
-			}
-			c, _, err := g.Client()
+			c, p, name, err := g.clientFor(args[0])
 			if err != nil {
 				return err
 			}
