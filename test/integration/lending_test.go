@@ -507,6 +507,23 @@ func TestLendingCapsNeverDoubleBook(t *testing.T) {
 	if !sawCapWait {
 		t.Error("b1 (cap 4 GPUs) never waited for its cap")
 	}
+	// A node the operator deletes takes its running executions with it: they
+	// fail as HostLost instead of running forever.
+	stopAgents()
+	last := f.submit(t, "b5", 1, 60)
+	placed := f.waitExecution(t, "b5", last.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	node := f.nodeOf(placed.Status.Host)
+	if r := f.report(t, node, "b5", last.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Fatalf("report running: %d %s", r.code, r.body)
+	}
+	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), node, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	lost := f.waitExecution(t, "b5", last.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionFailed })
+	if lost.Status.Reason != "HostLost" || lost.Status.FinishedAt == nil {
+		t.Errorf("an execution on a deleted node: %+v", lost.Status)
+	}
+
 	// With the pool showing borrowers, owners see who borrowed (now: nobody).
 	l := waitLending(t, s, "gpu-00", func(l *nodusv1.HostLending) bool { return l.Status.Executions == 0 })
 	if l.Status.BorrowedGPUs != 0 || l.Status.State != nodusv1.HostLendingLent {

@@ -196,6 +196,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	existing, err := c.aliases()
+	if err != nil {
+		return err
+	}
 	executions, err := c.executions.List(labels.Everything())
 	if err != nil {
 		return err
@@ -231,9 +235,13 @@ func (c *Controller) Pass(ctx context.Context) error {
 		if h != nil {
 			h.take(e.Namespace, p.gpus)
 		}
-		if e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)) {
+		switch {
+		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
+		case e.Status.Phase == nodusv1.ExecutionRunning && !existing[p.alias]:
+			// The operator deleted the node: no agent will ever report it.
+			writes = append(writes, write{execution: hostLost(e, now)})
 		}
 	}
 	for uid := range c.assumed {
@@ -309,6 +317,26 @@ func bestFit(candidates []*host, gpus int32) *host {
 		}
 	}
 	return best
+}
+
+func hostLost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := e.DeepCopy()
+	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionFailed, &now
+	w.Status.Reason, w.Status.Message = "HostLost", "the host it ran on was removed from Nodus; whether it ran to its end is unknown"
+	return w
+}
+
+// aliases are the host aliases of every node there is.
+func (c *Controller) aliases() (map[string]bool, error) {
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string]bool, len(nodes))
+	for _, n := range nodes {
+		out[lending.HostAlias(n)] = true
+	}
+	return out, nil
 }
 
 func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
