@@ -524,8 +524,18 @@ func TestLendingCapsNeverDoubleBook(t *testing.T) {
 		t.Errorf("an execution on a deleted node: %+v", lost.Status)
 	}
 
+	// Its owner's HostLending no longer counts what ran there.
+	gone := waitLending(t, s, node, func(l *nodusv1.HostLending) bool { return l.Status.Executions == 0 })
+	if gone.Status.BorrowedGPUs != 0 || len(gone.Status.GPUIndices) != 0 || len(gone.Status.Borrowers) != 0 {
+		t.Errorf("the lending of a deleted node: %+v", gone.Status)
+	}
+
 	// With the pool showing borrowers, owners see who borrowed (now: nobody).
-	l := waitLending(t, s, "gpu-00", func(l *nodusv1.HostLending) bool { return l.Status.Executions == 0 })
+	other := "gpu-00"
+	if node == other {
+		other = "gpu-01"
+	}
+	l := waitLending(t, s, other, func(l *nodusv1.HostLending) bool { return l.Status.Executions == 0 })
 	if l.Status.BorrowedGPUs != 0 || l.Status.State != nodusv1.HostLendingLent {
 		t.Errorf("an idle lent host: %+v", l.Status)
 	}

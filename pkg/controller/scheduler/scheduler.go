@@ -375,6 +375,14 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 			continue
 		}
 		node, err := c.nodes.Get(r.Status.Node)
+		if apierrors.IsNotFound(err) {
+			// The operator deleted the node: nothing runs there any more
+			// (its running executions end as HostLost), so its owner's
+			// HostLending must show it idle rather than its last use.
+			all = append(all, &host{pool: c.lastPool(r), reservation: r,
+				maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions, usage: lending.Usage{}})
+			continue
+		}
 		if err != nil {
 			continue
 		}
@@ -395,6 +403,15 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		out[h.alias] = h
 	}
 	return out, all, nil
+}
+
+// lastPool is the pool the reservation's HostLending named while its node
+// existed; the node was the only record of it.
+func (c *Controller) lastPool(r *nodusv1.Reservation) string {
+	if l, err := c.lendings.HostLendings(r.Spec.Project).Get(r.Name); err == nil {
+		return l.Status.Pool
+	}
+	return ""
 }
 
 // apply writes the decided statuses, several at once. A conflict means the
