@@ -33,7 +33,8 @@ type Authorizer struct {
 
 // NodeGetter reads a Node by name.
 type NodeGetter interface {
-	GetNode(ctx context.Context, name string) (*nodusv1.Node, error)
+	// GetNode reads from a cache unless fresh asks for the latest version.
+	GetNode(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error)
 }
 
 // readVerbs only observe.
@@ -134,7 +135,12 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 	if project == "" {
 		return authorizer.DecisionDeny, "across all projects only operators may read", nil
 	}
-	p, err := a.Projects.GetProject(ctx, project)
+	p, err := a.Projects.GetProject(ctx, project, false)
+	if apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want)) {
+		// Before refusing, make sure the cache is not just behind a project
+		// or membership created a moment ago.
+		p, err = a.Projects.GetProject(ctx, project, true)
+	}
 	if apierrors.IsNotFound(err) {
 		return authorizer.DecisionDeny, "no project " + project, nil
 	}
@@ -149,6 +155,11 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 		return authorizer.DecisionDeny, "role " + string(role) + " in project " + project + " does not allow this", nil
 	}
 	return authorizer.DecisionAllow, string(role), nil
+}
+
+func allowedIn(p *nodusv1.Project, u user.Info, want nodusv1.ProjectRole) bool {
+	role, ok := RoleIn(p, u)
+	return ok && Allows(role, want)
 }
 
 func isAuthenticated(u user.Info) bool {
@@ -188,7 +199,12 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		}
 		return authorizer.DecisionDeny, "node agents only use the API", nil
 	}
-	n, err := a.Nodes.GetNode(ctx, node)
+	n, err := a.Nodes.GetNode(ctx, node, false)
+	if apierrors.IsNotFound(err) || (err == nil && n.Status.AgentGeneration < generation) {
+		// The cache may not have the enrollment that issued this credential
+		// yet (an agent's first call follows it at once): ask the store.
+		n, err = a.Nodes.GetNode(ctx, node, true)
+	}
 	if apierrors.IsNotFound(err) {
 		return authorizer.DecisionDeny, "node " + node + " does not exist", nil
 	}

@@ -52,7 +52,8 @@ func NodeOf(u user.Info) (node string, generation int64, ok bool) {
 
 // ProjectGetter reads a Project by name.
 type ProjectGetter interface {
-	GetProject(ctx context.Context, name string) (*nodusv1.Project, error)
+	// GetProject reads from a cache unless fresh asks for the latest version.
+	GetProject(ctx context.Context, name string, fresh bool) (*nodusv1.Project, error)
 }
 
 // IsOperator says whether u acts for the operators (or is the server itself).

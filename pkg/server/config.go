@@ -296,9 +296,14 @@ func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string) (*nod
 	return obj.(*nodusv1.EnrollmentToken), nil
 }
 
-// GetNode reads from the watch cache; a re-enrollment reaches it within milliseconds.
-func (g storeGetters) GetNode(ctx context.Context, name string) (*nodusv1.Node, error) {
-	obj, err := g.nodes.Get(ctx, name, fromCache)
+// GetNode reads from the watch cache (a re-enrollment reaches it within
+// milliseconds) or, when fresh, from etcd.
+func (g storeGetters) GetNode(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error) {
+	opts := fromCache
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := g.nodes.Get(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -308,8 +313,13 @@ func (g storeGetters) GetNode(ctx context.Context, name string) (*nodusv1.Node, 
 // fromCache asks the watch cache: fresh to within milliseconds, no etcd round trip.
 var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
 
-func (g storeGetters) GetProject(ctx context.Context, name string) (*nodusv1.Project, error) {
-	obj, err := g.projects.Get(ctx, name, fromCache)
+// GetProject reads from the watch cache or, when fresh, from etcd.
+func (g storeGetters) GetProject(ctx context.Context, name string, fresh bool) (*nodusv1.Project, error) {
+	opts := fromCache
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := g.projects.Get(ctx, name, opts)
 	if err != nil {
 		return nil, err
 	}

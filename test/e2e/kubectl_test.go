@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -263,7 +264,35 @@ func TestKubectl(t *testing.T) {
 				}
 			}
 		}
-		time.Sleep(time.Second) // give kubectl its watch before the first event
+		// --watch-only shows nothing that happened before its watch began, and
+		// kubectl starts it when it is ready: touch a probe until it reports.
+		s.apply(t, "apiVersion: nodus.dev/v1\nkind: Pool\nmetadata: {name: watch-probe}\n", "create")
+		defer s.must(t, "delete", "pool", "watch-probe")
+		probeReported := func() bool {
+			timeout := time.After(500 * time.Millisecond)
+			for {
+				select {
+				case l, ok := <-lines:
+					if !ok {
+						t.Fatal("watch ended before it reported the probe")
+					}
+					if f := strings.Fields(l); len(f) >= 2 && f[0]+" "+f[1] == "MODIFIED watch-probe" {
+						return true
+					}
+				case <-timeout:
+					return false
+				}
+			}
+		}
+		for i := 0; ; i++ {
+			if i == 60 {
+				t.Fatal("kubectl's watch never reported the probe")
+			}
+			s.must(t, "label", "--overwrite", "pool", "watch-probe", fmt.Sprintf("probe=p%d", i))
+			if probeReported() {
+				break
+			}
+		}
 		expect("ADDED watched", func() {
 			s.apply(t, "apiVersion: nodus.dev/v1\nkind: Pool\nmetadata: {name: watched}\n", "create")
 		})

@@ -32,7 +32,11 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if a.GetNamespace() == "" || a.GetResource().Group != nodusv1.GroupName || a.GetSubresource() != "" {
 		return nil
 	}
-	project, err := p.Projects.GetProject(ctx, a.GetNamespace())
+	project, err := p.Projects.GetProject(ctx, a.GetNamespace(), false)
+	if apierrors.IsNotFound(err) {
+		// Maybe created a moment ago and not in the cache yet.
+		project, err = p.Projects.GetProject(ctx, a.GetNamespace(), true)
+	}
 	if apierrors.IsNotFound(err) {
 		return apierror.ProjectNotFound(ctx, a.GetNamespace())
 	}

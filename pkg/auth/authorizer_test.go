@@ -1,0 +1,131 @@
+package auth
+
+import (
+	"context"
+	"strconv"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// laggingStore is a watch cache that has not caught up with etcd yet:
+// cached objects are what the cache holds, latest what a fresh read returns.
+type laggingStore struct {
+	cachedProjects, latestProjects map[string]*nodusv1.Project
+	cachedNodes, latestNodes       map[string]*nodusv1.Node
+	freshReads                     int
+}
+
+func (s *laggingStore) GetProject(_ context.Context, name string, fresh bool) (*nodusv1.Project, error) {
+	from := s.cachedProjects
+	if fresh {
+		s.freshReads++
+		from = s.latestProjects
+	}
+	if p, ok := from[name]; ok {
+		return p, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: nodusv1.GroupName, Resource: "projects"}, name)
+}
+
+func (s *laggingStore) GetNode(_ context.Context, name string, fresh bool) (*nodusv1.Node, error) {
+	from := s.cachedNodes
+	if fresh {
+		s.freshReads++
+		from = s.latestNodes
+	}
+	if n, ok := from[name]; ok {
+		return n, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: nodusv1.GroupName, Resource: "nodes"}, name)
+}
+
+func projectWith(members ...nodusv1.ProjectMember) *nodusv1.Project {
+	return &nodusv1.Project{Spec: nodusv1.ProjectSpec{Members: members}}
+}
+
+func nodeAt(generation int64) *nodusv1.Node {
+	return &nodusv1.Node{Status: nodusv1.NodeStatus{AgentGeneration: generation}}
+}
+
+// TestAuthorizerLooksPastALaggingCache: a refusal is decided on the latest
+// objects, so a project, membership or enrollment made a moment ago counts
+// at once; an allowed request never pays for a fresh read.
+func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}}
+	agent := func(generation int64) user.Info {
+		return &user.DefaultInfo{Name: NodeUserPrefix + "n1", Groups: []string{GroupNodes, GroupAuthenticated},
+			Extra: map[string][]string{ExtraAgentGeneration: {strconv.FormatInt(generation, 10)}}}
+	}
+	readHosts := authorizer.AttributesRecord{Verb: "list", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Namespace: "acme", ResourceRequest: true}
+	readOwnNode := authorizer.AttributesRecord{Verb: "get", APIGroup: nodusv1.GroupName, Resource: "nodes", Name: "n1", ResourceRequest: true}
+	aliceMember := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleViewer}
+	bob := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "bob", Role: nodusv1.ProjectRoleAdmin}
+
+	cases := map[string]struct {
+		store      laggingStore
+		user       user.Info
+		attrs      authorizer.AttributesRecord
+		allowed    bool
+		freshReads int
+	}{
+		"member in the cache": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(aliceMember)}},
+			user:  alice, attrs: readHosts, allowed: true, freshReads: 0,
+		},
+		"project not cached yet": {
+			store: laggingStore{latestProjects: map[string]*nodusv1.Project{"acme": projectWith(aliceMember)}},
+			user:  alice, attrs: readHosts, allowed: true, freshReads: 1,
+		},
+		"membership not cached yet": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceMember)}},
+			user: alice, attrs: readHosts, allowed: true, freshReads: 1,
+		},
+		"a stranger, checked twice": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
+			user: alice, attrs: readHosts, allowed: false, freshReads: 1,
+		},
+		"membership removed, cache behind": {
+			// The cache still allows: removal takes effect when the cache
+			// catches up (milliseconds), like Kubernetes RBAC.
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceMember)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
+			user: alice, attrs: readHosts, allowed: true, freshReads: 0,
+		},
+		"agent enrolled a moment ago": {
+			store: laggingStore{cachedNodes: map[string]*nodusv1.Node{"n1": nodeAt(0)}, latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(1)}},
+			user:  agent(1), attrs: readOwnNode, allowed: true, freshReads: 1,
+		},
+		"node created a moment ago": {
+			store: laggingStore{latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(1)}},
+			user:  agent(1), attrs: readOwnNode, allowed: true, freshReads: 1,
+		},
+		"a replaced agent needs no fresh read": {
+			store: laggingStore{cachedNodes: map[string]*nodusv1.Node{"n1": nodeAt(2)}, latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(2)}},
+			user:  agent(1), attrs: readOwnNode, allowed: false, freshReads: 0,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.attrs.User = tc.user
+			a := &Authorizer{Projects: &tc.store, Nodes: &tc.store}
+			decision, reason, err := a.Authorize(context.Background(), tc.attrs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (decision == authorizer.DecisionAllow) != tc.allowed {
+				t.Errorf("decision %v (%s), want allowed=%v", decision, reason, tc.allowed)
+			}
+			if tc.store.freshReads != tc.freshReads {
+				t.Errorf("%d fresh reads, want %d", tc.store.freshReads, tc.freshReads)
+			}
+		})
+	}
+}
