@@ -108,8 +108,18 @@ func TestClientsetCRUD(t *testing.T) {
 		if a.Status.State != nodusv1.AllocationStateAllocating {
 			t.Errorf("new allocation state %q, want allocating", a.Status.State)
 		}
-		a.Spec.ResourceClass = "other"
-		if _, err := c.Allocations().Update(ctx, a, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		// The allocation controller writes the status meanwhile: each try
+		// starts from the latest version, so only the change can be refused.
+		err = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			latest, err := c.Allocations().Get(ctx, a.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			latest.Spec.ResourceClass = "other"
+			_, err = c.Allocations().Update(ctx, latest, metav1.UpdateOptions{})
+			return err
+		})
+		if !apierrors.IsInvalid(err) {
 			t.Errorf("changing the request must be invalid, got %v", err)
 		}
 	})

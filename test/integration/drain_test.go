@@ -75,15 +75,17 @@ func TestTermEnd(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	c := s.Client.NodusV1()
-	f.node(t, "h-term")
-	alloc, err := c.Allocations().Create(ctx(t), allocation("alloc-term"), metav1.CreateOptions{})
-	if err != nil {
+	// The allocation controller claims the only ready node.
+	readyNodes(t, f, "h-term")
+	if _, err := c.Allocations().Create(ctx(t), allocation("alloc-term"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// The allocation controller (another issue) would claim the node; do it here.
-	alloc.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateActive, Node: "h-term"}
-	if _, err := c.Allocations().UpdateStatus(ctx(t), alloc, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(cx, "alloc-term", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "h-term", nil
+	})
+	if err != nil {
+		t.Fatal("alloc-term never became active on h-term")
 	}
 	f.reserve(t, "h-term", nodusv1.ReservationPlacement{Allocation: "alloc-term"}, time.Now().Add(-time.Minute), time.Now().Add(3*time.Second))
 	active := f.waitHost(t, "h-term", func(h *nodusv1.ReservedHost) bool {
