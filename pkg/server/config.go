@@ -272,8 +272,8 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 	return stores, nil
 }
 
-// storeGetters read Projects and AccessTokens for authentication,
-// authorization and admission straight from the stores.
+// storeGetters read Projects, AccessTokens, EnrollmentTokens, Nodes and
+// Pools for authentication, authorization and admission straight from the stores.
 type storeGetters struct {
 	projects, tokens, enrollments, nodes, pools *genericregistry.Store
 }
@@ -299,11 +299,7 @@ func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string) (*nod
 // GetNode reads from the watch cache (a re-enrollment reaches it within
 // milliseconds) or, when fresh, from etcd.
 func (g storeGetters) GetNode(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error) {
-	opts := fromCache
-	if fresh {
-		opts = &metav1.GetOptions{}
-	}
-	obj, err := g.nodes.Get(ctx, name, opts)
+	obj, err := g.nodes.Get(ctx, name, readOptions(fresh))
 	if err != nil {
 		return nil, err
 	}
@@ -313,13 +309,17 @@ func (g storeGetters) GetNode(ctx context.Context, name string, fresh bool) (*no
 // fromCache asks the watch cache: fresh to within milliseconds, no etcd round trip.
 var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
 
+// readOptions reads from the watch cache, or from etcd when fresh.
+func readOptions(fresh bool) *metav1.GetOptions {
+	if fresh {
+		return &metav1.GetOptions{}
+	}
+	return fromCache
+}
+
 // GetProject reads from the watch cache or, when fresh, from etcd.
 func (g storeGetters) GetProject(ctx context.Context, name string, fresh bool) (*nodusv1.Project, error) {
-	opts := fromCache
-	if fresh {
-		opts = &metav1.GetOptions{}
-	}
-	obj, err := g.projects.Get(ctx, name, opts)
+	obj, err := g.projects.Get(ctx, name, readOptions(fresh))
 	if err != nil {
 		return nil, err
 	}
@@ -327,11 +327,7 @@ func (g storeGetters) GetProject(ctx context.Context, name string, fresh bool) (
 }
 
 func (g storeGetters) GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
-	opts := fromCache
-	if fresh {
-		opts = &metav1.GetOptions{}
-	}
-	obj, err := g.tokens.Get(ctx, name, opts)
+	obj, err := g.tokens.Get(ctx, name, readOptions(fresh))
 	if err != nil {
 		return nil, err
 	}
