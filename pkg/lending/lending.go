@@ -41,6 +41,20 @@ func State(r *nodusv1.Reservation) nodusv1.HostLendingState {
 	return nodusv1.HostLendingEnded
 }
 
+// BorrowerCap is the most GPUs project may borrow at once in pool, and
+// whether the pool lends to it at all.
+func BorrowerCap(pool *nodusv1.Pool, project string) (int32, bool) {
+	if pool == nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
+		return 0, false
+	}
+	for _, b := range pool.Spec.Lending.Borrowers {
+		if b.Project == project {
+			return b.MaxGPUs, true
+		}
+	}
+	return 0, false
+}
+
 // GPUCount is the number of GPUs a node reports.
 func GPUCount(node *nodusv1.Node) int32 {
 	if node == nil {

@@ -147,8 +147,9 @@ spec:
 	waitOr(t, "the cancelled execution's processes to end", func() bool { return borrowerProcs(rig, "") == "" },
 		func() string { return borrowerProcs(rig, "") })
 
-	// What an execution leaves running, even outside its process group, ends with it.
-	leaver := submit(`setsid sleep 600 </dev/null >/dev/null 2>&1 & echo left-behind`)
+	// What an execution leaves running, even outside its process group and
+	// holding the execution's output open, ends with it.
+	leaver := submit(`setsid sleep 600 & echo left-behind`)
 	waitOr(t, "the leaving execution to succeed", func() bool { return phase(leaver) == "succeeded" }, func() string { return dump(leaver) })
 	if out := borrowerProcs(rig, "sleep"); out != "" {
 		t.Errorf("a process the execution left behind outlived it: %s", out)

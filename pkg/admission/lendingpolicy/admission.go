@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lending"
 )
 
 // PoolGetter reads a Pool.
@@ -47,19 +48,17 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if err != nil {
 		return err
 	}
-	l := pool.Spec.Lending
-	if l == nil || !l.Open {
+	if l := pool.Spec.Lending; l == nil || !l.Open {
 		return refuse(ctx, a, fmt.Sprintf("pool %q does not lend", e.Spec.Pool))
 	}
-	for _, b := range l.Borrowers {
-		if b.Project == a.GetNamespace() {
-			if e.Spec.GPUs > b.MaxGPUs {
-				return refuse(ctx, a, fmt.Sprintf("project %q may borrow at most %d GPUs at once in pool %q; this execution wants %d", b.Project, b.MaxGPUs, e.Spec.Pool, e.Spec.GPUs))
-			}
-			return nil
-		}
+	maxGPUs, ok := lending.BorrowerCap(pool, a.GetNamespace())
+	if !ok {
+		return refuse(ctx, a, fmt.Sprintf("project %q may not borrow from pool %q", a.GetNamespace(), e.Spec.Pool))
 	}
-	return refuse(ctx, a, fmt.Sprintf("project %q may not borrow from pool %q", a.GetNamespace(), e.Spec.Pool))
+	if e.Spec.GPUs > maxGPUs {
+		return refuse(ctx, a, fmt.Sprintf("project %q may borrow at most %d GPUs at once in pool %q; this execution wants %d", a.GetNamespace(), maxGPUs, e.Spec.Pool, e.Spec.GPUs))
+	}
+	return nil
 }
 
 func refuse(ctx context.Context, a admission.Attributes, msg string) error {

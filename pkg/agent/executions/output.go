@@ -23,7 +23,9 @@ func (t *tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.data = append(t.data, p...)
-	if over := len(t.data) - t.Limit; over > 0 {
+	// Keep up to twice the limit so that a program printing line by line
+	// does not make every write move the whole tail.
+	if over := len(t.data) - t.Limit; len(t.data) > 2*t.Limit {
 		t.dropped += int64(over)
 		t.data = append(t.data[:0], t.data[over:]...)
 	}
@@ -35,5 +37,8 @@ func (t *tail) Write(p []byte) (int, error) {
 func (t *tail) Snapshot() (string, int64, int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if over := len(t.data) - t.Limit; over > 0 {
+		return string(t.data[over:]), t.dropped + int64(over), t.version
+	}
 	return string(t.data), t.dropped, t.version
 }

@@ -43,6 +43,10 @@ const (
 	ReasonAgentRestarted     = "AgentRestarted"
 )
 
+// outputDrain is how long an execution's output is still read after its
+// process exited; what it left behind may keep the output open for ever.
+const outputDrain = 2 * time.Second
+
 // childPath is the PATH executions get, whatever the agent's own is.
 const childPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -268,10 +272,14 @@ func (r *Runner) stopRun(uid types.UID, o outcome) {
 // yet is not started at all.
 func (r *Runner) stop(x *run, o outcome) {
 	x.mu.Lock()
-	if x.stop == nil {
+	first := x.stop == nil
+	if first {
 		x.stop = &o
 	}
 	x.mu.Unlock()
+	if !first {
+		return // already being stopped: TERM went out, KILL follows
+	}
 	go func() {
 		<-x.started
 		x.signal(syscall.SIGTERM)
@@ -432,6 +440,9 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	cmd.Dir = dir
 	cmd.Env = Environment(e, x.account, dir)
 	cmd.Stdout, cmd.Stderr = x.out, x.out
+	// A process it leaves behind (setsid, nohup) may hold its output open:
+	// the execution still ends when its own process does.
+	cmd.WaitDelay = outputDrain
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	// A drain or cancel that came while it was being prepared wins.
 	x.mu.Lock()
@@ -502,7 +513,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 }
 
 func exitOutcome(err error) *outcome {
-	if err == nil {
+	if err == nil || errors.Is(err, exec.ErrWaitDelay) {
 		zero := int32(0)
 		return &outcome{phase: nodusv1.ExecutionSucceeded, reason: ReasonExited, message: "exited with status 0", exit: &zero}
 	}

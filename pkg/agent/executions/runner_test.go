@@ -5,7 +5,9 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -43,6 +45,17 @@ func TestTailKeepsTheEndAndCountsTheRest(t *testing.T) {
 	if data != "56789abcde" || dropped != 5 || version != 2 {
 		t.Errorf("tail %q dropped %d version %d", data, dropped, version)
 	}
+	// Byte by byte, past the point where it compacts.
+	all := "0123456789abcde"
+	for i := range 37 {
+		b := byte('A' + i)
+		all += string(b)
+		_, _ = tl.Write([]byte{b})
+	}
+	data, dropped, _ = tl.Snapshot()
+	if data != all[len(all)-10:] || dropped != int64(len(all)-10) {
+		t.Errorf("after %d bytes: tail %q dropped %d", len(all), data, dropped)
+	}
 }
 
 func TestExitOutcome(t *testing.T) {
@@ -56,6 +69,29 @@ func TestExitOutcome(t *testing.T) {
 	err = exec.Command("sh", "-c", "kill -TERM $$").Run()
 	if o := exitOutcome(err); o.phase != nodusv1.ExecutionFailed || *o.exit != 143 || !strings.Contains(o.message, "terminated") {
 		t.Errorf("killed: %+v %s", o, o.message)
+	}
+	// A child left behind holds the output open: the execution still ends
+	// when its own process exits, and counts as succeeded.
+	out := newTail()
+	left := exec.Command("sh", "-c", "sleep 600 & echo done")
+	left.Stdout, left.WaitDelay = out, outputDrain
+	left.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(-left.Process.Pid, syscall.SIGKILL)
+	waited := make(chan error, 1)
+	go func() { waited <- left.Wait() }()
+	select {
+	case err = <-waited:
+	case <-time.After(60 * time.Second):
+		t.Fatal("the execution never ended while its child held the output")
+	}
+	if o := exitOutcome(err); o.phase != nodusv1.ExecutionSucceeded {
+		t.Errorf("a child holding the output: %v → %+v", err, o)
+	}
+	if text, _, _ := out.Snapshot(); !strings.Contains(text, "done") {
+		t.Errorf("output of an execution that left a child: %q", text)
 	}
 }
 

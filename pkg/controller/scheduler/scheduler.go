@@ -350,15 +350,10 @@ func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 // the pool lends to it at all (admission checked it; the pool may have changed).
 func (c *Controller) borrowerCap(e *nodusv1.Execution) (int32, bool) {
 	pool, err := c.pools.Get(e.Spec.Pool)
-	if err != nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
+	if err != nil {
 		return 0, false
 	}
-	for _, b := range pool.Spec.Lending.Borrowers {
-		if b.Project == e.Namespace {
-			return b.MaxGPUs, true
-		}
-	}
-	return 0, false
+	return lending.BorrowerCap(pool, e.Namespace)
 }
 
 // hosts are the hosts of every reservation with a lending agreement: all of

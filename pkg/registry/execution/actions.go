@@ -150,7 +150,9 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, apierrors.NewForbidden(gr, name, fmt.Errorf("only the agent of the host an execution runs on reports it"))
 	}
 	cluster := genericapirequest.WithNamespace(ctx, "")
-	nodeObj, err := r.Nodes.Get(cluster, nodeName, &metav1.GetOptions{})
+	// From the watch cache: the alias comes from the node's UID, which never
+	// changes, and the authorizer has checked the agent's generation.
+	nodeObj, err := r.Nodes.Get(cluster, nodeName, &metav1.GetOptions{ResourceVersion: "0"})
 	if err != nil {
 		return nil, err
 	}
@@ -165,7 +167,9 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		// Not placed here: to this agent, it does not exist.
 		return nil, apierrors.NewNotFound(gr, name)
 	}
-	if report.Phase == nodusv1.ExecutionRunning {
+	if report.Phase == nodusv1.ExecutionRunning && placed.Status.Phase != nodusv1.ExecutionRunning {
+		// Only the start is refused on a host no longer lent; output of a
+		// running one still arrives while the agent drains it.
 		lent, err := r.lent(cluster, nodeName)
 		if err != nil {
 			return nil, err
