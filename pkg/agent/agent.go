@@ -200,7 +200,7 @@ func (a *Agent) observe(ctx context.Context, r *nodusv1.Reservation) {
 
 func (a *Agent) drainUnlent(ctx context.Context) {
 	if !a.lent() && a.runner.Active() {
-		go a.runner.Drain(ctx, "the host is no longer lent: its owner withdrew it, or its reservation ended")
+		a.runner.StartDrain(ctx, "the host is no longer lent: its owner withdrew it, or its reservation ended")
 	}
 }
 
@@ -272,10 +272,11 @@ func (a *Agent) beat(ctx context.Context) error {
 		return err
 	}
 	hb := nodusv1.NodeHeartbeat{AgentGeneration: a.id.AgentGeneration}
+	borrowers := int32(a.runner.Running())
 	for _, acc := range applied {
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
 			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(a.procs.Count(acc.LoginUser)),
-			BorrowerExecutions: int32(a.runner.Running()),
+			BorrowerExecutions: borrowers,
 		})
 	}
 	body, err := json.Marshal(hb)

@@ -77,6 +77,8 @@ type Options struct {
 type Runner struct {
 	opts  Options
 	procs sessions.Procs
+	// draining is held while a drain runs: one at a time.
+	draining sync.Mutex
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
@@ -175,13 +177,19 @@ func (r *Runner) Run(ctx context.Context) error {
 // Running is how many processes the borrower accounts have on the host:
 // what really runs, including anything an execution left behind.
 func (r *Runner) Running() int {
-	n := 0
+	return len(r.procs.PIDsOf(r.accountUIDs()...))
+}
+
+// accountUIDs are the uids of the borrower accounts that exist, except the
+// agent's own (a development setup runs executions as itself).
+func (r *Runner) accountUIDs() []int {
+	var uids []int
 	for _, account := range r.Accounts() {
-		if sessions.UID(account) > 0 {
-			n += r.procs.Count(account)
+		if uid := sessions.UID(account); uid > 0 && uid != os.Geteuid() {
+			uids = append(uids, uid)
 		}
 	}
-	return n
+	return uids
 }
 
 // Active says whether anything of borrowers is on the host: an execution
@@ -193,11 +201,10 @@ func (r *Runner) Active() bool {
 	return n > 0 || r.Running() > 0
 }
 
-// endBorrowerProcesses ends every process of the borrower accounts.
+// endBorrowerProcesses ends every process of the borrower accounts, all in
+// one grace period.
 func (r *Runner) endBorrowerProcesses(ctx context.Context) {
-	for _, account := range r.Accounts() {
-		r.endAccount(ctx, account)
-	}
+	r.procs.EndUIDs(ctx, r.accountUIDs(), r.opts.Grace)
 }
 
 // endAccount ends every process of account, unless it is the agent's own
@@ -211,6 +218,23 @@ func (r *Runner) endAccount(ctx context.Context, account string) {
 // Drain stops every execution as drained and ends whatever else the borrower
 // account runs, returning when nothing of it is left (or ctx ends).
 func (r *Runner) Drain(ctx context.Context, message string) {
+	r.draining.Lock()
+	defer r.draining.Unlock()
+	r.drain(ctx, message)
+}
+
+// StartDrain drains in the background, unless a drain is under way already.
+func (r *Runner) StartDrain(ctx context.Context, message string) {
+	if !r.draining.TryLock() {
+		return
+	}
+	go func() {
+		defer r.draining.Unlock()
+		r.drain(ctx, message)
+	}()
+}
+
+func (r *Runner) drain(ctx context.Context, message string) {
 	r.mu.Lock()
 	runs := make([]*run, 0, len(r.runs))
 	for _, x := range r.runs {

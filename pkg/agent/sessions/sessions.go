@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +34,19 @@ func UID(login string) int {
 
 // PIDs returns the processes whose real uid is uid.
 func (p Procs) PIDs(uid int) []int {
-	if uid < 0 {
+	return p.PIDsOf(uid)
+}
+
+// PIDsOf returns the processes whose real uid is one of uids, reading the
+// /proc tree once however many uids there are.
+func (p Procs) PIDsOf(uids ...int) []int {
+	wanted := map[int]bool{}
+	for _, uid := range uids {
+		if uid >= 0 {
+			wanted[uid] = true
+		}
+	}
+	if len(wanted) == 0 {
 		return nil
 	}
 	entries, err := os.ReadDir(p.Root)
@@ -50,7 +63,7 @@ func (p Procs) PIDs(uid int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if realUID(string(status)) == uid {
+		if wanted[realUID(string(status))] {
 			pids = append(pids, pid)
 		}
 	}
@@ -63,15 +76,21 @@ func (p Procs) Count(login string) int { return len(p.PIDs(UID(login))) }
 // End ends every process of login: SIGTERM, then SIGKILL for what is left
 // after grace. It returns when none is left or ctx ends.
 func (p Procs) End(ctx context.Context, login string, grace time.Duration) {
-	uid := UID(login)
-	if uid <= 0 {
-		return // unknown user, or root: never kill root's processes
+	p.EndUIDs(ctx, []int{UID(login)}, grace)
+}
+
+// EndUIDs ends every process of the users uids at once, like End. Unknown
+// users (-1) and root are skipped: root's processes are never killed.
+func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
+	uids = slices.DeleteFunc(slices.Clone(uids), func(uid int) bool { return uid <= 0 })
+	if len(uids) == 0 {
+		return
 	}
-	signalAll(p.PIDs(uid), syscall.SIGTERM)
+	signalAll(p.PIDsOf(uids...), syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
-	for len(p.PIDs(uid)) > 0 {
+	for len(p.PIDsOf(uids...)) > 0 {
 		if time.Now().After(deadline) {
-			signalAll(p.PIDs(uid), syscall.SIGKILL)
+			signalAll(p.PIDsOf(uids...), syscall.SIGKILL)
 			deadline = time.Now().Add(grace)
 		}
 		select {

@@ -3,6 +3,7 @@ package sessions
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -25,6 +26,12 @@ func TestPIDsReadsRealUIDs(t *testing.T) {
 	}
 	if got := (Procs{Root: root}).PIDs(-1); got != nil {
 		t.Errorf("an unknown user has no processes: %v", got)
+	}
+	write("103", "Name:\tpython\nUid:\t1002\t1002\t1002\t1002\n")
+	got := (Procs{Root: root}).PIDsOf(1001, 1002, -1)
+	slices.Sort(got)
+	if !slices.Equal(got, []int{100, 101, 103}) {
+		t.Errorf("pids of 1001 and 1002 in one pass: %v", got)
 	}
 }
 
