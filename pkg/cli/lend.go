@@ -6,11 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"text/tabwriter"
-	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -83,20 +80,9 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 		}
 	}
 	body, _ := json.Marshal(req)
-	key := uuid.NewString()
 	out := &nodusv1.HostLending{}
-	for attempt := 1; ; attempt++ {
-		err = c.NodusV1().RESTClient().Post().Namespace(h.Namespace).Resource("reservedhosts").Name(h.Name).SubResource(action).
-			SetHeader("Content-Type", "application/json").SetHeader("If-Match", `"`+h.ResourceVersion+`"`).
-			SetHeader("Idempotency-Key", key).Body(body).Do(ctx).Into(out)
-		if err == nil {
-			break
-		}
-		if !retriable(err) || attempt >= o.Attempts {
-			return err
-		}
-		fmt.Fprintf(o.Err, "retrying (%v)\n", err)
-		time.Sleep(time.Duration(attempt) * time.Second)
+	if err := postHostAction(ctx, c, h, action, body, false, o.Attempts, o.Err, out); err != nil {
+		return err
 	}
 	l := out.Status
 	if o.Withdraw {
@@ -105,12 +91,6 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 	}
 	fmt.Fprintf(o.Out, "lent %s/%s into pool %s: up to %d GPUs and %d executions at once\n", h.Namespace, h.Name, l.Pool, l.MaxGPUs, l.MaxExecutions)
 	return nil
-}
-
-// retriable says whether a failed action may be sent again with the same key.
-func retriable(err error) bool {
-	return !isAPIError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
-		apierrors.IsInternalError(err) || reasonIs(err, "IdempotencyKeyInFlight")
 }
 
 func newLendingCommand(g *Globals, s Streams) *cobra.Command {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/spf13/cobra"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,29 +62,9 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 		}
 	}
 	body := fmt.Sprintf(`{"agreed":true,"epoch":%d}`, r.Epoch)
-	key := uuid.NewString()
-	var released *nodusv1.ReservedHost
-	for attempt := 1; ; attempt++ {
-		req := c.NodusV1().RESTClient().Post().Namespace(project).Resource("reservedhosts").Name(name).SubResource("release-capacity").
-			SetHeader("Content-Type", "application/json").
-			SetHeader("If-Match", `"`+h.ResourceVersion+`"`).
-			SetHeader("Idempotency-Key", key).
-			Body([]byte(body))
-		if o.DryRun {
-			req = req.Param("dryRun", "All")
-		}
-		out := &nodusv1.ReservedHost{}
-		err = req.Do(ctx).Into(out)
-		if err == nil {
-			released = out
-			break
-		}
-		// The same key makes a retry safe: the first answer comes back.
-		if !retriable(err) || attempt >= o.Attempts {
-			return err
-		}
-		fmt.Fprintf(o.Err, "retrying the release (%v)\n", err)
-		time.Sleep(time.Duration(attempt) * time.Second)
+	released := &nodusv1.ReservedHost{}
+	if err := postHostAction(ctx, c, h, "release-capacity", []byte(body), o.DryRun, o.Attempts, o.Err, released); err != nil {
+		return err
 	}
 	if o.DryRun {
 		fmt.Fprintf(o.Out, "dry run: would release %s/%s (epoch %d → %d); nothing changed\n", project, name, r.Epoch, released.Status.Reservation.Epoch)
