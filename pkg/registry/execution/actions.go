@@ -167,9 +167,7 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		// Not placed here: to this agent, it does not exist.
 		return nil, apierrors.NewNotFound(gr, name)
 	}
-	if report.Phase == nodusv1.ExecutionRunning && placed.Status.Phase != nodusv1.ExecutionRunning {
-		// Only the start is refused on a host no longer lent; output of a
-		// running one still arrives while the agent drains it.
+	if report.Phase == nodusv1.ExecutionRunning {
 		lent, err := r.lent(cluster, nodeName)
 		if err != nil {
 			return nil, err
