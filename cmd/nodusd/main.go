@@ -95,7 +95,7 @@ func runCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots and executionsDir; its values override the flags")
+	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots, executionsDir, cleanCommand and cleanTimeout; its values override the flags")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
 	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
@@ -107,6 +107,9 @@ func runCommand() *cobra.Command {
 	f.IntVar(&o.BorrowerSlots, "borrower-slots", 0, "when above 0, run each execution as an account of its own: BORROWER-USER-0 … BORROWER-USER-(N-1); at most N at once")
 	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed; the borrower account must be able to reach it")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
+	f.StringVar(&o.LoginGroup, "login-group", agent.DefaultLoginGroup, "group of the login users Nodus manages; the sshd drop-in accepts only Nodus certificates for its members")
+	f.StringVar(&o.CleanCommand, "clean-command", "", "the operator's own handover step, run by /bin/sh -c after a tenant's login account is reset (e.g. wipe scratch disks, reset GPUs, re-image); it must exit 0 for the node to be available again")
+	f.DurationVar(&o.CleanTimeout, "clean-timeout", 30*time.Minute, "how long --clean-command may run before it is killed and the cleaning fails")
 	return cmd
 }
 
@@ -142,6 +145,9 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 		BorrowerUser  *string `json:"borrowerUser"`
 		BorrowerSlots *int    `json:"borrowerSlots"`
 		ExecutionsDir *string `json:"executionsDir"`
+		// Handover cleaning.
+		CleanCommand *string `json:"cleanCommand"`
+		CleanTimeout *string `json:"cleanTimeout"`
 	}
 	if err := strictJSON(data, &c); err != nil {
 		return err
@@ -163,6 +169,14 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 		f.o.BorrowerSlots = *c.BorrowerSlots
 	}
 	set(&f.o.ExecutionsDir, c.ExecutionsDir)
+	set(&f.o.CleanCommand, c.CleanCommand)
+	if c.CleanTimeout != nil {
+		d, err := time.ParseDuration(*c.CleanTimeout)
+		if err != nil || d <= 0 {
+			return fmt.Errorf("cleanTimeout: %q is not a positive duration", *c.CleanTimeout)
+		}
+		f.o.CleanTimeout = d
+	}
 	if c.Grace != nil {
 		d, err := time.ParseDuration(*c.Grace)
 		if err != nil {

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	"github.com/nodus-dev/nodus/pkg/agent/inventory"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
@@ -58,6 +59,17 @@ type Options struct {
 	// DefaultExecutionsDir. The borrower account must be able to reach it,
 	// so it is not inside the private state directory.
 	ExecutionsDir string
+	// CleanCommand, when set, is the operator's own handover step (wipe
+	// scratch disks, reset GPUs, re-image), run by /bin/sh -c after the
+	// login accounts are reset; it must exit 0 for the node to be handed on.
+	CleanCommand string
+	// CleanTimeout bounds CleanCommand; default 30 minutes.
+	CleanTimeout time.Duration
+	// LoginGroup is the group the drop-in makes certificate-only; default
+	// DefaultLoginGroup.
+	LoginGroup string
+	// CleaningPaths are where accounts leave things; default cleaning.DefaultPaths.
+	CleaningPaths *cleaning.Paths
 }
 
 // Agent is a running nodusd.
@@ -70,10 +82,16 @@ type Agent struct {
 	procs     sessions.Procs
 	runner    *executions.Runner
 	lent      func() bool
+	cleaning  *cleaning.Cleaner
+	// reservations is the informer's store of this node's reservations.
+	reservations cache.Store
+	cleanings    chan *nodusv1.NodeCleaning
 
 	mu       sync.Mutex
 	interval time.Duration
 	beatNow  chan struct{}
+	// evidence is the latest cleaning done, reported until the node shows it.
+	evidence *nodusv1.CleaningEvidence
 }
 
 // New loads the agent's credential and state.
@@ -111,10 +129,21 @@ func New(opts Options) (*Agent, error) {
 	if opts.ExecutionsDir == "" {
 		opts.ExecutionsDir = DefaultExecutionsDir
 	}
+	if opts.LoginGroup == "" {
+		opts.LoginGroup = DefaultLoginGroup
+	}
+	paths := cleaning.DefaultPaths()
+	if opts.CleaningPaths != nil {
+		paths = *opts.CleaningPaths
+	}
+	procs := sessions.Procs{Root: "/proc"}
 	return &Agent{
 		opts: opts, id: id, client: client, store: store,
 		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),
-		procs:     sessions.Procs{Root: "/proc"},
+		procs:     procs,
+		cleaning: &cleaning.Cleaner{Procs: procs, Grace: opts.Grace, Paths: paths,
+			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
+		cleanings: make(chan *nodusv1.NodeCleaning, 1),
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1),
 	}, nil
 }
@@ -136,6 +165,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	factory := externalversions.NewSharedInformerFactoryWithOptions(a.client, 0,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.node=" + a.id.Node }))
 	informer := factory.Nodus().V1().Reservations().Informer()
+	a.reservations = informer.GetStore()
+	nodeFactory := externalversions.NewSharedInformerFactoryWithOptions(a.client, 0,
+		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
+	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
 	a.lent = func() bool {
 		for _, obj := range informer.GetStore().List() {
 			if lending.Lent(obj.(*nodusv1.Reservation)) {
@@ -163,8 +196,29 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 		UpdateFunc: func(_, obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
-		// A reservation deleted under a lent host takes the lending with it.
-		DeleteFunc: func(interface{}) { a.drainUnlent(ctx) },
+		// A reservation that leaves this node (deleted, or moved to another)
+		// is retired here as a release is; a lent host's lending goes with it.
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if r, ok := obj.(*nodusv1.Reservation); ok {
+				a.retire(ctx, r.Name)
+			}
+			a.drainUnlent(ctx)
+		},
+	}); err != nil {
+		return err
+	}
+	latestNode := func() *nodusv1.Node {
+		if obj, ok, err := nodeInformer.GetStore().GetByKey(a.id.Node); err == nil && ok {
+			return obj.(*nodusv1.Node)
+		}
+		return nil
+	}
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(obj interface{}) { a.observeNode(obj.(*nodusv1.Node)) },
+		UpdateFunc: func(_, obj interface{}) { a.observeNode(obj.(*nodusv1.Node)) },
 	}); err != nil {
 		return err
 	}
@@ -178,17 +232,55 @@ func (a *Agent) Run(ctx context.Context) error {
 			return fmt.Errorf("installing the sshd drop-in: %w", err)
 		}
 	}
+	a.manageAppliedUsers()
 	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()
 	factory.Start(ctx.Done())
 	// The runner asks whether the host is lent: only once the reservations are known.
 	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
 		return ctx.Err()
 	}
+	// Reservations that left this node while the agent was down are retired now.
+	a.retireGone(ctx)
+	// Cleanings start only once the reservations are known and retired.
+	go a.cleaner(ctx, latestNode)
+	nodeFactory.Start(ctx.Done())
 	go func() { _ = a.runner.Run(ctx) }()
 	go a.reportStatus(ctx)
 	a.heartbeats(ctx)
 	factory.Shutdown()
+	nodeFactory.Shutdown()
 	return nil
+}
+
+// retireGone retires the applied access of reservations that are no longer
+// on this node.
+func (a *Agent) retireGone(ctx context.Context) {
+	all, err := a.store.All()
+	if err != nil {
+		klog.ErrorS(err, "reading applied access")
+		return
+	}
+	for _, acc := range all {
+		if acc.State != state.StateRetired && !a.current(acc.Reservation) {
+			a.retire(ctx, acc.Reservation)
+		}
+	}
+}
+
+// manageAppliedUsers keeps the login users of granted access in the login
+// group (a drop-in installed after they were granted, or a group removed by hand).
+func (a *Agent) manageAppliedUsers() {
+	all, err := a.store.All()
+	if err != nil {
+		return
+	}
+	for _, acc := range all {
+		if acc.Granted() && acc.LoginUser != "" {
+			if err := a.manageLoginUser(acc.LoginUser); err != nil {
+				klog.ErrorS(err, "making the login user certificate-only", "user", acc.LoginUser)
+			}
+		}
+	}
 }
 
 // observe applies a reservation's access and drains borrowers' executions
@@ -213,11 +305,19 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	if loginUser == "" {
 		loginUser = r.Spec.LoginUser
 	}
-	desired := state.Access{Reservation: r.Name, Epoch: r.Status.Epoch, State: string(r.Status.State), LoginUser: loginUser, Project: r.Spec.Project}
+	desired := state.Access{Reservation: r.Name, UID: string(r.UID), Epoch: r.Status.Epoch, State: string(r.Status.State),
+		LoginUser: loginUser, Project: r.Spec.Project}
 	previous, _, err := a.store.Applied(r.Name)
 	if err != nil {
 		klog.ErrorS(err, "reading applied access", "reservation", r.Name)
 		return
+	}
+	if desired.Granted() {
+		// Certificate-only before the first principal is served.
+		if err := a.manageLoginUser(loginUser); err != nil {
+			klog.ErrorS(err, "making the login user certificate-only; access not applied", "user", loginUser)
+			return
+		}
 	}
 	applied, err := a.store.Apply(desired)
 	if err != nil {
@@ -228,6 +328,16 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		return // not newer: an old or repeated state never counts
 	}
 	klog.InfoS("applied access", "reservation", r.Name, "epoch", desired.Epoch, "state", desired.State)
+	if desired.Granted() && previous.Granted() && previous.LoginUser != "" && previous.LoginUser != desired.LoginUser {
+		// A login-user change retires the old account as a release would:
+		// its principals are gone (the new epoch), its sessions end, and what
+		// it leaves is reset.
+		if steps, err := a.cleaning.ResetAccount(ctx, previous.LoginUser); err != nil {
+			klog.ErrorS(err, "resetting the previous login user", "user", previous.LoginUser)
+		} else {
+			klog.InfoS("reset the previous login user", "user", previous.LoginUser, "steps", steps)
+		}
+	}
 	if !desired.Granted() {
 		for _, user := range []string{previous.LoginUser, desired.LoginUser} {
 			if user != "" {
@@ -238,10 +348,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 			a.runner.Drain(ctx, fmt.Sprintf("the host's reservation is %s: lending drained", desired.State))
 		}
 	}
-	select {
-	case a.beatNow <- struct{}{}:
-	default:
-	}
+	a.beatSoon()
 }
 
 // heartbeats reports at the server's interval, starting with a jittered
@@ -272,8 +379,14 @@ func (a *Agent) beat(ctx context.Context) error {
 		return err
 	}
 	hb := nodusv1.NodeHeartbeat{AgentGeneration: a.id.AgentGeneration}
+	a.mu.Lock()
+	hb.Cleaning = a.evidence.DeepCopy()
+	a.mu.Unlock()
 	borrowers := int32(a.runner.Running())
 	for _, acc := range applied {
+		if !a.current(acc.Reservation) {
+			continue // only reservations on this node now are reported
+		}
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
 			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(a.procs.Count(acc.LoginUser)),
 			BorrowerExecutions: borrowers,
@@ -293,6 +406,9 @@ func (a *Agent) beat(ctx context.Context) error {
 		a.mu.Lock()
 		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
 		a.mu.Unlock()
+	}
+	if _, err := a.store.Forget(a.current, forgetAfter, time.Now()); err != nil {
+		klog.ErrorS(err, "forgetting retired reservations")
 	}
 	return nil
 }

@@ -89,7 +89,9 @@ func (a *Agent) installUserCA(ctx context.Context, path string) error {
 }
 
 // installDropIn writes the sshd configuration for Nodus access: trust the
-// server's SSH user CA and ask this nodusd which principals are valid.
+// server's SSH user CA, ask this nodusd which principals are valid, and,
+// for the login users Nodus manages (the login group), accept nothing but
+// those certificates — no authorized_keys a tenant could plant, no password.
 func (a *Agent) installDropIn() error {
 	if a.opts.SSHDCAFile == "" {
 		return errors.New("an sshd drop-in needs --sshd-ca-file")
@@ -98,8 +100,28 @@ func (a *Agent) installDropIn() error {
 	if err != nil {
 		return err
 	}
-	conf := fmt.Sprintf("# Written by nodusd: Nodus certificates log in while nodusd says so.\n"+
-		"TrustedUserCAKeys %s\nAuthorizedPrincipalsCommand %s principals --socket %s %%u\nAuthorizedPrincipalsCommandUser root\n",
-		a.opts.SSHDCAFile, self, a.opts.Socket)
-	return os.WriteFile(a.opts.SSHDDropIn, []byte(conf), 0o644)
+	return os.WriteFile(a.opts.SSHDDropIn, []byte(DropIn(a.opts.SSHDCAFile, self, a.opts.Socket, a.opts.LoginGroup)), 0o644)
+}
+
+// DropIn is the sshd configuration nodusd installs. The Match block ends
+// with "Match all" so that whatever the main sshd_config says after its
+// Include applies to everyone, as before.
+func DropIn(caFile, nodusd, socket, loginGroup string) string {
+	return fmt.Sprintf(`# Written by nodusd: Nodus certificates log in while nodusd says so.
+TrustedUserCAKeys %s
+AuthorizedPrincipalsCommand %s principals --socket %s %%u
+AuthorizedPrincipalsCommandUser root
+
+# Login users of reservations (nodusd puts them in this group before it
+# grants them access): Nodus certificates only.
+Match Group %s
+	AuthorizedKeysFile none
+	AuthorizedKeysCommand none
+	PasswordAuthentication no
+	KbdInteractiveAuthentication no
+	HostbasedAuthentication no
+	GSSAPIAuthentication no
+	AuthenticationMethods publickey
+Match all
+`, caFile, nodusd, socket, loginGroup)
 }

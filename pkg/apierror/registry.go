@@ -88,6 +88,14 @@ const (
 	ReasonHostNotLent metav1.StatusReason = "HostNotLent"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
 	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
+	// ReasonNodeReserved: the node is held by another live reservation.
+	ReasonNodeReserved metav1.StatusReason = "NodeReserved"
+	// ReasonNodeNotFound: a reservation names a node that does not exist.
+	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
+	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
+	ReasonNodeInMaintenance metav1.StatusReason = "NodeInMaintenance"
+	// ReasonNodeCleaning: a reservation's node is being cleaned after its previous tenant.
+	ReasonNodeCleaning metav1.StatusReason = "NodeCleaning"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -243,6 +251,22 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
 			func(Request) string {
 				return "Re-enroll the agent (`nodusd enroll`) or stop the old one; only the node's current agent generation is heard."
+			}},
+		{ReasonNodeReserved, http.StatusConflict, "The node is held by another live reservation.",
+			func(r Request) string {
+				return "Place the reservation on another node (`nodus nodes list` shows which are available), give it a resource class instead of a node, or wait until the node's reservation ends and its cleaning is done; the reservation's Placed condition names the holder."
+			}},
+		{ReasonNodeNotFound, http.StatusConflict, "The reservation's node does not exist.",
+			func(r Request) string {
+				return "Check the node's name (`nodus nodes list`); enroll it first if it is new. The reservation stays pending and activates once the node exists."
+			}},
+		{ReasonNodeInMaintenance, http.StatusConflict, "The reservation's node is in maintenance.",
+			func(r Request) string {
+				return "Take the node out of maintenance once it is fit (`nodus nodes maintenance NAME off`) or place the reservation elsewhere; it stays pending until then."
+			}},
+		{ReasonNodeCleaning, http.StatusConflict, "The node is being cleaned after its previous tenant.",
+			func(r Request) string {
+				return "Wait: the reservation activates once the node's agent reports its cleaning done (`nodus nodes get NAME` shows status.cleaning). A failed cleaning puts the node in maintenance; fix it, then `nodus nodes clean NAME`."
 			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {

@@ -212,7 +212,34 @@ func nodesCommand(g *Globals, s Streams) *cobra.Command {
 		},
 	}
 	maintenance.Flags().StringVar(&reason, "reason", "", "why")
-	cmd.AddCommand(append(listGet(g, s, "nodes"), maintenance)...)
+	clean := &cobra.Command{
+		Use:   "clean NAME",
+		Short: "Ask the node's agent to clean it again (after a failed handover cleaning)",
+		Long: "Asks for a new handover cleaning: the node's agent ends the last tenant's processes, resets its login " +
+			"accounts and runs the operator's --clean-command. The node is cleaning until the agent reports; a failed " +
+			"cleaning leaves it in maintenance. A node that a reservation holds is refused.",
+		Example: "  nodus nodes clean gpu-001 && nodus nodes get gpu-001 -o yaml",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			raw, err := c.NodusV1().RESTClient().Post().Resource("nodes").Name(args[0]).SubResource("clean").
+				SetHeader("Content-Type", "application/json").Body([]byte(`{"apiVersion":"nodus.dev/v1","kind":"NodeCleanRequest"}`)).DoRaw(cmd.Context())
+			if err != nil {
+				return err
+			}
+			var n nodusv1.Node
+			if err := json.Unmarshal(raw, &n); err != nil || n.Status.Cleaning == nil {
+				return fmt.Errorf("unexpected answer from the server: %.200s", raw)
+			}
+			fmt.Fprintf(s.Out, "node %s: cleaning request %d asked of its agent; `nodus nodes get %s -o yaml` shows status.cleaning\n",
+				args[0], n.Status.Cleaning.Request, args[0])
+			return nil
+		},
+	}
+	cmd.AddCommand(append(listGet(g, s, "nodes"), maintenance, clean)...)
 	return cmd
 }
 

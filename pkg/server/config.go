@@ -30,6 +30,8 @@ import (
 	"github.com/nodus-dev/nodus/deploy"
 	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/admission/lendingpolicy"
+	"github.com/nodus-dev/nodus/pkg/admission/nodeclaim"
+	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
@@ -189,7 +191,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main,
-		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main, pools: stores["pools"].Main}
+		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main, pools: stores["pools"].Main,
+		reservations: stores["reservations"].Main}
 
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
@@ -204,7 +207,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters, Nodes: getters}
 	projects := projectexists.New()
 	projects.Projects = getters
-	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters))
+	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New())
 
 	namer := openapi.NewDefinitionNamer(scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
@@ -272,10 +275,20 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 	return stores, nil
 }
 
-// storeGetters read Projects, AccessTokens, EnrollmentTokens, Nodes and
-// Pools for authentication, authorization and admission straight from the stores.
+// storeGetters read Projects, AccessTokens, EnrollmentTokens, Nodes, Pools
+// and Reservations for authentication, authorization and admission straight
+// from the stores.
 type storeGetters struct {
-	projects, tokens, enrollments, nodes, pools *genericregistry.Store
+	projects, tokens, enrollments, nodes, pools, reservations *genericregistry.Store
+}
+
+// GetReservation reads from the watch cache.
+func (g storeGetters) GetReservation(ctx context.Context, name string) (*nodusv1.Reservation, error) {
+	obj, err := g.reservations.Get(ctx, name, fromCache)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Reservation), nil
 }
 
 // GetPool reads from the watch cache.

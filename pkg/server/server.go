@@ -105,8 +105,9 @@ func (c CompletedConfig) New() (*Server, error) {
 	}
 	storage["nodes/enroll"] = &node.EnrollREST{Tokens: c.Stores["enrollmenttokens"].Status,
 		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, CA: c.ca}
+	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores["nodes"].Status}
 	storage["nodes/heartbeat"] = &node.HeartbeatREST{
-		Nodes: c.Stores["nodes"].Status, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,
+		Nodes: c.Stores["nodes"].Status, NodeSpecs: c.Stores["nodes"].Main, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,
 		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,
 	}
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage

@@ -34,24 +34,8 @@ spec: {user: bob}
 	}
 	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"open":true,"borrowers":[{"project":"beta","maxGPUs":0}]}}}`)
 
-	home := filepath.Join(rig.dir, "lending-home")
-	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	nodus := func(user string, args ...string) (string, error) {
-		cmd := exec.Command(cliBinary, args...)
-		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-			"NODUS_CONFIG="+filepath.Join(home, user+".config"))
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
-	ca := filepath.Join(s.dataDir, "pki", "ca.crt")
-	for who, token := range map[string]string{"mia": rig.tokens["mia"], "ada": rig.tokens["ada"], "bob": bobToken} {
-		if out, err := nodus(who, "login", "--server", serverURL, "--token", token, "--ca-file", ca); err != nil {
-			t.Fatalf("login %s: %v %s", who, err, out)
-		}
-	}
+	people := newCustomers(t, s, filepath.Join(rig.dir, "lending-home"), map[string]string{"mia": rig.tokens["mia"], "ada": rig.tokens["ada"], "bob": bobToken})
+	nodus := people.run
 	s.apply(t, `apiVersion: nodus.dev/v1
 kind: Reservation
 metadata: {name: lent-host}
@@ -61,15 +45,7 @@ spec:
   startsAt: "`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"
   endsAt: "`+time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)+`"
 `, "create")
-	waitFor(t, "lent-host to be connected", func() bool {
-		out, _ := nodus("mia", "hosts", "list", "-n", "acme")
-		for _, line := range strings.Split(out, "\n") {
-			if strings.HasPrefix(line, "acme/lent-host ") && strings.Contains(line, " active ") && strings.Contains(line, " yes ") {
-				return true
-			}
-		}
-		return false
-	})
+	people.waitConnected(t, "mia", "acme/lent-host")
 	if out, err := nodus("mia", "ssh", "acme/lent-host", "--", "id", "-un"); err != nil || strings.TrimSpace(out) != rig.login {
 		t.Fatalf("the owner's ssh before lending: %v %q", err, out)
 	}

@@ -24,9 +24,11 @@ import (
 
 // TestSSHAccessThroughSystemSSHD runs the whole access path as a customer
 // meets it: nodus-server, nodusd enrolled with a token, the system's own
-// sshd trusting the server's SSH user CA with nodusd's principals, and the
-// system ssh client with the pinned host key. A release ends a live session,
-// refuses new logins and the old certificate, and drains the host.
+// sshd on Debian's stock configuration plus nodusd's drop-in (trusting the
+// server's SSH user CA with nodusd's principals, certificates only for the
+// login users), and the system ssh client with the pinned host key. A
+// release ends a live session, refuses new logins and the old certificate,
+// and drains the host; then the host is cleaned for the next tenant.
 func TestSSHAccessThroughSystemSSHD(t *testing.T) {
 	requireKubectl(t)
 	sshd, err := exec.LookPath("sshd")
@@ -45,9 +47,16 @@ func TestSSHAccessThroughSystemSSHD(t *testing.T) {
 	run(t, "useradd", "--create-home", "--shell", "/bin/sh", login)
 	// No password, but not locked: sshd without PAM refuses locked accounts.
 	run(t, "usermod", "-p", "*", login)
+	// A second account, for a login-user change.
+	login2 := login + "b"
+	run(t, "useradd", "--create-home", "--shell", "/bin/sh", login2)
+	run(t, "usermod", "-p", "*", login2)
 	t.Cleanup(func() {
-		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
-		_ = exec.Command("userdel", "-r", login).Run()
+		for _, u := range []string{login, login2} {
+			_ = exec.Command("pkill", "-KILL", "-u", u).Run()
+			_ = exec.Command("crontab", "-r", "-u", u).Run()
+			_ = exec.Command("userdel", "-r", u).Run()
+		}
 	})
 	// Borrowers' executions run as unprivileged accounts of their own: two slots.
 	borrower := "nodusb" + hex.EncodeToString(suffix)
@@ -115,9 +124,15 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	run(t, agentBinary, "enroll", "--server", serverURL, "--token", enrollToken, "--ca-hash", caHash, "--name", "e2e-node", "--state-dir", agentDir)
 	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
 	port := freePort(t)
+	// The operator's own handover step: here it only records that it ran.
+	cleanCommand := fmt.Sprintf(`echo "request $NODUS_CLEAN_REQUEST users $NODUS_CLEAN_USERS" >> %s`, filepath.Join(agentDir, "clean.log"))
+	// Its login group is the test's own, so that the host's is left alone.
+	loginGroup := "nodusg" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { _ = exec.Command("groupdel", loginGroup).Run() })
 	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
 		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
-		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir)
+		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir,
+		"--clean-command", cleanCommand, "--clean-timeout", "1m", "--login-group", loginGroup)
 	agentLog := &syncBuffer{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
 	if err := agent.Start(); err != nil {
@@ -126,19 +141,11 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
 	waitFor(t, "nodusd's sshd drop-in", func() bool { _, err := os.Stat(filepath.Join(agentDir, "nodus.conf")); return err == nil })
 
+	// Debian's stock sshd_config, which reads ~/.ssh/authorized_keys for
+	// everyone, with nodusd's drop-in where it includes sshd_config.d.
 	config := filepath.Join(agentDir, "sshd_config")
-	if err := os.WriteFile(config, []byte(fmt.Sprintf(`Port %d
-ListenAddress 127.0.0.1
-HostKey %s
-PidFile %s
-Include %s
-AuthorizedKeysFile none
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-PubkeyAuthentication yes
-UsePAM no
-StrictModes no
-`, port, filepath.Join(agentDir, "ssh_host_ed25519_key"), filepath.Join(agentDir, "sshd.pid"), filepath.Join(agentDir, "nodus.conf"))), 0o600); err != nil {
+	if err := os.WriteFile(config, []byte(stockSSHDConfig(t, fmt.Sprintf("Port %d\nListenAddress 127.0.0.1\nHostKey %s\nPidFile %s\nInclude %s\n",
+		port, filepath.Join(agentDir, "ssh_host_ed25519_key"), filepath.Join(agentDir, "sshd.pid"), filepath.Join(agentDir, "nodus.conf")))), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	_ = os.MkdirAll("/run/sshd", 0o755)
@@ -163,9 +170,28 @@ StrictModes no
 		runs, p50p99(refused), p50p99(ended), p50p99(drained))
 
 	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
-	t.Run("lending drains with the release", func(t *testing.T) {
-		lendingRun(t, s, sshRig{dir: dir, agentDir: agentDir, port: port, login: login, tokens: tokens, borrower: borrower, agentLog: agentLog})
-	})
+	rig := sshRig{dir: dir, agentDir: agentDir, port: port, login: login, login2: login2, tokens: tokens, borrower: borrower, sshdLog: sshdLog, agentLog: agentLog}
+	t.Run("lending drains with the release", func(t *testing.T) { lendingRun(t, s, rig) })
+	t.Run("handover to the next tenant", func(t *testing.T) { handoverRun(t, s, rig) })
+	t.Run("every way out retires access", func(t *testing.T) { wayOutRuns(t, s, rig) })
+}
+
+// stockSSHDConfig is Debian's shipped sshd_config (the pristine copy the
+// package keeps) with its Include of sshd_config.d replaced by head.
+func stockSSHDConfig(t *testing.T, head string) string {
+	t.Helper()
+	var stock []byte
+	for _, path := range []string{"/usr/share/openssh/sshd_config", "/etc/ssh/sshd_config"} {
+		if data, err := os.ReadFile(path); err == nil {
+			stock = data
+			break
+		}
+	}
+	const include = "Include /etc/ssh/sshd_config.d/*.conf"
+	if !strings.Contains(string(stock), include) {
+		t.Skipf("no stock Debian sshd_config with %q here (.ci/run installs openssh-server)", include)
+	}
+	return strings.Replace(string(stock), include, strings.TrimSpace(head), 1)
 }
 
 // cliRun is what a customer does with the CLI alone: log in, list, ssh,
@@ -179,20 +205,8 @@ func cliRun(t *testing.T, s *serverProcess, rig sshRig) {
 	if err := os.WriteFile(filepath.Join(home, ".ssh", "config"), []byte(own), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	nodus := func(user string, args ...string) (string, error) {
-		cmd := exec.Command(cliBinary, args...)
-		cmd.Env = append(os.Environ(), "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"),
-			"NODUS_CONFIG="+filepath.Join(home, user+".config"))
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
-	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
-	ca := filepath.Join(s.dataDir, "pki", "ca.crt")
-	for _, who := range []string{"mia", "ada"} {
-		if out, err := nodus(who, "login", "--server", serverURL, "--token", rig.tokens[who], "--ca-file", ca); err != nil {
-			t.Fatalf("login %s: %v %s", who, err, out)
-		}
-	}
+	people := newCustomers(t, s, home, map[string]string{"mia": rig.tokens["mia"], "ada": rig.tokens["ada"]})
+	nodus := people.run
 	s.apply(t, fmt.Sprintf(`apiVersion: nodus.dev/v1
 kind: Reservation
 metadata: {name: cli-host}
@@ -202,15 +216,7 @@ spec:
   startsAt: "%s"
   endsAt: "%s"
 `, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)), "create")
-	waitFor(t, "cli-host to be connected", func() bool {
-		out, _ := nodus("mia", "hosts", "list", "-n", "acme")
-		for _, line := range strings.Split(out, "\n") {
-			if strings.HasPrefix(line, "acme/cli-host ") && strings.Contains(line, " active ") && strings.Contains(line, " yes ") {
-				return true
-			}
-		}
-		return false
-	})
+	people.waitConnected(t, "mia", "acme/cli-host")
 	for i := 0; i < 2; i++ {
 		out, err := nodus("mia", "ssh", "acme/cli-host", "--", "id", "-un")
 		if err != nil || strings.TrimSpace(out) != rig.login {
@@ -239,7 +245,8 @@ spec:
 type sshRig struct {
 	dir, agentDir     string
 	port              int
-	login, borrower   string
+	login, login2     string
+	borrower          string
 	tokens            map[string]string
 	sshdLog, agentLog *syncBuffer
 }

@@ -116,6 +116,13 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Release != nil && h.Status.Release.DrainedAt != nil && h.Status.Reservation.State == nodusv1.ReservationStateReleased
 	})
+	// The handover: the real agent cleans after the release, and only its
+	// evidence makes the node available.
+	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
+		c := n.Status.Cleaning
+		return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable && n.Status.Reservation == "" && c != nil &&
+			c.Phase == nodusv1.CleaningSucceeded && c.Reservation == "agent-1" && c.Epoch == 2 && c.AgentGeneration == 1 && len(c.Steps) > 0
+	})
 
 	t.Run("node restriction", func(t *testing.T) {
 		f.node(t, "agent-2")
@@ -138,6 +145,23 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 		}
 		if r := do(t, own, "POST", "/apis/nodus.dev/v1/nodes/agent-2/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":0}`)); r.code != http.StatusForbidden {
 			t.Errorf("agent 1 heartbeating for node 2: %d", r.code)
+		}
+		// What the server decides is never the agent's to write.
+		for field, patch := range map[string]string{
+			"provisionState": `{"status":{"provisionState":"enroll"}}`,
+			"reservation":    `{"status":{"reservation":"mine"}}`,
+			"cleaning":       `{"status":{"cleaning":{"request":1,"phase":"Succeeded","requestedAt":"2026-01-01T00:00:00Z"}}}`,
+			"appliedEpoch":   `{"status":{"appliedEpoch":99}}`,
+			"allocation":     `{"status":{"allocation":"a-1"}}`,
+		} {
+			r := do(t, own, "PATCH", "/apis/nodus.dev/v1/nodes/agent-1/status", "application/merge-patch+json", strings.NewReader(patch))
+			if r.code != http.StatusForbidden || !strings.Contains(string(r.body), "status."+field) {
+				t.Errorf("agent writing status.%s: %d %s", field, r.code, r.body)
+			}
+		}
+		if r := do(t, own, "PATCH", "/apis/nodus.dev/v1/nodes/agent-1/status", "application/merge-patch+json",
+			strings.NewReader(`{"status":{"sshAddress":"127.0.0.1:2223"}}`)); r.code != 200 {
+			t.Errorf("agent reporting its own address: %d %s", r.code, r.body)
 		}
 	})
 
@@ -173,7 +197,8 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 	})
 }
 
-func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Node) bool) {
+// waitNode polls node until ok and returns it.
+func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Node) bool) *nodusv1.Node {
 	t.Helper()
 	var last *nodusv1.Node
 	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
@@ -187,6 +212,7 @@ func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.
 	if err != nil {
 		t.Fatalf("node %s never got there: %+v", name, last)
 	}
+	return last
 }
 
 // waitCode polls path until it answers code (the authorizer reads nodes

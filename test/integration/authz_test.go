@@ -69,7 +69,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 		}},
 		{name: "nodes", collection: nodus + "/nodes", object: "gpu-001", newObject: func() interface{} { return node("new-node") }},
 		{name: "allocations", collection: nodus + "/allocations", object: "a1", newObject: func() interface{} { return allocation("new-alloc") }},
-		{name: "reservations", collection: nodus + "/reservations", object: "r1", newObject: func() interface{} { return reservation("new-rsv") }},
+		{name: "reservations", collection: nodus + "/reservations", object: "r1", newObject: func() interface{} {
+			r := reservation("new-rsv")
+			r.Spec.Placement.Node = "gpu-new" // gpu-001 is r1's
+			return r
+		}},
 		{name: "accesstokens", collection: nodus + "/accesstokens", object: "tok1", newObject: func() interface{} {
 			return &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "new-token"}, Spec: nodusv1.AccessTokenSpec{User: "x"}}
 		}},

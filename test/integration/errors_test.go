@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -91,9 +92,10 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	if r := f.release(t, f.admin, "active", `{"agreed":true,"epoch":9}`, "", "Idempotency-Key", "used-once"); r.code != 409 {
 		t.Fatalf("stale release: %d %s", r.code, r.body)
 	}
-	// Backfill an allocation for the node in use, whose deletion must be refused.
+	// A reservation on a backfilled allocation, whose deletion must be refused.
+	f.node(t, "allocated")
 	if _, err := c.Allocations().Create(ctx, &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "in-use"},
-		Spec: nodusv1.AllocationSpec{Node: "active"}}, metav1.CreateOptions{}); err != nil {
+		Spec: nodusv1.AllocationSpec{Node: "allocated"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
@@ -102,6 +104,11 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	}); err != nil {
 		t.Fatal("the backfill allocation never became active")
 	}
+	f.reserve(t, "allocated", nodusv1.ReservationPlacement{Allocation: "in-use"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "allocated", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	waiting := waitingReservations(t, f, now)
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -199,7 +206,23 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/ghost/reservedhosts", "application/json", bytes.NewReader(ghost))
 		},
 	}
+	cases[apierror.ReasonNodeReserved] = func() response {
+		body, _ := json.Marshal(&nodusv1.Reservation{TypeMeta: metav1.TypeMeta{APIVersion: "nodus.dev/v1", Kind: "Reservation"},
+			ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: nodusv1.ReservationSpec{Project: "acme",
+				Placement: nodusv1.ReservationPlacement{Node: "active"}, StartsAt: metav1.NewTime(now.Truncate(time.Second)),
+				EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}})
+		return do(t, s.Config, "POST", "/apis/nodus.dev/v1/reservations", "application/json", bytes.NewReader(body))
+	}
 	for _, r := range apierror.All() {
+		if reservation, ok := waiting[r.Name]; ok {
+			// Reached as the reason a reservation waits (also the error of a create, above).
+			if got := placedReason(t, f, reservation, r.Name); got != string(r.Name) {
+				t.Errorf("reservation %s waits with Placed reason %q, want %s", reservation, got, r.Name)
+			}
+			if _, isError := cases[r.Name]; !isError {
+				continue
+			}
+		}
 		provoke, ok := cases[r.Name]
 		if !ok {
 			if why, listed := unreachable[r.Name]; !listed || why == "" {
@@ -216,6 +239,62 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			t.Errorf("provoking %s gave reason %s: %s", r.Name, env.Reason, resp.body)
 		}
 	}
+}
+
+// waitingReservations makes a reservation that waits for each reason a
+// node cannot be claimed, and names it by reason.
+func waitingReservations(t *testing.T, f *fleet, now time.Time) map[metav1.StatusReason]string {
+	t.Helper()
+	c, ctx := f.s.Client.NodusV1(), ctx(t)
+	term := func(name, node string) {
+		f.reserve(t, name, nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour))
+	}
+	// A node whose holder is released and drained is cleaning; nothing reports its cleaning.
+	f.host(t, "handed-over", now.Add(-time.Hour), now.Add(time.Hour))
+	if r := f.release(t, f.admin, "handed-over", `{"agreed":true,"epoch":1}`, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	if r := f.heartbeat(t, "handed-over", nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Reservations: []nodusv1.ReservationEvidence{evidence("handed-over", 2, 0, 0)}}); r.code != 201 && r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.node(t, "fixing")
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Nodes().Get(ctx, "fixing", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Maintenance, n.Spec.MaintenanceReason = true, "replacing a fan"
+		_, err = c.Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	term("wants-missing", "missing")
+	term("wants-fixing", "fixing")
+	term("wants-cleaning", "handed-over")
+	return map[metav1.StatusReason]string{
+		apierror.ReasonNodeNotFound: "wants-missing", apierror.ReasonNodeInMaintenance: "wants-fixing",
+		apierror.ReasonNodeCleaning: "wants-cleaning",
+	}
+}
+
+// placedReason waits until reservation's Placed condition has reason want,
+// and returns the last reason seen.
+func placedReason(t *testing.T, f *fleet, reservation string, want metav1.StatusReason) string {
+	t.Helper()
+	last := ""
+	_ = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		r, err := f.s.Client.NodusV1().Reservations().Get(cx, reservation, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		if c := meta.FindStatusCondition(r.Status.Conditions, "Placed"); c != nil {
+			last = c.Reason
+		}
+		return last == string(want) && r.Status.State == nodusv1.ReservationStatePending, nil
+	})
+	return last
 }
 
 // placedExecution is an execution placed on an enrolled agent's host.

@@ -2,7 +2,8 @@
 // which epoch, kept in bbolt so that it survives restarts.
 //
 // Schema (version 1): bucket "meta" holds key "version" = "1"; bucket
-// "access" maps a reservation name to the JSON of Access.
+// "access" maps a reservation name to the JSON of Access. Fields added since
+// (uid, retiredAt) are optional, so version-1 databases read as they are.
 package state
 
 import (
@@ -30,7 +31,17 @@ type Access struct {
 	State     string `json:"state"`
 	LoginUser string `json:"loginUser"`
 	Project   string `json:"project"`
+	// UID is the reservation object's; a reservation deleted and made again
+	// under the same name is another one, whose epochs start anew.
+	UID string `json:"uid,omitempty"`
+	// RetiredAt is when the agent retired the access on its own (the
+	// reservation left this node), after which the entry may be forgotten.
+	RetiredAt *time.Time `json:"retiredAt,omitempty"`
 }
+
+// StateRetired is recorded for a reservation that left this node: deleted,
+// moved to another node, or cleaned after.
+const StateRetired = "retired"
 
 // Granted says whether the access lets the login user in.
 func (a Access) Granted() bool { return a.State == "active" }
@@ -121,7 +132,8 @@ func (s *Store) Apply(a Access) (bool, error) {
 			if err := json.Unmarshal(data, &old); err != nil {
 				return err
 			}
-			if a.Epoch <= old.Epoch {
+			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
+			if sameObject && a.Epoch <= old.Epoch {
 				return nil
 			}
 		}
@@ -133,4 +145,65 @@ func (s *Store) Apply(a Access) (bool, error) {
 		return b.Put([]byte(a.Reservation), data)
 	})
 	return applied, err
+}
+
+// Retire ends the access of a reservation that left this node, whatever its
+// epoch: from now on it grants nothing. epoch, when higher than the one
+// applied, is recorded (the server's final epoch of the reservation), so a
+// late event of the old epoch cannot grant it again. It returns the access
+// as it was before.
+func (s *Store) Retire(reservation string, epoch int64, now time.Time) (Access, error) {
+	var before Access
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccess)
+		a := Access{Reservation: reservation}
+		if data := b.Get([]byte(reservation)); data != nil {
+			if err := json.Unmarshal(data, &a); err != nil {
+				return err
+			}
+		}
+		before = a
+		a.Epoch = max(a.Epoch, epoch)
+		a.State = StateRetired
+		if a.RetiredAt == nil {
+			a.RetiredAt = &now
+		}
+		data, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(reservation), data)
+	})
+	return before, err
+}
+
+// Forget drops the entries that keep reservations retired for longer than
+// keep, which no longer need remembering: the state stays bounded.
+func (s *Store) Forget(current func(reservation string) bool, keep time.Duration, now time.Time) (int, error) {
+	n := 0
+	err := s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccess)
+		var drop [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var a Access
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			if !a.Granted() && a.RetiredAt != nil && now.Sub(*a.RetiredAt) > keep && !current(a.Reservation) {
+				drop = append(drop, append([]byte(nil), k...))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range drop {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(drop)
+		return nil
+	})
+	return n, err
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestApplyIsFencedByEpochAndSurvivesReopen(t *testing.T) {
@@ -37,5 +38,49 @@ func TestApplyIsFencedByEpochAndSurvivesReopen(t *testing.T) {
 	a, ok, err := s.Applied("r1")
 	if err != nil || !ok || a.Epoch != 3 || a.Granted() {
 		t.Errorf("after reopen: %+v %v %v", a, ok, err)
+	}
+}
+
+func TestRetireAndForget(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 3, State: "active", LoginUser: "ubuntu"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	before, err := s.Retire("r1", 0, now)
+	if err != nil || before.LoginUser != "ubuntu" || !before.Granted() {
+		t.Fatalf("retire: %+v %v", before, err)
+	}
+	a, _, _ := s.Applied("r1")
+	if a.Granted() || a.Epoch != 3 || a.LoginUser != "ubuntu" {
+		t.Errorf("retired: %+v", a)
+	}
+	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 3, State: "active"}); ok {
+		t.Error("the epoch it was retired at granted it again")
+	}
+	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active"}); !ok {
+		t.Error("a reservation made again under the same name starts anew")
+	}
+	if _, err := s.Retire("r1", 9, now); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, _ := s.Applied("r1"); a.Epoch != 9 {
+		t.Errorf("the server's final epoch is kept: %+v", a)
+	}
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now); n != 0 {
+		t.Errorf("forgot %d entries retired a moment ago", n)
+	}
+	if n, _ := s.Forget(func(string) bool { return true }, time.Hour, now.Add(2*time.Hour)); n != 0 {
+		t.Errorf("forgot %d current reservations", n)
+	}
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(2*time.Hour)); n != 1 {
+		t.Errorf("forgot %d, want 1", n)
+	}
+	if all, _ := s.All(); len(all) != 0 {
+		t.Errorf("left: %+v", all)
 	}
 }

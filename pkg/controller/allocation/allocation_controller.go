@@ -6,6 +6,7 @@ package allocation
 
 import (
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -90,11 +91,22 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	// A claim made before a restart or a failed status write is finished first.
+	// A claim made before a restart or a failed status write is finished
+	// first. The cache may still show the claim of a deleted allocation of
+	// the same name (its node is freed after the delete): only the node as
+	// stored now says whether the claim is there.
 	for _, n := range nodes {
-		if n.Status.Allocation == a.Name {
+		if n.Status.Allocation != a.Name {
+			continue
+		}
+		stored, err := c.client.NodusV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err == nil && stored.Status.Allocation == a.Name {
 			return c.finish(ctx, a, n.Name, "")
 		}
+		return fmt.Errorf("node %s still shows a claim of an earlier allocation %s in the cache", n.Name, a.Name)
 	}
 	node, lastError := choose(a, nodes, c.rnd)
 	if node == nil {

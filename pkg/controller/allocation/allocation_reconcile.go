@@ -40,8 +40,10 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 		},
 			"no matching node's agent is ready"},
 		{func(n *nodusv1.Node) bool {
-			return n.Status.Allocation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
+			return n.Status.Allocation == "" && n.Status.Reservation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
 		}, "every matching node is already allocated or in use"},
+		{func(n *nodusv1.Node) bool { return n.Status.ProvisionState != nodusv1.ProvisionStateCleaning },
+			"every free matching node is being cleaned after its previous tenant"},
 	}
 	field := nodes
 	for _, step := range steps {
@@ -66,7 +68,8 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 }
 
 // backfill records an allocation for a named node, even one already in use,
-// as Ironic 1.58 does, unless another allocation holds it.
+// as Ironic 1.58 does, unless another allocation or a live reservation holds
+// it: a reservation's node is its tenant's alone.
 func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, string) {
 	for _, n := range nodes {
 		if n.Name != a.Spec.Node && string(n.UID) != a.Spec.Node {
@@ -74,6 +77,9 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 		}
 		if n.Status.Allocation != "" && n.Status.Allocation != a.Name {
 			return nil, fmt.Sprintf("node %s already has allocation %s", n.Name, n.Status.Allocation)
+		}
+		if n.Status.Reservation != "" {
+			return nil, fmt.Sprintf("node %s is held by reservation %s", n.Name, n.Status.Reservation)
 		}
 		if a.Spec.ResourceClass != "" && n.Spec.ResourceClass != a.Spec.ResourceClass {
 			return nil, fmt.Sprintf("node %s has resource class %q, not %q", n.Name, n.Spec.ResourceClass, a.Spec.ResourceClass)

@@ -22,6 +22,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // Controller reconciles Reservations.
@@ -29,6 +30,7 @@ type Controller struct {
 	client       versioned.Interface
 	reservations listers.ReservationLister
 	nodes        listers.NodeLister
+	nodeIndex    cache.Indexer
 	allocations  listers.AllocationLister
 	hosts        listers.ReservedHostLister
 	projects     listers.ProjectLister
@@ -51,14 +53,22 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reservations"}),
 		now: time.Now,
 	}
+	nodeInformer := v1.Nodes().Informer()
+	if err := nodeInformer.AddIndexers(cache.Indexers{indexReservation: func(obj interface{}) ([]string, error) {
+		if n, ok := obj.(*nodusv1.Node); ok && n.Status.Reservation != "" {
+			return []string{n.Status.Reservation}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.nodeIndex = nodeInformer.GetIndexer()
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		keys     func(obj interface{}) []string
 	}{
 		{v1.Reservations().Informer(), func(obj interface{}) []string { return []string{objectName(obj)} }},
-		{v1.Nodes().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool {
-			return r.Status.Node == name || r.Spec.Placement.Node == name
-		})},
+		{v1.Nodes().Informer(), c.nodeKeys},
 		{v1.Allocations().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return allocationName(r) == name })},
 		{v1.Projects().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return r.Spec.Project == name })},
 		{v1.ReservedHosts().Informer(), func(obj interface{}) []string {
@@ -101,7 +111,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	r, err := c.reservations.Get(name)
 	if apierrors.IsNotFound(err) {
-		return c.deleteHosts(ctx, name)
+		return c.forget(ctx, name)
 	}
 	if err != nil {
 		return err
@@ -110,31 +120,45 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if o.allocation, err = c.allocation(ctx, r); err != nil {
 		return err
 	}
-	nodeName := r.Status.Node
-	if nodeName == "" {
-		nodeName = placedNode(o)
+	if o.node, err = c.node(r.Status.Node); err != nil {
+		return err
 	}
-	if nodeName != "" {
-		if o.node, err = c.nodes.Get(nodeName); err != nil && !apierrors.IsNotFound(err) {
+	if placed := placedNode(o); placed != "" && placed != r.Status.Node {
+		if o.target, err = c.node(placed); err != nil {
 			return err
 		}
+		if o.node == nil {
+			o.node, o.target = o.target, nil
+		}
+	}
+	if o.held, err = c.heldBy(name); err != nil {
+		return err
 	}
 	if o.host, err = c.hosts.ReservedHosts(r.Spec.Project).Get(r.Name); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	d := reconcile(o)
+	if d.claim != nil {
+		// The claim is the store's: a conflict (another claim, or any change
+		// since the cache saw the node) fails the write, and we try again.
+		if _, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, d.claim, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return err
+		}
+		c.queue.Add(name)
+		return nil
+	}
 
 	if d.status != nil {
 		next := r.DeepCopy()
 		next.Status = *d.status
-		if _, err := c.client.NodusV1().Reservations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"}); err != nil {
+		if _, err := c.client.NodusV1().Reservations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			return err
 		}
 	}
 	if err := c.writeHost(ctx, o.host, d.host); err != nil {
 		return err
 	}
-	if err := c.markNodeInUse(ctx, o.node, r.Status.Node, stateAfter(r, d)); err != nil {
+	if err := c.handOver(ctx, d.handovers); err != nil {
 		return err
 	}
 	if d.releaseAlloc && o.allocation != nil {
@@ -145,6 +169,75 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if d.requeue > 0 {
 		c.queue.AddAfter(name, d.requeue+time.Second)
+	}
+	return nil
+}
+
+const fieldManager = "nodus-reservation-controller"
+
+// node reads a node from the cache; nil when name is empty or unknown.
+func (c *Controller) node(name string) (*nodusv1.Node, error) {
+	if name == "" {
+		return nil, nil
+	}
+	n, err := c.nodes.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	return n, err
+}
+
+// heldBy lists the nodes whose claim names reservation.
+func (c *Controller) heldBy(reservation string) ([]*nodusv1.Node, error) {
+	objs, err := c.nodeIndex.ByIndex(indexReservation, reservation)
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*nodusv1.Node, 0, len(objs))
+	for _, obj := range objs {
+		nodes = append(nodes, obj.(*nodusv1.Node))
+	}
+	return nodes, nil
+}
+
+// handOver writes the nodes a reservation let go, each with its cleaning
+// request, under the resourceVersion the cache saw.
+func (c *Controller) handOver(ctx context.Context, nodes []*nodusv1.Node) error {
+	for _, n := range nodes {
+		if _, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// forget retires what a deleted reservation leaves: its ReservedHost, and
+// its claims, whose nodes go to cleaning as after a release.
+func (c *Controller) forget(ctx context.Context, name string) error {
+	hosts, err := c.hosts.List(labels.SelectorFromSet(labels.Set{LabelReservation: name}))
+	if err != nil {
+		return err
+	}
+	var users []string
+	for _, h := range hosts {
+		users = append(users, h.Status.Reservation.LoginUser)
+	}
+	held, err := c.heldBy(name)
+	if err != nil {
+		return err
+	}
+	var handovers []*nodusv1.Node
+	for _, n := range held {
+		handovers = append(handovers, lifecycle.Handover(n, name, 0, users, c.now()))
+	}
+	if err := c.handOver(ctx, handovers); err != nil {
+		return err
+	}
+	for _, h := range hosts {
+		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
 	}
 	return nil
 }
@@ -160,16 +253,26 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 	if err == nil || !apierrors.IsNotFound(err) {
 		return a, err
 	}
-	final := r.Status.State == nodusv1.ReservationStateReleased || r.Status.State == nodusv1.ReservationStateEnded
-	if r.Spec.Placement.ResourceClass == "" || final {
+	if r.Spec.Placement.ResourceClass == "" || lifecycle.Final(r.Status.State) {
 		return nil, nil
+	}
+	// An allocation of this name that was just deleted may still hold its
+	// node: a new one is made once that claim is gone.
+	nodes, err := c.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range nodes {
+		if n.Status.Allocation == name {
+			return nil, fmt.Errorf("allocation %s is gone but node %s still records it", name, n.Name)
+		}
 	}
 	a = &nodusv1.Allocation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelReservation: r.Name}},
 		Spec: nodusv1.AllocationSpec{ResourceClass: r.Spec.Placement.ResourceClass, Traits: r.Spec.Placement.Traits,
 			Owner: r.Spec.Project},
 	}
-	created, err := c.client.NodusV1().Allocations().Create(ctx, a, metav1.CreateOptions{FieldManager: "nodus-reservation-controller"})
+	created, err := c.client.NodusV1().Allocations().Create(ctx, a, metav1.CreateOptions{FieldManager: fieldManager})
 	if apierrors.IsAlreadyExists(err) {
 		return nil, fmt.Errorf("allocation %s exists but is not in the cache yet", name)
 	}
@@ -184,7 +287,7 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 		return nil // the project's namespace does not exist yet; its creation requeues us
 	}
 	hosts := c.client.NodusV1().ReservedHosts(desired.Namespace)
-	opts := metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"}
+	opts := metav1.UpdateOptions{FieldManager: fieldManager}
 	switch {
 	case current == nil:
 		_, err := hosts.Create(ctx, desired, metav1.CreateOptions{FieldManager: opts.FieldManager})
@@ -199,18 +302,30 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 	return nil
 }
 
-func (c *Controller) deleteHosts(ctx context.Context, reservation string) error {
-	hosts, err := c.hosts.List(labels.SelectorFromSet(labels.Set{LabelReservation: reservation}))
-	if err != nil {
-		return err
+const indexReservation = "reservation"
+
+// nodeKeys maps a node to the reservations it concerns: the one holding it
+// (also one deleted meanwhile, whose claim must go), and those placed or
+// waiting on it, which may claim it once it is free.
+func (c *Controller) nodeKeys(obj interface{}) []string {
+	node, ok := tombstone(obj).(*nodusv1.Node)
+	if !ok {
+		return nil
 	}
-	for _, h := range hosts {
-		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return err
+	keys := c.reservationsOf(func(r *nodusv1.Reservation, name string) bool {
+		if r.Status.Node == name || r.Spec.Placement.Node == name {
+			return true
 		}
+		if a := allocationName(r); a != "" {
+			alloc, err := c.allocations.Get(a)
+			return err == nil && alloc.Status.Node == name
+		}
+		return false
+	})(obj)
+	if node.Status.Reservation != "" {
+		keys = append(keys, node.Status.Reservation)
 	}
-	return nil
+	return keys
 }
 
 // reservationsOf maps an object to the reservations that match(reservation, objectName).
@@ -243,36 +358,4 @@ func objectName(obj interface{}) string {
 		return m.GetName()
 	}
 	return ""
-}
-
-func stateAfter(r *nodusv1.Reservation, d decision) nodusv1.ReservationState {
-	if d.status != nil {
-		return d.status.State
-	}
-	return r.Status.State
-}
-
-// markNodeInUse keeps the node's provision state in step with the
-// reservation: active while the reservation can give access, available again
-// once its use has ended, before its allocation is released.
-func (c *Controller) markNodeInUse(ctx context.Context, node *nodusv1.Node, reservedNode string, state nodusv1.ReservationState) error {
-	if node == nil || node.Name != reservedNode {
-		return nil
-	}
-	want := node.Status.ProvisionState
-	switch state {
-	case nodusv1.ReservationStateActive, nodusv1.ReservationStateReleasing, nodusv1.ReservationStateEnding:
-		want = nodusv1.ProvisionStateActive
-	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
-		if want == nodusv1.ProvisionStateActive {
-			want = nodusv1.ProvisionStateAvailable
-		}
-	}
-	if want == node.Status.ProvisionState {
-		return nil
-	}
-	next := node.DeepCopy()
-	next.Status.ProvisionState = want
-	_, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: "nodus-reservation-controller"})
-	return err
 }

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
@@ -19,29 +20,52 @@ const LabelReservation = "nodus.dev/reservation"
 type observed struct {
 	now         time.Time
 	reservation *nodusv1.Reservation
-	node        *nodusv1.Node       // nil while no node is placed
+	node        *nodusv1.Node       // the node of status.node, else of the placement; nil while none (or unknown)
+	target      *nodusv1.Node       // the node the placement resolves to now, when it differs from node
+	held        []*nodusv1.Node     // the nodes whose claim names this reservation
 	allocation  *nodusv1.Allocation // nil unless placement names or implies one
 	host        *nodusv1.ReservedHost
 }
 
 // decision is what reconcile wants changed.
 type decision struct {
-	status       *nodusv1.ReservationStatus // nil: unchanged
-	host         *nodusv1.ReservedHost      // the desired projection; nil: none yet
-	releaseAlloc bool                       // the term is over: free the allocation
-	requeue      time.Duration              // 0: only on the next event
+	status *nodusv1.ReservationStatus // nil: unchanged
+	host   *nodusv1.ReservedHost      // the desired projection; nil: none yet
+	// claim is the target node with this reservation's claim, written before
+	// anything else; once it is written the reservation is reconciled again.
+	claim *nodusv1.Node
+	// handovers are nodes this reservation lets go, each with a cleaning
+	// request, written after the status.
+	handovers    []*nodusv1.Node
+	releaseAlloc bool          // the term is over: free the allocation
+	requeue      time.Duration // 0: only on the next event
 }
 
 // reconcile is the reservation lifecycle as a function of observed state.
 // The epoch rises on every access change — activation, login-user change,
 // reassignment to another node, term end (release is done by the
-// release-capacity action) — and never otherwise.
+// release-capacity action) — and never otherwise. No access is given on a
+// node before the reservation's claim on it is in the store.
 func reconcile(o observed) decision {
 	r := o.reservation
 	st := r.Status.DeepCopy()
 	placed := placedNode(o)
-	loginUser := effectiveLoginUser(r, o.node)
+	target := o.targetNode()
+	loginUser := effectiveLoginUser(r, target)
 	var d decision
+	var blocker *lifecycle.Blocker
+
+	// claimOrMove: the placement's node is free for r, or why not.
+	claimed := func() bool {
+		if blocker = lifecycle.ClaimBlocker(r.Name, placed, target); blocker != nil {
+			return false
+		}
+		if target.Status.Reservation != r.Name {
+			d.claim = lifecycle.Claim(target, r.Name)
+			return false
+		}
+		return true
+	}
 
 	switch st.State {
 	case "", nodusv1.ReservationStatePending:
@@ -53,27 +77,32 @@ func reconcile(o observed) decision {
 			st.EndedAt = &metav1.Time{Time: o.now}
 		case o.now.Before(r.Spec.StartsAt.Time):
 			d.requeue = r.Spec.StartsAt.Sub(o.now)
-		case placed != "" && loginUser != "":
+		case placed != "" && (loginUser != "" || target == nil) && claimed():
+			// (An unknown node is said as such, not as an unknown login user.)
 			st.State = nodusv1.ReservationStateActive
 			st.Epoch++
 			st.Node, st.LoginUser = placed, loginUser
 			d.requeue = r.Spec.EndsAt.Sub(o.now)
 		}
 	case nodusv1.ReservationStateActive:
+		d.requeue = r.Spec.EndsAt.Sub(o.now)
 		switch {
 		case !o.now.Before(r.Spec.EndsAt.Time):
 			st.State = nodusv1.ReservationStateEnding
 			st.Epoch++
+			d.requeue = 0
 		case placed != "" && placed != st.Node:
-			st.Epoch++
-			st.Node, st.LoginUser = placed, loginUser
-			d.requeue = r.Spec.EndsAt.Sub(o.now)
+			if claimed() {
+				st.Epoch++
+				st.Node, st.LoginUser = placed, loginUser
+			}
 		case loginUser != "" && loginUser != st.LoginUser:
 			st.Epoch++
 			st.LoginUser = loginUser
-			d.requeue = r.Spec.EndsAt.Sub(o.now)
-		default:
-			d.requeue = r.Spec.EndsAt.Sub(o.now)
+		case target != nil && target.Status.Reservation == "":
+			// Active on a node without its claim (written before claims
+			// existed): take it now, so that nobody else can.
+			claimed()
 		}
 	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
 		d.releaseAlloc = true
@@ -81,7 +110,12 @@ func reconcile(o observed) decision {
 	if o.allocation != nil {
 		st.Allocation = o.allocation.Name
 	}
-	setReservationConditions(st, r, o)
+	for _, n := range o.held {
+		if !keeps(st, n.Name, placed) {
+			d.handovers = append(d.handovers, lifecycle.Handover(n, r.Name, st.Epoch, []string{st.LoginUser, r.Spec.LoginUser}, o.now))
+		}
+	}
+	setReservationConditions(st, r, o, blocker)
 	if !equality.Semantic.DeepEqual(st, &r.Status) {
 		d.status = st
 	}
@@ -93,6 +127,30 @@ func reconcile(o observed) decision {
 		d.host = project(next, o)
 	}
 	return d
+}
+
+// keeps says whether a reservation in status st still holds node: its own
+// node while it is not over, or, before it activated, the node it claimed.
+func keeps(st *nodusv1.ReservationStatus, node, placed string) bool {
+	switch {
+	case lifecycle.Final(st.State):
+		return false
+	case st.Node == "":
+		return node == placed
+	}
+	return node == st.Node
+}
+
+// targetNode is the node the placement resolves to now, or nil.
+func (o observed) targetNode() *nodusv1.Node {
+	placed := placedNode(o)
+	switch {
+	case o.target != nil && o.target.Name == placed:
+		return o.target
+	case o.node != nil && o.node.Name == placed:
+		return o.node
+	}
+	return nil
 }
 
 // placedNode is the node the placement resolves to now, or "".
@@ -117,11 +175,17 @@ func effectiveLoginUser(r *nodusv1.Reservation, node *nodusv1.Node) string {
 	return ""
 }
 
-func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservation, o observed) {
+func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservation, o observed, blocker *lifecycle.Blocker) {
 	placed := metav1.Condition{Type: "Placed", Status: metav1.ConditionTrue, Reason: "NodeAssigned",
 		Message: fmt.Sprintf("placed on node %s", st.Node), LastTransitionTime: metav1.Time{Time: o.now}}
 	switch {
-	case st.Node == "" && placedNode(o) != "" && effectiveLoginUser(r, o.node) == "":
+	case blocker != nil && st.Node == "":
+		placed.Status, placed.Reason, placed.Message = metav1.ConditionFalse, string(blocker.Reason), blocker.Message
+	case blocker != nil:
+		// Active elsewhere: the move to the new placement waits.
+		placed.Reason = string(blocker.Reason)
+		placed.Message = fmt.Sprintf("placed on node %s; the move to %s waits: %s", st.Node, placedNode(o), blocker.Message)
+	case st.Node == "" && placedNode(o) != "" && effectiveLoginUser(r, o.targetNode()) == "":
 		placed.Status, placed.Reason = metav1.ConditionFalse, "LoginUserUnknown"
 		placed.Message = "neither the reservation nor node " + placedNode(o) + " names a loginUser"
 	case st.Node == "":

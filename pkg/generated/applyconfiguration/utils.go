@@ -48,6 +48,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.ExecutionStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Node"):
 		return &nodusv1.NodeApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("NodeCleaning"):
+		return &nodusv1.NodeCleaningApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeGPU"):
 		return &nodusv1.NodeGPUApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("NodeInventory"):

@@ -29,6 +29,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.AllocationList{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_AllocationList(ref),
 		v1.AllocationSpec{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_AllocationSpec(ref),
 		v1.AllocationStatus{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_AllocationStatus(ref),
+		v1.CleaningEvidence{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_CleaningEvidence(ref),
 		v1.EnrollmentToken{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_EnrollmentToken(ref),
 		v1.EnrollmentTokenList{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenList(ref),
 		v1.EnrollmentTokenSpec{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref),
@@ -46,6 +47,8 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.HostLendingStatus{}.OpenAPIModelName():             schema_pkg_apis_nodus_v1_HostLendingStatus(ref),
 		v1.HostReservation{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_HostReservation(ref),
 		v1.Node{}.OpenAPIModelName():                          schema_pkg_apis_nodus_v1_Node(ref),
+		v1.NodeCleanRequest{}.OpenAPIModelName():              schema_pkg_apis_nodus_v1_NodeCleanRequest(ref),
+		v1.NodeCleaning{}.OpenAPIModelName():                  schema_pkg_apis_nodus_v1_NodeCleaning(ref),
 		v1.NodeEnrollment{}.OpenAPIModelName():                schema_pkg_apis_nodus_v1_NodeEnrollment(ref),
 		v1.NodeGPU{}.OpenAPIModelName():                       schema_pkg_apis_nodus_v1_NodeGPU(ref),
 		v1.NodeHeartbeat{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_NodeHeartbeat(ref),
@@ -531,6 +534,83 @@ func schema_pkg_apis_nodus_v1_AllocationStatus(ref common.ReferenceCallback) com
 						},
 					},
 				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_CleaningEvidence(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "CleaningEvidence is an agent's account of one handover cleaning.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"request": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Request is the node's status.cleaning.request the agent carried out.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"appliedEpoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AppliedEpoch is the epoch of the retired reservation the agent had applied before it cleaned.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"succeeded": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Succeeded says whether every step worked.",
+							Default:     false,
+							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"steps": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Steps say what the agent did, in order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says what failed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"commandExitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CommandExitCode is the exit status of the operator's cleaning command, when one ran.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"commandOutput": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CommandOutput is the tail of that command's output.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"request", "succeeded"},
 			},
 		},
 	}
@@ -1497,6 +1577,157 @@ func schema_pkg_apis_nodus_v1_Node(ref common.ReferenceCallback) common.OpenAPID
 	}
 }
 
+func schema_pkg_apis_nodus_v1_NodeCleanRequest(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeCleanRequest is POSTed by an operator to nodes/{name}/clean to ask the node's agent for a new handover cleaning (after fixing what made the last one fail). The answer is the Node, with the new request in status.cleaning.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"kind": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#types-kinds",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"apiVersion": {
+						SchemaProps: spec.SchemaProps{
+							Description: "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values. More info: https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md#resources",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+			},
+		},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_NodeCleaning(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "NodeCleaning is one handover cleaning: what the server asked the agent to reset after a reservation's access ended, and what the agent reported.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"request": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Request numbers the cleanings of this node; every new one (a reservation leaving, or an operator's `nodus nodes clean`) is one higher. Only evidence for the current request counts.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"reservation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reservation is the reservation whose access ended, if any.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch is that reservation's final epoch: the agent cleans only once it applied it, so that no access of the old tenant is left when it cleans.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"users": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "set",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Users are the login accounts to reset.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"requestedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RequestedAt is when the cleaning was asked for.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"phase": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Phase is Pending until the current agent reports, then Succeeded or Failed.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"completedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CompletedAt is when the agent's evidence arrived.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"agentGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentGeneration is the agent generation whose evidence completed the cleaning.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"steps": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "Steps say what the agent did, in order.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message says why a cleaning failed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"commandExitCode": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CommandExitCode is the exit status of the operator's cleaning command, when one ran.",
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"commandOutput": {
+						SchemaProps: spec.SchemaProps{
+							Description: "CommandOutput is the tail of that command's output.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"request", "requestedAt", "phase"},
+			},
+		},
+		Dependencies: []string{
+			metav1.Time{}.OpenAPIModelName()},
+	}
+}
+
 func schema_pkg_apis_nodus_v1_NodeEnrollment(ref common.ReferenceCallback) common.OpenAPIDefinition {
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
@@ -1641,6 +1872,12 @@ func schema_pkg_apis_nodus_v1_NodeHeartbeat(ref common.ReferenceCallback) common
 							},
 						},
 					},
+					"cleaning": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cleaning reports a handover cleaning the agent finished.",
+							Ref:         ref(v1.CleaningEvidence{}.OpenAPIModelName()),
+						},
+					},
 					"intervalSeconds": {
 						SchemaProps: spec.SchemaProps{
 							Description: "IntervalSeconds is set by the server in its answer: send the next heartbeat within this many seconds.",
@@ -1653,7 +1890,7 @@ func schema_pkg_apis_nodus_v1_NodeHeartbeat(ref common.ReferenceCallback) common
 			},
 		},
 		Dependencies: []string{
-			v1.ReservationEvidence{}.OpenAPIModelName()},
+			v1.CleaningEvidence{}.OpenAPIModelName(), v1.ReservationEvidence{}.OpenAPIModelName()},
 	}
 }
 
@@ -1926,7 +2163,7 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 					},
 					"provisionState": {
 						SchemaProps: spec.SchemaProps{
-							Description: "ProvisionState is enroll, available or active.",
+							Description: "ProvisionState is enroll, available, active or cleaning.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
@@ -1936,6 +2173,19 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 							Description: "Allocation is the name of the Allocation that holds this server.",
 							Type:        []string{"string"},
 							Format:      "",
+						},
+					},
+					"reservation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reservation is the one live Reservation that holds this server. The reservation controller claims it by optimistic concurrency before the reservation gives access, and clears it when the server's cleaning starts, so no two reservations hold one server at once.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"cleaning": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Cleaning is the latest handover cleaning asked of the agent, and its outcome.",
+							Ref:         ref(v1.NodeCleaning{}.OpenAPIModelName()),
 						},
 					},
 					"agentGeneration": {
@@ -1963,7 +2213,7 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 			},
 		},
 		Dependencies: []string{
-			v1.NodeInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1.NodeCleaning{}.OpenAPIModelName(), v1.NodeInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 

@@ -9,11 +9,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/liveness"
 )
 
@@ -25,6 +28,7 @@ import (
 // reservation's current epoch.
 type HeartbeatREST struct {
 	Nodes        *genericregistry.Store // nodes/status
+	NodeSpecs    *genericregistry.Store // nodes, for the maintenance a failed cleaning sets
 	Reservations *genericregistry.Store // reservations/status
 	Liveness     *liveness.Tracker
 	Interval     time.Duration
@@ -57,6 +61,11 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 			fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, node.Status.AgentGeneration), "")
 	}
+	if c := beat.Cleaning; c != nil {
+		if errs := validation.ValidateCleaningReport(c.Steps, c.Message, c.CommandOutput, field.NewPath("cleaning")); len(errs) > 0 {
+			return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
+		}
+	}
 	answer := beat.DeepCopy()
 	answer.IntervalSeconds = int32(h.Interval.Seconds())
 	if len(options.DryRun) > 0 {
@@ -81,13 +90,17 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if !haveCurrent {
 		applied = node.Status.AppliedEpoch
 	}
-	if h.nodeChanged(node, applied, now) {
+	cleaning := h.cleaning(node, beat)
+	if h.nodeChanged(node, applied, now) || cleaning.Node != nil {
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				n := old.(*nodusv1.Node).DeepCopy()
 				if n.Status.AgentGeneration != beat.AgentGeneration {
 					return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 						fmt.Sprintf("node %q was re-enrolled during the heartbeat", name), "")
+				}
+				if c := h.cleaning(n, beat); c.Node != nil {
+					n = c.Node
 				}
 				h.applyBeat(n, applied, now)
 				return n, nil
@@ -96,7 +109,31 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 			return nil, err
 		}
 	}
+	if cleaning.Maintenance != "" {
+		if err := h.maintain(ctx, name, cleaning.Maintenance); err != nil {
+			return nil, err
+		}
+	}
 	return answer, nil
+}
+
+// cleaning is what the beat's cleaning evidence changes on n.
+func (h *HeartbeatREST) cleaning(n *nodusv1.Node, beat *nodusv1.NodeHeartbeat) lifecycle.CleaningOutcome {
+	if beat.Cleaning == nil {
+		return lifecycle.CleaningOutcome{}
+	}
+	return lifecycle.RecordCleaning(n, *beat.Cleaning, beat.AgentGeneration, h.now())
+}
+
+// maintain puts a node whose cleaning failed in maintenance, with the reason.
+func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error {
+	_, _, err := h.NodeSpecs.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			n := old.(*nodusv1.Node).DeepCopy()
+			n.Spec.Maintenance, n.Spec.MaintenanceReason = true, reason
+			return n, nil
+		}), nil, nil, false, &metav1.UpdateOptions{FieldManager: "nodus-handover"})
+	return err
 }
 
 // drain turns evidence into a final state: a releasing (ending) reservation
@@ -112,37 +149,19 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 		return false, err
 	}
 	res := obj.(*nodusv1.Reservation)
-	if res.Status.Node != node || res.Status.State == nodusv1.ReservationStateReleased || res.Status.State == nodusv1.ReservationStateEnded {
+	if res.Status.Node != node || lifecycle.Final(res.Status.State) {
 		return false, nil
 	}
-	if !drained(res, e) {
+	if !lifecycle.Drain(res.DeepCopy(), node, e, now.Time) {
 		return true, nil
 	}
 	_, _, err = h.Reservations.Update(ctx, e.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			r := old.(*nodusv1.Reservation).DeepCopy()
-			if r.Status.Node != node || !drained(r, e) {
-				return r, nil // the epoch moved on meanwhile: this evidence is stale
-			}
-			switch r.Status.State {
-			case nodusv1.ReservationStateReleasing:
-				r.Status.State = nodusv1.ReservationStateReleased
-				r.Status.Release.DrainedAt = &now
-			case nodusv1.ReservationStateEnding:
-				r.Status.State = nodusv1.ReservationStateEnded
-				r.Status.EndedAt = &now
-			}
+			lifecycle.Drain(r, node, e, now.Time) // no change when the epoch moved on meanwhile: stale evidence
 			return r, nil
 		}), nil, nil, false, &metav1.UpdateOptions{})
 	return true, err
-}
-
-func drained(r *nodusv1.Reservation, e nodusv1.ReservationEvidence) bool {
-	retiring := r.Status.State == nodusv1.ReservationStateReleasing || r.Status.State == nodusv1.ReservationStateEnding
-	if r.Status.State == nodusv1.ReservationStateReleasing && r.Status.Release == nil {
-		return false
-	}
-	return retiring && e.AppliedEpoch == r.Status.Epoch && e.OwnerSessions == 0 && e.BorrowerExecutions == 0
 }
 
 func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, now metav1.Time) bool {

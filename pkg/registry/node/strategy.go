@@ -32,7 +32,8 @@ var rules = base.Rules{
 
 func selectable(obj runtime.Object) fields.Set {
 	n := obj.(*nodusv1.Node)
-	return fields.Set{"spec.pool": n.Spec.Pool, "spec.resourceClass": n.Spec.ResourceClass, "status.provisionState": string(n.Status.ProvisionState)}
+	return fields.Set{"spec.pool": n.Spec.Pool, "spec.resourceClass": n.Spec.ResourceClass, "status.provisionState": string(n.Status.ProvisionState),
+		"status.reservation": n.Status.Reservation}
 }
 
 var table = base.Table{Columns: []base.Column{
@@ -48,6 +49,7 @@ var table = base.Table{Columns: []base.Column{
 	base.Col("GPUs", "string", "Accelerators.", func(n *nodusv1.Node) interface{} { return GPUSummary(n.Status.Inventory.GPUs) }),
 	base.Col("Maintenance", "boolean", "Out of scheduling.", func(n *nodusv1.Node) interface{} { return n.Spec.Maintenance }),
 	base.Col("Allocation", "string", "Allocation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Allocation) }),
+	base.Col("Reservation", "string", "The live reservation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Reservation) }),
 }}
 
 // GPUSummary renders GPUs as "8× h100-sxm-80g" (mixed models are joined with ", ").

@@ -16,6 +16,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
@@ -89,7 +90,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 			if res.Spec.Project != namespace {
 				return nil, apierrors.NewNotFound(gr, name)
 			}
-			if err := releasable(ctx, res, *epoch, now.Time, name); err != nil {
+			if err := lifecycle.CheckOwnerChange(ctx, res, *epoch, now.Time); err != nil {
 				return nil, err
 			}
 			if r.Withdraw {

@@ -16,6 +16,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // ReleaseREST serves POST reservedhosts/{name}/release-capacity: the owner
@@ -76,12 +77,10 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 			if res.Spec.Project != namespace {
 				return nil, apierrors.NewNotFound(gr, name)
 			}
-			if err := releasable(ctx, res, *req.Epoch, now.Time, name); err != nil {
+			if err := lifecycle.CheckOwnerChange(ctx, res, *req.Epoch, now.Time); err != nil {
 				return nil, err
 			}
-			res.Status.State = nodusv1.ReservationStateReleasing
-			res.Status.Epoch++
-			res.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: now}
+			lifecycle.Release(res, now.Time)
 			return res, nil
 		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
 	if apierrors.IsNotFound(err) {
@@ -105,38 +104,6 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	}
 	ex.SetResponseHeader("ETag", ETag(result))
 	return result, nil
-}
-
-// releasable says why res cannot be released under epoch, or nil.
-func releasable(ctx context.Context, res *nodusv1.Reservation, epoch int64, now time.Time, name string) error {
-	gr := nodusv1.Resource("reservedhosts")
-	switch res.Status.State {
-	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
-		return apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name,
-			fmt.Sprintf("reservedhost %q was already released at %s", name, res.Status.Release.RequestedAt.UTC().Format(time.RFC3339)), "")
-	case nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
-		return termEnded(ctx, res, name)
-	case nodusv1.ReservationStatePending, "":
-		return apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name,
-			fmt.Sprintf("reservedhost %q is pending: its term starts at %s", name, res.Spec.StartsAt.UTC().Format(time.RFC3339)), "")
-	}
-	if !now.Before(res.Spec.EndsAt.Time) {
-		return termEnded(ctx, res, name)
-	}
-	if epoch != res.Status.Epoch {
-		err := apierror.New(ctx, apierror.ReasonEpochConflict, gr, name,
-			fmt.Sprintf("epoch %d is not current: reservedhost %q is at epoch %d", epoch, name, res.Status.Epoch), "")
-		err.ErrStatus.Details.Causes = []metav1.StatusCause{{
-			Type: "CurrentEpoch", Field: "status.reservation.epoch", Message: fmt.Sprint(res.Status.Epoch),
-		}}
-		return err
-	}
-	return nil
-}
-
-func termEnded(ctx context.Context, res *nodusv1.Reservation, name string) error {
-	return apierror.New(ctx, apierror.ReasonTermEnded, nodusv1.Resource("reservedhosts"), name,
-		fmt.Sprintf("the term of reservedhost %q ended at %s", name, res.Spec.EndsAt.UTC().Format(time.RFC3339)), "")
 }
 
 // releaseFields are the fields a release sets, in managedFields' FieldsV1 form.

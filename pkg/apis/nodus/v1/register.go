@@ -47,7 +47,7 @@ func knownTypes() []runtime.Object {
 		&Execution{}, &ExecutionList{},
 		&HostLending{}, &HostLendingList{},
 		&ReservedHostLendRequest{}, &ReservedHostWithdrawRequest{}, &ExecutionCancelRequest{}, &ExecutionReport{},
-		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeEnrollment{}, &ReservedHostSSHCertificate{},
+		&ReservedHostReleaseRequest{}, &NodeHeartbeat{}, &NodeCleanRequest{}, &NodeEnrollment{}, &ReservedHostSSHCertificate{},
 	}
 }
 

@@ -18,6 +18,15 @@ type ReservedHostReleaseRequest struct {
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
+// NodeCleanRequest is POSTed by an operator to nodes/{name}/clean to ask the
+// node's agent for a new handover cleaning (after fixing what made the last
+// one fail). The answer is the Node, with the new request in status.cleaning.
+type NodeCleanRequest struct {
+	metav1.TypeMeta `json:",inline"`
+}
+
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+
 // NodeHeartbeat is what a node's agent reports at every heartbeat, POSTed to
 // nodes/{name}/heartbeat. The server answers with the same kind, with
 // IntervalSeconds set to when it expects the next one.
@@ -33,6 +42,9 @@ type NodeHeartbeat struct {
 	// +listType=map
 	// +listMapKey=name
 	Reservations []ReservationEvidence `json:"reservations,omitempty"`
+	// Cleaning reports a handover cleaning the agent finished.
+	// +optional
+	Cleaning *CleaningEvidence `json:"cleaning,omitempty"`
 	// IntervalSeconds is set by the server in its answer: send the next
 	// heartbeat within this many seconds.
 	// +optional
@@ -49,6 +61,31 @@ type ReservationEvidence struct {
 	OwnerSessions int32 `json:"ownerSessions"`
 	// BorrowerExecutions is the number of borrower executions still running.
 	BorrowerExecutions int32 `json:"borrowerExecutions"`
+}
+
+// CleaningEvidence is an agent's account of one handover cleaning.
+type CleaningEvidence struct {
+	// Request is the node's status.cleaning.request the agent carried out.
+	Request int64 `json:"request"`
+	// AppliedEpoch is the epoch of the retired reservation the agent had
+	// applied before it cleaned.
+	// +optional
+	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	// Succeeded says whether every step worked.
+	Succeeded bool `json:"succeeded"`
+	// Steps say what the agent did, in order.
+	// +optional
+	// +listType=atomic
+	Steps []string `json:"steps,omitempty"`
+	// Message says what failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// CommandExitCode is the exit status of the operator's cleaning command, when one ran.
+	// +optional
+	CommandExitCode *int32 `json:"commandExitCode,omitempty"`
+	// CommandOutput is the tail of that command's output.
+	// +optional
+	CommandOutput string `json:"commandOutput,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -57,6 +57,10 @@ const (
 	ProvisionStateAvailable ProvisionState = "available"
 	// ProvisionStateActive: allocated and in use.
 	ProvisionStateActive ProvisionState = "active"
+	// ProvisionStateCleaning: a reservation's access ended; the agent resets
+	// the login account (and runs the operator's cleaning command) before the
+	// node is available to the next tenant.
+	ProvisionStateCleaning ProvisionState = "cleaning"
 )
 
 // NodeConditionReady is the condition type set while the agent heartbeats on time.
@@ -81,12 +85,21 @@ type NodeStatus struct {
 	// LastHeartbeatTime is the latest heartbeat of the agent.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
-	// ProvisionState is enroll, available or active.
+	// ProvisionState is enroll, available, active or cleaning.
 	// +optional
 	ProvisionState ProvisionState `json:"provisionState,omitempty"`
 	// Allocation is the name of the Allocation that holds this server.
 	// +optional
 	Allocation string `json:"allocation,omitempty"`
+	// Reservation is the one live Reservation that holds this server. The
+	// reservation controller claims it by optimistic concurrency before the
+	// reservation gives access, and clears it when the server's cleaning
+	// starts, so no two reservations hold one server at once.
+	// +optional
+	Reservation string `json:"reservation,omitempty"`
+	// Cleaning is the latest handover cleaning asked of the agent, and its outcome.
+	// +optional
+	Cleaning *NodeCleaning `json:"cleaning,omitempty"`
 	// AgentGeneration increases every time the server's agent is enrolled again.
 	// +optional
 	AgentGeneration int64 `json:"agentGeneration,omitempty"`
@@ -98,6 +111,61 @@ type NodeStatus struct {
 	// +optional
 	ExecutionSlots int32 `json:"executionSlots,omitempty"`
 }
+
+// NodeCleaning is one handover cleaning: what the server asked the agent to
+// reset after a reservation's access ended, and what the agent reported.
+type NodeCleaning struct {
+	// Request numbers the cleanings of this node; every new one (a reservation
+	// leaving, or an operator's `nodus nodes clean`) is one higher. Only
+	// evidence for the current request counts.
+	Request int64 `json:"request"`
+	// Reservation is the reservation whose access ended, if any.
+	// +optional
+	Reservation string `json:"reservation,omitempty"`
+	// Epoch is that reservation's final epoch: the agent cleans only once it
+	// applied it, so that no access of the old tenant is left when it cleans.
+	// +optional
+	Epoch int64 `json:"epoch,omitempty"`
+	// Users are the login accounts to reset.
+	// +optional
+	// +listType=set
+	Users []string `json:"users,omitempty"`
+	// RequestedAt is when the cleaning was asked for.
+	RequestedAt metav1.Time `json:"requestedAt"`
+	// Phase is Pending until the current agent reports, then Succeeded or Failed.
+	Phase CleaningPhase `json:"phase"`
+	// CompletedAt is when the agent's evidence arrived.
+	// +optional
+	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	// AgentGeneration is the agent generation whose evidence completed the cleaning.
+	// +optional
+	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+	// Steps say what the agent did, in order.
+	// +optional
+	// +listType=atomic
+	Steps []string `json:"steps,omitempty"`
+	// Message says why a cleaning failed.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// CommandExitCode is the exit status of the operator's cleaning command, when one ran.
+	// +optional
+	CommandExitCode *int32 `json:"commandExitCode,omitempty"`
+	// CommandOutput is the tail of that command's output.
+	// +optional
+	CommandOutput string `json:"commandOutput,omitempty"`
+}
+
+// CleaningPhase is the progress of a handover cleaning.
+type CleaningPhase string
+
+const (
+	// CleaningPending: asked for, no evidence yet.
+	CleaningPending CleaningPhase = "Pending"
+	// CleaningSucceeded: the current agent reset everything; the node is available.
+	CleaningSucceeded CleaningPhase = "Succeeded"
+	// CleaningFailed: something could not be reset; the node went into maintenance.
+	CleaningFailed CleaningPhase = "Failed"
+)
 
 // NodeInventory is the host's hardware and software.
 type NodeInventory struct {

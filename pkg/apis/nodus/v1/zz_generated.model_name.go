@@ -50,6 +50,11 @@ func (in AllocationStatus) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in CleaningEvidence) OpenAPIModelName() string {
+	return "dev.nodus.v1.CleaningEvidence"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in EnrollmentToken) OpenAPIModelName() string {
 	return "dev.nodus.v1.EnrollmentToken"
 }
@@ -132,6 +137,16 @@ func (in HostReservation) OpenAPIModelName() string {
 // OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Node) OpenAPIModelName() string {
 	return "dev.nodus.v1.Node"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeCleanRequest) OpenAPIModelName() string {
+	return "dev.nodus.v1.NodeCleanRequest"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
+func (in NodeCleaning) OpenAPIModelName() string {
+	return "dev.nodus.v1.NodeCleaning"
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.

@@ -101,10 +101,19 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	errs := validateInventory(&n.Status.Inventory, status.Child("inventory"))
 	errs = append(errs, metav1validation.ValidateConditions(n.Status.Conditions, status.Child("conditions"))...)
 	switch n.Status.ProvisionState {
-	case "", nodusv1.ProvisionStateEnroll, nodusv1.ProvisionStateAvailable, nodusv1.ProvisionStateActive:
+	case "", nodusv1.ProvisionStateEnroll, nodusv1.ProvisionStateAvailable, nodusv1.ProvisionStateActive, nodusv1.ProvisionStateCleaning:
 	default:
 		errs = append(errs, field.NotSupported(status.Child("provisionState"), n.Status.ProvisionState,
-			[]string{string(nodusv1.ProvisionStateEnroll), string(nodusv1.ProvisionStateAvailable), string(nodusv1.ProvisionStateActive)}))
+			[]string{string(nodusv1.ProvisionStateEnroll), string(nodusv1.ProvisionStateAvailable), string(nodusv1.ProvisionStateActive),
+				string(nodusv1.ProvisionStateCleaning)}))
+	}
+	if n.Status.Reservation != "" {
+		for _, msg := range apimachineryvalidation.NameIsDNSSubdomain(n.Status.Reservation, false) {
+			errs = append(errs, field.Invalid(status.Child("reservation"), n.Status.Reservation, msg))
+		}
+	}
+	if c := n.Status.Cleaning; c != nil {
+		errs = append(errs, validateCleaning(c, status.Child("cleaning"))...)
 	}
 	if n.Status.AgentGeneration < 0 {
 		errs = append(errs, field.Invalid(status.Child("agentGeneration"), n.Status.AgentGeneration, "must not be negative"))
@@ -114,6 +123,48 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	}
 	if n.Status.AppliedEpoch < 0 {
 		errs = append(errs, field.Invalid(status.Child("appliedEpoch"), n.Status.AppliedEpoch, "must not be negative"))
+	}
+	return errs
+}
+
+// MaxCleaningOutput bounds the tail of a cleaning command's output kept on the Node.
+const MaxCleaningOutput = 4 << 10
+
+const maxCleaningSteps = 32
+
+func validateCleaning(c *nodusv1.NodeCleaning, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if c.Request < 1 {
+		errs = append(errs, field.Invalid(path.Child("request"), c.Request, "must be at least 1"))
+	}
+	if c.Epoch < 0 {
+		errs = append(errs, field.Invalid(path.Child("epoch"), c.Epoch, "must not be negative"))
+	}
+	switch c.Phase {
+	case nodusv1.CleaningPending, nodusv1.CleaningSucceeded, nodusv1.CleaningFailed:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("phase"), c.Phase,
+			[]string{string(nodusv1.CleaningPending), string(nodusv1.CleaningSucceeded), string(nodusv1.CleaningFailed)}))
+	}
+	for i, u := range c.Users {
+		errs = append(errs, validateLoginUser(u, path.Child("users").Index(i), true)...)
+	}
+	errs = append(errs, ValidateCleaningReport(c.Steps, c.Message, c.CommandOutput, path)...)
+	return errs
+}
+
+// ValidateCleaningReport bounds what an agent reports of a cleaning.
+func ValidateCleaningReport(steps []string, message, output string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(steps) > maxCleaningSteps {
+		errs = append(errs, field.TooMany(path.Child("steps"), len(steps), maxCleaningSteps))
+	}
+	for i, step := range steps {
+		errs = append(errs, validateFreeText(step, path.Child("steps").Index(i))...)
+	}
+	errs = append(errs, validateFreeText(message, path.Child("message"))...)
+	if len(output) > MaxCleaningOutput {
+		errs = append(errs, field.TooLong(path.Child("commandOutput"), "", MaxCleaningOutput))
 	}
 	return errs
 }

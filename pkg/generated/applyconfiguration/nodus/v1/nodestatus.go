@@ -27,10 +27,17 @@ type NodeStatusApplyConfiguration struct {
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// LastHeartbeatTime is the latest heartbeat of the agent.
 	LastHeartbeatTime *apismetav1.Time `json:"lastHeartbeatTime,omitempty"`
-	// ProvisionState is enroll, available or active.
+	// ProvisionState is enroll, available, active or cleaning.
 	ProvisionState *nodusv1.ProvisionState `json:"provisionState,omitempty"`
 	// Allocation is the name of the Allocation that holds this server.
 	Allocation *string `json:"allocation,omitempty"`
+	// Reservation is the one live Reservation that holds this server. The
+	// reservation controller claims it by optimistic concurrency before the
+	// reservation gives access, and clears it when the server's cleaning
+	// starts, so no two reservations hold one server at once.
+	Reservation *string `json:"reservation,omitempty"`
+	// Cleaning is the latest handover cleaning asked of the agent, and its outcome.
+	Cleaning *NodeCleaningApplyConfiguration `json:"cleaning,omitempty"`
 	// AgentGeneration increases every time the server's agent is enrolled again.
 	AgentGeneration *int64 `json:"agentGeneration,omitempty"`
 	// AppliedEpoch is the latest access epoch the agent applied.
@@ -104,6 +111,22 @@ func (b *NodeStatusApplyConfiguration) WithProvisionState(value nodusv1.Provisio
 // If called multiple times, the Allocation field is set to the value of the last call.
 func (b *NodeStatusApplyConfiguration) WithAllocation(value string) *NodeStatusApplyConfiguration {
 	b.Allocation = &value
+	return b
+}
+
+// WithReservation sets the Reservation field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Reservation field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithReservation(value string) *NodeStatusApplyConfiguration {
+	b.Reservation = &value
+	return b
+}
+
+// WithCleaning sets the Cleaning field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Cleaning field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithCleaning(value *NodeCleaningApplyConfiguration) *NodeStatusApplyConfiguration {
+	b.Cleaning = value
 	return b
 }
 

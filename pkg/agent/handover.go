@@ -1,0 +1,177 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// DefaultLoginGroup is the group of the login users Nodus manages, for
+// which the sshd drop-in accepts Nodus certificates only.
+const DefaultLoginGroup = "nodus-login"
+
+// forgetAfter is how long a retired reservation's entry outlives it in the
+// local state: long enough for its cleaning to find its login user.
+const forgetAfter = 24 * time.Hour
+
+// retire ends the access of a reservation that left this node (deleted, or
+// moved elsewhere) as a release would: its principals go first, then its
+// login user's processes; a heartbeat follows. The cleaning the server asks
+// for next resets the account.
+func (a *Agent) retire(ctx context.Context, reservation string) {
+	before, err := a.store.Retire(reservation, 0, time.Now())
+	if err != nil {
+		klog.ErrorS(err, "retiring access", "reservation", reservation)
+		return
+	}
+	klog.InfoS("retired access: the reservation left this node", "reservation", reservation)
+	if before.LoginUser != "" && !a.userStillGranted(before.LoginUser) {
+		a.procs.End(ctx, before.LoginUser, a.opts.Grace)
+	}
+	a.beatSoon()
+}
+
+// userStillGranted says whether another reservation's applied access lets
+// user in: ending its processes would end that tenant's sessions.
+func (a *Agent) userStillGranted(user string) bool {
+	all, err := a.store.All()
+	if err != nil {
+		return true // when in doubt, keep sessions; the principals are gone anyway
+	}
+	for _, acc := range all {
+		if acc.Granted() && acc.LoginUser == user {
+			return true
+		}
+	}
+	return false
+}
+
+// manageLoginUser puts user in the login group before any access is
+// granted to it, so that sshd accepts only Nodus certificates for it: no
+// key a tenant plants, no password. Users stay in the group for good.
+func (a *Agent) manageLoginUser(user string) error {
+	if a.opts.LoginGroup == "" || a.opts.SSHDDropIn == "" {
+		return nil
+	}
+	if err := exec.Command("getent", "group", a.opts.LoginGroup).Run(); err != nil {
+		if out, err := exec.Command("groupadd", "--system", a.opts.LoginGroup).CombinedOutput(); err != nil {
+			return fmt.Errorf("groupadd %s: %v: %s", a.opts.LoginGroup, err, out)
+		}
+	}
+	if out, err := exec.Command("id", "-nG", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+		return nil
+	}
+	if out, err := exec.Command("usermod", "--append", "--groups", a.opts.LoginGroup, user).CombinedOutput(); err != nil {
+		return fmt.Errorf("adding %s to group %s: %v: %s", user, a.opts.LoginGroup, err, out)
+	}
+	return nil
+}
+
+// observeNode starts the cleaning the server asks for: one at a time, the
+// newest request last. An agent restarted in the middle of a cleaning finds
+// the request still pending on its node and does it again from the start.
+func (a *Agent) observeNode(n *nodusv1.Node) {
+	c := n.Status.Cleaning
+	if c == nil || c.Phase != nodusv1.CleaningPending {
+		a.mu.Lock()
+		if a.evidence != nil && c != nil && c.Request >= a.evidence.Request {
+			a.evidence = nil // recorded: stop reporting it
+		}
+		a.mu.Unlock()
+		return
+	}
+	select {
+	case a.cleanings <- c.DeepCopy():
+	default:
+		// The worker is busy; it reads the node again when done.
+	}
+}
+
+// cleaner carries out cleaning requests until ctx ends.
+func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
+	done := int64(0)
+	for {
+		var req *nodusv1.NodeCleaning
+		select {
+		case <-ctx.Done():
+			return
+		case req = <-a.cleanings:
+		}
+		if n := latest(); n != nil && n.Status.Cleaning != nil {
+			req = n.Status.Cleaning.DeepCopy() // the newest request wins
+		}
+		if req.Phase != nodusv1.CleaningPending || req.Request <= done {
+			continue
+		}
+		ev := a.clean(ctx, req)
+		done = req.Request
+		a.mu.Lock()
+		a.evidence = ev
+		a.mu.Unlock()
+		a.beatSoon()
+	}
+}
+
+// clean carries out one request: the reservation it follows is retired
+// here first (at the server's final epoch), then every account it used is
+// reset and the operator's command runs.
+func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.CleaningEvidence {
+	users := slices.Clone(req.Users)
+	applied := req.Epoch
+	if req.Reservation != "" {
+		before, err := a.store.Retire(req.Reservation, req.Epoch, time.Now())
+		if err != nil {
+			return &nodusv1.CleaningEvidence{Request: req.Request, Message: "recording the retirement: " + err.Error()}
+		}
+		if before.LoginUser != "" && !slices.Contains(users, before.LoginUser) {
+			users = append(users, before.LoginUser)
+		}
+		applied = max(before.Epoch, req.Epoch)
+	}
+	var keep []string
+	for _, u := range users {
+		if a.userStillGranted(u) {
+			// Another reservation's tenant uses this account now; never reset it under them.
+			klog.InfoS("not cleaning an account that is granted again", "user", u)
+			continue
+		}
+		keep = append(keep, u)
+	}
+	klog.InfoS("cleaning", "request", req.Request, "reservation", req.Reservation, "users", keep)
+	r := a.cleaning.Clean(ctx, req.Request, keep)
+	ev := &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Succeeded: r.Err == nil,
+		Steps: r.Steps, CommandExitCode: r.CommandExitCode, CommandOutput: r.CommandOutput}
+	if r.Err != nil {
+		ev.Message = r.Err.Error()
+		klog.ErrorS(r.Err, "cleaning failed", "request", req.Request)
+	} else {
+		klog.InfoS("cleaning done", "request", req.Request)
+	}
+	if len(ev.Steps) > 32 {
+		ev.Steps = ev.Steps[len(ev.Steps)-32:]
+	}
+	return ev
+}
+
+func (a *Agent) beatSoon() {
+	select {
+	case a.beatNow <- struct{}{}:
+	default:
+	}
+}
+
+// current says whether reservation is one the agent sees on this node now.
+func (a *Agent) current(reservation string) bool {
+	if a.reservations == nil {
+		return true
+	}
+	_, exists, err := a.reservations.GetByKey(reservation)
+	return err != nil || exists
+}

@@ -1,0 +1,165 @@
+// Package lifecycle holds the rules of a node's tenancy as pure functions:
+// which reservation may claim a node, how the node is handed over (cleaned)
+// when a reservation's access ends, and what an agent's cleaning evidence
+// changes. The reservation controller and the heartbeat handler call them;
+// neither decides these things on its own.
+package lifecycle
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// Final says whether a reservation in state s is over: its node is no
+// longer its own and goes to cleaning.
+func Final(s nodusv1.ReservationState) bool {
+	return s == nodusv1.ReservationStateReleased || s == nodusv1.ReservationStateEnded
+}
+
+// Blocker is why a reservation cannot claim its node now; it becomes the
+// reason of the reservation's Placed condition.
+type Blocker struct {
+	Reason  metav1.StatusReason
+	Message string
+}
+
+// ClaimBlocker says why reservation may not claim node, or nil when it may
+// (or already holds it). A node claimed by the reservation stays its own
+// whatever the node's state: maintenance never evicts a tenant.
+func ClaimBlocker(reservation string, nodeName string, node *nodusv1.Node) *Blocker {
+	switch {
+	case node == nil:
+		return &Blocker{apierror.ReasonNodeNotFound, fmt.Sprintf("node %s does not exist", nodeName)}
+	case node.Status.Reservation == reservation:
+		return nil
+	case node.Status.Reservation != "":
+		return &Blocker{apierror.ReasonNodeReserved, fmt.Sprintf("node %s is held by reservation %s", node.Name, node.Status.Reservation)}
+	case node.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
+		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))}
+	case node.Spec.Maintenance:
+		msg := fmt.Sprintf("node %s is in maintenance", node.Name)
+		if node.Spec.MaintenanceReason != "" {
+			msg += ": " + node.Spec.MaintenanceReason
+		}
+		return &Blocker{apierror.ReasonNodeInMaintenance, msg}
+	}
+	return nil
+}
+
+func cleaningRequest(n *nodusv1.Node) int64 {
+	if n.Status.Cleaning == nil {
+		return 0
+	}
+	return n.Status.Cleaning.Request
+}
+
+// Claim is node's status once reservation holds it. The caller writes it
+// under the resourceVersion it read: of two claims, only one can succeed.
+func Claim(node *nodusv1.Node, reservation string) *nodusv1.Node {
+	next := node.DeepCopy()
+	next.Status.Reservation = reservation
+	next.Status.ProvisionState = nodusv1.ProvisionStateActive
+	return next
+}
+
+// Handover is node's status once the reservation that held it let go: the
+// claim is gone and a new cleaning is asked for, of the reservation's login
+// users, after its final epoch (0 when the reservation no longer exists).
+func Handover(node *nodusv1.Node, reservation string, epoch int64, users []string, now time.Time) *nodusv1.Node {
+	next := node.DeepCopy()
+	next.Status.Reservation = ""
+	next.Status.ProvisionState = nodusv1.ProvisionStateCleaning
+	next.Status.Cleaning = newCleaning(node, reservation, epoch, users, now)
+	return next
+}
+
+// Reclean is node's status when an operator asks for its cleaning again.
+// A reserved node is refused: its tenant still has access.
+func Reclean(node *nodusv1.Node, now time.Time) (*nodusv1.Node, *Blocker) {
+	if node.Status.Reservation != "" {
+		return nil, &Blocker{apierror.ReasonNodeReserved,
+			fmt.Sprintf("node %s is held by reservation %s; it is cleaned when that reservation's access ends", node.Name, node.Status.Reservation)}
+	}
+	var users []string
+	reservation, epoch := "", int64(0)
+	if c := node.Status.Cleaning; c != nil {
+		users, reservation, epoch = c.Users, c.Reservation, c.Epoch
+	}
+	return Handover(node, reservation, epoch, users, now), nil
+}
+
+func newCleaning(node *nodusv1.Node, reservation string, epoch int64, users []string, now time.Time) *nodusv1.NodeCleaning {
+	set := []string{}
+	for _, u := range append(slices.Clone(users), node.Spec.LoginUser) {
+		if u != "" && !slices.Contains(set, u) {
+			set = append(set, u)
+		}
+	}
+	slices.Sort(set)
+	return &nodusv1.NodeCleaning{
+		Request: cleaningRequest(node) + 1, Reservation: reservation, Epoch: epoch, Users: set,
+		RequestedAt: metav1.NewTime(now.Truncate(time.Second)), Phase: nodusv1.CleaningPending,
+	}
+}
+
+// CleaningOutcome is what an agent's cleaning evidence changes on its node.
+type CleaningOutcome struct {
+	// Node is the node's next status; nil when the evidence changes nothing
+	// (not the current request, already recorded, or from before the
+	// retirement it follows).
+	Node *nodusv1.Node
+	// Maintenance, when set, is the reason to put the node in maintenance:
+	// a failed cleaning never makes a node available.
+	Maintenance string
+}
+
+// RecordCleaning applies cleaning evidence from the node's current agent
+// generation (the caller checked it) to node.
+func RecordCleaning(node *nodusv1.Node, ev nodusv1.CleaningEvidence, generation int64, now time.Time) CleaningOutcome {
+	c := node.Status.Cleaning
+	if c == nil || ev.Request != c.Request || ev.AppliedEpoch < c.Epoch {
+		return CleaningOutcome{}
+	}
+	if c.Phase != nodusv1.CleaningPending {
+		// Recorded already; a failed one still owes its maintenance (a
+		// write after the status write may have been lost).
+		if c.Phase == nodusv1.CleaningFailed && !node.Spec.Maintenance {
+			return CleaningOutcome{Maintenance: MaintenanceReason(c)}
+		}
+		return CleaningOutcome{}
+	}
+	next := node.DeepCopy()
+	done := next.Status.Cleaning
+	at := metav1.NewTime(now.Truncate(time.Second))
+	done.CompletedAt, done.AgentGeneration = &at, generation
+	done.Steps, done.Message, done.CommandExitCode, done.CommandOutput = ev.Steps, ev.Message, ev.CommandExitCode, ev.CommandOutput
+	out := CleaningOutcome{Node: next}
+	if ev.Succeeded {
+		done.Phase = nodusv1.CleaningSucceeded
+		if next.Status.ProvisionState == nodusv1.ProvisionStateCleaning {
+			next.Status.ProvisionState = nodusv1.ProvisionStateAvailable
+		}
+	} else {
+		done.Phase = nodusv1.CleaningFailed
+		out.Maintenance = MaintenanceReason(done)
+	}
+	return out
+}
+
+// MaintenanceReason is the node's maintenance reason after a failed cleaning.
+func MaintenanceReason(c *nodusv1.NodeCleaning) string {
+	msg := fmt.Sprintf("cleaning request %d failed", c.Request)
+	if c.Message != "" {
+		msg += ": " + c.Message
+	}
+	if len(msg) > 200 {
+		msg = msg[:200]
+	}
+	return msg
+}

@@ -1,0 +1,142 @@
+package lifecycle
+
+import (
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+var t0 = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+
+func nodeHeldBy(reservation string) *nodusv1.Node {
+	return &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Spec: nodusv1.NodeSpec{LoginUser: "ubuntu"},
+		Status: nodusv1.NodeStatus{Reservation: reservation, ProvisionState: nodusv1.ProvisionStateActive}}
+}
+
+func TestHandoverAsksForANewCleaning(t *testing.T) {
+	n := Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice", "", "ubuntu"}, t0)
+	c := n.Status.Cleaning
+	if n.Status.Reservation != "" || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c == nil {
+		t.Fatalf("handover: %+v", n.Status)
+	}
+	if c.Request != 1 || c.Reservation != "r1" || c.Epoch != 5 || c.Phase != nodusv1.CleaningPending ||
+		len(c.Users) != 2 || c.Users[0] != "alice" || c.Users[1] != "ubuntu" {
+		t.Errorf("cleaning request: %+v", c)
+	}
+	again := Handover(n, "r2", 1, nil, t0)
+	if again.Status.Cleaning.Request != 2 {
+		t.Errorf("a second cleaning must have a higher request: %d", again.Status.Cleaning.Request)
+	}
+}
+
+func TestRecleanRefusesAReservedNode(t *testing.T) {
+	if _, b := Reclean(nodeHeldBy("r1"), t0); b == nil || b.Reason != "NodeReserved" {
+		t.Errorf("recleaning a reserved node: %+v", b)
+	}
+	done := Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice"}, t0)
+	done.Status.Cleaning.Phase = nodusv1.CleaningFailed
+	n, b := Reclean(done, t0)
+	if b != nil || n.Status.Cleaning.Request != 2 || n.Status.Cleaning.Phase != nodusv1.CleaningPending || n.Status.Cleaning.Epoch != 5 {
+		t.Errorf("recleaning: %+v %+v", n, b)
+	}
+}
+
+func TestRecordCleaning(t *testing.T) {
+	cleaning := func() *nodusv1.Node { return Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice"}, t0) }
+	ok := nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 5, Succeeded: true, Steps: []string{"home reset"}}
+	cases := map[string]struct {
+		node        *nodusv1.Node
+		ev          nodusv1.CleaningEvidence
+		changed     bool
+		state       nodusv1.ProvisionState
+		phase       nodusv1.CleaningPhase
+		maintenance bool
+	}{
+		"success makes the node available": {node: cleaning(), ev: ok, changed: true,
+			state: nodusv1.ProvisionStateAvailable, phase: nodusv1.CleaningSucceeded},
+		"a failure never does, and asks for maintenance": {node: cleaning(),
+			ev:      nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 5, Message: "clean command exited 3"},
+			changed: true, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningFailed, maintenance: true},
+		"evidence of an older request counts for nothing": {node: func() *nodusv1.Node { n := cleaning(); n.Status.Cleaning.Request = 2; return n }(),
+			ev: ok, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningPending},
+		"evidence from before the retirement counts for nothing": {node: cleaning(),
+			ev: nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 4, Succeeded: true}, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningPending},
+		"a repeated report changes nothing": {node: func() *nodusv1.Node { return RecordCleaning(cleaning(), ok, 1, t0).Node }(),
+			ev: ok, state: nodusv1.ProvisionStateAvailable, phase: nodusv1.CleaningSucceeded},
+		"no cleaning asked for": {node: nodeHeldBy("r1"), ev: ok, state: nodusv1.ProvisionStateActive},
+	}
+	for name, tc := range cases {
+		out := RecordCleaning(tc.node, tc.ev, 3, t0)
+		if (out.Node != nil) != tc.changed {
+			t.Errorf("%s: changed %v, want %v", name, out.Node != nil, tc.changed)
+		}
+		n := tc.node
+		if out.Node != nil {
+			n = out.Node
+			if n.Status.Cleaning.AgentGeneration != 3 || n.Status.Cleaning.CompletedAt == nil {
+				t.Errorf("%s: the evidence is not recorded: %+v", name, n.Status.Cleaning)
+			}
+		}
+		if n.Status.ProvisionState != tc.state {
+			t.Errorf("%s: provision state %s, want %s", name, n.Status.ProvisionState, tc.state)
+		}
+		if n.Status.Cleaning != nil && n.Status.Cleaning.Phase != tc.phase {
+			t.Errorf("%s: phase %s, want %s", name, n.Status.Cleaning.Phase, tc.phase)
+		}
+		if (out.Maintenance != "") != tc.maintenance {
+			t.Errorf("%s: maintenance %q", name, out.Maintenance)
+		}
+	}
+}
+
+func TestClaimBlocker(t *testing.T) {
+	if b := ClaimBlocker("r1", "n1", nil); b == nil || b.Reason != "NodeNotFound" {
+		t.Errorf("unknown node: %+v", b)
+	}
+	if b := ClaimBlocker("r1", "n1", nodeHeldBy("r1")); b != nil {
+		t.Errorf("its own node: %+v", b)
+	}
+	if b := ClaimBlocker("r2", "n1", nodeHeldBy("r1")); b == nil || b.Reason != "NodeReserved" {
+		t.Errorf("another's node: %+v", b)
+	}
+}
+
+func TestDrainNeedsCurrentEvidence(t *testing.T) {
+	releasing := func() *nodusv1.Reservation {
+		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1"},
+			Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateActive, Epoch: 1, Node: "n1"}}
+		Release(r, t0)
+		return r
+	}
+	ending := func() *nodusv1.Reservation {
+		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1"},
+			Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateEnding, Epoch: 2, Node: "n1"}}
+	}
+	ok := nodusv1.ReservationEvidence{Name: "r1", AppliedEpoch: 2}
+	cases := map[string]struct {
+		r     *nodusv1.Reservation
+		node  string
+		ev    nodusv1.ReservationEvidence
+		state nodusv1.ReservationState
+	}{
+		"a drained release":           {releasing(), "n1", ok, nodusv1.ReservationStateReleased},
+		"a drained term end":          {ending(), "n1", ok, nodusv1.ReservationStateEnded},
+		"the old epoch":               {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 1}, nodusv1.ReservationStateReleasing},
+		"an owner session left":       {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, OwnerSessions: 1}, nodusv1.ReservationStateReleasing},
+		"a borrower execution left":   {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, BorrowerExecutions: 1}, nodusv1.ReservationStateReleasing},
+		"another node's report":       {releasing(), "n2", ok, nodusv1.ReservationStateReleasing},
+		"an active reservation stays": {&nodusv1.Reservation{Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateActive, Epoch: 2, Node: "n1"}}, "n1", ok, nodusv1.ReservationStateActive},
+	}
+	for name, tc := range cases {
+		changed := Drain(tc.r, tc.node, tc.ev, t0)
+		if tc.r.Status.State != tc.state || changed != (tc.state == nodusv1.ReservationStateReleased || tc.state == nodusv1.ReservationStateEnded) {
+			t.Errorf("%s: state %s (changed %v), want %s", name, tc.r.Status.State, changed, tc.state)
+		}
+	}
+	if r := releasing(); r.Status.Epoch != 2 || r.Status.Release == nil {
+		t.Errorf("a release raises the epoch once and records the request: %+v", r.Status)
+	}
+}

@@ -1,0 +1,79 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// CheckOwnerChange says why the owner may not change res's access (release,
+// lend, withdraw) under the epoch it reviewed, at now; nil when it may.
+func CheckOwnerChange(ctx context.Context, res *nodusv1.Reservation, epoch int64, now time.Time) error {
+	gr, name := nodusv1.Resource("reservedhosts"), res.Name
+	switch res.Status.State {
+	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
+		at := ""
+		if res.Status.Release != nil {
+			at = " at " + res.Status.Release.RequestedAt.UTC().Format(time.RFC3339)
+		}
+		return apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name, fmt.Sprintf("reservedhost %q was already released%s", name, at), "")
+	case nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+		return termEnded(ctx, res)
+	case nodusv1.ReservationStatePending, "":
+		return apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name,
+			fmt.Sprintf("reservedhost %q is pending: its term starts at %s", name, res.Spec.StartsAt.UTC().Format(time.RFC3339)), "")
+	}
+	if !now.Before(res.Spec.EndsAt.Time) {
+		return termEnded(ctx, res)
+	}
+	if epoch != res.Status.Epoch {
+		err := apierror.New(ctx, apierror.ReasonEpochConflict, gr, name,
+			fmt.Sprintf("epoch %d is not current: reservedhost %q is at epoch %d", epoch, name, res.Status.Epoch), "")
+		err.ErrStatus.Details.Causes = []metav1.StatusCause{{
+			Type: "CurrentEpoch", Field: "status.reservation.epoch", Message: fmt.Sprint(res.Status.Epoch),
+		}}
+		return err
+	}
+	return nil
+}
+
+func termEnded(ctx context.Context, res *nodusv1.Reservation) error {
+	return apierror.New(ctx, apierror.ReasonTermEnded, nodusv1.Resource("reservedhosts"), res.Name,
+		fmt.Sprintf("the term of reservedhost %q ended at %s", res.Name, res.Spec.EndsAt.UTC().Format(time.RFC3339)), "")
+}
+
+// Release retires the owner's access to res for good (CheckOwnerChange
+// allowed it): releasing, at a new epoch, requested now.
+func Release(res *nodusv1.Reservation, now time.Time) {
+	res.Status.State = nodusv1.ReservationStateReleasing
+	res.Status.Epoch++
+	res.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: metav1.NewTime(now.Truncate(time.Second))}
+}
+
+// Drain applies an agent's evidence for res on node (from the node's current
+// agent generation; the caller checked it): a releasing or ending
+// reservation on that node whose current epoch the agent applied, with no
+// owner session and no borrower execution left, is released or ended. It
+// reports whether res changed.
+func Drain(res *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence, now time.Time) bool {
+	if res.Status.Node != node || e.AppliedEpoch != res.Status.Epoch || e.OwnerSessions != 0 || e.BorrowerExecutions != 0 {
+		return false
+	}
+	at := metav1.NewTime(now.Truncate(time.Second))
+	switch {
+	case res.Status.State == nodusv1.ReservationStateReleasing && res.Status.Release != nil:
+		res.Status.State = nodusv1.ReservationStateReleased
+		res.Status.Release.DrainedAt = &at
+	case res.Status.State == nodusv1.ReservationStateEnding:
+		res.Status.State = nodusv1.ReservationStateEnded
+		res.Status.EndedAt = &at
+	default:
+		return false
+	}
+	return true
+}

@@ -1,0 +1,330 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestOneLiveReservationPerNode races 20 reservations, of two projects, for
+// one node: whatever the admission check lets through, exactly one becomes
+// active and the node's claim names it; the others wait, pending, with the
+// registered reason.
+func TestOneLiveReservationPerNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "contested")
+	now := time.Now()
+	var wg sync.WaitGroup
+	created := make(chan string, 20)
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			project := "acme"
+			if i%2 == 1 {
+				project = "other"
+			}
+			name := fmt.Sprintf("race-%02d", i)
+			_, err := s.Client.NodusV1().Reservations().Create(context.Background(), &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
+				Spec: nodusv1.ReservationSpec{Project: project, Placement: nodusv1.ReservationPlacement{Node: "contested"},
+					StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)), EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}},
+				metav1.CreateOptions{})
+			switch {
+			case err == nil:
+				created <- name
+			case apierrors.ReasonForError(err) != apierror.ReasonNodeReserved:
+				t.Errorf("create %s: %v", name, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(created)
+	var names []string
+	for n := range created {
+		names = append(names, n)
+	}
+	if len(names) == 0 {
+		t.Fatal("no reservation was accepted")
+	}
+	var active string
+	if err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+		active = ""
+		for _, name := range names {
+			r, err := s.Client.NodusV1().Reservations().Get(c, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+			switch {
+			case r.Status.State == nodusv1.ReservationStateActive && active != "":
+				t.Fatalf("%s and %s are both active on one node", active, name)
+			case r.Status.State == nodusv1.ReservationStateActive:
+				active = name
+			case r.Status.State != nodusv1.ReservationStatePending || placed == nil || placed.Reason != string(apierror.ReasonNodeReserved):
+				return false, nil // still settling
+			}
+		}
+		return active != "", nil
+	}); err != nil {
+		t.Fatalf("the race did not settle on one active reservation (active %q): %v", active, err)
+	}
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "contested", metav1.GetOptions{})
+	if err != nil || n.Status.Reservation != active || n.Status.ProvisionState != nodusv1.ProvisionStateActive {
+		t.Errorf("the node's claim: %+v, want %s (%v)", n.Status, active, err)
+	}
+	t.Logf("%d of 20 created (the rest refused with NodeReserved), %s active", len(names), active)
+}
+
+// TestHandoverWaitsForCleaningEvidence follows one node from tenant to
+// tenant: the next reservation never activates before the node's current
+// agent reports the cleaning, a failed cleaning puts the node in
+// maintenance, and an operator cleans again.
+func TestHandoverWaitsForCleaningEvidence(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.host(t, "h1", now.Add(-time.Hour), now.Add(time.Hour))
+	next := func() *nodusv1.Reservation {
+		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "next"}, Spec: nodusv1.ReservationSpec{Project: "other",
+			Placement: nodusv1.ReservationPlacement{Node: "h1"}, StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)),
+			EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}}
+	}
+	if _, err := c.Reservations().Create(ctx(t), next(), metav1.CreateOptions{}); apierrors.ReasonForError(err) != apierror.ReasonNodeReserved {
+		t.Fatalf("a reservation for an active tenant's node: %v", err)
+	}
+	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/h1/clean", "application/json", strings.NewReader(`{}`)); r.code != http.StatusConflict ||
+		envelopeOf(t, r).Reason != apierror.ReasonNodeReserved {
+		t.Errorf("cleaning a reserved node: %d %s", r.code, r.body)
+	}
+	if r := f.release(t, f.admin, "h1", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	// The holder is on its way out: the next tenant may queue for the node.
+	if _, err := c.Reservations().Create(ctx(t), next(), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := placedReason(t, f, "next", apierror.ReasonNodeReserved); got != string(apierror.ReasonNodeReserved) {
+		t.Fatalf("next waits with %q while h1 releases", got)
+	}
+	if r := f.heartbeat(t, "h1", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h1", 2, 0, 0)}}); r.code != 200 {
+		t.Fatalf("drain heartbeat: %d %s", r.code, r.body)
+	}
+	cleaning := waitNode(t, s, "h1", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Request == 1
+	})
+	if cl := cleaning.Status.Cleaning; cleaning.Status.Reservation != "" || cl.Reservation != "h1" || cl.Epoch != 2 ||
+		cl.Phase != nodusv1.CleaningPending || strings.Join(cl.Users, ",") != "ubuntu" {
+		t.Errorf("the cleaning request: %+v", cleaning.Status)
+	}
+	if got := placedReason(t, f, "next", apierror.ReasonNodeCleaning); got != string(apierror.ReasonNodeCleaning) {
+		t.Fatalf("next waits with %q while h1 is cleaned", got)
+	}
+
+	beat := func(gen int64, ev nodusv1.CleaningEvidence) response {
+		return f.heartbeat(t, "h1", nodusv1.NodeHeartbeat{AgentGeneration: gen, Cleaning: &ev})
+	}
+	// Evidence that must count for nothing.
+	if r := beat(0, nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 2, Succeeded: true}); r.code != http.StatusConflict {
+		t.Errorf("an old agent generation's cleaning: %d %s", r.code, r.body)
+	}
+	for what, ev := range map[string]nodusv1.CleaningEvidence{
+		"another request":            {Request: 2, AppliedEpoch: 2, Succeeded: true},
+		"before the final epoch":     {Request: 1, AppliedEpoch: 1, Succeeded: true},
+		"a report too big to record": {Request: 1, AppliedEpoch: 2, Succeeded: true, CommandOutput: strings.Repeat("x", 5000)},
+	} {
+		if r := beat(1, ev); r.code != 200 && r.code != http.StatusUnprocessableEntity {
+			t.Errorf("%s: %d %s", what, r.code, r.body)
+		}
+	}
+	stillCleaning(t, s, f, "h1")
+
+	// A failed cleaning: maintenance with the reason, never available.
+	code := int32(3)
+	if r := beat(1, nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 2, Message: "the clean command exited 3", CommandExitCode: &code,
+		CommandOutput: "wiping /scratch: device busy\n"}); r.code != 200 {
+		t.Fatalf("failed cleaning: %d %s", r.code, r.body)
+	}
+	failed := waitNode(t, s, "h1", func(n *nodusv1.Node) bool { return n.Spec.Maintenance })
+	if cl := failed.Status.Cleaning; failed.Status.ProvisionState != nodusv1.ProvisionStateCleaning || cl.Phase != nodusv1.CleaningFailed ||
+		*cl.CommandExitCode != 3 || !strings.Contains(failed.Spec.MaintenanceReason, "cleaning request 1 failed: the clean command exited 3") {
+		t.Errorf("after a failed cleaning: %+v %+v", failed.Spec, failed.Status)
+	}
+	stillCleaning(t, s, f, "h1")
+
+	// The operator fixes it and cleans again.
+	r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/h1/clean", "application/json", strings.NewReader(`{}`))
+	var again nodusv1.Node
+	if r.code != 201 && r.code != 200 || json.Unmarshal(r.body, &again) != nil || again.Status.Cleaning.Request != 2 ||
+		again.Status.Cleaning.Phase != nodusv1.CleaningPending || again.Status.Cleaning.Epoch != 2 {
+		t.Fatalf("clean again: %d %s", r.code, r.body)
+	}
+	if r := beat(1, nodusv1.CleaningEvidence{Request: 2, AppliedEpoch: 2, Succeeded: true, Steps: []string{"reset /home/ubuntu"}}); r.code != 200 {
+		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
+	}
+	waitNode(t, s, "h1", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
+	if got := placedReason(t, f, "next", apierror.ReasonNodeInMaintenance); got != string(apierror.ReasonNodeInMaintenance) {
+		t.Fatalf("next waits with %q while h1 is in maintenance", got)
+	}
+	setMaintenance(t, s, "h1", false)
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "next", metav1.GetOptions{})
+		return err == nil && r.Status.State == nodusv1.ReservationStateActive && r.Status.Epoch == 1, nil
+	}); err != nil {
+		t.Fatal("the next tenant never became active on the cleaned node")
+	}
+	if n := waitNode(t, s, "h1", func(n *nodusv1.Node) bool { return n.Status.Reservation == "next" }); n.Status.ProvisionState != nodusv1.ProvisionStateActive {
+		t.Errorf("the next tenant's node: %+v", n.Status)
+	}
+}
+
+// stillCleaning checks, for a while, that node stays cleaning and the
+// reservation "next" waiting for it stays pending.
+func stillCleaning(t *testing.T, s *testserver.Server, f *fleet, node string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for time.Now().Before(deadline) {
+		n, err := s.Client.NodusV1().Nodes().Get(ctx(t), node, metav1.GetOptions{})
+		if err != nil || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning {
+			t.Fatalf("node %s left cleaning without evidence: %+v %v", node, n.Status, err)
+		}
+		if r := f.reservation(t, "next"); r.Status.State != nodusv1.ReservationStatePending {
+			t.Fatalf("next activated before the cleaning evidence: %+v", r.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestEveryWayOutHandsTheNodeOver: a deleted reservation and a reassigned
+// one let their nodes go to cleaning; allocations never take a reserved or
+// cleaning node by class, and a backfill of a reserved node fails.
+func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.host(t, "gone", now.Add(-time.Hour), now.Add(time.Hour))
+	if err := c.Reservations().Delete(ctx(t), "gone", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	n := waitNode(t, s, "gone", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning })
+	if cl := n.Status.Cleaning; n.Status.Reservation != "" || cl.Reservation != "gone" || cl.Epoch != 0 || strings.Join(cl.Users, ",") != "ubuntu" {
+		t.Errorf("the deleted reservation's node: %+v", n.Status)
+	}
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		_, err := c.ReservedHosts("acme").Get(cx, "gone", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error("the deleted reservation's ReservedHost stayed")
+	}
+
+	// Reassignment: a class-placed reservation whose allocation the operator
+	// takes away (maintenance first) gets a new one on another node, which it
+	// claims; the old node is handed over.
+	for _, name := range []string{"class-1", "class-2"} {
+		f.node(t, name)
+		if r := f.heartbeat(t, name, nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+			t.Fatalf("heartbeat %s: %d %s", name, r.code, r.body)
+		}
+	}
+	f.reserve(t, "mover", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "mover", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	first := f.reservation(t, "mover").Status.Node
+	setMaintenance(t, s, first, true)
+	if err := c.Allocations().Delete(ctx(t), "reservation-mover", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var moved *nodusv1.Reservation
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		moved = f.reservation(t, "mover")
+		return moved.Status.Node != first && moved.Status.Node != "", nil
+	}); err != nil {
+		t.Fatalf("the reservation never moved off %s: %+v", first, moved.Status)
+	}
+	if moved.Status.Epoch != 2 || moved.Status.State != nodusv1.ReservationStateActive {
+		t.Errorf("the reassigned reservation: %+v", moved.Status)
+	}
+	waitNode(t, s, moved.Status.Node, func(n *nodusv1.Node) bool { return n.Status.Reservation == "mover" })
+	old := waitNode(t, s, first, func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning })
+	if old.Status.Reservation != "" || old.Status.Cleaning.Reservation != "mover" || old.Status.Cleaning.Epoch != 2 {
+		t.Errorf("the node a reassignment left: %+v", old.Status)
+	}
+
+	// Allocations: a backfill of a reserved node fails; class placement
+	// never takes a reserved or cleaning node.
+	setMaintenance(t, s, first, false)
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "backfill"},
+		Spec: nodusv1.AllocationSpec{Node: "gone"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitAllocation(t, s, "backfill"); a.Status.State != nodusv1.AllocationStateActive {
+		t.Errorf("backfill of a cleaning node, as Ironic allows for any node: %+v", a.Status)
+	}
+	f.host(t, "holder", now.Add(-time.Hour), now.Add(time.Hour))
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "backfill-held"},
+		Spec: nodusv1.AllocationSpec{Node: "holder"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := waitAllocation(t, s, "backfill-held")
+	if a.Status.State != nodusv1.AllocationStateError || !strings.Contains(a.Status.LastError, "held by reservation holder") {
+		t.Errorf("backfill of a reserved node: %+v", a.Status)
+	}
+	// Every node of the class is now reserved (holder, the mover's) or cleaning (the first).
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "by-class"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitAllocation(t, s, "by-class"); a.Status.State != nodusv1.AllocationStateError {
+		t.Errorf("a class allocation took a reserved or cleaning node: %+v", a.Status)
+	}
+}
+
+func waitAllocation(t *testing.T, s *testserver.Server, name string) *nodusv1.Allocation {
+	t.Helper()
+	var a *nodusv1.Allocation
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+		var err error
+		a, err = s.Client.NodusV1().Allocations().Get(cx, name, metav1.GetOptions{})
+		return err == nil && a.Status.State != "" && a.Status.State != nodusv1.AllocationStateAllocating, nil
+	}); err != nil {
+		t.Fatalf("allocation %s never finished: %+v", name, a)
+	}
+	return a
+}
+
+func setMaintenance(t *testing.T, s *testserver.Server, name string, on bool) {
+	t.Helper()
+	c := s.Client.NodusV1()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Nodes().Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Maintenance = on
+		if !on {
+			n.Spec.MaintenanceReason = ""
+		}
+		_, err = c.Nodes().Update(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
