@@ -173,8 +173,16 @@ func isTokenChar(c rune) bool {
 }
 
 // ScopeKey is the record key of an Idempotency-Key: keys are scoped to the
-// caller, the method and the path.
-func ScopeKey(user, method, path, key string) string { return digest(user, method, path, key) }
+// caller, the method and the path. Records of a project's objects are kept
+// under the project's name, so that they go with the project.
+func ScopeKey(user, method, path, key string) string {
+	if _, rest, ok := strings.Cut(path, "/namespaces/"); ok {
+		if ns, _, ok := strings.Cut(rest, "/"); ok && ns != "" {
+			return ns + "/" + digest(user, method, path, key)
+		}
+	}
+	return digest(user, method, path, key)
+}
 
 // Fingerprint identifies a request's query and body, to tell a retry from a
 // different request under the same key.

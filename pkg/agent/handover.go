@@ -111,6 +111,9 @@ func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
 			continue
 		}
 		ev := a.clean(ctx, req)
+		if ctx.Err() != nil {
+			return // stopped in the middle: the next start does it again, from the start
+		}
 		done = req.Request
 		a.mu.Lock()
 		a.evidence = ev

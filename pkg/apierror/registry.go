@@ -88,6 +88,8 @@ const (
 	ReasonHostNotLent metav1.StatusReason = "HostNotLent"
 	// ReasonStaleAgent: a report from an agent whose credential generation is not the node's current one.
 	ReasonStaleAgent metav1.StatusReason = "StaleAgent"
+	// ReasonProjectHasReservations: a project with live reservations was to be deleted.
+	ReasonProjectHasReservations metav1.StatusReason = "ProjectHasReservations"
 	// ReasonNodeReserved: the node is held by another live reservation.
 	ReasonNodeReserved metav1.StatusReason = "NodeReserved"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
@@ -251,6 +253,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonStaleAgent, http.StatusConflict, "The report comes from an agent credential that is no longer the node's current one.",
 			func(Request) string {
 				return "Re-enroll the agent (`nodusd enroll`) or stop the old one; only the node's current agent generation is heard."
+			}},
+		{ReasonProjectHasReservations, http.StatusConflict, "The project still has live reservations.",
+			func(r Request) string {
+				return fmt.Sprintf("Let them end or be released first, or delete the project with its reservations retired: `nodus projects delete %s --retire-reservations` (or `kubectl annotate project %s nodus.dev/retire-reservations=true` before `kubectl delete project %s`).", r.Name, r.Name, r.Name)
 			}},
 		{ReasonNodeReserved, http.StatusConflict, "The node is held by another live reservation.",
 			func(r Request) string {

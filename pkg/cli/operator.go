@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/project"
 )
 
 // operatorCommands are the fleet verbs: projects, pools, nodes,
@@ -123,7 +124,36 @@ func projectsCommand(g *Globals, s Streams) *cobra.Command {
 		},
 	}
 	add.Flags().BoolVar(&group, "group", false, "NAME is a group")
-	cmd.AddCommand(append(listGet(g, s, "projects"), create, add)...)
+	var retire bool
+	del := &cobra.Command{
+		Use:   "delete NAME [--retire-reservations]",
+		Short: "Delete a project and everything in it",
+		Long: "Deletes the project with its ReservedHosts, Executions, HostLendings, logs and idempotency records; " +
+			"a project created later under the same name inherits nothing. A project with live reservations is " +
+			"refused unless --retire-reservations: then each is retired as a deleted reservation is (access ends, " +
+			"the node is cleaned).",
+		Example: "  nodus projects delete acme --retire-reservations",
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, _, err := g.Client()
+			if err != nil {
+				return err
+			}
+			if retire {
+				patch := []byte(`{"metadata":{"annotations":{"` + project.AnnotationRetire + `":"true"}}}`)
+				if _, err := c.NodusV1().Projects().Patch(cmd.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+					return err
+				}
+			}
+			if err := c.NodusV1().Projects().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+				return err
+			}
+			fmt.Fprintf(s.Out, "project %s is being deleted; it is gone once everything in it is\n", args[0])
+			return nil
+		},
+	}
+	del.Flags().BoolVar(&retire, "retire-reservations", false, "retire the project's live reservations (their access ends for good)")
+	cmd.AddCommand(append(listGet(g, s, "projects"), create, add, del)...)
 	return cmd
 }
 

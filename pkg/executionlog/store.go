@@ -33,9 +33,12 @@ type Store struct {
 	TTL    time.Duration
 }
 
-// NewStore keeps logs under /nodus/executionlogs/ for two weeks.
+// Prefix is where logs are kept, each under its project's name.
+const Prefix = "/nodus/executionlogs/"
+
+// NewStore keeps logs under Prefix for two weeks.
 func NewStore(client *clientv3.Client) *Store {
-	return &Store{Client: client, Prefix: "/nodus/executionlogs/", TTL: 14 * 24 * time.Hour}
+	return &Store{Client: client, Prefix: Prefix, TTL: 14 * 24 * time.Hour}
 }
 
 // key includes the UID: a new execution of the same name never shows an old log.

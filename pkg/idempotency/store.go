@@ -33,6 +33,10 @@ type Record struct {
 // InFlight says whether the first request is still running.
 func (r *Record) InFlight() bool { return r.State == stateInFlight }
 
+// Prefix is where records are kept; those of a project's objects under the
+// project's name (see actions.ScopeKey).
+const Prefix = "/nodus/idempotency/"
+
 // Store reads and writes records under Prefix.
 type Store struct {
 	Client *clientv3.Client
@@ -46,7 +50,7 @@ type Store struct {
 // NewStore returns a store with the contract's lifetimes: answers kept 24 h,
 // an abandoned in-flight record released after a minute.
 func NewStore(client *clientv3.Client) *Store {
-	return &Store{Client: client, Prefix: "/nodus/idempotency/", InFlightTTL: time.Minute, TTL: 24 * time.Hour}
+	return &Store{Client: client, Prefix: Prefix, InFlightTTL: time.Minute, TTL: 24 * time.Hour}
 }
 
 // Begin claims key for a request with fingerprint. It returns the existing

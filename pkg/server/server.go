@@ -21,10 +21,13 @@ import (
 	allocationcontroller "github.com/nodus-dev/nodus/pkg/controller/allocation"
 	"github.com/nodus-dev/nodus/pkg/controller/leader"
 	"github.com/nodus-dev/nodus/pkg/controller/nodeliveness"
+	projectcontroller "github.com/nodus-dev/nodus/pkg/controller/project"
 	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
 	schedulercontroller "github.com/nodus-dev/nodus/pkg/controller/scheduler"
+	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -32,6 +35,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
+	"github.com/nodus-dev/nodus/pkg/registry/project"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
@@ -76,12 +80,15 @@ func (c CompletedConfig) New() (*Server, error) {
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
 	short := map[string][]string{
-		"projects": {"proj"}, "pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
+		"pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
 	}
 	for resource, names := range short {
 		for path, s := range c.Stores[resource].Storage(resource, names...) {
 			storage[path] = s
 		}
+	}
+	for path, s := range project.Storage(c.Stores["projects"], c.Stores["reservations"]) {
+		storage[path] = s
 	}
 	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
 		storage[path] = s
@@ -213,9 +220,15 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "scheduler")
 			return
 		}
+		projects, err := projectcontroller.New(client, factory, c.etcdClient, []string{executionlog.Prefix, idempotency.Prefix})
+		if err != nil {
+			klog.ErrorS(err, "project controller")
+			return
+		}
 		factory.Start(ctx.Done())
 		go allocations.Run(ctx, controllerWorkers)
 		go scheduler.Run(ctx)
+		go projects.Run(ctx, controllerWorkers)
 		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		go liveness.Run(ctx)
 		reservations.Run(ctx, controllerWorkers)

@@ -313,8 +313,8 @@ func wayOutRuns(t *testing.T, s *serverProcess, rig sshRig) {
 			if err := session.Start(); err != nil {
 				t.Fatal(err)
 			}
-			sessionEnded := make(chan struct{})
-			go func() { _ = session.Wait(); close(sessionEnded) }()
+			sessionEnded := make(chan time.Time, 1)
+			go func() { _ = session.Wait(); sessionEnded <- time.Now() }()
 			waitFor(t, "the session of "+name, func() bool {
 				out, _ := exec.Command("pgrep", "-u", rig.login, "sleep").Output()
 				return len(out) > 0
@@ -324,8 +324,8 @@ func wayOutRuns(t *testing.T, s *serverProcess, rig sshRig) {
 			waitFor(t, "the old certificate to be refused after the "+way.name, func() bool { return login.run("true") != nil })
 			refused = append(refused, time.Since(ended))
 			select {
-			case <-sessionEnded:
-				sessions = append(sessions, time.Since(ended))
+			case at := <-sessionEnded:
+				sessions = append(sessions, at.Sub(ended))
 			case <-time.After(30 * time.Second):
 				t.Fatalf("the live session survived the %s", way.name)
 			}

@@ -206,6 +206,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/ghost/reservedhosts", "application/json", bytes.NewReader(ghost))
 		},
 	}
+	cases[apierror.ReasonProjectHasReservations] = func() response {
+		return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/projects/acme", "", nil)
+	}
 	cases[apierror.ReasonNodeReserved] = func() response {
 		body, _ := json.Marshal(&nodusv1.Reservation{TypeMeta: metav1.TypeMeta{APIVersion: "nodus.dev/v1", Kind: "Reservation"},
 			ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: nodusv1.ReservationSpec{Project: "acme",

@@ -318,6 +318,7 @@ func (c *Cleaner) runCommand(ctx context.Context, request int64, users []string)
 	if timeout <= 0 {
 		timeout = 30 * time.Minute
 	}
+	parent := ctx
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cmd := exec.Command("/bin/sh", "-c", c.Command)
@@ -344,6 +345,9 @@ func (c *Cleaner) runCommand(ctx context.Context, request int64, users []string)
 	case <-ctx.Done():
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done
+		if parent.Err() != nil {
+			return -1, out.String(), fmt.Errorf("the clean command was interrupted: %w", parent.Err())
+		}
 		return -1, out.String(), fmt.Errorf("the clean command did not finish within %s and was killed", timeout)
 	}
 }

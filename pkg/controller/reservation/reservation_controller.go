@@ -283,8 +283,8 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 	if desired == nil {
 		return nil
 	}
-	if _, err := c.projects.Get(desired.Namespace); apierrors.IsNotFound(err) {
-		return nil // the project's namespace does not exist yet; its creation requeues us
+	if p, err := c.projects.Get(desired.Namespace); apierrors.IsNotFound(err) || (err == nil && p.DeletionTimestamp != nil) {
+		return nil // the project does not exist yet (its creation requeues us), or is going
 	}
 	hosts := c.client.NodusV1().ReservedHosts(desired.Namespace)
 	opts := metav1.UpdateOptions{FieldManager: fieldManager}

@@ -469,8 +469,8 @@ func (c *Controller) project(ctx context.Context, hosts []*host) error {
 	}
 	for _, h := range hosts {
 		r := h.reservation
-		if _, err := c.projects.Get(r.Spec.Project); err != nil {
-			continue
+		if p, err := c.projects.Get(r.Spec.Project); err != nil || p.DeletionTimestamp != nil {
+			continue // no project (yet), or one being deleted: nothing to show it
 		}
 		pool, _ := c.pools.Get(h.pool)
 		desired := lending.Status(r, pool, h.usage, h.borrowedIndices())

@@ -2,6 +2,9 @@
 package project
 
 import (
+	"context"
+	"slices"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -12,6 +15,13 @@ import (
 
 var rules = base.Rules{
 	Validate: func(obj runtime.Object) field.ErrorList { return validation.ValidateProject(obj.(*nodusv1.Project)) },
+	// Every project is finalized: its contents go before the name is free again.
+	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
+		p := obj.(*nodusv1.Project)
+		if !slices.Contains(p.Finalizers, Finalizer) {
+			p.Finalizers = append(p.Finalizers, Finalizer)
+		}
+	},
 }
 
 var table = base.Table{Columns: []base.Column{

@@ -1,0 +1,189 @@
+// Package project finalizes deleted Projects as Kubernetes' namespace
+// controller does namespaces: everything of the project goes — its
+// Reservations (live ones retired as a deleted reservation is, so their
+// nodes are cleaned), its ReservedHosts, Executions (cancelled first when
+// they run), HostLendings, execution logs and idempotency records — and
+// only then the Project itself, so that a project created later under the
+// same name inherits nothing.
+package project
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/worker"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/project"
+)
+
+// Controller finalizes deleted projects.
+type Controller struct {
+	client       versioned.Interface
+	projects     listers.ProjectLister
+	reservations listers.ReservationLister
+	// Prefixes are the etcd key prefixes of a project's data kept outside
+	// its objects (execution logs, idempotency records); the project's name
+	// and "/" follow each.
+	Prefixes []string
+	Etcd     *clientv3.Client
+	synced   []cache.InformerSynced
+	queue    workqueue.TypedRateLimitingInterface[string]
+}
+
+// New wires the controller to factory's informers.
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string) (*Controller, error) {
+	v1 := factory.Nodus().V1()
+	c := &Controller{
+		client: client, projects: v1.Projects().Lister(), reservations: v1.Reservations().Lister(), Etcd: etcd, Prefixes: prefixes,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "projects"}),
+	}
+	enqueue := func(obj interface{}) {
+		if p, ok := obj.(*nodusv1.Project); ok {
+			c.queue.Add(p.Name)
+		}
+	}
+	informer := v1.Projects().Informer()
+	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: enqueue, UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{informer.HasSynced, v1.Reservations().Informer().HasSynced}
+	return c, nil
+}
+
+// Run processes projects until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	if !cache.WaitForCacheSync(ctx.Done(), c.synced...) {
+		c.queue.ShutDown()
+		return
+	}
+	klog.InfoS("project controller started")
+	worker.Run(ctx, c.queue, workers, "projects", c.sync)
+}
+
+const fieldManager = "nodus-project-controller"
+
+func (c *Controller) sync(ctx context.Context, name string) error {
+	p, err := c.projects.Get(name)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if p.DeletionTimestamp == nil {
+		if slices.Contains(p.Finalizers, project.Finalizer) {
+			return nil
+		}
+		// Made before projects were finalized: finalize it from now on.
+		next := p.DeepCopy()
+		next.Finalizers = append(next.Finalizers, project.Finalizer)
+		_, err := c.client.NodusV1().Projects().Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+		return err
+	}
+	if !slices.Contains(p.Finalizers, project.Finalizer) {
+		return nil
+	}
+	left, err := c.empty(ctx, name)
+	if err != nil {
+		return err
+	}
+	if left != "" {
+		klog.V(2).InfoS("project still being emptied", "project", name, "left", left)
+		c.queue.AddAfter(name, time.Second)
+		return nil
+	}
+	next := p.DeepCopy()
+	next.Finalizers = slices.DeleteFunc(next.Finalizers, func(f string) bool { return f == project.Finalizer })
+	_, err = c.client.NodusV1().Projects().Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err == nil {
+		klog.InfoS("project finalized", "project", name)
+	}
+	return err
+}
+
+// empty removes one round of the project's contents and says what is left
+// ("" when nothing is).
+func (c *Controller) empty(ctx context.Context, name string) (string, error) {
+	api := c.client.NodusV1()
+	reservations, err := c.reservations.List(labels.Everything())
+	if err != nil {
+		return "", err
+	}
+	left := 0
+	for _, r := range reservations {
+		if r.Spec.Project != name {
+			continue
+		}
+		left++
+		if err := api.Reservations().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	if left > 0 {
+		// Their ReservedHosts and HostLendings are removed by their own
+		// controllers; what is left after is removed below.
+		return fmt.Sprintf("%d reservations", left), nil
+	}
+	executions, err := api.Executions(name).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, e := range executions.Items {
+		if !e.Status.Phase.Finished() {
+			err := api.RESTClient().Post().Namespace(name).Resource("executions").Name(e.Name).SubResource("cancel").
+				SetHeader("Content-Type", "application/json").Body([]byte(`{}`)).Do(ctx).Error()
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return "", err
+			}
+			continue
+		}
+		if err := api.Executions(name).Delete(ctx, e.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return "", err
+		}
+	}
+	if n := len(executions.Items); n > 0 {
+		return fmt.Sprintf("%d executions", n), nil
+	}
+	hosts, err := api.ReservedHosts(name).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, h := range hosts.Items {
+		if err := api.ReservedHosts(name).Delete(ctx, h.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	lendings, err := api.HostLendings(name).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, l := range lendings.Items {
+		if err := api.HostLendings(name).Delete(ctx, l.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	for _, prefix := range c.Prefixes {
+		if _, err := c.Etcd.Delete(ctx, prefix+name+"/", clientv3.WithPrefix()); err != nil {
+			return "", err
+		}
+	}
+	return "", nil
+}

@@ -1,0 +1,86 @@
+package project
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+)
+
+// Finalizer holds a deleted Project until the project controller removed
+// everything of it (its reservations, ReservedHosts, Executions,
+// HostLendings, logs and idempotency records), so that a project created
+// later under the same name inherits nothing.
+const Finalizer = "nodus.dev/project"
+
+// AnnotationRetire on a Project lets its deletion retire its live
+// reservations (each as a deleted reservation is: access retired, the node
+// cleaned). Without it, deleting a project with live reservations is refused.
+const AnnotationRetire = "nodus.dev/retire-reservations"
+
+// REST is the Project storage, whose deletion is refused while the project
+// has live reservations, unless the operator asked for their retirement.
+type REST struct {
+	*base.REST
+	Reservations *genericregistry.Store
+}
+
+// Storage returns the Project storage.
+func Storage(projects, reservations base.Stores) map[string]rest.Storage {
+	return map[string]rest.Storage{"projects": &REST{REST: &base.REST{Store: projects.Main, Short: []string{"proj"}}, Reservations: reservations.Main}}
+}
+
+// Delete checks the project's reservations, then deletes (the finalizer
+// keeps the object until its contents are gone).
+func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
+	obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, false, err
+	}
+	p := obj.(*nodusv1.Project)
+	if p.DeletionTimestamp == nil && p.Annotations[AnnotationRetire] != "true" {
+		live, err := r.liveReservations(ctx, name)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(live) > 0 {
+			shown := live
+			if len(shown) > 10 {
+				shown = append(shown[:10:10], fmt.Sprintf("and %d more", len(live)-10))
+			}
+			return nil, false, apierror.New(ctx, apierror.ReasonProjectHasReservations, nodusv1.Resource("projects"), name,
+				fmt.Sprintf("project %s has live reservations: %s", name, strings.Join(shown, ", ")), "")
+		}
+	}
+	return r.Store.Delete(ctx, name, deleteValidation, options)
+}
+
+// liveReservations names the project's reservations that are not over.
+func (r *REST) liveReservations(ctx context.Context, project string) ([]string, error) {
+	// A consistent read: a reservation created a moment ago counts.
+	list, err := r.Reservations.List(request.WithNamespace(ctx, ""), &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.project", project)})
+	if err != nil {
+		return nil, err
+	}
+	var live []string
+	for _, res := range list.(*nodusv1.ReservationList).Items {
+		if !lifecycle.Final(res.Status.State) {
+			live = append(live, fmt.Sprintf("%s (%s)", res.Name, res.Status.State))
+		}
+	}
+	sort.Strings(live)
+	return live, nil
+}

@@ -1,0 +1,173 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// TestReservationRaceAcrossTwoServers races reservations through two
+// nodus-server processes on one etcd: 20 for one node end with exactly one
+// live, and 400 class-placed ones over 200 nodes never put two on one node.
+func TestReservationRaceAcrossTwoServers(t *testing.T) {
+	requireKubectl(t)
+	const nodes, classPlaced, contenders = 200, 400, 20
+	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Stop(context.Background()) })
+	var apis []versioned.Interface
+	for i := 0; i < 2; i++ {
+		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
+		cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.QPS, cfg.Burst = 1000, 1000
+		apis = append(apis, versioned.NewForConfigOrDie(cfg))
+	}
+	ctx := context.Background()
+	a := apis[0].NodusV1()
+	for _, name := range []string{"acme", "beta"} {
+		if _, err := a.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "race"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	parallel := func(n, clients int, op func(i int) error) {
+		t.Helper()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		work := make(chan int)
+		for w := 0; w < clients; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range work {
+					if err := op(i); err != nil {
+						errs <- err
+					}
+				}
+			}()
+		}
+		for i := 0; i < n; i++ {
+			work <- i
+		}
+		close(work)
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			t.Fatal(err)
+		}
+	}
+	parallel(nodes+1, 16, func(i int) error {
+		api := apis[i%2].NodusV1()
+		name, class := fmt.Sprintf("race-%03d", i), "gpu-race"
+		if i == nodes {
+			name, class = "contested", "gpu-contested"
+		}
+		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: nodusv1.NodeSpec{Pool: "race", ResourceClass: class, LoginUser: "ubuntu"}}, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+		return api.RESTClient().Post().Resource("nodes").Name(name).SubResource("heartbeat").
+			SetHeader("Content-Type", "application/json").Body([]byte(`{"agentGeneration":0}`)).Do(ctx).Error()
+	})
+	term := func(name, project string, placement nodusv1.ReservationPlacement) *nodusv1.Reservation {
+		now := time.Now()
+		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.ReservationSpec{Project: project, Placement: placement,
+			StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)), EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}}
+	}
+
+	// 20 for one node, from 20 clients at once, half through each server.
+	var mu sync.Mutex
+	var accepted []string
+	parallel(contenders, contenders, func(i int) error {
+		project := []string{"acme", "beta"}[i%2]
+		name := fmt.Sprintf("contender-%02d", i)
+		_, err := apis[i%2].NodusV1().Reservations().Create(ctx, term(name, project, nodusv1.ReservationPlacement{Node: "contested"}), metav1.CreateOptions{})
+		switch {
+		case err == nil:
+			mu.Lock()
+			accepted = append(accepted, name)
+			mu.Unlock()
+		case apierrors.ReasonForError(err) != apierror.ReasonNodeReserved:
+			return err
+		}
+		return nil
+	})
+	// 400 class-placed ones for 200 nodes.
+	parallel(classPlaced, 16, func(i int) error {
+		_, err := apis[i%2].NodusV1().Reservations().Create(ctx,
+			term(fmt.Sprintf("class-%03d", i), []string{"acme", "beta"}[i%2], nodusv1.ReservationPlacement{ResourceClass: "gpu-race"}), metav1.CreateOptions{})
+		return err
+	})
+
+	// Settled: every class-placed reservation either active or pending with
+	// an allocation that ended in error; exactly one contender active.
+	var list *nodusv1.ReservationList
+	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err = apis[1].NodusV1().Reservations().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		active := 0
+		for _, r := range list.Items {
+			if r.Status.State == nodusv1.ReservationStateActive {
+				active++
+			}
+		}
+		return active == nodes+1, nil
+	})
+	if err != nil {
+		t.Fatalf("the race never settled at %d active reservations: %v", nodes+1, err)
+	}
+	time.Sleep(2 * time.Second) // a double activation would show by now
+	list, err = apis[0].NodusV1().Reservations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	holder := map[string]string{}
+	contendersActive := 0
+	for _, r := range list.Items {
+		if r.Status.State != nodusv1.ReservationStateActive {
+			continue
+		}
+		if other, taken := holder[r.Status.Node]; taken {
+			t.Errorf("node %s has two active reservations: %s and %s", r.Status.Node, other, r.Name)
+		}
+		holder[r.Status.Node] = r.Name
+		if r.Spec.Placement.Node == "contested" {
+			contendersActive++
+		}
+	}
+	if contendersActive != 1 || len(holder) != nodes+1 {
+		t.Errorf("%d contenders active (want 1), %d nodes held (want %d)", contendersActive, len(holder), nodes+1)
+	}
+	stored, err := apis[1].NodusV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range stored.Items {
+		if n.Status.Reservation == "" || holder[n.Name] != n.Status.Reservation {
+			t.Errorf("node %s's claim names %q, the active reservation on it is %q", n.Name, n.Status.Reservation, holder[n.Name])
+		}
+	}
+	t.Logf("%d of %d contenders accepted at creation (the rest refused with NodeReserved), 1 active; %d class-placed reservations active on %d nodes",
+		len(accepted), contenders, len(holder)-1, nodes)
+}

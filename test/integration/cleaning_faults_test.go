@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestCleaningFaults runs the real agent's handover cleaning through its
+// faults: an operator's clean command that fails puts the node in
+// maintenance, never available; an agent restarted in the middle of a
+// cleaning does it again from the start; a command that hangs is killed at
+// its timeout and fails the cleaning; only a clean that works hands on.
+func TestCleaningFaults(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	tok := enrollmentToken(t, s, "cleaner", time.Now().Add(time.Hour))
+	dir := t.TempDir()
+	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint,
+		Node: "cleaner", StateDir: dir}); err != nil {
+		t.Fatal(err)
+	}
+	// A scratch host tree: the account the token names does not exist
+	// here, so only the operator's command does anything.
+	scratch := t.TempDir()
+	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
+	start := func(command string, timeout time.Duration) (stop func()) {
+		t.Helper()
+		a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: command,
+			CleanTimeout: timeout, CleaningPaths: &paths})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = a.Run(runCtx); close(done) }()
+		stopped := false
+		stop = func() {
+			if !stopped {
+				stopped = true
+				cancel()
+				<-done
+			}
+		}
+		t.Cleanup(stop)
+		return stop
+	}
+
+	stop := start("echo wiping scratch; exit 3", time.Minute)
+	now := time.Now()
+	f.reserve(t, "cleaner", nodusv1.ReservationPlacement{Node: "cleaner"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "cleaner", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	if r := f.release(t, f.admin, "cleaner", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	failed := waitNode(t, s, "cleaner", func(n *nodusv1.Node) bool { return n.Spec.Maintenance })
+	if c := failed.Status.Cleaning; failed.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c.Phase != nodusv1.CleaningFailed ||
+		c.CommandExitCode == nil || *c.CommandExitCode != 3 || !strings.Contains(c.CommandOutput, "wiping scratch") ||
+		!strings.Contains(failed.Spec.MaintenanceReason, "the clean command exited 3") {
+		t.Fatalf("a failed clean command: %+v %+v", failed.Spec, failed.Status)
+	}
+	stop()
+
+	// The operator cleans again; the agent is restarted in the middle of it.
+	marker := filepath.Join(scratch, "started")
+	stop = start("touch "+marker+"; sleep 30", 3*time.Second)
+	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/cleaner/clean", "application/json", strings.NewReader(`{}`)); r.code != 201 && r.code != 200 {
+		t.Fatalf("clean again: %d %s", r.code, r.body)
+	}
+	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := os.Stat(marker)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal("the agent never started the clean command")
+	}
+	stop()
+	if n := waitNode(t, s, "cleaner", func(*nodusv1.Node) bool { return true }); n.Status.Cleaning.Phase != nodusv1.CleaningPending ||
+		n.Status.Cleaning.Request != 2 {
+		t.Fatalf("an agent stopped in the middle reported: %+v", n.Status.Cleaning)
+	}
+	_ = os.Remove(marker)
+	// The restarted agent does it again: the command hangs and is killed at its timeout.
+	stop = start("touch "+marker+"; sleep 30", 2*time.Second)
+	hung := waitNode(t, s, "cleaner", func(n *nodusv1.Node) bool {
+		return n.Status.Cleaning.Request == 2 && n.Status.Cleaning.Phase == nodusv1.CleaningFailed
+	})
+	if _, err := os.Stat(marker); err != nil || !strings.Contains(hung.Status.Cleaning.Message, "did not finish within 2s") ||
+		hung.Status.ProvisionState != nodusv1.ProvisionStateCleaning {
+		t.Fatalf("a hanging clean command: %v %+v", err, hung.Status)
+	}
+	stop()
+
+	stop = start("true", time.Minute)
+	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/cleaner/clean", "application/json", strings.NewReader(`{}`)); r.code != 201 && r.code != 200 {
+		t.Fatalf("clean again: %d %s", r.code, r.body)
+	}
+	done := waitNode(t, s, "cleaner", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
+	if c := done.Status.Cleaning; c.Request != 3 || c.Phase != nodusv1.CleaningSucceeded || *c.CommandExitCode != 0 || !done.Spec.Maintenance {
+		t.Errorf("after a clean that works: %+v %+v (maintenance stays until the operator ends it)", done.Spec, c)
+	}
+	stop()
+}
