@@ -14,10 +14,10 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/nodus-dev/nodus/pkg/agent"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // lendingBench measures, on -lent-hosts lent 8-GPU hosts:
@@ -134,24 +134,15 @@ func enrollAgents(ctx context.Context, s *server, n int) (map[string]*rest.Confi
 	out := map[string]*rest.Config{}
 	for i := 0; i < n; i++ {
 		name := fmt.Sprintf("agent-%02d", i)
-		tok, err := api.EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.EnrollmentTokenSpec{Pool: "agents", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
-		if err != nil {
-			return nil, err
-		}
 		dir, err := os.MkdirTemp(s.dir, "agent-")
 		if err != nil {
 			return nil, err
 		}
-		if _, err := agent.Enroll(ctx, agent.EnrollOptions{Server: s.config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
+		if out[name], err = testfleet.EnrollAgent(ctx, s.client, s.config.Host, name,
+			nodusv1.EnrollmentTokenSpec{Pool: "agents", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir); err != nil {
 			return nil, err
 		}
-		read := func(f string) []byte { data, _ := os.ReadFile(dir + "/" + f); return data }
-		out[name] = &rest.Config{Host: s.config.Host, QPS: -1, TLSClientConfig: rest.TLSClientConfig{
-			CertData: read("agent.crt"), KeyData: read("agent.key"), CAData: read("ca.crt")}}
-		if _, err := api.Reservations().Create(ctx, &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.ReservationSpec{Project: "bench", Placement: nodusv1.ReservationPlacement{Node: name},
-				StartsAt: metav1.NewTime(now.Add(-time.Hour)), EndsAt: metav1.NewTime(now.Add(24 * time.Hour))}}, metav1.CreateOptions{}); err != nil {
+		if err := testfleet.Reserve(ctx, s.client, name, "bench", nodusv1.ReservationPlacement{Node: name}, now.Add(-time.Hour), now.Add(24*time.Hour)); err != nil {
 			return nil, err
 		}
 	}

@@ -27,8 +27,9 @@ import (
 	"os"
 	"sort"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 type config struct {
@@ -129,33 +130,4 @@ func percentiles(lat []time.Duration) (p50, p99 time.Duration) {
 }
 
 // parallel runs op for 0..n-1 on conc workers and returns the first error.
-func parallel(n, conc int, op func(i int) error) error {
-	var wg sync.WaitGroup
-	errs := make(chan error, conc)
-	next := make(chan int)
-	for w := 0; w < conc; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				if err := op(i); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := 0; i < n; i++ {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	select {
-	case err := <-errs:
-		return err
-	default:
-		return nil
-	}
-}
+func parallel(n, conc int, op func(i int) error) error { return testfleet.Parallel(n, conc, op) }

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // release measures release-capacity's latency and how long until a watch
@@ -102,16 +103,12 @@ func seedFleet(ctx context.Context, s *server, n, conc int, reserve bool) error 
 	now := time.Now().Truncate(time.Second)
 	return parallel(n, conc, func(i int) error {
 		name := fleetName(i)
-		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.NodeSpec{Pool: "bench", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := testfleet.Node(ctx, s.client, name, "bench", "gpu-h100x8", "ubuntu"); err != nil {
 			return err
 		}
 		if !reserve {
 			return nil
 		}
-		_, err := api.Reservations().Create(ctx, &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.ReservationSpec{Project: "bench", Placement: nodusv1.ReservationPlacement{Node: name},
-				StartsAt: metav1.NewTime(now.Add(-time.Hour)), EndsAt: metav1.NewTime(now.Add(24 * time.Hour))}}, metav1.CreateOptions{})
-		return err
+		return testfleet.Reserve(ctx, s.client, name, "bench", nodusv1.ReservationPlacement{Node: name}, now.Add(-time.Hour), now.Add(24*time.Hour))
 	})
 }

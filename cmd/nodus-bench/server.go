@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,18 +11,17 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
 // server is nodus-server running as a child process, so that its CPU time
 // is its own and not the load generator's.
 type server struct {
-	cmd    *exec.Cmd
+	proc   *testfleet.Process
 	dir    string
 	config *rest.Config
 	client versioned.Interface
@@ -41,45 +39,23 @@ func startServer(binary, dir, etcdURL string) (*server, error) {
 			return nil, fmt.Errorf("build nodus-server (or pass -server): %w", err)
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
 	log, err := os.Create(filepath.Join(dir, "server.log"))
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"--data-dir", filepath.Join(dir, "data"), "--secure-port", strconv.Itoa(port)}
+	var flags []string
 	if etcdURL != "" {
-		args = append(args, "--etcd-servers", etcdURL)
+		flags = append(flags, "--etcd-servers", etcdURL)
 	}
-	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	s := &server{cmd: cmd, dir: filepath.Join(dir, "data")}
-	err = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
-		cfg, err := clientcmd.BuildConfigFromFlags("", filepath.Join(s.dir, "admin.kubeconfig"))
-		if err != nil {
-			return false, nil
-		}
-		cfg.QPS, cfg.Burst = 100000, 100000
-		client, err := versioned.NewForConfig(cfg)
-		if err != nil {
-			return false, err
-		}
-		if _, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx); err != nil {
-			return false, nil
-		}
-		s.config, s.client = cfg, client
-		return true, nil
-	})
+	proc, err := testfleet.StartServer(binary, filepath.Join(dir, "data"), log, flags...)
 	if err != nil {
+		return nil, fmt.Errorf("%w (log: %s)", err, log.Name())
+	}
+	s := &server{proc: proc, dir: proc.DataDir, config: rest.CopyConfig(proc.Config)}
+	s.config.QPS, s.config.Burst = 100000, 100000
+	if s.client, err = versioned.NewForConfig(s.config); err != nil {
 		s.stop()
-		return nil, fmt.Errorf("nodus-server did not become ready (log: %s): %w", log.Name(), err)
+		return nil, err
 	}
 	if etcdURL != "" {
 		s.etcd, err = clientv3.New(clientv3.Config{Endpoints: []string{etcdURL}, DialTimeout: 10 * time.Second})
@@ -97,19 +73,12 @@ func (s *server) stop() {
 	if s.etcd != nil {
 		s.etcd.Close()
 	}
-	_ = s.cmd.Process.Signal(os.Interrupt)
-	done := make(chan struct{})
-	go func() { _ = s.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(time.Minute):
-		_ = s.cmd.Process.Kill()
-	}
+	_ = s.proc.Stop(time.Minute)
 }
 
 // cpu is the server process's user+system CPU time so far.
 func (s *server) cpu() (time.Duration, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.cmd.Process.Pid))
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", s.proc.Cmd.Process.Pid))
 	if err != nil {
 		return 0, err
 	}

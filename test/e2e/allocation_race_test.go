@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +13,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // TestAllocationRaceAcrossTwoServers: 400 allocations for 200 matching
@@ -46,39 +46,16 @@ func TestAllocationRaceAcrossTwoServers(t *testing.T) {
 	}
 	run := func(n int, op func(i int) error) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		work := make(chan int)
-		for w := 0; w < clients; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range work {
-					if err := op(i); err != nil {
-						errs <- err
-					}
-				}
-			}()
-		}
-		for i := 0; i < n; i++ {
-			work <- i
-		}
-		close(work)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if err := testfleet.Parallel(n, clients, op); err != nil {
 			t.Fatal(err)
 		}
 	}
 	run(nodes, func(i int) error {
-		api := apis[i%2].NodusV1()
 		name := fmt.Sprintf("race-%03d", i)
-		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.NodeSpec{Pool: "race", ResourceClass: "gpu-race"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := testfleet.Node(ctx, apis[i%2], name, "race", "gpu-race", ""); err != nil {
 			return err
 		}
-		return api.RESTClient().Post().Resource("nodes").Name(name).SubResource("heartbeat").
-			SetHeader("Content-Type", "application/json").Body([]byte(`{"agentGeneration":0}`)).Do(ctx).Error()
+		return testfleet.Heartbeat(ctx, apis[i%2], name, nodusv1.NodeHeartbeat{})
 	})
 	run(allocs, func(i int) error {
 		_, err := apis[i%2].NodusV1().Allocations().Create(ctx, &nodusv1.Allocation{

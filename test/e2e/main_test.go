@@ -5,14 +5,14 @@ package e2e
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 var serverBinary, agentBinary, cliBinary string
@@ -51,11 +51,10 @@ func TestMain(m *testing.M) {
 
 // serverProcess is a running nodus-server binary.
 type serverProcess struct {
-	cmd        *exec.Cmd
+	*testfleet.Process
 	dataDir    string
 	kubeconfig string
 	stdout     *syncBuffer
-	exited     chan error
 }
 
 // startServer runs nodus-server on dataDir and waits until kubectl reaches it.
@@ -67,50 +66,26 @@ func startServer(t *testing.T, dataDir string) *serverProcess {
 // startServerWith starts nodus-server with extra flags.
 func startServerWith(t *testing.T, dataDir string, flags ...string) *serverProcess {
 	t.Helper()
-	args := append([]string{"--data-dir", dataDir, "--secure-port", fmt.Sprint(freePort(t))}, flags...)
-	cmd := exec.Command(serverBinary, args...)
 	out := &syncBuffer{}
-	cmd.Stdout = out
-	cmd.Stderr = out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	p, err := testfleet.StartServer(serverBinary, dataDir, out, flags...)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
 	}
-	p := &serverProcess{cmd: cmd, dataDir: dataDir, kubeconfig: filepath.Join(dataDir, "admin.kubeconfig"), stdout: out, exited: make(chan error, 1)}
-	go func() { p.exited <- cmd.Wait() }()
-	t.Cleanup(func() { p.stop(t) })
-
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		if _, err := os.Stat(p.kubeconfig); err == nil {
-			if _, _, err := p.kubectl("get", "--raw", "/readyz"); err == nil {
-				return p
-			}
-		}
-		select {
-		case err := <-p.exited:
-			t.Fatalf("nodus-server exited during start-up: %v\n%s", err, out.String())
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("nodus-server not ready after 2m:\n%s", out.String())
-		}
+	s := &serverProcess{Process: p, dataDir: dataDir, kubeconfig: p.Kubeconfig, stdout: out}
+	t.Cleanup(func() { _ = s.stop(t) })
+	if _, errOut, err := s.kubectl("get", "--raw", "/readyz"); err != nil {
+		t.Fatalf("kubectl cannot reach nodus-server: %v %s", err, errOut)
 	}
+	return s
 }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *serverProcess) stop(t *testing.T) error {
-	if p.cmd.ProcessState != nil {
-		return nil
+	err := p.Stop(time.Minute)
+	if err != nil && strings.Contains(err.Error(), "did not stop") {
+		t.Error(err)
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case err := <-p.exited:
-		return err
-	case <-time.After(time.Minute):
-		_ = p.cmd.Process.Kill()
-		t.Errorf("nodus-server did not stop within a minute of SIGTERM")
-		return <-p.exited
-	}
+	return err
 }
 
 // kubectl runs the installed kubectl against the server as the bootstrap operator.
@@ -155,10 +130,9 @@ func requireKubectl(t *testing.T) {
 }
 
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testfleet.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }

@@ -9,13 +9,13 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // TestReservationRaceAcrossTwoServers races reservations through two
@@ -51,47 +51,22 @@ func TestReservationRaceAcrossTwoServers(t *testing.T) {
 	}
 	parallel := func(n, clients int, op func(i int) error) {
 		t.Helper()
-		var wg sync.WaitGroup
-		errs := make(chan error, n)
-		work := make(chan int)
-		for w := 0; w < clients; w++ {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for i := range work {
-					if err := op(i); err != nil {
-						errs <- err
-					}
-				}
-			}()
-		}
-		for i := 0; i < n; i++ {
-			work <- i
-		}
-		close(work)
-		wg.Wait()
-		close(errs)
-		for err := range errs {
+		if err := testfleet.Parallel(n, clients, op); err != nil {
 			t.Fatal(err)
 		}
 	}
 	parallel(nodes+1, 16, func(i int) error {
-		api := apis[i%2].NodusV1()
 		name, class := fmt.Sprintf("race-%03d", i), "gpu-race"
 		if i == nodes {
 			name, class = "contested", "gpu-contested"
 		}
-		if _, err := api.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.NodeSpec{Pool: "race", ResourceClass: class, LoginUser: "ubuntu"}}, metav1.CreateOptions{}); err != nil {
+		if _, err := testfleet.Node(ctx, apis[i%2], name, "race", class, "ubuntu"); err != nil {
 			return err
 		}
-		return api.RESTClient().Post().Resource("nodes").Name(name).SubResource("heartbeat").
-			SetHeader("Content-Type", "application/json").Body([]byte(`{"agentGeneration":0}`)).Do(ctx).Error()
+		return testfleet.Heartbeat(ctx, apis[i%2], name, nodusv1.NodeHeartbeat{})
 	})
 	term := func(name, project string, placement nodusv1.ReservationPlacement) *nodusv1.Reservation {
-		now := time.Now()
-		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.ReservationSpec{Project: project, Placement: placement,
-			StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)), EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}}
+		return testfleet.Reservation(name, project, placement, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	}
 
 	// 20 for one node, from 20 clients at once, half through each server.
@@ -121,7 +96,7 @@ func TestReservationRaceAcrossTwoServers(t *testing.T) {
 	// Settled: every class-placed reservation either active or pending with
 	// an allocation that ended in error; exactly one contender active.
 	var list *nodusv1.ReservationList
-	err = wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 4*time.Minute, true, func(ctx context.Context) (bool, error) {
+	err = testfleet.Eventually(ctx, 4*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err = apis[1].NodusV1().Reservations().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err

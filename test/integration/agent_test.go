@@ -11,12 +11,12 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -37,20 +37,24 @@ func enrollmentToken(t *testing.T, s *testserver.Server, name string, expires ti
 	return tok
 }
 
-// agentConfig is the credential an enrolled agent holds now. It is read
-// into the config, so that a later credential in the same files is a
-// different client.
+// agentConfig is the credential an enrolled agent holds now.
 func agentConfig(t *testing.T, s *testserver.Server, dir string) *rest.Config {
 	t.Helper()
-	read := func(name string) []byte {
-		data, err := os.ReadFile(filepath.Join(dir, name))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
+	cfg, err := testfleet.AgentConfig(s.Config.Host, dir)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{
-		CertData: read("agent.crt"), KeyData: read("agent.key"), CAData: read("ca.crt")}}
+	return cfg
+}
+
+// enrollAgent enrolls a real agent for node into dir with a token of spec.
+func enrollAgent(t *testing.T, s *testserver.Server, node string, spec nodusv1.EnrollmentTokenSpec, dir string) *rest.Config {
+	t.Helper()
+	cfg, err := testfleet.EnrollAgent(ctx(t), s.Client, s.Config.Host, node, spec, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg
 }
 
 func TestAgentEnrollsReportsAndDrains(t *testing.T) {
@@ -170,7 +174,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 		stop() // the old agent process goes away
 		// What it applied survives it.
 		var store *state.Store
-		if err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
 			var err error
 			store, err = state.Open(filepath.Join(dir, "state.db"))
 			return err == nil, nil
@@ -201,7 +205,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Node) bool) *nodusv1.Node {
 	t.Helper()
 	var last *nodusv1.Node
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		n, err := s.Client.NodusV1().Nodes().Get(c, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -220,7 +224,7 @@ func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.
 func waitCode(t *testing.T, cfg *rest.Config, path string, code int) {
 	t.Helper()
 	var last response
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
 		last = do(t, cfg, "GET", path, "", nil)
 		return last.code == code, nil
 	})

@@ -11,10 +11,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -44,7 +44,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	(&fleet{s: s}).waitHost(t, "r1", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Reservation.State == nodusv1.ReservationStateActive
 	})
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		n, err := s.Client.NodusV1().Nodes().Get(c, "gpu-001", metav1.GetOptions{})
 		return err == nil && n.Status.ProvisionState == nodusv1.ProvisionStateActive, nil
 	}); err != nil {
@@ -54,7 +54,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/lend", "application/json", strings.NewReader(`{"epoch":1}`)); r.code != 200 {
 		t.Fatalf("lend r1: %d %s", r.code, r.body)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		e, err := s.Client.NodusV1().Executions("acme").Get(c, "e1", metav1.GetOptions{})
 		return err == nil && e.Status.Reason == "Waiting", nil
 	}); err != nil {

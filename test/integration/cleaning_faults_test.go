@@ -8,11 +8,10 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
-
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -24,12 +23,8 @@ import (
 func TestCleaningFaults(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	tok := enrollmentToken(t, s, "cleaner", time.Now().Add(time.Hour))
 	dir := t.TempDir()
-	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint,
-		Node: "cleaner", StateDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	enrollAgent(t, s, "cleaner", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
 	// A scratch host tree: the account the token names does not exist
 	// here, so only the operator's command does anything.
 	scratch := t.TempDir()
@@ -59,7 +54,9 @@ func TestCleaningFaults(t *testing.T) {
 	stop := start("echo wiping scratch; exit 3", time.Minute)
 	now := time.Now()
 	f.reserve(t, "cleaner", nodusv1.ReservationPlacement{Node: "cleaner"}, now.Add(-time.Hour), now.Add(time.Hour))
-	f.waitHost(t, "cleaner", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	f.waitHost(t, "cleaner", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 	if r := f.release(t, f.admin, "cleaner", agreed, ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}
@@ -77,7 +74,7 @@ func TestCleaningFaults(t *testing.T) {
 	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/cleaner/clean", "application/json", strings.NewReader(`{}`)); r.code != 201 && r.code != 200 {
 		t.Fatalf("clean again: %d %s", r.code, r.body)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) {
 		_, err := os.Stat(marker)
 		return err == nil, nil
 	}); err != nil {

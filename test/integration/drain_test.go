@@ -9,11 +9,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/server"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -80,7 +80,7 @@ func TestTermEnd(t *testing.T) {
 	if _, err := c.Allocations().Create(ctx(t), allocation("alloc-term"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		a, err := c.Allocations().Get(cx, "alloc-term", metav1.GetOptions{})
 		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "h-term", nil
 	})
@@ -105,7 +105,7 @@ func TestTermEnd(t *testing.T) {
 	}
 	f.heartbeat(t, "h-term", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-term", 2, 0, 0)}})
 	f.waitHost(t, "h-term", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateEnded })
-	err = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	err = testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		_, err := c.Allocations().Get(cx, "alloc-term", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	})

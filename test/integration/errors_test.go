@@ -12,14 +12,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -98,7 +97,7 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		Spec: nodusv1.AllocationSpec{Node: "allocated"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(cx context.Context) (bool, error) {
 		a, err := c.Allocations().Get(cx, "in-use", metav1.GetOptions{})
 		return err == nil && a.Status.State == nodusv1.AllocationStateActive, nil
 	}); err != nil {
@@ -287,7 +286,7 @@ func waitingReservations(t *testing.T, f *fleet, now time.Time) map[metav1.Statu
 func placedReason(t *testing.T, f *fleet, reservation string, want metav1.StatusReason) string {
 	t.Helper()
 	last := ""
-	_ = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	_ = testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		r, err := f.s.Client.NodusV1().Reservations().Get(cx, reservation, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -315,15 +314,7 @@ func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecut
 		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	tok, err := c.EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "reporter"},
-		Spec: nodusv1.EnrollmentTokenSpec{Pool: "lends-to-acme", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: "reporter", StateDir: dir}); err != nil {
-		t.Fatal(err)
-	}
+	reporter := enrollAgent(t, s, "reporter", nodusv1.EnrollmentTokenSpec{Pool: "lends-to-acme", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
 	node, err := c.Nodes().Get(ctx(t), "reporter", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -349,5 +340,5 @@ func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecut
 		}
 		return e.Name
 	}
-	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: agentConfig(t, s, dir), execution: placed(nodusv1.ExecutionRunning, lending.HostAlias(node))}
+	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: reporter, execution: placed(nodusv1.ExecutionRunning, lending.HostAlias(node))}
 }

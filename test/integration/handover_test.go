@@ -13,11 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -41,10 +41,7 @@ func TestOneLiveReservationPerNode(t *testing.T) {
 				project = "other"
 			}
 			name := fmt.Sprintf("race-%02d", i)
-			_, err := s.Client.NodusV1().Reservations().Create(context.Background(), &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
-				Spec: nodusv1.ReservationSpec{Project: project, Placement: nodusv1.ReservationPlacement{Node: "contested"},
-					StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)), EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}},
-				metav1.CreateOptions{})
+			err := testfleet.Reserve(context.Background(), s.Client, name, project, nodusv1.ReservationPlacement{Node: "contested"}, now.Add(-time.Hour), now.Add(time.Hour))
 			switch {
 			case err == nil:
 				created <- name
@@ -63,7 +60,7 @@ func TestOneLiveReservationPerNode(t *testing.T) {
 		t.Fatal("no reservation was accepted")
 	}
 	var active string
-	if err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		active = ""
 		for _, name := range names {
 			r, err := s.Client.NodusV1().Reservations().Get(c, name, metav1.GetOptions{})
@@ -102,9 +99,7 @@ func TestHandoverWaitsForCleaningEvidence(t *testing.T) {
 	now := time.Now()
 	f.host(t, "h1", now.Add(-time.Hour), now.Add(time.Hour))
 	next := func() *nodusv1.Reservation {
-		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "next"}, Spec: nodusv1.ReservationSpec{Project: "other",
-			Placement: nodusv1.ReservationPlacement{Node: "h1"}, StartsAt: metav1.NewTime(now.Add(-time.Hour).Truncate(time.Second)),
-			EndsAt: metav1.NewTime(now.Add(time.Hour).Truncate(time.Second))}}
+		return testfleet.Reservation("next", "other", nodusv1.ReservationPlacement{Node: "h1"}, now.Add(-time.Hour), now.Add(time.Hour))
 	}
 	if _, err := c.Reservations().Create(ctx(t), next(), metav1.CreateOptions{}); apierrors.ReasonForError(err) != apierror.ReasonNodeReserved {
 		t.Fatalf("a reservation for an active tenant's node: %v", err)
@@ -183,7 +178,7 @@ func TestHandoverWaitsForCleaningEvidence(t *testing.T) {
 		t.Fatalf("next waits with %q while h1 is in maintenance", got)
 	}
 	setMaintenance(t, s, "h1", false)
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		r, err := c.Reservations().Get(cx, "next", metav1.GetOptions{})
 		return err == nil && r.Status.State == nodusv1.ReservationStateActive && r.Status.Epoch == 1, nil
 	}); err != nil {
@@ -227,7 +222,7 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 	if cl := n.Status.Cleaning; n.Status.Reservation != "" || cl.Reservation != "gone" || cl.Epoch != 0 || strings.Join(cl.Users, ",") != "ubuntu" {
 		t.Errorf("the deleted reservation's node: %+v", n.Status)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		_, err := c.ReservedHosts("acme").Get(cx, "gone", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
@@ -253,7 +248,7 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	var moved *nodusv1.Reservation
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		moved = f.reservation(t, "mover")
 		return moved.Status.Node != first && moved.Status.Node != "", nil
 	}); err != nil {
@@ -300,7 +295,7 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 func waitAllocation(t *testing.T, s *testserver.Server, name string) *nodusv1.Allocation {
 	t.Helper()
 	var a *nodusv1.Allocation
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		var err error
 		a, err = s.Client.NodusV1().Allocations().Get(cx, name, metav1.GetOptions{})
 		return err == nil && a.Status.State != "" && a.Status.State != nodusv1.AllocationStateAllocating, nil

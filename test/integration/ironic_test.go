@@ -15,10 +15,10 @@ import (
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/v1/nodes"
 	"github.com/gophercloud/gophercloud/v2/pagination"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -118,7 +118,7 @@ func TestIronicWithGophercloud(t *testing.T) {
 		}
 		// Three nodes of the class are available (bm-3 moved to another class).
 		var active []allocations.Allocation
-		err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
 			pages, err := allocations.List(c, allocations.ListOpts{State: "active"}).AllPages(ctx)
 			if err != nil {
 				return false, err
@@ -141,7 +141,7 @@ func TestIronicWithGophercloud(t *testing.T) {
 			t.Fatal(err)
 		}
 		var failed *allocations.Allocation
-		_ = wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		_ = testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
 			failed, err = allocations.Get(ctx, c, fourth.UUID).Extract()
 			return err == nil && failed.State == "error", nil
 		})
@@ -340,7 +340,7 @@ func TestDeleteAllocationOfActiveNode(t *testing.T) {
 	f.waitHost(t, "busy", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Reservation.State == nodusv1.ReservationStateActive
 	})
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		n, err := c.Nodes().Get(cx, "busy", metav1.GetOptions{})
 		return err == nil && n.Status.ProvisionState == nodusv1.ProvisionStateActive, nil
 	})

@@ -14,16 +14,15 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -55,16 +54,7 @@ func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[str
 	}
 	for i := 0; i < nodes; i++ {
 		name := fmt.Sprintf("gpu-%02d", i)
-		tok, err := c.EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		dir := t.TempDir()
-		if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
-			t.Fatal(err)
-		}
-		f.agents[name] = agentConfig(t, s, dir)
+		f.agents[name] = enrollAgent(t, s, name, nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
 		n, err := c.Nodes().Get(ctx(t), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -130,7 +120,7 @@ func (f *lendingFleet) report(t *testing.T, node, project, name string, rep nodu
 func (f *lendingFleet) waitExecution(t *testing.T, project, name string, ok func(*nodusv1.Execution) bool) *nodusv1.Execution {
 	t.Helper()
 	var last *nodusv1.Execution
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		e, err := f.s.Client.NodusV1().Executions(project).Get(c, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
@@ -332,7 +322,7 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), node, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		_, err := s.Client.NodusV1().HostLendings("acme").Get(c, node, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
@@ -352,22 +342,13 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 // newAgentOnly enrolls a node with no reservation, for its credential.
 func newAgentOnly(t *testing.T, f *lendingFleet, name string) *rest.Config {
 	t.Helper()
-	tok, err := f.s.Client.NodusV1().EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	if _, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: f.s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: name, StateDir: dir}); err != nil {
-		t.Fatal(err)
-	}
-	return agentConfig(t, f.s, dir)
+	return enrollAgent(t, f.s, name, nodusv1.EnrollmentTokenSpec{Pool: "gpu", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
 }
 
 func waitLending(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.HostLending) bool) *nodusv1.HostLending {
 	t.Helper()
 	var last *nodusv1.HostLending
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		l, err := s.Client.NodusV1().HostLendings("acme").Get(c, name, metav1.GetOptions{})
 		if err != nil {
 			return false, nil
@@ -567,7 +548,7 @@ func simulateAgent(ctx context.Context, t *testing.T, f *lendingFleet, node stri
 			}
 			time.Sleep(time.Duration(20+rand.IntN(80)) * time.Millisecond)
 			zero := int32(0)
-			_ = wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+			_ = testfleet.Eventually(ctx, 10*time.Second, func(context.Context) (bool, error) {
 				return post(e, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded, ExitCode: &zero}) == nil, nil
 			})
 		}()

@@ -11,12 +11,12 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -76,7 +76,7 @@ func TestDeletingAProject(t *testing.T) {
 	if err := c.Projects().Delete(ctx(t), "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 100*time.Millisecond, 60*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 60*time.Second, func(cx context.Context) (bool, error) {
 		_, err := c.Projects().Get(cx, "acme", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
@@ -134,7 +134,7 @@ func TestDeletingAnEmptyProject(t *testing.T) {
 	if err := c.Projects().Delete(ctx(t), "empty", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(cx context.Context) (bool, error) {
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
 		_, err := c.Projects().Get(cx, "empty", metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {

@@ -9,7 +9,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,6 +17,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -60,8 +60,7 @@ func (f *fleet) host(t *testing.T, name string, start, end time.Time) *nodusv1.R
 func (f *fleet) node(t *testing.T, name string) {
 	t.Helper()
 	c, ctx := f.s.Client.NodusV1(), ctx(t)
-	n, err := c.Nodes().Create(ctx, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodusv1.NodeSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+	n, err := testfleet.Node(ctx, f.s.Client, name, "fra1", "gpu-h100x8", "ubuntu")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +75,7 @@ func (f *fleet) node(t *testing.T, name string) {
 
 func (f *fleet) reserve(t *testing.T, name string, placement nodusv1.ReservationPlacement, start, end time.Time) {
 	t.Helper()
-	_, err := f.s.Client.NodusV1().Reservations().Create(ctx(t), &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodusv1.ReservationSpec{Project: "acme", Placement: placement,
-			StartsAt: metav1.NewTime(start.Truncate(time.Second)), EndsAt: metav1.NewTime(end.Truncate(time.Second))}}, metav1.CreateOptions{})
-	if err != nil {
+	if err := testfleet.Reserve(ctx(t), f.s.Client, name, "acme", placement, start, end); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -88,7 +84,7 @@ func (f *fleet) reserve(t *testing.T, name string, placement nodusv1.Reservation
 func (f *fleet) waitHost(t *testing.T, name string, ok func(*nodusv1.ReservedHost) bool) *nodusv1.ReservedHost {
 	t.Helper()
 	var last *nodusv1.ReservedHost
-	err := wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		h, err := f.s.Client.NodusV1().ReservedHosts("acme").Get(c, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return false, nil

@@ -7,10 +7,10 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -50,7 +50,7 @@ func TestAllocatingSurvivesRestart(t *testing.T) {
 	}
 	t.Cleanup(s2.Stop)
 	var a *nodusv1.Allocation
-	err = wait.PollUntilContextTimeout(ctx(t), 50*time.Millisecond, 30*time.Second, true, func(c context.Context) (bool, error) {
+	err = testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		a, err = s2.Client.NodusV1().Allocations().Get(c, "left-over", metav1.GetOptions{})
 		return err == nil && a.Status.State != nodusv1.AllocationStateAllocating, nil
 	})
