@@ -77,3 +77,23 @@ func Drain(res *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence,
 	}
 	return true
 }
+
+// Lend records the owner's lending agreement on res (CheckOwnerChange
+// allowed it), under the epoch it reviewed. Lending never changes the
+// epoch: it changes who else runs on the host, not the owner's access.
+func Lend(res *nodusv1.Reservation, agreement *nodusv1.ReservationLending, epoch int64, now time.Time) {
+	a := agreement.DeepCopy()
+	a.Lent, a.Epoch, a.ChangedAt = true, epoch, metav1.NewTime(now.Truncate(time.Second))
+	res.Status.Lending = a
+}
+
+// Withdraw ends the lending of res; the scheduler and the host's agent
+// drain what borrowers run. Withdrawing what is not lent changes nothing.
+func Withdraw(res *nodusv1.Reservation, epoch int64, now time.Time) bool {
+	if res.Status.Lending == nil || !res.Status.Lending.Lent {
+		return false
+	}
+	res.Status.Lending.Lent = false
+	res.Status.Lending.Epoch, res.Status.Lending.ChangedAt = epoch, metav1.NewTime(now.Truncate(time.Second))
+	return true
+}

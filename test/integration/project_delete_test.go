@@ -33,11 +33,15 @@ func TestDeletingAProject(t *testing.T) {
 	if r := f.release(t, f.admin, "p-released", agreed, "", "Idempotency-Key", "release-once"); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}
+	// acme borrows in a pool, and has an execution there (pending: nothing is lent).
+	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}, {Project: "other", MaxGPUs: 8}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	e, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: nodusv1.ExecutionSpec{Pool: "fra1", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
-	if apierrors.ReasonForError(err) == apierror.ReasonBorrowingNotAllowed {
-		e = nil // fra1 does not lend: no execution in this project, which is fine for the test
-	} else if err != nil {
+		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	etcd, err := s.EtcdClient()
@@ -90,10 +94,12 @@ func TestDeletingAProject(t *testing.T) {
 			return n.Status.Reservation == "" && n.Status.ProvisionState == nodusv1.ProvisionStateCleaning
 		})
 	}
-	if e != nil {
-		if _, err := c.Executions("acme").Get(ctx(t), e.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the deleted project's execution: %v", err)
-		}
+	if _, err := c.Executions("acme").Get(ctx(t), e.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the deleted project's execution: %v", err)
+	}
+	if pool, err := c.Pools().Get(ctx(t), "lends", metav1.GetOptions{}); err != nil || len(pool.Spec.Lending.Borrowers) != 1 ||
+		pool.Spec.Lending.Borrowers[0].Project != "other" {
+		t.Errorf("the deleted project is still a borrower: %v %+v", err, pool.Spec.Lending)
 	}
 	if n := keysUnder(idempotency.Prefix + "acme/"); n != 0 {
 		t.Errorf("%d idempotency records of the deleted project are left", n)

@@ -2,9 +2,9 @@
 // controller does namespaces: everything of the project goes — its
 // Reservations (live ones retired as a deleted reservation is, so their
 // nodes are cleaned), its ReservedHosts, Executions (cancelled first when
-// they run), HostLendings, execution logs and idempotency records — and
-// only then the Project itself, so that a project created later under the
-// same name inherits nothing.
+// they run), HostLendings, execution logs, idempotency records and its
+// entries as a borrower in pools — and only then the Project itself, so
+// that a project created later under the same name inherits nothing.
 package project
 
 import (
@@ -177,6 +177,23 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	}
 	for _, l := range lendings.Items {
 		if err := api.HostLendings(name).Delete(ctx, l.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return "", err
+		}
+	}
+	// Borrowing rights are the project's too: a new project of this name
+	// is not a borrower until an operator says so.
+	pools, err := api.Pools().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return "", err
+	}
+	for _, pool := range pools.Items {
+		l := pool.Spec.Lending
+		if l == nil || !slices.ContainsFunc(l.Borrowers, func(b nodusv1.PoolBorrower) bool { return b.Project == name }) {
+			continue
+		}
+		next := pool.DeepCopy()
+		next.Spec.Lending.Borrowers = slices.DeleteFunc(next.Spec.Lending.Borrowers, func(b nodusv1.PoolBorrower) bool { return b.Project == name })
+		if _, err := api.Pools().Update(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
 			return "", err
 		}
 	}

@@ -41,79 +41,18 @@ type decision struct {
 	requeue      time.Duration // 0: only on the next event
 }
 
-// reconcile is the reservation lifecycle as a function of observed state.
-// The epoch rises on every access change — activation, login-user change,
-// reassignment to another node, term end (release is done by the
-// release-capacity action) — and never otherwise. No access is given on a
-// node before the reservation's claim on it is in the store.
+// reconcile is what the controller makes of one reservation's world: the
+// lifecycle step (pkg/lifecycle decides it) and the customer's projection.
 func reconcile(o observed) decision {
 	r := o.reservation
-	st := r.Status.DeepCopy()
-	placed := placedNode(o)
 	target := o.targetNode()
 	loginUser := effectiveLoginUser(r, target)
-	var d decision
-	var blocker *lifecycle.Blocker
-
-	// claimOrMove: the placement's node is free for r, or why not.
-	claimed := func() bool {
-		if blocker = lifecycle.ClaimBlocker(r.Name, placed, target); blocker != nil {
-			return false
-		}
-		if target.Status.Reservation != r.Name {
-			d.claim = lifecycle.Claim(target, r.Name)
-			return false
-		}
-		return true
-	}
-
-	switch st.State {
-	case "", nodusv1.ReservationStatePending:
-		st.State = nodusv1.ReservationStatePending
-		switch {
-		case !o.now.Before(r.Spec.EndsAt.Time):
-			// The term passed before the reservation ever gave access: nothing to retire.
-			st.State = nodusv1.ReservationStateEnded
-			st.EndedAt = &metav1.Time{Time: o.now}
-		case o.now.Before(r.Spec.StartsAt.Time):
-			d.requeue = r.Spec.StartsAt.Sub(o.now)
-		case placed != "" && (loginUser != "" || target == nil) && claimed():
-			// (An unknown node is said as such, not as an unknown login user.)
-			st.State = nodusv1.ReservationStateActive
-			st.Epoch++
-			st.Node, st.LoginUser = placed, loginUser
-			d.requeue = r.Spec.EndsAt.Sub(o.now)
-		}
-	case nodusv1.ReservationStateActive:
-		d.requeue = r.Spec.EndsAt.Sub(o.now)
-		switch {
-		case !o.now.Before(r.Spec.EndsAt.Time):
-			st.State = nodusv1.ReservationStateEnding
-			st.Epoch++
-			d.requeue = 0
-		case placed != "" && placed != st.Node:
-			if claimed() {
-				st.Epoch++
-				st.Node, st.LoginUser = placed, loginUser
-			}
-		case loginUser != "" && loginUser != st.LoginUser:
-			st.Epoch++
-			st.LoginUser = loginUser
-		case target != nil && target.Status.Reservation == "":
-			// Active on a node without its claim (written before claims
-			// existed): take it now, so that nobody else can.
-			claimed()
-		}
-	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
-		d.releaseAlloc = true
-	}
+	step := lifecycle.Advance(r, lifecycle.Placement{Node: placedNode(o), Target: target, LoginUser: loginUser}, o.held, o.now)
+	st := step.Status
+	d := decision{claim: step.Claim, handovers: step.Handovers, releaseAlloc: step.ReleaseAllocation, requeue: step.Requeue}
+	blocker := step.Blocker
 	if o.allocation != nil {
 		st.Allocation = o.allocation.Name
-	}
-	for _, n := range o.held {
-		if !keeps(st, n.Name, placed) {
-			d.handovers = append(d.handovers, lifecycle.Handover(n, r.Name, st.Epoch, []string{st.LoginUser, r.Spec.LoginUser}, o.now))
-		}
 	}
 	setReservationConditions(st, r, o, blocker)
 	if !equality.Semantic.DeepEqual(st, &r.Status) {
@@ -127,18 +66,6 @@ func reconcile(o observed) decision {
 		d.host = project(next, o)
 	}
 	return d
-}
-
-// keeps says whether a reservation in status st still holds node: its own
-// node while it is not over, or, before it activated, the node it claimed.
-func keeps(st *nodusv1.ReservationStatus, node, placed string) bool {
-	switch {
-	case lifecycle.Final(st.State):
-		return false
-	case st.Node == "":
-		return node == placed
-	}
-	return node == st.Node
 }
 
 // targetNode is the node the placement resolves to now, or nil.

@@ -94,11 +94,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 				return nil, err
 			}
 			if r.Withdraw {
-				if res.Status.Lending == nil || !res.Status.Lending.Lent {
-					return res, nil // nothing lent: withdrawing again changes nothing
-				}
-				res.Status.Lending.Lent = false
-				res.Status.Lending.Epoch, res.Status.Lending.ChangedAt = *epoch, now
+				lifecycle.Withdraw(res, *epoch, now.Time)
 				return res, nil
 			}
 			var node *nodusv1.Node
@@ -114,8 +110,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 			if len(errs) > 0 {
 				return nil, apierrors.NewInvalid(nodusv1.Kind("ReservedHostLendRequest"), name, errs)
 			}
-			agreement.Epoch, agreement.ChangedAt = *epoch, now
-			res.Status.Lending = agreement
+			lifecycle.Lend(res, agreement, *epoch, now.Time)
 			return res, nil
 		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
 	if apierrors.IsNotFound(err) {
