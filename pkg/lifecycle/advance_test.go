@@ -34,7 +34,9 @@ func held(name, reservation string) *nodusv1.Node {
 	return n
 }
 
-func at(name string, n *nodusv1.Node) Placement { return Placement{Node: name, Target: n, LoginUser: "ubuntu"} }
+func at(name string, n *nodusv1.Node) Placement {
+	return Placement{Node: name, Target: n, LoginUser: "ubuntu"}
+}
 
 // TestAdvance is every transition of a reservation: the state and epoch it
 // moves to, the claim it writes first, why it waits, and the nodes it hands
