@@ -196,17 +196,21 @@ func TestClientsetCRUD(t *testing.T) {
 	})
 
 	t.Run("Delete", func(t *testing.T) {
-		deletes := map[string]func() error{
-			"reservation": func() error { return c.Reservations().Delete(ctx, "r1", metav1.DeleteOptions{}) },
-			"allocation":  func() error { return c.Allocations().Delete(ctx, "alloc-1", metav1.DeleteOptions{}) },
-			"node":        func() error { return c.Nodes().Delete(ctx, "gpu-001", metav1.DeleteOptions{}) },
-			"pool":        func() error { return c.Pools().Delete(ctx, "fra1", metav1.DeleteOptions{}) },
-			"accesstoken": func() error { return c.AccessTokens().Delete(ctx, "alice-laptop", metav1.DeleteOptions{}) },
-			"project":     func() error { return c.Projects().Delete(ctx, "acme", metav1.DeleteOptions{}) },
+		// The reservation first: a project with a live reservation is not deleted.
+		deletes := []struct {
+			kind string
+			del  func() error
+		}{
+			{"reservation", func() error { return c.Reservations().Delete(ctx, "r1", metav1.DeleteOptions{}) }},
+			{"allocation", func() error { return c.Allocations().Delete(ctx, "alloc-1", metav1.DeleteOptions{}) }},
+			{"node", func() error { return c.Nodes().Delete(ctx, "gpu-001", metav1.DeleteOptions{}) }},
+			{"pool", func() error { return c.Pools().Delete(ctx, "fra1", metav1.DeleteOptions{}) }},
+			{"accesstoken", func() error { return c.AccessTokens().Delete(ctx, "alice-laptop", metav1.DeleteOptions{}) }},
+			{"project", func() error { return c.Projects().Delete(ctx, "acme", metav1.DeleteOptions{}) }},
 		}
-		for kind, del := range deletes {
-			if err := del(); err != nil {
-				t.Errorf("delete %s: %v", kind, err)
+		for _, d := range deletes {
+			if err := d.del(); err != nil {
+				t.Errorf("delete %s: %v", d.kind, err)
 			}
 		}
 	})

@@ -24,7 +24,8 @@ import (
 // lends its host into the host's pool, changes what it lends, or withdraws
 // it. Like release, it takes the epoch the owner reviewed and honours
 // If-Match and Idempotency-Key. The agreement is kept on the Reservation;
-// the answer is the owner's HostLending.
+// the answer is the owner's HostLending as it follows from it (the
+// scheduler writes the stored one).
 type LendREST struct {
 	Withdraw     bool
 	Hosts        *genericregistry.Store // reservedhosts
@@ -123,7 +124,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	if pool == nil && res.Status.Node != "" {
 		_, pool, _ = r.nodeAndPool(ctx, res.Status.Node)
 	}
-	return r.writeLending(ctx, namespace, name, res, pool, options.DryRun)
+	return r.answer(ctx, namespace, name, res, pool)
 }
 
 // agreementFor checks the caps asked against the node and fills in defaults:
@@ -176,41 +177,27 @@ func (r *LendREST) nodeAndPool(ctx context.Context, nodeName string) (*nodusv1.N
 	return node, obj.(*nodusv1.Pool), nil
 }
 
-// writeLending brings the owner's HostLending in line with the agreement at
-// once, keeping the use the scheduler last recorded, and returns it.
-func (r *LendREST) writeLending(ctx context.Context, namespace, name string, res *nodusv1.Reservation, pool *nodusv1.Pool, dryRun []string) (runtime.Object, error) {
+// answer is the owner's HostLending as the agreement makes it, keeping the
+// use the scheduler last recorded. It is not written here: the scheduler is
+// the one writer of HostLendings and brings the stored one in line at once.
+func (r *LendREST) answer(ctx context.Context, namespace, name string, res *nodusv1.Reservation, pool *nodusv1.Pool) (runtime.Object, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
-	if res.Status.Lending == nil {
-		// Withdrawn without ever being lent: nothing to keep a record of.
-		return &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace},
-			Status: lending.Status(res, pool, nil, nil)}, nil
-	}
-	desired := func(old *nodusv1.HostLending) *nodusv1.HostLending {
-		l := old.DeepCopy()
-		usage := lending.Usage{}
-		for _, b := range old.Status.Borrowers {
-			usage[b.Project] = b
-		}
-		st := lending.Status(res, pool, usage, old.Status.GPUIndices)
-		st.BorrowedGPUs, st.Executions = old.Status.BorrowedGPUs, old.Status.Executions
-		l.Status = st
-		return l
-	}
-	_, err := r.Lendings.Main.Get(ctx, name, &metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		l := desired(&nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}})
-		created, err := r.Lendings.Main.Create(ctx, l, nil, &metav1.CreateOptions{DryRun: dryRun})
-		if !apierrors.IsAlreadyExists(err) {
-			return created, err
-		}
-	} else if err != nil {
+	l := &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
+	obj, err := r.Lendings.Main.Get(ctx, name, &metav1.GetOptions{})
+	switch {
+	case err == nil:
+		l = obj.(*nodusv1.HostLending).DeepCopy()
+	case !apierrors.IsNotFound(err):
 		return nil, err
 	}
-	updated, _, err := r.Lendings.Status.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			return desired(old.(*nodusv1.HostLending)), nil
-		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
-	return updated, err
+	usage := lending.Usage{}
+	for _, b := range l.Status.Borrowers {
+		usage[b.Project] = b
+	}
+	st := lending.Status(res, pool, usage, l.Status.GPUIndices)
+	st.BorrowedGPUs, st.Executions = l.Status.BorrowedGPUs, l.Status.Executions
+	l.Status = st
+	return l, nil
 }
 
 func (r *LendREST) now() time.Time {
