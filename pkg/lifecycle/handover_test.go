@@ -108,7 +108,7 @@ func TestDrainNeedsCurrentEvidence(t *testing.T) {
 	releasing := func() *nodusv1.Reservation {
 		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1"},
 			Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateActive, Epoch: 1, Node: "n1"}}
-		Release(r, t0)
+		Release(r, "nodus-cli", t0)
 		return r
 	}
 	ending := func() *nodusv1.Reservation {

@@ -48,11 +48,12 @@ func termEnded(ctx context.Context, res *nodusv1.Reservation) error {
 }
 
 // Release retires the owner's access to res for good (CheckOwnerChange
-// allowed it): releasing, at a new epoch, requested now.
-func Release(res *nodusv1.Reservation, now time.Time) {
+// allowed it): releasing, at a new epoch, requested now by fieldManager.
+func Release(res *nodusv1.Reservation, fieldManager string, now time.Time) {
 	res.Status.State = nodusv1.ReservationStateReleasing
 	res.Status.Epoch++
 	res.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: metav1.NewTime(now.Truncate(time.Second))}
+	res.Status.ReleaseFieldManager = fieldManager
 }
 
 // Drain applies an agent's evidence for res on node (from the node's current

@@ -58,6 +58,18 @@ func TestReleaseCapacity(t *testing.T) {
 		if !recorded {
 			t.Errorf("managedFields lack the nodus-cli release entry: %+v", h.ManagedFields)
 		}
+		// The stored host, which only the reservation controller writes, shows the same.
+		f.waitHost(t, "h-ok", func(h *nodusv1.ReservedHost) bool {
+			if h.Status.Release == nil {
+				return false
+			}
+			for _, m := range h.ManagedFields {
+				if m.Manager == "nodus-cli" && m.Subresource == "release-capacity" && m.Time != nil && m.Time.Equal(&h.Status.Release.RequestedAt) {
+					return h.Status.Reservation.State == nodusv1.ReservationStateReleasing && h.Status.Reservation.Epoch == 2
+				}
+			}
+			return false
+		})
 
 		again := f.release(t, f.admin, "h-ok", `{"agreed":true,"epoch":2}`, "")
 		expectReason(t, again, http.StatusConflict, apierror.ReasonAlreadyReleased)

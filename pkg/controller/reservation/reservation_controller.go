@@ -288,18 +288,51 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 	}
 	hosts := c.client.NodusV1().ReservedHosts(desired.Namespace)
 	opts := metav1.UpdateOptions{FieldManager: fieldManager}
-	switch {
-	case current == nil:
+	if current == nil {
 		_, err := hosts.Create(ctx, desired, metav1.CreateOptions{FieldManager: opts.FieldManager})
 		if apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("reservedhost %s/%s exists but is not in the cache yet", desired.Namespace, desired.Name)
 		}
 		return err
-	case !equality.Semantic.DeepEqual(current.Status, desired.Status):
-		_, err := hosts.UpdateStatus(ctx, desired, opts)
+	}
+	// The release request's managedFields entry first (managedFields are
+	// taken from a client only on the main resource), then the status: once
+	// the status shows the release, both writes are done.
+	base := current
+	if missing := missingReleaseEntries(desired, current); len(missing) > 0 {
+		next := current.DeepCopy()
+		next.ManagedFields = append(next.ManagedFields, missing...)
+		var err error
+		if base, err = hosts.Update(ctx, next, opts); err != nil {
+			return err
+		}
+	}
+	if !equality.Semantic.DeepEqual(base.Status, desired.Status) {
+		next := base.DeepCopy()
+		next.Status = desired.Status
+		_, err := hosts.UpdateStatus(ctx, next, opts)
 		return err
 	}
 	return nil
+}
+
+// missingReleaseEntries are desired's release-capacity managedFields
+// entries that written lacks.
+func missingReleaseEntries(desired, written *nodusv1.ReservedHost) []metav1.ManagedFieldsEntry {
+	var missing []metav1.ManagedFieldsEntry
+	for _, want := range desired.ManagedFields {
+		if want.Subresource != "release-capacity" {
+			continue
+		}
+		found := false
+		for _, have := range written.ManagedFields {
+			found = found || (have.Manager == want.Manager && have.Subresource == want.Subresource && have.Time.Equal(want.Time))
+		}
+		if !found {
+			missing = append(missing, want)
+		}
+	}
+	return missing
 }
 
 const indexReservation = "reservation"

@@ -137,6 +137,10 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	}
 	host.Labels[LabelReservation] = r.Name
 	reservedhost.ApplyReservation(host, r)
+	if m := r.Status.ReleaseFieldManager; m != "" && r.Status.Release != nil {
+		// The release request's fieldManager, as the spec wants it on the host.
+		reservedhost.RecordRelease(host, m, r.Status.Release.RequestedAt)
+	}
 	if host.Status.Reservation.LoginUser == "" {
 		// Before activation the host shows the account access will be for.
 		host.Status.Reservation.LoginUser = effectiveLoginUser(r, o.node)

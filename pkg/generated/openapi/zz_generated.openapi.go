@@ -2945,6 +2945,13 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 							Ref:         ref(v1.ReservedHostReleaseStatus{}.OpenAPIModelName()),
 						},
 					},
+					"releaseFieldManager": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReleaseFieldManager is the fieldManager of the release request; the reservation controller records it in the ReservedHost's managedFields (subresource release-capacity).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"lending": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Lending is the owner's lending agreement, once it lent the host.",

@@ -21,8 +21,9 @@ import (
 
 // ReleaseREST serves POST reservedhosts/{name}/release-capacity: the owner
 // retires its access and drains lending, irreversibly, under the epoch it
-// reviewed. The Reservation is the record of truth; the ReservedHost is
-// updated in the same request so that the answer shows the effect.
+// reviewed. The Reservation is the record of truth, written here through
+// pkg/lifecycle; the answer is the ReservedHost as the reservation
+// controller, its one writer, projects it.
 type ReleaseREST struct {
 	Hosts        *genericregistry.Store // reservedhosts/status
 	Reservations *genericregistry.Store // reservations/status
@@ -70,7 +71,7 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	}
 
 	now := metav1.NewTime(r.now().Truncate(time.Second))
-	dryRun := options.DryRun
+	manager := managerName(options.FieldManager, ex.RequestHeader("User-Agent"))
 	updated, _, err := r.Reservations.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			res := old.(*nodusv1.Reservation).DeepCopy()
@@ -80,38 +81,31 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 			if err := lifecycle.CheckOwnerChange(ctx, res, *req.Epoch, now.Time); err != nil {
 				return nil, err
 			}
-			lifecycle.Release(res, now.Time)
+			lifecycle.Release(res, manager, now.Time)
 			return res, nil
-		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
+		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
 	if apierrors.IsNotFound(err) {
 		return nil, apierrors.NewNotFound(gr, name)
 	}
 	if err != nil {
 		return nil, err
 	}
-	reservation := updated.(*nodusv1.Reservation)
-
-	manager := managerName(options.FieldManager, ex.RequestHeader("User-Agent"))
-	result, _, err := r.Hosts.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			h := old.(*nodusv1.ReservedHost).DeepCopy()
-			ApplyReservation(h, reservation)
-			recordManager(h, manager, now)
-			return h, nil
-		}), nil, nil, false, &metav1.UpdateOptions{DryRun: dryRun})
-	if err != nil {
-		return nil, err
-	}
-	ex.SetResponseHeader("ETag", ETag(result))
-	return result, nil
+	// The answer shows the release as the host will: the reservation
+	// controller, the one writer of ReservedHosts, projects it in a moment.
+	answer := current.(*nodusv1.ReservedHost).DeepCopy()
+	ApplyReservation(answer, updated.(*nodusv1.Reservation))
+	RecordRelease(answer, manager, now)
+	ex.SetResponseHeader("ETag", ETag(answer))
+	return answer, nil
 }
 
 // releaseFields are the fields a release sets, in managedFields' FieldsV1 form.
 const releaseFields = `{"f:status":{"f:release":{".":{},"f:requestedAt":{}},"f:reservation":{"f:epoch":{},"f:state":{}}}}`
 
-// recordManager records the release in managedFields under manager, with
-// subresource release-capacity, replacing an older entry of the same manager.
-func recordManager(h *nodusv1.ReservedHost, manager string, at metav1.Time) {
+// RecordRelease records the release in h's managedFields under manager,
+// with subresource release-capacity, replacing an older entry of the same
+// manager. It reports whether h changed.
+func RecordRelease(h *nodusv1.ReservedHost, manager string, at metav1.Time) bool {
 	entry := metav1.ManagedFieldsEntry{
 		Manager:     manager,
 		Operation:   metav1.ManagedFieldsOperationUpdate,
@@ -121,13 +115,18 @@ func recordManager(h *nodusv1.ReservedHost, manager string, at metav1.Time) {
 		FieldsV1:    &metav1.FieldsV1{Raw: []byte(releaseFields)},
 		Subresource: "release-capacity",
 	}
-	fields := h.ManagedFields[:0]
+	var fields []metav1.ManagedFieldsEntry
 	for _, f := range h.ManagedFields {
-		if !(f.Manager == manager && f.Operation == entry.Operation && f.Subresource == entry.Subresource) {
-			fields = append(fields, f)
+		if f.Manager == manager && f.Operation == entry.Operation && f.Subresource == entry.Subresource {
+			if f.Time != nil && f.Time.Equal(&at) {
+				return false // recorded already
+			}
+			continue
 		}
+		fields = append(fields, f)
 	}
 	h.ManagedFields = append(fields, entry)
+	return true
 }
 
 // managerName is the fieldManager, or, as Kubernetes does, the client's

@@ -97,6 +97,11 @@ type ReservationStatus struct {
 	// Release is set when the owner released capacity.
 	// +optional
 	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	// ReleaseFieldManager is the fieldManager of the release request; the
+	// reservation controller records it in the ReservedHost's managedFields
+	// (subresource release-capacity).
+	// +optional
+	ReleaseFieldManager string `json:"releaseFieldManager,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	// +optional
 	Lending *ReservationLending `json:"lending,omitempty"`

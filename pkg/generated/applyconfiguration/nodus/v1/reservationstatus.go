@@ -30,6 +30,10 @@ type ReservationStatusApplyConfiguration struct {
 	LoginUser *string `json:"loginUser,omitempty"`
 	// Release is set when the owner released capacity.
 	Release *ReservedHostReleaseStatusApplyConfiguration `json:"release,omitempty"`
+	// ReleaseFieldManager is the fieldManager of the release request; the
+	// reservation controller records it in the ReservedHost's managedFields
+	// (subresource release-capacity).
+	ReleaseFieldManager *string `json:"releaseFieldManager,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	Lending *ReservationLendingApplyConfiguration `json:"lending,omitempty"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
@@ -89,6 +93,14 @@ func (b *ReservationStatusApplyConfiguration) WithLoginUser(value string) *Reser
 // If called multiple times, the Release field is set to the value of the last call.
 func (b *ReservationStatusApplyConfiguration) WithRelease(value *ReservedHostReleaseStatusApplyConfiguration) *ReservationStatusApplyConfiguration {
 	b.Release = value
+	return b
+}
+
+// WithReleaseFieldManager sets the ReleaseFieldManager field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReleaseFieldManager field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithReleaseFieldManager(value string) *ReservationStatusApplyConfiguration {
+	b.ReleaseFieldManager = &value
 	return b
 }
 
