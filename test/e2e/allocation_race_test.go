@@ -7,8 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
@@ -23,22 +22,7 @@ import (
 func TestAllocationRaceAcrossTwoServers(t *testing.T) {
 	requireKubectl(t)
 	const nodes, allocs, clients = 200, 400, 16
-	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Stop(context.Background()) })
-
-	var apis []versioned.Interface
-	for i := 0; i < 2; i++ {
-		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
-		cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.QPS, cfg.Burst = 1000, 1000
-		apis = append(apis, versioned.NewForConfigOrDie(cfg))
-	}
+	apis := twoServersOnOneEtcd(t)
 	ctx := context.Background()
 	a := apis[0].NodusV1()
 	if _, err := a.Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "race"}}, metav1.CreateOptions{}); err != nil {
@@ -65,7 +49,8 @@ func TestAllocationRaceAcrossTwoServers(t *testing.T) {
 	})
 
 	var list *nodusv1.AllocationList
-	err = wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 3*time.Minute, true, func(ctx context.Context) (bool, error) {
+	var err error
+	err = testfleet.Eventually(ctx, 3*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err = apis[1].NodusV1().Allocations().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, err
@@ -106,4 +91,23 @@ func TestAllocationRaceAcrossTwoServers(t *testing.T) {
 			t.Errorf("node %s records allocation %q, the allocations say %q", n.Name, n.Status.Allocation, holder[n.Name])
 		}
 	}
+}
+
+// twoServersOnOneEtcd starts an etcd and two nodus-server processes on it,
+// and returns an operator's client of each.
+func twoServersOnOneEtcd(t *testing.T) []versioned.Interface {
+	t.Helper()
+	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Stop(context.Background()) })
+	var apis []versioned.Interface
+	for i := 0; i < 2; i++ {
+		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
+		cfg := rest.CopyConfig(p.Config)
+		cfg.QPS, cfg.Burst = 1000, 1000
+		apis = append(apis, versioned.NewForConfigOrDie(cfg))
+	}
+	return apis
 }

@@ -9,12 +9,9 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
-	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -24,21 +21,7 @@ import (
 func TestReservationRaceAcrossTwoServers(t *testing.T) {
 	requireKubectl(t)
 	const nodes, classPlaced, contenders = 200, 400, 20
-	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { etcd.Stop(context.Background()) })
-	var apis []versioned.Interface
-	for i := 0; i < 2; i++ {
-		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
-		cfg, err := clientcmd.BuildConfigFromFlags("", p.kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg.QPS, cfg.Burst = 1000, 1000
-		apis = append(apis, versioned.NewForConfigOrDie(cfg))
-	}
+	apis := twoServersOnOneEtcd(t)
 	ctx := context.Background()
 	a := apis[0].NodusV1()
 	for _, name := range []string{"acme", "beta"} {
@@ -96,6 +79,7 @@ func TestReservationRaceAcrossTwoServers(t *testing.T) {
 	// Settled: every class-placed reservation either active or pending with
 	// an allocation that ended in error; exactly one contender active.
 	var list *nodusv1.ReservationList
+	var err error
 	err = testfleet.Eventually(ctx, 4*time.Minute, func(ctx context.Context) (bool, error) {
 		list, err = apis[1].NodusV1().Reservations().List(ctx, metav1.ListOptions{})
 		if err != nil {
