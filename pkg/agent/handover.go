@@ -157,10 +157,27 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	} else {
 		klog.InfoS("cleaning done", "request", req.Request)
 	}
-	if len(ev.Steps) > 32 {
-		ev.Steps = ev.Steps[len(ev.Steps)-32:]
+	// Within what the server records (a heartbeat it refuses would not count at all).
+	if len(ev.Steps) > maxSteps {
+		ev.Steps = ev.Steps[len(ev.Steps)-maxSteps:]
 	}
+	for i := range ev.Steps {
+		ev.Steps[i] = truncate(ev.Steps[i])
+	}
+	ev.Message = truncate(ev.Message)
 	return ev
+}
+
+const (
+	maxSteps     = 32
+	maxTextBytes = 1000
+)
+
+func truncate(s string) string {
+	if len(s) <= maxTextBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:maxTextBytes], "")
 }
 
 func (a *Agent) beatSoon() {
