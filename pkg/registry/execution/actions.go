@@ -168,7 +168,10 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, apierrors.NewNotFound(gr, name)
 	}
 	if report.Phase == nodusv1.ExecutionRunning {
-		lent, err := r.lent(cluster, nodeName)
+		// The start reads etcd, so that a withdrawal answered a moment ago
+		// always stops it; the running reports after it read the cache.
+		starting := placed.Status.Phase == nodusv1.ExecutionScheduled
+		lent, err := r.lent(cluster, nodeName, starting)
 		if err != nil {
 			return nil, err
 		}
@@ -220,11 +223,15 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	return updated, nil
 }
 
-// lent says whether a reservation on node lends it now. It reads the watch
-// cache: a withdrawal it does not show yet is still drained by the agent.
-func (r *ReportREST) lent(ctx context.Context, node string) (bool, error) {
-	list, err := r.Reservations.List(ctx, &metainternalversion.ListOptions{ResourceVersion: "0",
-		FieldSelector: fields.OneTermEqualSelector("status.node", node)})
+// lent says whether a reservation on node lends it now, from etcd when
+// fresh, else from the watch cache (a withdrawal it does not show yet is
+// still drained by the agent).
+func (r *ReportREST) lent(ctx context.Context, node string, fresh bool) (bool, error) {
+	opts := &metainternalversion.ListOptions{ResourceVersion: "0", FieldSelector: fields.OneTermEqualSelector("status.node", node)}
+	if fresh {
+		opts.ResourceVersion = ""
+	}
+	list, err := r.Reservations.List(ctx, opts)
 	if err != nil {
 		return false, err
 	}
