@@ -128,7 +128,15 @@ func TestCLIGolden(t *testing.T) {
 		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionEligible)
 		return c != nil && c.Reason == "Released"
 	})
-	out, code = alice.run("", "release", "acme/gpu-001", "--yes")
+	// A controller write between the CLI's GET and its POST answers 412 (the
+	// If-Match contract: read again and retry), as a user would.
+	for try := 0; try < 5; try++ {
+		out, code = alice.run("", "release", "acme/gpu-001", "--yes")
+		if !strings.Contains(out, "docs/errors/PreconditionFailed") {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	if code != cli.ExitConflict {
 		t.Errorf("a second release: exit %d", code)
 	}
