@@ -1,8 +1,12 @@
-// Package lifecycle holds the rules of a node's tenancy as pure functions:
-// which reservation may claim a node, how the node is handed over (cleaned)
-// when a reservation's access ends, and what an agent's cleaning evidence
-// changes. The reservation controller and the heartbeat handler call them;
-// neither decides these things on its own.
+// Package lifecycle is the one state machine of a reservation and its
+// node's tenancy, as pure functions of (reservation, node, evidence, now):
+// activation, reassignment, term end (Advance), the owner's release, lend
+// and withdraw (Release, Lend, Withdraw), the drain an agent's evidence
+// completes (Drain), which reservation may claim a node (ClaimBlocker,
+// Claim), how a node is handed over to cleaning when a reservation's access
+// ends (Handover, Reclean), and what an agent's cleaning evidence changes
+// (RecordCleaning). The reservation controller, the REST actions and the
+// heartbeat handler call it; none of them decides these things on its own.
 package lifecycle
 
 import (
