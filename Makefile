@@ -12,6 +12,8 @@ LDFLAGS     := -X k8s.io/component-base/version.gitVersion=v0.1.0-$(VERSION) \
 FUZZTIME    ?= 3s
 FUZZ_PKG    := ./pkg/apis/nodus/validation
 FUZZ_TARGETS := FuzzProject FuzzPool FuzzNode FuzzAllocation FuzzReservation FuzzReservedHost FuzzAccessToken FuzzExecution
+# What `nodus ssh` writes into ssh_config and known_hosts from a server's values.
+FUZZ_CLI_PKG := ./pkg/cli/sshentry
 
 .PHONY: run build test unit fuzz generate verify bench
 
@@ -33,6 +35,7 @@ fuzz:
 	@for target in $(FUZZ_TARGETS); do \
 		$(GO) test -run '^$$' -fuzz "^$$target$$" -fuzztime $(FUZZTIME) $(FUZZ_PKG) || exit 1; \
 	done
+	$(GO) test -run '^$$' -fuzz '^FuzzMake$$' -fuzztime $(FUZZTIME) $(FUZZ_CLI_PKG)
 
 ## generate: regenerate deepcopy, defaults, OpenAPI, clientset, listers, informers, apply configurations
 generate:

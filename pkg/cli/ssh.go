@@ -8,7 +8,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -21,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/cli/sshentry"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 )
@@ -75,20 +75,19 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return err
 	}
-	alias := h.Status.Connect.Host
-	knownHosts := filepath.Join(dir, "known_hosts")
-	if err := replaceBlock(knownHosts, alias, alias+" "+h.Status.Connect.HostKey+"\n"); err != nil {
+	// Nothing the server sent reaches a file unchecked.
+	entry, err := sshentry.Make(sshentry.Host{Project: project, Name: name, Address: address,
+		LoginUser: h.Status.Connect.LoginUser, HostKey: h.Status.Connect.HostKey,
+		KnownHosts: filepath.Join(dir, "known_hosts"), IdentityFile: key, CertificateFile: certFile})
+	if err != nil {
+		return fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err)
+	}
+	alias := entry.Alias
+	if err := replaceBlock(filepath.Join(dir, "known_hosts"), alias, entry.KnownHosts); err != nil {
 		return err
 	}
-	hostName, port, err := net.SplitHostPort(address)
-	if err != nil {
-		return fmt.Errorf("the host's SSH address %q: %w", address, err)
-	}
-	entry := fmt.Sprintf("Host %s\n  HostName %s\n  Port %s\n  User %s\n  HostKeyAlias %s\n  UserKnownHostsFile %s\n"+
-		"  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n  IdentityFile %s\n  CertificateFile %s\n",
-		alias, hostName, port, h.Status.Connect.LoginUser, alias, knownHosts, key, certFile)
 	sshConfig := filepath.Join(dir, "config")
-	if err := replaceBlock(sshConfig, alias, entry); err != nil {
+	if err := replaceBlock(sshConfig, alias, entry.Config); err != nil {
 		return err
 	}
 	if err := includeFrom(filepath.Join(o.Home, ".ssh", "config"), sshConfig); err != nil {
@@ -204,9 +203,20 @@ func includeFrom(userConfig, included string) error {
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
-	block := beginMarker + "include\nInclude " + included + "\n" + endMarker + "include\n"
-	if strings.Contains(string(old), block) {
+	if err := sshentry.CheckPath(included); err != nil {
+		return fmt.Errorf("nodus' ssh_config %q: %w", included, err)
+	}
+	block := beginMarker + "include\nInclude \"" + included + "\"\n" + endMarker + "include\n"
+	text := string(old)
+	if strings.Contains(text, block) {
 		return nil
+	}
+	// An earlier nodus block (an older form, another path) is replaced where it stands.
+	if start := strings.Index(text, beginMarker+"include\n"); start >= 0 {
+		if end := strings.Index(text[start:], endMarker+"include\n"); end >= 0 {
+			text = text[:start] + block + text[start+end+len(endMarker+"include\n"):]
+			return pki.WriteFileAtomic(userConfig, []byte(text), 0o600)
+		}
 	}
 	return pki.WriteFileAtomic(userConfig, append([]byte(block), old...), 0o600)
 }

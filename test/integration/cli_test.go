@@ -17,7 +17,9 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
@@ -253,5 +255,62 @@ func TestCLIReleaseSurvivesADroppedAnswer(t *testing.T) {
 	}
 	if st := f.reservation(t, "gpu-003").Status; st.Epoch != 2 || st.State != nodusv1.ReservationStateReleasing {
 		t.Errorf("the release must have happened exactly once: %+v", st)
+	}
+}
+
+// TestCLISSHRefusesForgedServerValues: a host whose agent reported an SSH
+// address or host key that would inject ssh_config or known_hosts lines is
+// refused by `nodus ssh`, and nothing of it reaches a file.
+func TestCLISSHRefusesForgedServerValues(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "forged", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	const realKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXxFgGqQ8L9Y2pGk6n2V3p5cS0m4Cq5ZrM0tBq2mB7e"
+	for what, forge := range map[string]func(*nodusv1.Node){
+		"SSH address": func(n *nodusv1.Node) {
+			n.Status.SSHHostKey, n.Status.SSHAddress = realKey, "evil\n  ProxyCommand sh -c 'touch /tmp/nodus-pwned':22"
+		},
+		"host key": func(n *nodusv1.Node) {
+			n.Status.SSHHostKey, n.Status.SSHAddress = realKey+"\n* ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXxFgGqQ8L9Y2pGk6n2V3p5cS0m4Cq5ZrM0tBq2mB7e", "203.0.113.10:22"
+		},
+	} {
+		home := t.TempDir() // a laptop of its own for each case: nothing cached from the other
+		t.Setenv("HOME", home)
+		t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "forged", metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			forge(n)
+			_, err = s.Client.NodusV1().Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		want := &nodusv1.Node{}
+		forge(want)
+		f.waitHost(t, "forged", func(h *nodusv1.ReservedHost) bool {
+			return h.Status.Connect != nil && h.Status.Connect.HostKey == want.Status.SSHHostKey
+		})
+		out, code := mary.run("", "ssh", "acme/forged", "--config-only")
+		if code == 0 || !strings.Contains(out, "refusing to connect") || !strings.Contains(out, what) {
+			t.Errorf("a forged %s: exit %d %s", what, code, out)
+		}
+		for _, file := range []string{filepath.Join(home, ".config", "nodus", "ssh", "config"), filepath.Join(home, ".config", "nodus", "ssh", "known_hosts"),
+			filepath.Join(home, ".ssh", "config")} {
+			data, _ := os.ReadFile(file)
+			if strings.Contains(string(data), "ProxyCommand") || strings.Contains(string(data), "\n* ") {
+				t.Errorf("a forged %s reached %s:\n%s", what, file, data)
+			}
+		}
 	}
 }

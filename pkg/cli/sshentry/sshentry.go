@@ -1,0 +1,132 @@
+// Package sshentry writes what `nodus ssh` puts into the user's ssh_config
+// and known_hosts, from values a server sent. A customer's machine trusts
+// nothing of them it has not checked: the alias is computed here from the
+// host's project and name, the address must be a plain host name or IP
+// and a port, the login user a plain account name, the host key exactly
+// one public key of an accepted type (written back in its canonical form),
+// and local paths may not hold what ssh_config would read as tokens or
+// quotes. Anything else is refused with an error that says which value.
+package sshentry
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Host is what the entry is made of.
+type Host struct {
+	Project, Name string // the ReservedHost's namespace and name, as the client asked for them
+	Address       string // host:port from the certificate answer
+	LoginUser     string // status.connect.loginUser
+	HostKey       string // status.connect.hostKey, authorized_keys format
+	// Local files.
+	KnownHosts, IdentityFile, CertificateFile string
+}
+
+// Entry is a validated ssh_config block and known_hosts line.
+type Entry struct {
+	Alias      string
+	Config     string // the Host block
+	KnownHosts string // one line
+}
+
+// acceptedKeyTypes are the host key types written to known_hosts.
+var acceptedKeyTypes = map[string]bool{
+	ssh.KeyAlgoED25519: true, ssh.KeyAlgoECDSA256: true, ssh.KeyAlgoECDSA384: true, ssh.KeyAlgoECDSA521: true,
+	ssh.KeyAlgoRSA: true, ssh.KeyAlgoSKED25519: true, ssh.KeyAlgoSKECDSA256: true,
+}
+
+var loginUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+
+// Alias is the stable SSH alias of a host: NAME.PROJECT.nodus.
+func Alias(project, name string) string { return name + "." + project + ".nodus" }
+
+// Make checks h and renders its entry.
+func Make(h Host) (Entry, error) {
+	if errs := validation.IsDNS1123Label(h.Project); len(errs) > 0 {
+		return Entry{}, fmt.Errorf("project %q: %s", h.Project, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(h.Name); len(errs) > 0 {
+		return Entry{}, fmt.Errorf("host name %q: %s", h.Name, strings.Join(errs, "; "))
+	}
+	alias := Alias(h.Project, h.Name)
+	hostName, port, err := splitAddress(h.Address)
+	if err != nil {
+		return Entry{}, fmt.Errorf("the server sent SSH address %q: %w", h.Address, err)
+	}
+	if !loginUser.MatchString(h.LoginUser) {
+		return Entry{}, fmt.Errorf("the server sent login user %q, which is no plain account name", h.LoginUser)
+	}
+	key, err := hostKey(h.HostKey)
+	if err != nil {
+		return Entry{}, fmt.Errorf("the server sent host key %q: %w", h.HostKey, err)
+	}
+	for what, path := range map[string]string{"known_hosts": h.KnownHosts, "identity": h.IdentityFile, "certificate": h.CertificateFile} {
+		if err := CheckPath(path); err != nil {
+			return Entry{}, fmt.Errorf("the %s file %q: %w", what, path, err)
+		}
+	}
+	config := fmt.Sprintf("Host %s\n  HostName %s\n  Port %d\n  User %s\n  HostKeyAlias %s\n  UserKnownHostsFile \"%s\"\n"+
+		"  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n  IdentityFile \"%s\"\n  CertificateFile \"%s\"\n",
+		alias, hostName, port, h.LoginUser, alias, h.KnownHosts, h.IdentityFile, h.CertificateFile)
+	return Entry{Alias: alias, Config: config, KnownHosts: alias + " " + key + "\n"}, nil
+}
+
+// splitAddress accepts host:port with a DNS host name or an IP address.
+func splitAddress(address string) (string, int, error) {
+	host, portText, err := net.SplitHostPort(address)
+	if err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portText {
+		return "", 0, fmt.Errorf("port %q is not a number from 1 to 65535", portText)
+	}
+	if ip := net.ParseIP(host); ip != nil {
+		return ip.String(), port, nil
+	}
+	if errs := validation.IsDNS1123Subdomain(strings.ToLower(host)); len(errs) > 0 {
+		return "", 0, fmt.Errorf("%q is neither an IP address nor a DNS name", host)
+	}
+	return host, port, nil
+}
+
+// hostKey parses exactly one public key of an accepted type, with no
+// options and no comment, and returns it in canonical form.
+func hostKey(text string) (string, error) {
+	key, comment, options, rest, err := ssh.ParseAuthorizedKey([]byte(text))
+	switch {
+	case err != nil:
+		return "", err
+	case len(options) > 0:
+		return "", errors.New("it carries options")
+	case len(strings.TrimSpace(string(rest))) > 0:
+		return "", errors.New("it holds more than one key")
+	case comment != "" && strings.ContainsAny(comment, "\r\n"):
+		return "", errors.New("its comment spans lines")
+	case !acceptedKeyTypes[key.Type()]:
+		return "", fmt.Errorf("key type %s is not accepted", key.Type())
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))), nil
+}
+
+// CheckPath refuses a local path ssh_config cannot hold as one quoted
+// argument: quotes, control characters, or '%' (ssh expands tokens).
+func CheckPath(path string) error {
+	if path == "" {
+		return errors.New("is empty")
+	}
+	for _, r := range path {
+		if r < 0x20 || r == 0x7f || r == '"' || r == '%' {
+			return fmt.Errorf("holds %q, which ssh_config cannot take in a path", r)
+		}
+	}
+	return nil
+}
