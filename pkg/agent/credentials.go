@@ -147,14 +147,19 @@ func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
 		return nil, err
 	}
 	block, _ := pem.Decode(caPEM)
-	if block == nil {
-		return nil, errors.New("the server's /ca.crt is not PEM")
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("the server's /ca.crt is not a PEM certificate")
+	}
+	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
+		return nil, fmt.Errorf("the server's /ca.crt: %w", err)
 	}
 	sum := sha256.Sum256(block.Bytes)
 	if got := "sha256:" + hex.EncodeToString(sum[:]); got != o.CAHash {
 		return nil, fmt.Errorf("the server's CA fingerprint is %s, not the pinned %s: refusing to enroll", got, o.CAHash)
 	}
-	return caPEM, nil
+	// Exactly what the pin names is trusted: the one pinned certificate,
+	// never whatever else the served bundle holds.
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes}), nil
 }
 
 // clientConfig is the agent's API client configuration from its state directory.
