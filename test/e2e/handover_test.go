@@ -251,6 +251,18 @@ echo planted`
 		runs, p50p99(toDrained), p50p99(toCleaned), p50p99(toNext))
 }
 
+// nodeDump shows the rig's node and the end of nodusd's log, for a failure.
+func nodeDump(s *serverProcess, rig sshRig) func() string {
+	return func() string {
+		node, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "yaml")
+		log := rig.agentLog.String()
+		if len(log) > 4000 {
+			log = log[len(log)-4000:]
+		}
+		return node + "\nnodusd:\n" + log
+	}
+}
+
 // orAt is d, or at when d was not seen before.
 func orAt(d, at time.Duration) time.Duration {
 	if d == 0 {
@@ -351,20 +363,20 @@ func wayOutRuns(t *testing.T, s *serverProcess, rig sshRig) {
 				t.Fatalf("the live session survived the %s", way.name)
 			}
 			// The node is cleaned after each way out before the next run claims it.
-			waitFor(t, "e2e-node to be available again", func() bool {
+			waitOr(t, "e2e-node to be available again", func() bool {
 				out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.provisionState}")
 				return out == "available" || (way.name == "login-user change" && out == "active")
-			})
+			}, nodeDump(s, rig))
 			switch way.name {
 			case "reassignment":
 				s.must(t, "patch", "node.nodus.dev", "e2e-node", "--type", "merge", "-p", `{"spec":{"maintenance":false}}`)
 				s.must(t, "delete", "reservation", name, "--wait=false")
 			case "login-user change":
 				s.must(t, "delete", "reservation", name, "--wait=false")
-				waitFor(t, "e2e-node to be available again", func() bool {
+				waitOr(t, "e2e-node to be available again", func() bool {
 					out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.provisionState}")
 					return out == "available"
-				})
+				}, nodeDump(s, rig))
 			}
 		}
 		t.Logf("%s over %d runs: → the old certificate refused %s, → the live session ended %s", way.name, runs, p50p99(refused), p50p99(sessions))

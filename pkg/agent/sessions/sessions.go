@@ -63,7 +63,8 @@ func (p Procs) PIDsOf(uids ...int) []int {
 		if err != nil {
 			continue // gone meanwhile
 		}
-		if wanted[realUID(string(status))] {
+		// A zombie runs nothing and cannot be signalled: its parent reaps it.
+		if wanted[realUID(string(status))] && !zombie(string(status)) {
 			pids = append(pids, pid)
 		}
 	}
@@ -105,6 +106,17 @@ func signalAll(pids []int, sig syscall.Signal) {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, sig)
 	}
+}
+
+// zombie says whether /proc/PID/status is of a process that exited and
+// waits to be reaped ("State: Z (zombie)").
+func zombie(status string) bool {
+	for _, line := range strings.Split(status, "\n") {
+		if rest, ok := strings.CutPrefix(line, "State:"); ok {
+			return strings.HasPrefix(strings.TrimSpace(rest), "Z")
+		}
+	}
+	return false
 }
 
 // realUID reads the real uid from /proc/PID/status ("Uid: real effective …").

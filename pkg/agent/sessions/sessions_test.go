@@ -28,6 +28,8 @@ func TestPIDsReadsRealUIDs(t *testing.T) {
 		t.Errorf("an unknown user has no processes: %v", got)
 	}
 	write("103", "Name:\tpython\nUid:\t1002\t1002\t1002\t1002\n")
+	// An exited sshd session child nobody reaped yet runs nothing: it does not count.
+	write("104", "Name:\tsshd\nState:\tZ (zombie)\nUid:\t1001\t1001\t1001\t1001\n")
 	got := (Procs{Root: root}).PIDsOf(1001, 1002, -1)
 	slices.Sort(got)
 	if !slices.Equal(got, []int{100, 101, 103}) {
