@@ -163,7 +163,7 @@ echo planted`
 	if err := plainKey(); err == nil {
 		t.Error("tenant A's planted key logs in after the release")
 	}
-	if out, _ := exec.Command("pgrep", "-u", rig.login).Output(); strings.TrimSpace(string(out)) != "" {
+	if out := running("-l", "-u", rig.login); out != "" {
 		t.Errorf("processes of tenant A survived the handover: %s", out)
 	}
 	if out, err := exec.Command("crontab", "-l", "-u", rig.login).CombinedOutput(); err == nil || strings.Contains(string(out), "nodus-cron-ran") {

@@ -192,10 +192,30 @@ func borrowerProcs(rig sshRig, pattern string) string {
 		if pattern != "" {
 			args = append(args, pattern)
 		}
-		found, _ := exec.Command("pgrep", args...).Output()
-		if s := strings.TrimSpace(string(found)); s != "" {
+		if s := running(args...); s != "" {
 			out = append(out, account+": "+s)
 		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// running is what pgrep args finds, less zombies: a process that exited
+// runs nothing, whether or not its parent (here, often a PID 1 that does
+// not reap) has collected it yet.
+func running(args ...string) string {
+	found, _ := exec.Command("pgrep", args...).Output()
+	var out []string
+	for _, line := range strings.Split(strings.TrimSpace(string(found)), "\n") {
+		pid, _, _ := strings.Cut(line, " ")
+		stat, err := os.ReadFile("/proc/" + pid + "/stat")
+		if line == "" || err != nil {
+			continue // gone meanwhile
+		}
+		// The state follows the command name, which is in parentheses.
+		if rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:]); strings.HasPrefix(strings.TrimSpace(rest), "Z") {
+			continue
+		}
+		out = append(out, line)
 	}
 	return strings.Join(out, "\n")
 }
