@@ -341,7 +341,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	if !desired.Granted() {
 		for _, user := range []string{previous.LoginUser, desired.LoginUser} {
 			if user != "" {
-				a.procs.End(ctx, user, a.opts.Grace)
+				a.procs.EndSessions(ctx, user, a.opts.Grace)
 			}
 		}
 		if !a.lent() {

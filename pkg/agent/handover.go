@@ -33,7 +33,7 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 	}
 	klog.InfoS("retired access: the reservation left this node", "reservation", reservation)
 	if before.LoginUser != "" && !a.userStillGranted(before.LoginUser) {
-		a.procs.End(ctx, before.LoginUser, a.opts.Grace)
+		a.procs.EndSessions(ctx, before.LoginUser, a.opts.Grace)
 	}
 	a.beatSoon()
 }

@@ -251,6 +251,18 @@ echo planted`
 		runs, p50p99(toDrained), p50p99(toCleaned), p50p99(toNext))
 }
 
+// sleepsStartedAfter says whether login runs a "sleep 600" whose pid is
+// above after's (pids rise; this run's session started after its ssh client).
+func sleepsStartedAfter(login string, after int) bool {
+	for _, line := range strings.Split(running("-a", "-f", "-u", login, "sleep 600"), "\n") {
+		pid, _, _ := strings.Cut(line, " ")
+		if n, err := strconv.Atoi(pid); err == nil && n > after {
+			return true
+		}
+	}
+	return false
+}
+
 // nodeDump shows the rig's node and the end of nodusd's log, for a failure.
 func nodeDump(s *serverProcess, rig sshRig) func() string {
 	return func() string {
@@ -348,19 +360,24 @@ func wayOutRuns(t *testing.T, s *serverProcess, rig sshRig) {
 			}
 			sessionEnded := make(chan time.Time, 1)
 			go func() { _ = session.Wait(); sessionEnded <- time.Now() }()
+			// Its own sleep, running: not one an earlier run left, nor a zombie.
 			waitFor(t, "the session of "+name, func() bool {
-				out, _ := exec.Command("pgrep", "-u", rig.login, "sleep").Output()
-				return len(out) > 0
+				return strings.Contains(running("-a", "-f", "-u", rig.login, "sleep 600"), "sleep 600") && session.Process != nil &&
+					sleepsStartedAfter(rig.login, session.Process.Pid)
 			})
 			ended := time.Now()
 			way.end(t, name, i)
-			waitFor(t, "the old certificate to be refused after the "+way.name, func() bool { return login.run("true") != nil })
+			dump := func() string {
+				r, _, _ := s.kubectl("get", "reservation", name, "-o", "yaml")
+				return r + nodeDump(s, rig)()
+			}
+			waitOr(t, "the old certificate to be refused after the "+way.name, func() bool { return login.run("true") != nil }, dump)
 			refused = append(refused, time.Since(ended))
 			select {
 			case at := <-sessionEnded:
 				sessions = append(sessions, at.Sub(ended))
 			case <-time.After(30 * time.Second):
-				t.Fatalf("the live session survived the %s", way.name)
+				t.Fatalf("the live session survived the %s:\n%s", way.name, dump())
 			}
 			// The node is cleaned after each way out before the next run claims it.
 			waitOr(t, "e2e-node to be available again", func() bool {

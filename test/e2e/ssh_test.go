@@ -152,6 +152,8 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	daemon := exec.Command(sshd, "-D", "-e", "-f", config)
 	sshdLog := &syncBuffer{}
 	daemon.Stdout, daemon.Stderr = sshdLog, sshdLog
+	// A session process left behind holds sshd's output open: never wait on it for ever.
+	daemon.WaitDelay = time.Second
 	if err := daemon.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -139,7 +139,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	// Bounded: a process that survives SIGKILL (stuck in the kernel) fails
 	// the cleaning instead of holding it for ever.
 	endCtx, cancel := context.WithTimeout(ctx, 2*c.Grace+10*time.Second)
-	c.Procs.EndUIDs(endCtx, []int{uid}, c.Grace)
+	c.Procs.EndSessions(endCtx, name, c.Grace)
 	cancel()
 	if left := len(c.Procs.PIDsOf(uid)); left > 0 {
 		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)

@@ -80,6 +80,29 @@ func (p Procs) End(ctx context.Context, login string, grace time.Duration) {
 	p.EndUIDs(ctx, []int{UID(login)}, grace)
 }
 
+// settle is how long EndSessions watches for a session that was being set
+// up while access was retired (authenticated just before, its processes
+// appear just after the sweep).
+const settle = 300 * time.Millisecond
+
+// EndSessions ends every process of login like End, then keeps sweeping
+// until a settle period passes with none (at most a few rounds): new logins
+// are refused by then, so only a session already in flight can appear.
+func (p Procs) EndSessions(ctx context.Context, login string, grace time.Duration) {
+	uid := UID(login)
+	for round := 0; round < 10; round++ {
+		p.EndUIDs(ctx, []int{uid}, grace)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(settle):
+		}
+		if len(p.PIDsOf(uid)) == 0 {
+			return
+		}
+	}
+}
+
 // EndUIDs ends every process of the users uids at once, like End. Unknown
 // users (-1) and root are skipped: root's processes are never killed.
 func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
