@@ -11,6 +11,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
 
 // DefaultLoginGroup is the group of the login users Nodus manages, for
@@ -158,8 +159,8 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		klog.InfoS("cleaning done", "request", req.Request)
 	}
 	// Within what the server records (a heartbeat it refuses would not count at all).
-	if len(ev.Steps) > maxSteps {
-		ev.Steps = ev.Steps[len(ev.Steps)-maxSteps:]
+	if len(ev.Steps) > validation.MaxCleaningSteps {
+		ev.Steps = ev.Steps[len(ev.Steps)-validation.MaxCleaningSteps:]
 	}
 	for i := range ev.Steps {
 		ev.Steps[i] = truncate(ev.Steps[i])
@@ -168,16 +169,11 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	return ev
 }
 
-const (
-	maxSteps     = 32
-	maxTextBytes = 1000
-)
-
 func truncate(s string) string {
-	if len(s) <= maxTextBytes {
+	if len(s) <= validation.MaxCleaningText {
 		return s
 	}
-	return strings.ToValidUTF8(s[:maxTextBytes], "")
+	return strings.ToValidUTF8(s[:validation.MaxCleaningText], "")
 }
 
 func (a *Agent) beatSoon() {

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
 
 // Paths are where a host keeps what a login account leaves behind. The
@@ -50,8 +51,8 @@ func DefaultPaths() Paths {
 	}
 }
 
-// MaxOutput bounds the command output kept as evidence.
-const MaxOutput = 4 << 10
+// MaxOutput bounds the command output kept as evidence: what the server records.
+const MaxOutput = validation.MaxCleaningOutput
 
 // Cleaner resets accounts.
 type Cleaner struct {

@@ -17,7 +17,6 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
-	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
 // LendREST serves POST reservedhosts/{name}/lend and …/withdraw: the owner
@@ -32,7 +31,7 @@ type LendREST struct {
 	Reservations *genericregistry.Store // reservations/status
 	Nodes        *genericregistry.Store
 	Pools        *genericregistry.Store
-	Lendings     base.Stores // hostlendings and their status
+	Lendings     *genericregistry.Store // hostlendings, read for the answer
 	Now          func() time.Time
 }
 
@@ -183,7 +182,7 @@ func (r *LendREST) nodeAndPool(ctx context.Context, nodeName string) (*nodusv1.N
 func (r *LendREST) answer(ctx context.Context, namespace, name string, res *nodusv1.Reservation, pool *nodusv1.Pool) (runtime.Object, error) {
 	ctx = genericapirequest.WithNamespace(ctx, namespace)
 	l := &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace}}
-	obj, err := r.Lendings.Main.Get(ctx, name, &metav1.GetOptions{})
+	obj, err := r.Lendings.Get(ctx, name, &metav1.GetOptions{})
 	switch {
 	case err == nil:
 		l = obj.(*nodusv1.HostLending).DeepCopy()

@@ -32,7 +32,7 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 func Storage(hosts, reservations, nodes, pools, lendings base.Stores, ca *sshca.CA) map[string]rest.Storage {
 	lend := func(withdraw bool) *LendREST {
 		return &LendREST{Withdraw: withdraw, Hosts: hosts.Main, Reservations: reservations.Status,
-			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings}
+			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings.Main}
 	}
 	return map[string]rest.Storage{
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},

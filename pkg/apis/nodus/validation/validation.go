@@ -127,10 +127,15 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	return errs
 }
 
-// MaxCleaningOutput bounds the tail of a cleaning command's output kept on the Node.
-const MaxCleaningOutput = 4 << 10
-
-const maxCleaningSteps = 32
+// Bounds of what an agent reports of a cleaning (the agent keeps within them).
+const (
+	// MaxCleaningOutput bounds the tail of a cleaning command's output kept on the Node.
+	MaxCleaningOutput = 4 << 10
+	// MaxCleaningSteps bounds the steps reported.
+	MaxCleaningSteps = 32
+	// MaxCleaningText bounds each step and the message.
+	MaxCleaningText = maxFreeTextBytes
+)
 
 func validateCleaning(c *nodusv1.NodeCleaning, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
@@ -156,8 +161,8 @@ func validateCleaning(c *nodusv1.NodeCleaning, path *field.Path) field.ErrorList
 // ValidateCleaningReport bounds what an agent reports of a cleaning.
 func ValidateCleaningReport(steps []string, message, output string, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if len(steps) > maxCleaningSteps {
-		errs = append(errs, field.TooMany(path.Child("steps"), len(steps), maxCleaningSteps))
+	if len(steps) > MaxCleaningSteps {
+		errs = append(errs, field.TooMany(path.Child("steps"), len(steps), MaxCleaningSteps))
 	}
 	for i, step := range steps {
 		errs = append(errs, validateFreeText(step, path.Child("steps").Index(i))...)
