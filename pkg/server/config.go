@@ -282,9 +282,9 @@ type storeGetters struct {
 	projects, tokens, enrollments, nodes, pools, reservations *genericregistry.Store
 }
 
-// GetReservation reads from the watch cache.
-func (g storeGetters) GetReservation(ctx context.Context, name string) (*nodusv1.Reservation, error) {
-	obj, err := g.reservations.Get(ctx, name, fromCache)
+// GetReservation reads from the watch cache or, when fresh, from etcd.
+func (g storeGetters) GetReservation(ctx context.Context, name string, fresh bool) (*nodusv1.Reservation, error) {
+	obj, err := g.reservations.Get(ctx, name, readOptions(fresh))
 	if err != nil {
 		return nil, err
 	}
