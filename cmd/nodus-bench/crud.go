@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // crud compares GET, LIST and UPDATE through the API with raw etcd Get,
@@ -138,7 +139,7 @@ func host(name string) *nodusv1.ReservedHost {
 		Status: nodusv1.ReservedHostStatus{
 			Inventory: nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500, GPUs: gpus, OS: "Ubuntu 24.04", NodusdVersion: "0.1.0"},
 			Pool:      "fra1",
-			Connect:   &nodusv1.ReservedHostConnect{Command: "nodus ssh bench/" + name, Host: name + ".bench.nodus", HostKey: "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB", LoginUser: "ubuntu"},
+			Connect:   &nodusv1.ReservedHostConnect{Command: "nodus ssh bench/" + name, Host: name + ".bench.nodus", HostKey: testfleet.HostKey(name), LoginUser: "ubuntu"},
 			Reservation: nodusv1.HostReservation{Project: "bench", StartsAt: start, EndsAt: end, LoginUser: "ubuntu", Epoch: 1,
 				State: nodusv1.ReservationStateActive},
 		},

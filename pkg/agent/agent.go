@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
@@ -77,6 +76,7 @@ type Agent struct {
 	opts      Options
 	id        identity
 	client    versioned.Interface
+	cred      *credential
 	store     *state.Store
 	inventory *inventory.Collector
 	procs     sessions.Procs
@@ -96,7 +96,7 @@ type Agent struct {
 
 // New loads the agent's credential and state.
 func New(opts Options) (*Agent, error) {
-	cfg, id, err := clientConfig(opts.StateDir)
+	cfg, id, cred, err := clientConfig(opts.StateDir)
 	if err != nil {
 		return nil, err
 	}
@@ -138,7 +138,7 @@ func New(opts Options) (*Agent, error) {
 	}
 	procs := sessions.Procs{Root: "/proc"}
 	return &Agent{
-		opts: opts, id: id, client: client, store: store,
+		opts: opts, id: id, client: client, cred: cred, store: store,
 		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),
 		procs:     procs,
 		cleaning: &cleaning.Cleaner{Procs: procs, Grace: opts.Grace, Paths: paths,
@@ -246,6 +246,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	nodeFactory.Start(ctx.Done())
 	go func() { _ = a.runner.Run(ctx) }()
 	go a.reportStatus(ctx)
+	go a.renewCertificate(ctx)
 	a.heartbeats(ctx)
 	factory.Shutdown()
 	nodeFactory.Shutdown()
@@ -392,17 +393,11 @@ func (a *Agent) beat(ctx context.Context) error {
 			BorrowerExecutions: borrowers,
 		})
 	}
-	body, err := json.Marshal(hb)
+	answer, err := a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, &hb, metav1.CreateOptions{})
 	if err != nil {
 		return err
 	}
-	raw, err := a.client.NodusV1().RESTClient().Post().Resource("nodes").Name(a.id.Node).SubResource("heartbeat").
-		SetHeader("Content-Type", "application/json").Body(body).DoRaw(ctx)
-	if err != nil {
-		return err
-	}
-	var answer nodusv1.NodeHeartbeat
-	if err := json.Unmarshal(raw, &answer); err == nil && answer.IntervalSeconds > 0 {
+	if answer.IntervalSeconds > 0 {
 		a.mu.Lock()
 		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
 		a.mu.Unlock()

@@ -4,6 +4,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -23,9 +24,12 @@ import (
 	"strings"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
@@ -72,36 +76,21 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	csrDER, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	csr, err := certificateRequest(key)
 	if err != nil {
 		return 0, err
 	}
-	req := nodusv1.NodeEnrollment{CertificateRequest: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csrDER}))}
-	cfg := &rest.Config{Host: o.Server, BearerToken: o.Token, TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}}
-	body, err := json.Marshal(req)
+	// The token goes only to a server that proves itself with the pinned CA.
+	client, err := versioned.NewForConfig(&rest.Config{Host: o.Server, BearerToken: o.Token, Timeout: time.Minute,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
 	if err != nil {
 		return 0, err
 	}
-	transport, err := rest.TransportFor(cfg)
+	answer, err := client.NodusV1().Nodes().Enroll(ctx, o.Node, &nodusv1.NodeEnrollment{CertificateRequest: csr}, metav1.CreateOptions{})
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("enrollment refused: %w", describe(err))
 	}
-	httpReq, err := http.NewRequestWithContext(ctx, "POST", strings.TrimSuffix(o.Server, "/")+"/apis/nodus.dev/v1/nodes/"+o.Node+"/enroll", strings.NewReader(string(body)))
-	if err != nil {
-		return 0, err
-	}
-	httpReq.Header.Set("Content-Type", "application/json")
-	resp, err := (&http.Client{Transport: transport, Timeout: time.Minute}).Do(httpReq)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-	if resp.StatusCode != http.StatusOK {
-		return 0, fmt.Errorf("enrollment refused (%d): %s", resp.StatusCode, data)
-	}
-	var answer nodusv1.NodeEnrollment
-	if err := json.Unmarshal(data, &answer); err != nil {
+	if _, err := checkIssued([]byte(answer.Certificate), key); err != nil {
 		return 0, fmt.Errorf("enrollment answer: %w", err)
 	}
 	keyDER, err := x509.MarshalECPrivateKey(key)
@@ -112,7 +101,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	for name, content := range map[string][]byte{
 		fileKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		fileCert:   []byte(answer.Certificate),
-		fileCA:     []byte(answer.CA),
+		fileCA:     caPEM,
 		fileConfig: id,
 	} {
 		if err := pki.WriteFileAtomic(filepath.Join(o.StateDir, name), content, 0o600); err != nil {
@@ -120,6 +109,41 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		}
 	}
 	return answer.AgentGeneration, nil
+}
+
+// describe renders an API refusal with its status code, reason and fix.
+func describe(err error) error {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return err
+	}
+	s := status.Status()
+	return fmt.Errorf("%d %s: %s", s.Code, s.Reason, s.Message)
+}
+
+func certificateRequest(key *ecdsa.PrivateKey) (string, error) {
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		return "", err
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})), nil
+}
+
+// checkIssued parses a certificate the server issued for key: the agent
+// stores nothing it would fail with at its next call.
+func checkIssued(certPEM []byte, key *ecdsa.PrivateKey) (*x509.Certificate, error) {
+	block, _ := pem.Decode(certPEM)
+	if block == nil || block.Type != "CERTIFICATE" {
+		return nil, errors.New("the certificate is not PEM")
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		return nil, err
+	}
+	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
+		return nil, errors.New("the certificate is not for this agent's key")
+	}
+	return cert, nil
 }
 
 // trustedCA returns the CA to trust: the file, or the server's CA if its
@@ -146,9 +170,14 @@ func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	block, _ := pem.Decode(caPEM)
+	block, rest := pem.Decode(caPEM)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return nil, errors.New("the server's /ca.crt is not a PEM certificate")
+	}
+	// The pin names one certificate; a bundle would pass it with whatever
+	// else it holds, so only a single certificate is accepted.
+	if len(bytes.TrimSpace(rest)) > 0 {
+		return nil, errors.New("the server's /ca.crt holds more than one certificate: the pin names exactly one, refusing to enroll")
 	}
 	if _, err := x509.ParseCertificate(block.Bytes); err != nil {
 		return nil, fmt.Errorf("the server's /ca.crt: %w", err)
@@ -162,21 +191,20 @@ func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: block.Bytes}), nil
 }
 
-// clientConfig is the agent's API client configuration from its state directory.
-func clientConfig(stateDir string) (*rest.Config, identity, error) {
+// clientConfig is the agent's API client configuration from its state
+// directory, with the credential that renews itself.
+func clientConfig(stateDir string) (*rest.Config, identity, *credential, error) {
 	var id identity
 	data, err := os.ReadFile(filepath.Join(stateDir, fileConfig))
 	if err != nil {
-		return nil, id, fmt.Errorf("not enrolled (run nodusd enroll): %w", err)
+		return nil, id, nil, fmt.Errorf("not enrolled (run nodusd enroll): %w", err)
 	}
 	if err := json.Unmarshal(data, &id); err != nil {
-		return nil, id, err
+		return nil, id, nil, err
 	}
-	return &rest.Config{
-		Host: id.Server,
-		TLSClientConfig: rest.TLSClientConfig{
-			CertFile: filepath.Join(stateDir, fileCert), KeyFile: filepath.Join(stateDir, fileKey), CAFile: filepath.Join(stateDir, fileCA),
-		},
-		QPS: 50, Burst: 100,
-	}, id, nil
+	cred, err := loadCredential(stateDir, id.Node)
+	if err != nil {
+		return nil, id, nil, err
+	}
+	return &rest.Config{Host: id.Server, Transport: cred.transport, QPS: 50, Burst: 100}, id, cred, nil
 }

@@ -98,6 +98,16 @@ const (
 	ReasonNodeInMaintenance metav1.StatusReason = "NodeInMaintenance"
 	// ReasonNodeCleaning: a reservation's node is being cleaned after its previous tenant.
 	ReasonNodeCleaning metav1.StatusReason = "NodeCleaning"
+	// ReasonEnrollmentTokenNodeMismatch: a token issued for one node used to enroll another.
+	ReasonEnrollmentTokenNodeMismatch metav1.StatusReason = "EnrollmentTokenNodeMismatch"
+	// ReasonNodeAlreadyEnrolled: a token issued without a node name used on a node that exists.
+	ReasonNodeAlreadyEnrolled metav1.StatusReason = "NodeAlreadyEnrolled"
+	// ReasonEnrollmentTokenPoolMismatch: a token of one pool used on a node of another.
+	ReasonEnrollmentTokenPoolMismatch metav1.StatusReason = "EnrollmentTokenPoolMismatch"
+	// ReasonServerOwnedField: a node agent wrote a status field only the server writes.
+	ReasonServerOwnedField metav1.StatusReason = "ServerOwnedField"
+	// ReasonAgentCredentialRetired: an agent certificate of an older generation or of a deleted node.
+	ReasonAgentCredentialRetired metav1.StatusReason = "AgentCredentialRetired"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -273,6 +283,26 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeCleaning, http.StatusConflict, "The node is being cleaned after its previous tenant.",
 			func(r Request) string {
 				return "Wait: the reservation activates once the node's agent reports its cleaning done (`nodus nodes get NAME` shows status.cleaning). A failed cleaning puts the node in maintenance; fix it, then `nodus nodes clean NAME`."
+			}},
+		{ReasonEnrollmentTokenNodeMismatch, http.StatusForbidden, "The enrollment token was issued for another node.",
+			func(r Request) string {
+				return "Enroll the node the token names (`kubectl get enrollmenttoken NAME -o jsonpath={.spec.nodeName}`), or have an operator issue a token for this node: `nodus pools token POOL --node " + orDefault(r.Name, "NAME") + "`."
+			}},
+		{ReasonNodeAlreadyEnrolled, http.StatusForbidden, "A node of that name exists; only a token issued for it may enroll it again.",
+			func(r Request) string {
+				return "To re-enroll node " + orDefault(r.Name, "NAME") + ", have an operator issue a token bound to it: `nodus pools token POOL --node " + orDefault(r.Name, "NAME") + "`. To enroll a new server, pick a name no node has."
+			}},
+		{ReasonEnrollmentTokenPoolMismatch, http.StatusForbidden, "The node belongs to another pool than the enrollment token.",
+			func(r Request) string {
+				return "Use a token of the node's own pool (`kubectl get node.nodus.dev " + orDefault(r.Name, "NAME") + " -o jsonpath={.spec.pool}`): enrollment never moves a node. An operator moves a node by changing its spec.pool."
+			}},
+		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a status field the server owns.",
+			func(Request) string {
+				return "An agent reports only status.inventory, status.sshHostKey, status.sshAddress and status.executionSlots (and heartbeats); drop the other fields from the write. States, claims, conditions, epochs and generations are the server's."
+			}},
+		{ReasonAgentCredentialRetired, http.StatusForbidden, "The agent certificate was replaced or its node deleted.",
+			func(r Request) string {
+				return "Stop this agent, or enroll it anew with a token issued for the node (`nodus pools token POOL --node NODE`, then `nodusd enroll`); a replaced credential never works again."
 			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {

@@ -59,13 +59,23 @@ func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticato
 			info := &user.DefaultInfo{Name: subject.CommonName, Groups: groups}
 			for _, unit := range subject.OrganizationalUnit {
 				if g, ok := strings.CutPrefix(unit, "generation-"); ok {
-					info.Extra = map[string][]string{ExtraAgentGeneration: {g}}
+					setExtra(info, ExtraAgentGeneration, g)
+				}
+				if uid, ok := strings.CutPrefix(unit, "node-uid-"); ok {
+					setExtra(info, ExtraNodeUID, uid)
 				}
 			}
 			return &authenticator.Response{User: info}, true, nil
 		}))
 	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
 	return union.New(certs, bearer, authenticator.RequestFunc(publicAnonymous))
+}
+
+func setExtra(info *user.DefaultInfo, key, value string) {
+	if info.Extra == nil {
+		info.Extra = map[string][]string{}
+	}
+	info.Extra[key] = append(info.Extra[key], value)
 }
 
 func publicAnonymous(req *http.Request) (*authenticator.Response, bool, error) {

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/lending"
@@ -141,20 +142,28 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 		// or membership created a moment ago.
 		p, err = a.Projects.GetProject(ctx, project, true)
 	}
-	if apierrors.IsNotFound(err) {
-		return authorizer.DecisionDeny, "no project " + project, nil
-	}
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	role, ok := RoleIn(p, u)
+	role, ok := nodusv1.ProjectRole(""), false
+	if err == nil {
+		role, ok = RoleIn(p, u)
+	}
 	if !ok {
-		return authorizer.DecisionDeny, u.GetName() + " is not a member of project " + project, nil
+		// One answer for a project that does not exist and one the caller
+		// is not in: a refusal must not tell which projects exist.
+		return authorizer.DecisionDeny, notMember(u, project), nil
 	}
 	if !Allows(role, want) {
 		return authorizer.DecisionDeny, "role " + string(role) + " in project " + project + " does not allow this", nil
 	}
 	return authorizer.DecisionAllow, string(role), nil
+}
+
+// notMember is the refusal for a project the caller is not in, whether or
+// not it exists.
+func notMember(u user.Info, project string) string {
+	return fmt.Sprintf("%s is not a member of project %q (or there is no such project)", u.GetName(), project)
 }
 
 func allowedIn(p *nodusv1.Project, u user.Info, want nodusv1.ProjectRole) bool {
@@ -199,22 +208,24 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		}
 		return authorizer.DecisionDeny, "node agents only use the API", nil
 	}
+	uid := NodeUIDOf(attrs.GetUser())
 	n, err := a.Nodes.GetNode(ctx, node, false)
-	if apierrors.IsNotFound(err) || (err == nil && n.Status.AgentGeneration < generation) {
+	if apierrors.IsNotFound(err) || (err == nil && (n.Status.AgentGeneration < generation || string(n.UID) != uid)) {
 		// The cache may not have the enrollment that issued this credential
 		// yet (an agent's first call follows it at once): ask the store.
 		n, err = a.Nodes.GetNode(ctx, node, true)
 	}
 	if apierrors.IsNotFound(err) {
-		return authorizer.DecisionDeny, "node " + node + " does not exist", nil
-	}
-	if err != nil {
+		n = nil
+	} else if err != nil {
 		return authorizer.DecisionNoOpinion, "", err
 	}
-	if n.Status.AgentGeneration != generation {
-		exchange.From(ctx).SetFix("This agent's credential was replaced when node " + node + " was enrolled again: stop this agent, or enroll it anew with a fresh token (`nodusd enroll`).")
-		return authorizer.DecisionDeny, fmt.Sprintf("this credential is of agent generation %d; node %s was enrolled again (generation %d)",
-			generation, node, n.Status.AgentGeneration), nil
+	if reason := retired(n, node, generation, uid); reason != "" {
+		x := exchange.From(ctx)
+		x.SetReason(string(apierror.ReasonAgentCredentialRetired))
+		x.SetFix("This agent's credential no longer works: stop this agent, or have an operator issue a token for node " + node +
+			" (`nodus pools token POOL --node " + node + "`) and enroll it anew (`nodusd enroll`).")
+		return authorizer.DecisionDeny, reason, nil
 	}
 	if attrs.GetAPIGroup() != nodusv1.GroupName {
 		return authorizer.DecisionDeny, "node agents only use nodus.dev", nil
@@ -227,6 +238,7 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		case own && sub == "" && verb == "get",
 			own && sub == "status" && (verb == "get" || verb == "update" || verb == "patch"),
 			own && sub == "heartbeat" && verb == "create",
+			own && sub == "renew" && verb == "create",
 			sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "metadata.name", node):
 			return authorizer.DecisionAllow, "own node", nil
 		}
@@ -245,6 +257,22 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		}
 	}
 	return authorizer.DecisionDeny, "node " + node + "'s agent may only use its own node, the reservations on it and the executions placed on it", nil
+}
+
+// retired says why an agent credential for node, of generation and bound
+// to the Node object uid, no longer authorizes anything; "" when it does.
+// n is nil when no node of that name exists.
+func retired(n *nodusv1.Node, node string, generation int64, uid string) string {
+	switch {
+	case n == nil:
+		return "node " + node + " does not exist"
+	case uid == "" || string(n.UID) != uid:
+		return "this credential was issued for a node " + node + " that was deleted; the node of that name now is another object"
+	case n.Status.AgentGeneration != generation:
+		return fmt.Sprintf("this credential is of agent generation %d; node %s was enrolled again (generation %d)",
+			generation, node, n.Status.AgentGeneration)
+	}
+	return ""
 }
 
 // selects says whether the request's field selector pins field to value.

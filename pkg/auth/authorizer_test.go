@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
@@ -50,7 +51,14 @@ func projectWith(members ...nodusv1.ProjectMember) *nodusv1.Project {
 }
 
 func nodeAt(generation int64) *nodusv1.Node {
-	return &nodusv1.Node{Status: nodusv1.NodeStatus{AgentGeneration: generation}}
+	return &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{UID: "uid-1"}, Status: nodusv1.NodeStatus{AgentGeneration: generation}}
+}
+
+// recreatedAt is node n1 deleted and enrolled again: another object.
+func recreatedAt(generation int64) *nodusv1.Node {
+	n := nodeAt(generation)
+	n.UID = "uid-2"
+	return n
 }
 
 // TestAuthorizerLooksPastALaggingCache: a refusal is decided on the latest
@@ -60,7 +68,7 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}}
 	agent := func(generation int64) user.Info {
 		return &user.DefaultInfo{Name: NodeUserPrefix + "n1", Groups: []string{GroupNodes, GroupAuthenticated},
-			Extra: map[string][]string{ExtraAgentGeneration: {strconv.FormatInt(generation, 10)}}}
+			Extra: map[string][]string{ExtraAgentGeneration: {strconv.FormatInt(generation, 10)}, ExtraNodeUID: {"uid-1"}}}
 	}
 	readHosts := authorizer.AttributesRecord{Verb: "list", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Namespace: "acme", ResourceRequest: true}
 	readOwnNode := authorizer.AttributesRecord{Verb: "get", APIGroup: nodusv1.GroupName, Resource: "nodes", Name: "n1", ResourceRequest: true}
@@ -105,6 +113,14 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 		},
 		"node created a moment ago": {
 			store: laggingStore{latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(1)}},
+			user:  agent(1), attrs: readOwnNode, allowed: true, freshReads: 1,
+		},
+		"a deleted node's credential, checked twice": {
+			store: laggingStore{cachedNodes: map[string]*nodusv1.Node{"n1": recreatedAt(1)}, latestNodes: map[string]*nodusv1.Node{"n1": recreatedAt(1)}},
+			user:  agent(1), attrs: readOwnNode, allowed: false, freshReads: 1,
+		},
+		"node re-created, cache behind on it": {
+			store: laggingStore{cachedNodes: map[string]*nodusv1.Node{"n1": recreatedAt(3)}, latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(1)}},
 			user:  agent(1), attrs: readOwnNode, allowed: true, freshReads: 1,
 		},
 		"a replaced agent needs no fresh read": {

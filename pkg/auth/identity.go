@@ -31,10 +31,25 @@ const (
 	ExtraEnrollmentToken = "nodus.dev/enrollment-token"
 	// ExtraAgentGeneration is the agent generation a node credential was issued for.
 	ExtraAgentGeneration = "nodus.dev/agent-generation"
+	// ExtraNodeUID is the UID of the Node object a node credential was issued for.
+	ExtraNodeUID = "nodus.dev/node-uid"
 )
 
 // GenerationUnit is the certificate OU that carries an agent generation.
 func GenerationUnit(generation int64) string { return fmt.Sprintf("generation-%d", generation) }
+
+// NodeUIDUnit is the certificate OU that binds an agent credential to one
+// Node object: a node deleted and enrolled again under the same name is a
+// new object, and the old object's credentials never match it.
+func NodeUIDUnit(uid string) string { return "node-uid-" + uid }
+
+// NodeUIDOf returns the Node UID an agent user's credential is bound to.
+func NodeUIDOf(u user.Info) string {
+	if uids := u.GetExtra()[ExtraNodeUID]; len(uids) == 1 {
+		return uids[0]
+	}
+	return ""
+}
 
 // NodeOf returns the node an agent user acts for, and its credential's generation.
 func NodeOf(u user.Info) (node string, generation int64, ok bool) {

@@ -190,25 +190,48 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 	}
 	create.Flags().StringVar(&supplier, "supplier", "", "who owns the machines")
 	create.Flags().StringVar(&location, "location", "", "where the machines are")
+	var nodeName string
 	token := &cobra.Command{
-		Use: "token POOL --resource-class CLASS", Short: "Issue a single-use enrollment token for a server of the pool", Args: cobra.ExactArgs(1),
+		Use:   "token POOL (--resource-class CLASS | --node NAME)",
+		Short: "Issue a single-use enrollment token for a server of the pool",
+		Long: "Issue a single-use enrollment token for a server of the pool. With --node the token enrolls only that node:\n" +
+			"a new one, or an existing node of the pool again (a reinstalled server); without it, only a name no node has yet.\n" +
+			"Enrollment never changes an existing node's pool, class or traits.",
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, cfg, err := g.Client()
 			if err != nil {
 				return err
 			}
+			spec := nodusv1.EnrollmentTokenSpec{Pool: args[0], NodeName: nodeName, ResourceClass: class, Traits: traits, LoginUser: loginUser}
+			if nodeName != "" && class == "" {
+				// Re-enrolling keeps the node's spec; the token only has to be valid.
+				n, err := c.NodusV1().Nodes().Get(cmd.Context(), nodeName, metav1.GetOptions{})
+				if err != nil {
+					return fmt.Errorf("--resource-class is needed for a new node (reading node %s: %w)", nodeName, err)
+				}
+				spec.ResourceClass, spec.Traits, spec.LoginUser = n.Spec.ResourceClass, n.Spec.Traits, n.Spec.LoginUser
+			}
+			prefix := args[0] + "-"
+			if nodeName != "" && len(nodeName) < 40 {
+				prefix = nodeName + "-"
+			}
 			t, err := c.NodusV1().EnrollmentTokens().Create(cmd.Context(), &nodusv1.EnrollmentToken{
-				ObjectMeta: metav1.ObjectMeta{GenerateName: args[0] + "-"},
-				Spec:       nodusv1.EnrollmentTokenSpec{Pool: args[0], ResourceClass: class, Traits: traits, LoginUser: loginUser},
+				ObjectMeta: metav1.ObjectMeta{GenerateName: prefix}, Spec: spec,
 			}, metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\nrun on the host, as root:\n  nodusd enroll --server %s --token %s --ca-hash %s\n",
-				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.Token, t.Status.CAFingerprint)
+			name := "" // nodusd enroll defaults to the host name
+			if nodeName != "" {
+				name = " --name " + nodeName
+			}
+			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\nrun on the host, as root:\n  nodusd enroll --server %s --token %s --ca-hash %s%s\n",
+				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.Token, t.Status.CAFingerprint, name)
 			return nil
 		},
 	}
+	token.Flags().StringVar(&nodeName, "node", "", "the one node the token enrolls (required to enroll an existing node again)")
 	token.Flags().StringVar(&class, "resource-class", "", "resource class of the node")
 	token.Flags().StringSliceVar(&traits, "traits", nil, "traits of the node")
 	token.Flags().StringVar(&loginUser, "login-user", "", "default login user of the node")

@@ -138,6 +138,9 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	status.Status.Status = metav1.StatusFailure
 	status.Code = int32(w.code)
 
+	if r := metav1.StatusReason(w.exchange.Reason()); r != "" && apierror.IsRegistered(r) && apierror.Lookup(r, w.code).Code == w.code {
+		status.Reason = r
+	}
 	reason := apierror.Lookup(status.Reason, w.code)
 	status.Reason = reason.Name
 	if status.Message == "" {

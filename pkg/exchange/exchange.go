@@ -21,6 +21,7 @@ type Exchange struct {
 	mu        sync.Mutex
 	response  http.Header
 	fix       string
+	reason    string
 	requestID string
 }
 
@@ -92,6 +93,28 @@ func (e *Exchange) Fix() string {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.fix
+}
+
+// SetReason names the registered reason of a refusal decided where only a
+// message can be returned (an authorizer's denial): the error body carries
+// it instead of the generic reason of the status code.
+func (e *Exchange) SetReason(reason string) {
+	if e == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.reason = reason
+}
+
+// Reason returns the reason recorded by SetReason.
+func (e *Exchange) Reason() string {
+	if e == nil {
+		return ""
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reason
 }
 
 // SetRequestID makes error bodies name id instead of this request's own id:

@@ -255,15 +255,19 @@ func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 	return csr, nil
 }
 
-// SignCSR issues a client certificate for the key of a certificate request,
-// with the subject the CA decides (never the requester's).
-func (ca *CA) SignCSR(csr *x509.CertificateRequest, subject pkix.Name) ([]byte, error) {
+// SignCSR issues a client certificate valid for validity for the key of a
+// certificate request, with the subject the CA decides (never the
+// requester's). It is backdated by a tenth of its validity, at most five
+// minutes, for clocks a little behind: a short-lived certificate's renewal
+// time, two thirds into its validity, stays well before its end.
+func (ca *CA) SignCSR(csr *x509.CertificateRequest, subject pkix.Name, validity time.Duration) ([]byte, error) {
 	now := time.Now()
+	slack := min(clockSkewSlack, validity/10)
 	tmpl := &x509.Certificate{
 		SerialNumber: serial(),
 		Subject:      subject,
-		NotBefore:    now.Add(-clockSkewSlack),
-		NotAfter:     now.Add(leafValidity),
+		NotBefore:    now.Add(-slack),
+		NotAfter:     now.Add(validity),
 		KeyUsage:     x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth},
 	}

@@ -79,6 +79,7 @@ type Config struct {
 
 	liveness          *liveness.Tracker
 	heartbeatInterval time.Duration
+	agentCertValidity time.Duration
 	ca                *pki.CA
 	sshCA             *sshca.CA
 }
@@ -247,7 +248,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
 		executionLogs: executionlog.NewStore(etcdClient),
-		liveness:      alive, heartbeatInterval: o.HeartbeatInterval, ca: ca, sshCA: sshCA,
+		liveness:      alive, heartbeatInterval: o.HeartbeatInterval, agentCertValidity: o.AgentCertificateValidity, ca: ca, sshCA: sshCA,
 	}, nil
 }
 

@@ -31,6 +31,9 @@ type Options struct {
 	// HeartbeatInterval is how often agents report; a node is not ready
 	// after three missed intervals.
 	HeartbeatInterval time.Duration
+	// AgentCertificateValidity is how long an agent certificate is valid;
+	// agents renew theirs two thirds into it.
+	AgentCertificateValidity time.Duration
 	// AuditLogPath is where audit events go; empty means DIR/audit.log, "-" stdout.
 	AuditLogPath string
 	// AuditPolicyFile overrides the built-in audit policy.
@@ -50,7 +53,9 @@ func NewOptions(out io.Writer) *Options {
 		SecurePort:        8443,
 		BindAddress:       "127.0.0.1",
 		HeartbeatInterval: 10 * time.Second,
-		Out:               out,
+		// Matches node.DefaultAgentCertificateValidity; options do not import the registry.
+		AgentCertificateValidity: 30 * 24 * time.Hour,
+		Out:                      out,
 	}
 }
 
@@ -64,6 +69,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DocsBaseURL, "docs-base-url", o.DocsBaseURL, "Base URL of the error docs pages named in error bodies; default: this server's /docs/errors.")
 	fs.StringVar(&o.AuditLogPath, "audit-log-path", o.AuditLogPath, `Audit log file; default DIR/audit.log, "-" for standard output.`)
 	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
+	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 
@@ -91,6 +97,9 @@ func (o *Options) Validate() error {
 	}
 	if o.HeartbeatInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--heartbeat-interval %s is below one second", o.HeartbeatInterval))
+	}
+	if o.AgentCertificateValidity < 10*time.Second {
+		errs = append(errs, fmt.Errorf("--agent-certificate-validity %s is below 10 seconds", o.AgentCertificateValidity))
 	}
 	if o.DocsBaseURL != "" {
 		if u, err := url.Parse(o.DocsBaseURL); err != nil || u.Scheme == "" || u.Host == "" {

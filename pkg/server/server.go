@@ -111,7 +111,8 @@ func (c CompletedConfig) New() (*Server, error) {
 		storage[path] = s
 	}
 	storage["nodes/enroll"] = &node.EnrollREST{Tokens: c.Stores["enrollmenttokens"].Status,
-		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, CA: c.ca}
+		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, CA: c.ca, Validity: c.agentCertValidity}
+	storage["nodes/renew"] = &node.RenewREST{Nodes: c.Stores["nodes"].Main, CA: c.ca, Validity: c.agentCertValidity}
 	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores["nodes"].Status}
 	storage["nodes/heartbeat"] = &node.HeartbeatREST{
 		Nodes: c.Stores["nodes"].Status, NodeSpecs: c.Stores["nodes"].Main, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,

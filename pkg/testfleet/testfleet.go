@@ -7,12 +7,16 @@ package testfleet
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/sha256"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
@@ -21,6 +25,17 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
+
+// HostKey is a real ed25519 SSH public key derived from seed, in the
+// canonical form agents report: the server accepts no made-up key.
+func HostKey(seed string) string {
+	sum := sha256.Sum256([]byte(seed))
+	pub, err := ssh.NewPublicKey(ed25519.NewKeyFromSeed(sum[:]).Public())
+	if err != nil {
+		panic(err) // an ed25519 key always converts
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
+}
 
 // Eventually polls cond every 50ms until it holds, fails, or timeout passes.
 func Eventually(ctx context.Context, timeout time.Duration, cond func(context.Context) (bool, error)) error {
@@ -91,7 +106,7 @@ func Reserve(ctx context.Context, c versioned.Interface, name, project string, p
 // of spec), enrolls a real agent with it into stateDir through serverURL,
 // and returns the agent's credential.
 func EnrollAgent(ctx context.Context, c versioned.Interface, serverURL, node string, spec nodusv1.EnrollmentTokenSpec, stateDir string) (*rest.Config, error) {
-	tok, err := c.NodusV1().EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: node}, Spec: spec},
+	tok, err := c.NodusV1().EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{GenerateName: node + "-"}, Spec: spec},
 		metav1.CreateOptions{})
 	if err != nil {
 		return nil, err

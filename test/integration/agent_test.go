@@ -15,6 +15,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -92,7 +93,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 	}
 
 	hostKey := filepath.Join(dir, "ssh_host_ed25519_key.pub")
-	if err := os.WriteFile(hostKey, []byte("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentTestKey root@agent-1\n"), 0o644); err != nil {
+	if err := os.WriteFile(hostKey, []byte(testfleet.HostKey("agent-1")+" root@agent-1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	runCtx, stop := context.WithCancel(context.Background())
@@ -105,7 +106,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 
 	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
 		return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) && n.Status.Inventory.CPU > 0 &&
-			n.Status.SSHHostKey == "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIAgentTestKey" && n.Status.SSHAddress == "127.0.0.1:2222"
+			n.Status.SSHHostKey == testfleet.HostKey("agent-1") && n.Status.SSHAddress == "127.0.0.1:2222"
 	})
 
 	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
@@ -152,15 +153,20 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 		}
 		// What the server decides is never the agent's to write.
 		for field, patch := range map[string]string{
-			"provisionState": `{"status":{"provisionState":"enroll"}}`,
-			"reservation":    `{"status":{"reservation":"mine"}}`,
-			"cleaning":       `{"status":{"cleaning":{"request":1,"phase":"Succeeded","requestedAt":"2026-01-01T00:00:00Z"}}}`,
-			"appliedEpoch":   `{"status":{"appliedEpoch":99}}`,
-			"allocation":     `{"status":{"allocation":"a-1"}}`,
+			"provisionState":    `{"status":{"provisionState":"enroll"}}`,
+			"reservation":       `{"status":{"reservation":"mine"}}`,
+			"cleaning":          `{"status":{"cleaning":{"request":1,"phase":"Succeeded","requestedAt":"2026-01-01T00:00:00Z"}}}`,
+			"appliedEpoch":      `{"status":{"appliedEpoch":99}}`,
+			"allocation":        `{"status":{"allocation":"a-1"}}`,
+			"agentGeneration":   `{"status":{"agentGeneration":7}}`,
+			"lastHeartbeatTime": `{"status":{"lastHeartbeatTime":"2030-01-01T00:00:00Z"}}`,
+			"conditions":        `{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Forged","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`,
 		} {
 			r := do(t, own, "PATCH", "/apis/nodus.dev/v1/nodes/agent-1/status", "application/merge-patch+json", strings.NewReader(patch))
 			if r.code != http.StatusForbidden || !strings.Contains(string(r.body), "status."+field) {
 				t.Errorf("agent writing status.%s: %d %s", field, r.code, r.body)
+			} else if env := envelopeOf(t, r); env.Reason != apierror.ReasonServerOwnedField {
+				t.Errorf("agent writing status.%s: reason %s", field, env.Reason)
 			}
 		}
 		if r := do(t, own, "PATCH", "/apis/nodus.dev/v1/nodes/agent-1/status", "application/merge-patch+json",
@@ -186,7 +192,12 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 		if err != nil || !ok || applied.Epoch != 2 || applied.Granted() {
 			t.Errorf("applied access after a restart: %+v %v %v", applied, ok, err)
 		}
-		second := enrollmentToken(t, s, "second", time.Now().Add(time.Hour))
+		// Only a token issued for the node re-enrolls it.
+		if _, err := enroll(enrollmentToken(t, s, "unbound", time.Now().Add(time.Hour)).Status.Token); err == nil ||
+			!strings.Contains(err.Error(), "NodeAlreadyEnrolled") {
+			t.Errorf("re-enrolling with a token for no node: %v", err)
+		}
+		second := issueToken(t, s, "second", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "agent-1"})
 		gen, err := enroll(second.Status.Token)
 		if err != nil || gen != 2 {
 			t.Fatalf("re-enroll: %d %v", gen, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -133,6 +135,54 @@ func TestAuthorizationMatrix(t *testing.T) {
 			}
 			if got := strings.Join(names, ","); got != want {
 				t.Errorf("%s sees namespaces %q, want %q", role, got, want)
+			}
+		}
+	})
+
+	t.Run("a node agent writes its own facts, field by field", func(t *testing.T) {
+		agentCfg := enrollAgent(t, s, "matrix-agent", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}, t.TempDir())
+		own := nodus + "/nodes/matrix-agent"
+		rows := []struct {
+			what, method, path, body string
+			want                     int
+			reason                   metav1.StatusReason
+		}{
+			{"status.inventory", "PATCH", own + "/status", `{"status":{"inventory":{"cpu":8,"memoryMiB":1024,"diskGiB":10}}}`, 200, ""},
+			{"status.sshHostKey", "PATCH", own + "/status", `{"status":{"sshHostKey":"` + testfleet.HostKey("matrix-agent") + `"}}`, 200, ""},
+			{"status.sshAddress", "PATCH", own + "/status", `{"status":{"sshAddress":"10.0.0.9:22"}}`, 200, ""},
+			{"status.executionSlots", "PATCH", own + "/status", `{"status":{"executionSlots":4}}`, 200, ""},
+			{"status.provisionState", "PATCH", own + "/status", `{"status":{"provisionState":"available"}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.allocation", "PATCH", own + "/status", `{"status":{"allocation":"a1"}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.reservation", "PATCH", own + "/status", `{"status":{"reservation":"r1"}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.cleaning", "PATCH", own + "/status", `{"status":{"cleaning":{"request":1,"phase":"Succeeded","requestedAt":"2026-01-01T00:00:00Z"}}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.conditions", "PATCH", own + "/status", `{"status":{"conditions":[{"type":"Ready","status":"True","reason":"Forged","message":"","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.appliedEpoch", "PATCH", own + "/status", `{"status":{"appliedEpoch":7}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.agentGeneration", "PATCH", own + "/status", `{"status":{"agentGeneration":9}}`, 403, apierror.ReasonServerOwnedField},
+			{"status.lastHeartbeatTime", "PATCH", own + "/status", `{"status":{"lastHeartbeatTime":"2030-01-01T00:00:00Z"}}`, 403, apierror.ReasonServerOwnedField},
+			{"its own spec", "PATCH", own, `{"spec":{"pool":"elsewhere"}}`, 403, metav1.StatusReasonForbidden},
+			{"its own node, deleted", "DELETE", own, "", 403, metav1.StatusReasonForbidden},
+			{"another node's status", "PATCH", nodus + "/nodes/gpu-001/status", `{"status":{"sshAddress":"10.0.0.9:22"}}`, 403, metav1.StatusReasonForbidden},
+			{"another node's heartbeat", "POST", nodus + "/nodes/gpu-001/heartbeat", `{"agentGeneration":1}`, 403, metav1.StatusReasonForbidden},
+			{"another node's renewal", "POST", nodus + "/nodes/gpu-001/renew", `{"certificateRequest":""}`, 403, metav1.StatusReasonForbidden},
+			{"its own renewal", "POST", own + "/renew", fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t)), 201, ""},
+			{"its own heartbeat", "POST", own + "/heartbeat", `{"agentGeneration":1}`, 200, ""},
+			{"a reservation", "POST", nodus + "/reservations", `{}`, 403, metav1.StatusReasonForbidden},
+			{"an execution's status", "PATCH", nodus + "/namespaces/acme/executions/e1/status", `{"status":{"phase":"Succeeded"}}`, 403, metav1.StatusReasonForbidden},
+		}
+		for _, row := range rows {
+			ctype := "application/json"
+			if row.method == "PATCH" {
+				ctype = "application/merge-patch+json"
+			}
+			r := do(t, agentCfg, row.method, row.path+"?dryRun=All", ctype, strings.NewReader(row.body))
+			if r.code != row.want {
+				t.Errorf("agent %s %s: %d, want %d: %s", row.method, row.what, r.code, row.want, r.body)
+				continue
+			}
+			if row.reason != "" {
+				if env := envelopeOf(t, r); env.Reason != row.reason {
+					t.Errorf("agent %s %s: reason %s, want %s", row.method, row.what, env.Reason, row.reason)
+				}
 			}
 		}
 	})

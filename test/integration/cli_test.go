@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"flag"
 	"net/http"
 	"net/http/httptest"
@@ -19,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
@@ -178,6 +178,17 @@ func TestCLIGolden(t *testing.T) {
 		!strings.Contains(out, "nodusd enroll --server "+s.Config.Host+" --token enroll_fra1-") || !strings.Contains(out, "--ca-hash sha256:") {
 		t.Errorf("pools token: %d %s", code, out)
 	}
+	// A token to enroll an existing node again is bound to it and keeps its class.
+	if out, code := operator.run("", "pools", "token", "fra1", "--node", "gpu-001"); code != 0 ||
+		!strings.Contains(out, "--token enroll_gpu-001-") || !strings.Contains(out, " --name gpu-001\n") {
+		t.Errorf("pools token --node: %d %s", code, out)
+	} else {
+		name := regexp.MustCompile(`enroll_([a-z0-9-]+)\.`).FindStringSubmatch(out)[1]
+		tok, err := s.Client.NodusV1().EnrollmentTokens().Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil || tok.Spec.NodeName != "gpu-001" || tok.Spec.ResourceClass != "gpu-h100x8" {
+			t.Errorf("the token for gpu-001: %v %+v", err, tok)
+		}
+	}
 	if out, code := operator.run("", "__complete", "hosts", "get", "acme/gpu-00"); code != 0 || !strings.Contains(out, "acme/gpu-001\nacme/gpu-002\n") {
 		t.Errorf("host-name completion: %d %q", code, out)
 	}
@@ -285,17 +296,11 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 		home := t.TempDir() // a laptop of its own for each case: nothing cached from the other
 		t.Setenv("HOME", home)
 		t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "forged", metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			forge(n)
-			_, err = s.Client.NodusV1().Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{})
-			return err
-		}); err != nil {
-			t.Fatal(err)
-		}
+		// The server refuses such values where an agent writes them
+		// (TestAgentReportedValuesAreValidated); a server that sends them
+		// anyway — a compromised or older one — is what the CLI must
+		// withstand, so they go straight into its storage.
+		forgeNodeInEtcd(t, s, "forged", forge)
 		want := &nodusv1.Node{}
 		forge(want)
 		f.waitHost(t, "forged", func(h *nodusv1.ReservedHost) bool {
@@ -312,5 +317,33 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 				t.Errorf("a forged %s reached %s:\n%s", what, file, data)
 			}
 		}
+	}
+}
+
+// forgeNodeInEtcd changes node's stored object underneath the API, past
+// every check of the server.
+func forgeNodeInEtcd(t *testing.T, s *testserver.Server, name string, forge func(*nodusv1.Node)) {
+	t.Helper()
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	key := "/registry/nodus.dev/nodes/" + name
+	got, err := etcd.Get(ctx(t), key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading %s from etcd: %v", key, err)
+	}
+	var n nodusv1.Node
+	if err := json.Unmarshal(got.Kvs[0].Value, &n); err != nil {
+		t.Fatalf("node %s in etcd is not JSON: %v", name, err)
+	}
+	forge(&n)
+	data, err := json.Marshal(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
+		t.Fatal(err)
 	}
 }

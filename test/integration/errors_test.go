@@ -3,7 +3,12 @@ package integration
 import (
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
+	"encoding/pem"
 	"fmt"
 	"net/http"
 	"strings"
@@ -205,6 +210,31 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/ghost/reservedhosts", "application/json", bytes.NewReader(ghost))
 		},
 	}
+	enrollWith := func(spec nodusv1.EnrollmentTokenSpec, node string) response {
+		tok := issueToken(t, s, "", spec)
+		return do(t, bearer(s, tok.Status.Token), "POST", "/apis/nodus.dev/v1/nodes/"+node+"/enroll", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t))))
+	}
+	cases[apierror.ReasonEnrollmentTokenNodeMismatch] = func() response {
+		return enrollWith(nodusv1.EnrollmentTokenSpec{Pool: "lends-to-acme", ResourceClass: "gpu-h100x8", NodeName: "another"}, "reporter")
+	}
+	cases[apierror.ReasonNodeAlreadyEnrolled] = func() response {
+		return enrollWith(nodusv1.EnrollmentTokenSpec{Pool: "lends-to-acme", ResourceClass: "gpu-h100x8"}, "reporter")
+	}
+	cases[apierror.ReasonEnrollmentTokenPoolMismatch] = func() response {
+		return enrollWith(nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "reporter"}, "reporter")
+	}
+	cases[apierror.ReasonServerOwnedField] = func() response {
+		return do(t, reporter.agent, "PATCH", "/apis/nodus.dev/v1/nodes/reporter/status", "application/merge-patch+json",
+			strings.NewReader(`{"status":{"provisionState":"available","appliedEpoch":42}}`))
+	}
+	cases[apierror.ReasonAgentCredentialRetired] = func() response {
+		spec := nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "replaced"}
+		old := enrollAgent(t, s, "replaced", spec, t.TempDir())
+		enrollAgent(t, s, "replaced", spec, t.TempDir())
+		waitCode(t, old, "/apis/nodus.dev/v1/nodes/replaced", http.StatusForbidden)
+		return do(t, old, "GET", "/apis/nodus.dev/v1/nodes/replaced", "", nil)
+	}
 	cases[apierror.ReasonProjectHasReservations] = func() response {
 		return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/projects/acme", "", nil)
 	}
@@ -341,4 +371,18 @@ func executionFixtures(t *testing.T, s *testserver.Server) (string, placedExecut
 		return e.Name
 	}
 	return placed(nodusv1.ExecutionSucceeded, ""), placedExecution{agent: reporter, execution: placed(nodusv1.ExecutionRunning, lending.HostAlias(node))}
+}
+
+// certificateRequest is a PEM certificate request for a fresh key.
+func certificateRequest(t *testing.T) string {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }

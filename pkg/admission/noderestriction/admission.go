@@ -14,9 +14,9 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/admission"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 )
@@ -49,7 +49,7 @@ var serverOwned = []struct {
 }
 
 // Validate refuses an agent's node status write that changes a field the server owns.
-func (p *Plugin) Validate(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != nodusv1.Resource("nodes") || a.GetSubresource() != "status" {
 		return nil
 	}
@@ -70,6 +70,6 @@ func (p *Plugin) Validate(_ context.Context, a admission.Attributes, _ admission
 	if len(changed) == 0 {
 		return nil
 	}
-	return apierrors.NewForbidden(a.GetResource().GroupResource(), a.GetName(),
-		fmt.Errorf("a node agent reports only its inventory, SSH host key and address and execution slots; the server owns %s", strings.Join(changed, ", ")))
+	return apierror.New(ctx, apierror.ReasonServerOwnedField, a.GetResource().GroupResource(), a.GetName(),
+		fmt.Sprintf("a node agent reports only its inventory, SSH host key and address and execution slots; the server owns %s", strings.Join(changed, ", ")), "")
 }

@@ -50,6 +50,13 @@ func NormalizeGPU(name string, memoryMiB int64) string {
 		model = strings.Trim(nonWord.ReplaceAllString(strings.TrimPrefix(lower, "nvidia "), "-"), "-")
 	}
 	model = strings.Trim(nonWord.ReplaceAllString(model, "-"), "-")
+	if len(model) > 48 {
+		// The server takes at most 63 characters of type; the suffixes fit in the rest.
+		model = strings.TrimRight(model[:48], "-")
+	}
+	if model == "" {
+		model = "gpu"
+	}
 	parts := []string{model}
 	switch {
 	case strings.Contains(lower, "pcie"):

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // Collector reads a host's inventory.
@@ -136,9 +137,10 @@ func HostKey(path string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fields := strings.Fields(string(data))
-	if len(fields) < 2 {
-		return "", fmt.Errorf("%s is not an SSH public key", path)
+	// The server accepts the key only in canonical form, without the comment.
+	_, canonical, err := sshvalue.ParseKey(strings.TrimSpace(string(data)))
+	if err != nil {
+		return "", fmt.Errorf("%s is not one SSH public key the server accepts: %w", path, err)
 	}
-	return fields[0] + " " + fields[1], nil
+	return canonical, nil
 }

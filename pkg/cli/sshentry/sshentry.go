@@ -11,13 +11,12 @@ package sshentry
 import (
 	"errors"
 	"fmt"
-	"net"
 	"regexp"
-	"strconv"
 	"strings"
 
-	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // Host is what the entry is made of.
@@ -37,12 +36,6 @@ type Entry struct {
 	KnownHosts string // one line
 }
 
-// acceptedKeyTypes are the host key types written to known_hosts.
-var acceptedKeyTypes = map[string]bool{
-	ssh.KeyAlgoED25519: true, ssh.KeyAlgoECDSA256: true, ssh.KeyAlgoECDSA384: true, ssh.KeyAlgoECDSA521: true,
-	ssh.KeyAlgoRSA: true, ssh.KeyAlgoSKED25519: true, ssh.KeyAlgoSKECDSA256: true,
-}
-
 var loginUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 
 // Alias is the stable SSH alias of a host: NAME.PROJECT.nodus.
@@ -57,14 +50,14 @@ func Make(h Host) (Entry, error) {
 		return Entry{}, fmt.Errorf("host name %q: %s", h.Name, strings.Join(errs, "; "))
 	}
 	alias := Alias(h.Project, h.Name)
-	hostName, port, err := splitAddress(h.Address)
+	hostName, port, err := sshvalue.ParseAddress(h.Address)
 	if err != nil {
 		return Entry{}, fmt.Errorf("the server sent SSH address %q: %w", h.Address, err)
 	}
 	if !loginUser.MatchString(h.LoginUser) {
 		return Entry{}, fmt.Errorf("the server sent login user %q, which is no plain account name", h.LoginUser)
 	}
-	key, err := hostKey(h.HostKey)
+	_, key, err := sshvalue.ParseKey(h.HostKey)
 	if err != nil {
 		return Entry{}, fmt.Errorf("the server sent host key %q: %w", h.HostKey, err)
 	}
@@ -77,44 +70,6 @@ func Make(h Host) (Entry, error) {
 		"  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n  IdentityFile \"%s\"\n  CertificateFile \"%s\"\n",
 		alias, hostName, port, h.LoginUser, alias, h.KnownHosts, h.IdentityFile, h.CertificateFile)
 	return Entry{Alias: alias, Config: config, KnownHosts: alias + " " + key + "\n"}, nil
-}
-
-// splitAddress accepts host:port with a DNS host name or an IP address.
-func splitAddress(address string) (string, int, error) {
-	host, portText, err := net.SplitHostPort(address)
-	if err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(portText)
-	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portText {
-		return "", 0, fmt.Errorf("port %q is not a number from 1 to 65535", portText)
-	}
-	if ip := net.ParseIP(host); ip != nil {
-		return ip.String(), port, nil
-	}
-	if errs := validation.IsDNS1123Subdomain(strings.ToLower(host)); len(errs) > 0 {
-		return "", 0, fmt.Errorf("%q is neither an IP address nor a DNS name", host)
-	}
-	return host, port, nil
-}
-
-// hostKey parses exactly one public key of an accepted type, with no
-// options and no comment, and returns it in canonical form.
-func hostKey(text string) (string, error) {
-	key, comment, options, rest, err := ssh.ParseAuthorizedKey([]byte(text))
-	switch {
-	case err != nil:
-		return "", err
-	case len(options) > 0:
-		return "", errors.New("it carries options")
-	case len(strings.TrimSpace(string(rest))) > 0:
-		return "", errors.New("it holds more than one key")
-	case comment != "" && strings.ContainsAny(comment, "\r\n"):
-		return "", errors.New("its comment spans lines")
-	case !acceptedKeyTypes[key.Type()]:
-		return "", fmt.Errorf("key type %s is not accepted", key.Type())
-	}
-	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key))), nil
 }
 
 // CheckPath refuses a local path ssh_config cannot hold as one quoted

@@ -729,6 +729,13 @@ func schema_pkg_apis_nodus_v1_EnrollmentTokenSpec(ref common.ReferenceCallback) 
 							Format:      "",
 						},
 					},
+					"nodeName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeName is the one node the token enrolls. A token with a node name may enroll that node again (a reinstalled server) if it is of the token's pool; a token without one enrolls only a name no node has yet.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"resourceClass": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ResourceClass of the node.",

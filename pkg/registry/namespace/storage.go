@@ -52,14 +52,26 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 	return toNamespace(obj.(*nodusv1.Project)), nil
 }
 
+// List pages through all projects only for operators. For everyone else a
+// page of all projects would tell what it filtered away: a continue token
+// names the last project read, remainingItemCount counts the rest, and an
+// empty page that goes on shows that there are more. So their list is one
+// page of the projects they see, whatever limit or continue they send.
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	visible, all := visibleTo(ctx)
+	if !all && options != nil {
+		options = options.DeepCopy()
+		options.Limit, options.Continue = 0, ""
+	}
 	obj, err := r.projects.List(ctx, options)
 	if err != nil {
 		return nil, err
 	}
 	projects := obj.(*nodusv1.ProjectList)
-	visible := visibleTo(ctx)
 	list := &corev1.NamespaceList{ListMeta: projects.ListMeta}
+	if !all {
+		list.ListMeta = metav1.ListMeta{ResourceVersion: projects.ResourceVersion}
+	}
 	for i := range projects.Items {
 		if visible(&projects.Items[i]) {
 			list.Items = append(list.Items, *toNamespace(&projects.Items[i]))
@@ -73,7 +85,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err != nil {
 		return nil, err
 	}
-	visible := visibleTo(ctx)
+	visible, _ := visibleTo(ctx)
 	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
 		p, ok := in.Object.(*nodusv1.Project)
 		if !ok {
@@ -95,19 +107,20 @@ var table = base.Table{Columns: []base.Column{
 	base.Col("Status", "string", "Phase of the namespace.", func(n *corev1.Namespace) interface{} { return string(n.Status.Phase) }),
 }}
 
-// visibleTo returns whether the caller of ctx may see a project.
-func visibleTo(ctx context.Context) func(*nodusv1.Project) bool {
+// visibleTo returns whether the caller of ctx may see a project, and
+// whether it sees them all.
+func visibleTo(ctx context.Context) (func(*nodusv1.Project) bool, bool) {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
-		return func(*nodusv1.Project) bool { return false }
+		return func(*nodusv1.Project) bool { return false }, false
 	}
 	if auth.IsOperator(u) {
-		return func(*nodusv1.Project) bool { return true }
+		return func(*nodusv1.Project) bool { return true }, true
 	}
 	return func(p *nodusv1.Project) bool {
 		_, member := auth.RoleIn(p, u)
 		return member
-	}
+	}, false
 }
 
 func toNamespace(p *nodusv1.Project) *corev1.Namespace {

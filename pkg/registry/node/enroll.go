@@ -9,24 +9,37 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
+// DefaultAgentCertificateValidity is how long an agent certificate is
+// valid; the agent renews it two thirds into that time.
+const DefaultAgentCertificateValidity = 30 * 24 * time.Hour
+
 // EnrollREST serves POST nodes/{name}/enroll, authenticated by an
 // enrollment token: it uses the token up, creates the Node (or, for a node
 // enrolled before, keeps it), raises its agent generation — which makes
 // every older agent credential worthless — and signs the agent's key.
+//
+// A token enrolls only into its own pool, and only the node it names; a
+// token without a node name only a name that no node has yet. Enrollment
+// never changes an existing node's spec: pool, class and traits are the
+// operator's.
 type EnrollREST struct {
 	Tokens     *genericregistry.Store // enrollmenttokens/status
 	Nodes      *genericregistry.Store // nodes
 	NodeStatus *genericregistry.Store // nodes/status
 	CA         *pki.CA
+	// Validity is the agent certificates' lifetime; default DefaultAgentCertificateValidity.
+	Validity time.Duration
 }
 
 var _ rest.NamedCreater = &EnrollREST{}
@@ -56,6 +69,21 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
+	current, err := e.Tokens.Get(ctx, tokenName, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	existing, err := e.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+	case err != nil:
+		return nil, err
+	}
+	// A refusal leaves the token unused: the operator may have mistyped a name.
+	if err := mayEnroll(ctx, current.(*nodusv1.EnrollmentToken), name, asNode(existing), ""); err != nil {
+		return nil, err
+	}
 	// Use the token up first: of two enrollments with one token, one wins.
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	used, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
@@ -72,31 +100,140 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	}
 	token := used.(*nodusv1.EnrollmentToken)
 
-	_, err = e.Nodes.Create(ctx, &nodusv1.Node{
+	created, err := e.Nodes.Create(ctx, &nodusv1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
 		Spec: nodusv1.NodeSpec{Pool: token.Spec.Pool, ResourceClass: token.Spec.ResourceClass,
 			Traits: token.Spec.Traits, LoginUser: token.Spec.LoginUser},
 	}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	createdUID := types.UID("")
+	switch {
+	case err == nil:
+		createdUID = created.(*nodusv1.Node).UID
+	case !apierrors.IsAlreadyExists(err):
 		return nil, err
 	}
+	// The generation rises under the same rules, checked on the version
+	// written: a node created meanwhile by someone else is not this token's
+	// to take over.
 	updated, _, err := e.NodeStatus.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			n := old.(*nodusv1.Node).DeepCopy()
+			if err := mayEnroll(ctx, token, name, n, createdUID); err != nil {
+				return nil, err
+			}
 			n.Status.AgentGeneration++
 			return n, nil
 		}), nil, nil, false, &metav1.UpdateOptions{})
 	if err != nil {
 		return nil, err
 	}
-	generation := updated.(*nodusv1.Node).Status.AgentGeneration
-	cert, err := e.CA.SignCSR(csr, pkix.Name{
-		CommonName:         auth.NodeUserPrefix + name,
-		Organization:       []string{auth.GroupNodes},
-		OrganizationalUnit: []string{auth.GenerationUnit(generation)},
-	})
+	n := updated.(*nodusv1.Node)
+	cert, err := e.CA.SignCSR(csr, AgentSubject(n), e.validity())
 	if err != nil {
 		return nil, err
 	}
-	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: generation}, nil
+	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
+}
+
+func (e *EnrollREST) validity() time.Duration {
+	if e.Validity > 0 {
+		return e.Validity
+	}
+	return DefaultAgentCertificateValidity
+}
+
+// AgentSubject is the certificate subject of node n's agent: its user, the
+// nodes group, and the two things a credential is bound to — the node's
+// current agent generation and the Node object's UID.
+func AgentSubject(n *nodusv1.Node) pkix.Name {
+	return pkix.Name{
+		CommonName:         auth.NodeUserPrefix + n.Name,
+		Organization:       []string{auth.GroupNodes},
+		OrganizationalUnit: []string{auth.GenerationUnit(n.Status.AgentGeneration), auth.NodeUIDUnit(string(n.UID))},
+	}
+}
+
+// mayEnroll says whether token may enroll node name, which is existing
+// (nil when no node has the name). createdUID is the node this enrollment
+// created itself, which any token of its pool may enroll.
+func mayEnroll(ctx context.Context, token *nodusv1.EnrollmentToken, name string, existing *nodusv1.Node, createdUID types.UID) error {
+	gr := nodusv1.Resource("nodes")
+	if token.Spec.NodeName != "" && token.Spec.NodeName != name {
+		return apierror.New(ctx, apierror.ReasonEnrollmentTokenNodeMismatch, gr, name,
+			fmt.Sprintf("enrollment token %q was issued for node %q, not %q", token.Name, token.Spec.NodeName, name), "")
+	}
+	if existing == nil || (createdUID != "" && existing.UID == createdUID) {
+		return nil
+	}
+	if existing.Spec.Pool != token.Spec.Pool {
+		return apierror.New(ctx, apierror.ReasonEnrollmentTokenPoolMismatch, gr, name,
+			fmt.Sprintf("node %q belongs to pool %q; enrollment token %q is for pool %q", name, existing.Spec.Pool, token.Name, token.Spec.Pool), "")
+	}
+	if token.Spec.NodeName == "" {
+		return apierror.New(ctx, apierror.ReasonNodeAlreadyEnrolled, gr, name,
+			fmt.Sprintf("node %q is enrolled already; enrollment token %q names no node, so it enrolls only a new name", name, token.Name), "")
+	}
+	return nil
+}
+
+func asNode(obj runtime.Object) *nodusv1.Node {
+	if obj == nil {
+		return nil
+	}
+	return obj.(*nodusv1.Node)
+}
+
+// RenewREST serves POST nodes/{name}/renew: the node's current agent
+// certifies its key again before its certificate expires. The new
+// certificate is of the same generation and Node object, so renewal never
+// brings back a credential that enrollment or deletion retired.
+type RenewREST struct {
+	Nodes    *genericregistry.Store // nodes, read from etcd
+	CA       *pki.CA
+	Validity time.Duration
+}
+
+var _ rest.NamedCreater = &RenewREST{}
+
+func (r *RenewREST) New() runtime.Object { return &nodusv1.NodeEnrollment{} }
+func (r *RenewREST) Destroy()            {}
+
+// Create renews node name's agent certificate.
+func (r *RenewREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	req, ok := obj.(*nodusv1.NodeEnrollment)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeEnrollment, got %T", obj))
+	}
+	u, _ := genericapirequest.UserFrom(ctx)
+	node, generation, isAgent := auth.NodeOf(u)
+	if !isAgent || node != name {
+		return nil, apierrors.NewForbidden(nodusv1.Resource("nodes"), name, fmt.Errorf("only node %s's own agent renews its certificate", name))
+	}
+	csr, err := pki.ParseCSR([]byte(req.CertificateRequest))
+	if err != nil {
+		return nil, apierrors.NewBadRequest(err.Error())
+	}
+	// The authorizer read the node from a cache; the certificate is signed
+	// only against what etcd holds now.
+	obj, err = r.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	n := obj.(*nodusv1.Node)
+	if n.Status.AgentGeneration != generation || string(n.UID) != auth.NodeUIDOf(u) {
+		return nil, apierror.New(ctx, apierror.ReasonAgentCredentialRetired, nodusv1.Resource("nodes"), name,
+			fmt.Sprintf("this credential of node %s was retired (enrolled again or deleted); it cannot be renewed", name), "")
+	}
+	if len(options.DryRun) > 0 {
+		return &nodusv1.NodeEnrollment{AgentGeneration: generation}, nil
+	}
+	validity := r.Validity
+	if validity <= 0 {
+		validity = DefaultAgentCertificateValidity
+	}
+	cert, err := r.CA.SignCSR(csr, AgentSubject(n), validity)
+	if err != nil {
+		return nil, err
+	}
+	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(r.CA.CertPEM), AgentGeneration: generation}, nil
 }

@@ -25,6 +25,11 @@ type EnrollmentToken struct {
 type EnrollmentTokenSpec struct {
 	// Pool the node joins.
 	Pool string `json:"pool"`
+	// NodeName is the one node the token enrolls. A token with a node name
+	// may enroll that node again (a reinstalled server) if it is of the
+	// token's pool; a token without one enrolls only a name no node has yet.
+	// +optional
+	NodeName string `json:"nodeName,omitempty"`
 	// ResourceClass of the node.
 	ResourceClass string `json:"resourceClass"`
 	// Traits of the node.

@@ -3,6 +3,8 @@ package v1
 import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
+// +genclient:method=Cancel,verb=create,subresource=cancel,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ExecutionCancelRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.Execution
+// +genclient:method=Report,verb=create,subresource=report,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ExecutionReport,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.Execution
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // Execution is a borrower project's workload on capacity lent in a pool.

@@ -4,6 +4,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:nonNamespaced
+// +genclient:method=Enroll,verb=create,subresource=enroll,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment
+// +genclient:method=Renew,verb=create,subresource=renew,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment
+// +genclient:method=Heartbeat,verb=create,subresource=heartbeat,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeHeartbeat,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeHeartbeat
+// +genclient:method=Clean,verb=create,subresource=clean,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeCleanRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.Node
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // Node is one physical server, created by enrollment of its nodusd agent.

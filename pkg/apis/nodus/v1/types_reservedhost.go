@@ -4,6 +4,10 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:onlyVerbs=get,list,watch,create,update,patch,delete,updateStatus
+// +genclient:method=ReleaseCapacity,verb=create,subresource=release-capacity,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHostReleaseRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHost
+// +genclient:method=SSHCertificate,verb=create,subresource=ssh-certificate,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHostSSHCertificate,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHostSSHCertificate
+// +genclient:method=Lend,verb=create,subresource=lend,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHostLendRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.HostLending
+// +genclient:method=Withdraw,verb=create,subresource=withdraw,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.ReservedHostWithdrawRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.HostLending
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // ReservedHost is a project-scoped physical server assignment (Beta). Operators assign the entire machine; customer connections never create or replace capacity.

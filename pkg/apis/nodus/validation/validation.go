@@ -5,6 +5,7 @@ package validation
 import (
 	"fmt"
 	"regexp"
+	"unicode/utf8"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 var (
@@ -99,6 +101,7 @@ func ValidateNode(n *nodusv1.Node) field.ErrorList {
 func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	status := field.NewPath("status")
 	errs := validateInventory(&n.Status.Inventory, status.Child("inventory"))
+	errs = append(errs, validateSSHEndpoint(n.Status.SSHAddress, n.Status.SSHHostKey, status)...)
 	errs = append(errs, metav1validation.ValidateConditions(n.Status.Conditions, status.Child("conditions"))...)
 	switch n.Status.ProvisionState {
 	case "", nodusv1.ProvisionStateEnroll, nodusv1.ProvisionStateAvailable, nodusv1.ProvisionStateActive, nodusv1.ProvisionStateCleaning:
@@ -399,20 +402,82 @@ func validateReservationState(s nodusv1.ReservationState, path *field.Path) fiel
 		string(nodusv1.ReservationStateReleased), string(nodusv1.ReservationStateEnding), string(nodusv1.ReservationStateEnded)})}
 }
 
+// Inventory bounds: beyond what any one server has today by an order of
+// magnitude, so that a real report always fits and a forged one cannot
+// pass for a plausible machine of absurd size.
+const (
+	maxInventoryCPUs      = 16384
+	maxInventoryMemoryMiB = 64 << 20 // 64 TiB
+	maxInventoryDiskGiB   = 1 << 20  // 1 PiB
+	maxInventoryGPUs      = 64
+	maxGPUMemoryMiB       = 1 << 20 // 1 TiB
+	maxInventoryText      = 128
+)
+
+// gpuTypePattern is an accelerator model as the agent derives it, "h100-sxm-80g".
+var gpuTypePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
 func validateInventory(inv *nodusv1.NodeInventory, path *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	for name, v := range map[string]int64{"cpu": int64(inv.CPU), "memoryMiB": inv.MemoryMiB, "diskGiB": inv.DiskGiB} {
-		if v < 0 {
-			errs = append(errs, field.Invalid(path.Child(name), v, "must not be negative"))
+	for _, b := range []struct {
+		name     string
+		v, limit int64
+	}{{"cpu", int64(inv.CPU), maxInventoryCPUs}, {"memoryMiB", inv.MemoryMiB, maxInventoryMemoryMiB}, {"diskGiB", inv.DiskGiB, maxInventoryDiskGiB}} {
+		if b.v < 0 || b.v > b.limit {
+			errs = append(errs, field.Invalid(path.Child(b.name), b.v, fmt.Sprintf("must be between 0 and %d", b.limit)))
 		}
+	}
+	if len(inv.GPUs) > maxInventoryGPUs {
+		errs = append(errs, field.TooMany(path.Child("gpus"), len(inv.GPUs), maxInventoryGPUs))
 	}
 	for i, g := range inv.GPUs {
 		gp := path.Child("gpus").Index(i)
 		if g.Type == "" {
 			errs = append(errs, field.Required(gp.Child("type"), `the accelerator model, e.g. "h100-sxm-80g"`))
+		} else if !gpuTypePattern.MatchString(g.Type) {
+			errs = append(errs, field.Invalid(gp.Child("type"), g.Type, "letters, digits, '.', '_' and '-', at most 63 characters"))
 		}
-		if g.MemoryMiB < 0 {
-			errs = append(errs, field.Invalid(gp.Child("memoryMiB"), g.MemoryMiB, "must not be negative"))
+		if g.MemoryMiB < 0 || g.MemoryMiB > maxGPUMemoryMiB {
+			errs = append(errs, field.Invalid(gp.Child("memoryMiB"), g.MemoryMiB, fmt.Sprintf("must be between 0 and %d", maxGPUMemoryMiB)))
+		}
+		errs = append(errs, validateReportedText(g.Driver, gp.Child("driver"))...)
+	}
+	errs = append(errs, validateReportedText(inv.NodusdVersion, path.Child("nodusdVersion"))...)
+	errs = append(errs, validateReportedText(inv.OS, path.Child("os"))...)
+	return errs
+}
+
+// validateReportedText bounds a one-line text an agent reports: printable,
+// no control characters, at most maxInventoryText bytes.
+func validateReportedText(s string, path *field.Path) field.ErrorList {
+	if len(s) > maxInventoryText {
+		return field.ErrorList{field.TooLong(path, "", maxInventoryText)}
+	}
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f || !utf8.ValidRune(r) || r == utf8.RuneError {
+			return field.ErrorList{field.Invalid(path, s, "must be one line of printable characters")}
+		}
+	}
+	return nil
+}
+
+// validateSSHEndpoint checks what a customer's laptop writes into its SSH
+// configuration: the address is host:port with a DNS name or an IP, the
+// host key exactly one public key of an accepted type in canonical form.
+func validateSSHEndpoint(address, hostKey string, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if address != "" {
+		if _, _, err := sshvalue.ParseAddress(address); err != nil {
+			errs = append(errs, field.Invalid(path.Child("sshAddress"), address, "must be HOST:PORT with a DNS name or an IP address: "+err.Error()))
+		}
+	}
+	if hostKey != "" {
+		if err := sshvalue.CheckCanonicalHostKey(hostKey); err != nil {
+			shown := hostKey
+			if len(shown) > 256 {
+				shown = shown[:256] + "…"
+			}
+			errs = append(errs, field.Invalid(path.Child("sshHostKey"), shown, "must be one SSH public key (ed25519, ECDSA or RSA of 2048+ bits) as TYPE BASE64: "+err.Error()))
 		}
 	}
 	return errs
@@ -492,6 +557,7 @@ func ValidateEnrollmentToken(t *nodusv1.EnrollmentToken) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMeta(&t.ObjectMeta, false, apimachineryvalidation.NameIsDNSLabel, field.NewPath("metadata"))
 	spec := field.NewPath("spec")
 	errs = append(errs, validateReferenceName(t.Spec.Pool, spec.Child("pool"), true)...)
+	errs = append(errs, validateReferenceName(t.Spec.NodeName, spec.Child("nodeName"), false)...)
 	errs = append(errs, validateResourceClass(t.Spec.ResourceClass, spec.Child("resourceClass"), true)...)
 	errs = append(errs, validateTraits(t.Spec.Traits, spec.Child("traits"))...)
 	errs = append(errs, validateLoginUser(t.Spec.LoginUser, spec.Child("loginUser"), false)...)

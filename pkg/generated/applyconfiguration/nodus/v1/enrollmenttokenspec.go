@@ -17,6 +17,10 @@ import (
 type EnrollmentTokenSpecApplyConfiguration struct {
 	// Pool the node joins.
 	Pool *string `json:"pool,omitempty"`
+	// NodeName is the one node the token enrolls. A token with a node name
+	// may enroll that node again (a reinstalled server) if it is of the
+	// token's pool; a token without one enrolls only a name no node has yet.
+	NodeName *string `json:"nodeName,omitempty"`
 	// ResourceClass of the node.
 	ResourceClass *string `json:"resourceClass,omitempty"`
 	// Traits of the node.
@@ -38,6 +42,14 @@ func EnrollmentTokenSpec() *EnrollmentTokenSpecApplyConfiguration {
 // If called multiple times, the Pool field is set to the value of the last call.
 func (b *EnrollmentTokenSpecApplyConfiguration) WithPool(value string) *EnrollmentTokenSpecApplyConfiguration {
 	b.Pool = &value
+	return b
+}
+
+// WithNodeName sets the NodeName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NodeName field is set to the value of the last call.
+func (b *EnrollmentTokenSpecApplyConfiguration) WithNodeName(value string) *EnrollmentTokenSpecApplyConfiguration {
+	b.NodeName = &value
 	return b
 }
 

@@ -74,6 +74,18 @@ func ExtractExecution(execution *nodusv1.Execution, fieldManager string) (*Execu
 	return ExtractExecutionFrom(execution, fieldManager, "")
 }
 
+// ExtractExecutionCancel extracts the applied configuration owned by fieldManager from
+// execution for the cancel subresource.
+func ExtractExecutionCancel(execution *nodusv1.Execution, fieldManager string) (*ExecutionApplyConfiguration, error) {
+	return ExtractExecutionFrom(execution, fieldManager, "cancel")
+}
+
+// ExtractExecutionReport extracts the applied configuration owned by fieldManager from
+// execution for the report subresource.
+func ExtractExecutionReport(execution *nodusv1.Execution, fieldManager string) (*ExecutionApplyConfiguration, error) {
+	return ExtractExecutionFrom(execution, fieldManager, "report")
+}
+
 // ExtractExecutionStatus extracts the applied configuration owned by fieldManager from
 // execution for the status subresource.
 func ExtractExecutionStatus(execution *nodusv1.Execution, fieldManager string) (*ExecutionApplyConfiguration, error) {

@@ -72,6 +72,30 @@ func ExtractNode(node *nodusv1.Node, fieldManager string) (*NodeApplyConfigurati
 	return ExtractNodeFrom(node, fieldManager, "")
 }
 
+// ExtractNodeClean extracts the applied configuration owned by fieldManager from
+// node for the clean subresource.
+func ExtractNodeClean(node *nodusv1.Node, fieldManager string) (*NodeApplyConfiguration, error) {
+	return ExtractNodeFrom(node, fieldManager, "clean")
+}
+
+// ExtractNodeEnroll extracts the applied configuration owned by fieldManager from
+// node for the enroll subresource.
+func ExtractNodeEnroll(node *nodusv1.Node, fieldManager string) (*NodeApplyConfiguration, error) {
+	return ExtractNodeFrom(node, fieldManager, "enroll")
+}
+
+// ExtractNodeHeartbeat extracts the applied configuration owned by fieldManager from
+// node for the heartbeat subresource.
+func ExtractNodeHeartbeat(node *nodusv1.Node, fieldManager string) (*NodeApplyConfiguration, error) {
+	return ExtractNodeFrom(node, fieldManager, "heartbeat")
+}
+
+// ExtractNodeRenew extracts the applied configuration owned by fieldManager from
+// node for the renew subresource.
+func ExtractNodeRenew(node *nodusv1.Node, fieldManager string) (*NodeApplyConfiguration, error) {
+	return ExtractNodeFrom(node, fieldManager, "renew")
+}
+
 // ExtractNodeStatus extracts the applied configuration owned by fieldManager from
 // node for the status subresource.
 func ExtractNodeStatus(node *nodusv1.Node, fieldManager string) (*NodeApplyConfiguration, error) {

@@ -39,6 +39,9 @@ type ExecutionInterface interface {
 	Apply(ctx context.Context, execution *applyconfigurationnodusv1.ExecutionApplyConfiguration, opts metav1.ApplyOptions) (result *nodusv1.Execution, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, execution *applyconfigurationnodusv1.ExecutionApplyConfiguration, opts metav1.ApplyOptions) (result *nodusv1.Execution, err error)
+	Cancel(ctx context.Context, executionName string, executionCancelRequest *nodusv1.ExecutionCancelRequest, opts metav1.CreateOptions) (*nodusv1.Execution, error)
+	Report(ctx context.Context, executionName string, executionReport *nodusv1.ExecutionReport, opts metav1.CreateOptions) (*nodusv1.Execution, error)
+
 	ExecutionExpansion
 }
 
@@ -59,4 +62,34 @@ func newExecutions(c *NodusV1Client, namespace string) *executions {
 			func() *nodusv1.ExecutionList { return &nodusv1.ExecutionList{} },
 		),
 	}
+}
+
+// Cancel takes the representation of a executionCancelRequest and creates it.  Returns the server's representation of the execution, and an error, if there is any.
+func (c *executions) Cancel(ctx context.Context, executionName string, executionCancelRequest *nodusv1.ExecutionCancelRequest, opts metav1.CreateOptions) (result *nodusv1.Execution, err error) {
+	result = &nodusv1.Execution{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("executions").
+		Name(executionName).
+		SubResource("cancel").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(executionCancelRequest).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Report takes the representation of a executionReport and creates it.  Returns the server's representation of the execution, and an error, if there is any.
+func (c *executions) Report(ctx context.Context, executionName string, executionReport *nodusv1.ExecutionReport, opts metav1.CreateOptions) (result *nodusv1.Execution, err error) {
+	result = &nodusv1.Execution{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("executions").
+		Name(executionName).
+		SubResource("report").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(executionReport).
+		Do(ctx).
+		Into(result)
+	return
 }

@@ -39,6 +39,11 @@ type NodeInterface interface {
 	Apply(ctx context.Context, node *applyconfigurationnodusv1.NodeApplyConfiguration, opts metav1.ApplyOptions) (result *nodusv1.Node, err error)
 	// Add a +genclient:noStatus comment above the type to avoid generating ApplyStatus().
 	ApplyStatus(ctx context.Context, node *applyconfigurationnodusv1.NodeApplyConfiguration, opts metav1.ApplyOptions) (result *nodusv1.Node, err error)
+	Enroll(ctx context.Context, nodeName string, nodeEnrollment *nodusv1.NodeEnrollment, opts metav1.CreateOptions) (*nodusv1.NodeEnrollment, error)
+	Renew(ctx context.Context, nodeName string, nodeEnrollment *nodusv1.NodeEnrollment, opts metav1.CreateOptions) (*nodusv1.NodeEnrollment, error)
+	Heartbeat(ctx context.Context, nodeName string, nodeHeartbeat *nodusv1.NodeHeartbeat, opts metav1.CreateOptions) (*nodusv1.NodeHeartbeat, error)
+	Clean(ctx context.Context, nodeName string, nodeCleanRequest *nodusv1.NodeCleanRequest, opts metav1.CreateOptions) (*nodusv1.Node, error)
+
 	NodeExpansion
 }
 
@@ -59,4 +64,60 @@ func newNodes(c *NodusV1Client) *nodes {
 			func() *nodusv1.NodeList { return &nodusv1.NodeList{} },
 		),
 	}
+}
+
+// Enroll takes the representation of a nodeEnrollment and creates it.  Returns the server's representation of the nodeEnrollment, and an error, if there is any.
+func (c *nodes) Enroll(ctx context.Context, nodeName string, nodeEnrollment *nodusv1.NodeEnrollment, opts metav1.CreateOptions) (result *nodusv1.NodeEnrollment, err error) {
+	result = &nodusv1.NodeEnrollment{}
+	err = c.GetClient().Post().
+		Resource("nodes").
+		Name(nodeName).
+		SubResource("enroll").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(nodeEnrollment).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Renew takes the representation of a nodeEnrollment and creates it.  Returns the server's representation of the nodeEnrollment, and an error, if there is any.
+func (c *nodes) Renew(ctx context.Context, nodeName string, nodeEnrollment *nodusv1.NodeEnrollment, opts metav1.CreateOptions) (result *nodusv1.NodeEnrollment, err error) {
+	result = &nodusv1.NodeEnrollment{}
+	err = c.GetClient().Post().
+		Resource("nodes").
+		Name(nodeName).
+		SubResource("renew").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(nodeEnrollment).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Heartbeat takes the representation of a nodeHeartbeat and creates it.  Returns the server's representation of the nodeHeartbeat, and an error, if there is any.
+func (c *nodes) Heartbeat(ctx context.Context, nodeName string, nodeHeartbeat *nodusv1.NodeHeartbeat, opts metav1.CreateOptions) (result *nodusv1.NodeHeartbeat, err error) {
+	result = &nodusv1.NodeHeartbeat{}
+	err = c.GetClient().Post().
+		Resource("nodes").
+		Name(nodeName).
+		SubResource("heartbeat").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(nodeHeartbeat).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Clean takes the representation of a nodeCleanRequest and creates it.  Returns the server's representation of the node, and an error, if there is any.
+func (c *nodes) Clean(ctx context.Context, nodeName string, nodeCleanRequest *nodusv1.NodeCleanRequest, opts metav1.CreateOptions) (result *nodusv1.Node, err error) {
+	result = &nodusv1.Node{}
+	err = c.GetClient().Post().
+		Resource("nodes").
+		Name(nodeName).
+		SubResource("clean").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(nodeCleanRequest).
+		Do(ctx).
+		Into(result)
+	return
 }

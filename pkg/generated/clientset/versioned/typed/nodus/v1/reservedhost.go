@@ -34,6 +34,11 @@ type ReservedHostInterface interface {
 	List(ctx context.Context, opts metav1.ListOptions) (*nodusv1.ReservedHostList, error)
 	Watch(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	Patch(ctx context.Context, name string, pt types.PatchType, data []byte, opts metav1.PatchOptions, subresources ...string) (result *nodusv1.ReservedHost, err error)
+	ReleaseCapacity(ctx context.Context, reservedHostName string, reservedHostReleaseRequest *nodusv1.ReservedHostReleaseRequest, opts metav1.CreateOptions) (*nodusv1.ReservedHost, error)
+	SSHCertificate(ctx context.Context, reservedHostName string, reservedHostSSHCertificate *nodusv1.ReservedHostSSHCertificate, opts metav1.CreateOptions) (*nodusv1.ReservedHostSSHCertificate, error)
+	Lend(ctx context.Context, reservedHostName string, reservedHostLendRequest *nodusv1.ReservedHostLendRequest, opts metav1.CreateOptions) (*nodusv1.HostLending, error)
+	Withdraw(ctx context.Context, reservedHostName string, reservedHostWithdrawRequest *nodusv1.ReservedHostWithdrawRequest, opts metav1.CreateOptions) (*nodusv1.HostLending, error)
+
 	ReservedHostExpansion
 }
 
@@ -54,4 +59,64 @@ func newReservedHosts(c *NodusV1Client, namespace string) *reservedHosts {
 			func() *nodusv1.ReservedHostList { return &nodusv1.ReservedHostList{} },
 		),
 	}
+}
+
+// ReleaseCapacity takes the representation of a reservedHostReleaseRequest and creates it.  Returns the server's representation of the reservedHost, and an error, if there is any.
+func (c *reservedHosts) ReleaseCapacity(ctx context.Context, reservedHostName string, reservedHostReleaseRequest *nodusv1.ReservedHostReleaseRequest, opts metav1.CreateOptions) (result *nodusv1.ReservedHost, err error) {
+	result = &nodusv1.ReservedHost{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("reservedhosts").
+		Name(reservedHostName).
+		SubResource("release-capacity").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(reservedHostReleaseRequest).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// SSHCertificate takes the representation of a reservedHostSSHCertificate and creates it.  Returns the server's representation of the reservedHostSSHCertificate, and an error, if there is any.
+func (c *reservedHosts) SSHCertificate(ctx context.Context, reservedHostName string, reservedHostSSHCertificate *nodusv1.ReservedHostSSHCertificate, opts metav1.CreateOptions) (result *nodusv1.ReservedHostSSHCertificate, err error) {
+	result = &nodusv1.ReservedHostSSHCertificate{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("reservedhosts").
+		Name(reservedHostName).
+		SubResource("ssh-certificate").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(reservedHostSSHCertificate).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Lend takes the representation of a reservedHostLendRequest and creates it.  Returns the server's representation of the hostLending, and an error, if there is any.
+func (c *reservedHosts) Lend(ctx context.Context, reservedHostName string, reservedHostLendRequest *nodusv1.ReservedHostLendRequest, opts metav1.CreateOptions) (result *nodusv1.HostLending, err error) {
+	result = &nodusv1.HostLending{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("reservedhosts").
+		Name(reservedHostName).
+		SubResource("lend").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(reservedHostLendRequest).
+		Do(ctx).
+		Into(result)
+	return
+}
+
+// Withdraw takes the representation of a reservedHostWithdrawRequest and creates it.  Returns the server's representation of the hostLending, and an error, if there is any.
+func (c *reservedHosts) Withdraw(ctx context.Context, reservedHostName string, reservedHostWithdrawRequest *nodusv1.ReservedHostWithdrawRequest, opts metav1.CreateOptions) (result *nodusv1.HostLending, err error) {
+	result = &nodusv1.HostLending{}
+	err = c.GetClient().Post().
+		Namespace(c.GetNamespace()).
+		Resource("reservedhosts").
+		Name(reservedHostName).
+		SubResource("withdraw").
+		VersionedParams(&opts, scheme.ParameterCodec).
+		Body(reservedHostWithdrawRequest).
+		Do(ctx).
+		Into(result)
+	return
 }

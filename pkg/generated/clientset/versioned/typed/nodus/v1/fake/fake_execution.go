@@ -7,10 +7,14 @@ Copyright The Nodus Authors.
 package fake
 
 import (
+	context "context"
+
 	v1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/generated/applyconfiguration/nodus/v1"
 	typednodusv1 "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeExecutions implements ExecutionInterface
@@ -34,4 +38,28 @@ func newFakeExecutions(fake *FakeNodusV1, namespace string) typednodusv1.Executi
 		),
 		fake,
 	}
+}
+
+// Cancel takes the representation of a executionCancelRequest and creates it.  Returns the server's representation of the execution, and an error, if there is any.
+func (c *fakeExecutions) Cancel(ctx context.Context, executionName string, executionCancelRequest *v1.ExecutionCancelRequest, opts metav1.CreateOptions) (result *v1.Execution, err error) {
+	emptyResult := &v1.Execution{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), executionName, "cancel", c.Namespace(), executionCancelRequest, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.Execution), err
+}
+
+// Report takes the representation of a executionReport and creates it.  Returns the server's representation of the execution, and an error, if there is any.
+func (c *fakeExecutions) Report(ctx context.Context, executionName string, executionReport *v1.ExecutionReport, opts metav1.CreateOptions) (result *v1.Execution, err error) {
+	emptyResult := &v1.Execution{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), executionName, "report", c.Namespace(), executionReport, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.Execution), err
 }

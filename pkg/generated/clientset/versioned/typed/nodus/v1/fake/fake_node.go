@@ -7,10 +7,14 @@ Copyright The Nodus Authors.
 package fake
 
 import (
+	context "context"
+
 	v1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/generated/applyconfiguration/nodus/v1"
 	typednodusv1 "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeNodes implements NodeInterface
@@ -34,4 +38,48 @@ func newFakeNodes(fake *FakeNodusV1) typednodusv1.NodeInterface {
 		),
 		fake,
 	}
+}
+
+// Enroll takes the representation of a nodeEnrollment and creates it.  Returns the server's representation of the nodeEnrollment, and an error, if there is any.
+func (c *fakeNodes) Enroll(ctx context.Context, nodeName string, nodeEnrollment *v1.NodeEnrollment, opts metav1.CreateOptions) (result *v1.NodeEnrollment, err error) {
+	emptyResult := &v1.NodeEnrollment{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), nodeName, "enroll", nodeEnrollment, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.NodeEnrollment), err
+}
+
+// Renew takes the representation of a nodeEnrollment and creates it.  Returns the server's representation of the nodeEnrollment, and an error, if there is any.
+func (c *fakeNodes) Renew(ctx context.Context, nodeName string, nodeEnrollment *v1.NodeEnrollment, opts metav1.CreateOptions) (result *v1.NodeEnrollment, err error) {
+	emptyResult := &v1.NodeEnrollment{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), nodeName, "renew", nodeEnrollment, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.NodeEnrollment), err
+}
+
+// Heartbeat takes the representation of a nodeHeartbeat and creates it.  Returns the server's representation of the nodeHeartbeat, and an error, if there is any.
+func (c *fakeNodes) Heartbeat(ctx context.Context, nodeName string, nodeHeartbeat *v1.NodeHeartbeat, opts metav1.CreateOptions) (result *v1.NodeHeartbeat, err error) {
+	emptyResult := &v1.NodeHeartbeat{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), nodeName, "heartbeat", nodeHeartbeat, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.NodeHeartbeat), err
+}
+
+// Clean takes the representation of a nodeCleanRequest and creates it.  Returns the server's representation of the node, and an error, if there is any.
+func (c *fakeNodes) Clean(ctx context.Context, nodeName string, nodeCleanRequest *v1.NodeCleanRequest, opts metav1.CreateOptions) (result *v1.Node, err error) {
+	emptyResult := &v1.Node{}
+	obj, err := c.Fake.
+		Invokes(testing.NewRootCreateSubresourceActionWithOptions(c.Resource(), nodeName, "clean", nodeCleanRequest, opts), emptyResult)
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.Node), err
 }

@@ -7,9 +7,13 @@ Copyright The Nodus Authors.
 package fake
 
 import (
+	context "context"
+
 	v1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	gentype "k8s.io/client-go/gentype"
+	testing "k8s.io/client-go/testing"
 )
 
 // fakeReservedHosts implements ReservedHostInterface
@@ -35,4 +39,52 @@ func newFakeReservedHosts(fake *FakeNodusV1, namespace string) nodusv1.ReservedH
 		),
 		fake,
 	}
+}
+
+// ReleaseCapacity takes the representation of a reservedHostReleaseRequest and creates it.  Returns the server's representation of the reservedHost, and an error, if there is any.
+func (c *fakeReservedHosts) ReleaseCapacity(ctx context.Context, reservedHostName string, reservedHostReleaseRequest *v1.ReservedHostReleaseRequest, opts metav1.CreateOptions) (result *v1.ReservedHost, err error) {
+	emptyResult := &v1.ReservedHost{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), reservedHostName, "release-capacity", c.Namespace(), reservedHostReleaseRequest, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.ReservedHost), err
+}
+
+// SSHCertificate takes the representation of a reservedHostSSHCertificate and creates it.  Returns the server's representation of the reservedHostSSHCertificate, and an error, if there is any.
+func (c *fakeReservedHosts) SSHCertificate(ctx context.Context, reservedHostName string, reservedHostSSHCertificate *v1.ReservedHostSSHCertificate, opts metav1.CreateOptions) (result *v1.ReservedHostSSHCertificate, err error) {
+	emptyResult := &v1.ReservedHostSSHCertificate{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), reservedHostName, "ssh-certificate", c.Namespace(), reservedHostSSHCertificate, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.ReservedHostSSHCertificate), err
+}
+
+// Lend takes the representation of a reservedHostLendRequest and creates it.  Returns the server's representation of the hostLending, and an error, if there is any.
+func (c *fakeReservedHosts) Lend(ctx context.Context, reservedHostName string, reservedHostLendRequest *v1.ReservedHostLendRequest, opts metav1.CreateOptions) (result *v1.HostLending, err error) {
+	emptyResult := &v1.HostLending{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), reservedHostName, "lend", c.Namespace(), reservedHostLendRequest, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.HostLending), err
+}
+
+// Withdraw takes the representation of a reservedHostWithdrawRequest and creates it.  Returns the server's representation of the hostLending, and an error, if there is any.
+func (c *fakeReservedHosts) Withdraw(ctx context.Context, reservedHostName string, reservedHostWithdrawRequest *v1.ReservedHostWithdrawRequest, opts metav1.CreateOptions) (result *v1.HostLending, err error) {
+	emptyResult := &v1.HostLending{}
+	obj, err := c.Fake.
+		Invokes(testing.NewCreateSubresourceActionWithOptions(c.Resource(), reservedHostName, "withdraw", c.Namespace(), reservedHostWithdrawRequest, opts), emptyResult)
+
+	if obj == nil {
+		return emptyResult, err
+	}
+	return obj.(*v1.HostLending), err
 }

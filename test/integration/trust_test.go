@@ -1,0 +1,394 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/server"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// issueToken has the operator issue an enrollment token of spec.
+// An empty name makes one up.
+func issueToken(t *testing.T, s *testserver.Server, name string, spec nodusv1.EnrollmentTokenSpec) *nodusv1.EnrollmentToken {
+	t.Helper()
+	meta := metav1.ObjectMeta{Name: name}
+	if name == "" {
+		meta.GenerateName = "token-"
+	}
+	tok, err := s.Client.NodusV1().EnrollmentTokens().Create(ctx(t), &nodusv1.EnrollmentToken{ObjectMeta: meta, Spec: spec},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// TestEnrollmentTokensAreBound: a token enrolls only into its own pool,
+// only the node it names, and a token naming no node only a new name. A
+// thief with a token of another pool cannot take over an enrolled node; the
+// refusals are audited, leave the token unused and the real agent working.
+func TestEnrollmentTokensAreBound(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	if _, err := s.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "pb"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	spec := nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", Traits: []string{"CUSTOM_NVLINK"}, LoginUser: "ubuntu"}
+	real := enrollAgent(t, s, "gpu-001", spec, t.TempDir())
+
+	enroll := func(tok *nodusv1.EnrollmentToken, node string) (string, error) {
+		dir := t.TempDir()
+		_, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint, Node: node, StateDir: dir})
+		return dir, err
+	}
+	other := spec
+	other.Pool = "pb"
+	unnamed := spec
+	namedOther := spec
+	namedOther.NodeName = "gpu-002"
+	for _, tc := range []struct {
+		token string
+		spec  nodusv1.EnrollmentTokenSpec
+		want  string
+	}{
+		{"pb-for-gpu-001", func() nodusv1.EnrollmentTokenSpec { o := other; o.NodeName = "gpu-001"; return o }(), string(apierror.ReasonEnrollmentTokenPoolMismatch)},
+		{"pb-unnamed", other, string(apierror.ReasonEnrollmentTokenPoolMismatch)},
+		{"fra1-unnamed", unnamed, string(apierror.ReasonNodeAlreadyEnrolled)},
+		{"fra1-for-gpu-002", namedOther, string(apierror.ReasonEnrollmentTokenNodeMismatch)},
+	} {
+		tok := issueToken(t, s, tc.token, tc.spec)
+		dir, err := enroll(tok, "gpu-001")
+		if err == nil || !strings.Contains(err.Error(), "403 "+tc.want) {
+			t.Errorf("token %s enrolling gpu-001: %v, want 403 %s", tc.token, err, tc.want)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "agent.crt")); err == nil {
+			t.Errorf("token %s: a credential was written", tc.token)
+		}
+		after, err := s.Client.NodusV1().EnrollmentTokens().Get(ctx(t), tc.token, metav1.GetOptions{})
+		if err != nil || after.Status.UsedAt != nil {
+			t.Errorf("token %s: a refused enrollment used the token up: %v %+v", tc.token, err, after.Status)
+		}
+	}
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "gpu-001", metav1.GetOptions{})
+	if err != nil || n.Status.AgentGeneration != 1 || n.Spec.Pool != "fra1" {
+		t.Fatalf("after the refused takeovers: %v %+v %+v", err, n.Spec, n.Status)
+	}
+	if r := do(t, real, "GET", "/apis/nodus.dev/v1/nodes/gpu-001", "", nil); r.code != 200 {
+		t.Errorf("the real agent was locked out: %d %s", r.code, r.body)
+	}
+	// Every refusal is in the audit log, with the enroller and the answer.
+	refused := 0
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		refused = 0
+		for _, e := range auditEvents(t, filepath.Join(s.DataDir, "audit.log"), "enroll") {
+			if e.ObjectRef.Name == "gpu-001" && e.ResponseStatus.Code == http.StatusForbidden && strings.HasPrefix(e.User.Username, "nodus:enroller:") {
+				refused++
+			}
+		}
+		return refused == 4, nil
+	}); err != nil {
+		t.Errorf("audited refused enrollments: %d, want 4", refused)
+	}
+
+	// A token issued for the node re-enrolls it (a reinstalled server),
+	// and never changes what the operator decided about it.
+	reinstall := spec
+	reinstall.NodeName, reinstall.ResourceClass, reinstall.Traits = "gpu-001", "gpu-a100x4", []string{"CUSTOM_OTHER"}
+	if _, err := enroll(issueToken(t, s, "fra1-for-gpu-001", reinstall), "gpu-001"); err != nil {
+		t.Fatalf("re-enrolling with a token for the node: %v", err)
+	}
+	n, err = s.Client.NodusV1().Nodes().Get(ctx(t), "gpu-001", metav1.GetOptions{})
+	if err != nil || n.Status.AgentGeneration != 2 || n.Spec.Pool != "fra1" || n.Spec.ResourceClass != "gpu-h100x8" ||
+		!slices.Equal(n.Spec.Traits, []string{"CUSTOM_NVLINK"}) {
+		t.Errorf("after re-enrollment: %v %+v generation %d", err, n.Spec, n.Status.AgentGeneration)
+	}
+	// A token naming a node that does not exist yet enrolls it (the one
+	// refused above was left unused, but this is a fresh one).
+	if _, err := enroll(issueToken(t, s, "fra1-new-gpu-002", namedOther), "gpu-002"); err != nil {
+		t.Errorf("a token naming a new node: %v", err)
+	}
+}
+
+// TestAgentReportedValuesAreValidated: what an agent reports lands in
+// customers' ssh_config and known_hosts and in scheduling; the server takes
+// only well-formed values, whoever writes them.
+func TestAgentReportedValuesAreValidated(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	own := enrollAgent(t, s, "reporter", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	good := testfleet.HostKey("reporter")
+	rsaKey := func(bits int) string {
+		k, err := rsa.GenerateKey(rand.Reader, bits)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, _ := ssh.NewPublicKey(&k.PublicKey)
+		return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(pub)))
+	}
+	status := func(fields string) string { return `{"status":{` + fields + `}}` }
+	quote := func(s string) string { return fmt.Sprintf("%q", s) }
+	manyGPUs := make([]string, 65)
+	for i := range manyGPUs {
+		manyGPUs[i] = `{"type":"h100-sxm-80g","memoryMiB":81559}`
+	}
+	for name, tc := range map[string]struct {
+		patch, field string
+	}{
+		"an address with a ProxyCommand": {status(`"sshAddress":` + quote("evil\n  ProxyCommand sh -c 'touch /tmp/x':22")), "status.sshAddress"},
+		"an address with a space":        {status(`"sshAddress":"host name:22"`), "status.sshAddress"},
+		"an address without a port":      {status(`"sshAddress":"10.0.0.1"`), "status.sshAddress"},
+		"port 0":                         {status(`"sshAddress":"10.0.0.1:0"`), "status.sshAddress"},
+		"a port beyond 65535":            {status(`"sshAddress":"10.0.0.1:70000"`), "status.sshAddress"},
+		"a user in the address":          {status(`"sshAddress":"root@10.0.0.1:22"`), "status.sshAddress"},
+		"an option as the host":          {status(`"sshAddress":"-oProxyCommand=x:22"`), "status.sshAddress"},
+		"a second known_hosts line":      {status(`"sshHostKey":` + quote(good+"\n* "+good)), "status.sshHostKey"},
+		"a key that does not parse":      {status(`"sshHostKey":"ssh-ed25519 AAAA"`), "status.sshHostKey"},
+		"a key with options":             {status(`"sshHostKey":` + quote(`cert-authority `+good)), "status.sshHostKey"},
+		"a key with a comment":           {status(`"sshHostKey":` + quote(good+" root@host")), "status.sshHostKey"},
+		"a 1024-bit RSA key":             {status(`"sshHostKey":` + quote(rsaKey(1024))), "status.sshHostKey"},
+		"a million CPUs":                 {status(`"inventory":{"cpu":1000000,"memoryMiB":1,"diskGiB":1}`), "status.inventory.cpu"},
+		"negative memory":                {status(`"inventory":{"cpu":1,"memoryMiB":-1,"diskGiB":1}`), "status.inventory.memoryMiB"},
+		"65 GPUs":                        {status(`"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1,"gpus":[` + strings.Join(manyGPUs, ",") + `]}`), "status.inventory.gpus"},
+		"a GPU type spanning lines":      {status(`"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1,"gpus":[{"type":"h100\nx","memoryMiB":1}]}`), "status.inventory.gpus[0].type"},
+		"an OS with control characters":  {status(`"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1,"os":"Debian\u001b[2J"}`), "status.inventory.os"},
+		"an enormous driver string":      {status(`"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1,"gpus":[{"type":"h100","memoryMiB":1,"driver":"` + strings.Repeat("9", 4096) + `"}]}`), "status.inventory.gpus[0].driver"},
+	} {
+		for who, cfg := range map[string]*rest.Config{"agent": own, "operator": s.Config} {
+			r := do(t, cfg, "PATCH", "/apis/nodus.dev/v1/nodes/reporter/status", "application/merge-patch+json", strings.NewReader(tc.patch))
+			if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), tc.field) {
+				t.Errorf("%s reporting %s: %d %s", who, name, r.code, r.body)
+			}
+		}
+	}
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "reporter", metav1.GetOptions{})
+	if err != nil || n.Status.SSHAddress != "" || n.Status.SSHHostKey != "" || n.Status.Inventory.CPU != 0 {
+		t.Errorf("a refused report changed the node: %v %+v", err, n.Status)
+	}
+	for _, ok := range []string{
+		status(`"sshAddress":"10.0.0.1:22","sshHostKey":"` + good + `"`),
+		status(`"sshAddress":"[2001:db8::1]:2222","sshHostKey":"` + rsaKey(2048) + `"`),
+		status(`"sshAddress":"gpu-001.fra1.example.com:22"`),
+		status(`"inventory":{"cpu":224,"memoryMiB":2097152,"diskGiB":3500,"os":"Ubuntu 24.04 LTS","gpus":[{"type":"h100-sxm-80g","memoryMiB":81559,"driver":"550.54.15"}]}`),
+	} {
+		if r := do(t, own, "PATCH", "/apis/nodus.dev/v1/nodes/reporter/status", "application/merge-patch+json", strings.NewReader(ok)); r.code != 200 {
+			t.Errorf("a well-formed report %s: %d %s", ok, r.code, r.body)
+		}
+	}
+}
+
+// TestRetiredAgentCredentialsNeverComeBack: a node deleted and enrolled
+// again under its name starts again at generation 1, yet the deleted
+// node's certificate (also of generation 1) authenticates to nothing; nor
+// does one of an older generation, nor can either be renewed.
+func TestRetiredAgentCredentialsNeverComeBack(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	spec := nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
+	first := enrollAgent(t, s, "phoenix", spec, t.TempDir())
+	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), "phoenix", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(c context.Context) (bool, error) {
+		_, err := s.Client.NodusV1().Nodes().Get(c, "phoenix", metav1.GetOptions{})
+		return err != nil, nil
+	}); err != nil {
+		t.Fatal("node phoenix was not deleted")
+	}
+	second := enrollAgent(t, s, "phoenix", spec, t.TempDir())
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "phoenix", metav1.GetOptions{})
+	if err != nil || n.Status.AgentGeneration != 1 {
+		t.Fatalf("the new node phoenix: %v generation %d", err, n.Status.AgentGeneration)
+	}
+	if r := do(t, second, "GET", "/apis/nodus.dev/v1/nodes/phoenix", "", nil); r.code != 200 {
+		t.Fatalf("the new credential: %d %s", r.code, r.body)
+	}
+	renew := func(cfg *rest.Config) response {
+		body := fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t))
+		return do(t, cfg, "POST", "/apis/nodus.dev/v1/nodes/phoenix/renew", "application/json", strings.NewReader(body))
+	}
+	beat := `{"agentGeneration":1}`
+	refusedAll := func(what string, cfg *rest.Config) {
+		t.Helper()
+		for _, r := range []response{
+			do(t, cfg, "GET", "/apis/nodus.dev/v1/nodes/phoenix", "", nil),
+			do(t, cfg, "POST", "/apis/nodus.dev/v1/nodes/phoenix/heartbeat", "application/json", strings.NewReader(beat)),
+			do(t, cfg, "PATCH", "/apis/nodus.dev/v1/nodes/phoenix/status", "application/merge-patch+json", strings.NewReader(`{"status":{"sshAddress":"10.6.6.6:22"}}`)),
+			renew(cfg),
+		} {
+			if r.code != http.StatusForbidden {
+				t.Errorf("%s: %d %s", what, r.code, r.body)
+			} else if env := envelopeOf(t, r); env.Reason != apierror.ReasonAgentCredentialRetired || !strings.Contains(env.Fix, "--node phoenix") {
+				t.Errorf("%s: reason %s, fix %q", what, env.Reason, env.Fix)
+			}
+		}
+	}
+	refusedAll("the deleted node's credential", first)
+
+	// Renewal keeps the generation; re-enrollment retires the renewed one too.
+	if r := renew(second); r.code != http.StatusCreated || !strings.Contains(string(r.body), "BEGIN CERTIFICATE") {
+		t.Fatalf("renewing the current credential: %d %s", r.code, r.body)
+	}
+	third := enrollAgent(t, s, "phoenix", func() nodusv1.EnrollmentTokenSpec { o := spec; o.NodeName = "phoenix"; return o }(), t.TempDir())
+	waitCode(t, second, "/apis/nodus.dev/v1/nodes/phoenix", http.StatusForbidden)
+	refusedAll("an older generation's credential", second)
+	if r := do(t, third, "GET", "/apis/nodus.dev/v1/nodes/phoenix", "", nil); r.code != 200 {
+		t.Errorf("the newest credential: %d %s", r.code, r.body)
+	}
+}
+
+// TestAgentCertificatesRenewThemselves: with certificates valid for 12
+// seconds, a running agent renews its own two thirds in (same generation,
+// same node), and goes on heartbeating after its first certificate expired,
+// which then authenticates no more.
+func TestAgentCertificatesRenewThemselves(t *testing.T) {
+	const validity = 12 * time.Second
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
+		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newFleet(t, s)
+	dir := t.TempDir()
+	firstCfg := enrollAgent(t, s, "renewer", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+	first := certIn(t, dir)
+	if got := first.NotAfter.Sub(first.NotBefore); got < validity || got > validity+2*time.Second {
+		t.Fatalf("the first certificate is valid for %s, want %s (and a little backdating)", got, validity)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(runCtx)
+
+	var renewed *x509.Certificate
+	if err := testfleet.Eventually(ctx(t), validity, func(context.Context) (bool, error) {
+		c := certIn(t, dir)
+		if c.SerialNumber.Cmp(first.SerialNumber) != 0 {
+			renewed = c
+		}
+		return renewed != nil, nil
+	}); err != nil {
+		t.Fatal("the agent did not renew its certificate before it expired")
+	}
+	if !renewed.NotAfter.After(first.NotAfter) || !slices.Equal(renewed.Subject.OrganizationalUnit, first.Subject.OrganizationalUnit) ||
+		renewed.Subject.CommonName != first.Subject.CommonName {
+		t.Errorf("renewed certificate %v %v, first %v %v", renewed.Subject, renewed.NotAfter, first.Subject, first.NotAfter)
+	}
+	if renewAt := first.NotBefore.Add(first.NotAfter.Sub(first.NotBefore) * 2 / 3); renewed.NotBefore.Before(renewAt.Add(-2 * time.Second)) {
+		t.Errorf("renewed at %s, before two thirds of the validity (%s)", renewed.NotBefore, renewAt)
+	}
+	// Past the first certificate's end, the agent still reports on time.
+	time.Sleep(time.Until(first.NotAfter.Add(4 * time.Second)))
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "renewer", metav1.GetOptions{})
+	if err != nil || !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+		t.Errorf("after the first certificate expired the node is not ready: %v %+v", err, n.Status.Conditions)
+	}
+	if r := do(t, firstCfg, "GET", "/apis/nodus.dev/v1/nodes/renewer", "", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("the expired first certificate: %d %s", r.code, r.body)
+	}
+	if r := do(t, agentConfig(t, s, dir), "GET", "/apis/nodus.dev/v1/nodes/renewer", "", nil); r.code != 200 {
+		t.Errorf("the renewed certificate on disk: %d %s", r.code, r.body)
+	}
+}
+
+// certIn parses the agent certificate in an agent's state directory.
+func certIn(t *testing.T, dir string) *x509.Certificate {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(dir, "agent.crt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	if block == nil {
+		t.Fatalf("agent.crt is not PEM: %q", data)
+	}
+	c, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestNoLeaksThroughListsOrRefusals: a member's namespace list is one page
+// of its own projects — no continue token naming another project, no count
+// of the rest, whatever limit or continue it sends — and a refusal reads
+// the same for a project that exists and one that does not.
+func TestNoLeaksThroughListsOrRefusals(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	for _, name := range []string{"aaa-hidden", "zzz-hidden"} {
+		if _, err := s.Client.NodusV1().Projects().Create(ctx(t), project(name, nodusv1.ProjectMember{Name: "oscar", Role: nodusv1.ProjectRoleAdmin}),
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	type list struct {
+		Metadata struct {
+			Continue           string `json:"continue"`
+			RemainingItemCount *int64 `json:"remainingItemCount"`
+		} `json:"metadata"`
+		Items []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		} `json:"items"`
+	}
+	read := func(cfg *rest.Config, query string) list {
+		t.Helper()
+		r := do(t, cfg, "GET", "/api/v1/namespaces"+query, "", nil)
+		var l list
+		if r.code != 200 || json.Unmarshal(r.body, &l) != nil {
+			t.Fatalf("GET namespaces%s: %d %s", query, r.code, r.body)
+		}
+		return l
+	}
+	// The operator pages; its continue token is what a member might replay.
+	page := read(s.Config, "?limit=1")
+	if page.Metadata.Continue == "" || page.Metadata.RemainingItemCount == nil || *page.Metadata.RemainingItemCount != 3 {
+		t.Fatalf("the operator's first page of four projects: %+v", page.Metadata)
+	}
+	for _, query := range []string{"", "?limit=1", "?limit=2", "?limit=1&continue=" + page.Metadata.Continue} {
+		l := read(f.admin, query)
+		if len(l.Items) != 1 || l.Items[0].Metadata.Name != "acme" || l.Metadata.Continue != "" || l.Metadata.RemainingItemCount != nil {
+			t.Errorf("alice's namespaces%s: %+v", query, l)
+		}
+	}
+	// Refusals for another tenant's project and for none at all are alike.
+	for _, path := range []string{"/apis/nodus.dev/v1/projects/%s", "/api/v1/namespaces/%s", "/apis/nodus.dev/v1/namespaces/%s/reservedhosts",
+		"/apis/nodus.dev/v1/namespaces/%s/executions/x"} {
+		answer := func(project string) (int, string) {
+			r := do(t, f.admin, "GET", fmt.Sprintf(path, project), "", nil)
+			env := envelopeOf(t, r)
+			return r.code, strings.ReplaceAll(env.Message+" | "+env.Fix, project, "PROJECT")
+		}
+		existsCode, exists := answer("zzz-hidden")
+		noneCode, none := answer("zzz-hiddem")
+		if existsCode != http.StatusForbidden || existsCode != noneCode || exists != none {
+			t.Errorf("GET %s: an existing project answers %d %q, a missing one %d %q", path, existsCode, exists, noneCode, none)
+		}
+	}
+}
