@@ -31,6 +31,8 @@ const (
 	ExtraEnrollmentToken = "nodus.dev/enrollment-token"
 	// ExtraAgentGeneration is the agent generation a node credential was issued for.
 	ExtraAgentGeneration = "nodus.dev/agent-generation"
+	// ExtraAccessToken names the AccessToken a request authenticated with.
+	ExtraAccessToken = "nodus.dev/access-token"
 	// ExtraNodeUID is the UID of the Node object a node credential was issued for.
 	ExtraNodeUID = "nodus.dev/node-uid"
 )

@@ -45,6 +45,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/revocation"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/hostlending"
@@ -80,6 +81,7 @@ type Config struct {
 	liveness          *liveness.Tracker
 	heartbeatInterval time.Duration
 	agentCertValidity time.Duration
+	watches           *revocation.Watches
 	ca                *pki.CA
 	sshCA             *sshca.CA
 }
@@ -205,7 +207,9 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	generic.Authentication.Authenticator = auth.NewAuthenticator(clientCAs, getters)
-	generic.Authorization.Authorizer = &auth.Authorizer{Projects: getters, Nodes: getters}
+	authz := &auth.Authorizer{Projects: getters, Nodes: getters}
+	generic.Authorization.Authorizer = authz
+	watches := &revocation.Watches{Authorizer: authz, Tokens: getters}
 	projects := projectexists.New()
 	projects.Projects = getters
 	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New())
@@ -231,7 +235,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	alive := liveness.New(etcdClient, 3*o.HeartbeatInterval)
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = actions.WithActions(apiHandler, idempotent, actionSubresources)
+		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actionSubresources))
 		handler := envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
@@ -247,7 +251,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	return &Config{
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
-		executionLogs: executionlog.NewStore(etcdClient),
+		executionLogs: executionlog.NewStore(etcdClient), watches: watches,
 		liveness:      alive, heartbeatInterval: o.HeartbeatInterval, agentCertValidity: o.AgentCertificateValidity, ca: ca, sshCA: sshCA,
 	}, nil
 }

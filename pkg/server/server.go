@@ -162,6 +162,16 @@ func (c CompletedConfig) New() (*Server, error) {
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}
+	// Every replica cuts its own open watches whose access ended.
+	if err := generic.AddPostStartHook("nodus-revocation", func(hook genericapiserver.PostStartHookContext) error {
+		client, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		return c.watches.Follow(hook, externalversions.NewSharedInformerFactory(client, 0))
+	}); err != nil {
+		return nil, err
+	}
 	return &Server{generic: generic, config: c.Config}, nil
 }
 

@@ -392,3 +392,97 @@ func TestNoLeaksThroughListsOrRefusals(t *testing.T) {
 		}
 	}
 }
+
+// TestRevocationEndsOpenWatches: a watch is authorized when it starts;
+// deleting the AccessToken it came with, removing its user from the
+// project, or enrolling a node's agent again ends it within seconds, while
+// the watches of those whose access stays go on. The delays are logged.
+func TestRevocationEndsOpenWatches(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	agentCfg := enrollAgent(t, s, "watcher", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}, t.TempDir())
+	const hosts = "/apis/nodus.dev/v1/namespaces/acme/reservedhosts?watch=1"
+	const ownReservations = "/apis/nodus.dev/v1/reservations?watch=1&fieldSelector=status.node%3Dwatcher"
+	// watchUntilCut opens a watch and returns a channel that gets the time its stream ended.
+	watchUntilCut := func(cfg *rest.Config, path string) <-chan time.Time {
+		t.Helper()
+		transport, err := rest.TransportFor(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		watchCtx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		req, _ := http.NewRequestWithContext(watchCtx, "GET", cfg.Host+path, nil)
+		resp, err := (&http.Client{Transport: transport}).Do(req)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("watch %s: %v %v", path, err, resp)
+		}
+		ended := make(chan time.Time, 1)
+		go func() {
+			defer resp.Body.Close()
+			buf := make([]byte, 4096)
+			for {
+				if _, err := resp.Body.Read(buf); err != nil {
+					ended <- time.Now()
+					return
+				}
+			}
+		}()
+		return ended
+	}
+	cutWithin := func(what string, ended <-chan time.Time, since time.Time) {
+		t.Helper()
+		select {
+		case at := <-ended:
+			t.Logf("%s: the open watch ended %s after the change was sent", what, at.Sub(since).Round(time.Millisecond))
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: the open watch still streams 10s later", what)
+		}
+	}
+	stillOpen := func(what string, ended <-chan time.Time) {
+		t.Helper()
+		select {
+		case <-ended:
+			t.Errorf("%s: a watch whose access stays was cut", what)
+		case <-time.After(time.Second):
+		}
+	}
+
+	alice := watchUntilCut(f.admin, hosts)
+	mary := watchUntilCut(f.member, hosts)
+	victor := watchUntilCut(f.viewer, hosts)
+	agentWatch := watchUntilCut(agentCfg, ownReservations)
+
+	// Mary's token is deleted.
+	name, _, _ := strings.Cut(f.member.BearerToken, ".")
+	deleted := time.Now()
+	if err := s.Client.NodusV1().AccessTokens().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cutWithin("AccessToken deleted", mary, deleted)
+	if r := do(t, f.member, "GET", hosts, "", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("a new watch with the deleted token: %d", r.code)
+	}
+
+	// Victor leaves acme.
+	p, err := s.Client.NodusV1().Projects().Get(ctx(t), "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Members = slices.DeleteFunc(p.Spec.Members, func(m nodusv1.ProjectMember) bool { return m.Name == "victor" })
+	removed := time.Now()
+	if _, err := s.Client.NodusV1().Projects().Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cutWithin("membership removed", victor, removed)
+	if r := do(t, f.viewer, "GET", hosts, "", nil); r.code != http.StatusForbidden {
+		t.Errorf("a new watch after leaving the project: %d", r.code)
+	}
+
+	// The node's agent is enrolled again: the old one's watch ends.
+	reenrolled := time.Now()
+	enrollAgent(t, s, "watcher", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "watcher"}, t.TempDir())
+	cutWithin("agent enrolled again", agentWatch, reenrolled)
+
+	stillOpen("alice, still an admin", alice)
+}

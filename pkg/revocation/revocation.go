@@ -1,0 +1,190 @@
+// Package revocation ends open watches whose access ended: a watch is
+// authorized once, when it starts, and would otherwise stream for as long
+// as the client keeps it open. Every open watch is remembered with its
+// authorization; when an AccessToken is deleted, a Project's membership
+// changes, or a node's agent is enrolled again or deleted, the watches it
+// concerns are authorized again and those refused now are cut. A token's
+// expiry cuts its watches on time.
+package revocation
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"time"
+
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/filters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+)
+
+// TokenGetter reads an AccessToken from the cache.
+type TokenGetter interface {
+	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
+}
+
+// Watches are the open watches of one server.
+type Watches struct {
+	Authorizer authorizer.Authorizer
+	Tokens     TokenGetter
+
+	mu   sync.Mutex
+	open map[*watch]struct{}
+}
+
+type watch struct {
+	ctx    context.Context
+	attrs  authorizer.Attributes
+	token  string
+	cancel context.CancelFunc
+}
+
+// Filter remembers every watch that handler serves, and cuts it when told.
+func (w *Watches) Filter(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(rw http.ResponseWriter, req *http.Request) {
+		info, ok := request.RequestInfoFrom(req.Context())
+		if !ok || !info.IsResourceRequest || info.Verb != "watch" {
+			handler.ServeHTTP(rw, req)
+			return
+		}
+		attrs, err := filters.GetAuthorizerAttributes(req.Context())
+		if err != nil {
+			handler.ServeHTTP(rw, req)
+			return
+		}
+		ctx, cancel := context.WithCancel(req.Context())
+		defer cancel()
+		open := &watch{ctx: ctx, attrs: attrs, cancel: cancel}
+		if tokens := attrs.GetUser().GetExtra()[auth.ExtraAccessToken]; len(tokens) == 1 {
+			open.token = tokens[0]
+			if t, err := w.Tokens.GetAccessToken(ctx, open.token, false); err == nil && t.Spec.ExpiresAt != nil {
+				expiry := time.AfterFunc(time.Until(t.Spec.ExpiresAt.Time), cancel)
+				defer expiry.Stop()
+			}
+		}
+		w.add(open)
+		defer w.remove(open)
+		handler.ServeHTTP(rw, req.WithContext(ctx))
+	})
+}
+
+// TokenDeleted cuts the watches of an AccessToken at once.
+func (w *Watches) TokenDeleted(name string) {
+	for _, open := range w.matching(func(o *watch) bool { return o.token == name }) {
+		klog.V(2).InfoS("cutting a watch of a deleted access token", "token", name, "user", open.attrs.GetUser().GetName())
+		open.cancel()
+	}
+}
+
+// ProjectChanged authorizes again the watches in project's namespace.
+func (w *Watches) ProjectChanged(project string) {
+	w.recheck(w.matching(func(o *watch) bool { return o.attrs.GetNamespace() == project }))
+}
+
+// UserChanged authorizes again the watches of one user (a node's agent
+// after its node was enrolled again or deleted).
+func (w *Watches) UserChanged(name string) {
+	w.recheck(w.matching(func(o *watch) bool { return o.attrs.GetUser().GetName() == name }))
+}
+
+// Count is the number of open watches, for tests and metrics.
+func (w *Watches) Count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.open)
+}
+
+func (w *Watches) recheck(watches []*watch) {
+	for _, open := range watches {
+		decision, reason, err := w.Authorizer.Authorize(open.ctx, open.attrs)
+		if err != nil || decision == authorizer.DecisionAllow {
+			// An error is no refusal: the watch goes on, as a request would not start.
+			continue
+		}
+		klog.V(2).InfoS("cutting a watch whose access ended", "user", open.attrs.GetUser().GetName(),
+			"namespace", open.attrs.GetNamespace(), "resource", open.attrs.GetResource(), "reason", reason)
+		open.cancel()
+	}
+}
+
+func (w *Watches) matching(match func(*watch) bool) []*watch {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var out []*watch
+	for open := range w.open {
+		if match(open) {
+			out = append(out, open)
+		}
+	}
+	return out
+}
+
+func (w *Watches) add(open *watch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.open == nil {
+		w.open = map[*watch]struct{}{}
+	}
+	w.open[open] = struct{}{}
+}
+
+func (w *Watches) remove(open *watch) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.open, open)
+}
+
+// Follow feeds w the changes that end access, from informers of factory,
+// until ctx ends.
+func (w *Watches) Follow(ctx context.Context, factory externalversions.SharedInformerFactory) error {
+	v1 := factory.Nodus().V1()
+	if _, err := v1.AccessTokens().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(obj interface{}) {
+			if t, ok := tombstoned(obj).(*nodusv1.AccessToken); ok {
+				w.TokenDeleted(t.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	if _, err := v1.Projects().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, obj interface{}) { w.ProjectChanged(obj.(*nodusv1.Project).Name) },
+		DeleteFunc: func(obj interface{}) {
+			if p, ok := tombstoned(obj).(*nodusv1.Project); ok {
+				w.ProjectChanged(p.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	if _, err := v1.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj interface{}) {
+			before, after := old.(*nodusv1.Node), obj.(*nodusv1.Node)
+			if before.Status.AgentGeneration != after.Status.AgentGeneration || before.UID != after.UID {
+				w.UserChanged(auth.NodeUserPrefix + after.Name)
+			}
+		},
+		DeleteFunc: func(obj interface{}) {
+			if n, ok := tombstoned(obj).(*nodusv1.Node); ok {
+				w.UserChanged(auth.NodeUserPrefix + n.Name)
+			}
+		},
+	}); err != nil {
+		return err
+	}
+	factory.Start(ctx.Done())
+	return nil
+}
+
+func tombstoned(obj interface{}) interface{} {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
