@@ -45,7 +45,6 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
-	"github.com/nodus-dev/nodus/pkg/revocation"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/hostlending"
@@ -54,6 +53,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/project"
 	"github.com/nodus-dev/nodus/pkg/registry/reservation"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+	"github.com/nodus-dev/nodus/pkg/revocation"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 )
 
@@ -252,7 +252,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, etcd: etcd, etcdClient: etcdClient,
 		executionLogs: executionlog.NewStore(etcdClient), watches: watches,
-		liveness:      alive, heartbeatInterval: o.HeartbeatInterval, agentCertValidity: o.AgentCertificateValidity, ca: ca, sshCA: sshCA,
+		liveness: alive, heartbeatInterval: o.HeartbeatInterval, agentCertValidity: o.AgentCertificateValidity, ca: ca, sshCA: sshCA,
 	}, nil
 }
 
