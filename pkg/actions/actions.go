@@ -9,6 +9,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/url"
@@ -30,24 +31,65 @@ const (
 	headerKey      = "Idempotency-Key"
 	headerReplayed = "Idempotent-Replayed"
 	maxKeyLength   = 255
-	// maxBody bounds what is read to fingerprint a request; larger bodies are
-	// left to the handler, which refuses them.
-	maxBody = 3 << 20
-	// maxAnswer bounds a stored answer.
-	maxAnswer = 1 << 20
+	// DefaultBodyLimit bounds an action's request body: actions take a few
+	// fields, not documents.
+	DefaultBodyLimit = 64 << 10
+	// MaxAnswer bounds a stored answer; a larger one is not kept (the
+	// request may then not be replayed, and is not stored either).
+	MaxAnswer = 64 << 10
+	// DefaultKeysPerCaller bounds the answers one caller keeps stored per
+	// project (and outside projects) at a time, for their 24 hours.
+	DefaultKeysPerCaller = 1000
 )
 
-// WithActions wraps handler for the action subresources in actions
-// ("resource/subresource"). It must run after authentication and request
-// info, so that keys are scoped to the caller.
-func WithActions(handler http.Handler, store *idempotency.Store, actions map[string]bool) http.Handler {
+// Options shape the actions.
+type Options struct {
+	// BodyLimits are the action subresources ("resource/subresource") and
+	// the most bytes each takes in a request body (0: DefaultBodyLimit).
+	BodyLimits map[string]int64
+	// KeysPerCaller bounds each caller's stored answers (0: DefaultKeysPerCaller).
+	KeysPerCaller int
+}
+
+// WithActions wraps handler for the action subresources of opts. It must
+// run after authentication and request info, so that keys are scoped to
+// the caller.
+func WithActions(handler http.Handler, store *idempotency.Store, opts Options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		info, ok := request.RequestInfoFrom(req.Context())
-		if !ok || !info.IsResourceRequest || info.Verb != "create" || !actions[info.Resource+"/"+info.Subresource] {
+		if !ok || !info.IsResourceRequest || info.Verb != "create" {
 			handler.ServeHTTP(w, req)
 			return
 		}
+		limit, isAction := opts.BodyLimits[info.Resource+"/"+info.Subresource]
+		if !isAction {
+			handler.ServeHTTP(w, req)
+			return
+		}
+		if limit <= 0 {
+			limit = DefaultBodyLimit
+		}
 		w = responsewriter.WrapForHTTP1Or2(&okWriter{ResponseWriter: w})
+		// Refuse an oversized body before reading it, or as soon as it is
+		// known to be one: nothing of it is kept or decoded.
+		tooLarge := func() {
+			writeError(w, apierror.New(req.Context(), metav1.StatusReasonRequestEntityTooLarge, gr(info), info.Name,
+				fmt.Sprintf("the body of %s/%s takes at most %d bytes", info.Resource, info.Subresource, limit), ""))
+		}
+		if req.ContentLength > limit {
+			tooLarge()
+			return
+		}
+		body, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
+		if err != nil {
+			writeError(w, apierrors.NewBadRequest("reading the request body: "+err.Error()))
+			return
+		}
+		if int64(len(body)) > limit {
+			tooLarge()
+			return
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
 		keys := req.Header.Values(headerKey)
 		if len(keys) == 0 || req.URL.Query().Has("dryRun") {
 			// A dry run keeps no record: it changes nothing to protect.
@@ -60,20 +102,17 @@ func WithActions(handler http.Handler, store *idempotency.Store, actions map[str
 				"Idempotency-Key must be one key of 1 to 255 visible ASCII characters, as a token or a quoted string", ""))
 			return
 		}
-		serveOnce(w, req, handler, store, info, key)
+		keysPerCaller := opts.KeysPerCaller
+		if keysPerCaller <= 0 {
+			keysPerCaller = DefaultKeysPerCaller
+		}
+		serveOnce(w, req, handler, store, info, key, body, keysPerCaller)
 	})
 }
 
-func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, store *idempotency.Store, info *request.RequestInfo, key string) {
+func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, store *idempotency.Store, info *request.RequestInfo, key string,
+	body []byte, keysPerCaller int) {
 	ctx := req.Context()
-	body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
-	if err != nil || len(body) > maxBody {
-		req.Body = io.NopCloser(io.MultiReader(bytes.NewReader(body), req.Body))
-		handler.ServeHTTP(w, req)
-		return
-	}
-	req.Body = io.NopCloser(bytes.NewReader(body))
-
 	user := ""
 	if u, ok := request.UserFrom(ctx); ok {
 		user = u.GetName()
@@ -81,7 +120,28 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	scope := ScopeKey(user, req.Method, req.URL.Path, key)
 	fingerprint := Fingerprint(req.URL.RawQuery, body)
 
-	existing, err := store.Begin(ctx, scope, fingerprint)
+	// A retry of a kept answer is always served; a new key only while the
+	// caller keeps fewer answers than its bound (a count, then a claim: a
+	// burst of concurrent new keys may pass the bound by its size).
+	existing, err := store.Get(ctx, scope)
+	if err != nil {
+		writeError(w, apierrors.NewInternalError(err))
+		return
+	}
+	if existing == nil {
+		kept, err := store.Count(ctx, CallerPrefix(user, req.URL.Path))
+		if err != nil {
+			writeError(w, apierrors.NewInternalError(err))
+			return
+		}
+		if kept >= int64(keysPerCaller) {
+			w.Header().Set("Retry-After", "3600")
+			writeError(w, apierror.New(ctx, apierror.ReasonTooManyIdempotencyKeys, gr(info), info.Name,
+				fmt.Sprintf("%s keeps %d answers of Idempotency-Keys here, the most a caller may; they are kept 24 hours", user, kept), ""))
+			return
+		}
+		existing, err = store.Begin(ctx, scope, fingerprint)
+	}
 	if err != nil {
 		writeError(w, apierrors.NewInternalError(err))
 		return
@@ -173,15 +233,24 @@ func isTokenChar(c rune) bool {
 }
 
 // ScopeKey is the record key of an Idempotency-Key: keys are scoped to the
-// caller, the method and the path. Records of a project's objects are kept
-// under the project's name, so that they go with the project.
+// caller, the method and the path, and kept under the caller's prefix
+// (CallerPrefix) so that its answers can be counted. Records of a
+// project's objects are kept under the project's name, so that they go
+// with the project.
 func ScopeKey(user, method, path, key string) string {
+	return CallerPrefix(user, path) + digest(user, method, path, key)
+}
+
+// CallerPrefix is where user's records for path's project (or outside
+// projects) are kept.
+func CallerPrefix(user, path string) string {
+	caller := "u-" + digest(user)[:32] + "/"
 	if _, rest, ok := strings.Cut(path, "/namespaces/"); ok {
 		if ns, _, ok := strings.Cut(rest, "/"); ok && ns != "" {
-			return ns + "/" + digest(user, method, path, key)
+			return ns + "/" + caller
 		}
 	}
-	return digest(user, method, path, key)
+	return caller
 }
 
 // Fingerprint identifies a request's query and body, to tell a retry from a
@@ -252,7 +321,7 @@ func (w *capturingWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	if w.body.Len()+len(p) > maxAnswer {
+	if w.body.Len()+len(p) > MaxAnswer {
 		w.truncated = true
 	} else {
 		w.body.Write(p)

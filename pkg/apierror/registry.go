@@ -106,6 +106,10 @@ const (
 	ReasonEnrollmentTokenPoolMismatch metav1.StatusReason = "EnrollmentTokenPoolMismatch"
 	// ReasonServerOwnedField: a node agent wrote a status field only the server writes.
 	ReasonServerOwnedField metav1.StatusReason = "ServerOwnedField"
+	// ReasonTooManyIdempotencyKeys: a caller keeps as many idempotent answers as it may.
+	ReasonTooManyIdempotencyKeys metav1.StatusReason = "TooManyIdempotencyKeys"
+	// ReasonExecutionLimitReached: a project holds as many Executions as it may.
+	ReasonExecutionLimitReached metav1.StatusReason = "ExecutionLimitReached"
 	// ReasonAgentCredentialRetired: an agent certificate of an older generation or of a deleted node.
 	ReasonAgentCredentialRetired metav1.StatusReason = "AgentCredentialRetired"
 )
@@ -303,6 +307,14 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonAgentCredentialRetired, http.StatusForbidden, "The agent certificate was replaced or its node deleted.",
 			func(r Request) string {
 				return "Stop this agent, or enroll it anew with a token issued for the node (`nodus pools token POOL --node NODE`, then `nodusd enroll`); a replaced credential never works again."
+			}},
+		{ReasonTooManyIdempotencyKeys, http.StatusTooManyRequests, "The caller keeps as many Idempotency-Key answers as it may.",
+			func(Request) string {
+				return "Send a new Idempotency-Key only for a new request, and reuse it for that request's retries; answers are kept 24 hours, so the bound frees up as they expire (Retry-After says when to try again)."
+			}},
+		{ReasonExecutionLimitReached, http.StatusForbidden, "The project holds as many Executions as it may.",
+			func(r Request) string {
+				return fmt.Sprintf("Delete executions that ended (`nodus executions list -n %s`, then `kubectl delete execution NAME -n %s`) before submitting more; an operator sets the bound (--max-executions-per-project).", orDefault(r.Namespace, "PROJECT"), orDefault(r.Namespace, "PROJECT"))
 			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {

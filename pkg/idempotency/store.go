@@ -86,6 +86,28 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string) (*Record, er
 	return &existing, nil
 }
 
+// Get reads key's record, nil when there is none.
+func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
+	resp, err := s.Client.Get(ctx, s.Prefix+key)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil, err
+	}
+	var r Record
+	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		return nil, fmt.Errorf("idempotency record %s is corrupt: %w", s.Prefix+key, err)
+	}
+	return &r, nil
+}
+
+// Count is how many records are kept under prefix.
+func (s *Store) Count(ctx context.Context, prefix string) (int64, error) {
+	resp, err := s.Client.Get(ctx, s.Prefix+prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Count, nil
+}
+
 // Finish stores the final answer of key for TTL.
 func (s *Store) Finish(ctx context.Context, key string, r Record) error {
 	lease, err := s.Client.Grant(ctx, int64(s.TTL.Seconds()))

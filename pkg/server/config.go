@@ -14,12 +14,14 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -29,6 +31,7 @@ import (
 
 	"github.com/nodus-dev/nodus/deploy"
 	"github.com/nodus-dev/nodus/pkg/actions"
+	"github.com/nodus-dev/nodus/pkg/admission/executionlimit"
 	"github.com/nodus-dev/nodus/pkg/admission/lendingpolicy"
 	"github.com/nodus-dev/nodus/pkg/admission/nodeclaim"
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
@@ -87,10 +90,16 @@ type Config struct {
 }
 
 // actionSubresources are the POST subresources with the action contract
-// (200 OK, Idempotency-Key).
-var actionSubresources = map[string]bool{
-	"reservedhosts/release-capacity": true, "reservedhosts/ssh-certificate": true, "nodes/heartbeat": true, "nodes/enroll": true,
-	"reservedhosts/lend": true, "reservedhosts/withdraw": true, "executions/cancel": true, "executions/report": true,
+// (200 OK, Idempotency-Key), with the most bytes each takes in a body (0:
+// actions.DefaultBodyLimit, 64 KiB).
+var actionSubresources = map[string]int64{
+	"reservedhosts/release-capacity": 0, "reservedhosts/ssh-certificate": 0, "reservedhosts/lend": 0, "reservedhosts/withdraw": 0,
+	"nodes/enroll": 0, "nodes/renew": 0, "nodes/clean": 0, "executions/cancel": 0,
+	// A heartbeat carries the cleaning evidence (a 4 KiB output tail and
+	// the steps) and one line per reservation on the node.
+	"nodes/heartbeat": 256 << 10,
+	// A report carries up to 256 KiB of output, which JSON may escape to six times that.
+	"executions/report": 2 << 20,
 }
 
 // Config prepares the data directory, the PKI and admin.kubeconfig, starts
@@ -195,7 +204,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	getters := storeGetters{projects: stores["projects"].Main, tokens: stores["accesstokens"].Main,
 		enrollments: stores["enrollmenttokens"].Main, nodes: stores["nodes"].Main, pools: stores["pools"].Main,
-		reservations: stores["reservations"].Main}
+		reservations: stores["reservations"].Main, executions: stores["executions"].Main}
 
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
@@ -212,7 +221,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	watches := &revocation.Watches{Authorizer: authz, Tokens: getters}
 	projects := projectexists.New()
 	projects.Projects = getters
-	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New())
+	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(),
+		executionlimit.New(getters, o.MaxExecutionsPerProject))
 
 	namer := openapi.NewDefinitionNamer(scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
@@ -235,7 +245,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	alive := liveness.New(etcdClient, 3*o.HeartbeatInterval)
 	docsBase := o.DocsBaseURL
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actionSubresources))
+		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: o.IdempotencyKeysPerCaller}))
 		handler := envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
@@ -284,7 +294,16 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (map[st
 // and Reservations for authentication, authorization and admission straight
 // from the stores.
 type storeGetters struct {
-	projects, tokens, enrollments, nodes, pools, reservations *genericregistry.Store
+	projects, tokens, enrollments, nodes, pools, reservations, executions *genericregistry.Store
+}
+
+// CountExecutions counts a project's Executions in the watch cache.
+func (g storeGetters) CountExecutions(ctx context.Context, project string) (int, error) {
+	obj, err := g.executions.List(genericapirequest.WithNamespace(ctx, project), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	return len(obj.(*nodusv1.ExecutionList).Items), nil
 }
 
 // GetReservation reads from the watch cache or, when fresh, from etcd.

@@ -34,6 +34,11 @@ type Options struct {
 	// AgentCertificateValidity is how long an agent certificate is valid;
 	// agents renew theirs two thirds into it.
 	AgentCertificateValidity time.Duration
+	// MaxExecutionsPerProject bounds the Executions a project keeps stored.
+	MaxExecutionsPerProject int
+	// IdempotencyKeysPerCaller bounds the answers of Idempotency-Keys one
+	// caller keeps stored per project; 0 is actions.DefaultKeysPerCaller.
+	IdempotencyKeysPerCaller int
 	// AuditLogPath is where audit events go; empty means DIR/audit.log, "-" stdout.
 	AuditLogPath string
 	// AuditPolicyFile overrides the built-in audit policy.
@@ -55,6 +60,7 @@ func NewOptions(out io.Writer) *Options {
 		HeartbeatInterval: 10 * time.Second,
 		// Matches node.DefaultAgentCertificateValidity; options do not import the registry.
 		AgentCertificateValidity: 30 * 24 * time.Hour,
+		MaxExecutionsPerProject:  1000,
 		Out:                      out,
 	}
 }
@@ -70,6 +76,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AuditLogPath, "audit-log-path", o.AuditLogPath, `Audit log file; default DIR/audit.log, "-" for standard output.`)
 	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
 	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
+	fs.IntVar(&o.MaxExecutionsPerProject, "max-executions-per-project", o.MaxExecutionsPerProject, "How many Executions (running or ended, until deleted) a project may keep.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 
@@ -100,6 +107,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AgentCertificateValidity < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--agent-certificate-validity %s is below 10 seconds", o.AgentCertificateValidity))
+	}
+	if o.MaxExecutionsPerProject < 1 {
+		errs = append(errs, fmt.Errorf("--max-executions-per-project %d must be at least 1", o.MaxExecutionsPerProject))
 	}
 	if o.DocsBaseURL != "" {
 		if u, err := url.Parse(o.DocsBaseURL); err != nil || u.Scheme == "" || u.Host == "" {

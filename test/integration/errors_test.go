@@ -43,6 +43,13 @@ var unreachable = map[metav1.StatusReason]string{
 	metav1.StatusReasonExpired: "a continue token older than the watch cache's window and etcd's compaction",
 }
 
+// provokedElsewhere lists the reasons that take a server with other bounds
+// than the default to provoke in reasonable time, with the test that does.
+var provokedElsewhere = map[metav1.StatusReason]string{
+	apierror.ReasonExecutionLimitReached:  "TestNoCallerCanFillEtcd (a project bound of 20 executions)",
+	apierror.ReasonTooManyIdempotencyKeys: "TestNoCallerCanFillEtcd (30 kept answers per caller)",
+}
+
 func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	for _, r := range apierror.All() {
@@ -257,6 +264,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		}
 		provoke, ok := cases[r.Name]
 		if !ok {
+			if _, elsewhere := provokedElsewhere[r.Name]; elsewhere {
+				continue
+			}
 			if why, listed := unreachable[r.Name]; !listed || why == "" {
 				t.Errorf("%s is registered but neither provoked nor listed as unreachable", r.Name)
 			}

@@ -3,6 +3,7 @@ package reservedhost
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
@@ -17,6 +18,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/sshca"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // MaxCertificateLifetime bounds SSH certificates; endsAt bounds them too.
@@ -41,9 +43,11 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a ReservedHostSSHCertificate, got %T", obj))
 	}
-	pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(req.PublicKey))
+	// One key of an accepted type and size, nothing else: the key is signed
+	// into a certificate, and kept in the audit log.
+	pub, _, err := sshvalue.ParseKey(strings.TrimSpace(req.PublicKey))
 	if err != nil {
-		return nil, apierrors.NewBadRequest("publicKey is not an SSH public key in authorized_keys format: " + err.Error())
+		return nil, apierrors.NewBadRequest("publicKey must be one SSH public key in authorized_keys format (ed25519, ECDSA, or RSA of 2048 to 16384 bits): " + err.Error())
 	}
 	namespace, _ := genericapirequest.NamespaceFrom(ctx)
 	gr := nodusv1.Resource("reservedhosts")

@@ -3,6 +3,7 @@
 package validation
 
 import (
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"unicode/utf8"
@@ -570,6 +571,12 @@ const (
 	maxCommandArgs         = 256
 	maxCommandBytes        = 64 << 10
 	maxExecutionEnvEntries = 128
+	maxExecutionEnvBytes   = 64 << 10
+	// MaxExecutionBytes bounds a submitted Execution as stored (JSON): with
+	// the per-project count, what a borrower can make the server keep.
+	MaxExecutionBytes = 160 << 10
+	// maxExecutionMetadataBytes bounds its labels and annotations together.
+	maxExecutionMetadataBytes = 16 << 10
 )
 
 // ValidateExecution checks a borrower's execution.
@@ -592,6 +599,25 @@ func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
 	}
 	if len(e.Spec.Env) > maxExecutionEnvEntries {
 		errs = append(errs, field.TooMany(spec.Child("env"), len(e.Spec.Env), maxExecutionEnvEntries))
+	}
+	envBytes := 0
+	for _, v := range e.Spec.Env {
+		envBytes += len(v.Name) + len(v.Value)
+	}
+	if envBytes > maxExecutionEnvBytes {
+		errs = append(errs, field.TooLong(spec.Child("env"), "", maxExecutionEnvBytes))
+	}
+	metaBytes := 0
+	for _, m := range []map[string]string{e.Labels, e.Annotations} {
+		for k, v := range m {
+			metaBytes += len(k) + len(v)
+		}
+	}
+	if metaBytes > maxExecutionMetadataBytes {
+		errs = append(errs, field.TooLong(field.NewPath("metadata", "annotations"), "", maxExecutionMetadataBytes))
+	}
+	if data, err := json.Marshal(e); err == nil && len(data) > MaxExecutionBytes {
+		errs = append(errs, field.TooLong(field.NewPath("spec"), "", MaxExecutionBytes))
 	}
 	seen := sets.New[string]()
 	for i, v := range e.Spec.Env {
