@@ -36,7 +36,7 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 	ctx := context.Background()
 	etcdURL := ""
 	if replicas > 1 {
-		etcd, err := embeddedetcd.Start(dir+"/etcd", time.Minute)
+		etcd, err := embeddedetcd.StartInsecure(dir+"/etcd", time.Minute)
 		if err != nil {
 			return err
 		}

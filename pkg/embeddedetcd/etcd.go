@@ -1,9 +1,15 @@
 // Package embeddedetcd runs a single-member etcd inside nodus-server, so the
 // default installation needs no separate database.
+//
+// The member listens on loopback only, and speaks TLS there with client
+// certificates of a CA of its own (DIR/pki, 0700, keys 0600): another local
+// user of the machine can neither read nor write the store, and no
+// certificate of the API's CA — an agent's, a person's — opens it.
 package embeddedetcd
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,8 +19,12 @@ import (
 	"path/filepath"
 	"time"
 
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
 // Server is a running embedded etcd.
@@ -22,6 +32,19 @@ type Server struct {
 	etcd *embed.Etcd
 	// ClientURL is where the API server reaches etcd.
 	ClientURL string
+	// TLS is the client credential ClientURL asks for; nil for a member
+	// started by StartInsecure.
+	TLS *ClientTLS
+}
+
+// ClientTLS are the files of a client credential of the member.
+type ClientTLS struct {
+	CertFile, KeyFile, CAFile string
+}
+
+// Config is the TLS client configuration of c.
+func (c *ClientTLS) Config() (*tls.Config, error) {
+	return transport.TLSInfo{CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.CAFile}.ClientConfig()
 }
 
 // ports remembers the loopback ports of the member, because etcd records its
@@ -31,9 +54,17 @@ type ports struct {
 	Peer   int `json:"peer"`
 }
 
-// Start starts etcd with its data under dir and waits until it serves, or
-// until timeout passes.
-func Start(dir string, timeout time.Duration) (*Server, error) {
+// Start starts etcd with its data under dir, serving TLS with client
+// certificates, and waits until it serves, or until timeout passes.
+func Start(dir string, timeout time.Duration) (*Server, error) { return start(dir, timeout, true) }
+
+// StartInsecure starts a member that serves plain HTTP on loopback, for
+// tests and benchmarks that stand it in for an external cluster.
+func StartInsecure(dir string, timeout time.Duration) (*Server, error) {
+	return start(dir, timeout, false)
+}
+
+func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -41,8 +72,12 @@ func Start(dir string, timeout time.Duration) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	clientURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", p.Client)}
-	peerURL := url.URL{Scheme: "http", Host: fmt.Sprintf("127.0.0.1:%d", p.Peer)}
+	scheme := "http"
+	if secure {
+		scheme = "https"
+	}
+	clientURL := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", p.Client)}
+	peerURL := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", p.Peer)}
 
 	cfg := embed.NewConfig()
 	cfg.Name = "nodus"
@@ -59,6 +94,12 @@ func Start(dir string, timeout time.Duration) (*Server, error) {
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
 	cfg.QuotaBackendBytes = 8 << 30
+	var client *ClientTLS
+	if secure {
+		if client, err = secureMember(cfg, filepath.Join(dir, "pki")); err != nil {
+			return nil, fmt.Errorf("embedded etcd's certificates in %s: %w", dir, err)
+		}
+	}
 
 	e, err := embed.StartEtcd(cfg)
 	if err != nil {
@@ -74,7 +115,61 @@ func Start(dir string, timeout time.Duration) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd in %s was not ready within %s", dir, timeout)
 	}
-	return &Server{etcd: e, ClientURL: clientURL.String()}, nil
+	return &Server{etcd: e, ClientURL: clientURL.String(), TLS: client}, nil
+}
+
+// secureMember makes cfg serve clients and peers only over TLS with client
+// certificates of the member's own CA in dir, and returns the client
+// credential (created on first use).
+func secureMember(cfg *embed.Config, dir string) (*ClientTLS, error) {
+	ca, err := pki.LoadOrCreateCA(dir, "nodus-embedded-etcd")
+	if err != nil {
+		return nil, err
+	}
+	hosts := []string{"127.0.0.1", "localhost"}
+	serverCert, serverKey, err := ca.LoadOrCreateServing(dir, "server", hosts)
+	if err != nil {
+		return nil, err
+	}
+	peerCert, peerKey, err := ca.LoadOrCreatePeer(dir, "peer", hosts)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := ca.LoadOrCreateClient(dir, "client", "nodus-server", nil); err != nil {
+		return nil, err
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: caFile, ClientCertAuth: true}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: peerCert, KeyFile: peerKey, TrustedCAFile: caFile, ClientCertAuth: true}
+	return clientCredential(dir), nil
+}
+
+func clientCredential(pkiDir string) *ClientTLS {
+	return &ClientTLS{CertFile: filepath.Join(pkiDir, "client.crt"), KeyFile: filepath.Join(pkiDir, "client.key"), CAFile: filepath.Join(pkiDir, "ca.crt")}
+}
+
+// ClientConfig is how tools and tests on the same machine reach the member
+// whose data is in dir (as root, or as the user the server runs as).
+func ClientConfig(dir string) (clientv3.Config, error) {
+	data, err := os.ReadFile(filepath.Join(dir, "ports.json"))
+	if err != nil {
+		return clientv3.Config{}, err
+	}
+	var p ports
+	if err := json.Unmarshal(data, &p); err != nil {
+		return clientv3.Config{}, err
+	}
+	cfg := clientv3.Config{DialTimeout: 10 * time.Second, Logger: zap.NewNop()}
+	credential := clientCredential(filepath.Join(dir, "pki"))
+	if _, err := os.Stat(credential.CertFile); errors.Is(err, os.ErrNotExist) {
+		cfg.Endpoints = []string{fmt.Sprintf("http://127.0.0.1:%d", p.Client)}
+		return cfg, nil
+	}
+	if cfg.TLS, err = credential.Config(); err != nil {
+		return clientv3.Config{}, err
+	}
+	cfg.Endpoints = []string{fmt.Sprintf("https://127.0.0.1:%d", p.Client)}
+	return cfg, nil
 }
 
 // Stop stops etcd; call it after the API server has stopped using it.

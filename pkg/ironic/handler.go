@@ -1,6 +1,7 @@
 package ironic
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -12,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/audit"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -28,8 +30,6 @@ type Handler struct {
 	AllocationDeleter rest.GracefulDeleter
 }
 
-const maxBody = 1 << 20
-
 // apiError is an error with its Ironic status code.
 type apiError struct {
 	code int
@@ -42,6 +42,12 @@ func errorf(code int, format string, args ...interface{}) *apiError {
 	return &apiError{code: code, msg: fmt.Sprintf(format, args...)}
 }
 
+// maxBody bounds a request body of the Ironic API.
+const maxBody = 64 << 10
+
+// AuditAnnotation is the audit annotation that keeps a write's body.
+const AuditAnnotation = "nodus.dev/ironic-request"
+
 // ServeHTTP routes /v1 requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ex := exchange.From(req.Context())
@@ -53,6 +59,17 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	setVersionHeaders(w.Header(), &v)
+	if req.Method != http.MethodGet && req.Method != http.MethodHead {
+		// Writes are audited with their body, as API writes are; Ironic's
+		// bodies are small documents.
+		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
+		if err != nil || len(body) > maxBody {
+			h.fail(w, req, &apiError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the request body takes at most %d bytes", maxBody)})
+			return
+		}
+		audit.AddAuditAnnotation(req.Context(), AuditAnnotation, string(body))
+		req.Body = io.NopCloser(bytes.NewReader(body))
+	}
 	c := &call{h: h, w: w, req: req, v: v, base: baseURL(req)}
 	if err := c.route(); err != nil {
 		h.fail(w, req, err)

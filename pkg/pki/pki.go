@@ -102,6 +102,32 @@ func (ca *CA) LoadOrCreateServing(dir, name string, hosts []string) (certPath, k
 	return certPath, keyPath, writePair(certPath, keyPath, pair)
 }
 
+// LoadOrCreatePeer is LoadOrCreateServing for a certificate that also
+// authenticates as a client: what an etcd member presents to its peers.
+func (ca *CA) LoadOrCreatePeer(dir, name string, hosts []string) (certPath, keyPath string, err error) {
+	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
+	if certPEM, _, err := readPair(certPath, keyPath); err == nil && covers(certPEM, hosts) {
+		return certPath, keyPath, nil
+	}
+	tmpl := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: hosts[0]},
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, h := range hosts {
+		if ip := net.ParseIP(h); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, h)
+		}
+	}
+	pair, err := ca.issue(tmpl)
+	if err != nil {
+		return "", "", err
+	}
+	return certPath, keyPath, writePair(certPath, keyPath, pair)
+}
+
 // IssueClient issues a client certificate for user in groups (the
 // Kubernetes convention: CN is the user, O are the groups).
 func (ca *CA) IssueClient(user string, groups []string) (Pair, error) {

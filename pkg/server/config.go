@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -188,6 +189,14 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, codecs.LegacyCodec(nodusv1.SchemeGroupVersion)))
 	etcdOpts.StorageConfig.Transport.ServerList = servers
+	var etcdTLS *tls.Config
+	if etcd != nil && etcd.TLS != nil {
+		t := &etcdOpts.StorageConfig.Transport
+		t.CertFile, t.KeyFile, t.TrustedCAFile = etcd.TLS.CertFile, etcd.TLS.KeyFile, etcd.TLS.CAFile
+		if etcdTLS, err = etcd.TLS.Config(); err != nil {
+			return nil, fmt.Errorf("embedded etcd client credential: %w", err)
+		}
+	}
 	etcdOpts.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(nodusv1.SchemeGroupVersion,
 		schema.GroupKind{Group: nodusv1.GroupName})
 	if err := etcdOpts.ApplyTo(generic); err != nil {
@@ -232,7 +241,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	generic.OpenAPIV3Config.Info.Title, generic.OpenAPIV3Config.Info.Version = "Nodus", "v1"
 	generic.OpenAPIV3Config.PostProcessSpec = withoutProtobufV3
 
-	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: servers, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	etcdClient, err := clientv3.New(clientv3.Config{Endpoints: servers, TLS: etcdTLS, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("etcd client: %w", err)
 	}

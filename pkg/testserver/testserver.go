@@ -4,7 +4,6 @@ package testserver
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -14,12 +13,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/server"
 )
@@ -125,15 +124,9 @@ func (s *Server) EtcdClient() (*clientv3.Client, error) { return EtcdClientFor(s
 
 // EtcdClientFor connects to the embedded etcd of a server's data directory.
 func EtcdClientFor(dataDir string) (*clientv3.Client, error) {
-	data, err := os.ReadFile(filepath.Join(dataDir, "etcd", "ports.json"))
+	cfg, err := embeddedetcd.ClientConfig(filepath.Join(dataDir, "etcd"))
 	if err != nil {
 		return nil, err
 	}
-	var ports struct{ Client int }
-	if err := json.Unmarshal(data, &ports); err != nil {
-		return nil, err
-	}
-	return clientv3.New(clientv3.Config{
-		Endpoints: []string{fmt.Sprintf("http://127.0.0.1:%d", ports.Client)}, DialTimeout: 10 * time.Second, Logger: zap.NewNop(),
-	})
+	return clientv3.New(cfg)
 }

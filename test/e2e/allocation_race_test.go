@@ -97,7 +97,7 @@ func TestAllocationRaceAcrossTwoServers(t *testing.T) {
 // and returns an operator's client of each.
 func twoServersOnOneEtcd(t *testing.T) []versioned.Interface {
 	t.Helper()
-	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
+	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}

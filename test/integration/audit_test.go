@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -10,7 +11,10 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -150,5 +154,61 @@ func TestAuditRecordsLending(t *testing.T) {
 	ev, ok := reports[reported.header.Get("X-Request-Id")]
 	if !ok || ev.Level != "Metadata" || len(ev.RawRequest) != 0 || ev.User.Username != "nodus:node:gpu-00" {
 		t.Errorf("audit event of the report: %v %+v %s", ok, ev, ev.RawRequest)
+	}
+}
+
+// TestAuditRecordsIronicWritesNotSecrets: writes through the Ironic API
+// are in the audit log with who, the path, the answer and the body; an
+// Execution's environment, which borrowers use for secrets, never is.
+func TestAuditRecordsIronicWritesNotSecrets(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "gpu-audit")
+	if _, err := s.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const secret = "hunter2-e1b4c0a7"
+	exec := `{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"with-secret"},"spec":{"pool":"lends","command":["train"],` +
+		`"maxRuntimeSeconds":60,"env":[{"name":"API_TOKEN","value":"` + secret + `"}]}}`
+	if r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions", "application/json", strings.NewReader(exec)); r.code != 201 {
+		t.Fatalf("submit: %d %s", r.code, r.body)
+	}
+	patch := `{"op":"replace","path":"/extra/rack","value":"r12"}`
+	r := do(t, s.Config, "PATCH", "/v1/nodes/gpu-audit", "application/json", strings.NewReader("["+patch+"]"), "OpenStack-API-Version", "baremetal 1.55")
+	if r.code != 200 {
+		t.Fatalf("Ironic PATCH: %d %s", r.code, r.body)
+	}
+	id := strings.TrimPrefix(r.header.Get("X-Openstack-Request-Id"), "req-")
+	var event map[string]interface{}
+	log := filepath.Join(s.DataDir, "audit.log")
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(log)
+		for _, line := range strings.Split(string(data), "\n") {
+			var e map[string]interface{}
+			if json.Unmarshal([]byte(line), &e) == nil && e["auditID"] == id && e["stage"] == "ResponseComplete" {
+				event = e
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("no audit event for the Ironic write %s", id)
+	}
+	annotations, _ := event["annotations"].(map[string]interface{})
+	user, _ := event["user"].(map[string]interface{})
+	if event["requestURI"] != "/v1/nodes/gpu-audit" || event["verb"] != "patch" || user["username"] != "nodus-admin" ||
+		!strings.Contains(fmt.Sprint(annotations["nodus.dev/ironic-request"]), `"/extra/rack"`) {
+		t.Errorf("the Ironic write's audit event: %v", event)
+	}
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(data), secret) {
+		t.Error("an execution's environment value is in the audit log")
+	}
+	if !strings.Contains(string(data), `"executions"`) {
+		t.Error("the execution's creation is not in the audit log at all")
 	}
 }

@@ -17,7 +17,7 @@ import (
 // --etcd-servers pointing at one etcd (not their own): a write through one is
 // read and watched through the other.
 func TestReplicasShareAnExternalEtcd(t *testing.T) {
-	etcd, err := embeddedetcd.Start(t.TempDir(), time.Minute)
+	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
