@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"os"
 	"sync"
 	"time"
@@ -63,8 +64,7 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 		return err
 	}
 	if err := parallel(c.nodes, c.concurrency*4, func(i int) error {
-		return servers[i%replicas].client.NodusV1().RESTClient().Post().Resource("nodes").Name(fleetName(i)).SubResource("heartbeat").
-			SetHeader("Content-Type", "application/json").Body([]byte(`{"agentGeneration":0}`)).Do(ctx).Error()
+		return testfleet.Heartbeat(ctx, servers[i%replicas].client, fleetName(i), nodusv1.NodeHeartbeat{})
 	}); err != nil {
 		return err
 	}

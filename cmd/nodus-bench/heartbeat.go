@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"os"
 	"time"
 )
@@ -18,9 +20,7 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	beat := func(i int) error {
-		const body = `{"agentGeneration":0}`
-		return s.client.NodusV1().RESTClient().Post().Resource("nodes").Name(fleetName(i)).SubResource("heartbeat").
-			SetHeader("Content-Type", "application/json").Body([]byte(body)).Do(ctx).Error()
+		return testfleet.Heartbeat(ctx, s.client, fleetName(i), nodusv1.NodeHeartbeat{})
 	}
 	type round struct {
 		name              string

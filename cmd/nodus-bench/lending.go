@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"sync"
@@ -83,9 +82,8 @@ func lendingBench(s *server, c config) error {
 			if err != nil {
 				return err
 			}
-			body := fmt.Sprintf(`{"agentGeneration":%d}`, n.Status.AgentGeneration)
-			return api.RESTClient().Post().Resource("nodes").Name(all[i]).SubResource("heartbeat").
-				SetHeader("Content-Type", "application/json").Body([]byte(body)).Do(ctx).Error()
+			_, err = api.Nodes().Heartbeat(ctx, all[i], &nodusv1.NodeHeartbeat{AgentGeneration: n.Status.AgentGeneration}, metav1.CreateOptions{})
+			return err
 		})
 	}
 	if err := beat(); err != nil {
@@ -108,8 +106,9 @@ func lendingBench(s *server, c config) error {
 	}
 	fmt.Fprintf(os.Stderr, "lending: lending %d hosts\n", len(all))
 	if err := parallel(len(all), c.concurrency, func(i int) error {
-		return api.RESTClient().Post().Namespace("bench").Resource("reservedhosts").Name(all[i]).SubResource("lend").
-			SetHeader("Content-Type", "application/json").Body([]byte(`{"epoch":1}`)).Do(ctx).Error()
+		epoch := int64(1)
+		_, err := api.ReservedHosts("bench").Lend(ctx, all[i], &nodusv1.ReservedHostLendRequest{Epoch: &epoch}, metav1.CreateOptions{})
+		return err
 	}); err != nil {
 		return err
 	}
@@ -217,9 +216,8 @@ func simulatedAgent(ctx context.Context, cfg *rest.Config, alias string) {
 	}
 	defer w.Stop()
 	report := func(e *nodusv1.Execution, phase nodusv1.ExecutionPhase) error {
-		body, _ := json.Marshal(nodusv1.ExecutionReport{Phase: phase})
-		return client.RESTClient().Post().Namespace(e.Namespace).Resource("executions").Name(e.Name).SubResource("report").
-			SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+		_, err := client.Executions(e.Namespace).Report(ctx, e.Name, &nodusv1.ExecutionReport{Phase: phase}, metav1.CreateOptions{})
+		return err
 	}
 	for ev := range w.ResultChan() {
 		if e, ok := ev.Object.(*nodusv1.Execution); ok && e.Status.Phase == nodusv1.ExecutionScheduled {

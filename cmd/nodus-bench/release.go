@@ -64,8 +64,9 @@ func release(s *server, c config) error {
 		mu.Lock()
 		sent[name] = time.Now()
 		mu.Unlock()
-		return api.RESTClient().Post().Namespace("bench").Resource("reservedhosts").Name(name).SubResource("release-capacity").
-			SetHeader("Content-Type", "application/json").Body([]byte(`{"agreed":true,"epoch":1}`)).Do(ctx).Error()
+		agreed, epoch := true, int64(1)
+		_, err := api.ReservedHosts("bench").ReleaseCapacity(ctx, name, &nodusv1.ReservedHostReleaseRequest{Agreed: &agreed, Epoch: &epoch}, metav1.CreateOptions{})
+		return err
 	})
 	if err != nil {
 		return err

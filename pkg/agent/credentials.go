@@ -29,8 +29,8 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
 // Files in the state directory.
@@ -104,7 +104,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		fileCA:     caPEM,
 		fileConfig: id,
 	} {
-		if err := pki.WriteFileAtomic(filepath.Join(o.StateDir, name), content, 0o600); err != nil {
+		if err := atomicfile.Write(filepath.Join(o.StateDir, name), content, 0o600); err != nil {
 			return 0, err
 		}
 	}

@@ -13,7 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
-	"github.com/nodus-dev/nodus/pkg/sshca"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // servePrincipals answers sshd's AuthorizedPrincipalsCommand (through
@@ -39,7 +39,7 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 		}
 		for _, acc := range applied {
 			if acc.Granted() && acc.LoginUser == login && login != "" {
-				fmt.Fprintln(w, sshca.Principal(acc.Reservation, acc.Epoch))
+				fmt.Fprintln(w, sshvalue.Principal(acc.Reservation, acc.Epoch))
 			}
 		}
 	})}

@@ -21,8 +21,8 @@ import (
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
 // credential is the agent's client certificate, which renews itself two
@@ -101,7 +101,7 @@ func (c *credential) renew(ctx context.Context, client versioned.Interface) erro
 	}
 	// Only the certificate changes (the key stays): one atomic write leaves
 	// a matching pair on disk whenever the agent stops.
-	if err := pki.WriteFileAtomic(filepath.Join(c.stateDir, fileCert), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o600); err != nil {
+	if err := atomicfile.Write(filepath.Join(c.stateDir, fileCert), pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: leaf.Raw}), 0o600); err != nil {
 		return err
 	}
 	c.current.Store(&tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: c.key, Leaf: leaf})

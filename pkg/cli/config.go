@@ -69,7 +69,7 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 		return nil, usageError(err)
 	}
 	cfg.UserAgent = "nodus/" + Version
-	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{rt} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{contextHeaders{rt}} })
 	return cfg, nil
 }
 

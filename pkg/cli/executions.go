@@ -102,9 +102,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			e := &nodusv1.Execution{}
-			err = c.NodusV1().RESTClient().Post().Namespace(p).Resource("executions").Name(name).SubResource("cancel").
-				SetHeader("Content-Type", "application/json").Body([]byte(`{}`)).Do(cmd.Context()).Into(e)
+			e, err := c.NodusV1().Executions(p).Cancel(cmd.Context(), name, &nodusv1.ExecutionCancelRequest{}, metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}

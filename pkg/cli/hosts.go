@@ -15,7 +15,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/registry/node"
 )
 
 // HostsOptions are `nodus hosts list|get`'s.
@@ -123,7 +122,7 @@ func (o *HostsOptions) print(hosts []nodusv1.ReservedHost) error {
 	for _, h := range hosts {
 		r := h.Status.Reservation
 		row := fmt.Sprintf("%s/%s\t%s\t%d\t%s\t%s\t%s\t%s", h.Namespace, h.Name, r.State, r.Epoch,
-			node.GPUSummary(h.Status.Inventory.GPUs), dash(h.Status.Pool), connected(&h), o.endsIn(r.EndsAt))
+			nodusv1.GPUSummary(h.Status.Inventory.GPUs), dash(h.Status.Pool), connected(&h), o.endsIn(r.EndsAt))
 		if o.Output == "wide" {
 			ssh := "-"
 			if h.Status.Connect != nil {

@@ -2,7 +2,6 @@ package cli
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"text/tabwriter"
@@ -68,20 +67,29 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 	if err != nil {
 		return err
 	}
-	req := map[string]interface{}{"epoch": h.Status.Reservation.Epoch}
-	action := "withdraw"
+	epoch := h.Status.Reservation.Epoch
+	hosts := c.NodusV1().ReservedHosts(h.Namespace)
+	out := &nodusv1.HostLending{}
+	action, send := "withdraw", func(ctx context.Context) (err error) {
+		out, err = hosts.Withdraw(ctx, h.Name, &nodusv1.ReservedHostWithdrawRequest{Epoch: &epoch}, metav1.CreateOptions{})
+		return err
+	}
 	if !o.Withdraw {
-		action = "lend"
+		req := &nodusv1.ReservedHostLendRequest{Epoch: &epoch}
 		if o.GPUs >= 0 {
-			req["maxGPUs"] = o.GPUs
+			gpus := int32(o.GPUs)
+			req.MaxGPUs = &gpus
 		}
 		if o.MaxExecutions > 0 {
-			req["maxExecutions"] = o.MaxExecutions
+			executions := int32(o.MaxExecutions)
+			req.MaxExecutions = &executions
+		}
+		action, send = "lend", func(ctx context.Context) (err error) {
+			out, err = hosts.Lend(ctx, h.Name, req, metav1.CreateOptions{})
+			return err
 		}
 	}
-	body, _ := json.Marshal(req)
-	out := &nodusv1.HostLending{}
-	if err := postHostAction(ctx, c, h, action, body, false, o.Attempts, o.Err, out); err != nil {
+	if err := postHostAction(ctx, h, action, o.Attempts, o.Err, send); err != nil {
 		return err
 	}
 	l := out.Status

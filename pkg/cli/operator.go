@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/registry/project"
 )
 
 // operatorCommands are the fleet verbs: projects, pools, nodes,
@@ -140,7 +139,7 @@ func projectsCommand(g *Globals, s Streams) *cobra.Command {
 				return err
 			}
 			if retire {
-				patch := []byte(`{"metadata":{"annotations":{"` + project.AnnotationRetire + `":"true"}}}`)
+				patch := []byte(`{"metadata":{"annotations":{"` + nodusv1.AnnotationRetireReservations + `":"true"}}}`)
 				if _, err := c.NodusV1().Projects().Patch(cmd.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
 					return err
 				}
@@ -278,14 +277,12 @@ func nodesCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			raw, err := c.NodusV1().RESTClient().Post().Resource("nodes").Name(args[0]).SubResource("clean").
-				SetHeader("Content-Type", "application/json").Body([]byte(`{"apiVersion":"nodus.dev/v1","kind":"NodeCleanRequest"}`)).DoRaw(cmd.Context())
+			n, err := c.NodusV1().Nodes().Clean(cmd.Context(), args[0], &nodusv1.NodeCleanRequest{}, metav1.CreateOptions{})
 			if err != nil {
 				return err
 			}
-			var n nodusv1.Node
-			if err := json.Unmarshal(raw, &n); err != nil || n.Status.Cleaning == nil {
-				return fmt.Errorf("unexpected answer from the server: %.200s", raw)
+			if n.Status.Cleaning == nil {
+				return fmt.Errorf("unexpected answer from the server: node %s shows no cleaning request", args[0])
 			}
 			fmt.Fprintf(s.Out, "node %s: cleaning request %d asked of its agent; `nodus nodes get %s -o yaml` shows status.cleaning\n",
 				args[0], n.Status.Cleaning.Request, args[0])

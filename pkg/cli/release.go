@@ -61,9 +61,17 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 			return usageError(errors.New("not confirmed; nothing was released"))
 		}
 	}
-	body := fmt.Sprintf(`{"agreed":true,"epoch":%d}`, r.Epoch)
+	agreed, epoch := true, r.Epoch
+	opts := metav1.CreateOptions{}
+	if o.DryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
 	released := &nodusv1.ReservedHost{}
-	if err := postHostAction(ctx, c, h, "release-capacity", []byte(body), o.DryRun, o.Attempts, o.Err, released); err != nil {
+	if err := postHostAction(ctx, h, "release-capacity", o.Attempts, o.Err, func(ctx context.Context) (err error) {
+		released, err = c.NodusV1().ReservedHosts(project).ReleaseCapacity(ctx, name,
+			&nodusv1.ReservedHostReleaseRequest{Agreed: &agreed, Epoch: &epoch}, opts)
+		return err
+	}); err != nil {
 		return err
 	}
 	if o.DryRun {

@@ -18,11 +18,12 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/cli/sshentry"
-	"github.com/nodus-dev/nodus/pkg/pki"
-	"github.com/nodus-dev/nodus/pkg/sshca"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // SSHOptions are `nodus ssh`'s.
@@ -114,7 +115,7 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 // holds a certificate for the host's current epoch with a minute to spare.
 func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, pub ssh.PublicKey, certFile string) (string, error) {
 	meta := certFile + ".json"
-	want := sshca.Principal(h.Name, h.Status.Reservation.Epoch)
+	want := sshvalue.Principal(h.Name, h.Status.Reservation.Epoch)
 	var cached nodusv1.ReservedHostSSHCertificate
 	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Principal == want &&
 		cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
@@ -126,22 +127,17 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	if err != nil {
 		return "", err
 	}
-	body, _ := json.Marshal(map[string]string{"publicKey": string(ssh.MarshalAuthorizedKey(pub))})
-	var answer nodusv1.ReservedHostSSHCertificate
-	raw, err := c.NodusV1().RESTClient().Post().Namespace(h.Namespace).Resource("reservedhosts").Name(h.Name).SubResource("ssh-certificate").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Raw()
+	answer, err := c.NodusV1().ReservedHosts(h.Namespace).SSHCertificate(ctx, h.Name,
+		&nodusv1.ReservedHostSSHCertificate{PublicKey: string(ssh.MarshalAuthorizedKey(pub))}, metav1.CreateOptions{})
 	if err != nil {
 		return "", err
 	}
-	if err := json.Unmarshal(raw, &answer); err != nil {
-		return "", err
-	}
-	if err := pki.WriteFileAtomic(certFile, []byte(answer.Certificate), 0o600); err != nil {
+	if err := atomicfile.Write(certFile, []byte(answer.Certificate), 0o600); err != nil {
 		return "", err
 	}
 	answer.Certificate = ""
 	data, _ := json.Marshal(answer)
-	return answer.Address, pki.WriteFileAtomic(meta, data, 0o600)
+	return answer.Address, atomicfile.Write(meta, data, 0o600)
 }
 
 // userKey loads or creates the user's nodus SSH key.
@@ -157,7 +153,7 @@ func userKey(path string) (string, ssh.PublicKey, error) {
 			return "", nil, err
 		}
 		data = pem.EncodeToMemory(block)
-		if err := pki.WriteFileAtomic(path, data, 0o600); err != nil {
+		if err := atomicfile.Write(path, data, 0o600); err != nil {
 			return "", nil, err
 		}
 	} else if err != nil {
@@ -187,10 +183,10 @@ func replaceBlock(path, id, content string) error {
 	if start := strings.Index(text, beginMarker+id+"\n"); start >= 0 {
 		if end := strings.Index(text[start:], endMarker+id+"\n"); end >= 0 {
 			text = text[:start] + block + text[start+end+len(endMarker+id+"\n"):]
-			return pki.WriteFileAtomic(path, []byte(text), 0o600)
+			return atomicfile.Write(path, []byte(text), 0o600)
 		}
 	}
-	return pki.WriteFileAtomic(path, []byte(text+block), 0o600)
+	return atomicfile.Write(path, []byte(text+block), 0o600)
 }
 
 // includeFrom makes the user's ssh config include nodus' one, at the top
@@ -215,8 +211,8 @@ func includeFrom(userConfig, included string) error {
 	if start := strings.Index(text, beginMarker+"include\n"); start >= 0 {
 		if end := strings.Index(text[start:], endMarker+"include\n"); end >= 0 {
 			text = text[:start] + block + text[start+end+len(endMarker+"include\n"):]
-			return pki.WriteFileAtomic(userConfig, []byte(text), 0o600)
+			return atomicfile.Write(userConfig, []byte(text), 0o600)
 		}
 	}
-	return pki.WriteFileAtomic(userConfig, append([]byte(block), old...), 0o600)
+	return atomicfile.Write(userConfig, append([]byte(block), old...), 0o600)
 }

@@ -19,6 +19,8 @@ import (
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 )
 
 const (
@@ -228,32 +230,10 @@ func writePair(certPath, keyPath string, p Pair) error {
 	if err := os.MkdirAll(filepath.Dir(certPath), 0o700); err != nil {
 		return err
 	}
-	if err := WriteFileAtomic(keyPath, p.KeyPEM, 0o600); err != nil {
+	if err := atomicfile.Write(keyPath, p.KeyPEM, 0o600); err != nil {
 		return err
 	}
-	return WriteFileAtomic(certPath, p.CertPEM, 0o644)
-}
-
-// WriteFileAtomic writes data to path through a temporary file and a rename,
-// so a reader never sees half a file.
-func WriteFileAtomic(path string, data []byte, perm os.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return err
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), path)
+	return atomicfile.Write(certPath, p.CertPEM, 0o644)
 }
 
 func serial() *big.Int {

@@ -38,6 +38,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/envelope"
@@ -391,7 +392,7 @@ func (o *Options) applyAudit(generic *genericapiserver.Config) error {
 	audit.PolicyFile = o.AuditPolicyFile
 	if audit.PolicyFile == "" {
 		audit.PolicyFile = filepath.Join(o.DataDir, "audit-policy.yaml")
-		if err := pki.WriteFileAtomic(audit.PolicyFile, deploy.AuditPolicy, 0o644); err != nil {
+		if err := atomicfile.Write(audit.PolicyFile, deploy.AuditPolicy, 0o644); err != nil {
 			return err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
@@ -19,5 +20,5 @@ func writeKubeconfig(path, serverURL string, caPEM []byte, client pki.Pair) erro
 	if err != nil {
 		return err
 	}
-	return pki.WriteFileAtomic(path, data, 0o600)
+	return atomicfile.Write(path, data, 0o600)
 }

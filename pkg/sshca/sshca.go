@@ -17,7 +17,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/nodus-dev/nodus/pkg/pki"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 )
 
 // CA signs SSH user certificates.
@@ -43,7 +43,7 @@ func LoadOrCreate(path string) (*CA, error) {
 		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 			return nil, err
 		}
-		if err := pki.WriteFileAtomic(path, data, 0o600); err != nil {
+		if err := atomicfile.Write(path, data, 0o600); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
@@ -54,11 +54,6 @@ func LoadOrCreate(path string) (*CA, error) {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return &CA{signer: signer, PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}, nil
-}
-
-// Principal names a reservation at an epoch.
-func Principal(reservation string, epoch int64) string {
-	return fmt.Sprintf("nodus-%s-epoch-%d", reservation, epoch)
 }
 
 // Sign certifies pub for one principal until validBefore.

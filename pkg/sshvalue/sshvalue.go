@@ -108,3 +108,10 @@ func rsaBits(key ssh.PublicKey) (int, bool) {
 	}
 	return pub.N.BitLen(), true
 }
+
+// Principal names a reservation at an epoch: the one principal an SSH
+// certificate is signed for and the agent lets in. The CLI checks that a
+// certificate it is given names the epoch it expects.
+func Principal(reservation string, epoch int64) string {
+	return fmt.Sprintf("nodus-%s-epoch-%d", reservation, epoch)
+}

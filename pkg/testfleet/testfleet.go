@@ -76,12 +76,8 @@ func Node(ctx context.Context, c versioned.Interface, name, pool, class, loginUs
 // Heartbeat posts beat for node with c's credentials (an operator may beat
 // for a node without an agent, at generation 0).
 func Heartbeat(ctx context.Context, c versioned.Interface, node string, beat nodusv1.NodeHeartbeat) error {
-	body, err := jsonBody(beat)
-	if err != nil {
-		return err
-	}
-	return c.NodusV1().RESTClient().Post().Resource("nodes").Name(node).SubResource("heartbeat").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Error()
+	_, err := c.NodusV1().Nodes().Heartbeat(ctx, node, &beat, metav1.CreateOptions{})
+	return err
 }
 
 // Term is [start, end) truncated to seconds, as the API keeps times.

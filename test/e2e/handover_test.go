@@ -2,8 +2,9 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -426,12 +427,10 @@ func certifiedLogin(t *testing.T, s *serverProcess, rig sshRig, name string) cer
 	cfg, _ := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
 	cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
 	cfg.BearerToken = rig.tokens["mia"]
-	body, _ := json.Marshal(map[string]string{"publicKey": string(pub)})
-	raw, err := versioned.NewForConfigOrDie(cfg).NodusV1().RESTClient().Post().Namespace("acme").Resource("reservedhosts").
-		Name(name).SubResource("ssh-certificate").SetHeader("Content-Type", "application/json").Body(body).DoRaw(context.Background())
-	var cert struct{ Certificate string }
-	if err != nil || json.Unmarshal(raw, &cert) != nil {
-		t.Fatalf("certificate for %s: %v %s", name, err, raw)
+	cert, err := versioned.NewForConfigOrDie(cfg).NodusV1().ReservedHosts("acme").SSHCertificate(context.Background(), name,
+		&nodusv1.ReservedHostSSHCertificate{PublicKey: string(pub)}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("certificate for %s: %v", name, err)
 	}
 	if err := os.WriteFile(key+"-cert.pub", []byte(cert.Certificate), 0o600); err != nil {
 		t.Fatal(err)

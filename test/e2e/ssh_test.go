@@ -5,7 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +25,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/sshca"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // TestSSHAccessThroughSystemSSHD runs the whole access path as a customer
@@ -288,15 +294,17 @@ spec:
 		cfg, _ := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
 		cfg.CertData, cfg.KeyData, cfg.CertFile, cfg.KeyFile = nil, nil, "", ""
 		cfg.BearerToken = tokens[who]
-		body, _ := json.Marshal(map[string]string{"publicKey": string(pub)})
-		var code int
-		raw, err := versioned.NewForConfigOrDie(cfg).NodusV1().RESTClient().Post().Namespace("acme").Resource("reservedhosts").
-			Name(name).SubResource("ssh-certificate").SetHeader("Content-Type", "application/json").Body(body).Do(context.Background()).
-			StatusCode(&code).Raw()
+		answer, err := versioned.NewForConfigOrDie(cfg).NodusV1().ReservedHosts("acme").SSHCertificate(context.Background(), name,
+			&nodusv1.ReservedHostSSHCertificate{PublicKey: string(pub)}, metav1.CreateOptions{})
 		if err != nil {
-			return code, err.Error()
+			var status apierrors.APIStatus
+			if errors.As(err, &status) {
+				return int(status.Status().Code), err.Error()
+			}
+			return 0, err.Error()
 		}
-		return code, string(raw)
+		raw, _ := json.Marshal(answer)
+		return http.StatusOK, string(raw)
 	}
 	if code, _ := certify("vic"); code != 403 {
 		t.Errorf("a viewer got an SSH certificate: %d", code)
@@ -336,9 +344,9 @@ spec:
 	adminCfg.CertData, adminCfg.KeyData, adminCfg.CertFile, adminCfg.KeyFile = nil, nil, "", ""
 	adminCfg.BearerToken = tokens["ada"]
 	released := time.Now()
-	if err := versioned.NewForConfigOrDie(adminCfg).NodusV1().RESTClient().Post().Namespace("acme").Resource("reservedhosts").
-		Name(name).SubResource("release-capacity").SetHeader("Content-Type", "application/json").
-		Body([]byte(`{"agreed":true,"epoch":1}`)).Do(context.Background()).Error(); err != nil {
+	agreed, epoch := true, int64(1)
+	if _, err := versioned.NewForConfigOrDie(adminCfg).NodusV1().ReservedHosts("acme").ReleaseCapacity(context.Background(), name,
+		&nodusv1.ReservedHostReleaseRequest{Agreed: &agreed, Epoch: &epoch}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var refusedAfter, endedAfter, drainedAfter time.Duration
@@ -380,7 +388,7 @@ func checkExpiredCertificateRefused(t *testing.T, s *serverProcess, rig sshRig, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired, err := ca.Sign(pub, "expired", sshca.Principal(name, 1), time.Now().Add(-time.Second))
+	expired, err := ca.Sign(pub, "expired", sshvalue.Principal(name, 1), time.Now().Add(-time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

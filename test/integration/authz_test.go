@@ -164,7 +164,7 @@ func TestAuthorizationMatrix(t *testing.T) {
 			{"another node's status", "PATCH", nodus + "/nodes/gpu-001/status", `{"status":{"sshAddress":"10.0.0.9:22"}}`, 403, metav1.StatusReasonForbidden},
 			{"another node's heartbeat", "POST", nodus + "/nodes/gpu-001/heartbeat", `{"agentGeneration":1}`, 403, metav1.StatusReasonForbidden},
 			{"another node's renewal", "POST", nodus + "/nodes/gpu-001/renew", `{"certificateRequest":""}`, 403, metav1.StatusReasonForbidden},
-			{"its own renewal", "POST", own + "/renew", fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t)), 201, ""},
+			{"its own renewal", "POST", own + "/renew", fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t)), 200, ""},
 			{"its own heartbeat", "POST", own + "/heartbeat", `{"agentGeneration":1}`, 200, ""},
 			{"a reservation", "POST", nodus + "/reservations", `{}`, 403, metav1.StatusReasonForbidden},
 			{"an execution's status", "PATCH", nodus + "/namespaces/acme/executions/e1/status", `{"status":{"phase":"Succeeded"}}`, 403, metav1.StatusReasonForbidden},

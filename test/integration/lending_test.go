@@ -75,9 +75,7 @@ func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[str
 	for name, cfg := range f.agents {
 		go func() {
 			for beatCtx.Err() == nil {
-				data, _ := json.Marshal(nodusv1.NodeHeartbeat{AgentGeneration: 1})
-				_, _ = versioned.NewForConfigOrDie(cfg).NodusV1().RESTClient().Post().Resource("nodes").Name(name).
-					SubResource("heartbeat").SetHeader("Content-Type", "application/json").Body(data).DoRaw(beatCtx)
+				_ = testfleet.Heartbeat(beatCtx, versioned.NewForConfigOrDie(cfg), name, nodusv1.NodeHeartbeat{AgentGeneration: 1})
 				select {
 				case <-beatCtx.Done():
 				case <-time.After(2 * time.Second):
@@ -533,9 +531,8 @@ func simulateAgent(ctx context.Context, t *testing.T, f *lendingFleet, node stri
 	}
 	defer w.Stop()
 	post := func(e *nodusv1.Execution, rep nodusv1.ExecutionReport) error {
-		data, _ := json.Marshal(rep)
-		return client.RESTClient().Post().Namespace(e.Namespace).Resource("executions").Name(e.Name).SubResource("report").
-			SetHeader("Content-Type", "application/json").Body(data).Do(ctx).Error()
+		_, err := client.Executions(e.Namespace).Report(ctx, e.Name, &rep, metav1.CreateOptions{})
+		return err
 	}
 	for ev := range w.ResultChan() {
 		e, ok := ev.Object.(*nodusv1.Execution)

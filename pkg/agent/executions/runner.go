@@ -7,7 +7,6 @@ package executions
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -674,14 +673,7 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 }
 
 func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
-	body, err := json.Marshal(rep)
-	if err != nil {
-		return nil, err
-	}
-	out := &nodusv1.Execution{}
-	err = r.opts.Client.NodusV1().RESTClient().Post().Namespace(namespace).Resource("executions").Name(name).SubResource("report").
-		SetHeader("Content-Type", "application/json").Body(body).Do(ctx).Into(out)
-	return out, err
+	return r.opts.Client.NodusV1().Executions(namespace).Report(ctx, name, rep, metav1.CreateOptions{})
 }
 
 // isAPIError says whether the server answered; otherwise it could not be reached.

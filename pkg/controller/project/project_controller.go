@@ -148,8 +148,7 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	}
 	for _, e := range executions.Items {
 		if !e.Status.Phase.Finished() {
-			err := api.RESTClient().Post().Namespace(name).Resource("executions").Name(e.Name).SubResource("cancel").
-				SetHeader("Content-Type", "application/json").Body([]byte(`{}`)).Do(ctx).Error()
+			_, err := api.Executions(name).Cancel(ctx, e.Name, &nodusv1.ExecutionCancelRequest{}, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return "", err
 			}

@@ -46,31 +46,8 @@ var table = base.Table{Columns: []base.Column{
 		}
 		return "Unknown"
 	}),
-	base.Col("GPUs", "string", "Accelerators.", func(n *nodusv1.Node) interface{} { return GPUSummary(n.Status.Inventory.GPUs) }),
+	base.Col("GPUs", "string", "Accelerators.", func(n *nodusv1.Node) interface{} { return nodusv1.GPUSummary(n.Status.Inventory.GPUs) }),
 	base.Col("Maintenance", "boolean", "Out of scheduling.", func(n *nodusv1.Node) interface{} { return n.Spec.Maintenance }),
 	base.Col("Allocation", "string", "Allocation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Allocation) }),
 	base.Col("Reservation", "string", "The live reservation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Reservation) }),
 }}
-
-// GPUSummary renders GPUs as "8× h100-sxm-80g" (mixed models are joined with ", ").
-func GPUSummary(gpus []nodusv1.NodeGPU) string {
-	if len(gpus) == 0 {
-		return "-"
-	}
-	var order []string
-	counts := map[string]int{}
-	for _, g := range gpus {
-		if counts[g.Type] == 0 {
-			order = append(order, g.Type)
-		}
-		counts[g.Type]++
-	}
-	out := ""
-	for i, t := range order {
-		if i > 0 {
-			out += ", "
-		}
-		out += base.Count(counts[t], t)
-	}
-	return out
-}

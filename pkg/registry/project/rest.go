@@ -26,11 +26,6 @@ import (
 // later under the same name inherits nothing.
 const Finalizer = "nodus.dev/project"
 
-// AnnotationRetire on a Project lets its deletion retire its live
-// reservations (each as a deleted reservation is: access retired, the node
-// cleaned). Without it, deleting a project with live reservations is refused.
-const AnnotationRetire = "nodus.dev/retire-reservations"
-
 // REST is the Project storage, whose deletion is refused while the project
 // has live reservations, unless the operator asked for their retirement.
 type REST struct {
@@ -51,7 +46,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		return nil, false, err
 	}
 	p := obj.(*nodusv1.Project)
-	if p.DeletionTimestamp == nil && p.Annotations[AnnotationRetire] != "true" {
+	if p.DeletionTimestamp == nil && p.Annotations[nodusv1.AnnotationRetireReservations] != "true" {
 		live, err := r.liveReservations(ctx, name)
 		if err != nil {
 			return nil, false, err

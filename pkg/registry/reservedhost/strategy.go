@@ -12,7 +12,6 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
-	"github.com/nodus-dev/nodus/pkg/registry/node"
 )
 
 // A ReservedHost is all status: it is created whole by its controller, its
@@ -40,7 +39,7 @@ func selectable(obj runtime.Object) fields.Set {
 var table = base.Table{Columns: []base.Column{
 	base.Col("State", "string", "Access state of the reservation.", func(h *nodusv1.ReservedHost) interface{} { return string(h.Status.Reservation.State) }),
 	base.Col("Epoch", "integer", "Access epoch.", func(h *nodusv1.ReservedHost) interface{} { return h.Status.Reservation.Epoch }),
-	base.Col("GPUs", "string", "Accelerators.", func(h *nodusv1.ReservedHost) interface{} { return node.GPUSummary(h.Status.Inventory.GPUs) }),
+	base.Col("GPUs", "string", "Accelerators.", func(h *nodusv1.ReservedHost) interface{} { return nodusv1.GPUSummary(h.Status.Inventory.GPUs) }),
 	base.Col("Pool", "string", "Capacity group.", func(h *nodusv1.ReservedHost) interface{} { return base.Str(h.Status.Pool) }),
 	base.Col("Connected", "string", "Fresh heartbeat from the current agent.", func(h *nodusv1.ReservedHost) interface{} {
 		if c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected); c != nil {

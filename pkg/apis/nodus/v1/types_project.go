@@ -136,3 +136,8 @@ type PoolList struct {
 	metav1.ListMeta `json:"metadata,omitempty"`
 	Items           []Pool `json:"items"`
 }
+
+// AnnotationRetireReservations on a Project lets its deletion retire its live
+// reservations (each as a deleted reservation is: access retired, the node
+// cleaned). Without it, deleting a project with live reservations is refused.
+const AnnotationRetireReservations = "nodus.dev/retire-reservations"
