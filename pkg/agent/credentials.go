@@ -111,7 +111,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	return answer.AgentGeneration, nil
 }
 
-// describe renders an API refusal with its status code, reason and fix.
+// describe renders an API refusal with its status code, reason and message.
 func describe(err error) error {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
