@@ -1,0 +1,65 @@
+package sshvalue
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"strings"
+	"testing"
+
+	"golang.org/x/crypto/ssh"
+)
+
+func authorizedKey(t *testing.T, pub interface{}) string {
+	t.Helper()
+	k, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(k)))
+}
+
+func TestParseAddress(t *testing.T) {
+	for address, ok := range map[string]bool{
+		"10.0.0.1:22": true, "[2001:db8::1]:2222": true, "gpu-001.fra1.example.com:22": true,
+		"10.0.0.1": false, "10.0.0.1:0": false, "10.0.0.1:65536": false, "10.0.0.1:022": false, "host name:22": false,
+		"evil\n  ProxyCommand x:22": false, "root@10.0.0.1:22": false, "-oProxyCommand=x:22": false, "%h:22": false, ":22": false,
+	} {
+		if _, _, err := ParseAddress(address); (err == nil) != ok {
+			t.Errorf("ParseAddress(%q): %v, want ok=%v", address, err, ok)
+		}
+	}
+}
+
+func TestParseKey(t *testing.T) {
+	edPub, _, _ := ed25519.GenerateKey(rand.Reader)
+	ed := authorizedKey(t, edPub)
+	small, _ := rsa.GenerateKey(rand.Reader, 1024)
+	fine, _ := rsa.GenerateKey(rand.Reader, 2048)
+	for what, tc := range map[string]struct {
+		text      string
+		ok        bool
+		canonical bool
+	}{
+		"ed25519":               {ed, true, true},
+		"with a comment":        {ed + " root@host", true, false},
+		"RSA 2048":              {authorizedKey(t, &fine.PublicKey), true, true},
+		"RSA 1024":              {authorizedKey(t, &small.PublicKey), false, false},
+		"two keys":              {ed + "\n" + ed, false, false},
+		"a known_hosts pattern": {ed + "\n* " + ed, false, false},
+		"options":               {`command="sh" ` + ed, false, false},
+		"garbage":               {"ssh-ed25519 AAAA", false, false},
+		"too long":              {ed + " " + strings.Repeat("c", MaxKeyText), false, false},
+	} {
+		_, canonical, err := ParseKey(tc.text)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: ParseKey: %v, want ok=%v", what, err, tc.ok)
+		}
+		if err == nil && canonical != strings.Fields(tc.text)[0]+" "+strings.Fields(tc.text)[1] {
+			t.Errorf("%s: canonical form %q", what, canonical)
+		}
+		if err := CheckCanonicalHostKey(tc.text); (err == nil) != tc.canonical {
+			t.Errorf("%s: CheckCanonicalHostKey: %v, want ok=%v", what, err, tc.canonical)
+		}
+	}
+}
