@@ -81,32 +81,16 @@ func LoadOrCreateCA(dir, commonName string) (*CA, error) {
 // certificate for hosts (DNS names or IPs) when they are missing or no longer
 // cover hosts.
 func (ca *CA) LoadOrCreateServing(dir, name string, hosts []string) (certPath, keyPath string, err error) {
-	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if certPEM, _, err := readPair(certPath, keyPath); err == nil && covers(certPEM, hosts) {
-		return certPath, keyPath, nil
-	}
-	tmpl := &x509.Certificate{
-		Subject:     pkix.Name{CommonName: hosts[0]},
-		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	for _, h := range hosts {
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	pair, err := ca.issue(tmpl)
-	if err != nil {
-		return "", "", err
-	}
-	return certPath, keyPath, writePair(certPath, keyPath, pair)
+	return ca.loadOrCreateHost(dir, name, hosts, x509.ExtKeyUsageServerAuth)
 }
 
 // LoadOrCreatePeer is LoadOrCreateServing for a certificate that also
 // authenticates as a client: what an etcd member presents to its peers.
 func (ca *CA) LoadOrCreatePeer(dir, name string, hosts []string) (certPath, keyPath string, err error) {
+	return ca.loadOrCreateHost(dir, name, hosts, x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth)
+}
+
+func (ca *CA) loadOrCreateHost(dir, name string, hosts []string, usages ...x509.ExtKeyUsage) (certPath, keyPath string, err error) {
 	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
 	if certPEM, _, err := readPair(certPath, keyPath); err == nil && covers(certPEM, hosts) {
 		return certPath, keyPath, nil
@@ -114,7 +98,7 @@ func (ca *CA) LoadOrCreatePeer(dir, name string, hosts []string) (certPath, keyP
 	tmpl := &x509.Certificate{
 		Subject:     pkix.Name{CommonName: hosts[0]},
 		KeyUsage:    x509.KeyUsageDigitalSignature,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage: usages,
 	}
 	for _, h := range hosts {
 		if ip := net.ParseIP(h); ip != nil {
