@@ -1,0 +1,385 @@
+// Package sandbox runs one borrower execution in an OCI runtime (runc), as
+// Kubernetes runs a container: its own mount, PID, IPC, UTS and network
+// namespaces; a root made of the host's system directories bound read-only,
+// with nothing of /home, /root, the agent's state or sshd's keys; the
+// execution's work directory as its only writable place besides a private
+// /tmp; no capabilities, no new privileges and the default seccomp profile
+// of Docker and containerd; and a cgroup of its own with memory, CPU and
+// pids limits whose device rules let it open only the GPUs it was given.
+//
+// Every process of the execution is in that cgroup and PID namespace, so
+// nothing it starts (setsid, a double fork) outlives it: when its first
+// process ends, the kernel ends the rest, and a stop signals the cgroup.
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+
+	"github.com/moby/profiles/seccomp"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+// NVIDIA's character device major number: /dev/nvidiaN is 195:N,
+// nvidiactl 195:255 and nvidia-modeset 195:254. nvidia-uvm's major is
+// dynamic and read from the node.
+const nvidiaMajor = 195
+
+// WorkDir is where the execution's work directory appears in the sandbox.
+const WorkDir = "/work"
+
+// Network policies.
+const (
+	// NetworkNone: a network namespace with only its own loopback.
+	NetworkNone = "none"
+)
+
+// Spec is one execution to run.
+type Spec struct {
+	// ID names the sandbox (the runtime's container id).
+	ID string
+	// Args is the command; Args[0] is resolved in the sandbox's PATH.
+	Args []string
+	// Env is the whole environment.
+	Env []string
+	// UID and GID are the borrower account's.
+	UID, GID uint32
+	// HostWorkDir is the host directory bound at WorkDir, writable.
+	HostWorkDir string
+	// GPUs are the indices of the GPUs the execution may open.
+	GPUs []int32
+	// MemoryBytes, MilliCPUs and Pids bound the execution; 0 is unbounded.
+	MemoryBytes int64
+	MilliCPUs   int64
+	Pids        int64
+	// Network is the network policy; only NetworkNone for now.
+	Network string
+}
+
+// Runtime is the OCI runtime on this host.
+type Runtime struct {
+	// Binary is runc.
+	Binary string
+	// StateDir holds runc's state (--root) and the bundles; root only.
+	StateDir string
+	// DevDir is where GPU device nodes are looked up; "/dev" but in tests.
+	DevDir string
+	// CgroupParent is the cgroup under which every sandbox gets its own.
+	CgroupParent string
+}
+
+// Find returns the runc runtime of this host, or an error saying what is missing.
+func Find(stateDir string) (*Runtime, error) {
+	binary, err := exec.LookPath("runc")
+	if err != nil {
+		return nil, errors.New("runc is not installed (Debian: apt-get install runc); borrowers' executions need it")
+	}
+	return &Runtime{Binary: binary, StateDir: stateDir, DevDir: "/dev", CgroupParent: "/nodus-executions"}, nil
+}
+
+// systemDirs are bound read-only from the host; anything else of the host
+// is absent from the sandbox.
+var systemDirs = []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt"}
+
+// maskedPaths hide what stays secret even read-only: sshd's host keys and
+// the agent's configuration, and the kernel's usual sensitive files.
+var maskedPaths = []string{
+	"/etc/ssh", "/etc/nodusd",
+	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
+	"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
+}
+
+var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+
+// Config is the OCI runtime configuration of s, with the bundle's rootfs at rootfs.
+func (rt *Runtime) Config(s Spec, rootfs string) (*specs.Spec, error) {
+	if s.Network != "" && s.Network != NetworkNone {
+		return nil, fmt.Errorf("network policy %q is not supported", s.Network)
+	}
+	if s.UID == 0 {
+		return nil, errors.New("a sandbox never runs as root")
+	}
+	cfg := &specs.Spec{
+		Version: specs.Version,
+		Root:    &specs.Root{Path: rootfs, Readonly: true},
+		Process: &specs.Process{
+			User: specs.User{UID: s.UID, GID: s.GID}, Args: s.Args, Env: s.Env, Cwd: WorkDir,
+			NoNewPrivileges: true,
+			// No capabilities at all: an unprivileged account's process.
+			Capabilities: &specs.LinuxCapabilities{},
+		},
+		Hostname: "nodus-execution",
+		Mounts: []specs.Mount{
+			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
+			{Destination: "/dev/pts", Type: "devpts", Source: "devpts", Options: []string{"nosuid", "noexec", "newinstance", "ptmxmode=0666", "mode=0620"}},
+			{Destination: "/dev/shm", Type: "tmpfs", Source: "shm", Options: []string{"nosuid", "noexec", "nodev", "mode=1777", "size=65536k"}},
+			{Destination: "/dev/mqueue", Type: "mqueue", Source: "mqueue", Options: []string{"nosuid", "noexec", "nodev"}},
+			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
+			{Destination: "/tmp", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "nodev", "mode=1777"}},
+			// The work directory is the one writable place. It is not
+			// nodev: no one in the sandbox can make a device node, and the
+			// device cgroup, not the mount, decides what may be opened.
+			{Destination: WorkDir, Type: "bind", Source: s.HostWorkDir, Options: []string{"rbind", "rw", "nosuid"}},
+		},
+		Linux: &specs.Linux{
+			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+			CgroupsPath:   filepath.Join(rt.cgroupParent(), s.ID),
+			MaskedPaths:   maskedPaths,
+			ReadonlyPaths: readonlyPaths,
+			Resources:     &specs.LinuxResources{},
+		},
+	}
+	for _, dir := range systemDirs {
+		info, err := os.Lstat(dir)
+		switch {
+		case err != nil:
+			continue
+		case info.Mode()&os.ModeSymlink != 0:
+			// merged /usr: /bin → usr/bin is made in the rootfs as the same link.
+			continue
+		case info.IsDir():
+			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: dir, Type: "bind", Source: dir,
+				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	}
+	res := cfg.Linux.Resources
+	if s.MemoryBytes > 0 {
+		limit := s.MemoryBytes
+		res.Memory = &specs.LinuxMemory{Limit: &limit, Swap: &limit}
+	}
+	if s.MilliCPUs > 0 {
+		period := uint64(100000)
+		quota := s.MilliCPUs * int64(period) / 1000
+		res.CPU = &specs.LinuxCPU{Period: &period, Quota: &quota}
+	}
+	if s.Pids > 0 {
+		res.Pids = &specs.LinuxPids{Limit: s.Pids}
+	}
+	devices, rules, err := rt.gpuDevices(s.GPUs)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Linux.Devices = devices
+	// Deny every device, then allow runc's defaults (null, zero, full,
+	// random, urandom, tty, console, pts, which runc adds itself) and the GPUs.
+	res.Devices = append([]specs.LinuxDeviceCgroup{{Allow: false, Access: "rwm"}}, rules...)
+	profile, err := seccomp.GetDefaultProfile(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("the default seccomp profile: %w", err)
+	}
+	cfg.Linux.Seccomp = profile
+	return cfg, nil
+}
+
+func (rt *Runtime) cgroupParent() string {
+	if rt.CgroupParent != "" {
+		return rt.CgroupParent
+	}
+	return "/nodus-executions"
+}
+
+// gpuDevices are the device nodes of gpus and NVIDIA's control nodes, as
+// found under DevDir, with the device cgroup rules that allow exactly them.
+func (rt *Runtime) gpuDevices(gpus []int32) ([]specs.LinuxDevice, []specs.LinuxDeviceCgroup, error) {
+	var names []string
+	for _, g := range gpus {
+		names = append(names, "nvidia"+strconv.Itoa(int(g)))
+	}
+	if len(gpus) > 0 {
+		names = append(names, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
+	}
+	var devices []specs.LinuxDevice
+	var rules []specs.LinuxDeviceCgroup
+	for _, name := range names {
+		path := filepath.Join(rt.devDir(), name)
+		// The GPUs and nvidiactl must be there; the other control nodes
+		// exist only with some drivers and settings.
+		required := isGPUNode(name) || name == "nvidiactl"
+		var st unix.Stat_t
+		if err := unix.Stat(path, &st); err != nil {
+			switch {
+			case errors.Is(err, unix.ENOENT) && !required:
+				continue
+			case errors.Is(err, unix.ENOENT):
+				return nil, nil, fmt.Errorf("GPU device %s does not exist on this host", path)
+			}
+			return nil, nil, err
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFCHR {
+			return nil, nil, fmt.Errorf("%s is not a character device", path)
+		}
+		major, minor := int64(unix.Major(st.Rdev)), int64(unix.Minor(st.Rdev))
+		if isGPUNode(name) && major != nvidiaMajor {
+			return nil, nil, fmt.Errorf("%s has major %d, not NVIDIA's %d", path, major, nvidiaMajor)
+		}
+		mode := os.FileMode(0o666)
+		devices = append(devices, specs.LinuxDevice{Path: "/dev/" + name, Type: "c", Major: major, Minor: minor, FileMode: &mode})
+		rules = append(rules, specs.LinuxDeviceCgroup{Allow: true, Type: "c", Major: &major, Minor: &minor, Access: "rw"})
+	}
+	return devices, rules, nil
+}
+
+// isGPUNode says whether name is /dev/nvidiaN.
+func isGPUNode(name string) bool {
+	n, ok := strings.CutPrefix(name, "nvidia")
+	if !ok || n == "" {
+		return false
+	}
+	_, err := strconv.Atoi(n)
+	return err == nil
+}
+
+func (rt *Runtime) devDir() string {
+	if rt.DevDir != "" {
+		return rt.DevDir
+	}
+	return "/dev"
+}
+
+// Sandbox is one started execution.
+type Sandbox struct {
+	rt     *Runtime
+	id     string
+	bundle string
+	cmd    *exec.Cmd
+	cgroup string
+
+	closeOnce sync.Once
+}
+
+// Start writes s's bundle and starts it; its output goes to out.
+func (rt *Runtime) Start(ctx context.Context, s Spec, out io.Writer) (*Sandbox, error) {
+	bundle := filepath.Join(rt.StateDir, "bundles", s.ID)
+	rootfs := filepath.Join(bundle, "rootfs")
+	// The bundle is root's; its rootfs becomes the sandbox's "/", which
+	// the borrower account must be able to pass.
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		return nil, err
+	}
+	if err := os.Mkdir(rootfs, 0o755); err != nil && !os.IsExist(err) {
+		return nil, err
+	}
+	sb := &Sandbox{rt: rt, id: s.ID, bundle: bundle, cgroup: filepath.Join(rt.cgroupParent(), s.ID)}
+	fail := func(err error) (*Sandbox, error) {
+		_ = os.RemoveAll(bundle)
+		return nil, err
+	}
+	if err := makeRootfs(rootfs); err != nil {
+		return fail(err)
+	}
+	cfg, err := rt.Config(s, rootfs)
+	if err != nil {
+		return fail(err)
+	}
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return fail(err)
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
+		return fail(err)
+	}
+	// runc run stays in the foreground: it returns the execution's exit
+	// status, and the execution's output is runc's.
+	sb.cmd = exec.Command(rt.Binary, "--root", rt.runcRoot(), "run", "--keep", "--bundle", bundle, s.ID)
+	sb.cmd.Stdout, sb.cmd.Stderr = out, out
+	sb.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := sb.cmd.Start(); err != nil {
+		return fail(fmt.Errorf("starting runc: %w", err))
+	}
+	return sb, nil
+}
+
+func (rt *Runtime) runcRoot() string { return filepath.Join(rt.StateDir, "runc") }
+
+// makeRootfs makes the empty root the host's directories are bound into,
+// with merged-/usr links where the host has them.
+func makeRootfs(rootfs string) error {
+	for _, dir := range append([]string{"proc", "dev", "sys", "tmp", strings.TrimPrefix(WorkDir, "/")}, trimAll(systemDirs)...) {
+		host := "/" + dir
+		if target, err := os.Readlink(host); err == nil {
+			if err := os.Symlink(target, filepath.Join(rootfs, dir)); err != nil && !os.IsExist(err) {
+				return err
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Join(rootfs, dir), 0o755); err != nil {
+			return err
+		}
+	}
+	// runc gives a tmpfs the mode of the directory it covers.
+	return os.Chmod(filepath.Join(rootfs, "tmp"), 0o1777|os.ModeSticky)
+}
+
+func trimAll(dirs []string) []string {
+	out := make([]string, len(dirs))
+	for i, d := range dirs {
+		out[i] = strings.TrimPrefix(d, "/")
+	}
+	return out
+}
+
+// Pid is the runc process's pid (not the execution's).
+func (sb *Sandbox) Pid() int { return sb.cmd.Process.Pid }
+
+// Wait waits for the execution to end and returns runc's exit: the
+// execution's own status.
+func (sb *Sandbox) Wait() error { return sb.cmd.Wait() }
+
+// Signal sends sig to every process of the sandbox.
+func (sb *Sandbox) Signal(sig syscall.Signal) error {
+	out, err := exec.Command(sb.rt.Binary, "--root", sb.rt.runcRoot(), "kill", "--all", sb.id, strconv.Itoa(int(sig))).CombinedOutput()
+	if err != nil && !bytes.Contains(out, []byte("not exist")) && !bytes.Contains(out, []byte("not running")) {
+		return fmt.Errorf("runc kill: %v: %s", err, bytes.TrimSpace(out))
+	}
+	return nil
+}
+
+// OOMKilled says whether the kernel killed a process of the sandbox for its
+// memory limit. Call it before Close, which removes the cgroup.
+func (sb *Sandbox) OOMKilled() bool {
+	for _, path := range []string{
+		filepath.Join("/sys/fs/cgroup", sb.cgroup, "memory.events"),             // v2
+		filepath.Join("/sys/fs/cgroup/memory", sb.cgroup, "memory.oom_control"), // v1
+	} {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			if f := strings.Fields(line); len(f) == 2 && f[0] == "oom_kill" && f[1] != "0" {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Close removes the sandbox, its cgroup and its bundle; what still runs in
+// it is killed.
+func (sb *Sandbox) Close() error {
+	var err error
+	sb.closeOnce.Do(func() {
+		out, e := exec.Command(sb.rt.Binary, "--root", sb.rt.runcRoot(), "delete", "--force", sb.id).CombinedOutput()
+		if e != nil && !bytes.Contains(out, []byte("not exist")) {
+			err = fmt.Errorf("runc delete: %v: %s", e, bytes.TrimSpace(out))
+		}
+		if e := os.RemoveAll(sb.bundle); e != nil && err == nil {
+			err = e
+		}
+	})
+	return err
+}

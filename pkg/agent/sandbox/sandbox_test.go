@@ -1,0 +1,258 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// nobody is the unprivileged account the tests run sandboxes as.
+const nobody = 65534
+
+// runtimeForTest is a real runc runtime, or a skip where one cannot exist:
+// runc needs root (CI is root and installs runc).
+func runtimeForTest(t *testing.T) *Runtime {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("runc sandboxes need root")
+	}
+	rt, err := Find(t.TempDir())
+	if err != nil {
+		t.Skip(err.Error())
+	}
+	rt.CgroupParent = "/nodus-sandbox-test"
+	return rt
+}
+
+// safeBuffer is output written by runc while the test reads it.
+type safeBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *safeBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *safeBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// workDir is a work directory of the unprivileged account.
+func workDir(t *testing.T) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "work")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	// The test's temporary directories are 0700 root: let the account pass.
+	for d := filepath.Dir(dir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		_ = os.Chmod(d, 0o711)
+	}
+	return dir
+}
+
+// run runs script with /bin/sh in a sandbox of spec and returns its output and exit.
+func run(t *testing.T, rt *Runtime, spec Spec, script string) (string, error, *Sandbox) {
+	t.Helper()
+	if spec.ID == "" {
+		spec.ID = fmt.Sprintf("t%d", time.Now().UnixNano())
+	}
+	if spec.HostWorkDir == "" {
+		spec.HostWorkDir = workDir(t)
+	}
+	spec.Args = []string{"/bin/sh", "-c", script}
+	spec.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + WorkDir}
+	spec.UID, spec.GID = nobody, nobody
+	out := &safeBuffer{}
+	sb, err := rt.Start(context.Background(), spec, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sb.Wait() }()
+	select {
+	case err = <-waited:
+	case <-time.After(60 * time.Second):
+		_ = sb.Signal(syscall.SIGKILL)
+		t.Fatalf("the sandbox did not end: %s", out.String())
+	}
+	t.Cleanup(func() { _ = sb.Close() })
+	return out.String(), err, sb
+}
+
+// TestSandboxIsolatesFromTheOwner: an execution reads nothing of the
+// owner's files, reaches none of the host's loopback services and sees
+// none of the host's processes.
+func TestSandboxIsolatesFromTheOwner(t *testing.T) {
+	rt := runtimeForTest(t)
+	// The owner's secret, readable by everyone on the host.
+	home := t.TempDir()
+	secret := filepath.Join(home, "secret.txt")
+	if err := os.WriteFile(secret, []byte("owner-data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(home, 0o755)
+	// The owner's service on the host's loopback.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) }))
+	}()
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+
+	for what, script := range map[string]string{
+		"a file of the owner": "cat " + secret,
+		"/home":               "ls /home",
+		"/root":               "ls /root",
+		"the agent's state":   "ls /var/lib/nodusd",
+		"sshd's host keys":    "cat /etc/ssh/ssh_host_ed25519_key.pub",
+		"a loopback service":  fmt.Sprintf("exec 3<>/dev/tcp/127.0.0.1/%d && echo GET / >&3 && cat <&3", port),
+		"the host's process":  fmt.Sprintf("test -e /proc/%d && cat /proc/%d/cmdline", os.Getpid(), os.Getpid()),
+	} {
+		if strings.Contains(what, "loopback") {
+			script = "bash -c '" + script + "'"
+		}
+		out, err, _ := run(t, rt, Spec{}, script)
+		if err == nil || strings.Contains(out, "owner-data") || strings.Contains(out, "ssh-ed25519") || strings.Contains(out, "sandbox.test") {
+			t.Errorf("the sandbox reached %s: %v %q", what, err, out)
+		}
+	}
+	// What it may do: write its work directory and /tmp, read the system.
+	out, err, _ := run(t, rt, Spec{}, "echo hi > /work/f && echo tmp > /tmp/f && cat /work/f /tmp/f /etc/os-release >/dev/null && id -u && ls /proc | grep -c '^[0-9]'")
+	if err != nil || !strings.HasPrefix(out, "65534\n") {
+		t.Errorf("an ordinary execution: %v %q", err, out)
+	}
+	// sh, ls and grep: the processes of the execution itself.
+	if fields := strings.Fields(out); len(fields) != 2 || fields[1] != "3" {
+		t.Errorf("the sandbox sees other processes than its own three: %q", out)
+	}
+	if out, err, _ := run(t, rt, Spec{}, "touch /usr/x || touch /etc/x"); err == nil {
+		t.Errorf("the system directories are writable: %q", out)
+	}
+}
+
+// TestSandboxLimits: the memory limit stops an execution (and says so),
+// and the pids limit bounds a fork bomb.
+func TestSandboxLimits(t *testing.T) {
+	rt := runtimeForTest(t)
+	out, err, sb := run(t, rt, Spec{MemoryBytes: 64 << 20}, "head -c 400000000 /dev/zero | tail -n 1 > /dev/null")
+	if err == nil || !sb.OOMKilled() {
+		t.Errorf("allocating 400 MB under a 64 MiB limit: %v, OOM-killed %v: %q", err, sb.OOMKilled(), out)
+	}
+	out, err, sb = run(t, rt, Spec{MemoryBytes: 64 << 20}, "head -c 1000 /dev/zero | tail -n 1 > /dev/null")
+	if err != nil || sb.OOMKilled() {
+		t.Errorf("a small execution under the limit: %v %v %q", err, sb.OOMKilled(), out)
+	}
+	out, _, _ = run(t, rt, Spec{Pids: 20}, "for i in $(seq 40); do sleep 5 & done 2>&1; wait")
+	if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
+		t.Errorf("40 processes under a pids limit of 20: %q", out)
+	}
+}
+
+// TestSandboxGPUs: only the given GPU's node is in the sandbox, and the
+// device cgroup refuses an unassigned GPU even where a node of it exists.
+func TestSandboxGPUs(t *testing.T) {
+	rt := runtimeForTest(t)
+	dev := t.TempDir()
+	mknod := func(path string, minor uint32) {
+		t.Helper()
+		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(nvidiaMajor, minor))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mknod(filepath.Join(dev, "nvidia0"), 0)
+	mknod(filepath.Join(dev, "nvidia1"), 1)
+	mknod(filepath.Join(dev, "nvidiactl"), 255)
+	rt.DevDir = dev
+	work := workDir(t)
+	// A node of the unassigned GPU where the sandbox can reach it (only a
+	// host's root can put one there): the cgroup, not its absence, refuses.
+	mknod(filepath.Join(work, "nvidia1"), 1)
+
+	out, _, _ := run(t, rt, Spec{GPUs: []int32{0}, HostWorkDir: work},
+		"ls /dev; cat /dev/nvidia0 2>&1; cat /dev/nvidia1 2>&1; cat /work/nvidia1 2>&1; true")
+	switch {
+	case !strings.Contains(out, "nvidia0") || !strings.Contains(out, "nvidiactl"):
+		t.Errorf("the assigned GPU is missing: %q", out)
+	case !strings.Contains(out, "/dev/nvidia0: No such device or address"):
+		t.Errorf("opening the assigned GPU must reach the (absent) driver, not a refusal: %q", out)
+	case !strings.Contains(out, "/dev/nvidia1: No such file or directory"):
+		t.Errorf("the unassigned GPU's node is in the sandbox: %q", out)
+	case !strings.Contains(out, "/work/nvidia1: Operation not permitted"):
+		t.Errorf("the device cgroup must refuse the unassigned GPU with EPERM: %q", out)
+	}
+	if _, err := (&Runtime{DevDir: dev}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs"); err == nil {
+		t.Error("a GPU the host does not have was accepted")
+	}
+}
+
+// TestSandboxEndsEverything: what an execution starts with setsid or a
+// double fork ends with it, and a signal reaches every process.
+func TestSandboxEndsEverything(t *testing.T) {
+	rt := runtimeForTest(t)
+	marker := fmt.Sprintf("%d", 100000+time.Now().UnixNano()%100000)
+	_, err, _ := run(t, rt, Spec{}, "setsid sleep "+marker+" & (sleep "+marker+" &) ; sleep 0.3; exit 0")
+	if err != nil {
+		t.Fatalf("the execution: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond)
+	if n := processesWith("sleep " + marker); n != 0 {
+		t.Errorf("%d processes the execution left behind still run", n)
+	}
+
+	out := &safeBuffer{}
+	sb, err := rt.Start(context.Background(), Spec{ID: "t-signal", Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
+		Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t)}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	time.Sleep(500 * time.Millisecond)
+	if n := processesWith("sleep " + marker); n != 2 {
+		t.Fatalf("%d processes run, want 2: %s", n, out.String())
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sb.Wait() }()
+	if err := sb.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a killed sandbox did not end")
+	}
+	if n := processesWith("sleep " + marker); n != 0 {
+		t.Errorf("%d processes outlived the kill", n)
+	}
+}
+
+// processesWith counts the host's processes whose command line is cmdline.
+func processesWith(cmdline string) int {
+	out, _ := exec.Command("pgrep", "-c", "-f", "^"+cmdline+"$").Output()
+	n := 0
+	fmt.Sscan(strings.TrimSpace(string(out)), &n)
+	return n
+}
