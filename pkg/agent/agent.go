@@ -17,6 +17,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	"github.com/nodus-dev/nodus/pkg/agent/inventory"
+	"github.com/nodus-dev/nodus/pkg/agent/sandbox"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -54,6 +55,9 @@ type Options struct {
 	// its own, BorrowerUser-0 … BorrowerUser-(N-1): executions cannot see or
 	// signal each other, and whatever one leaves behind is ended with it.
 	BorrowerSlots int
+	// Sandbox is how executions are isolated: SandboxRunc (the default) or
+	// SandboxNone (no isolation, development only).
+	Sandbox string
 	// ExecutionsDir holds the executions' work directories; default
 	// DefaultExecutionsDir. The borrower account must be able to reach it,
 	// so it is not inside the private state directory.
@@ -126,6 +130,13 @@ func New(opts Options) (*Agent, error) {
 	if opts.BorrowerSlots < 0 || opts.BorrowerSlots > lending.MaxExecutionsPerHost {
 		return nil, fmt.Errorf("borrower slots must be between 0 and %d, not %d", lending.MaxExecutionsPerHost, opts.BorrowerSlots)
 	}
+	switch opts.Sandbox {
+	case "":
+		opts.Sandbox = SandboxRunc
+	case SandboxRunc, SandboxNone:
+	default:
+		return nil, fmt.Errorf("sandbox must be %q or %q, not %q", SandboxRunc, SandboxNone, opts.Sandbox)
+	}
 	if opts.ExecutionsDir == "" {
 		opts.ExecutionsDir = DefaultExecutionsDir
 	}
@@ -181,7 +192,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", a.id.Node, err)
 	}
+	box, boxErr := a.sandbox()
 	a.runner = executions.New(executions.Options{
+		Sandbox: box, SandboxError: boxErr,
 		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser, Slots: a.opts.BorrowerSlots,
 		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lent: a.lent,
 		OwnerUsers: func() []string {
@@ -251,6 +264,26 @@ func (a *Agent) Run(ctx context.Context) error {
 	factory.Shutdown()
 	nodeFactory.Shutdown()
 	return nil
+}
+
+// The sandboxes executions may run in.
+const (
+	SandboxRunc = "runc"
+	SandboxNone = "none"
+)
+
+// sandbox is the runtime executions run in; without one (SandboxNone) they
+// run unisolated, and where runc is missing they fail to start with why.
+func (a *Agent) sandbox() (*sandbox.Runtime, error) {
+	if a.opts.Sandbox == SandboxNone {
+		klog.InfoS("borrowers' executions run without a sandbox (--sandbox none): no isolation from the host")
+		return nil, nil
+	}
+	box, err := sandbox.Find(filepath.Join(a.opts.StateDir, "sandbox"))
+	if err != nil {
+		klog.ErrorS(err, "borrowers' executions cannot start on this host")
+	}
+	return box, err
 }
 
 // retireGone retires the applied access of reservations that are no longer

@@ -1,6 +1,9 @@
 package e2e
 
 import (
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -93,12 +96,38 @@ spec:
 		!strings.Contains(logs, "gpus=[]") || !strings.Contains(logs, "done") {
 		t.Fatalf("logs of the first execution: %v %q\nnodusd: %s", err, logs, rig.agentLog.String())
 	}
-	if _, dir, ok := strings.Cut(strings.Fields(logs)[1], "dir="); ok {
-		if _, err := os.Stat(dir); !os.IsNotExist(err) {
-			t.Errorf("the work directory %s outlived the execution: %v", dir, err)
-		}
-	} else {
-		t.Errorf("no work directory in the log: %q", logs)
+	// In its sandbox the work directory is /work; on the host it is under
+	// the executions directory, and gone once the execution ended.
+	if !strings.Contains(logs, "dir=/work ") {
+		t.Errorf("the execution's working directory in its sandbox: %q", logs)
+	}
+	if left, err := os.ReadDir(rig.executionsDir); err != nil || len(left) != 0 {
+		t.Errorf("work directories outlived their executions: %v %v", err, left)
+	}
+
+	// The sandbox: nothing of the owner is within a borrower's reach.
+	ownerHome := strings.TrimSpace(runOut(t, "sh", "-c", "getent passwd "+rig.login+" | cut -d: -f6"))
+	secret := filepath.Join(ownerHome, "owner-secret.txt")
+	if err := os.WriteFile(secret, []byte("owner-secret-data\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_ = os.Chmod(ownerHome, 0o755) // the default home mode of many distributions: others may read
+	defer os.Remove(secret)
+	service, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer service.Close()
+	go func() {
+		_ = http.Serve(service, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-secret-data")) }))
+	}()
+	probe := submit(fmt.Sprintf(`cat %s; bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && echo GET / >&3 && cat <&3 && echo reached-service';`+
+		` test -e /proc/%d && echo sees-owner-processes; ls /home 2>&1; echo probe-end`, secret, service.Addr().(*net.TCPAddr).Port, os.Getpid()))
+	waitOr(t, "the probing execution to end", func() bool { p := phase(probe); return p == "succeeded" || p == "failed" }, func() string { return dump(probe) })
+	probed, _ := nodus("bob", "executions", "logs", probe)
+	if !strings.Contains(probed, "probe-end") || strings.Contains(probed, "owner-secret-data") || strings.Contains(probed, "reached-service") ||
+		strings.Contains(probed, "sees-owner-processes") {
+		t.Errorf("a borrower's execution reached the owner's files, services or processes:\n%s", probed)
 	}
 	if out, _ := nodus("bob", "executions", "get", first); strings.Contains(out, "e2e-node") || strings.Contains(out, "acme") {
 		t.Errorf("the borrower sees the owner or the node: %s", out)

@@ -178,7 +178,8 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 		runs, p50p99(refused), p50p99(ended), p50p99(drained))
 
 	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
-	rig := sshRig{dir: dir, agentDir: agentDir, port: port, login: login, login2: login2, tokens: tokens, borrower: borrower, sshdLog: sshdLog, agentLog: agentLog}
+	rig := sshRig{dir: dir, agentDir: agentDir, port: port, login: login, login2: login2, tokens: tokens, borrower: borrower,
+		executionsDir: executionsDir, sshdLog: sshdLog, agentLog: agentLog}
 	t.Run("lending drains with the release", func(t *testing.T) { lendingRun(t, s, rig) })
 	t.Run("handover to the next tenant", func(t *testing.T) { handoverRun(t, s, rig) })
 	t.Run("every way out retires access", func(t *testing.T) { wayOutRuns(t, s, rig) })
@@ -255,6 +256,7 @@ type sshRig struct {
 	port              int
 	login, login2     string
 	borrower          string
+	executionsDir     string
 	tokens            map[string]string
 	sshdLog, agentLog *syncBuffer
 }
@@ -415,6 +417,16 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// runOut runs a command and returns its output.
+func runOut(t *testing.T, name string, args ...string) string {
+	t.Helper()
+	out, err := exec.Command(name, args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return string(out)
 }
 
 func waitFor(t *testing.T, what string, ok func() bool) {

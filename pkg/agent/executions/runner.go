@@ -1,8 +1,8 @@
-// Package executions runs borrowers' executions on a lent host: each as a
-// process group of the dedicated borrower account, in a work directory of
-// its own that is removed afterwards, with only its assigned GPUs visible,
-// stopped at its maximum runtime, and drained (TERM, grace, KILL) when the
-// host stops being lent.
+// Package executions runs borrowers' executions on a lent host: each as the
+// dedicated borrower account in a sandbox of its own (package sandbox: an
+// OCI runtime with its own namespaces, limits and only its GPUs), in a work
+// directory of its own that is removed afterwards, stopped at its maximum
+// runtime, and drained (TERM, grace, KILL) when the host stops being lent.
 package executions
 
 import (
@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/sandbox"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
@@ -40,7 +41,11 @@ const (
 	ReasonExited             = "Exited"
 	ReasonStartFailed        = "StartFailed"
 	ReasonAgentRestarted     = "AgentRestarted"
+	ReasonOutOfMemory        = "OutOfMemory"
 )
+
+// DefaultPidsLimit bounds the processes of one sandboxed execution.
+const DefaultPidsLimit = 4096
 
 // outputDrain is how long an execution's output is still read after its
 // process exited; what it left behind may keep the output open for ever.
@@ -70,6 +75,12 @@ type Options struct {
 	// OwnerUsers are the login users of the reservations on the host:
 	// executions never run as one of them.
 	OwnerUsers func() []string
+	// Sandbox runs each execution isolated; nil runs it as a plain process
+	// group of the borrower account (no isolation: development only).
+	Sandbox *sandbox.Runtime
+	// SandboxError, when Sandbox is nil, is why there is none: every
+	// execution then fails to start with it.
+	SandboxError error
 }
 
 // Runner runs the executions placed on this host.
@@ -98,6 +109,7 @@ type run struct {
 
 	mu   sync.Mutex
 	pgid int
+	box  *sandbox.Sandbox
 	stop *outcome // why the agent stopped it, if it did
 }
 
@@ -137,6 +149,11 @@ const resync = 30 * time.Second
 // borrower account still runs, and the work directories, from before are
 // removed first: this agent did not start them and cannot account for them.
 func (r *Runner) Run(ctx context.Context) error {
+	if r.opts.Sandbox != nil {
+		if err := r.opts.Sandbox.RemoveAll(); err != nil {
+			klog.ErrorS(err, "removing the sandboxes of a previous agent")
+		}
+	}
 	r.endBorrowerProcesses(ctx)
 	if entries, err := os.ReadDir(r.opts.WorkRoot); err == nil {
 		for _, e := range entries {
@@ -314,12 +331,18 @@ func (r *Runner) stop(x *run, o outcome) {
 	}()
 }
 
-// signal sends sig to the execution's process group while it is its own:
-// once the group is gone, its id may belong to someone else.
+// signal sends sig to every process of the execution: its sandbox, or its
+// process group while it is its own (once the group is gone, its id may
+// belong to someone else).
 func (x *run) signal(sig syscall.Signal) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if x.pgid > 0 {
+	switch {
+	case x.box != nil:
+		if err := x.box.Signal(sig); err != nil {
+			klog.ErrorS(err, "signalling an execution's sandbox", "execution", x.namespace+"/"+x.name)
+		}
+	case x.pgid > 0:
 		_ = syscall.Kill(-x.pgid, sig)
 	}
 }
@@ -446,9 +469,16 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		return nil
 	}
 
+	if r.opts.Sandbox == nil && r.opts.SandboxError != nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: r.opts.SandboxError.Error()}
+	}
 	cred, err := r.account(x.account)
 	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+	}
+	if r.opts.Sandbox != nil && cred == nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed,
+			message: "the host agent runs as the borrower account itself and cannot sandbox it; run nodusd as root"}
 	}
 	dir := filepath.Join(r.opts.WorkRoot, string(e.UID))
 	defer os.RemoveAll(dir)
@@ -459,14 +489,6 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
 	}
-	cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}
-	cmd.Dir = dir
-	cmd.Env = Environment(e, x.account, dir)
-	cmd.Stdout, cmd.Stderr = x.out, x.out
-	// A process it leaves behind (setsid, nohup) may hold its output open:
-	// the execution still ends when its own process does.
-	cmd.WaitDelay = outputDrain
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
 	// A drain or cancel that came while it was being prepared wins.
 	x.mu.Lock()
 	if x.stop != nil {
@@ -477,9 +499,35 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		x.mu.Unlock()
 		return notLent
 	}
-	err = cmd.Start()
-	if err == nil {
-		x.pgid = cmd.Process.Pid
+	var wait func() error
+	if r.opts.Sandbox != nil {
+		x.box, err = r.opts.Sandbox.Start(ctx, sandbox.Spec{
+			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
+			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
+			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: sandbox.NetworkNone,
+		}, x.out)
+		if err == nil {
+			box := x.box
+			wait = box.Wait
+			defer func() {
+				if err := box.Close(); err != nil {
+					klog.ErrorS(err, "removing an execution's sandbox", "execution", e.Namespace+"/"+e.Name)
+				}
+			}()
+		}
+	} else {
+		cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}
+		cmd.Dir = dir
+		cmd.Env = Environment(e, x.account, dir)
+		cmd.Stdout, cmd.Stderr = x.out, x.out
+		// A process it leaves behind (setsid, nohup) may hold its output open:
+		// the execution still ends when its own process does.
+		cmd.WaitDelay = outputDrain
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: cred}
+		if err = cmd.Start(); err == nil {
+			x.pgid = cmd.Process.Pid
+			wait = cmd.Wait
+		}
 	}
 	x.mu.Unlock()
 	if err != nil {
@@ -488,7 +536,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	markStarted()
 
 	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
+	go func() { exited <- wait() }()
 	limit := time.NewTimer(time.Duration(e.Spec.MaxRuntimeSeconds) * time.Second)
 	defer limit.Stop()
 	upload := time.NewTicker(r.opts.LogEvery)
@@ -501,6 +549,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			// group id is no longer ours to signal. An account of its own
 			// takes what escaped the group, too.
 			x.signal(syscall.SIGKILL)
+			oom := x.box != nil && x.box.OOMKilled()
 			x.mu.Lock()
 			x.pgid = 0
 			x.mu.Unlock()
@@ -509,6 +558,10 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			}
 			if stopped := x.stopped(); stopped != nil {
 				return stopped
+			}
+			if oom {
+				return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonOutOfMemory, exit: exitOutcome(err).exit,
+					message: "the kernel ended it at its memory limit"}
 			}
 			return exitOutcome(err)
 		case <-limit.C:
@@ -555,8 +608,8 @@ func exitOutcome(err error) *outcome {
 
 // Environment is what an execution sees: a clean environment with the
 // borrower's variables and only its assigned GPUs, numbered as NVML numbers
-// them (PCI bus order). HOME is the work directory: nothing an execution
-// writes outlives it.
+// them (PCI bus order). HOME is the work directory (dir, as the execution
+// sees it): nothing an execution writes outlives it.
 func Environment(e *nodusv1.Execution, account, dir string) []string {
 	gpus := make([]string, len(e.Status.GPUIndices))
 	for i, g := range e.Status.GPUIndices {
@@ -571,8 +624,8 @@ func Environment(e *nodusv1.Execution, account, dir string) []string {
 	for _, v := range e.Spec.Env {
 		env = append(env, v.Name+"="+v.Value)
 	}
-	// Last, so that the borrower's env cannot override them. This is
-	// visibility, not enforcement: a process may still open other GPUs.
+	// Last, so that the borrower's env cannot override them. In a sandbox
+	// the device cgroup enforces them; these only number the GPUs.
 	return append(env, "NODUS_EXECUTION="+e.Name, "CUDA_DEVICE_ORDER=PCI_BUS_ID",
 		"CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
 }

@@ -305,6 +305,26 @@ func (rt *Runtime) Start(ctx context.Context, s Spec, out io.Writer) (*Sandbox, 
 
 func (rt *Runtime) runcRoot() string { return filepath.Join(rt.StateDir, "runc") }
 
+// RemoveAll removes every sandbox this runtime left (an agent that stopped
+// while executions ran): their processes are killed.
+func (rt *Runtime) RemoveAll() error {
+	out, err := exec.Command(rt.Binary, "--root", rt.runcRoot(), "list", "-q").Output()
+	if err != nil {
+		if _, statErr := os.Stat(rt.runcRoot()); os.IsNotExist(statErr) {
+			return os.RemoveAll(filepath.Join(rt.StateDir, "bundles"))
+		}
+		return fmt.Errorf("runc list: %w", err)
+	}
+	var errs []error
+	for _, id := range strings.Fields(string(out)) {
+		if out, err := exec.Command(rt.Binary, "--root", rt.runcRoot(), "delete", "--force", id).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id, err, bytes.TrimSpace(out)))
+		}
+	}
+	errs = append(errs, os.RemoveAll(filepath.Join(rt.StateDir, "bundles")))
+	return errors.Join(errs...)
+}
+
 // makeRootfs makes the empty root the host's directories are bound into,
 // with merged-/usr links where the host has them.
 func makeRootfs(rootfs string) error {
