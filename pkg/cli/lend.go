@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -19,18 +20,21 @@ type LendOptions struct {
 	Withdraw      bool
 	GPUs          int32
 	MaxExecutions int32
-	Attempts      int
+	// Memory and CPUs, as Kubernetes quantities ("32Gi", "8", "500m").
+	Memory, CPUs string
+	Attempts     int
 }
 
 func newLendCommand(g *Globals, s Streams) *cobra.Command {
 	o := &LendOptions{Globals: g, Streams: s, GPUs: -1, Attempts: 5}
 	cmd := &cobra.Command{
-		Use:   "lend PROJECT/NAME [--gpus N] [--max-executions N]",
+		Use:   "lend PROJECT/NAME [--gpus N] [--max-executions N] [--memory SIZE] [--cpus N]",
 		Short: "Lend an idle host into its pool, or change what you lend",
 		Long: "Lend the host's idle capacity to the projects its pool lends to. Borrowers' executions run as\n" +
-			"their own account with only the GPUs they are given; your access to the host is unchanged.\n" +
+			"their own account in a sandbox, with only the GPUs they are given and a share of the memory and CPUs\n" +
+			"you lend (by default in proportion to the GPUs lent); your access to the host is unchanged.\n" +
 			"`nodus withdraw` takes the host back: running executions are drained.",
-		Example:           "  nodus lend acme/gpu-001 --gpus 4\n  nodus withdraw acme/gpu-001",
+		Example:           "  nodus lend acme/gpu-001 --gpus 4 --memory 512Gi --cpus 48\n  nodus withdraw acme/gpu-001",
 		Args:              cobra.ExactArgs(1),
 		ValidArgsFunction: completeHosts(g),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -45,6 +49,8 @@ func newLendCommand(g *Globals, s Streams) *cobra.Command {
 	}
 	cmd.Flags().Int32Var(&o.GPUs, "gpus", o.GPUs, "GPUs borrowers may use at once (default: all of the host's)")
 	cmd.Flags().Int32Var(&o.MaxExecutions, "max-executions", 0, "executions at once (default: one per lent GPU, at least one)")
+	cmd.Flags().StringVar(&o.Memory, "memory", "", "memory borrowers' executions use together, e.g. 512Gi (default: the host's, in proportion to the GPUs lent)")
+	cmd.Flags().StringVar(&o.CPUs, "cpus", "", "CPUs borrowers' executions use together, e.g. 48 or 0.5 (default: in proportion to the GPUs lent)")
 	return cmd
 }
 
@@ -84,6 +90,22 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 			executions := int32(o.MaxExecutions)
 			req.MaxExecutions = &executions
 		}
+		if o.Memory != "" {
+			q, err := resource.ParseQuantity(o.Memory)
+			if err != nil || q.Sign() <= 0 {
+				return usageError(fmt.Errorf("--memory %q is not a size such as 64Gi", o.Memory))
+			}
+			mib := q.Value() >> 20
+			req.MemoryMiB = &mib
+		}
+		if o.CPUs != "" {
+			q, err := resource.ParseQuantity(o.CPUs)
+			if err != nil || q.Sign() <= 0 {
+				return usageError(fmt.Errorf("--cpus %q is not a number of CPUs such as 8 or 0.5", o.CPUs))
+			}
+			milli := q.MilliValue()
+			req.MilliCPUs = &milli
+		}
 		action, send = "lend", func(ctx context.Context) (err error) {
 			out, err = hosts.Lend(ctx, h.Name, req, metav1.CreateOptions{})
 			return err
@@ -97,7 +119,8 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 		fmt.Fprintf(o.Out, "withdrew %s/%s from lending; %d borrower executions drain\n", h.Namespace, h.Name, l.Executions)
 		return nil
 	}
-	fmt.Fprintf(o.Out, "lent %s/%s into pool %s: up to %d GPUs and %d executions at once\n", h.Namespace, h.Name, l.Pool, l.MaxGPUs, l.MaxExecutions)
+	fmt.Fprintf(o.Out, "lent %s/%s into pool %s: up to %d GPUs and %d executions at once, %s of memory and %s CPUs together\n",
+		h.Namespace, h.Name, l.Pool, l.MaxGPUs, l.MaxExecutions, quantity(l.MemoryMiB<<20, resource.BinarySI), quantity(l.MilliCPUs, resource.DecimalSI))
 	return nil
 }
 
@@ -135,4 +158,12 @@ func newLendingCommand(g *Globals, s Streams) *cobra.Command {
 	}
 	cmd.Flags().StringVarP(&project, "project", "n", "", "your project")
 	return cmd
+}
+
+// quantity renders n (bytes, or thousandths of a CPU with DecimalSI) for people.
+func quantity(n int64, format resource.Format) string {
+	if format == resource.DecimalSI {
+		return resource.NewMilliQuantity(n, format).String()
+	}
+	return resource.NewQuantity(n, format).String()
 }

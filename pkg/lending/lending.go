@@ -63,6 +63,41 @@ func GPUCount(node *nodusv1.Node) int32 {
 	return int32(len(node.Status.Inventory.GPUs))
 }
 
+// The least an owner may lend, so that an execution can start at all.
+const (
+	MinExecutionMemoryMiB = 64
+	MinExecutionMilliCPUs = 100
+)
+
+// DefaultShare is what of a host's total (memory, CPU time) is lent by
+// default: the share of the GPUs lent, counting at least one, of the
+// host's GPUs (all of a host without GPUs).
+func DefaultShare(total int64, lentGPUs, hostGPUs int32) int64 {
+	if hostGPUs <= 0 {
+		return total
+	}
+	return total * int64(max(lentGPUs, 1)) / int64(hostGPUs)
+}
+
+// ExecutionLimits is an execution's share of what l lends: by its GPUs of
+// the GPUs lent, or, for an execution without GPUs (or where none are
+// lent), one execution's share of MaxExecutions. 0 where l lends no limit.
+func ExecutionLimits(l *nodusv1.ReservationLending, gpus int32) (memoryMiB, milliCPUs int64) {
+	if l == nil {
+		return 0, 0
+	}
+	share := func(total int64) int64 {
+		if total <= 0 {
+			return 0
+		}
+		if gpus > 0 && l.MaxGPUs > 0 {
+			return total * int64(gpus) / int64(l.MaxGPUs)
+		}
+		return total / int64(max(l.MaxExecutions, 1))
+	}
+	return share(l.MemoryMiB), share(l.MilliCPUs)
+}
+
 // Usage is how much of a lent host borrowers hold, per borrowing project.
 type Usage map[string]nodusv1.HostBorrower
 
@@ -82,6 +117,7 @@ func Status(r *nodusv1.Reservation, pool *nodusv1.Pool, usage Usage, gpus []int3
 	st := nodusv1.HostLendingStatus{State: State(r), GPUIndices: gpus}
 	if l := r.Status.Lending; l != nil {
 		st.Epoch, st.MaxGPUs, st.MaxExecutions, st.ChangedAt = l.Epoch, l.MaxGPUs, l.MaxExecutions, l.ChangedAt
+		st.MemoryMiB, st.MilliCPUs = l.MemoryMiB, l.MilliCPUs
 	}
 	if pool != nil {
 		st.Pool = pool.Name

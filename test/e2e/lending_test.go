@@ -129,6 +129,18 @@ spec:
 		strings.Contains(probed, "sees-owner-processes") {
 		t.Errorf("a borrower's execution reached the owner's files, services or processes:\n%s", probed)
 	}
+
+	// Lending 256 MiB for two executions at once gives each 128 MiB; one
+	// that takes more is stopped at its limit and says so.
+	if out, err := nodus("ada", "lend", "acme/lent-host", "--max-executions", "2", "--memory", "256Mi"); err != nil ||
+		!strings.Contains(out, "256Mi of memory") {
+		t.Fatalf("lending 256 MiB: %v %s", err, out)
+	}
+	hog := submit(`head -c 1000000000 /dev/zero | tail -n 1 > /dev/null; echo survived`)
+	waitOr(t, "the memory hog to end", func() bool { p := phase(hog); return p == "succeeded" || p == "failed" }, func() string { return dump(hog) })
+	if out, _ := nodus("bob", "executions", "get", hog); !strings.Contains(out, "OutOfMemory") {
+		t.Errorf("an execution over its memory limit: %s", out)
+	}
 	if out, _ := nodus("bob", "executions", "get", first); strings.Contains(out, "e2e-node") || strings.Contains(out, "acme") {
 		t.Errorf("the borrower sees the owner or the node: %s", out)
 	}

@@ -560,3 +560,38 @@ func sortedKeys[V any](m map[string]V) []string {
 	slices.Sort(keys)
 	return keys
 }
+
+// TestLendingSharesMemoryAndCPUs: what an owner lends bounds its borrowers'
+// sandboxes. By default a host lends memory and CPUs in proportion to the
+// GPUs lent; an owner may say how much, never more than the host has; each
+// execution gets its share by GPUs, and the HostLending shows the whole.
+func TestLendingSharesMemoryAndCPUs(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	// Half of the 8 GPUs: half of the host's 2 TiB and 224 CPUs.
+	r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d,"maxGPUs":4}`, epoch))
+	var lent nodusv1.HostLending
+	if r.code != 200 || json.Unmarshal(r.body, &lent) != nil || lent.Status.MemoryMiB != 1<<20 || lent.Status.MilliCPUs != 112000 {
+		t.Fatalf("the default share: %d %s", r.code, r.body)
+	}
+	for what, body := range map[string]string{
+		"more memory than the host has": fmt.Sprintf(`{"epoch":%d,"memoryMiB":%d}`, epoch, 3<<20),
+		"more CPUs than the host has":   fmt.Sprintf(`{"epoch":%d,"milliCPUs":%d}`, epoch, 225000),
+		"less than one execution needs": fmt.Sprintf(`{"epoch":%d,"memoryMiB":1}`, epoch),
+	} {
+		if r := f.lend(t, f.admin, "lend", "gpu-00", body); r.code != http.StatusUnprocessableEntity {
+			t.Errorf("lending %s: %d %s", what, r.code, r.body)
+		}
+	}
+	r = f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d,"maxGPUs":4,"memoryMiB":65536,"milliCPUs":16000}`, epoch))
+	if r.code != 200 || json.Unmarshal(r.body, &lent) != nil || lent.Status.MemoryMiB != 65536 || lent.Status.MilliCPUs != 16000 {
+		t.Fatalf("lending 64 GiB and 16 CPUs: %d %s", r.code, r.body)
+	}
+	// A one-GPU execution of four lent GPUs gets a quarter.
+	e := f.submit(t, "beta", 1, 60)
+	placed := f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if placed.Status.MemoryLimitMiB != 16384 || placed.Status.MilliCPUs != 4000 {
+		t.Errorf("a one-GPU execution's limits: %d MiB, %d milli-CPUs", placed.Status.MemoryLimitMiB, placed.Status.MilliCPUs)
+	}
+}

@@ -505,6 +505,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
 			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: sandbox.NetworkNone,
+			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs,
 		}, x.out)
 		if err == nil {
 			box := x.box

@@ -295,6 +295,8 @@ func (c *Controller) Pass(ctx context.Context) error {
 		borrowed[key] += e.Spec.GPUs
 		w := e.DeepCopy()
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
+		// Its sandbox's limits: its share of what the owner lends.
+		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.reservation.Status.Lending, e.Spec.GPUs)
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
 	}

@@ -1177,6 +1177,20 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 							},
 						},
 					},
+					"memoryLimitMiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MemoryLimitMiB is the memory its sandbox may use: its share of what the host's owner lends. 0 is no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"milliCPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"scheduledAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ScheduledAt is when it was placed on a host.",
@@ -1402,6 +1416,20 @@ func schema_pkg_apis_nodus_v1_HostLendingStatus(ref common.ReferenceCallback) co
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"memoryMiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MemoryMiB is the memory lent to borrowers' executions, together.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"milliCPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MilliCPUs is the CPU time lent to borrowers' executions, together, in thousandths of a CPU.",
+							Type:        []string{"integer"},
+							Format:      "int64",
 						},
 					},
 					"borrowedGPUs": {
@@ -2730,6 +2758,20 @@ func schema_pkg_apis_nodus_v1_ReservationLending(ref common.ReferenceCallback) c
 							Format:      "int32",
 						},
 					},
+					"memoryMiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MemoryMiB is the memory borrowers' executions use at most, together; each gets its share (by GPUs, or by executions when it has none).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"milliCPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MilliCPUs is the CPU time borrowers' executions use at most, together, in thousandths of a CPU; shared as memory is.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 					"epoch": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.",
@@ -3129,6 +3171,20 @@ func schema_pkg_apis_nodus_v1_ReservedHostLendRequest(ref common.ReferenceCallba
 							Description: "MaxExecutions caps the executions at once; default one per lent GPU, at least one.",
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"memoryMiB": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MemoryMiB caps the memory of borrowers' executions together; default the host's memory in proportion to the GPUs lent (counting at least one).",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"milliCPUs": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MilliCPUs caps their CPU time together, in thousandths of a CPU; default the host's CPUs in the same proportion.",
+							Type:        []string{"integer"},
+							Format:      "int64",
 						},
 					},
 				},

@@ -58,9 +58,10 @@ func (r *LendREST) ProducesObject(string) interface{} { return nodusv1.HostLendi
 func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	var epoch *int64
 	var maxGPUs, maxExecutions *int32
+	var memoryMiB, milliCPUs *int64
 	switch req := obj.(type) {
 	case *nodusv1.ReservedHostLendRequest:
-		epoch, maxGPUs, maxExecutions = req.Epoch, req.MaxGPUs, req.MaxExecutions
+		epoch, maxGPUs, maxExecutions, memoryMiB, milliCPUs = req.Epoch, req.MaxGPUs, req.MaxExecutions, req.MemoryMiB, req.MilliCPUs
 	case *nodusv1.ReservedHostWithdrawRequest:
 		epoch = req.Epoch
 	default:
@@ -106,7 +107,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 				return nil, apierror.New(ctx, apierror.ReasonLendingClosed, gr, name,
 					fmt.Sprintf("pool %q of reservedhost %q does not accept lending", node.Spec.Pool, name), "")
 			}
-			agreement, errs := agreementFor(node, maxGPUs, maxExecutions)
+			agreement, errs := agreementFor(node, maxGPUs, maxExecutions, memoryMiB, milliCPUs)
 			if len(errs) > 0 {
 				return nil, apierrors.NewInvalid(nodusv1.Kind("ReservedHostLendRequest"), name, errs)
 			}
@@ -128,8 +129,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 
 // agreementFor checks the caps asked against the node and fills in defaults:
 // every GPU of the host, and one execution per lent GPU (at least one), never
-// more than the host's agent has execution slots for.
-func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32) (*nodusv1.ReservationLending, field.ErrorList) {
+// more than the host's agent has execution slots for; memory and CPUs in
+// proportion to the GPUs lent, never more than the host has.
+func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32, memoryMiB, milliCPUs *int64) (*nodusv1.ReservationLending, field.ErrorList) {
 	gpus := lending.GPUCount(node)
 	a := &nodusv1.ReservationLending{Lent: true, MaxGPUs: gpus}
 	var errs field.ErrorList
@@ -155,6 +157,26 @@ func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32) (*nodusv1.R
 		} else {
 			a.MaxExecutions = *maxExecutions
 		}
+	}
+	hostMemory, hostMilliCPUs := node.Status.Inventory.MemoryMiB, int64(node.Status.Inventory.CPU)*1000
+	a.MemoryMiB, a.MilliCPUs = lending.DefaultShare(hostMemory, a.MaxGPUs, gpus), lending.DefaultShare(hostMilliCPUs, a.MaxGPUs, gpus)
+	for _, asked := range []struct {
+		name        string
+		value       *int64
+		host, floor int64
+		into        *int64
+		unit        string
+	}{{"memoryMiB", memoryMiB, hostMemory, lending.MinExecutionMemoryMiB, &a.MemoryMiB, "MiB of memory"},
+		{"milliCPUs", milliCPUs, hostMilliCPUs, lending.MinExecutionMilliCPUs, &a.MilliCPUs, "thousandths of a CPU"}} {
+		if asked.value == nil {
+			continue
+		}
+		if *asked.value < asked.floor || *asked.value > asked.host {
+			errs = append(errs, field.Invalid(field.NewPath(asked.name), *asked.value,
+				fmt.Sprintf("must be between %d and the host's %d %s", asked.floor, asked.host, asked.unit)))
+			continue
+		}
+		*asked.into = *asked.value
 	}
 	return a, errs
 }

@@ -80,6 +80,13 @@ type ExecutionStatus struct {
 	// +optional
 	// +listType=atomic
 	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	// MemoryLimitMiB is the memory its sandbox may use: its share of what the
+	// host's owner lends. 0 is no limit.
+	// +optional
+	MemoryLimitMiB int64 `json:"memoryLimitMiB,omitempty"`
+	// MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.
+	// +optional
+	MilliCPUs int64 `json:"milliCPUs,omitempty"`
 	// ScheduledAt is when it was placed on a host.
 	// +optional
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`

@@ -12,6 +12,14 @@ type ReservationLending struct {
 	MaxGPUs int32 `json:"maxGPUs"`
 	// MaxExecutions is the most borrower executions on the host at once.
 	MaxExecutions int32 `json:"maxExecutions"`
+	// MemoryMiB is the memory borrowers' executions use at most, together;
+	// each gets its share (by GPUs, or by executions when it has none).
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// MilliCPUs is the CPU time borrowers' executions use at most,
+	// together, in thousandths of a CPU; shared as memory is.
+	// +optional
+	MilliCPUs int64 `json:"milliCPUs,omitempty"`
 	// Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.
 	Epoch int64 `json:"epoch"`
 	// ChangedAt is when the owner last lent or withdrew.
@@ -61,6 +69,12 @@ type HostLendingStatus struct {
 	MaxGPUs int32 `json:"maxGPUs"`
 	// MaxExecutions is the most borrower executions at once.
 	MaxExecutions int32 `json:"maxExecutions"`
+	// MemoryMiB is the memory lent to borrowers' executions, together.
+	// +optional
+	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	// MilliCPUs is the CPU time lent to borrowers' executions, together, in thousandths of a CPU.
+	// +optional
+	MilliCPUs int64 `json:"milliCPUs,omitempty"`
 	// BorrowedGPUs is how many GPUs borrowers hold now.
 	BorrowedGPUs int32 `json:"borrowedGPUs"`
 	// GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and
@@ -116,6 +130,14 @@ type ReservedHostLendRequest struct {
 	// MaxExecutions caps the executions at once; default one per lent GPU, at least one.
 	// +optional
 	MaxExecutions *int32 `json:"maxExecutions,omitempty"`
+	// MemoryMiB caps the memory of borrowers' executions together; default
+	// the host's memory in proportion to the GPUs lent (counting at least one).
+	// +optional
+	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+	// MilliCPUs caps their CPU time together, in thousandths of a CPU;
+	// default the host's CPUs in the same proportion.
+	// +optional
+	MilliCPUs *int64 `json:"milliCPUs,omitempty"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -1407,6 +1407,16 @@ func (in *ReservedHostLendRequest) DeepCopyInto(out *ReservedHostLendRequest) {
 		*out = new(int32)
 		**out = **in
 	}
+	if in.MemoryMiB != nil {
+		in, out := &in.MemoryMiB, &out.MemoryMiB
+		*out = new(int64)
+		**out = **in
+	}
+	if in.MilliCPUs != nil {
+		in, out := &in.MilliCPUs, &out.MilliCPUs
+		*out = new(int64)
+		**out = **in
+	}
 	return
 }
 

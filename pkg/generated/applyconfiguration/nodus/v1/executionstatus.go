@@ -22,6 +22,11 @@ type ExecutionStatusApplyConfiguration struct {
 	Host *string `json:"host,omitempty"`
 	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
 	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	// MemoryLimitMiB is the memory its sandbox may use: its share of what the
+	// host's owner lends. 0 is no limit.
+	MemoryLimitMiB *int64 `json:"memoryLimitMiB,omitempty"`
+	// MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.
+	MilliCPUs *int64 `json:"milliCPUs,omitempty"`
 	// ScheduledAt is when it was placed on a host.
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
@@ -67,6 +72,22 @@ func (b *ExecutionStatusApplyConfiguration) WithGPUIndices(values ...int32) *Exe
 	for i := range values {
 		b.GPUIndices = append(b.GPUIndices, values[i])
 	}
+	return b
+}
+
+// WithMemoryLimitMiB sets the MemoryLimitMiB field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MemoryLimitMiB field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithMemoryLimitMiB(value int64) *ExecutionStatusApplyConfiguration {
+	b.MemoryLimitMiB = &value
+	return b
+}
+
+// WithMilliCPUs sets the MilliCPUs field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MilliCPUs field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithMilliCPUs(value int64) *ExecutionStatusApplyConfiguration {
+	b.MilliCPUs = &value
 	return b
 }
 

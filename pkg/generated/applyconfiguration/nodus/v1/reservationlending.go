@@ -23,6 +23,12 @@ type ReservationLendingApplyConfiguration struct {
 	MaxGPUs *int32 `json:"maxGPUs,omitempty"`
 	// MaxExecutions is the most borrower executions on the host at once.
 	MaxExecutions *int32 `json:"maxExecutions,omitempty"`
+	// MemoryMiB is the memory borrowers' executions use at most, together;
+	// each gets its share (by GPUs, or by executions when it has none).
+	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+	// MilliCPUs is the CPU time borrowers' executions use at most,
+	// together, in thousandths of a CPU; shared as memory is.
+	MilliCPUs *int64 `json:"milliCPUs,omitempty"`
 	// Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.
 	Epoch *int64 `json:"epoch,omitempty"`
 	// ChangedAt is when the owner last lent or withdrew.
@@ -56,6 +62,22 @@ func (b *ReservationLendingApplyConfiguration) WithMaxGPUs(value int32) *Reserva
 // If called multiple times, the MaxExecutions field is set to the value of the last call.
 func (b *ReservationLendingApplyConfiguration) WithMaxExecutions(value int32) *ReservationLendingApplyConfiguration {
 	b.MaxExecutions = &value
+	return b
+}
+
+// WithMemoryMiB sets the MemoryMiB field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MemoryMiB field is set to the value of the last call.
+func (b *ReservationLendingApplyConfiguration) WithMemoryMiB(value int64) *ReservationLendingApplyConfiguration {
+	b.MemoryMiB = &value
+	return b
+}
+
+// WithMilliCPUs sets the MilliCPUs field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MilliCPUs field is set to the value of the last call.
+func (b *ReservationLendingApplyConfiguration) WithMilliCPUs(value int64) *ReservationLendingApplyConfiguration {
+	b.MilliCPUs = &value
 	return b
 }
 
