@@ -594,4 +594,26 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	if placed.Status.MemoryLimitMiB != 16384 || placed.Status.MilliCPUs != 4000 {
 		t.Errorf("a one-GPU execution's limits: %d MiB, %d milli-CPUs", placed.Status.MemoryLimitMiB, placed.Status.MilliCPUs)
 	}
+	if placed.Status.Network != nodusv1.LendingNetworkNone {
+		t.Errorf("a pool without a network policy gives network %q, want none", placed.Status.Network)
+	}
+	// The pool's network policy travels with each placement.
+	pool, err := s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := pool.DeepCopy()
+	bad.Spec.Lending.Network = "everywhere"
+	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a network policy that does not exist: %v", err)
+	}
+	pool.Spec.Lending.Network = nodusv1.LendingNetworkEgress
+	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e = f.submit(t, "beta", 1, 60)
+	placed = f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if placed.Status.Network != nodusv1.LendingNetworkEgress {
+		t.Errorf("an execution in an egress pool: network %q", placed.Status.Network)
+	}
 }

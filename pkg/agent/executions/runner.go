@@ -504,7 +504,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		x.box, err = r.opts.Sandbox.Start(ctx, sandbox.Spec{
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
-			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: sandbox.NetworkNone,
+			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
 			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs,
 		}, x.out)
 		if err == nil {
@@ -587,6 +587,15 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			return nil
 		}
 	}
+}
+
+// network is the sandbox network of e, as its pool's policy said when the
+// scheduler placed it.
+func network(e *nodusv1.Execution) string {
+	if e.Status.Network == nodusv1.LendingNetworkEgress {
+		return sandbox.NetworkEgress
+	}
+	return sandbox.NetworkNone
 }
 
 func exitOutcome(err error) *outcome {

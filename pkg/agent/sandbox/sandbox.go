@@ -64,7 +64,7 @@ type Spec struct {
 	MemoryBytes int64
 	MilliCPUs   int64
 	Pids        int64
-	// Network is the network policy; only NetworkNone for now.
+	// Network is the network policy: NetworkNone (the default) or NetworkEgress.
 	Network string
 }
 
@@ -103,9 +103,17 @@ var maskedPaths = []string{
 
 var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
-// Config is the OCI runtime configuration of s, with the bundle's rootfs at rootfs.
-func (rt *Runtime) Config(s Spec, rootfs string) (*specs.Spec, error) {
-	if s.Network != "" && s.Network != NetworkNone {
+// Config is the OCI runtime configuration of s, with the bundle's rootfs at
+// rootfs; with egress, netns is the prepared network namespace and
+// resolvConf the resolver configuration to show.
+func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec, error) {
+	switch s.Network {
+	case "", NetworkNone:
+	case NetworkEgress:
+		if netns == "" || resolvConf == "" {
+			return nil, errors.New("network egress needs its prepared namespace")
+		}
+	default:
 		return nil, fmt.Errorf("network policy %q is not supported", s.Network)
 	}
 	if s.UID == 0 {
@@ -136,7 +144,7 @@ func (rt *Runtime) Config(s Spec, rootfs string) (*specs.Spec, error) {
 		},
 		Linux: &specs.Linux{
 			Namespaces: []specs.LinuxNamespace{{Type: specs.PIDNamespace}, {Type: specs.IPCNamespace}, {Type: specs.UTSNamespace},
-				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace}},
+				{Type: specs.MountNamespace}, {Type: specs.NetworkNamespace, Path: netns}},
 			CgroupsPath:   filepath.Join(rt.cgroupParent(), s.ID),
 			MaskedPaths:   maskedPaths,
 			ReadonlyPaths: readonlyPaths,
@@ -155,6 +163,11 @@ func (rt *Runtime) Config(s Spec, rootfs string) (*specs.Spec, error) {
 			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: dir, Type: "bind", Source: dir,
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 		}
+	}
+	if resolvConf != "" {
+		// After /etc, which it covers.
+		cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/etc/resolv.conf", Type: "bind", Source: resolvConf,
+			Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	res := cfg.Linux.Resources
 	if s.MemoryBytes > 0 {
@@ -257,6 +270,7 @@ type Sandbox struct {
 	bundle string
 	cmd    *exec.Cmd
 	cgroup string
+	net    *egress
 
 	closeOnce sync.Once
 }
@@ -275,13 +289,27 @@ func (rt *Runtime) Start(ctx context.Context, s Spec, out io.Writer) (*Sandbox, 
 	}
 	sb := &Sandbox{rt: rt, id: s.ID, bundle: bundle, cgroup: filepath.Join(rt.cgroupParent(), s.ID)}
 	fail := func(err error) (*Sandbox, error) {
+		if sb.net != nil {
+			sb.net.close()
+		}
 		_ = os.RemoveAll(bundle)
 		return nil, err
 	}
 	if err := makeRootfs(rootfs); err != nil {
 		return fail(err)
 	}
-	cfg, err := rt.Config(s, rootfs)
+	netns, resolv := "", ""
+	if s.Network == NetworkEgress {
+		var err error
+		if sb.net, err = startEgress(s.ID); err != nil {
+			return fail(err)
+		}
+		netns, resolv = sb.net.path, filepath.Join(bundle, "resolv.conf")
+		if err := os.WriteFile(resolv, []byte(resolvConf), 0o644); err != nil {
+			return fail(err)
+		}
+	}
+	cfg, err := rt.Config(s, rootfs, netns, resolv)
 	if err != nil {
 		return fail(err)
 	}
@@ -322,6 +350,14 @@ func (rt *Runtime) RemoveAll() error {
 		}
 	}
 	errs = append(errs, os.RemoveAll(filepath.Join(rt.StateDir, "bundles")))
+	// Their network namespaces (slirp4netns ended with the agent that started it).
+	if entries, err := os.ReadDir("/run/netns"); err == nil {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "nodus-") {
+				_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
+			}
+		}
+	}
 	return errors.Join(errs...)
 }
 
@@ -396,6 +432,9 @@ func (sb *Sandbox) Close() error {
 		out, e := exec.Command(sb.rt.Binary, "--root", sb.rt.runcRoot(), "delete", "--force", sb.id).CombinedOutput()
 		if e != nil && !bytes.Contains(out, []byte("not exist")) {
 			err = fmt.Errorf("runc delete: %v: %s", e, bytes.TrimSpace(out))
+		}
+		if sb.net != nil {
+			sb.net.close()
 		}
 		if e := os.RemoveAll(sb.bundle); e != nil && err == nil {
 			err = e

@@ -204,7 +204,7 @@ func TestSandboxGPUs(t *testing.T) {
 	case !strings.Contains(out, "/work/nvidia1: Operation not permitted"):
 		t.Errorf("the device cgroup must refuse the unassigned GPU with EPERM: %q", out)
 	}
-	if _, err := (&Runtime{DevDir: dev}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs"); err == nil {
+	if _, err := (&Runtime{DevDir: dev}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs", "", ""); err == nil {
 		t.Error("a GPU the host does not have was accepted")
 	}
 }
@@ -255,4 +255,66 @@ func processesWith(cmdline string) int {
 	n := 0
 	fmt.Sscan(strings.TrimSpace(string(out)), &n)
 	return n
+}
+
+// TestSandboxEgress: with egress, an execution reaches the world the host
+// reaches, and never the host: not its loopback, its addresses, the
+// networks it is on, or private ranges. Its resolver is slirp4netns'.
+func TestSandboxEgress(t *testing.T) {
+	rt := runtimeForTest(t)
+	for _, tool := range []string{"ip", "iptables", "slirp4netns"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("egress needs %s (CI installs it)", tool)
+		}
+	}
+	// The owner's service, on every address of the host.
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) })) }()
+	defer l.Close()
+	port := l.Addr().(*net.TCPAddr).Port
+	targets := []string{"127.0.0.1", "10.0.2.2"}
+	addrs, _ := net.InterfaceAddrs()
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+			targets = append(targets, n.IP.String())
+		}
+	}
+	var script strings.Builder
+	for _, ip := range targets {
+		fmt.Fprintf(&script, "timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' 2>/dev/null && echo reached-%s; ", ip, port, ip)
+	}
+	script.WriteString("cat /etc/resolv.conf; ip route 2>/dev/null || true; echo end")
+	out, err, sb := run(t, rt, Spec{Network: NetworkEgress}, "bash -c \""+strings.ReplaceAll(script.String(), `"`, `\"`)+"\"")
+	if err != nil || !strings.Contains(out, "end") || strings.Contains(out, "owner-data") || strings.Contains(out, "reached-") {
+		t.Errorf("egress reached the host (tried %v): %v\n%s", targets, err, out)
+	}
+	if !strings.Contains(out, "nameserver "+slirpDNS) {
+		t.Errorf("the sandbox's resolver: %q", out)
+	}
+	// The world, where the host itself reaches it (the Debian mirror is
+	// what this project's machines reach).
+	if c, err := net.DialTimeout("tcp", "deb.debian.org:80", 5*time.Second); err == nil {
+		c.Close()
+		out, err, world := run(t, rt, Spec{Network: NetworkEgress}, "timeout 10 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached-world")
+		if err != nil || !strings.Contains(out, "reached-world") {
+			t.Errorf("egress does not reach what the host reaches: %v %q", err, out)
+		}
+		_ = world.Close()
+	} else {
+		t.Logf("the host reaches no public address (%v): egress to the world is not checked", err)
+	}
+	if out, _, _ := run(t, rt, Spec{}, "timeout 5 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached-world; echo end"); strings.Contains(out, "reached-world") {
+		t.Errorf("network none reached the world: %q", out)
+	}
+	_ = sb.Close()
+	if entries, _ := os.ReadDir("/run/netns"); len(entries) > 0 {
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), "nodus-t") {
+				t.Errorf("network namespace %s outlived its sandbox", e.Name())
+			}
+		}
+	}
 }

@@ -297,6 +297,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
 		// Its sandbox's limits: its share of what the owner lends.
 		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.reservation.Status.Lending, e.Spec.GPUs)
+		w.Status.Network = c.network(e)
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
 	}
@@ -356,6 +357,14 @@ func (c *Controller) borrowerCap(e *nodusv1.Execution) (int32, bool) {
 		return 0, false
 	}
 	return lending.BorrowerCap(pool, e.Namespace)
+}
+
+// network is the network policy of e's pool: none unless it says egress.
+func (c *Controller) network(e *nodusv1.Execution) nodusv1.LendingNetwork {
+	if pool, err := c.pools.Get(e.Spec.Pool); err == nil && pool.Spec.Lending != nil && pool.Spec.Lending.Network == nodusv1.LendingNetworkEgress {
+		return nodusv1.LendingNetworkEgress
+	}
+	return nodusv1.LendingNetworkNone
 }
 
 // hosts are the hosts of every reservation with a lending agreement: all of

@@ -1191,6 +1191,13 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 							Format:      "int64",
 						},
 					},
+					"network": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Network is what its sandbox reaches, from its pool's policy when it was placed.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"scheduledAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ScheduledAt is when it was placed on a host.",
@@ -2363,6 +2370,13 @@ func schema_pkg_apis_nodus_v1_PoolLending(ref common.ReferenceCallback) common.O
 						SchemaProps: spec.SchemaProps{
 							Description: "ShowBorrowers lets owners see which projects borrow their hosts.",
 							Type:        []string{"boolean"},
+							Format:      "",
+						},
+					},
+					"network": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Network is what borrowers' executions reach: \"none\" (the default: nothing, not even the host) or \"egress\" (the internet through a user-mode network stack, never the host, its loopback or private networks).",
+							Type:        []string{"string"},
 							Format:      "",
 						},
 					},

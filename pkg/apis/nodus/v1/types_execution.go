@@ -87,6 +87,9 @@ type ExecutionStatus struct {
 	// MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.
 	// +optional
 	MilliCPUs int64 `json:"milliCPUs,omitempty"`
+	// Network is what its sandbox reaches, from its pool's policy when it was placed.
+	// +optional
+	Network LendingNetwork `json:"network,omitempty"`
 	// ScheduledAt is when it was placed on a host.
 	// +optional
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`

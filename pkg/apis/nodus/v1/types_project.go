@@ -117,7 +117,23 @@ type PoolLending struct {
 	// ShowBorrowers lets owners see which projects borrow their hosts.
 	// +optional
 	ShowBorrowers bool `json:"showBorrowers,omitempty"`
+	// Network is what borrowers' executions reach: "none" (the default:
+	// nothing, not even the host) or "egress" (the internet through a
+	// user-mode network stack, never the host, its loopback or private
+	// networks).
+	// +optional
+	Network LendingNetwork `json:"network,omitempty"`
 }
+
+// LendingNetwork is the network policy of borrowers' executions.
+type LendingNetwork string
+
+const (
+	// LendingNetworkNone: an execution has only its own loopback.
+	LendingNetworkNone LendingNetwork = "none"
+	// LendingNetworkEgress: an execution reaches public addresses, nothing of the host or private networks.
+	LendingNetworkEgress LendingNetwork = "egress"
+)
 
 // PoolBorrower is one project allowed to borrow, with its cap.
 type PoolBorrower struct {

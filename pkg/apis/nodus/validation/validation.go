@@ -665,5 +665,11 @@ func validatePoolLending(l *nodusv1.PoolLending, path *field.Path) field.ErrorLi
 			errs = append(errs, field.Invalid(p.Child("maxGPUs"), b.MaxGPUs, "must not be negative"))
 		}
 	}
+	switch l.Network {
+	case "", nodusv1.LendingNetworkNone, nodusv1.LendingNetworkEgress:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("network"), l.Network,
+			[]string{string(nodusv1.LendingNetworkNone), string(nodusv1.LendingNetworkEgress)}))
+	}
 	return errs
 }

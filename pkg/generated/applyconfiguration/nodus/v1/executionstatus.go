@@ -27,6 +27,8 @@ type ExecutionStatusApplyConfiguration struct {
 	MemoryLimitMiB *int64 `json:"memoryLimitMiB,omitempty"`
 	// MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.
 	MilliCPUs *int64 `json:"milliCPUs,omitempty"`
+	// Network is what its sandbox reaches, from its pool's policy when it was placed.
+	Network *nodusv1.LendingNetwork `json:"network,omitempty"`
 	// ScheduledAt is when it was placed on a host.
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
@@ -88,6 +90,14 @@ func (b *ExecutionStatusApplyConfiguration) WithMemoryLimitMiB(value int64) *Exe
 // If called multiple times, the MilliCPUs field is set to the value of the last call.
 func (b *ExecutionStatusApplyConfiguration) WithMilliCPUs(value int64) *ExecutionStatusApplyConfiguration {
 	b.MilliCPUs = &value
+	return b
+}
+
+// WithNetwork sets the Network field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Network field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithNetwork(value nodusv1.LendingNetwork) *ExecutionStatusApplyConfiguration {
+	b.Network = &value
 	return b
 }
 

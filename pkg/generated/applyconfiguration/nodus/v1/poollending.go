@@ -6,6 +6,10 @@ Copyright The Nodus Authors.
 
 package v1
 
+import (
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
 // PoolLendingApplyConfiguration represents a declarative configuration of the PoolLending type for use
 // with apply.
 //
@@ -17,6 +21,11 @@ type PoolLendingApplyConfiguration struct {
 	Borrowers []PoolBorrowerApplyConfiguration `json:"borrowers,omitempty"`
 	// ShowBorrowers lets owners see which projects borrow their hosts.
 	ShowBorrowers *bool `json:"showBorrowers,omitempty"`
+	// Network is what borrowers' executions reach: "none" (the default:
+	// nothing, not even the host) or "egress" (the internet through a
+	// user-mode network stack, never the host, its loopback or private
+	// networks).
+	Network *nodusv1.LendingNetwork `json:"network,omitempty"`
 }
 
 // PoolLendingApplyConfiguration constructs a declarative configuration of the PoolLending type for use with
@@ -51,5 +60,13 @@ func (b *PoolLendingApplyConfiguration) WithBorrowers(values ...*PoolBorrowerApp
 // If called multiple times, the ShowBorrowers field is set to the value of the last call.
 func (b *PoolLendingApplyConfiguration) WithShowBorrowers(value bool) *PoolLendingApplyConfiguration {
 	b.ShowBorrowers = &value
+	return b
+}
+
+// WithNetwork sets the Network field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Network field is set to the value of the last call.
+func (b *PoolLendingApplyConfiguration) WithNetwork(value nodusv1.LendingNetwork) *PoolLendingApplyConfiguration {
+	b.Network = &value
 	return b
 }
