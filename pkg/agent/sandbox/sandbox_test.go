@@ -272,7 +272,9 @@ func TestSandboxEgress(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) })) }()
+	go func() {
+		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) }))
+	}()
 	defer l.Close()
 	port := l.Addr().(*net.TCPAddr).Port
 	targets := []string{"127.0.0.1", "10.0.2.2"}
