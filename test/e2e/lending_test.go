@@ -130,6 +130,37 @@ spec:
 		t.Errorf("a borrower's execution reached the owner's files, services or processes:\n%s", probed)
 	}
 
+	// With the pool's network policy egress, the owner's service on the
+	// host's own address stays out of reach.
+	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"network":"egress"}}}`)
+	var hostIPs []string
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, a := range addrs {
+			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
+				hostIPs = append(hostIPs, n.IP.String())
+			}
+		}
+	}
+	wide, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wide.Close()
+	go func() {
+		_ = http.Serve(wide, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-secret-data")) }))
+	}()
+	var reach strings.Builder
+	for _, ip := range append([]string{"127.0.0.1"}, hostIPs...) {
+		fmt.Fprintf(&reach, `timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' && echo reached-%s; `, ip, wide.Addr().(*net.TCPAddr).Port, ip)
+	}
+	egress := submit(reach.String() + "grep -c nameserver /etc/resolv.conf; echo egress-end")
+	waitOr(t, "the egress execution to end", func() bool { p := phase(egress); return p == "succeeded" || p == "failed" }, func() string { return dump(egress) })
+	if out, _ := nodus("bob", "executions", "logs", egress); !strings.Contains(out, "egress-end") || strings.Contains(out, "owner-secret-data") ||
+		strings.Contains(out, "reached-") {
+		t.Errorf("an egress execution reached the host (%v):\n%s\nnodusd: %s", hostIPs, out, rig.agentLog.String())
+	}
+	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"network":"none"}}}`)
+
 	// Lending 256 MiB for two executions at once gives each 128 MiB; one
 	// that takes more is stopped at its limit and says so.
 	if out, err := nodus("ada", "lend", "acme/lent-host", "--max-executions", "2", "--memory", "256Mi"); err != nil ||
