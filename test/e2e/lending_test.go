@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -8,8 +9,15 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/clientcmd"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
 // lendingRun is lending as its three parties meet it, through the nodus CLI:
@@ -203,6 +211,11 @@ spec:
 		t.Errorf("a process the execution left behind outlived it: %s", out)
 	}
 
+	// Measured, not asserted: create → running and create → succeeded of
+	// a trivial execution in its runc sandbox, as the operator's watch sees it.
+	toRunning, toDone := measureExecutions(t, s, func() string { return submit(`true`) }, 8)
+	t.Logf("over 8 sandboxed executions of true, from nodus executions run: → running %s, → succeeded %s", p50p99(toRunning), p50p99(toDone))
+
 	// The second runs until the release drains it.
 	second := submit(`echo started; sleep 600`)
 	waitOr(t, "the long execution to run", func() bool {
@@ -215,9 +228,11 @@ spec:
 		out, _ := nodus("ada", "lending", "-n", "acme")
 		return strings.Contains(out, "1/2")
 	})
+	releasedAt := time.Now()
 	if out, err := nodus("ada", "release", "acme/lent-host", "--yes", "--wait", "--timeout", "60s"); err != nil || !strings.Contains(out, "drained after") {
 		t.Fatalf("nodus release --wait: %v\n%s", err, out)
 	}
+	t.Logf("release of a host running a sandboxed execution → drained, as nodus release --wait saw it: %s", time.Since(releasedAt).Round(time.Millisecond))
 	if got := phase(second); got != "drained" {
 		out, _ := nodus("bob", "executions", "get", second)
 		t.Fatalf("the long execution after the release: %s\n%s", got, out)
@@ -290,4 +305,57 @@ func running(args ...string) string {
 		out = append(out, line)
 	}
 	return strings.Join(out, "\n")
+}
+
+// measureExecutions submits n executions one after the other and returns,
+// for each, how long from its creation until the operator's watch saw it
+// running and succeeded.
+func measureExecutions(t *testing.T, s *serverProcess, submit func() string, n int) (toRunning, toDone []time.Duration) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", s.kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := versioned.NewForConfigOrDie(cfg).NodusV1().Executions("beta").Watch(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	type seen struct{ running, done time.Time }
+	var mu sync.Mutex
+	times := map[string]*seen{}
+	go func() {
+		for ev := range w.ResultChan() {
+			e, ok := ev.Object.(*nodusv1.Execution)
+			if !ok {
+				continue
+			}
+			mu.Lock()
+			st := times[e.Name]
+			if st == nil {
+				st = &seen{}
+				times[e.Name] = st
+			}
+			switch {
+			case e.Status.Phase == nodusv1.ExecutionRunning && st.running.IsZero():
+				st.running = time.Now()
+			case e.Status.Phase == nodusv1.ExecutionSucceeded && st.done.IsZero():
+				st.done = time.Now()
+			}
+			mu.Unlock()
+		}
+	}()
+	for range n {
+		created := time.Now()
+		name := strings.TrimPrefix(submit(), "beta/")
+		waitFor(t, "a measured execution to succeed", func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return times[name] != nil && !times[name].done.IsZero()
+		})
+		mu.Lock()
+		toRunning, toDone = append(toRunning, times[name].running.Sub(created)), append(toDone, times[name].done.Sub(created))
+		mu.Unlock()
+	}
+	return toRunning, toDone
 }
