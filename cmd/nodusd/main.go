@@ -95,7 +95,7 @@ func runCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	f := cmd.Flags()
-	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots, sandbox, executionsDir, cleanCommand and cleanTimeout; its values override the flags")
+	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots, sandbox, imagesDir, executionsDir, cleanCommand and cleanTimeout; its values override the flags")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
 	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
@@ -106,6 +106,7 @@ func runCommand() *cobra.Command {
 	f.StringVar(&o.BorrowerUser, "borrower-user", agent.DefaultBorrowerUser, "unprivileged account borrowers' executions run as (never the owner's login user)")
 	f.IntVar(&o.BorrowerSlots, "borrower-slots", 0, "when above 0, run each execution as an account of its own: BORROWER-USER-0 … BORROWER-USER-(N-1); at most N at once")
 	f.StringVar(&o.Sandbox, "sandbox", agent.SandboxRunc, `how borrowers' executions are isolated: "runc" (an OCI sandbox: own namespaces, read-only system, no capabilities, only its GPUs) or "none" (a plain process of the borrower account: no isolation, development only)`)
+	f.StringVar(&o.ImagesDir, "images-dir", agent.DefaultImagesDir, "OCI images executions may name (--image NAME[:TAG]): layout directories NAME/ or archives NAME.tar, unpacked with umoci")
 	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed; the borrower account must be able to reach it")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	f.StringVar(&o.LoginGroup, "login-group", agent.DefaultLoginGroup, "group of the login users Nodus manages; the sshd drop-in accepts only Nodus certificates for its members")
@@ -147,6 +148,7 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 		BorrowerSlots *int    `json:"borrowerSlots"`
 		ExecutionsDir *string `json:"executionsDir"`
 		Sandbox       *string `json:"sandbox"`
+		ImagesDir     *string `json:"imagesDir"`
 		// Handover cleaning.
 		CleanCommand *string `json:"cleanCommand"`
 		CleanTimeout *string `json:"cleanTimeout"`
@@ -172,6 +174,7 @@ func (f *fileConfig) UnmarshalJSON(data []byte) error {
 	}
 	set(&f.o.ExecutionsDir, c.ExecutionsDir)
 	set(&f.o.Sandbox, c.Sandbox)
+	set(&f.o.ImagesDir, c.ImagesDir)
 	set(&f.o.CleanCommand, c.CleanCommand)
 	if c.CleanTimeout != nil {
 		d, err := time.ParseDuration(*c.CleanTimeout)

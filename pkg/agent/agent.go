@@ -58,6 +58,8 @@ type Options struct {
 	// Sandbox is how executions are isolated: SandboxRunc (the default) or
 	// SandboxNone (no isolation, development only).
 	Sandbox string
+	// ImagesDir holds the OCI images executions may name; default DefaultImagesDir.
+	ImagesDir string
 	// ExecutionsDir holds the executions' work directories; default
 	// DefaultExecutionsDir. The borrower account must be able to reach it,
 	// so it is not inside the private state directory.
@@ -129,6 +131,9 @@ func New(opts Options) (*Agent, error) {
 	}
 	if opts.BorrowerSlots < 0 || opts.BorrowerSlots > lending.MaxExecutionsPerHost {
 		return nil, fmt.Errorf("borrower slots must be between 0 and %d, not %d", lending.MaxExecutionsPerHost, opts.BorrowerSlots)
+	}
+	if opts.ImagesDir == "" {
+		opts.ImagesDir = DefaultImagesDir
 	}
 	switch opts.Sandbox {
 	case "":
@@ -272,6 +277,10 @@ const (
 	SandboxNone = "none"
 )
 
+// DefaultImagesDir is where an operator places the OCI images executions
+// may name: layout directories NAME/ or archives NAME.tar.
+const DefaultImagesDir = "/var/lib/nodusd-images"
+
 // sandbox is the runtime executions run in; without one (SandboxNone) they
 // run unisolated, and where runc is missing they fail to start with why.
 func (a *Agent) sandbox() (*sandbox.Runtime, error) {
@@ -282,8 +291,10 @@ func (a *Agent) sandbox() (*sandbox.Runtime, error) {
 	box, err := sandbox.Find(filepath.Join(a.opts.StateDir, "sandbox"))
 	if err != nil {
 		klog.ErrorS(err, "borrowers' executions cannot start on this host")
+		return nil, err
 	}
-	return box, err
+	box.ImagesDir = a.opts.ImagesDir
+	return box, nil
 }
 
 // retireGone retires the applied access of reservations that are no longer

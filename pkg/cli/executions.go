@@ -19,7 +19,7 @@ import (
 // and cancel executions on capacity lent in a pool.
 func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	cmd := &cobra.Command{Use: "executions", Short: "Your project's executions on lent capacity"}
-	var project, pool string
+	var project, pool, image string
 	var gpus int32
 	var maxRuntime int64
 	var env []string
@@ -33,7 +33,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 				return usageError(fmt.Errorf("say which project (-n) and pool (--pool)"))
 			}
 			e := &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-"},
-				Spec: nodusv1.ExecutionSpec{Pool: pool, Command: args, GPUs: gpus, MaxRuntimeSeconds: maxRuntime}}
+				Spec: nodusv1.ExecutionSpec{Pool: pool, Command: args, GPUs: gpus, MaxRuntimeSeconds: maxRuntime, Image: image}}
 			for _, kv := range env {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok {
@@ -58,6 +58,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	run.Flags().Int32Var(&gpus, "gpus", 1, "GPUs wanted")
 	run.Flags().Int64Var(&maxRuntime, "max-runtime", 3600, "seconds after which it is ended")
 	run.Flags().StringArrayVar(&env, "env", nil, "NAME=VALUE")
+	run.Flags().StringVar(&image, "image", "", "an OCI image of the hosts' images directory, NAME[:TAG], as the sandbox's root (default: the host's system, read-only)")
 
 	list := &cobra.Command{
 		Use: "list -n PROJECT", Short: "List executions", Args: cobra.NoArgs,

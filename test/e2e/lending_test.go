@@ -169,6 +169,29 @@ spec:
 	}
 	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"network":"none"}}}`)
 
+	// An execution may name an image of the host's images directory, which
+	// then is its root; one the host does not have fails as such.
+	inImage := func(image, script string) string {
+		t.Helper()
+		out, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "0", "--image", image, "--", "sh", "-c", script)
+		if err != nil || !strings.Contains(out, "submitted") {
+			t.Fatalf("executions run --image %s: %v %s", image, err, out)
+		}
+		ref := strings.Fields(out)[1]
+		waitOr(t, "the execution in image "+image+" to end", func() bool { p := phase(ref); return p == "succeeded" || p == "failed" }, func() string { return dump(ref) })
+		return ref
+	}
+	if rig.withImages {
+		ref := inImage("tiny:v1", "cat /etc/os-release; ls /usr 2>&1; echo image-end")
+		if out, _ := nodus("bob", "executions", "logs", ref); !strings.Contains(out, "ID=nodus-tiny") || !strings.Contains(out, "image-end") ||
+			strings.Contains(out, "debian") {
+			t.Errorf("an execution in image tiny:v1:\n%s", out)
+		}
+	}
+	if out, _ := nodus("bob", "executions", "get", inImage("absent", "true")); !strings.Contains(out, "ImageNotFound") {
+		t.Errorf("an execution in an image the host does not have: %s", out)
+	}
+
 	// Lending 256 MiB for two executions at once gives each 128 MiB; one
 	// that takes more is stopped at its limit and says so.
 	if out, err := nodus("ada", "lend", "acme/lent-host", "--max-executions", "2", "--memory", "256Mi"); err != nil ||

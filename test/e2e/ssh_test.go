@@ -126,6 +126,13 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(executionsDir) })
+	// The operator's images: a one-binary OCI image, where umoci and a
+	// static busybox exist (CI installs them).
+	imagesDir := filepath.Join(dir, "images")
+	if err := os.Mkdir(imagesDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	withImages := buildTinyImage(t, filepath.Join(imagesDir, "tiny"))
 	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
 	run(t, agentBinary, "enroll", "--server", serverURL, "--token", enrollToken, "--ca-hash", caHash, "--name", "e2e-node", "--state-dir", agentDir)
 	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
@@ -138,7 +145,7 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
 		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
 		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir,
-		"--clean-command", cleanCommand, "--clean-timeout", "1m", "--login-group", loginGroup)
+		"--clean-command", cleanCommand, "--clean-timeout", "1m", "--login-group", loginGroup, "--images-dir", imagesDir)
 	agentLog := &syncBuffer{}
 	agent.Stdout, agent.Stderr = agentLog, agentLog
 	if err := agent.Start(); err != nil {
@@ -179,7 +186,7 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 
 	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
 	rig := sshRig{dir: dir, agentDir: agentDir, port: port, login: login, login2: login2, tokens: tokens, borrower: borrower,
-		executionsDir: executionsDir, sshdLog: sshdLog, agentLog: agentLog}
+		executionsDir: executionsDir, withImages: withImages, sshdLog: sshdLog, agentLog: agentLog}
 	t.Run("lending drains with the release", func(t *testing.T) { lendingRun(t, s, rig) })
 	t.Run("handover to the next tenant", func(t *testing.T) { handoverRun(t, s, rig) })
 	t.Run("every way out retires access", func(t *testing.T) { wayOutRuns(t, s, rig) })
@@ -257,6 +264,7 @@ type sshRig struct {
 	login, login2     string
 	borrower          string
 	executionsDir     string
+	withImages        bool // the host has the image "tiny:v1"
 	tokens            map[string]string
 	sshdLog, agentLog *syncBuffer
 }
@@ -417,6 +425,25 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// buildTinyImage makes an OCI layout at layout with the tag v1: a static
+// busybox and an os-release of its own. It says whether it could.
+func buildTinyImage(t *testing.T, layout string) bool {
+	t.Helper()
+	busybox, err1 := exec.LookPath("busybox")
+	_, err2 := exec.LookPath("umoci")
+	if err1 != nil || err2 != nil {
+		t.Logf("no umoci or busybox: executions in images are not checked")
+		return false
+	}
+	build := t.TempDir()
+	script := fmt.Sprintf(`cd %s && umoci init --layout %s && umoci new --image %s:v1 && umoci unpack --image %s:v1 b >/dev/null
+		mkdir -p b/rootfs/bin b/rootfs/etc && cp %s b/rootfs/bin/busybox
+		for c in sh cat ls echo; do ln -s busybox b/rootfs/bin/$c; done
+		echo ID=nodus-tiny > b/rootfs/etc/os-release && umoci repack --image %s:v1 b >/dev/null`, build, layout, layout, layout, busybox, layout)
+	runOut(t, "sh", "-ec", script)
+	return true
 }
 
 // runOut runs a command and returns its output.

@@ -42,6 +42,7 @@ const (
 	ReasonStartFailed        = "StartFailed"
 	ReasonAgentRestarted     = "AgentRestarted"
 	ReasonOutOfMemory        = "OutOfMemory"
+	ReasonImageNotFound      = "ImageNotFound"
 )
 
 // DefaultPidsLimit bounds the processes of one sandboxed execution.
@@ -485,9 +486,14 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	if err := r.workDir(dir, cred); err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "preparing the work directory: " + err.Error()}
 	}
-	path, err := lookPath(e.Spec.Command[0])
-	if err != nil {
-		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+	// In an image the command is found in the image, by the runtime.
+	path := e.Spec.Command[0]
+	if e.Spec.Image == "" {
+		if path, err = lookPath(e.Spec.Command[0]); err != nil {
+			return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
+		}
+	} else if r.opts.Sandbox == nil {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "images run only in a sandbox; this host runs executions without one"}
 	}
 	// A drain or cancel that came while it was being prepared wins.
 	x.mu.Lock()
@@ -505,7 +511,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
 			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
-			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs,
+			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs, Image: e.Spec.Image,
 		}, x.out)
 		if err == nil {
 			box := x.box
@@ -531,6 +537,9 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		}
 	}
 	x.mu.Unlock()
+	if errors.Is(err, sandbox.ErrImageNotFound) {
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonImageNotFound, message: err.Error()}
+	}
 	if err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: err.Error()}
 	}

@@ -66,6 +66,9 @@ type Spec struct {
 	Pids        int64
 	// Network is the network policy: NetworkNone (the default) or NetworkEgress.
 	Network string
+	// Image, when set, is an OCI image of the host's images directory
+	// (NAME[:TAG]) whose root replaces the host's read-only system.
+	Image string
 }
 
 // Runtime is the OCI runtime on this host.
@@ -78,6 +81,11 @@ type Runtime struct {
 	DevDir string
 	// CgroupParent is the cgroup under which every sandbox gets its own.
 	CgroupParent string
+	// ImagesDir holds the OCI images executions may name: layout
+	// directories NAME/ or archives NAME.tar.
+	ImagesDir string
+
+	imagesMu sync.Mutex
 }
 
 // Find returns the runc runtime of this host, or an error saying what is missing.
@@ -103,9 +111,10 @@ var maskedPaths = []string{
 
 var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
-// Config is the OCI runtime configuration of s, with the bundle's rootfs at
-// rootfs; with egress, netns is the prepared network namespace and
-// resolvConf the resolver configuration to show.
+// Config is the OCI runtime configuration of s, with its root at rootfs
+// (the bundle's empty one, or s.Image's unpacked root); with egress, netns
+// is the prepared network namespace and resolvConf the resolver
+// configuration to show.
 func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec, error) {
 	switch s.Network {
 	case "", NetworkNone:
@@ -152,6 +161,9 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec
 		},
 	}
 	for _, dir := range systemDirs {
+		if s.Image != "" {
+			break // the image is the system
+		}
 		info, err := os.Lstat(dir)
 		switch {
 		case err != nil:
@@ -295,7 +307,13 @@ func (rt *Runtime) Start(ctx context.Context, s Spec, out io.Writer) (*Sandbox, 
 		_ = os.RemoveAll(bundle)
 		return nil, err
 	}
-	if err := makeRootfs(rootfs); err != nil {
+	if s.Image != "" {
+		root, err := rt.imageRoot(s.Image)
+		if err != nil {
+			return fail(err)
+		}
+		rootfs = root
+	} else if err := makeRootfs(rootfs); err != nil {
 		return fail(err)
 	}
 	netns, resolv := "", ""

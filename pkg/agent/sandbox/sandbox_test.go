@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
 	"fmt"
 	"net"
 	"net/http"
@@ -317,6 +319,51 @@ func TestSandboxEgress(t *testing.T) {
 			if strings.HasPrefix(e.Name(), "nodus-t") {
 				t.Errorf("network namespace %s outlived its sandbox", e.Name())
 			}
+		}
+	}
+}
+
+// TestSandboxImages: an execution that names an image of the host's images
+// directory (an OCI layout, or one as an archive) runs on its root instead
+// of the host's system; an unknown one is refused as such.
+func TestSandboxImages(t *testing.T) {
+	rt := runtimeForTest(t)
+	for _, tool := range []string{"umoci", "busybox", "tar"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("images need %s (CI installs umoci and busybox-static)", tool)
+		}
+	}
+	busybox, _ := exec.LookPath("busybox")
+	rt.ImagesDir = t.TempDir()
+	build := t.TempDir()
+	layout := filepath.Join(rt.ImagesDir, "tiny")
+	sh := func(script string) {
+		t.Helper()
+		if out, err := exec.Command("sh", "-ec", script).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out)
+		}
+	}
+	// A one-binary image: busybox (static) and an os-release of its own.
+	sh(fmt.Sprintf(`cd %s && umoci init --layout %s && umoci new --image %s:v1 && umoci unpack --image %s:v1 b >/dev/null
+		mkdir -p b/rootfs/bin b/rootfs/etc && cp %s b/rootfs/bin/busybox
+		for c in sh cat ls echo; do ln -s busybox b/rootfs/bin/$c; done
+		echo ID=nodus-tiny > b/rootfs/etc/os-release && umoci repack --image %s:v1 b >/dev/null`, build, layout, layout, layout, busybox, layout))
+	out, err, _ := run(t, rt, Spec{Image: "tiny:v1"}, "cat /etc/os-release; ls /usr 2>&1; echo hi > /work/f && cat /work/f")
+	if !strings.Contains(out, "ID=nodus-tiny") || strings.Contains(out, "debian") || !strings.Contains(out, "hi") {
+		t.Errorf("an execution in image tiny:v1: %v %q", err, out)
+	}
+	// The same image as an archive, under another name.
+	sh(fmt.Sprintf(`cd %s && tar -cf %s/packed.tar .`, layout, rt.ImagesDir))
+	if out, _, _ := run(t, rt, Spec{Image: "packed:v1"}, "cat /etc/os-release"); !strings.Contains(out, "ID=nodus-tiny") {
+		t.Errorf("an execution in the archived image: %q", out)
+	}
+	for _, ref := range []string{"absent", "tiny:v2", "Bad/Name"} {
+		_, err := rt.Start(context.Background(), Spec{ID: "t-missing", Image: ref, Args: []string{"sh"}, UID: nobody, GID: nobody,
+			HostWorkDir: workDir(t)}, io.Discard)
+		if err == nil {
+			t.Errorf("image %q was accepted", ref)
+		} else if ref != "Bad/Name" && !errors.Is(err, ErrImageNotFound) {
+			t.Errorf("image %q: %v, want ErrImageNotFound", ref, err)
 		}
 	}
 }

@@ -1128,6 +1128,13 @@ func schema_pkg_apis_nodus_v1_ExecutionSpec(ref common.ReferenceCallback) common
 							Format:      "int64",
 						},
 					},
+					"image": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Image, NAME[:TAG], is an OCI image the host's operator placed in the host's images directory; its root replaces the host's read-only system in the sandbox. An image the host does not have ends the execution failed with reason ImageNotFound.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"pool", "command", "maxRuntimeSeconds"},
 			},

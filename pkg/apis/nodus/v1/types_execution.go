@@ -37,6 +37,12 @@ type ExecutionSpec struct {
 	GPUs int32 `json:"gpus,omitempty"`
 	// MaxRuntimeSeconds ends the execution when reached.
 	MaxRuntimeSeconds int64 `json:"maxRuntimeSeconds"`
+	// Image, NAME[:TAG], is an OCI image the host's operator placed in the
+	// host's images directory; its root replaces the host's read-only
+	// system in the sandbox. An image the host does not have ends the
+	// execution failed with reason ImageNotFound.
+	// +optional
+	Image string `json:"image,omitempty"`
 }
 
 // ExecutionEnv is one environment variable.

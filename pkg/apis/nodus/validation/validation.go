@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
 	"unicode/utf8"
 
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
@@ -579,6 +580,25 @@ const (
 	maxExecutionMetadataBytes = 16 << 10
 )
 
+var (
+	imageNamePattern = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]{0,127}$`)
+	imageTagPattern  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`)
+)
+
+// ParseImage splits an image reference, NAME or NAME:TAG (tag "latest" by
+// default), and checks both parts: a name is a file name in the host's
+// images directory, never a path.
+func ParseImage(ref string) (name, tag string, err error) {
+	name, tag, found := strings.Cut(ref, ":")
+	if !found {
+		tag = "latest"
+	}
+	if !imageNamePattern.MatchString(name) || !imageTagPattern.MatchString(tag) || name == "." || name == ".." {
+		return "", "", fmt.Errorf("image %q is not NAME[:TAG] (lower-case letters, digits, '.', '_', '-')", ref)
+	}
+	return name, tag, nil
+}
+
 // ValidateExecution checks a borrower's execution.
 func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMeta(&e.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
@@ -632,6 +652,11 @@ func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
 	}
 	if e.Spec.GPUs < 0 || e.Spec.GPUs > maxExecutionGPUs {
 		errs = append(errs, field.Invalid(spec.Child("gpus"), e.Spec.GPUs, fmt.Sprintf("must be between 0 and %d", maxExecutionGPUs)))
+	}
+	if e.Spec.Image != "" {
+		if _, _, err := ParseImage(e.Spec.Image); err != nil {
+			errs = append(errs, field.Invalid(spec.Child("image"), e.Spec.Image, err.Error()))
+		}
 	}
 	if e.Spec.MaxRuntimeSeconds < 1 || e.Spec.MaxRuntimeSeconds > maxExecutionRuntime {
 		errs = append(errs, field.Invalid(spec.Child("maxRuntimeSeconds"), e.Spec.MaxRuntimeSeconds, fmt.Sprintf("must be between 1 and %d (7 days)", maxExecutionRuntime)))

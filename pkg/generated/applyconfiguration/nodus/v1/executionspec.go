@@ -21,6 +21,11 @@ type ExecutionSpecApplyConfiguration struct {
 	GPUs *int32 `json:"gpus,omitempty"`
 	// MaxRuntimeSeconds ends the execution when reached.
 	MaxRuntimeSeconds *int64 `json:"maxRuntimeSeconds,omitempty"`
+	// Image, NAME[:TAG], is an OCI image the host's operator placed in the
+	// host's images directory; its root replaces the host's read-only
+	// system in the sandbox. An image the host does not have ends the
+	// execution failed with reason ImageNotFound.
+	Image *string `json:"image,omitempty"`
 }
 
 // ExecutionSpecApplyConfiguration constructs a declarative configuration of the ExecutionSpec type for use with
@@ -73,5 +78,13 @@ func (b *ExecutionSpecApplyConfiguration) WithGPUs(value int32) *ExecutionSpecAp
 // If called multiple times, the MaxRuntimeSeconds field is set to the value of the last call.
 func (b *ExecutionSpecApplyConfiguration) WithMaxRuntimeSeconds(value int64) *ExecutionSpecApplyConfiguration {
 	b.MaxRuntimeSeconds = &value
+	return b
+}
+
+// WithImage sets the Image field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Image field is set to the value of the last call.
+func (b *ExecutionSpecApplyConfiguration) WithImage(value string) *ExecutionSpecApplyConfiguration {
+	b.Image = &value
 	return b
 }
