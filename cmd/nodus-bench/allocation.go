@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"os"
 	"sync"
 	"time"
@@ -13,6 +12,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // allocationScenario measures allocations over a large fleet, first through

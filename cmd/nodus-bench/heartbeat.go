@@ -3,10 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
-	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"os"
 	"time"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // heartbeat measures what heartbeats of many nodes cost the server and

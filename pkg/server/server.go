@@ -12,7 +12,6 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
-
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/docs"

@@ -3,8 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +16,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
 // lendingRun is lending as its three parties meet it, through the nodus CLI:
@@ -121,16 +120,13 @@ spec:
 	}
 	_ = os.Chmod(ownerHome, 0o755) // the default home mode of many distributions: others may read
 	defer os.Remove(secret)
-	service, err := net.Listen("tcp", "127.0.0.1:0")
+	servicePort, stopService, err := testhost.OwnerService("127.0.0.1:0", "owner-secret-data")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer service.Close()
-	go func() {
-		_ = http.Serve(service, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-secret-data")) }))
-	}()
+	defer stopService()
 	probe := submit(fmt.Sprintf(`cat %s; bash -c 'exec 3<>/dev/tcp/127.0.0.1/%d && echo GET / >&3 && cat <&3 && echo reached-service';`+
-		` test -e /proc/%d && echo sees-owner-processes; ls /home 2>&1; echo probe-end`, secret, service.Addr().(*net.TCPAddr).Port, os.Getpid()))
+		` test -e /proc/%d && echo sees-owner-processes; ls /home 2>&1; echo probe-end`, secret, servicePort, os.Getpid()))
 	waitOr(t, "the probing execution to end", func() bool { p := phase(probe); return p == "succeeded" || p == "failed" }, func() string { return dump(probe) })
 	probed, _ := nodus("bob", "executions", "logs", probe)
 	if !strings.Contains(probed, "probe-end") || strings.Contains(probed, "owner-secret-data") || strings.Contains(probed, "reached-service") ||
@@ -141,25 +137,15 @@ spec:
 	// With the pool's network policy egress, the owner's service on the
 	// host's own address stays out of reach.
 	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"network":"egress"}}}`)
-	var hostIPs []string
-	if addrs, err := net.InterfaceAddrs(); err == nil {
-		for _, a := range addrs {
-			if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-				hostIPs = append(hostIPs, n.IP.String())
-			}
-		}
-	}
-	wide, err := net.Listen("tcp", "0.0.0.0:0")
+	hostIPs := testhost.IPv4s()
+	widePort, stopWide, err := testhost.OwnerService("0.0.0.0:0", "owner-secret-data")
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer wide.Close()
-	go func() {
-		_ = http.Serve(wide, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-secret-data")) }))
-	}()
+	defer stopWide()
 	var reach strings.Builder
 	for _, ip := range append([]string{"127.0.0.1"}, hostIPs...) {
-		fmt.Fprintf(&reach, `timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' && echo reached-%s; `, ip, wide.Addr().(*net.TCPAddr).Port, ip)
+		fmt.Fprintf(&reach, `timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' && echo reached-%s; `, ip, widePort, ip)
 	}
 	egress := submit(reach.String() + "grep -c nameserver /etc/resolv.conf; echo egress-end")
 	waitOr(t, "the egress execution to end", func() bool { p := phase(egress); return p == "succeeded" || p == "failed" }, func() string { return dump(egress) })

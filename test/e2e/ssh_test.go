@@ -7,9 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,11 +18,15 @@ import (
 	"time"
 
 	gossh "golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
+	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
 // TestSSHAccessThroughSystemSSHD runs the whole access path as a customer
@@ -132,7 +133,13 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	if err := os.Mkdir(imagesDir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	withImages := buildTinyImage(t, filepath.Join(imagesDir, "tiny"))
+	withImages := true
+	if err := testhost.TinyImage(filepath.Join(imagesDir, "tiny"), "v1", t.TempDir()); errors.Is(err, testhost.ErrNoImageTools) {
+		t.Logf("no umoci or busybox: executions in images are not checked")
+		withImages = false
+	} else if err != nil {
+		t.Fatal(err)
+	}
 	serverURL := strings.TrimSpace(s.must(t, "config", "view", "--minify", "-o", "jsonpath={.clusters[0].cluster.server}"))
 	run(t, agentBinary, "enroll", "--server", serverURL, "--token", enrollToken, "--ca-hash", caHash, "--name", "e2e-node", "--state-dir", agentDir)
 	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(agentDir, "ssh_host_ed25519_key"))
@@ -425,25 +432,6 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
-}
-
-// buildTinyImage makes an OCI layout at layout with the tag v1: a static
-// busybox and an os-release of its own. It says whether it could.
-func buildTinyImage(t *testing.T, layout string) bool {
-	t.Helper()
-	busybox, err1 := exec.LookPath("busybox")
-	_, err2 := exec.LookPath("umoci")
-	if err1 != nil || err2 != nil {
-		t.Logf("no umoci or busybox: executions in images are not checked")
-		return false
-	}
-	build := t.TempDir()
-	script := fmt.Sprintf(`cd %s && umoci init --layout %s && umoci new --image %s:v1 && umoci unpack --image %s:v1 b >/dev/null
-		mkdir -p b/rootfs/bin b/rootfs/etc && cp %s b/rootfs/bin/busybox
-		for c in sh cat ls echo; do ln -s busybox b/rootfs/bin/$c; done
-		echo ID=nodus-tiny > b/rootfs/etc/os-release && umoci repack --image %s:v1 b >/dev/null`, build, layout, layout, layout, busybox, layout)
-	runOut(t, "sh", "-ec", script)
-	return true
 }
 
 // runOut runs a command and returns its output.

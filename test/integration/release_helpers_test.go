@@ -7,11 +7,10 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nodus-dev/nodus/pkg/actions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
 // nobody is the unprivileged account the tests run sandboxes as.
@@ -115,15 +116,11 @@ func TestSandboxIsolatesFromTheOwner(t *testing.T) {
 	}
 	_ = os.Chmod(home, 0o755)
 	// The owner's service on the host's loopback.
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, stop, err := testhost.OwnerService("127.0.0.1:0", "owner-data")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) }))
-	}()
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
+	defer stop()
 
 	for what, script := range map[string]string{
 		"a file of the owner": "cat " + secret,
@@ -270,22 +267,12 @@ func TestSandboxEgress(t *testing.T) {
 		}
 	}
 	// The owner's service, on every address of the host.
-	l, err := net.Listen("tcp", "0.0.0.0:0")
+	port, stop, err := testhost.OwnerService("0.0.0.0:0", "owner-data")
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() {
-		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("owner-data")) }))
-	}()
-	defer l.Close()
-	port := l.Addr().(*net.TCPAddr).Port
-	targets := []string{"127.0.0.1", "10.0.2.2"}
-	addrs, _ := net.InterfaceAddrs()
-	for _, a := range addrs {
-		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() {
-			targets = append(targets, n.IP.String())
-		}
-	}
+	defer stop()
+	targets := append([]string{"127.0.0.1", "10.0.2.2"}, testhost.IPv4s()...)
 	var script strings.Builder
 	for _, ip := range targets {
 		fmt.Fprintf(&script, "timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' 2>/dev/null && echo reached-%s; ", ip, port, ip)
@@ -328,26 +315,19 @@ func TestSandboxEgress(t *testing.T) {
 // of the host's system; an unknown one is refused as such.
 func TestSandboxImages(t *testing.T) {
 	rt := runtimeForTest(t)
-	for _, tool := range []string{"umoci", "busybox", "tar"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("images need %s (CI installs umoci and busybox-static)", tool)
-		}
-	}
-	busybox, _ := exec.LookPath("busybox")
 	rt.ImagesDir = t.TempDir()
-	build := t.TempDir()
 	layout := filepath.Join(rt.ImagesDir, "tiny")
+	if err := testhost.TinyImage(layout, "v1", t.TempDir()); errors.Is(err, testhost.ErrNoImageTools) {
+		t.Skip("images need umoci and a static busybox (CI installs umoci and busybox-static)")
+	} else if err != nil {
+		t.Fatal(err)
+	}
 	sh := func(script string) {
 		t.Helper()
 		if out, err := exec.Command("sh", "-ec", script).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", script, err, out)
 		}
 	}
-	// A one-binary image: busybox (static) and an os-release of its own.
-	sh(fmt.Sprintf(`cd %s && umoci init --layout %s && umoci new --image %s:v1 && umoci unpack --image %s:v1 b >/dev/null
-		mkdir -p b/rootfs/bin b/rootfs/etc && cp %s b/rootfs/bin/busybox
-		for c in sh cat ls echo; do ln -s busybox b/rootfs/bin/$c; done
-		echo ID=nodus-tiny > b/rootfs/etc/os-release && umoci repack --image %s:v1 b >/dev/null`, build, layout, layout, layout, busybox, layout))
 	out, err, _ := run(t, rt, Spec{Image: "tiny:v1"}, "cat /etc/os-release; ls /usr 2>&1; echo hi > /work/f && cat /work/f")
 	if !strings.Contains(out, "ID=nodus-tiny") || strings.Contains(out, "debian") || !strings.Contains(out, "hi") {
 		t.Errorf("an execution in image tiny:v1: %v %q", err, out)
