@@ -2,7 +2,6 @@ package testfleet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net"
@@ -99,5 +98,3 @@ func FreePort() (int, error) {
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
-
-func jsonBody(v interface{}) ([]byte, error) { return json.Marshal(v) }
