@@ -507,7 +507,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	}
 	var wait func() error
 	if r.opts.Sandbox != nil {
-		x.box, err = r.opts.Sandbox.Start(ctx, sandbox.Spec{
+		x.box, err = r.opts.Sandbox.Start(sandbox.Spec{
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
 			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),

@@ -1,7 +1,6 @@
 package sandbox
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"os/exec"
@@ -30,7 +29,7 @@ func BenchmarkStartToExit(b *testing.B) {
 		rt := benchRuntime(b)
 		work := b.TempDir()
 		for i := 0; i < b.N; i++ {
-			sb, err := rt.Start(context.Background(), Spec{ID: fmt.Sprintf("bench-%d", i), Args: []string{"/bin/true"},
+			sb, err := rt.Start(Spec{ID: fmt.Sprintf("bench-%d", i), Args: []string{"/bin/true"},
 				Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: work, Pids: 64}, io.Discard)
 			if err != nil {
 				b.Fatal(err)

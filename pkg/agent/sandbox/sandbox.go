@@ -14,7 +14,6 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -287,8 +286,10 @@ type Sandbox struct {
 	closeOnce sync.Once
 }
 
-// Start writes s's bundle and starts it; its output goes to out.
-func (rt *Runtime) Start(ctx context.Context, s Spec, out io.Writer) (*Sandbox, error) {
+// Start writes s's bundle and starts it; its output goes to out. It takes
+// no context on purpose: a sandbox ends by Signal and Close, never because
+// a caller's context did (its processes would be killed without a report).
+func (rt *Runtime) Start(s Spec, out io.Writer) (*Sandbox, error) {
 	bundle := filepath.Join(rt.StateDir, "bundles", s.ID)
 	rootfs := filepath.Join(bundle, "rootfs")
 	// The bundle is root's; its rootfs becomes the sandbox's "/", which

@@ -2,7 +2,6 @@ package sandbox
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -87,7 +86,7 @@ func run(t *testing.T, rt *Runtime, spec Spec, script string) (string, error, *S
 	spec.Env = []string{"PATH=/usr/bin:/bin", "HOME=" + WorkDir}
 	spec.UID, spec.GID = nobody, nobody
 	out := &safeBuffer{}
-	sb, err := rt.Start(context.Background(), spec, out)
+	sb, err := rt.Start(spec, out)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +222,7 @@ func TestSandboxEndsEverything(t *testing.T) {
 	}
 
 	out := &safeBuffer{}
-	sb, err := rt.Start(context.Background(), Spec{ID: "t-signal", Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
+	sb, err := rt.Start(Spec{ID: "t-signal", Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
 		Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t)}, out)
 	if err != nil {
 		t.Fatal(err)
@@ -338,7 +337,7 @@ func TestSandboxImages(t *testing.T) {
 		t.Errorf("an execution in the archived image: %q", out)
 	}
 	for _, ref := range []string{"absent", "tiny:v2", "Bad/Name"} {
-		_, err := rt.Start(context.Background(), Spec{ID: "t-missing", Image: ref, Args: []string{"sh"}, UID: nobody, GID: nobody,
+		_, err := rt.Start(Spec{ID: "t-missing", Image: ref, Args: []string{"sh"}, UID: nobody, GID: nobody,
 			HostWorkDir: workDir(t)}, io.Discard)
 		if err == nil {
 			t.Errorf("image %q was accepted", ref)
