@@ -1,7 +1,7 @@
 // Package testhost is what the sandbox's tests and the end-to-end tests
 // need of a real host to attack a sandbox with: a service of the owner's on
-// the host, the host's addresses, and a tiny OCI image. It depends on
-// nothing of Nodus, so that any package's tests may use it.
+// the host, the host's addresses, a tiny OCI image and stand-in GPUs. It
+// depends on nothing of Nodus, so that any package's tests may use it.
 package testhost
 
 import (
@@ -9,8 +9,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNoImageTools: umoci or a static busybox is missing (CI installs both).
@@ -61,4 +65,60 @@ func TinyImage(layout, tag, work string) error {
 		return fmt.Errorf("building %s: %v: %s", image, err, out)
 	}
 	return nil
+}
+
+// NVIDIAMajor is the character device major of /dev/nvidiaN and nvidiactl.
+const NVIDIAMajor = 195
+
+// ErrHasNVIDIA: the host has NVIDIA device nodes of its own, which a test
+// must neither shadow nor remove.
+var ErrHasNVIDIA = errors.New("this host has NVIDIA device nodes")
+
+// MakeNVIDIANode makes a character device node at path with NVIDIA's major
+// number and minor: without a driver, opening it fails with ENXIO, unless
+// a device cgroup refuses it first (EPERM).
+func MakeNVIDIANode(path string, minor uint32) error {
+	return unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(NVIDIAMajor, minor)))
+}
+
+// FakeGPUs gives a host without NVIDIA GPUs n of them as far as a host
+// agent can tell: /dev/nvidia0…n-1 and /dev/nvidiactl, and an nvidia-smi in
+// bin that reports n H100s. It returns a function removing the nodes.
+// Only the device cgroup and the agent's inventory meet them; there is no
+// driver behind them.
+func FakeGPUs(bin string, n int) (func(), error) {
+	if found, _ := filepath.Glob("/dev/nvidia*"); len(found) > 0 {
+		return nil, ErrHasNVIDIA
+	}
+	var made []string
+	remove := func() {
+		for _, p := range made {
+			_ = os.Remove(p)
+		}
+	}
+	nodes := map[string]uint32{"/dev/nvidiactl": 255}
+	for i := range n {
+		nodes[fmt.Sprintf("/dev/nvidia%d", i)] = uint32(i)
+	}
+	for path, minor := range nodes {
+		if err := MakeNVIDIANode(path, minor); err != nil {
+			remove()
+			return nil, err
+		}
+		made = append(made, path)
+	}
+	var lines strings.Builder
+	for range n {
+		lines.WriteString("NVIDIA H100 80GB HBM3, 81559, 550.54.15\n")
+	}
+	script := "#!/bin/sh\n# A test's stand-in: the GPUs of FakeGPUs.\ncat <<'EOF'\n" + lines.String() + "EOF\n"
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		remove()
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bin, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		remove()
+		return nil, err
+	}
+	return remove, nil
 }

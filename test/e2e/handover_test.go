@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -252,16 +253,40 @@ echo planted`
 		runs, p50p99(toDrained), p50p99(toCleaned), p50p99(toNext))
 }
 
-// sleepsStartedAfter says whether login runs a "sleep 600" whose pid is
-// above after's (pids rise; this run's session started after its ssh client).
+// sleepsStartedAfter says whether login runs a "sleep 600" that started
+// no earlier than the process after (this run's session starts after its
+// ssh client). Start times, not pids: pids wrap around within a CI run.
 func sleepsStartedAfter(login string, after int) bool {
+	since, ok := startTicks(after)
+	if !ok {
+		return false
+	}
 	for _, line := range strings.Split(running("-a", "-f", "-u", login, "sleep 600"), "\n") {
 		pid, _, _ := strings.Cut(line, " ")
-		if n, err := strconv.Atoi(pid); err == nil && n > after {
-			return true
+		if n, err := strconv.Atoi(pid); err == nil {
+			if started, ok := startTicks(n); ok && started >= since {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// startTicks is when pid started, in clock ticks since boot (proc(5),
+// /proc/PID/stat field 22).
+func startTicks(pid int) (uint64, bool) {
+	stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The fields after the command name, which is in parentheses, start
+	// with the state, field 3.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	if len(fields) < 20 {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(fields[19], 10, 64)
+	return n, err == nil
 }
 
 // nodeDump shows the rig's node and the end of nodusd's log, for a failure.

@@ -155,6 +155,57 @@ spec:
 	}
 	s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"network":"none"}}}`)
 
+	// An execution given one of the host's GPUs opens that one as far as
+	// the driver (none here), and the device cgroup refuses the other even
+	// where a node of it is within reach: planted by root in its /work.
+	if rig.gpus == 2 {
+		s.must(t, "patch", "pool", "e2e", "--type", "merge", "-p", `{"spec":{"lending":{"borrowers":[{"project":"beta","maxGPUs":2}]}}}`)
+		out, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "1", "--", "sh", "-c",
+			`echo "visible=[$CUDA_VISIBLE_DEVICES] dev=[$(ls /dev | grep nvidia | tr '\n' ' ')]"; while [ ! -e /work/planted ]; do sleep 0.05; done; `+
+				`for g in 0 1; do head -c1 /work/gpu$g 2>&1 | sed "s/^/gpu$g: /"; done; echo gpu-end`)
+		if err != nil || !strings.Contains(out, "submitted") {
+			t.Fatalf("executions run --gpus 1: %v %s", err, out)
+		}
+		ref := strings.Fields(out)[1]
+		uid := strings.TrimSpace(s.must(t, "get", "execution", strings.TrimPrefix(ref, "beta/"), "-n", "beta", "-o", "jsonpath={.metadata.uid}"))
+		work := filepath.Join(rig.executionsDir, uid)
+		waitOr(t, "the GPU execution's work directory", func() bool { _, err := os.Stat(work); return err == nil }, func() string { return dump(ref) })
+		for g := range uint32(2) {
+			if err := testhost.MakeNVIDIANode(filepath.Join(work, fmt.Sprintf("gpu%d", g)), g); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := os.WriteFile(filepath.Join(work, "planted"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitOr(t, "the GPU execution to succeed", func() bool { return phase(ref) == "succeeded" }, func() string { return dump(ref) })
+		logs, _ := nodus("bob", "executions", "logs", ref)
+		given, other := "0", "1"
+		if strings.Contains(logs, "visible=[1]") {
+			given, other = "1", "0"
+		}
+		opened := func(g string) string {
+			for _, line := range strings.Split(logs, "\n") {
+				if rest, ok := strings.CutPrefix(line, "gpu"+g+": "); ok {
+					return rest
+				}
+			}
+			return ""
+		}
+		switch {
+		case !strings.Contains(logs, "visible=["+given+"]") || !strings.Contains(logs, "gpu-end"):
+			t.Errorf("an execution of one GPU:\n%s", logs)
+		case !strings.Contains(logs, "dev=[nvidia"+given+" nvidiactl ]"):
+			t.Errorf("the sandbox's /dev must hold its GPU and nvidiactl only:\n%s", logs)
+		case !strings.HasSuffix(opened(given), "No such device or address"):
+			t.Errorf("the assigned GPU must open as far as the driver (ENXIO):\n%s", logs)
+		case !strings.HasSuffix(opened(other), "Operation not permitted"):
+			t.Errorf("the device cgroup must refuse the GPU the execution was not given (EPERM):\n%s", logs)
+		default:
+			t.Logf("an execution given GPU %s of 2 opened it as far as the (absent) driver; the device cgroup refused GPU %s", given, other)
+		}
+	}
+
 	// An execution may name an image of the host's images directory, which
 	// then is its root; one the host does not have fails as such.
 	inImage := func(image, script string) string {
@@ -224,6 +275,18 @@ spec:
 	// a trivial execution in its runc sandbox, as the operator's watch sees it.
 	toRunning, toDone := measureExecutions(t, s, func() string { return submit(`true`) }, 8)
 	t.Logf("over 8 sandboxed executions of true, from nodus executions run: → running %s, → succeeded %s", p50p99(toRunning), p50p99(toDone))
+	// …and the same without the sandbox, from nodusd restarted with
+	// --sandbox none and back: what the sandbox costs, in the same run.
+	rig.agent.stop()
+	rig.agent.start(t, "--sandbox", "none")
+	warm := submit(`true`)
+	waitOr(t, "an execution on the unsandboxed nodusd", func() bool { return phase(warm) == "succeeded" }, func() string { return dump(warm) })
+	plainRunning, plainDone := measureExecutions(t, s, func() string { return submit(`true`) }, 8)
+	t.Logf("over 8 executions of true without a sandbox (--sandbox none), same run: → running %s, → succeeded %s", p50p99(plainRunning), p50p99(plainDone))
+	rig.agent.stop()
+	rig.agent.start(t)
+	warm = submit(`id -un`)
+	waitOr(t, "an execution on the sandboxed nodusd again", func() bool { return phase(warm) == "succeeded" }, func() string { return dump(warm) })
 
 	// The second runs until the release drains it.
 	second := submit(`echo started; sleep 600`)

@@ -149,16 +149,28 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	// Its login group is the test's own, so that the host's is left alone.
 	loginGroup := "nodusg" + hex.EncodeToString(suffix)
 	t.Cleanup(func() { _ = exec.Command("groupdel", loginGroup).Run() })
-	agent := exec.Command(agentBinary, "run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
-		"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
-		"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir,
-		"--clean-command", cleanCommand, "--clean-timeout", "1m", "--login-group", loginGroup, "--images-dir", imagesDir)
-	agentLog := &syncBuffer{}
-	agent.Stdout, agent.Stderr = agentLog, agentLog
-	if err := agent.Start(); err != nil {
+	// Two GPUs as far as nodusd can tell, where the host has none (CI):
+	// its device cgroup then has real device nodes to allow and refuse.
+	fakeGPUs := filepath.Join(dir, "fake-gpus")
+	gpus := 0
+	switch removeGPUs, err := testhost.FakeGPUs(fakeGPUs, 2); {
+	case errors.Is(err, testhost.ErrHasNVIDIA):
+		t.Logf("%v: GPU device isolation is checked by pkg/agent/sandbox only", err)
+	case err != nil:
 		t.Fatal(err)
+	default:
+		gpus = 2
+		t.Cleanup(removeGPUs)
 	}
-	t.Cleanup(func() { _ = agent.Process.Kill(); _ = agent.Wait() })
+	agent := &agentProcess{path: agentBinary, log: &syncBuffer{},
+		env: append(os.Environ(), "PATH="+fakeGPUs+string(os.PathListSeparator)+os.Getenv("PATH")),
+		args: []string{"run", "--state-dir", agentDir, "--ssh-host-key", filepath.Join(agentDir, "ssh_host_ed25519_key.pub"),
+			"--ssh-address", fmt.Sprintf("127.0.0.1:%d", port), "--sshd-ca-file", filepath.Join(agentDir, "user_ca.pub"), "--sshd-drop-in", filepath.Join(agentDir, "nodus.conf"),
+			"--grace", "1s", "--disk-path", dir, "--borrower-user", borrower, "--borrower-slots", "2", "--executions-dir", executionsDir,
+			"--clean-command", cleanCommand, "--clean-timeout", "1m", "--login-group", loginGroup, "--images-dir", imagesDir}}
+	agent.start(t)
+	t.Cleanup(agent.stop)
+	agentLog := agent.log
 	waitFor(t, "nodusd's sshd drop-in", func() bool { _, err := os.Stat(filepath.Join(agentDir, "nodus.conf")); return err == nil })
 
 	// Debian's stock sshd_config, which reads ~/.ssh/authorized_keys for
@@ -193,7 +205,7 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 
 	t.Run("through the nodus CLI only", func(t *testing.T) { cliRun(t, s, sshRig{dir: dir, port: port, login: login, tokens: tokens}) })
 	rig := sshRig{dir: dir, agentDir: agentDir, port: port, login: login, login2: login2, tokens: tokens, borrower: borrower,
-		executionsDir: executionsDir, withImages: withImages, sshdLog: sshdLog, agentLog: agentLog}
+		executionsDir: executionsDir, withImages: withImages, gpus: gpus, agent: agent, sshdLog: sshdLog, agentLog: agentLog}
 	t.Run("lending drains with the release", func(t *testing.T) { lendingRun(t, s, rig) })
 	t.Run("handover to the next tenant", func(t *testing.T) { handoverRun(t, s, rig) })
 	t.Run("every way out retires access", func(t *testing.T) { wayOutRuns(t, s, rig) })
@@ -272,8 +284,45 @@ type sshRig struct {
 	borrower          string
 	executionsDir     string
 	withImages        bool // the host has the image "tiny:v1"
+	gpus              int  // GPUs the host has, stand-ins in CI
+	agent             *agentProcess
 	tokens            map[string]string
 	sshdLog, agentLog *syncBuffer
+}
+
+// agentProcess is the host's nodusd, which a test may restart with other flags.
+type agentProcess struct {
+	path string
+	args []string
+	env  []string
+	log  *syncBuffer
+	cmd  *exec.Cmd
+}
+
+// start runs nodusd with its arguments and extra.
+func (a *agentProcess) start(t *testing.T, extra ...string) {
+	t.Helper()
+	a.cmd = exec.Command(a.path, append(append([]string(nil), a.args...), extra...)...)
+	a.cmd.Env, a.cmd.Stdout, a.cmd.Stderr = a.env, a.log, a.log
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stop ends nodusd as an operator's restart does.
+func (a *agentProcess) stop() {
+	if a.cmd != nil {
+		_ = a.cmd.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { _ = a.cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = a.cmd.Process.Kill()
+			<-done
+		}
+		a.cmd = nil
+	}
 }
 
 // accessRun reserves the host under name, logs in, holds a session, releases

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
@@ -177,7 +175,7 @@ func TestSandboxGPUs(t *testing.T) {
 	dev := t.TempDir()
 	mknod := func(path string, minor uint32) {
 		t.Helper()
-		if err := unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(nvidiaMajor, minor))); err != nil {
+		if err := testhost.MakeNVIDIANode(path, minor); err != nil {
 			t.Fatal(err)
 		}
 	}
