@@ -20,6 +20,7 @@ func main() {
 
 func newCommand() *cobra.Command {
 	opts := server.NewOptions(os.Stdout)
+	var printJoin bool
 	cmd := &cobra.Command{
 		Use:   "nodus-server",
 		Short: "Run the Nodus control plane (API server, controllers, embedded etcd)",
@@ -27,10 +28,24 @@ func newCommand() *cobra.Command {
   nodus-server
 
   # Then, in another shell
-  kubectl --kubeconfig ~/.local/share/nodus/admin.kubeconfig get reservedhosts -A`,
+  kubectl --kubeconfig ~/.local/share/nodus/admin.kubeconfig get reservedhosts -A
+
+  # A replica of a cluster on external etcd (docs/ha.md), and the command that starts the next one
+  nodus-server --etcd-servers=https://etcd-1:2379,https://etcd-2:2379,https://etcd-3:2379 \
+    --etcd-cafile=/etc/nodus/etcd-ca.crt --etcd-certfile=/etc/nodus/etcd-client.crt --etcd-keyfile=/etc/nodus/etcd-client.key \
+    --cluster-key-file=/etc/nodus/cluster.key --bind-address=0.0.0.0 --tls-san=nodus.example.com
+  nodus-server --etcd-servers=... --cluster-key-file=... --print-join-command`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printJoin {
+				line, err := opts.JoinCommand()
+				if err != nil {
+					return fmt.Errorf("nodus-server: %w", err)
+				}
+				fmt.Fprintln(cmd.OutOrStdout(), line)
+				return nil
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return run(ctx, opts)
@@ -38,6 +53,7 @@ func newCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	opts.AddFlags(cmd.Flags())
+	cmd.Flags().BoolVar(&printJoin, "print-join-command", false, "Print the command line that starts another replica of this cluster (same etcd, etcd credentials and cluster key), and exit.")
 	return cmd
 }
 

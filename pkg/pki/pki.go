@@ -43,12 +43,27 @@ type Pair struct {
 
 // LoadOrCreateCA reads DIR/ca.crt and DIR/ca.key, creating them on first use.
 func LoadOrCreateCA(dir, commonName string) (*CA, error) {
-	certPath, keyPath := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key")
-	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil {
-		return parseCA(certPEM, keyPEM)
-	} else if !errors.Is(err, os.ErrNotExist) {
+	ca, err := LoadCA(dir)
+	if !errors.Is(err, os.ErrNotExist) {
+		return ca, err
+	}
+	if ca, err = NewCA(commonName); err != nil {
 		return nil, err
 	}
+	return ca, ca.WriteFiles(dir)
+}
+
+// LoadCA reads DIR/ca.crt and DIR/ca.key; os.ErrNotExist when either is missing.
+func LoadCA(dir string) (*CA, error) {
+	certPEM, keyPEM, err := readPair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	return ParseCA(certPEM, keyPEM)
+}
+
+// NewCA makes a new self-signed certificate authority.
+func NewCA(commonName string) (*CA, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -71,10 +86,25 @@ func LoadOrCreateCA(dir, commonName string) (*CA, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writePair(certPath, keyPath, pair); err != nil {
+	return ParseCA(pair.CertPEM, pair.KeyPEM)
+}
+
+// KeyPEM is the CA's private key in PEM.
+func (ca *CA) KeyPEM() ([]byte, error) {
+	der, err := x509.MarshalECPrivateKey(ca.Key)
+	if err != nil {
 		return nil, err
 	}
-	return parseCA(pair.CertPEM, pair.KeyPEM)
+	return pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der}), nil
+}
+
+// WriteFiles writes DIR/ca.crt and DIR/ca.key (0600).
+func (ca *CA) WriteFiles(dir string) error {
+	keyPEM, err := ca.KeyPEM()
+	if err != nil {
+		return err
+	}
+	return writePair(filepath.Join(dir, "ca.crt"), filepath.Join(dir, "ca.key"), Pair{CertPEM: ca.CertPEM, KeyPEM: keyPEM})
 }
 
 // LoadOrCreateServing reads DIR/NAME.crt and NAME.key, or issues a serving
@@ -92,7 +122,7 @@ func (ca *CA) LoadOrCreatePeer(dir, name string, hosts []string) (certPath, keyP
 
 func (ca *CA) loadOrCreateHost(dir, name string, hosts []string, usages ...x509.ExtKeyUsage) (certPath, keyPath string, err error) {
 	certPath, keyPath = filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if certPEM, _, err := readPair(certPath, keyPath); err == nil && covers(certPEM, hosts) {
+	if certPEM, _, err := readPair(certPath, keyPath); err == nil && ca.signed(certPEM) && covers(certPEM, hosts) {
 		return certPath, keyPath, nil
 	}
 	tmpl := &x509.Certificate{
@@ -127,7 +157,7 @@ func (ca *CA) IssueClient(user string, groups []string) (Pair, error) {
 // LoadOrCreateClient reads DIR/NAME.crt and NAME.key or issues them.
 func (ca *CA) LoadOrCreateClient(dir, name, user string, groups []string) (Pair, error) {
 	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil {
+	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil && ca.signed(certPEM) {
 		return Pair{certPEM, keyPEM}, nil
 	}
 	pair, err := ca.IssueClient(user, groups)
@@ -153,6 +183,17 @@ func (ca *CA) issue(tmpl *x509.Certificate) (Pair, error) {
 	return encode(der, key)
 }
 
+// signed says whether certPEM was issued by ca: a replica that joined a
+// cluster replaces what its own earlier CA issued.
+func (ca *CA) signed(certPEM []byte) bool {
+	block, _ := pem.Decode(certPEM)
+	if block == nil {
+		return false
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	return err == nil && cert.CheckSignatureFrom(ca.Cert) == nil
+}
+
 func covers(certPEM []byte, hosts []string) bool {
 	block, _ := pem.Decode(certPEM)
 	if block == nil {
@@ -170,7 +211,8 @@ func covers(certPEM []byte, hosts []string) bool {
 	return true
 }
 
-func parseCA(certPEM, keyPEM []byte) (*CA, error) {
+// ParseCA reads a CA certificate and its key from PEM.
+func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	cb, _ := pem.Decode(certPEM)
 	kb, _ := pem.Decode(keyPEM)
 	if cb == nil || kb == nil {

@@ -23,8 +23,14 @@ const EmbeddedEtcd = "embedded"
 type Options struct {
 	DataDir     string
 	EtcdServers []string
-	SecurePort  int
-	BindAddress string
+	// EtcdCAFile, EtcdCertFile and EtcdKeyFile are an external etcd's CA
+	// and this server's client credential (kube-apiserver's flags).
+	EtcdCAFile, EtcdCertFile, EtcdKeyFile string
+	// ClusterKeyFile holds the secret every replica is given; it seals the
+	// cluster's signing keys in etcd. Default with embedded etcd: DIR/cluster.key.
+	ClusterKeyFile string
+	SecurePort     int
+	BindAddress    string
 	// TLSSANs are extra host names or IPs for the serving certificate.
 	TLSSANs     []string
 	DocsBaseURL string
@@ -44,6 +50,10 @@ type Options struct {
 	// AuditPolicyFile overrides the built-in audit policy.
 	AuditPolicyFile string
 
+	// EtcdProbeTimeout bounds the start-up check that etcd answers
+	// (default 15 s): a server whose etcd is down says so and exits.
+	EtcdProbeTimeout time.Duration
+
 	// Listener, when set, is used instead of binding BindAddress:SecurePort
 	// (tests pass a listener on port 0).
 	Listener net.Listener
@@ -61,6 +71,7 @@ func NewOptions(out io.Writer) *Options {
 		// Matches node.DefaultAgentCertificateValidity; options do not import the registry.
 		AgentCertificateValidity: 30 * 24 * time.Hour,
 		MaxExecutionsPerProject:  1000,
+		EtcdProbeTimeout:         15 * time.Second,
 		Out:                      out,
 	}
 }
@@ -69,6 +80,10 @@ func NewOptions(out io.Writer) *Options {
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DataDir, "data-dir", o.DataDir, "Directory for the CA, certificates, admin.kubeconfig and the embedded etcd's data.")
 	fs.StringSliceVar(&o.EtcdServers, "etcd-servers", o.EtcdServers, `"embedded" to run etcd in-process under --data-dir, or a comma-separated list of etcd client URLs of an external cluster.`)
+	fs.StringVar(&o.EtcdCAFile, "etcd-cafile", o.EtcdCAFile, "CA bundle that verifies an external etcd's serving certificates.")
+	fs.StringVar(&o.EtcdCertFile, "etcd-certfile", o.EtcdCertFile, "Client certificate this server presents to an external etcd (with --etcd-keyfile).")
+	fs.StringVar(&o.EtcdKeyFile, "etcd-keyfile", o.EtcdKeyFile, "Key of --etcd-certfile.")
+	fs.StringVar(&o.ClusterKeyFile, "cluster-key-file", o.ClusterKeyFile, "Secret that every replica of one cluster is given: it seals the cluster's CA and SSH user CA in etcd. Required with an external etcd; default with embedded etcd: DIR/cluster.key, created on first start.")
 	fs.IntVar(&o.SecurePort, "secure-port", o.SecurePort, "HTTPS port of the API.")
 	fs.StringVar(&o.BindAddress, "bind-address", o.BindAddress, "Address the API listens on; 0.0.0.0 for all interfaces.")
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra host names or IPs the serving certificate covers.")
@@ -95,6 +110,22 @@ func (o *Options) Validate() error {
 				errs = append(errs, fmt.Errorf("--etcd-servers: %q is not an http(s) URL", s))
 			}
 		}
+	}
+	if o.embeddedEtcd() && (o.EtcdCAFile != "" || o.EtcdCertFile != "" || o.EtcdKeyFile != "") {
+		errs = append(errs, errors.New("--etcd-cafile, --etcd-certfile and --etcd-keyfile are for an external etcd; the embedded one makes its own credentials"))
+	}
+	if (o.EtcdCertFile == "") != (o.EtcdKeyFile == "") {
+		errs = append(errs, errors.New("--etcd-certfile and --etcd-keyfile go together"))
+	}
+	for flag, path := range map[string]string{"--etcd-cafile": o.EtcdCAFile, "--etcd-certfile": o.EtcdCertFile, "--etcd-keyfile": o.EtcdKeyFile} {
+		if path != "" {
+			if _, err := os.Stat(path); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", flag, err))
+			}
+		}
+	}
+	if !o.embeddedEtcd() && o.ClusterKeyFile == "" {
+		errs = append(errs, errors.New("--cluster-key-file is required with an external etcd: every replica of the cluster is given the same one (see docs/ha.md)"))
 	}
 	if o.Listener == nil && (o.SecurePort < 1 || o.SecurePort > 65535) {
 		errs = append(errs, fmt.Errorf("--secure-port %d is not a port", o.SecurePort))

@@ -30,6 +30,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
@@ -78,43 +79,44 @@ func (c CompletedConfig) New() (*Server, error) {
 	group := genericapiserver.NewDefaultAPIGroupInfo(nodusv1.GroupName, c.Scheme, metav1.ParameterCodec, c.Codecs)
 	group.NegotiatedSerializer = c.Serializer
 	storage := map[string]rest.Storage{}
-	short := map[string][]string{
-		"pools": nil, "nodes": {"no"}, "reservations": {"rsv"},
-	}
-	for resource, names := range short {
-		for path, s := range c.Stores[resource].Storage(resource, names...) {
+	for _, r := range []struct {
+		stores   base.Stores
+		resource string
+		short    []string
+	}{{c.Stores.Pools, "pools", nil}, {c.Stores.Nodes, "nodes", []string{"no"}}, {c.Stores.Reservations, "reservations", []string{"rsv"}}} {
+		for path, s := range r.stores.Storage(r.resource, r.short...) {
 			storage[path] = s
 		}
 	}
-	for path, s := range project.Storage(c.Stores["projects"], c.Stores["reservations"]) {
+	for path, s := range project.Storage(c.Stores.Projects, c.Stores.Reservations) {
 		storage[path] = s
 	}
-	for path, s := range accesstoken.Storage(c.Stores["accesstokens"]) {
+	for path, s := range accesstoken.Storage(c.Stores.AccessTokens) {
 		storage[path] = s
 	}
-	allocationStorage := allocation.Storage(c.Stores["allocations"], c.Stores["nodes"])
+	allocationStorage := allocation.Storage(c.Stores.Allocations, c.Stores.Nodes)
 	for path, s := range allocationStorage {
 		storage[path] = s
 	}
-	for path, s := range execution.Storage(c.Stores["executions"], c.Stores["reservations"], c.Stores["nodes"], c.executionLogs) {
+	for path, s := range execution.Storage(c.Stores.Executions, c.Stores.Reservations, c.Stores.Nodes, c.executionLogs) {
 		storage[path] = s
 	}
-	for path, s := range c.Stores["hostlendings"].Storage("hostlendings", "lending") {
+	for path, s := range c.Stores.HostLendings.Storage("hostlendings", "lending") {
 		storage[path] = s
 	}
-	for path, s := range reservedhost.Storage(c.Stores["reservedhosts"], c.Stores["reservations"], c.Stores["nodes"],
-		c.Stores["pools"], c.Stores["hostlendings"], c.sshCA) {
+	for path, s := range reservedhost.Storage(c.Stores.ReservedHosts, c.Stores.Reservations, c.Stores.Nodes,
+		c.Stores.Pools, c.Stores.HostLendings, c.sshCA) {
 		storage[path] = s
 	}
-	for path, s := range enrollmenttoken.Storage(c.Stores["enrollmenttokens"], c.ca.Fingerprint()) {
+	for path, s := range enrollmenttoken.Storage(c.Stores.EnrollmentTokens, c.ca.Fingerprint()) {
 		storage[path] = s
 	}
-	storage["nodes/enroll"] = &node.EnrollREST{Tokens: c.Stores["enrollmenttokens"].Status,
-		Nodes: c.Stores["nodes"].Main, NodeStatus: c.Stores["nodes"].Status, CA: c.ca, Validity: c.agentCertValidity}
-	storage["nodes/renew"] = &node.RenewREST{Nodes: c.Stores["nodes"].Main, CA: c.ca, Validity: c.agentCertValidity}
-	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores["nodes"].Status}
+	storage["nodes/enroll"] = &node.EnrollREST{Tokens: c.Stores.EnrollmentTokens.Status,
+		Nodes: c.Stores.Nodes.Main, NodeStatus: c.Stores.Nodes.Status, CA: c.ca, Validity: c.agentCertValidity}
+	storage["nodes/renew"] = &node.RenewREST{Nodes: c.Stores.Nodes.Main, CA: c.ca, Validity: c.agentCertValidity}
+	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores.Nodes.Status}
 	storage["nodes/heartbeat"] = &node.HeartbeatREST{
-		Nodes: c.Stores["nodes"].Status, NodeSpecs: c.Stores["nodes"].Main, Reservations: c.Stores["reservations"].Status, Liveness: c.liveness,
+		Nodes: c.Stores.Nodes.Status, NodeSpecs: c.Stores.Nodes.Main, Reservations: c.Stores.Reservations.Status, Liveness: c.liveness,
 		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,
 	}
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
@@ -125,7 +127,7 @@ func (c CompletedConfig) New() (*Server, error) {
 	legacy := genericapiserver.NewDefaultAPIGroupInfo("", c.Scheme, metav1.ParameterCodec, c.Codecs)
 	legacy.NegotiatedSerializer = c.Serializer
 	legacy.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
-		"namespaces": namespace.NewREST(c.Stores["projects"].Main),
+		"namespaces": namespace.NewREST(c.Stores.Projects.Main),
 	}
 	if err := generic.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, &legacy); err != nil {
 		return nil, err
@@ -153,7 +155,7 @@ func (c CompletedConfig) New() (*Server, error) {
 		_, _ = w.Write(c.ca.CertPEM)
 	}))
 	bareMetal := &ironic.Handler{
-		Nodes: c.Stores["nodes"].Main, Allocations: c.Stores["allocations"].Main,
+		Nodes: c.Stores.Nodes.Main, Allocations: c.Stores.Allocations.Main,
 		AllocationDeleter: allocationStorage["allocations"].(rest.GracefulDeleter),
 	}
 	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
@@ -180,13 +182,17 @@ func (s *Server) Run(ctx context.Context) error {
 	s.config.out("nodus-server: serving on %s", s.config.URL)
 	s.config.out("admin kubeconfig: %s", s.config.KubeconfigPath)
 	s.config.out("try: kubectl --kubeconfig %s get reservedhosts -A", s.config.KubeconfigPath)
-	err := s.generic.PrepareRun().RunWithContext(ctx)
-	s.config.etcdClient.Close()
-	if s.config.etcd != nil {
-		stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
-		defer cancel()
-		s.config.etcd.Stop(stopCtx)
+	if s.config.identityCreated {
+		s.config.out("cluster identity: made by this replica and stored in etcd, sealed with the cluster key")
 	}
+	if s.config.joinCommand != "" {
+		s.config.out("start another replica of this cluster with: %s", s.config.joinCommand)
+	}
+	err := s.generic.PrepareRun().RunWithContext(ctx)
+	// etcd outlives the API server, on its own deadline.
+	stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
+	defer cancel()
+	s.config.storage.close(stopCtx)
 	return err
 }
 
@@ -213,7 +219,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 	if err != nil {
 		return err
 	}
-	go leader.Run(hook, c.etcdClient, func(ctx context.Context) {
+	go leader.Run(hook, c.storage.client, func(ctx context.Context) {
 		factory := externalversions.NewSharedInformerFactory(client, 10*time.Minute)
 		reservations, err := reservationcontroller.New(client, factory)
 		if err != nil {
@@ -230,7 +236,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "scheduler")
 			return
 		}
-		projects, err := projectcontroller.New(client, factory, c.etcdClient, []string{executionlog.Prefix, idempotency.Prefix})
+		projects, err := projectcontroller.New(client, factory, c.storage.client, []string{executionlog.Prefix, idempotency.Prefix})
 		if err != nil {
 			klog.ErrorS(err, "project controller")
 			return

@@ -23,6 +23,7 @@ import (
 // CA signs SSH user certificates.
 type CA struct {
 	signer ssh.Signer
+	keyPEM []byte
 	// PublicKey is the CA key in authorized_keys format, for TrustedUserCAKeys.
 	PublicKey string
 }
@@ -31,30 +32,54 @@ type CA struct {
 func LoadOrCreate(path string) (*CA, error) {
 	data, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		_, key, err := ed25519.GenerateKey(rand.Reader)
-		if err != nil {
+		if data, err = NewKey(); err != nil {
 			return nil, err
 		}
-		block, err := ssh.MarshalPrivateKey(key, "nodus ssh user ca")
-		if err != nil {
-			return nil, err
-		}
-		data = pem.EncodeToMemory(block)
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, err
-		}
-		if err := atomicfile.Write(path, data, 0o600); err != nil {
+		if err := WriteKey(path, data); err != nil {
 			return nil, err
 		}
 	} else if err != nil {
 		return nil, err
 	}
-	signer, err := ssh.ParsePrivateKey(data)
+	ca, err := Parse(data)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return &CA{signer: signer, PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}, nil
+	return ca, nil
 }
+
+// NewKey makes a new CA key, in OpenSSH's PEM format.
+func NewKey() ([]byte, error) {
+	_, key, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	block, err := ssh.MarshalPrivateKey(key, "nodus ssh user ca")
+	if err != nil {
+		return nil, err
+	}
+	return pem.EncodeToMemory(block), nil
+}
+
+// WriteKey writes a CA key to path, 0600.
+func WriteKey(path string, keyPEM []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return atomicfile.Write(path, keyPEM, 0o600)
+}
+
+// Parse reads a CA key in OpenSSH's PEM format.
+func Parse(keyPEM []byte) (*CA, error) {
+	signer, err := ssh.ParsePrivateKey(keyPEM)
+	if err != nil {
+		return nil, err
+	}
+	return &CA{signer: signer, keyPEM: keyPEM, PublicKey: strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey())))}, nil
+}
+
+// KeyPEM is the CA's private key, as Parse reads it.
+func (ca *CA) KeyPEM() []byte { return ca.keyPEM }
 
 // Sign certifies pub for one principal until validBefore.
 func (ca *CA) Sign(pub ssh.PublicKey, keyID, principal string, validBefore time.Time) (*ssh.Certificate, error) {

@@ -1,0 +1,115 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"github.com/nodus-dev/nodus/pkg/clusteridentity"
+	"github.com/nodus-dev/nodus/pkg/pki"
+	"github.com/nodus-dev/nodus/pkg/sshca"
+)
+
+// identity is the cluster's signing keys, as this replica uses them.
+type identity struct {
+	ca    *pki.CA
+	sshCA *sshca.CA
+	// created says this replica stored the identity: the cluster's first.
+	created bool
+}
+
+// loadIdentity opens the cluster identity from etcd with the cluster key,
+// or stores this replica's when etcd has none yet: the CA and SSH user CA
+// a single server made before (so that its credentials keep working), or
+// new ones. Nothing is written, in etcd or DIR, when the key is wrong.
+func (o *Options) loadIdentity(ctx context.Context, st *storage) (*identity, error) {
+	key, err := o.clusterKey()
+	if err != nil {
+		return nil, err
+	}
+	pkiDir := o.pkiDir()
+	stored, created, err := clusteridentity.Load(ctx, st.client, key, func() (clusteridentity.Identity, error) { return localIdentity(pkiDir) })
+	if errors.Is(err, clusteridentity.ErrWrongKey) {
+		return nil, fmt.Errorf("%w (this replica read %s)", err, o.clusterKeyPath())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cluster identity: %w", err)
+	}
+	ca, err := pki.ParseCA(stored.CACert, stored.CAKey)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster CA: %w", err)
+	}
+	sshCA, err := sshca.Parse(stored.SSHUserCAKey)
+	if err != nil {
+		return nil, fmt.Errorf("the cluster's SSH user CA: %w", err)
+	}
+	if err := writeLocalIdentity(pkiDir, ca, sshCA); err != nil {
+		return nil, err
+	}
+	return &identity{ca: ca, sshCA: sshCA, created: created}, nil
+}
+
+// clusterKey reads --cluster-key-file; with embedded etcd and no flag,
+// DIR/cluster.key, made on first start.
+func (o *Options) clusterKey() ([]byte, error) {
+	if o.ClusterKeyFile != "" {
+		return clusteridentity.ReadKeyFile(o.ClusterKeyFile)
+	}
+	return clusteridentity.EnsureKeyFile(o.clusterKeyPath())
+}
+
+func (o *Options) clusterKeyPath() string {
+	if o.ClusterKeyFile != "" {
+		return o.ClusterKeyFile
+	}
+	return filepath.Join(o.DataDir, "cluster.key")
+}
+
+func (o *Options) pkiDir() string { return filepath.Join(o.DataDir, "pki") }
+
+// sshCAFile is where each replica keeps its copy of the SSH user CA key.
+const sshCAFile = "ssh-user-ca"
+
+// localIdentity is the CA and SSH user CA of DIR/pki, or new ones where
+// they are missing; nothing is written.
+func localIdentity(pkiDir string) (clusteridentity.Identity, error) {
+	ca, err := pki.LoadCA(pkiDir)
+	if errors.Is(err, os.ErrNotExist) {
+		ca, err = pki.NewCA("nodus-ca")
+	}
+	if err != nil {
+		return clusteridentity.Identity{}, fmt.Errorf("certificate authority: %w", err)
+	}
+	caKey, err := ca.KeyPEM()
+	if err != nil {
+		return clusteridentity.Identity{}, err
+	}
+	sshKey, err := os.ReadFile(filepath.Join(pkiDir, sshCAFile))
+	if errors.Is(err, os.ErrNotExist) {
+		sshKey, err = sshca.NewKey()
+	}
+	if err != nil {
+		return clusteridentity.Identity{}, fmt.Errorf("SSH user CA: %w", err)
+	}
+	return clusteridentity.Identity{CACert: ca.CertPEM, CAKey: caKey, SSHUserCAKey: sshKey}, nil
+}
+
+// writeLocalIdentity keeps this replica's copy of the cluster's keys in
+// DIR/pki, replacing an earlier CA of its own.
+func writeLocalIdentity(pkiDir string, ca *pki.CA, sshCA *sshca.CA) error {
+	if current, err := pki.LoadCA(pkiDir); err != nil || !bytes.Equal(current.CertPEM, ca.CertPEM) {
+		if err := ca.WriteFiles(pkiDir); err != nil {
+			return fmt.Errorf("write the cluster CA to %s: %w", pkiDir, err)
+		}
+	}
+	path := filepath.Join(pkiDir, sshCAFile)
+	if current, err := os.ReadFile(path); err != nil || !bytes.Equal(current, sshCA.KeyPEM()) {
+		if err := sshca.WriteKey(path, sshCA.KeyPEM()); err != nil {
+			return fmt.Errorf("write the SSH user CA to %s: %w", path, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,71 @@
+package server
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+
+	"github.com/nodus-dev/nodus/pkg/auth"
+)
+
+// listen binds the API's address, or takes the listener a test gave, and
+// says the URL clients use.
+func (o *Options) listen() (net.Listener, string, error) {
+	listener := o.Listener
+	if listener == nil {
+		addr := net.JoinHostPort(o.BindAddress, strconv.Itoa(o.SecurePort))
+		var err error
+		if listener, err = net.Listen("tcp", addr); err != nil {
+			return nil, "", fmt.Errorf("listen on %s: %w (choose another --secure-port or --bind-address)", addr, err)
+		}
+	}
+	port := listener.Addr().(*net.TCPAddr).Port
+	return listener, "https://" + net.JoinHostPort(o.clientHost(), strconv.Itoa(port)), nil
+}
+
+// servingHosts are the names this replica's serving certificate covers.
+func (o *Options) servingHosts() []string {
+	hosts := append([]string{"localhost", "127.0.0.1", "::1", o.clientHost()}, o.TLSSANs...)
+	if h, err := os.Hostname(); err == nil {
+		hosts = append(hosts, h)
+	}
+	return hosts
+}
+
+// writeCredentials issues this replica's serving certificate and the
+// bootstrap operator's kubeconfig from the cluster CA, unless DIR has
+// them from it already, and returns their paths.
+func (o *Options) writeCredentials(id *identity, url string) (certFile, keyFile, kubeconfig string, err error) {
+	certFile, keyFile, err = id.ca.LoadOrCreateServing(o.pkiDir(), "serving", o.servingHosts())
+	if err != nil {
+		return "", "", "", fmt.Errorf("serving certificate: %w", err)
+	}
+	admin, err := id.ca.LoadOrCreateClient(o.pkiDir(), "admin", auth.AdminUser, []string{auth.GroupOperators})
+	if err != nil {
+		return "", "", "", fmt.Errorf("admin credential: %w", err)
+	}
+	kubeconfig = filepath.Join(o.DataDir, "admin.kubeconfig")
+	if err := writeKubeconfig(kubeconfig, url, id.ca.CertPEM, admin); err != nil {
+		return "", "", "", fmt.Errorf("write %s: %w", kubeconfig, err)
+	}
+	return certFile, keyFile, kubeconfig, nil
+}
+
+// applyServing makes the generic server serve HTTPS on listener with the
+// serving certificate.
+func (o *Options) applyServing(generic *genericapiserver.Config, listener net.Listener, certFile, keyFile string) error {
+	serving := genericoptions.NewSecureServingOptions().WithLoopback()
+	serving.Listener = listener
+	serving.BindAddress = net.ParseIP(o.BindAddress)
+	serving.BindPort = listener.Addr().(*net.TCPAddr).Port
+	serving.ServerCert.CertKey = genericoptions.CertKey{CertFile: certFile, KeyFile: keyFile}
+	if err := serving.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
+		return fmt.Errorf("serving: %w", err)
+	}
+	return nil
+}

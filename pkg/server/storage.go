@@ -1,0 +1,154 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"go.etcd.io/etcd/client/pkg/v3/transport"
+	etcdclient "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	"k8s.io/apiserver/pkg/storage/storagebackend"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+)
+
+const (
+	etcdPrefix       = "/registry" // keys are /registry/nodus.dev/<resource>/[<namespace>/]<name>
+	etcdReadyTimeout = time.Minute
+)
+
+// storage is where the server keeps everything: the embedded etcd member
+// it runs, or an external cluster; and a client of it.
+type storage struct {
+	servers  []string
+	tls      transport.TLSInfo
+	embedded *embeddedetcd.Server
+	client   *etcdclient.Client
+}
+
+// openStorage starts embedded etcd or reaches the external cluster, and
+// checks that it answers.
+func (o *Options) openStorage(ctx context.Context) (st *storage, err error) {
+	st = &storage{servers: o.EtcdServers, tls: transport.TLSInfo{TrustedCAFile: o.EtcdCAFile, CertFile: o.EtcdCertFile, KeyFile: o.EtcdKeyFile}}
+	defer func() {
+		if err != nil {
+			st.close(context.Background())
+		}
+	}()
+	if o.embeddedEtcd() {
+		if st.embedded, err = embeddedetcd.Start(filepath.Join(o.DataDir, "etcd"), etcdReadyTimeout); err != nil {
+			return st, err
+		}
+		st.servers = []string{st.embedded.ClientURL}
+		if c := st.embedded.TLS; c != nil {
+			st.tls = transport.TLSInfo{TrustedCAFile: c.CAFile, CertFile: c.CertFile, KeyFile: c.KeyFile}
+		}
+	}
+	var tlsConfig *tls.Config
+	if !st.tls.Empty() || st.tls.TrustedCAFile != "" {
+		if tlsConfig, err = st.tls.ClientConfig(); err != nil {
+			return st, fmt.Errorf("etcd client TLS (--etcd-cafile, --etcd-certfile, --etcd-keyfile): %w", err)
+		}
+	}
+	if err := probe(ctx, st.servers, tlsConfig, o.EtcdProbeTimeout); err != nil {
+		return st, err
+	}
+	st.client, err = etcdclient.New(etcdclient.Config{Endpoints: st.servers, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return st, fmt.Errorf("etcd client: %w", err)
+	}
+	return st, nil
+}
+
+// probe asks each member's /health until one answers: the client's own
+// errors (a refused TLS handshake, a missing client certificate, nothing
+// listening) are clearer than a gRPC deadline.
+func probe(ctx context.Context, servers []string, tlsConfig *tls.Config, timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = 15 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
+	defer client.CloseIdleConnections()
+	var errs []string
+	for {
+		errs = errs[:0]
+		for _, server := range servers {
+			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/health", nil)
+			if err != nil {
+				return fmt.Errorf("etcd server %q: %w", server, err)
+			}
+			resp, err := client.Do(req)
+			if err != nil {
+				errs = append(errs, fmt.Sprintf("%s: %v", server, explainEtcdError(err)))
+				continue
+			}
+			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			errs = append(errs, fmt.Sprintf("%s: /health answered %s: %s", server, resp.Status, strings.TrimSpace(string(body))))
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("etcd did not answer within %s: %s", timeout, strings.Join(errs, "; "))
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func explainEtcdError(err error) error {
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
+		return fmt.Errorf("%w (etcd asks for a client certificate: give --etcd-certfile and --etcd-keyfile, signed by a CA etcd trusts)", err)
+	case strings.Contains(msg, "unknown authority"):
+		return fmt.Errorf("%w (give --etcd-cafile, the CA that signed etcd's serving certificate)", err)
+	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
+		return fmt.Errorf("%w (this etcd serves http://, not https://)", err)
+	}
+	var urlErr interface{ Timeout() bool }
+	if errors.As(err, &urlErr) && urlErr.Timeout() {
+		return fmt.Errorf("%w (no answer)", err)
+	}
+	return err
+}
+
+// applyTo makes the generic server keep its objects in this etcd.
+func (st *storage) applyTo(generic *genericapiserver.Config, codecs serializer.CodecFactory) error {
+	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, codecs.LegacyCodec(nodusv1.SchemeGroupVersion)))
+	t := &etcdOpts.StorageConfig.Transport
+	t.ServerList = st.servers
+	t.CertFile, t.KeyFile, t.TrustedCAFile = st.tls.CertFile, st.tls.KeyFile, st.tls.TrustedCAFile
+	etcdOpts.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(nodusv1.SchemeGroupVersion,
+		schema.GroupKind{Group: nodusv1.GroupName})
+	if err := etcdOpts.ApplyTo(generic); err != nil {
+		return fmt.Errorf("etcd: %w", err)
+	}
+	return nil
+}
+
+// close ends the client and then the embedded member, if any.
+func (st *storage) close(ctx context.Context) {
+	if st.client != nil {
+		st.client.Close()
+	}
+	if st.embedded != nil {
+		st.embedded.Stop(ctx)
+	}
+}

@@ -1,0 +1,138 @@
+package server
+
+import (
+	"context"
+	"fmt"
+
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+	genericapiserver "k8s.io/apiserver/pkg/server"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
+	"github.com/nodus-dev/nodus/pkg/registry/allocation"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
+	"github.com/nodus-dev/nodus/pkg/registry/execution"
+	"github.com/nodus-dev/nodus/pkg/registry/hostlending"
+	"github.com/nodus-dev/nodus/pkg/registry/node"
+	"github.com/nodus-dev/nodus/pkg/registry/pool"
+	"github.com/nodus-dev/nodus/pkg/registry/project"
+	"github.com/nodus-dev/nodus/pkg/registry/reservation"
+	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+)
+
+// Stores are the storages of every nodus.dev resource.
+type Stores struct {
+	Projects, Pools, Nodes, Allocations, Reservations, ReservedHosts base.Stores
+	AccessTokens, EnrollmentTokens, Executions, HostLendings         base.Stores
+}
+
+func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (*Stores, error) {
+	s := &Stores{}
+	for _, r := range []struct {
+		into *base.Stores
+		kind base.Kind
+	}{
+		{&s.Projects, project.Kind()}, {&s.Pools, pool.Kind()}, {&s.Nodes, node.Kind()}, {&s.Allocations, allocation.Kind()},
+		{&s.Reservations, reservation.Kind()}, {&s.ReservedHosts, reservedhost.Kind()}, {&s.AccessTokens, accesstoken.Kind()},
+		{&s.EnrollmentTokens, enrollmenttoken.Kind()}, {&s.Executions, execution.Kind()}, {&s.HostLendings, hostlending.Kind()},
+	} {
+		store, err := base.NewStore(scheme, generic.RESTOptionsGetter, r.kind)
+		if err != nil {
+			return nil, fmt.Errorf("storage for %s: %w", r.kind.Resource, err)
+		}
+		*r.into = store
+	}
+	return s, nil
+}
+
+// getters read for authentication, authorization and admission.
+func (s *Stores) getters() storeGetters {
+	return storeGetters{projects: s.Projects.Main, tokens: s.AccessTokens.Main, enrollments: s.EnrollmentTokens.Main,
+		nodes: s.Nodes.Main, pools: s.Pools.Main, reservations: s.Reservations.Main, executions: s.Executions.Main}
+}
+
+// storeGetters read Projects, AccessTokens, EnrollmentTokens, Nodes, Pools
+// and Reservations for authentication, authorization and admission straight
+// from the stores.
+type storeGetters struct {
+	projects, tokens, enrollments, nodes, pools, reservations, executions *genericregistry.Store
+}
+
+// CountExecutions counts a project's Executions in the watch cache.
+func (g storeGetters) CountExecutions(ctx context.Context, project string) (int, error) {
+	obj, err := g.executions.List(genericapirequest.WithNamespace(ctx, project), &metainternalversion.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	return len(obj.(*nodusv1.ExecutionList).Items), nil
+}
+
+// GetReservation reads from the watch cache or, when fresh, from etcd.
+func (g storeGetters) GetReservation(ctx context.Context, name string, fresh bool) (*nodusv1.Reservation, error) {
+	obj, err := g.reservations.Get(ctx, name, readOptions(fresh))
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Reservation), nil
+}
+
+// GetPool reads from the watch cache.
+func (g storeGetters) GetPool(ctx context.Context, name string) (*nodusv1.Pool, error) {
+	obj, err := g.pools.Get(ctx, name, fromCache)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Pool), nil
+}
+
+// GetEnrollmentToken reads consistently: a token is used once.
+func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string) (*nodusv1.EnrollmentToken, error) {
+	obj, err := g.enrollments.Get(ctx, name, &metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.EnrollmentToken), nil
+}
+
+// GetNode reads from the watch cache (a re-enrollment reaches it within
+// milliseconds) or, when fresh, from etcd.
+func (g storeGetters) GetNode(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error) {
+	obj, err := g.nodes.Get(ctx, name, readOptions(fresh))
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Node), nil
+}
+
+// fromCache asks the watch cache: fresh to within milliseconds, no etcd round trip.
+var fromCache = &metav1.GetOptions{ResourceVersion: "0"}
+
+// readOptions reads from the watch cache, or from etcd when fresh.
+func readOptions(fresh bool) *metav1.GetOptions {
+	if fresh {
+		return &metav1.GetOptions{}
+	}
+	return fromCache
+}
+
+// GetProject reads from the watch cache or, when fresh, from etcd.
+func (g storeGetters) GetProject(ctx context.Context, name string, fresh bool) (*nodusv1.Project, error) {
+	obj, err := g.projects.Get(ctx, name, readOptions(fresh))
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Project), nil
+}
+
+func (g storeGetters) GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
+	obj, err := g.tokens.Get(ctx, name, readOptions(fresh))
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.AccessToken), nil
+}
