@@ -149,7 +149,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	join, _ := o.JoinCommand()
 	return &Config{
 		joinCommand: join,
-		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
+		Generic:     generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
 		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
