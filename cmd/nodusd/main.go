@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/failover"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -57,7 +58,7 @@ func enrollCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.Server, "server", "", "nodus-server URL")
+	f.StringVar(&o.Server, "server", "", "nodus-server URL, or the comma-separated URLs of several replicas (the agent moves to the next when one fails)")
 	f.StringVar(&o.Token, "token", "", "enrollment token")
 	f.StringVar(&o.CAFile, "ca-file", "", "the server CA certificate to trust")
 	f.StringVar(&o.CAHash, "ca-hash", "", "the server CA's fingerprint (sha256:HEX), printed with the token")
@@ -68,7 +69,7 @@ func enrollCommand() *cobra.Command {
 
 func runCommand() *cobra.Command {
 	o := agent.Options{StateDir: "/var/lib/nodusd", SSHHostKey: "/etc/ssh/ssh_host_ed25519_key.pub", DiskPath: "/", Grace: 5 * time.Second}
-	var config string
+	var config, servers string
 	cmd := &cobra.Command{
 		Use:   "run [--config FILE]",
 		Short: "Run the agent",
@@ -82,6 +83,13 @@ func runCommand() *cobra.Command {
 				if err := yaml.UnmarshalStrict(data, &fileConfig{&o}); err != nil {
 					return fmt.Errorf("%s: %w", config, err)
 				}
+			}
+			if servers != "" {
+				list, err := failover.Servers(servers)
+				if err != nil {
+					return fmt.Errorf("--server: %w", err)
+				}
+				o.Servers = list
 			}
 			o.Version = version
 			a, err := agent.New(o)
@@ -97,6 +105,7 @@ func runCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&config, "config", "", "YAML file with stateDir, sshHostKey, sshAddress, diskPath, grace, borrowerUser, borrowerSlots, sandbox, imagesDir, executionsDir, cleanCommand and cleanTimeout; its values override the flags")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
+	f.StringVar(&servers, "server", "", "comma-separated nodus-server replica URLs to use instead of those given at enrollment")
 	f.StringVar(&o.SSHHostKey, "ssh-host-key", o.SSHHostKey, "sshd host public key reported for strict host checking")
 	f.StringVar(&o.SSHAddress, "ssh-address", o.SSHAddress, "host:port where customers reach this host's sshd")
 	f.StringVar(&o.DiskPath, "disk-path", o.DiskPath, "filesystem whose free space is reported")

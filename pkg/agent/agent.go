@@ -29,6 +29,9 @@ import (
 // Options configure `nodusd run`.
 type Options struct {
 	StateDir string
+	// Servers, when set, are the nodus-server replicas to use instead of
+	// those given at enrollment.
+	Servers []string
 	// SSHHostKey is the sshd host public key reported for connect.hostKey.
 	SSHHostKey string
 	// SSHAddress is host:port of the host's sshd, reported to the server.
@@ -102,7 +105,7 @@ type Agent struct {
 
 // New loads the agent's credential and state.
 func New(opts Options) (*Agent, error) {
-	cfg, id, cred, err := clientConfig(opts.StateDir)
+	cfg, id, cred, err := clientConfig(opts.StateDir, opts.Servers)
 	if err != nil {
 		return nil, err
 	}

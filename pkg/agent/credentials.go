@@ -21,7 +21,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,6 +29,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
+	"github.com/nodus-dev/nodus/pkg/failover"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -44,13 +44,17 @@ const (
 
 // identity is what enrollment leaves in the state directory.
 type identity struct {
-	Server          string `json:"server"`
-	Node            string `json:"node"`
-	AgentGeneration int64  `json:"agentGeneration"`
+	// Server is the first of Servers, which older agents kept alone.
+	Server string `json:"server"`
+	// Servers are the replicas the agent moves between.
+	Servers         []string `json:"servers,omitempty"`
+	Node            string   `json:"node"`
+	AgentGeneration int64    `json:"agentGeneration"`
 }
 
 // EnrollOptions are `nodusd enroll`'s inputs.
 type EnrollOptions struct {
+	// Server is one nodus-server URL, or several replicas' comma-separated.
 	Server   string
 	Token    string
 	CAFile   string // trust this CA, or
@@ -65,7 +69,11 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if o.Server == "" || o.Token == "" || o.Node == "" || o.StateDir == "" {
 		return 0, errors.New("enroll needs --server, --token, a node name and --state-dir")
 	}
-	caPEM, err := trustedCA(ctx, o)
+	servers, err := failover.Servers(o.Server)
+	if err != nil {
+		return 0, fmt.Errorf("--server: %w", err)
+	}
+	caPEM, err := trustedCA(ctx, o, servers)
 	if err != nil {
 		return 0, err
 	}
@@ -81,8 +89,8 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		return 0, err
 	}
 	// The token goes only to a server that proves itself with the pinned CA.
-	client, err := versioned.NewForConfig(&rest.Config{Host: o.Server, BearerToken: o.Token, Timeout: time.Minute,
-		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}})
+	client, err := versioned.NewForConfig(&rest.Config{Host: servers[0], BearerToken: o.Token, Timeout: time.Minute,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}, WrapTransport: failover.Wrap(servers)})
 	if err != nil {
 		return 0, err
 	}
@@ -97,7 +105,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	id, _ := json.Marshal(identity{Server: o.Server, Node: o.Node, AgentGeneration: answer.AgentGeneration})
+	id, _ := json.Marshal(identity{Server: servers[0], Servers: servers, Node: o.Node, AgentGeneration: answer.AgentGeneration})
 	for name, content := range map[string][]byte{
 		fileKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
 		fileCert:   []byte(answer.Certificate),
@@ -148,7 +156,7 @@ func checkIssued(certPEM []byte, key *ecdsa.PrivateKey) (*x509.Certificate, erro
 
 // trustedCA returns the CA to trust: the file, or the server's CA if its
 // fingerprint matches the pinned one.
-func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
+func trustedCA(ctx context.Context, o EnrollOptions, servers []string) ([]byte, error) {
 	if o.CAFile != "" {
 		return os.ReadFile(o.CAFile)
 	}
@@ -156,8 +164,12 @@ func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
 		return nil, errors.New("pin the server: give --ca-file or --ca-hash (printed with the enrollment token)")
 	}
 	// The CA is public; what makes it trusted is the fingerprint the operator handed over.
-	client := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	req, err := http.NewRequestWithContext(ctx, "GET", strings.TrimSuffix(o.Server, "/")+"/ca.crt", nil)
+	transport, err := failover.New(servers, &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}})
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Timeout: 30 * time.Second, Transport: transport}
+	req, err := http.NewRequestWithContext(ctx, "GET", servers[0]+"/ca.crt", nil)
 	if err != nil {
 		return nil, err
 	}
@@ -193,7 +205,8 @@ func trustedCA(ctx context.Context, o EnrollOptions) ([]byte, error) {
 
 // clientConfig is the agent's API client configuration from its state
 // directory, with the credential that renews itself.
-func clientConfig(stateDir string) (*rest.Config, identity, *credential, error) {
+// servers, when given, replace the replicas of the enrollment.
+func clientConfig(stateDir string, servers []string) (*rest.Config, identity, *credential, error) {
 	var id identity
 	data, err := os.ReadFile(filepath.Join(stateDir, fileConfig))
 	if err != nil {
@@ -206,5 +219,10 @@ func clientConfig(stateDir string) (*rest.Config, identity, *credential, error) 
 	if err != nil {
 		return nil, id, nil, err
 	}
-	return &rest.Config{Host: id.Server, Transport: cred.transport, QPS: 50, Burst: 100}, id, cred, nil
+	if len(servers) == 0 {
+		if servers = id.Servers; len(servers) == 0 {
+			servers = []string{id.Server}
+		}
+	}
+	return &rest.Config{Host: servers[0], Transport: cred.transport, WrapTransport: failover.Wrap(servers), QPS: 50, Burst: 100}, id, cred, nil
 }

@@ -63,7 +63,7 @@ func TestCAHashPinsExactlyOneCertificate(t *testing.T) {
 		t.Error("a credential was written")
 	}
 	// A served bundle with the attacker's CA first does not match the pin at all.
-	if _, err := trustedCA(context.Background(), EnrollOptions{Server: mitm.URL, CAHash: attacker.Fingerprint() + "0"}); err == nil ||
+	if _, err := trustedCA(context.Background(), EnrollOptions{Server: mitm.URL, CAHash: attacker.Fingerprint() + "0"}, []string{mitm.URL}); err == nil ||
 		!strings.Contains(err.Error(), "refusing to enroll") {
 		t.Errorf("a wrong pin: %v", err)
 	}

@@ -5,18 +5,22 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/failover"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -62,13 +66,24 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 	if _, err := os.Stat(path); err != nil {
 		return nil, usageError(fmt.Errorf("no nodus configuration at %s: run `nodus login --server URL --token TOKEN` first", path))
 	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
-		&clientcmd.ConfigOverrides{CurrentContext: g.Context}).ClientConfig()
+		&clientcmd.ConfigOverrides{CurrentContext: g.Context})
+	cfg, err := loader.ClientConfig()
 	if err != nil {
 		return nil, usageError(err)
 	}
 	cfg.UserAgent = "nodus/" + Version
+	raw, err := loader.RawConfig()
+	if err != nil {
+		return nil, usageError(err)
+	}
+	servers, err := contextServers(&raw, g.Context)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("%s: %w", path, err))
+	}
+	// Innermost: what the wrappers below see is the replica that answered.
+	cfg.Wrap(failover.Wrap(servers))
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{contextHeaders{rt}} })
 	return cfg, nil
 }
@@ -81,6 +96,62 @@ func (g *Globals) Client() (versioned.Interface, *rest.Config, error) {
 	}
 	c, err := versioned.NewForConfig(cfg)
 	return c, cfg, err
+}
+
+// serversExtension names the cluster extension that lists a cluster's
+// replicas beyond its server.
+const serversExtension = "nodus.dev/servers"
+
+type serverList struct {
+	Servers []string `json:"servers"`
+}
+
+// contextServers are the replicas of the context's cluster: its server,
+// or those `nodus login --server A,B,…` stored.
+func contextServers(cfg *clientcmdapi.Config, context string) ([]string, error) {
+	if context == "" {
+		context = cfg.CurrentContext
+	}
+	c, ok := cfg.Contexts[context]
+	if !ok {
+		return nil, nil
+	}
+	cluster, ok := cfg.Clusters[c.Cluster]
+	if !ok {
+		return nil, nil
+	}
+	ext, ok := cluster.Extensions[serversExtension]
+	if !ok {
+		return []string{cluster.Server}, nil
+	}
+	unknown, ok := ext.(*runtime.Unknown)
+	if !ok {
+		return nil, fmt.Errorf("the %s extension of cluster %s is not a list of servers", serversExtension, c.Cluster)
+	}
+	var list serverList
+	if err := json.Unmarshal(unknown.Raw, &list); err != nil {
+		return nil, fmt.Errorf("the %s extension of cluster %s: %w", serversExtension, c.Cluster, err)
+	}
+	return failover.Servers(strings.Join(list.Servers, ","))
+}
+
+// withServers records servers on cluster: the first as its server, all
+// in the extension when there are several.
+func withServers(cluster *clientcmdapi.Cluster, servers []string) error {
+	cluster.Server = servers[0]
+	delete(cluster.Extensions, serversExtension)
+	if len(servers) < 2 {
+		return nil
+	}
+	raw, err := json.Marshal(serverList{Servers: servers})
+	if err != nil {
+		return err
+	}
+	if cluster.Extensions == nil {
+		cluster.Extensions = map[string]runtime.Object{}
+	}
+	cluster.Extensions[serversExtension] = &runtime.Unknown{Raw: raw, ContentType: runtime.ContentTypeJSON}
+	return nil
 }
 
 // loadConfig reads nodus' kubeconfig, or an empty one.

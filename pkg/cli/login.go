@@ -9,6 +9,8 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/nodus-dev/nodus/pkg/failover"
 )
 
 // LoginOptions are `nodus login`'s.
@@ -24,6 +26,8 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 		Use:   "login (--server URL --token TOKEN [--ca-file FILE] | --kubeconfig FILE)",
 		Short: "Store a server and a credential in the nodus configuration",
 		Example: `  nodus login --server https://nodus.example:8443 --token alice-laptop.SECRET --ca-file ca.crt
+  # several replicas, without a load balancer: nodus moves to the next when one fails
+  nodus login --server https://nodus-1:8443,https://nodus-2:8443,https://nodus-3:8443 --token alice-laptop.SECRET --ca-file ca.crt
   # adopt an existing kubeconfig, such as the operator's:
   nodus login --kubeconfig ~/.local/share/nodus/admin.kubeconfig`,
 		Args: cobra.NoArgs,
@@ -38,7 +42,7 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 			return o.Run()
 		},
 	}
-	cmd.Flags().StringVar(&o.Server, "server", "", "nodus-server URL")
+	cmd.Flags().StringVar(&o.Server, "server", "", "nodus-server URL, or the comma-separated URLs of several replicas")
 	cmd.Flags().StringVar(&o.Token, "token", "", "your access token")
 	cmd.Flags().StringVar(&o.CAFile, "ca-file", "", "the server's CA certificate")
 	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of this kubeconfig (same as login --kubeconfig FILE)")
@@ -53,8 +57,8 @@ func (o *LoginOptions) Validate() error {
 	if o.Server == "" || o.Token == "" {
 		return usageError(fmt.Errorf("give --server and --token, or --from-kubeconfig"))
 	}
-	if u, err := url.Parse(o.Server); err != nil || u.Scheme != "https" || u.Host == "" {
-		return usageError(fmt.Errorf("--server %q is not an https URL", o.Server))
+	if _, err := failover.Servers(o.Server); err != nil {
+		return usageError(fmt.Errorf("--server: %w", err))
 	}
 	return nil
 }
@@ -82,9 +86,13 @@ func (o *LoginOptions) Run() error {
 		name = src.CurrentContext
 		cfg.Clusters[name], cfg.AuthInfos[name] = src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
 	} else {
-		u, _ := url.Parse(o.Server)
+		servers, _ := failover.Servers(o.Server)
+		u, _ := url.Parse(servers[0])
 		name = strings.ReplaceAll(u.Host, ":", "-")
-		cluster := &clientcmdapi.Cluster{Server: o.Server}
+		cluster := &clientcmdapi.Cluster{}
+		if err := withServers(cluster, servers); err != nil {
+			return err
+		}
 		if o.CAFile != "" {
 			if cluster.CertificateAuthorityData, err = os.ReadFile(o.CAFile); err != nil {
 				return usageError(err)

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -33,8 +34,9 @@ type Server struct {
 	Config *rest.Config
 	Client versioned.Interface
 
-	cancel context.CancelFunc
-	done   chan error
+	cancel   context.CancelFunc
+	done     chan error
+	stopOnce sync.Once
 }
 
 // Start runs a server with its data in dataDir until Stop. out receives the
@@ -107,14 +109,17 @@ func (s *Server) waitReady() error {
 	return nil
 }
 
-// Stop stops the server and its embedded etcd and waits for both.
+// Stop stops the server and its embedded etcd and waits for both; again,
+// it does nothing.
 func (s *Server) Stop() {
-	s.cancel()
-	select {
-	case <-s.done:
-	case <-time.After(time.Minute):
-		fmt.Fprintln(os.Stderr, "testserver: server did not stop within a minute")
-	}
+	s.stopOnce.Do(func() {
+		s.cancel()
+		select {
+		case <-s.done:
+		case <-time.After(time.Minute):
+			fmt.Fprintln(os.Stderr, "testserver: server did not stop within a minute")
+		}
+	})
 }
 
 // EtcdClient connects to the server's embedded etcd, for tests and

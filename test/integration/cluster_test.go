@@ -80,9 +80,7 @@ func TestReplicasAreOneCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer w.Stop()
-	if _, err := a.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	f := newFleet(t, a) // pool fra1, project acme
 	expectEvent(t, w, watch.Added, "fra1")
 
 	// One CA, one SSH user CA: what hosts and agents pin is the same.
@@ -113,6 +111,26 @@ func TestReplicasAreOneCluster(t *testing.T) {
 	}
 	if err := testfleet.Heartbeat(ctx(t), versioned.NewForConfigOrDie(agentViaB), "ha-node", nodusv1.NodeHeartbeat{AgentGeneration: 1}); err != nil {
 		t.Errorf("an agent enrolled through a, beating through b: %v", err)
+	}
+
+	// A customer logged in to both replicas releases through b once a is
+	// gone, with no load balancer in between.
+	f.host(t, "gpu-ha", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, a.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := alice.run("", "login", "--server", a.URL+","+b.URL, "--token", f.admin.BearerToken, "--ca-file", caFile); code != 0 {
+		t.Fatalf("login to both replicas: %d %s", code, out)
+	}
+	a.Stop()
+	if out, code := alice.run("", "release", "acme/gpu-ha", "--yes"); code != 0 || !strings.Contains(out, "released acme/gpu-ha at epoch 2") {
+		t.Fatalf("release with replica a down: %d\n%s", code, out)
+	}
+	f.s = b
+	if st := f.reservation(t, "gpu-ha").Status; st.Epoch != 2 {
+		t.Errorf("the release through b: %+v", st)
 	}
 }
 
