@@ -153,11 +153,21 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 			"Idempotency-Key "+quote(key)+" was used for a different request (other body or query)", ""))
 		return
 	case existing.InFlight():
+		// A request cut by its replica's crash runs again at once; one
+		// still running elsewhere is waited for.
+		taken, err := store.TakeOver(ctx, scope, existing)
+		if err != nil {
+			writeError(w, apierrors.NewInternalError(err))
+			return
+		}
+		if taken {
+			break
+		}
 		w.Header().Set("Retry-After", "1")
-		err := apierror.New(ctx, apierror.ReasonIdempotencyKeyInFlight, gr(info), info.Name,
+		inFlight := apierror.New(ctx, apierror.ReasonIdempotencyKeyInFlight, gr(info), info.Name,
 			"the first request with Idempotency-Key "+quote(key)+" is still running", "")
-		err.ErrStatus.Details.RetryAfterSeconds = 1
-		writeError(w, err)
+		inFlight.ErrStatus.Details.RetryAfterSeconds = 1
+		writeError(w, inFlight)
 		return
 	default:
 		replay(w, req, existing)
@@ -165,6 +175,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	}
 
 	capture := &capturingWriter{ResponseWriter: w}
+	req = req.WithContext(context.WithValue(ctx, requestKeyContext{}, scope))
 	handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(capture), req)
 
 	// The answer is kept even if the client went away: that is the point.
@@ -179,7 +190,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		Fingerprint: fingerprint, Code: capture.code, Body: capture.body.Bytes(),
 		RequestID: exchange.From(ctx).RequestID(), Header: map[string]string{},
 	}
-	for _, h := range []string{"Content-Type", "ETag", "Retry-After"} {
+	for _, h := range []string{"Content-Type", "ETag", "Retry-After", headerReplayed} {
 		if v := w.Header().Get(h); v != "" {
 			record.Header[h] = v
 		}
@@ -187,6 +198,23 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	if err := store.Finish(done, scope, record); err != nil {
 		klog.ErrorS(err, "storing an idempotent answer", "path", req.URL.Path)
 	}
+}
+
+type requestKeyContext struct{}
+
+// RequestKey identifies the Idempotency-Key record of the action being
+// served ("" without a key). An action whose effect is not naturally
+// repeatable stores it with the effect, so that a retry that runs again
+// after a crash cut the first answer recognises the effect as its own.
+func RequestKey(ctx context.Context) string {
+	key, _ := ctx.Value(requestKeyContext{}).(string)
+	return key
+}
+
+// MarkReplayed says, from an action, that its answer is that of an earlier
+// request with the same Idempotency-Key, whose effect it recognised.
+func MarkReplayed(ctx context.Context) {
+	exchange.From(ctx).SetResponseHeader(headerReplayed, "true")
 }
 
 // replay writes the first answer again, marked as a replay. An error body

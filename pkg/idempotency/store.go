@@ -2,15 +2,21 @@
 // action returns its first answer on every server replica and across
 // restarts. A record is created "in flight" on a short lease, atomically (the
 // first of concurrent requests wins), and replaced by the final answer on a
-// 24-hour lease.
+// 24-hour lease. An in-flight record names the replica process running it:
+// a retry takes over at once a record whose process is gone (the replica
+// crashed and restarted, or its registration lapsed), rather than waiting
+// for the record's lease; the action itself must then recognise an effect
+// the cut request left (see actions.RequestKey).
 package idempotency
 
 import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -28,6 +34,11 @@ type Record struct {
 	Header      map[string]string `json:"header,omitempty"`
 	Body        []byte            `json:"body,omitempty"`
 	RequestID   string            `json:"requestId,omitempty"`
+	// Owner is the replica process running an in-flight request: its
+	// replica ID and its boot, as Register put them.
+	Owner string `json:"owner,omitempty"`
+
+	revision int64 // etcd's mod revision of the record
 }
 
 // InFlight says whether the first request is still running.
@@ -41,16 +52,111 @@ const Prefix = "/nodus/idempotency/"
 type Store struct {
 	Client *clientv3.Client
 	Prefix string
-	// InFlightTTL bounds how long a crashed request blocks its key.
+	// InFlightTTL bounds how long a crashed request blocks its key when
+	// its replica's registration cannot tell.
 	InFlightTTL time.Duration
 	// TTL is how long final answers are kept.
 	TTL time.Duration
+	// ReplicaTTL is how long a replica that stopped without a word (kill
+	// -9) still counts as running its in-flight requests, unless it
+	// restarts first.
+	ReplicaTTL time.Duration
+
+	owner string // "replica/boot" of this process, once registered
 }
 
 // NewStore returns a store with the contract's lifetimes: answers kept 24 h,
-// an abandoned in-flight record released after a minute.
+// an abandoned in-flight record released after a minute, or five seconds
+// after its replica stopped.
 func NewStore(client *clientv3.Client) *Store {
-	return &Store{Client: client, Prefix: Prefix, InFlightTTL: time.Minute, TTL: 24 * time.Hour}
+	return &Store{Client: client, Prefix: Prefix, InFlightTTL: time.Minute, TTL: 24 * time.Hour, ReplicaTTL: 5 * time.Second}
+}
+
+// replicasPrefix keeps each replica's current boot, on a short lease.
+const replicasPrefix = "/nodus/replicas/"
+
+// Register records this process as the running boot of replica (an ID
+// that stays across its restarts), replacing an earlier boot's entry at
+// once, and keeps it alive until ctx ends. Call it before serving.
+func (s *Store) Register(ctx context.Context, replica string) error {
+	boot := uuid.NewString()
+	alive, err := s.register(ctx, replica, boot)
+	if err != nil {
+		return err
+	}
+	s.owner = replica + "/" + boot
+	go func() {
+		for {
+			for range alive {
+			}
+			// The keep-alive ended: ctx is done, or etcd lost the lease
+			// (a long partition). Register again while the server runs.
+			for ctx.Err() == nil {
+				if alive, err = s.register(ctx, replica, boot); err == nil {
+					break
+				}
+				select {
+				case <-ctx.Done():
+				case <-time.After(time.Second):
+				}
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+func (s *Store) register(ctx context.Context, replica, boot string) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+	lease, err := s.Client.Grant(ctx, int64(s.ReplicaTTL.Seconds()))
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Client.Put(ctx, replicasPrefix+replica, boot, clientv3.WithLease(lease.ID)); err != nil {
+		return nil, err
+	}
+	return s.Client.KeepAlive(ctx, lease.ID)
+}
+
+// ownerRuns says whether the process named by owner still runs.
+func (s *Store) ownerRuns(ctx context.Context, owner string) (bool, error) {
+	replica, boot, ok := strings.Cut(owner, "/")
+	if !ok {
+		return true, nil // a record from before owners: its lease decides
+	}
+	resp, err := s.Client.Get(ctx, replicasPrefix+replica)
+	if err != nil {
+		return false, err
+	}
+	return len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == boot, nil
+}
+
+// TakeOver claims the in-flight record r of key for this request when the
+// process that began it no longer runs: its request was cut, and runs
+// again here. It reports whether this request now owns the key.
+func (s *Store) TakeOver(ctx context.Context, key string, r *Record) (bool, error) {
+	runs, err := s.ownerRuns(ctx, r.Owner)
+	if err != nil || runs {
+		return false, err
+	}
+	lease, err := s.Client.Grant(ctx, int64(s.InFlightTTL.Seconds()))
+	if err != nil {
+		return false, err
+	}
+	data, _ := json.Marshal(Record{Fingerprint: r.Fingerprint, State: stateInFlight, StartedAt: time.Now().UTC(), Owner: s.owner})
+	k := s.Prefix + key
+	resp, err := s.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(k), "=", r.revision)).
+		Then(clientv3.OpPut(k, string(data), clientv3.WithLease(lease.ID))).
+		Commit()
+	if err != nil {
+		return false, err
+	}
+	if !resp.Succeeded {
+		_, _ = s.Client.Revoke(ctx, lease.ID)
+	}
+	return resp.Succeeded, nil
 }
 
 // Begin claims key for a request with fingerprint. It returns the existing
@@ -60,7 +166,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string) (*Record, er
 	if err != nil {
 		return nil, err
 	}
-	data, _ := json.Marshal(Record{Fingerprint: fingerprint, State: stateInFlight, StartedAt: time.Now().UTC()})
+	data, _ := json.Marshal(Record{Fingerprint: fingerprint, State: stateInFlight, StartedAt: time.Now().UTC(), Owner: s.owner})
 	k := s.Prefix + key
 	resp, err := s.Client.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).
@@ -83,6 +189,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string) (*Record, er
 	if err := json.Unmarshal(kvs[0].Value, &existing); err != nil {
 		return nil, fmt.Errorf("idempotency record %s is corrupt: %w", k, err)
 	}
+	existing.revision = kvs[0].ModRevision
 	return &existing, nil
 }
 
@@ -96,6 +203,7 @@ func (s *Store) Get(ctx context.Context, key string) (*Record, error) {
 	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
 		return nil, fmt.Errorf("idempotency record %s is corrupt: %w", s.Prefix+key, err)
 	}
+	r.revision = resp.Kvs[0].ModRevision
 	return &r, nil
 }
 

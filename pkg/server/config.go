@@ -49,6 +49,9 @@ type Config struct {
 	identityCreated bool
 	// joinCommand starts another replica; empty on embedded etcd.
 	joinCommand string
+	// replicaID names this replica across its restarts (DIR/replica-id).
+	replicaID  string
+	idempotent *idempotency.Store
 	// executionLogs keeps the bounded output of executions.
 	executionLogs *executionlog.Store
 
@@ -139,7 +142,12 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	applyOpenAPI(generic, scheme)
-	o.applyHandlerChain(generic, idempotency.NewStore(st.client), watches)
+	replica, err := o.replicaID()
+	if err != nil {
+		return nil, err
+	}
+	idempotent := idempotency.NewStore(st.client)
+	o.applyHandlerChain(generic, idempotent, watches)
 
 	out := func(format string, args ...interface{}) {
 		if o.Out != nil {
@@ -148,8 +156,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join,
-		Generic:     generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
+		joinCommand: join, replicaID: replica, idempotent: idempotent,
+		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
 		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,

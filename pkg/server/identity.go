@@ -8,6 +8,9 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/google/uuid"
+
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/clusteridentity"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/sshca"
@@ -112,4 +115,22 @@ func writeLocalIdentity(pkiDir string, ca *pki.CA, sshCA *sshca.CA) error {
 		}
 	}
 	return nil
+}
+
+// replicaID is this replica's name across restarts, DIR/replica-id: a
+// restarted replica's in-flight requests are known cut at once.
+func (o *Options) replicaID() (string, error) {
+	path := filepath.Join(o.DataDir, "replica-id")
+	data, err := os.ReadFile(path)
+	if err == nil && len(bytes.TrimSpace(data)) > 0 {
+		return string(bytes.TrimSpace(data)), nil
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return "", err
+	}
+	id := uuid.NewString()
+	if err := atomicfile.Write(path, []byte(id+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return id, nil
 }

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -187,6 +188,11 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	if s.config.joinCommand != "" {
 		s.config.out("start another replica of this cluster with: %s", s.config.joinCommand)
+	}
+	// In-flight idempotent requests name this boot of this replica.
+	if err := s.config.idempotent.Register(ctx, s.config.replicaID); err != nil {
+		s.config.storage.close(context.Background())
+		return fmt.Errorf("register the replica in etcd: %w", err)
 	}
 	err := s.generic.PrepareRun().RunWithContext(ctx)
 	// etcd outlives the API server, on its own deadline.

@@ -3022,6 +3022,13 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"releaseRequest": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReleaseRequest identifies the Idempotency-Key record of the release request (a digest of the caller, path and key): a retry of that request, after a crash cut its answer, is recognised by it and gets the release's answer instead of AlreadyReleased.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"lending": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Lending is the owner's lending agreement, once it lent the host.",

@@ -102,6 +102,12 @@ type ReservationStatus struct {
 	// (subresource release-capacity).
 	// +optional
 	ReleaseFieldManager string `json:"releaseFieldManager,omitempty"`
+	// ReleaseRequest identifies the Idempotency-Key record of the release
+	// request (a digest of the caller, path and key): a retry of that
+	// request, after a crash cut its answer, is recognised by it and gets
+	// the release's answer instead of AlreadyReleased.
+	// +optional
+	ReleaseRequest string `json:"releaseRequest,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	// +optional
 	Lending *ReservationLending `json:"lending,omitempty"`

@@ -34,6 +34,11 @@ type ReservationStatusApplyConfiguration struct {
 	// reservation controller records it in the ReservedHost's managedFields
 	// (subresource release-capacity).
 	ReleaseFieldManager *string `json:"releaseFieldManager,omitempty"`
+	// ReleaseRequest identifies the Idempotency-Key record of the release
+	// request (a digest of the caller, path and key): a retry of that
+	// request, after a crash cut its answer, is recognised by it and gets
+	// the release's answer instead of AlreadyReleased.
+	ReleaseRequest *string `json:"releaseRequest,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	Lending *ReservationLendingApplyConfiguration `json:"lending,omitempty"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
@@ -101,6 +106,14 @@ func (b *ReservationStatusApplyConfiguration) WithRelease(value *ReservedHostRel
 // If called multiple times, the ReleaseFieldManager field is set to the value of the last call.
 func (b *ReservationStatusApplyConfiguration) WithReleaseFieldManager(value string) *ReservationStatusApplyConfiguration {
 	b.ReleaseFieldManager = &value
+	return b
+}
+
+// WithReleaseRequest sets the ReleaseRequest field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReleaseRequest field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithReleaseRequest(value string) *ReservationStatusApplyConfiguration {
+	b.ReleaseRequest = &value
 	return b
 }
 
