@@ -52,6 +52,8 @@ type Config struct {
 	// replicaID names this replica across its restarts (DIR/replica-id).
 	replicaID  string
 	idempotent *idempotency.Store
+	// leaderLease is how long a dead leader keeps the controllers.
+	leaderLease time.Duration
 	// executionLogs keeps the bounded output of executions.
 	executionLogs *executionlog.Store
 
@@ -156,7 +158,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join, replicaID: replica, idempotent: idempotent,
+		joinCommand: join, replicaID: replica, idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,

@@ -50,6 +50,9 @@ type Options struct {
 	// AuditPolicyFile overrides the built-in audit policy.
 	AuditPolicyFile string
 
+	// LeaderElectLeaseDuration is how long a replica that leads the
+	// controllers and dies without a word keeps the lead.
+	LeaderElectLeaseDuration time.Duration
 	// EtcdProbeTimeout bounds the start-up check that etcd answers
 	// (default 15 s): a server whose etcd is down says so and exits.
 	EtcdProbeTimeout time.Duration
@@ -72,6 +75,8 @@ func NewOptions(out io.Writer) *Options {
 		AgentCertificateValidity: 30 * 24 * time.Hour,
 		MaxExecutionsPerProject:  1000,
 		EtcdProbeTimeout:         15 * time.Second,
+		// Matches leader.DefaultLease.
+		LeaderElectLeaseDuration: 5 * time.Second,
 		Out:                      out,
 	}
 }
@@ -92,6 +97,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
 	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
 	fs.IntVar(&o.MaxExecutionsPerProject, "max-executions-per-project", o.MaxExecutionsPerProject, "How many Executions (running or ended, until deleted) a project may keep.")
+	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long the replica that runs the controllers keeps the lead after it stopped renewing it (died, partitioned); whole seconds. Shorter: faster failover; longer: fewer handovers when etcd is slow.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 
@@ -138,6 +144,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AgentCertificateValidity < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--agent-certificate-validity %s is below 10 seconds", o.AgentCertificateValidity))
+	}
+	if o.LeaderElectLeaseDuration < time.Second {
+		errs = append(errs, fmt.Errorf("--leader-elect-lease-duration %s is below one second", o.LeaderElectLeaseDuration))
 	}
 	if o.MaxExecutionsPerProject < 1 {
 		errs = append(errs, fmt.Errorf("--max-executions-per-project %d must be at least 1", o.MaxExecutionsPerProject))

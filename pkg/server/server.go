@@ -225,7 +225,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 	if err != nil {
 		return err
 	}
-	go leader.Run(hook, c.storage.client, func(ctx context.Context) {
+	go leader.Run(hook, c.storage.client, c.leaderLease, func(ctx context.Context) {
 		factory := externalversions.NewSharedInformerFactory(client, 10*time.Minute)
 		reservations, err := reservationcontroller.New(client, factory)
 		if err != nil {

@@ -13,14 +13,18 @@ import (
 	"k8s.io/klog/v2"
 )
 
-const (
-	electionPrefix = "/nodus/leader/controllers"
-	sessionTTL     = 15 // seconds a dead leader keeps the lead
-)
+const electionPrefix = "/nodus/leader/controllers"
+
+// DefaultLease is how long a leader that died without a word (kill -9, a
+// partition) keeps the lead before another replica takes over.
+const DefaultLease = 5 * time.Second
 
 // Run campaigns until this replica leads, then runs lead with a context that
-// ends when leadership is lost or ctx ends; then it campaigns again.
-func Run(ctx context.Context, client *clientv3.Client, lead func(ctx context.Context)) {
+// ends when leadership is lost or ctx ends; then it campaigns again. The
+// lead is an etcd lease of lease (whole seconds, at least one), kept alive
+// every third of it.
+func Run(ctx context.Context, client *clientv3.Client, lease time.Duration, lead func(ctx context.Context)) {
+	sessionTTL := max(1, int(lease.Round(time.Second)/time.Second))
 	host, _ := os.Hostname()
 	identity := host + "-" + uuid.NewString()[:8]
 	for ctx.Err() == nil {
@@ -47,7 +51,7 @@ func Run(ctx context.Context, client *clientv3.Client, lead func(ctx context.Con
 		}()
 		lead(leadCtx)
 		cancel()
-		resignCtx, done := context.WithTimeout(context.Background(), sessionTTL*time.Second)
+		resignCtx, done := context.WithTimeout(context.Background(), time.Duration(sessionTTL)*time.Second)
 		_ = election.Resign(resignCtx)
 		done()
 		session.Close()
