@@ -21,6 +21,7 @@ func main() {
 func newCommand() *cobra.Command {
 	opts := server.NewOptions(os.Stdout)
 	var printJoin bool
+	var rotateTo string
 	cmd := &cobra.Command{
 		Use:   "nodus-server",
 		Short: "Run the Nodus control plane (API server, controllers, embedded etcd)",
@@ -46,6 +47,13 @@ func newCommand() *cobra.Command {
 				fmt.Fprintln(cmd.OutOrStdout(), line)
 				return nil
 			}
+			if rotateTo != "" {
+				if err := opts.RotateClusterKey(cmd.Context(), rotateTo); err != nil {
+					return fmt.Errorf("nodus-server: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "the cluster identity is sealed with %s now: give it to every replica as --cluster-key-file before it restarts\n", rotateTo)
+				return nil
+			}
 			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
 			defer stop()
 			return run(ctx, opts)
@@ -53,6 +61,7 @@ func newCommand() *cobra.Command {
 	}
 	cmd.SetContext(context.Background())
 	opts.AddFlags(cmd.Flags())
+	cmd.Flags().StringVar(&rotateTo, "rotate-cluster-key-to", "", "Seal the cluster identity in etcd with the key in this file instead of --cluster-key-file's, and exit; every credential keeps working.")
 	cmd.Flags().BoolVar(&printJoin, "print-join-command", false, "Print the command line that starts another replica of this cluster (same etcd, etcd credentials and cluster key), and exit.")
 	return cmd
 }

@@ -159,3 +159,35 @@ func Load(ctx context.Context, kv clientv3.KV, clusterKey []byte, propose func()
 	id, err = Open(clusterKey, winner[0].Value)
 	return id, false, err
 }
+
+// Reseal seals the stored identity again with newKey, which must open it
+// from then on; oldKey must open it now. The identity itself (the CA and
+// the SSH user CA) stays: every credential keeps working.
+func Reseal(ctx context.Context, kv clientv3.KV, oldKey, newKey []byte) error {
+	resp, err := kv.Get(ctx, EtcdKey)
+	if err != nil {
+		return err
+	}
+	if len(resp.Kvs) != 1 {
+		return fmt.Errorf("etcd holds no cluster identity at %s to reseal", EtcdKey)
+	}
+	id, err := Open(oldKey, resp.Kvs[0].Value)
+	if err != nil {
+		return err
+	}
+	data, err := Seal(newKey, id)
+	if err != nil {
+		return err
+	}
+	txn, err := kv.Txn(ctx).
+		If(clientv3.Compare(clientv3.ModRevision(EtcdKey), "=", resp.Kvs[0].ModRevision)).
+		Then(clientv3.OpPut(EtcdKey, string(data))).
+		Commit()
+	if err != nil {
+		return err
+	}
+	if !txn.Succeeded {
+		return errors.New("the cluster identity changed while it was being resealed: run the rotation again")
+	}
+	return nil
+}

@@ -152,4 +152,20 @@ func TestLoadAgreesOnOneIdentity(t *testing.T) {
 	if proposed || after.Kvs[0].ModRevision != before.Kvs[0].ModRevision || !bytes.Equal(after.Kvs[0].Value, before.Kvs[0].Value) {
 		t.Error("a replica with another key changed the stored identity")
 	}
+
+	// A rotation: the new key opens the same identity, the old one no more.
+	newKey := []byte(strings.Repeat("n", 40))
+	if err := Reseal(ctx, client, []byte(strings.Repeat("w", 40)), newKey); !errors.Is(err, ErrWrongKey) {
+		t.Errorf("a reseal with a wrong current key: %v", err)
+	}
+	if err := Reseal(ctx, client, key, newKey); err != nil {
+		t.Fatal(err)
+	}
+	resealed, _, err := Load(ctx, client, newKey, nil)
+	if err != nil || !bytes.Equal(resealed.CACert, got[0].CACert) {
+		t.Errorf("the new key opens %q, %v; want the same CA %q", resealed.CACert, err, got[0].CACert)
+	}
+	if _, _, err := Load(ctx, client, key, nil); !errors.Is(err, ErrWrongKey) {
+		t.Errorf("the old key after the rotation: %v", err)
+	}
 }

@@ -134,3 +134,29 @@ func (o *Options) replicaID() (string, error) {
 	}
 	return id, nil
 }
+
+// RotateClusterKey seals the cluster identity in etcd again with the key
+// in newKeyFile; --cluster-key-file must open it now. Replicas that run
+// keep running; each needs the new file before it starts again.
+func (o *Options) RotateClusterKey(ctx context.Context, newKeyFile string) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	newKey, err := clusteridentity.ReadKeyFile(newKeyFile)
+	if err != nil {
+		return err
+	}
+	oldKey, err := o.clusterKey()
+	if err != nil {
+		return err
+	}
+	st, err := o.openStorage(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.close(context.Background())
+	if err := clusteridentity.Reseal(ctx, st.client, oldKey, newKey); err != nil {
+		return fmt.Errorf("rotate the cluster key: %w", err)
+	}
+	return nil
+}

@@ -229,4 +229,24 @@ func TestReplicasRefuseToStartWrongly(t *testing.T) {
 	if _, err := first.Client.NodusV1().Pools().List(ctx(t), metav1.ListOptions{}); err != nil {
 		t.Errorf("the first replica after the refusals: %v", err)
 	}
+
+	// A key rotation: the identity is sealed anew, the CA stays.
+	newKey := clusterKeyFile(t)
+	rotate := server.NewOptions(nil)
+	rotate.DataDir = t.TempDir()
+	onCluster(etcd, key)(rotate)
+	if err := rotate.RotateClusterKey(ctx(t), newKey); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testserver.Start(t.TempDir(), nil, onCluster(etcd, key)); err == nil || !strings.Contains(err.Error(), "same --cluster-key-file") {
+		t.Errorf("the old key after a rotation: %v", err)
+	}
+	rotated, err := testserver.Start(t.TempDir(), nil, onCluster(etcd, newKey))
+	if err != nil {
+		t.Fatalf("a replica with the new key: %v", err)
+	}
+	defer rotated.Stop()
+	if !bytes.Equal(publicFile(t, rotated, "/ca.crt"), publicFile(t, first, "/ca.crt")) {
+		t.Error("the rotation changed the cluster CA")
+	}
 }
