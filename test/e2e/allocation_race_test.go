@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/clusteridentity"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -102,9 +104,13 @@ func twoServersOnOneEtcd(t *testing.T) []versioned.Interface {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { etcd.Stop(context.Background()) })
+	key := filepath.Join(t.TempDir(), "cluster.key")
+	if _, err := clusteridentity.EnsureKeyFile(key); err != nil {
+		t.Fatal(err)
+	}
 	var apis []versioned.Interface
 	for i := 0; i < 2; i++ {
-		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL)
+		p := startServerWith(t, t.TempDir(), "--etcd-servers", etcd.ClientURL, "--cluster-key-file", key)
 		cfg := rest.CopyConfig(p.Config)
 		cfg.QPS, cfg.Burst = 1000, 1000
 		apis = append(apis, versioned.NewForConfigOrDie(cfg))

@@ -155,7 +155,8 @@ func TestKeyedReleasesSurviveAKill9(t *testing.T) {
 			// 409 IdempotencyKeyInFlight would say the key is still held
 			// by the killed process; AlreadyReleased, that the retry did
 			// not recognise its own release.
-			t.Errorf("crash-%02d retried after the restart: %d %v %s", i, a.code, a.err, a.body)
+			r, _ := s2.Client.NodusV1().Reservations().Get(ctx, fmt.Sprintf("crash-%02d", i), metav1.GetOptions{})
+			t.Errorf("crash-%02d retried after the restart: %d %v %s\nits reservation: %+v", i, a.code, a.err, a.body, r.Status)
 		case first[i].code == http.StatusOK && !a.replayed:
 			t.Errorf("crash-%02d was answered before the kill; its retry must be the replayed answer", i)
 		case first[i].code != http.StatusOK && a.replayed:

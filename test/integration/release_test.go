@@ -216,6 +216,11 @@ func TestReleaseCapacity(t *testing.T) {
 		if f.reservation(t, "h-idem").Status.Epoch != 2 {
 			t.Errorf("a replay must not release again")
 		}
+		// The release carries its request's key, for a retry after a crash.
+		if got, want := f.reservation(t, "h-idem").Status.ReleaseRequest,
+			scopeKey("alice", "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h-idem/release-capacity", "retry-1"); got != want {
+			t.Errorf("the release's request key is %q, want %q", got, want)
+		}
 		expectReason(t, f.release(t, f.admin, "h-idem", `{"agreed":true,"epoch":2}`, "", "Idempotency-Key", "retry-1"),
 			http.StatusUnprocessableEntity, apierror.ReasonIdempotencyKeyReused)
 		expectReason(t, f.release(t, f.admin, "h-idem", agreed, "fieldManager=x", "Idempotency-Key", "retry-1"),

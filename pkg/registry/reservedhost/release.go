@@ -13,6 +13,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
@@ -72,16 +73,23 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 
 	now := metav1.NewTime(r.now().Truncate(time.Second))
 	manager := managerName(options.FieldManager, ex.RequestHeader("User-Agent"))
+	key := actions.RequestKey(ctx)
+	replayed := false
 	updated, _, err := r.Reservations.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			res := old.(*nodusv1.Reservation).DeepCopy()
 			if res.Spec.Project != namespace {
 				return nil, apierrors.NewNotFound(gr, name)
 			}
+			// This very request released it before a crash cut its answer.
+			if replayed = ownRelease(res, key, *req.Epoch); replayed {
+				return res, nil
+			}
 			if err := lifecycle.CheckOwnerChange(ctx, res, *req.Epoch, now.Time); err != nil {
 				return nil, err
 			}
 			lifecycle.Release(res, manager, now.Time)
+			res.Status.ReleaseRequest = key
 			return res, nil
 		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
 	if apierrors.IsNotFound(err) {
@@ -92,11 +100,24 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	}
 	// The answer shows the release as the host will: the reservation
 	// controller, the one writer of ReservedHosts, projects it in a moment.
+	res := updated.(*nodusv1.Reservation)
 	answer := current.(*nodusv1.ReservedHost).DeepCopy()
-	ApplyReservation(answer, updated.(*nodusv1.Reservation))
+	ApplyReservation(answer, res)
+	if replayed {
+		actions.MarkReplayed(ctx)
+		now = res.Status.Release.RequestedAt
+		manager = res.Status.ReleaseFieldManager
+	}
 	RecordRelease(answer, manager, now)
 	ex.SetResponseHeader("ETag", ETag(answer))
 	return answer, nil
+}
+
+// ownRelease says whether res was released by the request of key, under
+// epoch: its effect, whose answer a crash cut.
+func ownRelease(res *nodusv1.Reservation, key string, epoch int64) bool {
+	return key != "" && res.Status.ReleaseRequest == key && res.Status.Release != nil && res.Status.Epoch == epoch+1 &&
+		(res.Status.State == nodusv1.ReservationStateReleasing || res.Status.State == nodusv1.ReservationStateReleased)
 }
 
 // releaseFields are the fields a release sets, in managedFields' FieldsV1 form.
