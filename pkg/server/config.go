@@ -79,8 +79,9 @@ var actionSubresources = map[string]int64{
 }
 
 // Config reaches etcd, opens the cluster identity, writes this replica's
-// credentials and builds the generic server's configuration. Nothing is
-// written before the identity opens.
+// credentials and builds the generic server's configuration. On an
+// external etcd nothing is written, there or in DIR, before the identity
+// opens.
 func (o *Options) Config() (cfg *Config, err error) {
 	if err := o.Validate(); err != nil {
 		return nil, err

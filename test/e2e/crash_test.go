@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -97,8 +98,8 @@ func TestKeyedReleasesSurviveAKill9(t *testing.T) {
 
 	// Eight at a time; the server dies once ten have their answer.
 	first := make([]answer, hosts)
-	var answered sync.WaitGroup
-	answered.Add(10)
+	var answered atomic.Int32
+	tenAnswered := make(chan struct{})
 	var once sync.Once
 	var wg sync.WaitGroup
 	next := make(chan int)
@@ -108,21 +109,26 @@ func TestKeyedReleasesSurviveAKill9(t *testing.T) {
 			defer wg.Done()
 			for i := range next {
 				first[i] = release(s.Config.Host, i)
-				if first[i].code == http.StatusOK {
-					answered.Done()
+				if first[i].code == http.StatusOK && answered.Add(1) == 10 {
+					close(tenAnswered)
 				}
 			}
 		}()
 	}
+	sent := make(chan struct{})
 	go func() {
-		answered.Wait()
-		once.Do(func() { _ = s.Cmd.Process.Kill() })
+		select {
+		case <-tenAnswered:
+			once.Do(func() { _ = s.Cmd.Process.Kill() })
+		case <-sent:
+		}
 	}()
 	for i := range hosts {
 		next <- i
 	}
 	close(next)
 	wg.Wait()
+	close(sent)
 	once.Do(func() { _ = s.Cmd.Process.Kill() })
 	<-s.Exited
 	before := map[string]int{}
