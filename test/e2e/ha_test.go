@@ -17,6 +17,7 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -139,7 +140,7 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 	flags := []string{"--etcd-servers", strings.Join(endpoints, ","), "--etcd-cafile", creds.ca, "--etcd-certfile", creds.cert,
-		"--etcd-keyfile", creds.key, "--cluster-key-file", keyFile}
+		"--etcd-keyfile", creds.key, "--cluster-key-file", keyFile, "--heartbeat-interval", "1s"}
 	var replicas []*serverProcess
 	var urls []string
 	for i := range 3 {
@@ -227,6 +228,13 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 		}
 	}); err != nil {
 		t.Fatal(err)
+	}
+	// One host runs the real nodusd, enrolled with the three replicas' URLs.
+	realAgent := os.Geteuid() == 0
+	if realAgent {
+		startRealAgent(t, ctx, admin, urls, filepath.Join(dir, "nodusd"))
+	} else {
+		t.Log("not root: the real nodusd's failover is not checked (CI runs as root)")
 	}
 	counts := &haCounts{}
 	beatCtx, stopBeats := context.WithCancel(ctx)
@@ -389,6 +397,14 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 	beats.Wait()
 
 	// The checks.
+	if realAgent {
+		// Its heartbeats moved off the killed replica: liveness never lapsed
+		// for three intervals of 1 s.
+		n, err := c.Nodes().Get(ctx, "agent-real", metav1.GetOptions{})
+		if err != nil || !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+			t.Errorf("the real nodusd's node after the faults: %v %+v", err, n.Status.Conditions)
+		}
+	}
 	reservations, err := c.Reservations().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -494,6 +510,33 @@ func acknowledge(t *testing.T, what string, op func() error) bool {
 			return false
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// startRealAgent enrolls node agent-real with the nodusd binary through
+// every replica's URL and runs it (no sandbox, no sshd: it only beats),
+// until it is Ready.
+func startRealAgent(t *testing.T, ctx context.Context, admin versioned.Interface, urls []string, dir string) {
+	t.Helper()
+	tok, err := admin.NodusV1().EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "agent-real"},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "ha", NodeName: "agent-real", ResourceClass: "gpu-agent", LoginUser: "ubuntu"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "state")
+	run(t, agentBinary, "enroll", "--server", strings.Join(urls, ","), "--token", tok.Status.Token, "--ca-hash", tok.Status.CAFingerprint,
+		"--name", "agent-real", "--state-dir", state)
+	run(t, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, "host_key"))
+	agent := &agentProcess{path: agentBinary, log: &syncBuffer{}, env: os.Environ(),
+		args: []string{"run", "--state-dir", state, "--ssh-host-key", filepath.Join(dir, "host_key.pub"), "--ssh-address", "127.0.0.1:22",
+			"--disk-path", dir, "--sandbox", "none", "--executions-dir", filepath.Join(dir, "executions"), "--images-dir", filepath.Join(dir, "images")}}
+	agent.start(t)
+	t.Cleanup(agent.stop)
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := admin.NodusV1().Nodes().Get(ctx, "agent-real", metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady), nil
+	}); err != nil {
+		t.Fatalf("the real nodusd's node is not Ready:\n%s", agent.log.String())
 	}
 }
 
