@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/clusteridentity"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -43,9 +44,16 @@ func startServer(binary, dir, etcdURL string) (*server, error) {
 	if err != nil {
 		return nil, err
 	}
-	var flags []string
+	// The lending scenario keeps more executions than a project may by
+	// default.
+	flags := []string{"--max-executions-per-project", "100000"}
 	if etcdURL != "" {
-		flags = append(flags, "--etcd-servers", etcdURL)
+		// Servers on one external etcd are replicas of one cluster.
+		key := filepath.Join(filepath.Dir(dir), "cluster.key")
+		if _, err := clusteridentity.EnsureKeyFile(key); err != nil {
+			return nil, err
+		}
+		flags = append(flags, "--etcd-servers", etcdURL, "--cluster-key-file", key)
 	}
 	proc, err := testfleet.StartServer(binary, filepath.Join(dir, "data"), log, flags...)
 	if err != nil {

@@ -237,7 +237,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "allocation controller")
 			return
 		}
-		scheduler, err := schedulercontroller.New(client, factory)
+		scheduler, err := schedulercontroller.New(client, factory, c.storage.client)
 		if err != nil {
 			klog.ErrorS(err, "scheduler")
 			return

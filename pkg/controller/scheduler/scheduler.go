@@ -5,7 +5,9 @@
 // host and every execution, so caps and GPUs are counted once, in one place.
 // Only the elected leader runs it. Placements it wrote and the cache does not
 // show yet are remembered ("assumed"), so a pass never hands out a GPU that
-// an earlier pass gave away.
+// an earlier pass gave away; and every GPU placement is first claimed in
+// etcd (claims.go), so that no other scheduler — an old leader that has not
+// noticed yet — hands it out either.
 package scheduler
 
 import (
@@ -13,9 +15,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -54,6 +58,7 @@ type Controller struct {
 	trigger      chan struct{}
 	now          func() time.Time
 
+	claims  *gpuClaims
 	mu      sync.Mutex
 	assumed map[types.UID]placement
 }
@@ -64,8 +69,9 @@ type placement struct {
 	gpus  []int32
 }
 
-// New wires the scheduler to the informers of factory.
-func New(client versioned.Interface, factory externalversions.SharedInformerFactory) (*Controller, error) {
+// New wires the scheduler to the informers of factory; its GPU placements
+// are claimed in etcd through kv.
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory, kv clientv3.KV) (*Controller, error) {
 	v1 := factory.Nodus().V1()
 	c := &Controller{
 		client:       client,
@@ -78,6 +84,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		trigger:      make(chan struct{}, 1),
 		now:          time.Now,
 		assumed:      map[types.UID]placement{},
+		claims:       &gpuClaims{kv: kv, now: time.Now},
 	}
 	for _, informer := range []cache.SharedIndexInformer{
 		v1.Executions().Informer(), v1.Reservations().Informer(), v1.Nodes().Informer(),
@@ -204,6 +211,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	claims, err := c.claims.list(ctx)
+	if err != nil {
+		return err
+	}
 	// borrowed is GPUs held per pool and borrowing project.
 	borrowed := map[[2]string]int32{}
 	var pending []*nodusv1.Execution
@@ -249,7 +260,18 @@ func (c *Controller) Pass(ctx context.Context) error {
 			delete(c.assumed, uid)
 		}
 	}
+	holding := map[string]placement{}
+	for _, e := range executions {
+		if p, ok := c.assumed[e.UID]; ok {
+			holding[owner(e)] = p
+		} else if e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning {
+			holding[owner(e)] = placement{alias: e.Status.Host, gpus: e.Status.GPUIndices}
+		}
+	}
 	c.mu.Unlock()
+	if err := c.honourClaims(ctx, claims, holding, hosts, now.Time); err != nil {
+		return err
+	}
 
 	byPool := map[string][]*host{}
 	for _, h := range hosts {
@@ -305,6 +327,57 @@ func (c *Controller) Pass(ctx context.Context) error {
 		return err
 	}
 	return c.project(ctx, all)
+}
+
+// owner names an execution in its GPU claims.
+func owner(e *nodusv1.Execution) string { return e.Namespace + "/" + e.Name + "/" + string(e.UID) }
+
+// honourClaims marks the GPUs claimed by executions this pass does not see
+// holding them (placed by another scheduler, its status write not in the
+// cache yet) as used, and releases the claims of executions that ended, are
+// gone, or stayed pending well past their claim.
+func (c *Controller) honourClaims(ctx context.Context, claims []claim, holding map[string]placement, hosts map[string]*host, now time.Time) error {
+	for _, cl := range claims {
+		if p, ok := holding[cl.owner]; ok && p.alias == cl.host && slices.Contains(p.gpus, cl.gpu) {
+			continue // counted with its execution
+		}
+		release, err := c.claimEnded(ctx, cl, now)
+		if err != nil {
+			return err
+		}
+		if release {
+			if err := c.claims.release(ctx, cl); err != nil {
+				return err
+			}
+			continue
+		}
+		if h := hosts[cl.host]; h != nil && int(cl.gpu) < len(h.gpuUsed) && !h.gpuUsed[cl.gpu] {
+			h.gpuUsed[cl.gpu] = true
+			h.usedGPUs++
+		}
+	}
+	return nil
+}
+
+// claimEnded says whether cl's execution no longer holds it, asking the
+// API (not the cache) when the cache does not show it holding the GPU.
+func (c *Controller) claimEnded(ctx context.Context, cl claim, now time.Time) (bool, error) {
+	parts := strings.SplitN(cl.owner, "/", 3)
+	if len(parts) != 3 {
+		return true, nil // not a claim of ours
+	}
+	e, err := c.client.NodusV1().Executions(parts[0]).Get(ctx, parts[1], metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return true, nil
+	case err != nil:
+		return false, err
+	case string(e.UID) != parts[2] || e.Status.Phase.Finished():
+		return true, nil
+	case e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning:
+		return e.Status.Host != cl.host || !slices.Contains(e.Status.GPUIndices, cl.gpu), nil
+	}
+	return now.Sub(cl.at) > staleClaim, nil
 }
 
 // bestFit is the host where the execution leaves the fewest lendable GPUs
@@ -438,14 +511,35 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 		go func(w write) {
 			defer wg.Done()
 			defer func() { <-sem }()
+			forget := func() {
+				c.mu.Lock()
+				delete(c.assumed, w.execution.UID)
+				c.mu.Unlock()
+			}
+			if w.place != nil {
+				taken, err := c.claims.take(ctx, w.place.alias, w.place.gpus, owner(w.execution))
+				if err != nil || !taken {
+					// Another scheduler gave one of these GPUs away: the
+					// next pass sees its claim.
+					forget()
+					c.poke()
+					if err != nil {
+						mu.Lock()
+						firstErr = cmp.Or(firstErr, err)
+						mu.Unlock()
+					}
+					return
+				}
+			}
 			_, err := c.client.NodusV1().Executions(w.execution.Namespace).UpdateStatus(ctx, w.execution, metav1.UpdateOptions{FieldManager: fieldManager})
 			if err == nil {
 				return
 			}
 			if w.place != nil {
-				c.mu.Lock()
-				delete(c.assumed, w.execution.UID)
-				c.mu.Unlock()
+				forget()
+				if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, owner(w.execution)); err != nil {
+					klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
+				}
 			}
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				c.poke()

@@ -1,0 +1,110 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ClaimsPrefix is where GPU placements are claimed: one key per host GPU,
+// /nodus/gpu-claims/<host alias>/<index>, holding its execution.
+const ClaimsPrefix = "/nodus/gpu-claims/"
+
+// staleClaim is how long a claim may stand for an execution that is still
+// pending: its placement's status write failed, or its scheduler died
+// between the claim and the write.
+const staleClaim = time.Minute
+
+// gpuClaims make a GPU placement a claim etcd enforces, not a memory of
+// the scheduler that made it: a key is created only where none is, so two
+// schedulers (an old leader that has not noticed yet, and the new one)
+// never give one GPU to two executions.
+type gpuClaims struct {
+	kv  clientv3.KV
+	now func() time.Time
+}
+
+// claim is one claimed GPU.
+type claim struct {
+	host  string
+	gpu   int32
+	owner string // the execution: namespace/name/uid
+	at    time.Time
+	// revision is the key's mod revision, for a release that races no one.
+	revision int64
+}
+
+func claimKey(host string, gpu int32) string {
+	return ClaimsPrefix + host + "/" + strconv.Itoa(int(gpu))
+}
+
+// list reads every claim.
+func (g *gpuClaims) list(ctx context.Context) ([]claim, error) {
+	resp, err := g.kv.Get(ctx, ClaimsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]claim, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		rest := strings.TrimPrefix(string(kv.Key), ClaimsPrefix)
+		slash := strings.LastIndexByte(rest, '/')
+		gpu, err := strconv.Atoi(rest[slash+1:])
+		if slash < 0 || err != nil {
+			continue // not a key of ours
+		}
+		owner, unix, _ := strings.Cut(string(kv.Value), "@")
+		secs, _ := strconv.ParseInt(unix, 10, 64)
+		out = append(out, claim{host: rest[:slash], gpu: int32(gpu), owner: owner, at: time.Unix(secs, 0), revision: kv.ModRevision})
+	}
+	return out, nil
+}
+
+// take claims gpus of host for owner, all or none. It reports false when
+// another execution holds any of them.
+func (g *gpuClaims) take(ctx context.Context, host string, gpus []int32, owner string) (bool, error) {
+	if len(gpus) == 0 {
+		return true, nil
+	}
+	value := owner + "@" + strconv.FormatInt(g.now().Unix(), 10)
+	var cmps []clientv3.Cmp
+	var puts []clientv3.Op
+	for _, gpu := range gpus {
+		k := claimKey(host, gpu)
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(k), "=", 0))
+		puts = append(puts, clientv3.OpPut(k, value))
+	}
+	resp, err := g.kv.Txn(ctx).If(cmps...).Then(puts...).Commit()
+	if err != nil {
+		return false, fmt.Errorf("claiming GPUs %v of %s: %w", gpus, host, err)
+	}
+	return resp.Succeeded, nil
+}
+
+// release removes c unless it changed since it was read.
+func (g *gpuClaims) release(ctx context.Context, c claim) error {
+	k := claimKey(c.host, c.gpu)
+	_, err := g.kv.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(k), "=", c.revision)).Then(clientv3.OpDelete(k)).Commit()
+	return err
+}
+
+// releaseOwned removes owner's claims of gpus of host (after its status
+// write failed), leaving another owner's alone.
+func (g *gpuClaims) releaseOwned(ctx context.Context, host string, gpus []int32, owner string) error {
+	for _, gpu := range gpus {
+		k := claimKey(host, gpu)
+		resp, err := g.kv.Get(ctx, k)
+		if err != nil {
+			return err
+		}
+		if len(resp.Kvs) == 1 && strings.HasPrefix(string(resp.Kvs[0].Value), owner+"@") {
+			if err := g.release(ctx, claim{host: host, gpu: gpu, revision: resp.Kvs[0].ModRevision}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

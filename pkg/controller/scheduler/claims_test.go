@@ -1,0 +1,79 @@
+package scheduler
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+)
+
+// Two schedulers claiming GPUs of one host: each GPU goes to one
+// execution, a claim is all or nothing, and nobody releases another's.
+func TestGPUClaimsAreExclusive(t *testing.T) {
+	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Stop(context.Background()) })
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	a := &gpuClaims{kv: client, now: time.Now}
+	b := &gpuClaims{kv: client, now: time.Now}
+
+	if ok, err := a.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a"); !ok || err != nil {
+		t.Fatalf("the first claim: %v %v", ok, err)
+	}
+	if ok, err := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok || err != nil {
+		t.Fatalf("a claim overlapping GPU 1 was granted: %v %v", ok, err)
+	}
+	if ok, _ := b.take(ctx, "h-2", []int32{1}, "beta/job-b/uid-b"); !ok {
+		t.Error("the same index of another host is another GPU")
+	}
+	if err := b.releaseOwned(ctx, "h-1", []int32{0, 1}, "beta/job-b/uid-b"); err != nil {
+		t.Fatal(err)
+	}
+	claims, err := a.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := map[string]string{}
+	for _, c := range claims {
+		held[claimKey(c.host, c.gpu)] = c.owner
+	}
+	want := map[string]string{claimKey("h-1", 0): "beta/job-a/uid-a", claimKey("h-1", 1): "beta/job-a/uid-a", claimKey("h-2", 1): "beta/job-b/uid-b"}
+	if len(held) != len(want) {
+		t.Fatalf("claims after the refused one and a foreign release: %v (GPU 2 of h-1 must not be claimed)", held)
+	}
+	for k, v := range want {
+		if held[k] != v {
+			t.Errorf("%s is held by %q, want %q", k, held[k], v)
+		}
+	}
+	// A release of a claim read before it changed removes nothing.
+	stale := claims[0]
+	if ok, _ := a.take(ctx, "h-3", []int32{0}, "x/y/z"); !ok {
+		t.Fatal("claim h-3")
+	}
+	stale.revision = 1
+	if err := a.release(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	if after, _ := a.list(ctx); len(after) != 4 {
+		t.Errorf("a release at a stale revision removed a claim: %d left", len(after))
+	}
+	for _, c := range claims {
+		if err := a.release(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ok, _ := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); !ok {
+		t.Error("GPUs released are free to claim")
+	}
+}
