@@ -71,7 +71,13 @@ type Server struct {
 
 // New installs the nodus.dev/v1 group, the namespaces projection and the
 // docs pages on a new generic API server.
-func (c CompletedConfig) New() (*Server, error) {
+func (c CompletedConfig) New() (srv *Server, err error) {
+	defer func() {
+		if err != nil {
+			// Nothing will Run: etcd (embedded, or the client) stops here.
+			c.storage.close(context.Background())
+		}
+	}()
 	generic, err := c.generic.New("nodus-server", genericapiserver.NewEmptyDelegate())
 	if err != nil {
 		return nil, err
