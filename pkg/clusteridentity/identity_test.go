@@ -10,11 +10,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 var sample = Identity{CACert: []byte("ca cert"), CAKey: []byte("ca key"), SSHUserCAKey: []byte("ssh key")}
@@ -99,16 +96,11 @@ func TestKeyFiles(t *testing.T) {
 // Replicas starting at once on an empty etcd agree on one identity, and
 // one with another key reads nothing and writes nothing.
 func TestLoadAgreesOnOneIdentity(t *testing.T) {
-	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { etcd.Stop(context.Background()) })
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
 	ctx := context.Background()
 	key := []byte(strings.Repeat("c", 40))
 

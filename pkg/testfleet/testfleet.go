@@ -16,6 +16,7 @@ import (
 	"sync"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -23,6 +24,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -127,4 +129,67 @@ func AgentConfig(serverURL, stateDir string) (*rest.Config, error) {
 		files[i] = data
 	}
 	return &rest.Config{Host: serverURL, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CertData: files[0], KeyData: files[1], CAData: files[2]}}, nil
+}
+
+// ActiveReservations counts the reservations in state active.
+func ActiveReservations(ctx context.Context, c versioned.Interface) (int, error) {
+	list, err := c.NodusV1().Reservations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range list.Items {
+		if r.Status.State == nodusv1.ReservationStateActive {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// ActiveAllocations counts the allocations in state active.
+func ActiveAllocations(ctx context.Context, c versioned.Interface) (int, error) {
+	list, err := c.NodusV1().Allocations().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, a := range list.Items {
+		if a.Status.State == nodusv1.AllocationStateActive {
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Count waits until count says want, retrying its errors (a replica or an
+// etcd member may be down meanwhile).
+func Count(ctx context.Context, timeout time.Duration, want int, count func(context.Context, versioned.Interface) (int, error), c versioned.Interface) error {
+	last := -1
+	err := Eventually(ctx, timeout, func(ctx context.Context) (bool, error) {
+		n, err := count(ctx, c)
+		if err != nil {
+			return false, nil
+		}
+		last = n
+		return n == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%d of %d after %s", last, want, timeout)
+	}
+	return nil
+}
+
+// StartEtcd starts a plain-HTTP etcd member on loopback under dir, as a
+// test's stand-in for an external cluster, and a client of it.
+func StartEtcd(dir string) (*embeddedetcd.Server, *clientv3.Client, error) {
+	etcd, err := embeddedetcd.StartInsecure(dir, time.Minute)
+	if err != nil {
+		return nil, nil, err
+	}
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		etcd.Stop(context.Background())
+		return nil, nil, err
+	}
+	return etcd, client, nil
 }

@@ -62,20 +62,8 @@ func TestKeyedReleasesSurviveAKill9(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := testfleet.Eventually(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := c.Reservations().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		active := 0
-		for _, r := range list.Items {
-			if r.Status.State == nodusv1.ReservationStateActive {
-				active++
-			}
-		}
-		return active == hosts, nil
-	}); err != nil {
-		t.Fatal("the reservations did not become active")
+	if err := testfleet.Count(ctx, time.Minute, hosts, testfleet.ActiveReservations, s.Client); err != nil {
+		t.Fatalf("active reservations: %v", err)
 	}
 
 	release := func(url string, i int) answer {

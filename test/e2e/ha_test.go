@@ -260,20 +260,8 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 			}
 		}()
 	}
-	if err := testfleet.Eventually(ctx, time.Minute, func(ctx context.Context) (bool, error) {
-		list, err := c.Reservations().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		active := 0
-		for _, r := range list.Items {
-			if r.Status.State == nodusv1.ReservationStateActive {
-				active++
-			}
-		}
-		return active == lent+released, nil
-	}); err != nil {
-		t.Fatal("the reservations did not become active")
+	if err := testfleet.Count(ctx, time.Minute, lent+released, testfleet.ActiveReservations, admin); err != nil {
+		t.Fatalf("active reservations: %v", err)
 	}
 	aliceHTTP := httpClientFor(t, alice)
 	for i := range lent {
@@ -377,20 +365,8 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 
 	workload.Wait()
 	// Everything acknowledged settles: allocations active, executions placed.
-	if err := testfleet.Eventually(ctx, 90*time.Second, func(ctx context.Context) (bool, error) {
-		list, err := c.Allocations().List(ctx, metav1.ListOptions{})
-		if err != nil {
-			return false, nil
-		}
-		active := 0
-		for _, a := range list.Items {
-			if a.Status.State == nodusv1.AllocationStateActive {
-				active++
-			}
-		}
-		return active == free, nil
-	}); err != nil {
-		t.Error("not every acknowledged allocation became active")
+	if err := testfleet.Count(ctx, 90*time.Second, free, testfleet.ActiveAllocations, admin); err != nil {
+		t.Errorf("not every acknowledged allocation became active: %v", err)
 	}
 	time.Sleep(2 * time.Second) // a scheduler pass or two more
 	stopBeats()

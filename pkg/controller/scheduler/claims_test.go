@@ -5,24 +5,17 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // Two schedulers claiming GPUs of one host: each GPU goes to one
 // execution, a claim is all or nothing, and nobody releases another's.
 func TestGPUClaimsAreExclusive(t *testing.T) {
-	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { etcd.Stop(context.Background()) })
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
+	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
 	ctx := context.Background()
 	a := &gpuClaims{kv: client, now: time.Now}
 	b := &gpuClaims{kv: client, now: time.Now}
