@@ -184,11 +184,8 @@ func (c *call) versionDocument() error {
 		"id":          "v1",
 		"links":       []link{{Href: c.base + "/v1/", Rel: "self"}},
 		"media_types": []map[string]string{{"base": "application/json", "type": "application/vnd.openstack.ironic.v1+json"}},
-		"version": map[string]interface{}{
-			"id": "v1", "links": []link{{Href: c.base + "/v1/", Rel: "self"}}, "status": "CURRENT",
-			"min_version": minVersion.String(), "version": maxVersion.String(),
-		},
-		"nodes": []link{{Href: c.base + "/v1/nodes/", Rel: "self"}, {Href: c.base + "/nodes/", Rel: "bookmark"}},
+		"version":     v1Version(c.base),
+		"nodes":       []link{{Href: c.base + "/v1/nodes/", Rel: "self"}, {Href: c.base + "/nodes/", Rel: "bookmark"}},
 	}
 	if c.v.atLeast(allocationsSince) {
 		doc["allocations"] = []link{{Href: c.base + "/v1/allocations/", Rel: "self"}, {Href: c.base + "/allocations/", Rel: "bookmark"}}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -54,6 +55,9 @@ type Config struct {
 	idempotent *idempotency.Store
 	// leaderLease is how long a dead leader keeps the controllers.
 	leaderLease time.Duration
+	// paths is the Kubernetes path index that GET / shows, known once New
+	// installed every handler.
+	paths *pathIndex
 	// executionLogs keeps the bounded output of executions.
 	executionLogs *executionlog.Store
 
@@ -150,7 +154,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	idempotent := idempotency.NewStore(st.client)
-	o.applyHandlerChain(generic, idempotent, watches)
+	paths := &pathIndex{}
+	o.applyHandlerChain(generic, idempotent, watches, paths)
 
 	out := func(format string, args ...interface{}) {
 		if o.Out != nil {
@@ -159,7 +164,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join, replicaID: replica, idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration,
+		joinCommand: join, replicaID: replica, idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
@@ -205,15 +210,30 @@ func applyOpenAPI(generic *genericapiserver.Config, scheme *runtime.Scheme) {
 // applyHandlerChain wraps the generic chain: Nodus' error envelope (and
 // Ironic's error format on /v1) outside, the action contract and watch
 // revocation inside, after authentication.
-func (o *Options) applyHandlerChain(generic *genericapiserver.Config, idempotent *idempotency.Store, watches *revocation.Watches) {
+func (o *Options) applyHandlerChain(generic *genericapiserver.Config, idempotent *idempotency.Store, watches *revocation.Watches, paths *pathIndex) {
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller}))
-		handler := envelope.WithEnvelope(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), envelope.Options{
+		// Ironic's discovery is public, as in Ironic: inside the envelope,
+		// before authentication.
+		chain := ironic.WithDiscovery(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), paths.get)
+		handler := envelope.WithEnvelope(chain, envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})
 		return ironic.WithAuthToken(handler)
 	}
 }
+
+// pathIndex is the server's listed paths, for the public root document.
+type pathIndex struct{ list atomic.Pointer[[]string] }
+
+func (p *pathIndex) get() []string {
+	if l := p.list.Load(); l != nil {
+		return *l
+	}
+	return []string{}
+}
+
+func (p *pathIndex) set(paths []string) { p.list.Store(&paths) }

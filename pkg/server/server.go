@@ -167,6 +167,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
 	generic.Handler.NonGoRestfulMux.HandlePrefix(ironic.Prefix+"/", bareMetal)
+	c.paths.set(generic.ListedPaths())
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,78 @@
+package integration
+
+import (
+	"encoding/json"
+	"net/http"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/noauth"
+	"github.com/gophercloud/gophercloud/v2/openstack/utils"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestIronicDiscoveryIsPublic: as Ironic, GET / and GET /v1 answer anyone,
+// and / is both Ironic's root document and the Kubernetes path index;
+// nothing else is public.
+func TestIronicDiscoveryIsPublic(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	nobody := anonymous(s)
+
+	r := do(t, nobody, "GET", "/", "", nil)
+	var root struct {
+		Name           string
+		Versions       []map[string]interface{}
+		DefaultVersion map[string]interface{} `json:"default_version"`
+		Paths          []string
+	}
+	if err := json.Unmarshal(r.body, &root); r.code != 200 || err != nil {
+		t.Fatalf("GET / without credentials: %d %v %s", r.code, err, r.body)
+	}
+	if root.Name == "" || len(root.Versions) != 1 || root.DefaultVersion["id"] != "v1" || root.DefaultVersion["min_version"] != "1.1" ||
+		root.DefaultVersion["version"] != "1.60" || root.DefaultVersion["status"] != "CURRENT" {
+		t.Errorf("the root document: %s", r.body)
+	}
+	if !slices.Contains(root.Paths, "/apis/nodus.dev/v1") || !slices.Contains(root.Paths, "/v1") {
+		t.Errorf("the root document must hold the path index too: %v", root.Paths)
+	}
+	for _, path := range []string{"/v1", "/v1/"} {
+		r := do(t, nobody, "GET", path, "", nil)
+		var v1 struct{ Version map[string]interface{} }
+		if err := json.Unmarshal(r.body, &v1); r.code != 200 || err != nil || v1.Version["version"] != "1.60" {
+			t.Errorf("GET %s without credentials: %d %v %s", path, r.code, err, r.body)
+		}
+	}
+	// What the server holds stays behind authentication.
+	for _, path := range []string{"/v1/nodes", "/v1/allocations", "/apis/nodus.dev/v1/nodes", "/apis"} {
+		if r := do(t, nobody, "GET", path, "", nil); r.code != http.StatusUnauthorized {
+			t.Errorf("GET %s without credentials: %d, want 401", path, r.code)
+		}
+	}
+	// kubectl get --raw / still finds its paths, as the operator.
+	var asOperator struct{ Paths []string }
+	raw, err := s.Client.Discovery().RESTClient().Get().AbsPath("/").DoRaw(ctx(t))
+	if err != nil || json.Unmarshal(raw, &asOperator) != nil || !slices.Contains(asOperator.Paths, "/apis/nodus.dev/v1") {
+		t.Errorf("GET / as the operator: %v %s", err, raw)
+	}
+
+	// gophercloud finds the microversions without a token, from /v1/ and
+	// from the service root.
+	transport, err := rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, endpoint := range []string{s.Config.Host + "/v1/", s.Config.Host + "/"} {
+		client, err := noauth.NewBareMetalNoAuth(noauth.EndpointOpts{IronicEndpoint: endpoint})
+		if err != nil {
+			t.Fatal(err)
+		}
+		client.HTTPClient = http.Client{Transport: transport, Timeout: time.Minute}
+		versions, err := utils.GetSupportedMicroversions(ctx(t), client)
+		if err != nil || versions.MinMajor != 1 || versions.MinMinor != 1 || versions.MaxMajor != 1 || versions.MaxMinor != 60 {
+			t.Errorf("gophercloud's GetSupportedMicroversions at %s: %+v %v", endpoint, versions, err)
+		}
+	}
+}
