@@ -3,6 +3,8 @@ package ironic
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
+	"strings"
 )
 
 // WithDiscovery answers GET / and GET /v1 to anyone, as Ironic does, so
@@ -53,4 +55,27 @@ func v1Version(base string) map[string]interface{} {
 		"id": "v1", "links": []link{{Href: base + "/v1/", Rel: "self"}}, "status": "CURRENT",
 		"min_version": minVersion.String(), "version": maxVersion.String(),
 	}
+}
+
+// ironicResources are /v1's top-level resources, as Ironic names them.
+var ironicResources = []string{"nodes", "allocations", "ports", "portgroups", "chassis", "drivers", "conductors",
+	"deploy_templates", "volume", "lookup", "heartbeat", "events", "shards", "runbooks"}
+
+// WithDefaultVersion serves Ironic's resources without the version in the
+// path as Ironic's root does: /nodes is /v1/nodes. openstacksdk, given the
+// service root, sends requests there, and Ironic's bookmark links point
+// there.
+func WithDefaultVersion(handler http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		first, _, _ := strings.Cut(strings.TrimPrefix(req.URL.Path, "/"), "/")
+		if slices.Contains(ironicResources, first) {
+			req = req.Clone(req.Context())
+			req.URL.Path = Prefix + req.URL.Path
+			if req.URL.RawPath != "" {
+				req.URL.RawPath = Prefix + req.URL.RawPath
+			}
+			req.RequestURI = req.URL.RequestURI()
+		}
+		handler.ServeHTTP(w, req)
+	})
 }

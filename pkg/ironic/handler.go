@@ -194,12 +194,15 @@ func (c *call) versionDocument() error {
 }
 
 func (c *call) reply(code int, body interface{}) error {
+	if body == nil {
+		// No body, and no JSON type promising one: Ironic's clients
+		// decode a JSON-typed answer.
+		c.w.WriteHeader(code)
+		return nil
+	}
 	c.w.Header().Set("Content-Type", "application/json")
 	c.w.WriteHeader(code)
-	if body != nil {
-		return json.NewEncoder(c.w).Encode(body)
-	}
-	return nil
+	return json.NewEncoder(c.w).Encode(body)
 }
 
 // decode reads a JSON body into v, refusing unknown fields.

@@ -22,6 +22,9 @@ var (
 
 func (c *call) listNodes(detail bool) error {
 	q := c.req.URL.Query()
+	if err := checkNodeParams(q, c.v); err != nil {
+		return err
+	}
 	p, err := parsePage(q, nodeSortKeys, nodeFields)
 	if err != nil {
 		return err
@@ -43,11 +46,14 @@ func (c *call) listNodes(detail bool) error {
 	var views []map[string]interface{}
 	for i := range nodes {
 		n := &nodes[i]
-		if !matches(q, "resource_class", n.Spec.ResourceClass) || !matches(q, "provision_state", string(n.Status.ProvisionState)) ||
-			!matches(q, "owner", n.Spec.Owner) || !matches(q, "maintenance", boolString(n.Spec.Maintenance)) {
-			continue
+		view := nodeView(c.base, n, allocationUIDs[n.Status.Allocation])
+		ok, err := matchNode(q, view)
+		if err != nil {
+			return err
 		}
-		views = append(views, nodeView(c.base, n, allocationUIDs[n.Status.Allocation]))
+		if ok {
+			views = append(views, view)
+		}
 	}
 	collection := "nodes"
 	if detail {
@@ -231,13 +237,6 @@ func (c *call) allocationUIDs() (map[string]string, error) {
 func matches(q map[string][]string, key, value string) bool {
 	want, ok := q[key]
 	return !ok || want[0] == value
-}
-
-func boolString(b bool) string {
-	if b {
-		return "true"
-	}
-	return "false"
 }
 
 func deref(s *string) string {

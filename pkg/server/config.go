@@ -222,7 +222,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, idempotent
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})
-		return ironic.WithAuthToken(handler)
+		return ironic.WithDefaultVersion(ironic.WithAuthToken(handler))
 	}
 }
 
