@@ -11,32 +11,41 @@ import (
 // Prefix is where the Ironic API is served.
 const Prefix = "/v1"
 
-// headerRequestID is Ironic's request id header.
-const headerRequestID = "X-OpenStack-Request-Id"
+// headerRequestID is Ironic's request id header; headerRequestIDNew is the
+// name newer OpenStack services use beside it.
+const (
+	headerRequestID    = "X-OpenStack-Request-Id"
+	headerRequestIDNew = "Openstack-Request-Id"
+)
+
+// setRequestID sets both request id headers.
+func setRequestID(h http.Header, id string) {
+	h.Set(headerRequestID, "req-"+id)
+	h.Set(headerRequestIDNew, "req-"+id)
+}
 
 // IsIronicPath says whether a request is for the Ironic API.
 func IsIronicPath(path string) bool { return path == Prefix || strings.HasPrefix(path, Prefix+"/") }
 
 // WriteError writes an error in Ironic's body format: error_message holds a
-// JSON document with faultcode, faultstring and debuginfo. The envelope uses
-// it for every error under /v1, whichever layer raised it; our registered
-// reason and fix go into debuginfo.
+// JSON document with faultcode, faultstring and debuginfo (null, as Ironic
+// sends it). Nodus' registered reason, docs page, fix and request id stand
+// beside error_message at the top level, where Ironic's clients ignore
+// them. The envelope uses it for every error under /v1, whichever layer
+// raised it.
 func WriteError(w http.ResponseWriter, code int, s envelope.Status) {
 	fault := "Client"
 	if code >= 500 {
 		fault = "Server"
 	}
-	inner, _ := json.Marshal(map[string]interface{}{
-		"faultcode":   fault,
-		"faultstring": s.Message,
-		"debuginfo": map[string]string{
-			"reason": string(s.Reason), "fix": s.Fix, "docs": s.Docs, "requestId": s.RequestID,
-		},
+	inner, _ := json.Marshal(map[string]interface{}{"faultcode": fault, "faultstring": s.Message, "debuginfo": nil})
+	body, _ := json.Marshal(map[string]string{
+		"error_message": string(inner),
+		"reason":        string(s.Reason), "docs": s.Docs, "fix": s.Fix, "requestId": s.RequestID,
 	})
-	body, _ := json.Marshal(map[string]string{"error_message": string(inner)})
 	h := w.Header()
 	h.Set("Content-Type", "application/json")
-	h.Set(headerRequestID, "req-"+s.RequestID)
+	setRequestID(h, s.RequestID)
 	setVersionHeaders(h, nil)
 	w.WriteHeader(code)
 	_, _ = w.Write(body)

@@ -51,7 +51,7 @@ const AuditAnnotation = "nodus.dev/ironic-request"
 // ServeHTTP routes /v1 requests.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	ex := exchange.From(req.Context())
-	w.Header().Set(headerRequestID, "req-"+ex.RequestID())
+	setRequestID(w.Header(), ex.RequestID())
 	v, err := negotiate(req)
 	if err != nil {
 		ex.SetFix(fmt.Sprintf("Send %s: a version from %s to %s, or latest (gophercloud: client.Microversion).", headerVersion, minVersion, maxVersion))

@@ -224,17 +224,22 @@ func TestIronicRawHTTP(t *testing.T) {
 		}
 		var outer struct {
 			ErrorMessage string `json:"error_message"`
+			Reason       string `json:"reason"`
+			RequestID    string `json:"requestId"`
 		}
-		var inner struct {
-			Faultcode, Faultstring string
-		}
-		if json.Unmarshal(r.body, &outer) != nil || json.Unmarshal([]byte(outer.ErrorMessage), &inner) != nil || inner.Faultstring == "" {
+		var inner map[string]interface{}
+		if json.Unmarshal(r.body, &outer) != nil || json.Unmarshal([]byte(outer.ErrorMessage), &inner) != nil || inner["faultstring"] == "" {
 			t.Fatalf("not an Ironic error body: %s", r.body)
 		}
-		if !strings.HasPrefix(r.header.Get("X-OpenStack-Request-Id"), "req-") {
-			t.Errorf("no Ironic request id: %v", r.header)
+		// As Ironic: debuginfo is null; Nodus' own fields stand beside error_message.
+		if debug, ok := inner["debuginfo"]; !ok || debug != nil || outer.Reason == "" || outer.RequestID == "" {
+			t.Errorf("debuginfo must be null, the reason and request id beside error_message: %s", r.body)
 		}
-		return inner.Faultstring
+		id := r.header.Get("X-OpenStack-Request-Id")
+		if !strings.HasPrefix(id, "req-") || r.header.Get("Openstack-Request-Id") != id || id != "req-"+outer.RequestID {
+			t.Errorf("Ironic request ids: %v (body %s)", r.header, outer.RequestID)
+		}
+		return inner["faultstring"].(string)
 	}
 
 	v1 := do(t, op, "GET", "/v1", "", nil)
