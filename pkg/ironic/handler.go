@@ -130,7 +130,11 @@ func (c *call) route() error {
 	case len(parts) >= 1 && parts[0] == "allocations":
 		if !c.v.atLeast(allocationsSince) {
 			exchange.From(c.ctx()).SetFix(fmt.Sprintf("Allocations need API version %s or later: send %s: %s (or latest).", allocationsSince, headerVersion, maxVersion))
-			return errorf(http.StatusNotFound, "The resource could not be found.")
+			// As Ironic: reads are not found, writes not allowed.
+			if method == http.MethodGet || method == http.MethodHead {
+				return errorf(http.StatusNotFound, "The resource could not be found.")
+			}
+			return errorf(http.StatusMethodNotAllowed, "The API version does not allow allocations")
 		}
 		return c.routeAllocations(method, parts[1:])
 	case len(parts) == 0:

@@ -257,6 +257,12 @@ func TestIronicRawHTTP(t *testing.T) {
 		fault(t, do(t, op, "GET", "/v1/nodes", "", nil, "X-OpenStack-Ironic-API-Version", bad), http.StatusNotAcceptable)
 	}
 	fault(t, do(t, op, "GET", "/v1/allocations", "", nil), http.StatusNotFound) // no header: 1.1, before allocations
+	// Writes before 1.52 are not allowed rather than not found, as in Ironic.
+	fault(t, do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"x"}`), "X-OpenStack-Ironic-API-Version", "1.51"),
+		http.StatusMethodNotAllowed)
+	fault(t, do(t, op, "DELETE", "/v1/allocations/anything", "", nil), http.StatusMethodNotAllowed)
+	fault(t, do(t, op, "PATCH", "/v1/allocations/anything", "application/json", strings.NewReader(`[]`), "X-OpenStack-Ironic-API-Version", "1.56"),
+		http.StatusMethodNotAllowed)
 	fault(t, do(t, op, "PUT", "/v1/allocations", "application/json", strings.NewReader("{}"), "X-OpenStack-Ironic-API-Version", "1.60"), http.StatusMethodNotAllowed)
 	fault(t, do(t, anonymous(s), "GET", "/v1/nodes", "", nil), http.StatusUnauthorized)
 	fault(t, do(t, f.admin, "GET", "/v1/nodes", "", nil), http.StatusForbidden)
