@@ -82,7 +82,12 @@ func (p page) apply(views []map[string]interface{}, collection, base string, q u
 			}
 		}
 		if at < 0 {
-			return nil, "", errorf(http.StatusBadRequest, "Marker %s could not be found in this collection", p.marker)
+			// As Ironic, which looks the marker up first: not found.
+			kind := "Node"
+			if strings.HasPrefix(collection, "allocations") {
+				kind = "Allocation"
+			}
+			return nil, "", errorf(http.StatusNotFound, "%s %s could not be found.", kind, p.marker)
 		}
 		views = views[at+1:]
 	}

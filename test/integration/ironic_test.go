@@ -313,9 +313,12 @@ func TestIronicRawHTTP(t *testing.T) {
 		t.Errorf("a full page links to the next: %s", paged.body)
 	}
 	for _, bad := range []string{"limit=0", "limit=-1", "limit=abc", "limit=99999999999999999999", "marker=not-a-uuid",
-		"marker=00000000-0000-0000-0000-000000000000", "sort_dir=up", "sort_key=bogus", "fields=bogus"} {
+		"sort_dir=up", "sort_key=bogus", "fields=bogus"} {
 		fault(t, get("/v1/allocations?"+bad), http.StatusBadRequest)
 	}
+	// A well-formed marker of no object is not found, as in Ironic.
+	fault(t, get("/v1/allocations?marker=00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
+	fault(t, get("/v1/nodes?marker=00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
 	if r := get("/v1/allocations?limit=100000"); r.code != 200 {
 		t.Errorf("a huge limit is capped as Ironic does: %d", r.code)
 	}
