@@ -47,7 +47,7 @@ type nodeFilter struct {
 // for a value no node has: an empty list. Filters of microversions above
 // the maximum answer 406, as they do in Ironic below their version.
 var nodeListParams = map[string]nodeFilter{
-	"limit": {}, "marker": {}, "sort_key": {}, "sort_dir": {}, "fields": {since: version{8}}, "detail": {since: version{43}},
+	"limit": {}, "marker": {}, "sort_key": {}, "sort_dir": {}, "fields": {since: fieldsSince}, "detail": {since: version{43}},
 	"associated": {match: func(v map[string]interface{}, raw string) (bool, error) {
 		want, err := parseBool("associated", raw)
 		return (asString(v["instance_uuid"]) != "") == want, err

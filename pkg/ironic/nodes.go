@@ -25,10 +25,14 @@ func (c *call) listNodes(detail bool) error {
 	if err := checkNodeParams(q, c.v); err != nil {
 		return err
 	}
-	p, err := parsePage(q, nodeSortKeys, nodeFields)
+	p, err := parsePage(q, nodeSortKeys, ironicNodeFields)
 	if err != nil {
 		return err
 	}
+	if err := checkFields(p.fields, ironicNodeFields, nodeFieldSince, c.v); err != nil {
+		return err
+	}
+	requested := len(p.fields) > 0
 	if detail && len(p.fields) > 0 {
 		return errorf(http.StatusBadRequest, "Can not specify ?fields on /v1/nodes/detail")
 	}
@@ -52,7 +56,7 @@ func (c *call) listNodes(detail bool) error {
 			return err
 		}
 		if ok {
-			views = append(views, view)
+			views = append(views, atVersion(view, nodeFieldSince, c.v))
 		}
 	}
 	collection := "nodes"
@@ -63,6 +67,11 @@ func (c *call) listNodes(detail bool) error {
 	if err != nil {
 		return err
 	}
+	if requested {
+		for i := range out {
+			out[i] = selectRequested(out[i], p.fields)
+		}
+	}
 	body := map[string]interface{}{"nodes": out}
 	if next != "" {
 		body["next"] = next
@@ -71,8 +80,14 @@ func (c *call) listNodes(detail bool) error {
 }
 
 func (c *call) showNode(ident string) error {
-	p, err := parsePage(c.req.URL.Query(), nodeSortKeys, nodeFields)
+	p, err := parsePage(c.req.URL.Query(), nodeSortKeys, ironicNodeFields)
 	if err != nil {
+		return err
+	}
+	if len(p.fields) > 0 && !c.v.atLeast(fieldsSince) {
+		return errorf(http.StatusNotAcceptable, "The fields parameter needs API version %s or later; this request is at %s", fieldsSince, c.v)
+	}
+	if err := checkFields(p.fields, ironicNodeFields, nodeFieldSince, c.v); err != nil {
 		return err
 	}
 	n, err := c.findNode(ident)
@@ -83,7 +98,11 @@ func (c *call) showNode(ident string) error {
 	if err != nil {
 		return err
 	}
-	return c.reply(http.StatusOK, selectFields(view, p.fields))
+	view = atVersion(view, nodeFieldSince, c.v)
+	if len(p.fields) > 0 {
+		view = selectRequested(view, p.fields)
+	}
+	return c.reply(http.StatusOK, view)
 }
 
 func (c *call) nodeView(n *nodusv1.Node) (map[string]interface{}, error) {

@@ -119,6 +119,18 @@ func allocationView(base string, a *nodusv1.Allocation, nodeUUID string) map[str
 const annotationUnnamed = "nodus.dev/ironic-unnamed"
 
 // selectFields keeps only fields (Ironic's ?fields=a,b), links always.
+// selectRequested is selectFields for the fields a client asked for: one
+// Nodus has no value for is null, as Ironic shows an unset field.
+func selectRequested(view map[string]interface{}, fields []string) map[string]interface{} {
+	out := selectFields(view, fields)
+	for _, f := range fields {
+		if _, ok := out[f]; !ok {
+			out[f] = nil
+		}
+	}
+	return out
+}
+
 func selectFields(view map[string]interface{}, fields []string) map[string]interface{} {
 	if len(fields) == 0 {
 		return view

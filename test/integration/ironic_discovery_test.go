@@ -76,3 +76,60 @@ func TestIronicDiscoveryIsPublic(t *testing.T) {
 		}
 	}
 }
+
+// TestIronicFieldsByMicroversion: a node shows the fields of the request's
+// microversion, as Ironic's; fields may name any Ironic node field, those
+// Nodus has no value for are null, those of a later version 406.
+func TestIronicFieldsByMicroversion(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "fv-0")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	show := func(version, query string) (int, map[string]interface{}) {
+		r := do(t, op, "GET", "/v1/nodes/fv-0"+query, "", nil, "X-OpenStack-Ironic-API-Version", version)
+		var node map[string]interface{}
+		_ = json.Unmarshal(r.body, &node)
+		return r.code, node
+	}
+	if code, node := show("1.1", ""); code != 200 || node["uuid"] == nil {
+		t.Fatalf("at 1.1: %d %v", code, node)
+	} else {
+		for _, later := range []string{"name", "resource_class", "traits", "owner", "conductor_group", "allocation_uuid"} {
+			if _, ok := node[later]; ok {
+				t.Errorf("a node at 1.1 shows %s, which came later", later)
+			}
+		}
+	}
+	if code, node := show("1.60", ""); code != 200 || node["name"] != "fv-0" || node["resource_class"] == nil {
+		t.Errorf("at 1.60: %d %v", code, node)
+	}
+	code, node := show("1.60", "?fields=uuid,name,last_error,chassis_uuid,owner")
+	if code != 200 || node["name"] != "fv-0" || len(node) != 6 { // the five, and links
+		t.Errorf("fields at 1.60: %d %v", code, node)
+	}
+	for _, f := range []string{"last_error", "chassis_uuid", "owner"} {
+		if v, ok := node[f]; !ok || v != nil {
+			t.Errorf("field %s, which Nodus has no value for, must be null: %v", f, node)
+		}
+	}
+	for _, c := range []struct {
+		version, query string
+		want           int
+	}{
+		{"1.60", "?fields=lessee", http.StatusNotAcceptable}, // 1.65
+		{"1.49", "?fields=owner", http.StatusNotAcceptable},  // 1.50
+		{"1.7", "?fields=uuid", http.StatusNotAcceptable},    // fields: 1.8
+		{"1.60", "?fields=no_such_field", http.StatusBadRequest},
+	} {
+		if code, body := show(c.version, c.query); code != c.want {
+			t.Errorf("%s at %s: %d %v, want %d", c.query, c.version, code, body, c.want)
+		}
+	}
+	r := do(t, op, "GET", "/v1/nodes?fields=uuid,last_error", "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	var list struct{ Nodes []map[string]interface{} }
+	if json.Unmarshal(r.body, &list); r.code != 200 || len(list.Nodes) != 1 || list.Nodes[0]["uuid"] == nil {
+		t.Errorf("a list with fields: %d %s", r.code, r.body)
+	} else if v, ok := list.Nodes[0]["last_error"]; !ok || v != nil {
+		t.Errorf("a listed field Nodus has no value for must be null: %s", r.body)
+	}
+}
