@@ -220,16 +220,27 @@ func (c *call) decode(v interface{}) error {
 }
 
 // nodes lists every node from the watch cache.
-func (c *call) nodes() ([]nodusv1.Node, error) {
-	obj, err := c.h.Nodes.List(c.ctx(), &metainternalversion.ListOptions{ResourceVersion: "0"})
+// fromCache lists from the watch cache; consistent lists what etcd has
+// now.
+var (
+	fromCache  = &metainternalversion.ListOptions{ResourceVersion: "0"}
+	consistent = &metainternalversion.ListOptions{}
+)
+
+func (c *call) nodes() ([]nodusv1.Node, error) { return c.listNodesWith(fromCache) }
+
+func (c *call) listNodesWith(opts *metainternalversion.ListOptions) ([]nodusv1.Node, error) {
+	obj, err := c.h.Nodes.List(c.ctx(), opts)
 	if err != nil {
 		return nil, err
 	}
 	return obj.(*nodusv1.NodeList).Items, nil
 }
 
-func (c *call) allocations() ([]nodusv1.Allocation, error) {
-	obj, err := c.h.Allocations.List(c.ctx(), &metainternalversion.ListOptions{ResourceVersion: "0"})
+func (c *call) allocations() ([]nodusv1.Allocation, error) { return c.listAllocationsWith(fromCache) }
+
+func (c *call) listAllocationsWith(opts *metainternalversion.ListOptions) ([]nodusv1.Allocation, error) {
+	obj, err := c.h.Allocations.List(c.ctx(), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -248,13 +259,17 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 		}
 		return obj.(*nodusv1.Node), nil
 	}
-	nodes, err := c.nodes()
-	if err != nil {
-		return nil, err
-	}
-	for i := range nodes {
-		if string(nodes[i].UID) == ident {
-			return c.findNode(nodes[i].Name)
+	// The watch cache first; on a miss, etcd: a node made a moment ago
+	// may not be in the cache yet.
+	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
+		nodes, err := c.listNodesWith(opts)
+		if err != nil {
+			return nil, err
+		}
+		for i := range nodes {
+			if string(nodes[i].UID) == ident {
+				return c.findNode(nodes[i].Name)
+			}
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
@@ -271,13 +286,15 @@ func (c *call) findAllocation(ident string) (*nodusv1.Allocation, error) {
 		}
 		return obj.(*nodusv1.Allocation), nil
 	}
-	all, err := c.allocations()
-	if err != nil {
-		return nil, err
-	}
-	for i := range all {
-		if string(all[i].UID) == ident {
-			return c.findAllocation(all[i].Name)
+	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
+		all, err := c.listAllocationsWith(opts)
+		if err != nil {
+			return nil, err
+		}
+		for i := range all {
+			if string(all[i].UID) == ident {
+				return c.findAllocation(all[i].Name)
+			}
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)

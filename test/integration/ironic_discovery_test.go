@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -131,5 +132,24 @@ func TestIronicFieldsByMicroversion(t *testing.T) {
 		t.Errorf("a list with fields: %d %s", r.code, r.body)
 	} else if v, ok := list.Nodes[0]["last_error"]; !ok || v != nil {
 		t.Errorf("a listed field Nodus has no value for must be null: %s", r.body)
+	}
+}
+
+// TestIronicGetByUUIDRightAfterCreate: an allocation read by its UUID at
+// once after its creation is found, every time (the watch cache may not
+// have it yet; etcd does).
+func TestIronicGetByUUIDRightAfterCreate(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	for i := range 40 {
+		r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"none-such"}`),
+			"X-OpenStack-Ironic-API-Version", "1.60")
+		var created struct{ UUID string }
+		if err := json.Unmarshal(r.body, &created); r.code != http.StatusCreated || err != nil {
+			t.Fatalf("create %d: %d %s", i, r.code, r.body)
+		}
+		if got := do(t, op, "GET", "/v1/allocations/"+created.UUID, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); got.code != 200 {
+			t.Fatalf("GET by UUID right after create %d: %d %s", i, got.code, got.body)
+		}
 	}
 }
