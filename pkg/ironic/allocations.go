@@ -59,6 +59,18 @@ func (c *call) createAllocation() error {
 			return errorf(http.StatusBadRequest, "Node %s could not be found", *body.Node)
 		}
 		a.Spec.Node = n.Name
+		if a.Spec.ResourceClass == "" {
+			a.Spec.ResourceClass = n.Spec.ResourceClass // as Ironic, when backfilling
+		}
+	}
+	// As Ironic: candidates are resolved to UUIDs now, in their order, and
+	// one that names no node is a 400.
+	for i, ident := range a.Spec.CandidateNodes {
+		n, err := c.findNode(ident)
+		if err != nil {
+			return errorf(http.StatusBadRequest, "Node %s could not be found.", ident)
+		}
+		a.Spec.CandidateNodes[i] = string(n.UID)
 	}
 	if body.Name != nil && *body.Name != "" {
 		a.Name = *body.Name

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/noauth"
 	"github.com/gophercloud/gophercloud/v2/openstack/utils"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -151,5 +152,41 @@ func TestIronicGetByUUIDRightAfterCreate(t *testing.T) {
 		if got := do(t, op, "GET", "/v1/allocations/"+created.UUID, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); got.code != 200 {
 			t.Fatalf("GET by UUID right after create %d: %d %s", i, got.code, got.body)
 		}
+	}
+}
+
+// TestIronicAllocationCandidatesAreResolved: candidate_nodes given by name
+// or UUID are stored as UUIDs at creation, an unknown one is a 400, and a
+// backfill without resource_class takes the node's, as in Ironic.
+func TestIronicAllocationCandidatesAreResolved(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "cand-0", "cand-1")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	post := func(body string) response {
+		return do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	n1, err := s.Client.NodusV1().Nodes().Get(ctx(t), "cand-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["cand-0","` + string(n1.UID) + `"]}`)
+	var created struct {
+		CandidateNodes []string `json:"candidate_nodes"`
+	}
+	n0, _ := s.Client.NodusV1().Nodes().Get(ctx(t), "cand-0", metav1.GetOptions{})
+	if err := json.Unmarshal(r.body, &created); r.code != http.StatusCreated || err != nil ||
+		len(created.CandidateNodes) != 2 || created.CandidateNodes[0] != string(n0.UID) || created.CandidateNodes[1] != string(n1.UID) {
+		t.Errorf("candidates by name and UUID: %d %s", r.code, r.body)
+	}
+	if r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["no-such-node"]}`); r.code != http.StatusBadRequest {
+		t.Errorf("an unknown candidate: %d %s, want 400", r.code, r.body)
+	}
+	r = post(`{"node":"cand-1","name":"backfill-1"}`)
+	var backfill struct {
+		ResourceClass string `json:"resource_class"`
+	}
+	if json.Unmarshal(r.body, &backfill); r.code != http.StatusCreated || backfill.ResourceClass != "gpu-h100x8" {
+		t.Errorf("a backfill without resource_class takes the node's: %d %s", r.code, r.body)
 	}
 }
