@@ -87,7 +87,7 @@ func (c *call) createAllocation() error {
 	}
 	created := obj.(*nodusv1.Allocation)
 	c.w.Header().Set("Location", c.base+"/v1/allocations/"+string(created.UID))
-	return c.reply(http.StatusCreated, allocationView(c.base, created, ""))
+	return c.reply(http.StatusCreated, atVersion(allocationView(c.base, created, ""), allocationFieldSince, c.v))
 }
 
 func (c *call) listAllocations() error {
@@ -125,7 +125,7 @@ func (c *call) listAllocations() error {
 			!matches(q, "state", stateOf(a)) {
 			continue
 		}
-		views = append(views, allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)))
+		views = append(views, atVersion(allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)), allocationFieldSince, c.v))
 	}
 	out, next, err := p.apply(views, "allocations", c.base, q)
 	if err != nil {
@@ -168,7 +168,7 @@ func (c *call) allocationView(a *nodusv1.Allocation) (map[string]interface{}, er
 			nodeUID = string(n.UID)
 		}
 	}
-	return allocationView(c.base, a, nodeUID), nil
+	return atVersion(allocationView(c.base, a, nodeUID), allocationFieldSince, c.v), nil
 }
 
 // patchAllocation changes extra (1.57+). Nodus allocation names are object

@@ -237,7 +237,7 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 	if err != nil {
 		return err
 	}
-	return c.reply(http.StatusOK, selectFields(allocationView(c.base, a, string(n.UID)), p.fields))
+	return c.reply(http.StatusOK, selectFields(atVersion(allocationView(c.base, a, string(n.UID)), allocationFieldSince, c.v), p.fields))
 }
 
 // allocationUIDs maps allocation names to their uids.

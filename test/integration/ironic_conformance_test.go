@@ -190,3 +190,26 @@ func TestIronicAllocationCandidatesAreResolved(t *testing.T) {
 		t.Errorf("a backfill without resource_class takes the node's: %d %s", r.code, r.body)
 	}
 }
+
+// TestIronicAllocationOwnerFrom160: an allocation shows owner from 1.60,
+// as Ironic's.
+func TestIronicAllocationOwnerFrom160(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"x","name":"owned"}`),
+		"X-OpenStack-Ironic-API-Version", "1.59")
+	var at159, at160 map[string]interface{}
+	if json.Unmarshal(r.body, &at159); r.code != http.StatusCreated {
+		t.Fatalf("create at 1.59: %d %s", r.code, r.body)
+	}
+	if _, ok := at159["owner"]; ok {
+		t.Errorf("an allocation at 1.59 shows owner: %s", r.body)
+	}
+	r = do(t, op, "GET", "/v1/allocations/owned", "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	if json.Unmarshal(r.body, &at160); r.code != 200 {
+		t.Fatalf("show at 1.60: %d %s", r.code, r.body)
+	}
+	if _, ok := at160["owner"]; !ok {
+		t.Errorf("an allocation at 1.60 must show owner: %s", r.body)
+	}
+}
