@@ -15,10 +15,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
-var (
-	nodeSortKeys = []string{"uuid", "name", "created_at", "provision_state", "resource_class", "maintenance", "owner"}
-	nodeFields   = keysOf(nodeView("", &nodusv1.Node{}, ""))
-)
+var nodeSortKeys = []string{"uuid", "name", "created_at", "provision_state", "resource_class", "maintenance", "owner"}
 
 func (c *call) listNodes(detail bool) error {
 	q := c.req.URL.Query()
