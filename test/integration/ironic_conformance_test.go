@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -13,6 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -211,5 +214,42 @@ func TestIronicAllocationOwnerFrom160(t *testing.T) {
 	}
 	if _, ok := at160["owner"]; !ok {
 		t.Errorf("an allocation at 1.60 must show owner: %s", r.body)
+	}
+}
+
+// TestOrphanedNodeClaimsAreRepaired: a node left naming an allocation that
+// no longer exists (deleted while its claim was being written, or a server
+// that stopped between the two writes) is freed by the allocation
+// controller, and an allocation can have it again.
+func TestOrphanedNodeClaimsAreRepaired(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "orphan-0")
+	c := s.Client.NodusV1()
+	n, err := c.Nodes().Get(ctx(t), "orphan-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Allocation = "deleted-meanwhile"
+	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := c.Nodes().Get(ctx, "orphan-0", metav1.GetOptions{})
+		return err == nil && n.Status.Allocation == "", nil
+	}); err != nil {
+		t.Fatal("the node still names an allocation that does not exist")
+	}
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"gpu-h100x8","name":"after-orphan"}`),
+		"X-OpenStack-Ironic-API-Version", "1.60")
+	if r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(ctx, "after-orphan", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "orphan-0", nil
+	}); err != nil {
+		t.Error("the freed node was not allocated again")
 	}
 }

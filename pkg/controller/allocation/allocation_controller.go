@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -59,8 +60,51 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	}); err != nil {
 		return nil, err
 	}
-	c.synced = []cache.InformerSynced{informer.HasSynced, v1.Nodes().Informer().HasSynced}
+	// A node naming an allocation the cache does not have may be an
+	// orphan: its allocation was deleted while the claim was being written.
+	orphan := func(obj interface{}) {
+		n, ok := obj.(*nodusv1.Node)
+		if !ok || n.Status.Allocation == "" {
+			return
+		}
+		if _, err := c.allocations.Get(n.Status.Allocation); apierrors.IsNotFound(err) {
+			c.queue.Add(nodeKeyPrefix + n.Name)
+		}
+	}
+	nodeInformer := v1.Nodes().Informer()
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: orphan, UpdateFunc: func(_, obj interface{}) { orphan(obj) },
+	}); err != nil {
+		return nil, err
+	}
+	c.synced = []cache.InformerSynced{informer.HasSynced, nodeInformer.HasSynced}
 	return c, nil
+}
+
+// nodeKeyPrefix marks a queue key that names a node to check for an orphaned
+// claim (allocation names have no "/").
+const nodeKeyPrefix = "node/"
+
+// repairOrphan frees node when the allocation it names does not exist in
+// etcd: the cache may lag behind a creation, etcd does not.
+func (c *Controller) repairOrphan(ctx context.Context, node string) error {
+	n, err := c.client.NodusV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && n.Status.Allocation == "") {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.client.NodusV1().Allocations().Get(ctx, n.Status.Allocation, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return err // it exists (nil), or we cannot tell
+	}
+	klog.InfoS("freeing a node whose allocation no longer exists", "node", node, "allocation", n.Status.Allocation)
+	freed := n.DeepCopy()
+	freed.Status.Allocation = ""
+	// A conflict means the node changed meanwhile: the next event looks again.
+	_, err = c.client.NodusV1().Nodes().UpdateStatus(ctx, freed, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
 }
 
 func allocating(a *nodusv1.Allocation) bool {
@@ -80,6 +124,9 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 }
 
 func (c *Controller) sync(ctx context.Context, name string) error {
+	if node, ok := strings.CutPrefix(name, nodeKeyPrefix); ok {
+		return c.repairOrphan(ctx, node)
+	}
 	a, err := c.allocations.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
