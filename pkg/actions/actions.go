@@ -174,20 +174,23 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		return
 	}
 
-	capture := &capturingWriter{ResponseWriter: w}
+	// The answer is held until it is stored: a client that saw it gets it
+	// again on a retry, even if this replica dies the moment after.
+	held := &heldWriter{ResponseWriter: w}
 	req = req.WithContext(context.WithValue(ctx, requestKeyContext{}, scope))
-	handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(capture), req)
+	handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(held), req)
+	defer held.release()
 
 	// The answer is kept even if the client went away: that is the point.
 	done := context.WithoutCancel(ctx)
-	if capture.code == 0 || capture.code >= 500 || capture.truncated {
+	if held.code == 0 || held.code >= 500 || held.passed {
 		if err := store.Abandon(done, scope); err != nil {
 			klog.ErrorS(err, "releasing an idempotency key after a failed action", "path", req.URL.Path)
 		}
 		return
 	}
 	record := idempotency.Record{
-		Fingerprint: fingerprint, Code: capture.code, Body: capture.body.Bytes(),
+		Fingerprint: fingerprint, Code: held.code, Body: held.body.Bytes(),
 		RequestID: exchange.From(ctx).RequestID(), Header: map[string]string{},
 	}
 	for _, h := range []string{"Content-Type", "ETag", "Retry-After", headerReplayed} {
@@ -196,7 +199,11 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		}
 	}
 	if err := store.Finish(done, scope, record); err != nil {
+		// The effect happened: its answer still goes out, but a retry
+		// runs the action again (and recognises its effect, where the
+		// action records its key).
 		klog.ErrorS(err, "storing an idempotent answer", "path", req.URL.Path)
+		_ = store.Abandon(done, scope)
 	}
 }
 
@@ -330,31 +337,55 @@ func (w *okWriter) WriteHeader(code int) {
 
 func (w *okWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// capturingWriter passes the answer through and keeps a copy.
-type capturingWriter struct {
+// heldWriter keeps the answer back until release, so that it can be
+// stored first. An answer larger than MaxAnswer is not kept: it is passed
+// through as soon as it is known to be one.
+type heldWriter struct {
 	http.ResponseWriter
-	code      int
-	body      bytes.Buffer
-	truncated bool
+	code     int
+	body     bytes.Buffer
+	passed   bool // written through, not kept
+	released bool
 }
 
-func (w *capturingWriter) WriteHeader(code int) {
+func (w *heldWriter) WriteHeader(code int) {
 	if w.code == 0 {
 		w.code = code
 	}
-	w.ResponseWriter.WriteHeader(code)
 }
 
-func (w *capturingWriter) Write(p []byte) (int, error) {
+func (w *heldWriter) Write(p []byte) (int, error) {
 	if w.code == 0 {
 		w.code = http.StatusOK
 	}
-	if w.body.Len()+len(p) > MaxAnswer {
-		w.truncated = true
-	} else {
-		w.body.Write(p)
+	if !w.passed && w.body.Len()+len(p) <= MaxAnswer {
+		return w.body.Write(p)
+	}
+	if !w.passed {
+		w.passed = true
+		w.ResponseWriter.WriteHeader(w.code)
+		if _, err := w.ResponseWriter.Write(w.body.Bytes()); err != nil {
+			return 0, err
+		}
 	}
 	return w.ResponseWriter.Write(p)
 }
 
-func (w *capturingWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// Flush sends nothing while the answer is held.
+func (w *heldWriter) Flush() {
+	if f, ok := w.ResponseWriter.(http.Flusher); ok && w.passed {
+		f.Flush()
+	}
+}
+
+// release writes the held answer.
+func (w *heldWriter) release() {
+	if w.passed || w.released || w.code == 0 {
+		return
+	}
+	w.released = true
+	w.ResponseWriter.WriteHeader(w.code)
+	_, _ = w.ResponseWriter.Write(w.body.Bytes())
+}
+
+func (w *heldWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }

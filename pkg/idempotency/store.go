@@ -4,16 +4,19 @@
 // first of concurrent requests wins), and replaced by the final answer on a
 // 24-hour lease. An in-flight record names the replica process running it:
 // a retry takes over at once a record whose process is gone (the replica
-// crashed and restarted, or its registration lapsed), rather than waiting
-// for the record's lease; the action itself must then recognise an effect
+// restarted, its port refuses connections, or its registration lapsed),
+// rather than waiting for the record's lease; the action itself must then recognise an effect
 // the cut request left (see actions.RequestKey).
 package idempotency
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/google/uuid"
@@ -75,16 +78,28 @@ func NewStore(client *clientv3.Client) *Store {
 // replicasPrefix keeps each replica's current boot, on a short lease.
 const replicasPrefix = "/nodus/replicas/"
 
+// registration is what replicasPrefix keeps for one replica.
+type registration struct {
+	Boot string `json:"boot"`
+	// Address is where the replica listens (host:port), for a peer to
+	// tell at once that its process is gone; "" when it cannot be reached
+	// by a known address, and its lease decides.
+	Address string `json:"address,omitempty"`
+}
+
 // Register records this process as the running boot of replica (an ID
-// that stays across its restarts), replacing an earlier boot's entry at
-// once, and keeps it alive until ctx ends. Call it before serving.
-func (s *Store) Register(ctx context.Context, replica string) error {
-	boot := uuid.NewString()
-	alive, err := s.register(ctx, replica, boot)
+// that stays across its restarts), listening at address, replacing an
+// earlier boot's entry at once, and keeps it alive until ctx ends. Call it
+// before serving.
+func (s *Store) Register(ctx context.Context, replica, address string) error {
+	entry, _ := json.Marshal(registration{Boot: uuid.NewString(), Address: address})
+	alive, err := s.register(ctx, replica, string(entry))
 	if err != nil {
 		return err
 	}
-	s.owner = replica + "/" + boot
+	var r registration
+	_ = json.Unmarshal(entry, &r)
+	s.owner = replica + "/" + r.Boot
 	go func() {
 		for {
 			for range alive {
@@ -92,7 +107,7 @@ func (s *Store) Register(ctx context.Context, replica string) error {
 			// The keep-alive ended: ctx is done, or etcd lost the lease
 			// (a long partition). Register again while the server runs.
 			for ctx.Err() == nil {
-				if alive, err = s.register(ctx, replica, boot); err == nil {
+				if alive, err = s.register(ctx, replica, string(entry)); err == nil {
 					break
 				}
 				select {
@@ -108,28 +123,58 @@ func (s *Store) Register(ctx context.Context, replica string) error {
 	return nil
 }
 
-func (s *Store) register(ctx context.Context, replica, boot string) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
+func (s *Store) register(ctx context.Context, replica, entry string) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
 	lease, err := s.Client.Grant(ctx, int64(s.ReplicaTTL.Seconds()))
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Client.Put(ctx, replicasPrefix+replica, boot, clientv3.WithLease(lease.ID)); err != nil {
+	if _, err := s.Client.Put(ctx, replicasPrefix+replica, entry, clientv3.WithLease(lease.ID)); err != nil {
 		return nil, err
 	}
 	return s.Client.KeepAlive(ctx, lease.ID)
 }
 
-// ownerRuns says whether the process named by owner still runs.
+// probeTimeout bounds the look at a peer replica's port; a peer that does
+// not answer in time counts as running, and its lease decides.
+const probeTimeout = 500 * time.Millisecond
+
+// ownerRuns says whether the process named by owner still runs: its boot
+// is the replica's registered one and, where the replica registered an
+// address, something still listens there. A refused connection means the
+// process is gone (kill -9, a crash) even while its registration has not
+// lapsed yet; a peer that cannot be reached at all may be partitioned,
+// not dead, and is waited for.
 func (s *Store) ownerRuns(ctx context.Context, owner string) (bool, error) {
 	replica, boot, ok := strings.Cut(owner, "/")
 	if !ok {
 		return true, nil // a record from before owners: its lease decides
 	}
+	if owner == s.owner {
+		return true, nil // this process: the request is still running here
+	}
 	resp, err := s.Client.Get(ctx, replicasPrefix+replica)
 	if err != nil {
 		return false, err
 	}
-	return len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == boot, nil
+	if len(resp.Kvs) != 1 {
+		return false, nil
+	}
+	var r registration
+	if err := json.Unmarshal(resp.Kvs[0].Value, &r); err != nil {
+		r = registration{Boot: string(resp.Kvs[0].Value)} // a replica of the version before addresses
+	}
+	if r.Boot != boot {
+		return false, nil
+	}
+	if r.Address == "" {
+		return true, nil
+	}
+	conn, err := (&net.Dialer{Timeout: probeTimeout}).DialContext(ctx, "tcp", r.Address)
+	if err == nil {
+		conn.Close()
+		return true, nil
+	}
+	return !errors.Is(err, syscall.ECONNREFUSED), nil
 }
 
 // TakeOver claims the in-flight record r of key for this request when the

@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -168,5 +169,20 @@ func TestLendAndWithdraw(t *testing.T) {
 	}
 	if Withdraw(r, 3, t0) {
 		t.Error("withdrawing twice changed something")
+	}
+}
+
+func TestRememberRequestKeepsTheNewest(t *testing.T) {
+	var keys []string
+	for i := range 20 {
+		keys = RememberRequest(keys, fmt.Sprint("k", i), 16)
+	}
+	if len(keys) != 16 || keys[0] != "k4" || keys[15] != "k19" {
+		t.Fatalf("kept %v, want k4…k19", keys)
+	}
+	shared := keys[:15]
+	_ = RememberRequest(shared, "other", 16)
+	if keys[15] != "k19" {
+		t.Errorf("RememberRequest wrote into the caller's array: %v", keys)
 	}
 }

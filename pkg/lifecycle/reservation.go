@@ -3,6 +3,7 @@ package lifecycle
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -97,4 +98,14 @@ func Withdraw(res *nodusv1.Reservation, epoch int64, now time.Time) bool {
 	res.Status.Lending.Lent = false
 	res.Status.Lending.Epoch, res.Status.Lending.ChangedAt = epoch, metav1.NewTime(now.Truncate(time.Second))
 	return true
+}
+
+// RememberRequest adds the request key of an owner's change to keys, the
+// newest last, keeping at most limit of them.
+func RememberRequest(keys []string, key string, limit int) []string {
+	keys = append(slices.Clone(keys), key)
+	if len(keys) > limit {
+		keys = keys[len(keys)-limit:]
+	}
+	return keys
 }

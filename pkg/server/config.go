@@ -51,8 +51,10 @@ type Config struct {
 	// joinCommand starts another replica; empty on embedded etcd.
 	joinCommand string
 	// replicaID names this replica across its restarts (DIR/replica-id).
-	replicaID  string
-	idempotent *idempotency.Store
+	replicaID string
+	// replicaAddress is where peers find this replica's port ("" if unknown).
+	replicaAddress string
+	idempotent     *idempotency.Store
 	// leaderLease is how long a dead leader keeps the controllers.
 	leaderLease time.Duration
 	// paths is the Kubernetes path index that GET / shows, known once New
@@ -164,7 +166,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join, replicaID: replica, idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths,
+		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,

@@ -197,7 +197,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.config.out("start another replica of this cluster with: %s", s.config.joinCommand)
 	}
 	// In-flight idempotent requests name this boot of this replica.
-	if err := s.config.idempotent.Register(ctx, s.config.replicaID); err != nil {
+	if err := s.config.idempotent.Register(ctx, s.config.replicaID, s.config.replicaAddress); err != nil {
 		s.config.storage.close(context.Background())
 		return fmt.Errorf("register the replica in etcd: %w", err)
 	}

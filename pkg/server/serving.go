@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 
+	utilnet "k8s.io/apimachinery/pkg/util/net"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
@@ -26,6 +27,24 @@ func (o *Options) listen() (net.Listener, string, error) {
 	}
 	port := listener.Addr().(*net.TCPAddr).Port
 	return listener, "https://" + net.JoinHostPort(o.clientHost(), strconv.Itoa(port)), nil
+}
+
+// peerAddress is where other replicas reach this one's port, to tell
+// whether it still runs: the bind address, or with a wildcard bind the
+// host's default interface, as kube-apiserver picks its advertise address.
+func (o *Options) peerAddress(listener net.Listener) string {
+	addr, ok := listener.Addr().(*net.TCPAddr)
+	if !ok {
+		return ""
+	}
+	ip := addr.IP
+	if ip == nil || ip.IsUnspecified() {
+		var err error
+		if ip, err = utilnet.ChooseHostInterface(); err != nil {
+			return ""
+		}
+	}
+	return net.JoinHostPort(ip.String(), strconv.Itoa(addr.Port))
 }
 
 // servingHosts are the names this replica's serving certificate covers.

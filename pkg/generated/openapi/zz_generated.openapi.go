@@ -3029,6 +3029,25 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 							Format:      "",
 						},
 					},
+					"lendingRequests": {
+						VendorExtensible: spec.VendorExtensible{
+							Extensions: spec.Extensions{
+								"x-kubernetes-list-type": "atomic",
+							},
+						},
+						SchemaProps: spec.SchemaProps{
+							Description: "LendingRequests identify the Idempotency-Key records of the latest keyed lend and withdraw requests, newest last (at most MaxLendingRequests): a retry of one of them, after a crash cut its answer, recognises its effect by it and gets its answer instead of applying again over a later change.",
+							Type:        []string{"array"},
+							Items: &spec.SchemaOrArray{
+								Schema: &spec.Schema{
+									SchemaProps: spec.SchemaProps{
+										Type:   []string{"string"},
+										Format: "",
+									},
+								},
+							},
+						},
+					},
 					"lending": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Lending is the owner's lending agreement, once it lent the host.",

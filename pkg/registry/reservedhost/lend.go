@@ -3,6 +3,7 @@ package reservedhost
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,6 +14,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
@@ -85,14 +87,24 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 
 	var pool *nodusv1.Pool
 	now := metav1.NewTime(r.now().Truncate(time.Second))
+	key := actions.RequestKey(ctx)
+	replayed := false
 	updated, _, err := r.Reservations.Update(cluster, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			res := old.(*nodusv1.Reservation).DeepCopy()
 			if res.Spec.Project != namespace {
 				return nil, apierrors.NewNotFound(gr, name)
 			}
+			// This very request took effect before a crash cut its answer:
+			// applying it again could undo a later lend or withdrawal.
+			if replayed = key != "" && slices.Contains(res.Status.LendingRequests, key); replayed {
+				return res, nil
+			}
 			if err := lifecycle.CheckOwnerChange(ctx, res, *epoch, now.Time); err != nil {
 				return nil, err
+			}
+			if key != "" {
+				res.Status.LendingRequests = lifecycle.RememberRequest(res.Status.LendingRequests, key, nodusv1.MaxLendingRequests)
 			}
 			if r.Withdraw {
 				lifecycle.Withdraw(res, *epoch, now.Time)
@@ -121,6 +133,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 		return nil, err
 	}
 	res := updated.(*nodusv1.Reservation)
+	if replayed {
+		actions.MarkReplayed(ctx)
+	}
 	if pool == nil && res.Status.Node != "" {
 		_, pool, _ = r.nodeAndPool(ctx, res.Status.Node)
 	}

@@ -76,6 +76,10 @@ const (
 	ReservationStateEnded ReservationState = "ended"
 )
 
+// MaxLendingRequests bounds ReservationStatus.LendingRequests: a retry
+// comes within seconds of a crash, not after that many later changes.
+const MaxLendingRequests = 16
+
 // ReservationStatus is the progress of a reservation.
 type ReservationStatus struct {
 	// State controls access, never hardware availability to other workloads.
@@ -108,6 +112,14 @@ type ReservationStatus struct {
 	// the release's answer instead of AlreadyReleased.
 	// +optional
 	ReleaseRequest string `json:"releaseRequest,omitempty"`
+	// LendingRequests identify the Idempotency-Key records of the latest
+	// keyed lend and withdraw requests, newest last (at most
+	// MaxLendingRequests): a retry of one of them, after a crash cut its
+	// answer, recognises its effect by it and gets its answer instead of
+	// applying again over a later change.
+	// +optional
+	// +listType=atomic
+	LendingRequests []string `json:"lendingRequests,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	// +optional
 	Lending *ReservationLending `json:"lending,omitempty"`

@@ -1316,6 +1316,11 @@ func (in *ReservationStatus) DeepCopyInto(out *ReservationStatus) {
 		*out = new(ReservedHostReleaseStatus)
 		(*in).DeepCopyInto(*out)
 	}
+	if in.LendingRequests != nil {
+		in, out := &in.LendingRequests, &out.LendingRequests
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.Lending != nil {
 		in, out := &in.Lending, &out.Lending
 		*out = new(ReservationLending)

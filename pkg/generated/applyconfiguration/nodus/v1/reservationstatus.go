@@ -39,6 +39,12 @@ type ReservationStatusApplyConfiguration struct {
 	// request, after a crash cut its answer, is recognised by it and gets
 	// the release's answer instead of AlreadyReleased.
 	ReleaseRequest *string `json:"releaseRequest,omitempty"`
+	// LendingRequests identify the Idempotency-Key records of the latest
+	// keyed lend and withdraw requests, newest last (at most
+	// MaxLendingRequests): a retry of one of them, after a crash cut its
+	// answer, recognises its effect by it and gets its answer instead of
+	// applying again over a later change.
+	LendingRequests []string `json:"lendingRequests,omitempty"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	Lending *ReservationLendingApplyConfiguration `json:"lending,omitempty"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
@@ -114,6 +120,16 @@ func (b *ReservationStatusApplyConfiguration) WithReleaseFieldManager(value stri
 // If called multiple times, the ReleaseRequest field is set to the value of the last call.
 func (b *ReservationStatusApplyConfiguration) WithReleaseRequest(value string) *ReservationStatusApplyConfiguration {
 	b.ReleaseRequest = &value
+	return b
+}
+
+// WithLendingRequests adds the given value to the LendingRequests field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the LendingRequests field.
+func (b *ReservationStatusApplyConfiguration) WithLendingRequests(values ...string) *ReservationStatusApplyConfiguration {
+	for i := range values {
+		b.LendingRequests = append(b.LendingRequests, values[i])
+	}
 	return b
 }
 

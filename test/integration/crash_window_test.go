@@ -1,0 +1,189 @@
+package integration
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/crypto/ssh"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestKeyedActionsAfterACrash plants, for each keyed owner action, the
+// state a replica's kill -9 leaves behind — the action took effect (or
+// not), its answer was never stored, its key is in flight on a replica
+// process that is gone though its registration has not lapsed — and
+// retries: the retry runs at once on this replica, recognises its own
+// effect and answers it as a replay, and never applies an old intent over
+// a later change.
+func TestKeyedActionsAfterACrash(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	const node = "gpu-00"
+	path := func(action string) string {
+		return "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/" + node + "/" + action
+	}
+	epoch := f.reservation(t, node).Status.Epoch
+	lendBody := fmt.Sprintf(`{"epoch":%d,"maxGPUs":3}`, epoch)
+	withdrawBody := fmt.Sprintf(`{"epoch":%d}`, epoch)
+
+	t.Run("a lend retried after a later withdrawal does not lend again", func(t *testing.T) {
+		if r := f.lend(t, f.admin, "lend", node, lendBody, "Idempotency-Key", "lend-k1"); r.code != 200 {
+			t.Fatalf("lend: %d %s", r.code, r.body)
+		}
+		cutAnswer(t, etcd, "alice", path("lend"), "lend-k1", lendBody, goneAddress(t))
+		if r := f.lend(t, f.admin, "withdraw", node, withdrawBody, "Idempotency-Key", "withdraw-k2"); r.code != 200 {
+			t.Fatalf("withdraw: %d %s", r.code, r.body)
+		}
+		before := f.reservation(t, node).Status.Lending
+		r := f.lend(t, f.admin, "lend", node, lendBody, "Idempotency-Key", "lend-k1")
+		if r.code != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the retried lend must be answered as the replay of its effect: %d %v %s", r.code, r.header, r.body)
+		}
+		after := f.reservation(t, node).Status.Lending
+		if after.Lent || !after.ChangedAt.Equal(&before.ChangedAt) {
+			t.Errorf("the retry lent again over the later withdrawal: %+v, was %+v", after, before)
+		}
+	})
+
+	t.Run("a withdrawal retried after its effect is a replay", func(t *testing.T) {
+		cutAnswer(t, etcd, "alice", path("withdraw"), "withdraw-k2", withdrawBody, goneAddress(t))
+		before := f.reservation(t, node).Status.Lending
+		r := f.lend(t, f.admin, "withdraw", node, withdrawBody, "Idempotency-Key", "withdraw-k2")
+		if r.code != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the retried withdrawal: %d %v %s", r.code, r.header, r.body)
+		}
+		if after := f.reservation(t, node).Status.Lending; !after.ChangedAt.Equal(&before.ChangedAt) {
+			t.Errorf("the retry changed the agreement: %+v, was %+v", after, before)
+		}
+	})
+
+	t.Run("a lend cut before its effect runs again at once", func(t *testing.T) {
+		cutAnswer(t, etcd, "alice", path("lend"), "lend-k3", lendBody, goneAddress(t))
+		r := f.lend(t, f.admin, "lend", node, lendBody, "Idempotency-Key", "lend-k3")
+		if r.code != 200 || r.header.Get("Idempotent-Replayed") != "" {
+			t.Fatalf("a cut lend must run again, not wait or replay: %d %v %s", r.code, r.header, r.body)
+		}
+		if l := f.reservation(t, node).Status.Lending; !l.Lent || l.MaxGPUs != 3 {
+			t.Errorf("the lend did not take effect: %+v", l)
+		}
+	})
+
+	t.Run("a key held by a replica that still runs is waited for", func(t *testing.T) {
+		live, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer live.Close()
+		cutAnswer(t, etcd, "alice", path("lend"), "lend-k4", lendBody, live.Addr().String())
+		r := f.lend(t, f.admin, "lend", node, lendBody, "Idempotency-Key", "lend-k4")
+		expectReason(t, r, http.StatusConflict, apierror.ReasonIdempotencyKeyInFlight)
+	})
+
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certBody, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
+	certify := func(key string) (response, string) {
+		r := do(t, f.admin, "POST", path("ssh-certificate"), "application/json", strings.NewReader(string(certBody)), "Idempotency-Key", key)
+		var answer nodusv1.ReservedHostSSHCertificate
+		if r.code != 200 || json.Unmarshal(r.body, &answer) != nil || answer.Certificate == "" {
+			t.Fatalf("ssh-certificate: %d %s", r.code, r.body)
+		}
+		return r, answer.Certificate
+	}
+
+	t.Run("an SSH certificate a client saw is the one its retry gets", func(t *testing.T) {
+		store := idempotencyStore(etcd)
+		for i := range 10 {
+			key := fmt.Sprintf("cert-%d", i)
+			_, first := certify(key)
+			// Had this replica died now, the retry would have to give
+			// this very certificate: its answer must be stored already.
+			record, err := store.Get(ctx(t), scopeKey("alice", "POST", path("ssh-certificate"), key))
+			if err != nil || record == nil || record.InFlight() {
+				t.Fatalf("the answer of %s reached the client before it was stored: %+v %v", key, record, err)
+			}
+			r, again := certify(key)
+			if again != first || r.header.Get("Idempotent-Replayed") != "true" {
+				t.Errorf("the retry of %s got another certificate", key)
+			}
+		}
+	})
+
+	t.Run("an SSH certificate cut before its answer was stored is issued at once", func(t *testing.T) {
+		cutAnswer(t, etcd, "alice", path("ssh-certificate"), "cert-cut", string(certBody), goneAddress(t))
+		if r, _ := certify("cert-cut"); r.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("nothing was answered before: the retry must not be a replay")
+		}
+	})
+
+	t.Run("a release retried after its effect is a replay", func(t *testing.T) {
+		body := fmt.Sprintf(`{"agreed":true,"epoch":%d}`, epoch)
+		if r := f.release(t, f.admin, node, body, "", "Idempotency-Key", "release-k5"); r.code != 200 {
+			t.Fatalf("release: %d %s", r.code, r.body)
+		}
+		cutAnswer(t, etcd, "alice", path("release-capacity"), "release-k5", body, goneAddress(t))
+		r := f.release(t, f.admin, node, body, "", "Idempotency-Key", "release-k5")
+		if r.code != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the retried release: %d %v %s", r.code, r.header, r.body)
+		}
+		if got := f.reservation(t, node).Status.Epoch; got != epoch+1 {
+			t.Errorf("released twice: epoch %d", got)
+		}
+	})
+
+	if n := len(f.reservation(t, node).Status.LendingRequests); n != 3 {
+		t.Errorf("the reservation keeps %d lending request keys, want the three that took effect", n)
+	}
+}
+
+// cutAnswer leaves key's record as a crash of the replica running its
+// request would: in flight, owned by a replica process whose registration
+// is still there but which listens at address no more.
+func cutAnswer(t *testing.T, etcd *clientv3.Client, user, path, key, body, address string) {
+	t.Helper()
+	scope := scopeKey(user, "POST", path, key)
+	crashed := idempotencyStore(etcd)
+	if err := crashed.Abandon(ctx(t), scope); err != nil {
+		t.Fatal(err)
+	}
+	if err := crashed.Register(ctx(t), "crashed-replica", address); err != nil {
+		t.Fatal(err)
+	}
+	if existing, err := crashed.Begin(ctx(t), scope, fingerprint("", body)); err != nil || existing != nil {
+		t.Fatalf("claiming %s: %+v %v", key, existing, err)
+	}
+}
+
+// goneAddress is a loopback port that refuses connections: a process
+// listened there and is gone.
+func goneAddress(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
