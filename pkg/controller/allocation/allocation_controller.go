@@ -9,11 +9,11 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"strings"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -35,6 +35,8 @@ type Controller struct {
 	nodes       listers.NodeLister
 	synced      []cache.InformerSynced
 	queue       workqueue.TypedRateLimitingInterface[string]
+	index       *freeIndex
+	rndMu       sync.Mutex
 	rnd         *rand.Rand
 }
 
@@ -47,7 +49,8 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		nodes:       v1.Nodes().Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "allocations"}),
-		rnd: rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
+		index: newFreeIndex(),
+		rnd:   rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 	}
 	enqueue := func(obj interface{}) {
 		if a, ok := obj.(*nodusv1.Allocation); ok && allocating(a) {
@@ -71,9 +74,23 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			c.queue.Add(nodeKeyPrefix + n.Name)
 		}
 	}
+	indexed := func(obj interface{}) {
+		if n, ok := obj.(*nodusv1.Node); ok {
+			c.index.update(n)
+			orphan(n)
+		}
+	}
 	nodeInformer := v1.Nodes().Informer()
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: orphan, UpdateFunc: func(_, obj interface{}) { orphan(obj) },
+		AddFunc: indexed, UpdateFunc: func(_, obj interface{}) { indexed(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if n, ok := obj.(*nodusv1.Node); ok {
+				c.index.remove(n.Name)
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -134,18 +151,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil || !allocating(a) {
 		return err
 	}
-	nodes, err := c.nodes.List(labels.Everything())
-	if err != nil {
-		return err
-	}
 	// A claim made before a restart or a failed status write is finished
 	// first. The cache may still show the claim of a deleted allocation of
 	// the same name (its node is freed after the delete): only the node as
 	// stored now says whether the claim is there.
-	for _, n := range nodes {
-		if n.Status.Allocation != a.Name {
-			continue
-		}
+	if n, ok := c.index.holderOf(a.Name); ok {
 		stored, err := c.client.NodusV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
@@ -155,17 +165,67 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		return fmt.Errorf("node %s still shows a claim of an earlier allocation %s in the cache", n.Name, a.Name)
 	}
-	node, lastError := choose(a, nodes, c.rnd)
-	if node == nil {
-		return c.finish(ctx, a, "", lastError)
+	// A conflict moves on to the next candidate, up to claimTries; then
+	// the allocation goes back to the queue.
+	tried := map[string]bool{}
+	for range claimTries {
+		node, lastError := c.choose(a, tried)
+		if node == nil {
+			return c.finish(ctx, a, "", lastError)
+		}
+		claimed := node.DeepCopy()
+		claimed.Status.Allocation = a.Name
+		written, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager})
+		if err == nil {
+			c.index.claimed(node.Name, a.Name, resourceVersion(written))
+			return c.finish(ctx, a, node.Name, "")
+		}
+		c.index.untake(node.Name)
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+		// Another claim (or any change) won the race.
+		tried[node.Name] = true
 	}
-	claimed := node.DeepCopy()
-	claimed.Status.Allocation = a.Name
-	if _, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager}); err != nil {
-		// A conflict means another claim (or any change) won the race: choose again.
-		return err
+	return fmt.Errorf("allocation %s: %d nodes changed while being claimed", a.Name, claimTries)
+}
+
+// claimTries bounds the claims of one pass of an allocation.
+const claimTries = 8
+
+// choose takes the node for a from the index: by class, at random, the
+// node named like a first. Candidates and backfills look up their few
+// nodes. Only when no node fits is every node looked at, to say which
+// constraint emptied the field.
+func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodusv1.Node, string) {
+	var field []*nodusv1.Node
+	switch {
+	case a.Spec.Node != "" || len(a.Spec.CandidateNodes) > 0:
+		for _, ident := range append([]string{a.Spec.Node}, a.Spec.CandidateNodes...) {
+			if n, ok := c.index.lookup(ident); ok && ident != "" && !tried[n.Name] {
+				field = append(field, n)
+			}
+		}
+	default:
+		c.rndMu.Lock()
+		n := c.index.take(a, c.rnd, tried)
+		c.rndMu.Unlock()
+		if n != nil {
+			return n, ""
+		}
+		field = c.index.all()
 	}
-	return c.finish(ctx, a, node.Name, "")
+	c.rndMu.Lock()
+	node, lastError := choose(a, field, c.rnd)
+	c.rndMu.Unlock()
+	if node == nil && a.Spec.Node == "" && len(a.Spec.CandidateNodes) > 0 {
+		// Say why as the fleet does: the candidates may be of another class.
+		_, lastError = choose(a, c.index.all(), c.rnd)
+		if lastError == "" {
+			lastError = fmt.Sprintf("none of the candidate nodes %s is free", strings.Join(a.Spec.CandidateNodes, ", "))
+		}
+	}
+	return node, lastError
 }
 
 func (c *Controller) finish(ctx context.Context, a *nodusv1.Allocation, node, lastError string) error {

@@ -1,0 +1,133 @@
+package allocation
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+func readyNode(name, class string, rv int, traits ...string) *nodusv1.Node {
+	return &nodusv1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: fmt.Sprint(rv)},
+		Spec:       nodusv1.NodeSpec{ResourceClass: class, Traits: traits},
+		Status: nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateAvailable,
+			Conditions: []metav1.Condition{{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue}}},
+	}
+}
+
+func allocationOf(name, class string, traits ...string) *nodusv1.Allocation {
+	return &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.AllocationSpec{ResourceClass: class, Traits: traits}}
+}
+
+func TestFreeIndexTakesEachNodeOnce(t *testing.T) {
+	x, rnd := newFreeIndex(), rand.New(rand.NewPCG(1, 2))
+	for i := range 100 {
+		x.update(readyNode(fmt.Sprintf("n%03d", i), "gpu", 10))
+	}
+	x.update(readyNode("other", "cpu", 10))
+	seen := map[string]bool{}
+	for i := range 100 {
+		n := x.take(allocationOf(fmt.Sprint("a", i), "gpu"), rnd, nil)
+		if n == nil || seen[n.Name] || n.Spec.ResourceClass != "gpu" {
+			t.Fatalf("take %d: %v (taken before: %v)", i, n, n != nil && seen[n.Name])
+		}
+		seen[n.Name] = true
+	}
+	if n := x.take(allocationOf("a-more", "gpu"), rnd, nil); n != nil {
+		t.Fatalf("every gpu node is taken, got %s", n.Name)
+	}
+}
+
+func TestFreeIndexNameFirstAndTraits(t *testing.T) {
+	x, rnd := newFreeIndex(), rand.New(rand.NewPCG(1, 2))
+	for i := range 50 {
+		x.update(readyNode(fmt.Sprintf("n%03d", i), "gpu", 10))
+	}
+	x.update(readyNode("n-ib", "gpu", 10, "CUSTOM_IB"))
+	if n := x.take(allocationOf("n007", "gpu"), rnd, nil); n == nil || n.Name != "n007" {
+		t.Errorf("the node named like the allocation goes first: %v", n)
+	}
+	if n := x.take(allocationOf("a1", "gpu", "CUSTOM_IB"), rnd, nil); n == nil || n.Name != "n-ib" {
+		t.Errorf("the one node with the trait: %v", n)
+	}
+	if n := x.take(allocationOf("a2", "gpu", "CUSTOM_IB"), rnd, nil); n != nil {
+		t.Errorf("no node with the trait is left: %v", n.Name)
+	}
+	skip := map[string]bool{}
+	for i := range 50 {
+		if i != 7 {
+			skip[fmt.Sprintf("n%03d", i)] = true
+		}
+	}
+	delete(skip, "n010")
+	if n := x.take(allocationOf("a3", "gpu"), rnd, skip); n == nil || n.Name != "n010" {
+		t.Errorf("the one node not skipped: %v", n)
+	}
+}
+
+func TestFreeIndexKeepsAClaimOutUntilTheCacheSeesIt(t *testing.T) {
+	x, rnd := newFreeIndex(), rand.New(rand.NewPCG(1, 2))
+	x.update(readyNode("n1", "gpu", 10))
+	n := x.take(allocationOf("a1", "gpu"), rnd, nil)
+	if n == nil {
+		t.Fatal("nothing to take")
+	}
+	// A heartbeat-era event from before the claim was written.
+	x.update(readyNode("n1", "gpu", 11))
+	if x.take(allocationOf("a2", "gpu"), rnd, nil) != nil {
+		t.Fatal("a node being claimed came back from an older cache")
+	}
+	x.claimed("n1", "a1", 20)
+	if held, ok := x.holderOf("a1"); !ok || held.Name != "n1" {
+		t.Errorf("the claim is known before the cache shows it: %v %v", held, ok)
+	}
+	x.update(readyNode("n1", "gpu", 15))
+	if x.take(allocationOf("a2", "gpu"), rnd, nil) != nil {
+		t.Fatal("a cache older than the claim gave the node back")
+	}
+	claimedNode := readyNode("n1", "gpu", 20)
+	claimedNode.Status.Allocation = "a1"
+	x.update(claimedNode)
+	if x.take(allocationOf("a2", "gpu"), rnd, nil) != nil {
+		t.Fatal("an allocated node is not free")
+	}
+	// The allocation was deleted and the node freed.
+	x.update(readyNode("n1", "gpu", 30))
+	if _, ok := x.holderOf("a1"); ok {
+		t.Errorf("a freed node still holds a1")
+	}
+	if n := x.take(allocationOf("a2", "gpu"), rnd, nil); n == nil {
+		t.Fatal("a freed node is free again")
+	}
+	// A failed claim gives the node back as the cache shows it.
+	x.untake("n1")
+	if n := x.take(allocationOf("a3", "gpu"), rnd, nil); n == nil {
+		t.Fatal("a node whose claim failed is free again")
+	}
+}
+
+func TestFreeIndexFollowsTheNode(t *testing.T) {
+	x, rnd := newFreeIndex(), rand.New(rand.NewPCG(1, 2))
+	n := readyNode("n1", "gpu", 10)
+	n.Spec.Maintenance = true
+	x.update(n)
+	if x.take(allocationOf("a", "gpu"), rnd, nil) != nil {
+		t.Error("a node in maintenance was taken")
+	}
+	x.update(readyNode("n1", "cpu", 11))
+	if x.take(allocationOf("a", "gpu"), rnd, nil) != nil {
+		t.Error("a node moved to another class was taken for its old one")
+	}
+	if got, ok := x.lookup("uid-n1"); !ok || got.Name != "n1" {
+		t.Errorf("lookup by UID: %v %v", got, ok)
+	}
+	x.remove("n1")
+	if x.take(allocationOf("a", "cpu"), rnd, nil) != nil || len(x.all()) != 0 {
+		t.Error("a deleted node is still indexed")
+	}
+}
