@@ -46,6 +46,9 @@ const (
 	// may be; liveness itself is exact, through the etcd lease.
 	heartbeatPersistEvery = 5 * time.Minute
 	controllerWorkers     = 4
+	// allocationWorkers: an allocation's pass is two writes, each waiting
+	// on etcd; more passes in flight keep the store busy, not the CPU.
+	allocationWorkers = 16
 )
 
 // CompletedConfig can only be made by Complete.
@@ -255,7 +258,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			return
 		}
 		factory.Start(ctx.Done())
-		go allocations.Run(ctx, controllerWorkers)
+		go allocations.Run(ctx, allocationWorkers)
 		go scheduler.Run(ctx)
 		go projects.Run(ctx, controllerWorkers)
 		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
