@@ -174,6 +174,14 @@ func TestAuditRecordsIronicWritesNotSecrets(t *testing.T) {
 	if r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions", "application/json", strings.NewReader(exec)); r.code != 201 {
 		t.Fatalf("submit: %d %s", r.code, r.body)
 	}
+	// The scheduler's status write (no lent host: it waits) sends the
+	// whole Execution, environment included.
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(c context.Context) (bool, error) {
+		e, err := s.Client.NodusV1().Executions("acme").Get(c, "with-secret", metav1.GetOptions{})
+		return err == nil && e.Status.Reason == "Waiting", err
+	}); err != nil {
+		t.Fatalf("the scheduler never wrote the execution's status: %v", err)
+	}
 	patch := `{"op":"replace","path":"/extra/rack","value":"r12"}`
 	r := do(t, s.Config, "PATCH", "/v1/nodes/gpu-audit", "application/json", strings.NewReader("["+patch+"]"), "OpenStack-API-Version", "baremetal 1.55")
 	if r.code != 200 {

@@ -102,6 +102,9 @@ func TestIronicWithOpenStackClients(t *testing.T) {
 	o := newOpenStackClients(t, s)
 	f := newFleet(t, s)
 	readyNodes(t, f, "os-0", "os-1", "os-2")
+	// Each client run starts a Python interpreter: the test outlasts the
+	// three heartbeat intervals a node stays ready without one.
+	f.keepBeating(t, "os-0", "os-1", "os-2")
 
 	var all []osNode
 	if err := o.cli(&all, "node", "list", "-f", "json"); err != nil || names(all) != "os-0,os-1,os-2" {

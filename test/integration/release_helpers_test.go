@@ -126,6 +126,24 @@ func (f *fleet) heartbeat(t *testing.T, node string, beat nodusv1.NodeHeartbeat)
 	return do(t, f.s.Config, "POST", "/apis/nodus.dev/v1/nodes/"+node+"/heartbeat", "application/json", strings.NewReader(string(data)))
 }
 
+// keepBeating heartbeats nodes (agent generation 1) every two seconds
+// until the test ends.
+func (f *fleet) keepBeating(t *testing.T, nodes ...string) {
+	beat, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	for _, n := range nodes {
+		go func() {
+			for beat.Err() == nil {
+				_ = testfleet.Heartbeat(beat, f.s.Client, n, nodusv1.NodeHeartbeat{AgentGeneration: 1})
+				select {
+				case <-beat.Done():
+				case <-time.After(2 * time.Second):
+				}
+			}
+		}()
+	}
+}
+
 func decodeHost(t *testing.T, r response) *nodusv1.ReservedHost {
 	t.Helper()
 	var h nodusv1.ReservedHost
