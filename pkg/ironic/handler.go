@@ -144,6 +144,14 @@ func (c *call) route() error {
 }
 
 func (c *call) routeNodes(method string, rest []string) error {
+	if len(rest) == 2 {
+		// As Ironic's node _lookup, before any subresource: the node must
+		// be named by a UUID or a logical name.
+		if _, isUUID := canonicalUUID(rest[0]); !isUUID && !isValidLogicalName(rest[0]) {
+			exchange.From(c.ctx()).SetFix("Name the node by its UUID or its name (A-Z a-z 0-9 - . _ ~): `openstack baremetal node list` shows both.")
+			return errorf(http.StatusBadRequest, "Expected UUID or name for node: %s", rest[0])
+		}
+	}
 	switch {
 	case len(rest) == 0 && method == http.MethodGet:
 		return c.listNodes(false)

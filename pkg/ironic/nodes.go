@@ -3,6 +3,8 @@ package ironic
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -13,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
 var nodeSortKeys = []string{"uuid", "name", "created_at", "provision_state", "resource_class", "maintenance", "owner"}
@@ -214,14 +217,24 @@ func (c *call) setMaintenance(ident string, on bool) error {
 	return c.reply(http.StatusAccepted, nil)
 }
 
-// nodeAllocation shows or deletes the allocation of a node.
+// nodeAllocation shows or deletes the allocation of a node. An unknown
+// node is a 400 for the show and a 404 for the delete, as in Ironic: its
+// show looks the node up as a list filter (NodeNotFound turned into
+// BAD_REQUEST in _get_allocations_collection), its delete with
+// get_rpc_node_with_suffix.
 func (c *call) nodeAllocation(ident string, remove bool) error {
 	n, err := c.findNode(ident)
+	var ae *apiError
+	if !remove && errors.As(err, &ae) && ae.code == http.StatusNotFound {
+		exchange.From(c.ctx()).SetFix("Name an existing node by its name or UUID: `openstack baremetal node list` lists them.")
+		return errorf(http.StatusBadRequest, "Node %s could not be found.", ident)
+	}
 	if err != nil {
 		return err
 	}
 	if n.Status.Allocation == "" {
-		return errorf(http.StatusNotFound, "Node %s is not associated with any allocation.", ident)
+		exchange.From(c.ctx()).SetFix(fmt.Sprintf("Node %s holds no allocation now; create one with `openstack baremetal allocation create --resource-class CLASS` (or --node %s to backfill it).", ident, ident))
+		return errorf(http.StatusNotFound, "Allocation for node %s was not found", ident)
 	}
 	a, err := c.findAllocation(n.Status.Allocation)
 	if err != nil {

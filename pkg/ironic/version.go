@@ -5,9 +5,10 @@ package ironic
 
 import (
 	"fmt"
+	"math/big"
 	"net/http"
-	"strconv"
 	"strings"
+	"unicode"
 )
 
 // version is an Ironic microversion, 1.minor.
@@ -37,32 +38,88 @@ const (
 	headerOpenStack  = "OpenStack-API-Version"
 )
 
-// negotiate reads the requested microversion: the Ironic header, or the
-// generic OpenStack one ("baremetal 1.52"); "latest" is the maximum; none
-// is the minimum.
+// negotiate reads the requested microversion as Ironic does, with
+// microversion_parse.get_version(headers, 'baremetal',
+// legacy_headers=[X-OpenStack-Ironic-API-Version]) and
+// parse_version_string: the generic header wins over Ironic's own; none
+// is the minimum, "latest" (any case) the maximum. Every failure is a 406,
+// with Ironic's messages: Ironic answers no version problem with a 400.
 func negotiate(req *http.Request) (version, error) {
-	raw := strings.TrimSpace(req.Header.Get(headerVersion))
+	raw := requestedVersion(req.Header)
 	if raw == "" {
-		if generic := strings.Fields(req.Header.Get(headerOpenStack)); len(generic) == 2 && strings.EqualFold(generic[0], "baremetal") {
-			raw = generic[1]
+		raw = minVersion.String()
+	}
+	if strings.ToLower(raw) == "latest" {
+		raw = maxVersion.String()
+	}
+	// parse_version_string: int() of each side of the first dot.
+	majorRaw, minorRaw, ok := strings.Cut(raw, ".")
+	major, okMajor := pythonInt(majorRaw)
+	minor, okMinor := pythonInt(minorRaw)
+	if !ok || !okMajor || !okMinor {
+		return version{}, fmt.Errorf("Invalid value for %s header", headerVersion)
+	}
+	asked := major.String() + "." + minor.String()
+	if !major.IsInt64() || major.Int64() != 1 {
+		return version{}, fmt.Errorf("Mutually exclusive versions requested. Version %s requested but not supported by this service. The supported version range is: [%s, %s].", asked, minVersion, maxVersion)
+	}
+	if !minor.IsInt64() || minor.Int64() < int64(minVersion.minor) || minor.Int64() > int64(maxVersion.minor) {
+		return version{}, fmt.Errorf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s].", asked, minVersion, maxVersion)
+	}
+	return version{int(minor.Int64())}, nil
+}
+
+// requestedVersion is microversion_parse.get_version for the baremetal
+// service: in OpenStack-API-Version ("compute 2.1, baremetal 1.52"), the
+// last entry for baremetal, the service named in any case; failing that,
+// the last comma-separated value of X-OpenStack-Ironic-API-Version. A
+// header sent more than once counts as its values joined by commas, as the
+// WSGI server folds them. "" when neither names a version.
+func requestedVersion(h http.Header) string {
+	if values := h.Values(headerOpenStack); len(values) > 0 {
+		entries := strings.Split(strings.Join(values, ","), ",")
+		for i := len(entries) - 1; i >= 0; i-- {
+			entry := strings.TrimSpace(entries[i])
+			cut := strings.IndexFunc(entry, unicode.IsSpace)
+			if cut < 0 {
+				continue // "baremetal" alone names no version
+			}
+			if strings.ToLower(entry[:cut]) == "baremetal" {
+				return strings.TrimSpace(entry[cut:])
+			}
 		}
 	}
-	if raw == "" {
-		return minVersion, nil
+	if values := h.Values(headerVersion); len(values) > 0 {
+		entries := strings.Split(strings.Join(values, ","), ",")
+		return strings.TrimSpace(entries[len(entries)-1])
 	}
-	if strings.EqualFold(raw, "latest") {
-		return maxVersion, nil
+	return ""
+}
+
+// pythonInt parses s as Python's int(s) does for the ASCII digits:
+// surrounding whitespace, one sign, leading zeros and single underscores
+// between digits are allowed ("1.052" is 1.52 in Ironic), and there is no
+// bound (a huge minor is out of range, not malformed).
+func pythonInt(s string) (*big.Int, bool) {
+	s = strings.TrimSpace(s)
+	negative := strings.HasPrefix(s, "-")
+	if negative || strings.HasPrefix(s, "+") {
+		s = s[1:]
 	}
-	major, minor, ok := strings.Cut(raw, ".")
-	n, err := strconv.Atoi(minor)
-	if !ok || major != "1" || err != nil || n < 0 || minor != strconv.Itoa(n) {
-		return version{}, fmt.Errorf("Invalid value for %s header: %q. Expected a version like 1.52 or \"latest\"", headerVersion, raw)
+	if s == "" || s[0] == '_' || s[len(s)-1] == '_' || strings.Contains(s, "__") {
+		return nil, false
 	}
-	v := version{n}
-	if v.minor < minVersion.minor || v.minor > maxVersion.minor {
-		return version{}, fmt.Errorf("Version %s was requested but the minor version is not supported by this service. The supported version range is: [%s, %s]", v, minVersion, maxVersion)
+	digits := strings.ReplaceAll(s, "_", "")
+	for _, r := range digits {
+		if r < '0' || r > '9' {
+			return nil, false
+		}
 	}
-	return v, nil
+	n, ok := new(big.Int).SetString(digits, 10)
+	if ok && negative {
+		n.Neg(n)
+	}
+	return n, ok
 }
 
 // setVersionHeaders announces the supported range and, when known, the version used.

@@ -253,3 +253,51 @@ func TestOrphanedNodeClaimsAreRepaired(t *testing.T) {
 		t.Error("the freed node was not allocated again")
 	}
 }
+
+// ironicFault checks that r is an Ironic error of code and returns its
+// faultstring.
+func ironicFault(t *testing.T, r response, code int) string {
+	t.Helper()
+	var outer struct {
+		ErrorMessage string `json:"error_message"`
+		Fix          string `json:"fix"`
+	}
+	var inner struct {
+		Faultstring string `json:"faultstring"`
+	}
+	if r.code != code || json.Unmarshal(r.body, &outer) != nil || json.Unmarshal([]byte(outer.ErrorMessage), &inner) != nil ||
+		inner.Faultstring == "" || outer.Fix == "" {
+		t.Errorf("want an Ironic error %d with a fix: %d %s", code, r.code, r.body)
+	}
+	return inner.Faultstring
+}
+
+// TestIronicNodeAllocationOfUnknownNode: as Ironic, showing the allocation
+// of a node that does not exist is a 400 (the node is looked up as a list
+// filter), deleting it a 404; a node without one is a 404; a node ident
+// that is neither a UUID nor a logical name is a 400.
+func TestIronicNodeAllocationOfUnknownNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "lonely")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	call := func(method, path string) response {
+		return do(t, op, method, path, "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	for _, ident := range []string{"no-such-node", "00000000-0000-0000-0000-000000000000"} {
+		if msg := ironicFault(t, call("GET", "/v1/nodes/"+ident+"/allocation"), http.StatusBadRequest); msg != "Node "+ident+" could not be found." {
+			t.Errorf("GET the allocation of unknown node %s: %q", ident, msg)
+		}
+		if msg := ironicFault(t, call("DELETE", "/v1/nodes/"+ident+"/allocation"), http.StatusNotFound); msg != "Node "+ident+" could not be found." {
+			t.Errorf("DELETE the allocation of unknown node %s: %q", ident, msg)
+		}
+	}
+	for _, method := range []string{"GET", "DELETE"} {
+		if msg := ironicFault(t, call(method, "/v1/nodes/lonely/allocation"), http.StatusNotFound); msg != "Allocation for node lonely was not found" {
+			t.Errorf("%s the allocation of a node without one: %q", method, msg)
+		}
+	}
+	if msg := ironicFault(t, call("GET", "/v1/nodes/bad%20name/allocation"), http.StatusBadRequest); msg != "Expected UUID or name for node: bad name" {
+		t.Errorf("a node ident that is no name: %q", msg)
+	}
+}

@@ -253,7 +253,15 @@ func TestIronicRawHTTP(t *testing.T) {
 	if r := do(t, op, "GET", "/v1/nodes", "", nil, "OpenStack-API-Version", "baremetal 1.55"); r.header.Get("X-OpenStack-Ironic-API-Version") != "1.55" {
 		t.Errorf("OpenStack-API-Version: %v", r.header)
 	}
-	for _, bad := range []string{"1.61", "2.0", "abc", "1.x", "1.052"} {
+	// As microversion_parse: the baremetal entry among other services',
+	// and int() of each part, leading zeros and all.
+	if r := do(t, op, "GET", "/v1/nodes", "", nil, "OpenStack-API-Version", "compute 2.1, BareMetal 1.55"); r.header.Get("X-OpenStack-Ironic-API-Version") != "1.55" {
+		t.Errorf("OpenStack-API-Version with two services: %d %v", r.code, r.header)
+	}
+	if r := get("/v1/nodes", "X-OpenStack-Ironic-API-Version", " 1.052 "); r.code != 200 || r.header.Get("X-OpenStack-Ironic-API-Version") != "1.52" {
+		t.Errorf("1.052 is 1.52 in Ironic: %d %v", r.code, r.header)
+	}
+	for _, bad := range []string{"1.61", "2.0", "abc", "1.x", "1.", "1.52.1"} {
 		fault(t, do(t, op, "GET", "/v1/nodes", "", nil, "X-OpenStack-Ironic-API-Version", bad), http.StatusNotAcceptable)
 	}
 	fault(t, do(t, op, "GET", "/v1/allocations", "", nil), http.StatusNotFound) // no header: 1.1, before allocations
