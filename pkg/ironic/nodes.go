@@ -250,7 +250,8 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 	return c.reply(http.StatusOK, selectFields(atVersion(allocationView(c.base, a, string(n.UID)), allocationFieldSince, c.v), p.fields))
 }
 
-// allocationUIDs maps allocation names to their uids.
+// allocationUIDs maps allocation object names (what a node's status.allocation
+// holds) to their uids.
 func (c *call) allocationUIDs() (map[string]string, error) {
 	all, err := c.allocations()
 	if err != nil {
