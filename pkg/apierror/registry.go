@@ -112,6 +112,10 @@ const (
 	ReasonExecutionLimitReached metav1.StatusReason = "ExecutionLimitReached"
 	// ReasonAgentCredentialRetired: an agent certificate of an older generation or of a deleted node.
 	ReasonAgentCredentialRetired metav1.StatusReason = "AgentCredentialRetired"
+	// ReasonAllocationNameTaken: another allocation has the Ironic name.
+	ReasonAllocationNameTaken metav1.StatusReason = "AllocationNameTaken"
+	// ReasonAllocationUUIDTaken: another allocation has the UUID.
+	ReasonAllocationUUIDTaken metav1.StatusReason = "AllocationUUIDTaken"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -315,6 +319,14 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonExecutionLimitReached, http.StatusForbidden, "The project holds as many Executions as it may.",
 			func(r Request) string {
 				return fmt.Sprintf("Delete executions that ended (`nodus executions list -n %s`, then `kubectl delete execution NAME -n %s`) before submitting more; an operator sets the bound (--max-executions-per-project).", orDefault(r.Namespace, "PROJECT"), orDefault(r.Namespace, "PROJECT"))
+			}},
+		{ReasonAllocationNameTaken, http.StatusConflict, "Another allocation has that Ironic name.",
+			func(Request) string {
+				return "Pick another name, or rename or delete the allocation that has it: `openstack baremetal allocation show NAME` finds it (`kubectl get allocations -o custom-columns=NAME:.metadata.name,IRONIC:.spec.ironicName` lists every Ironic name)."
+			}},
+		{ReasonAllocationUUIDTaken, http.StatusConflict, "Another allocation has that UUID.",
+			func(Request) string {
+				return "Leave uuid out of the request to get a new UUID, or send another one; `openstack baremetal allocation show UUID` shows the allocation that has it."
 			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {

@@ -2,15 +2,20 @@ package ironic
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 )
 
 var (
@@ -35,9 +40,22 @@ func (c *call) createAllocation() error {
 	if err := c.decode(&body); err != nil {
 		return err
 	}
+	ctx := c.ctx()
+	if uuid := deref(body.UUID); uuid != "" {
+		// As Ironic's args.uuid (is_uuid_like); the UUID is kept in its
+		// canonical form.
+		uid, ok := canonicalUUID(uuid)
+		if !ok {
+			exchange.From(ctx).SetFix("Send uuid as a UUID (8-4-4-4-12 hexadecimal digits), or leave it out to get a new one.")
+			return errorf(http.StatusBadRequest, "Expected UUID for uuid: %s", uuid)
+		}
+		ctx = allocation.WithUID(ctx, uid)
+	}
+	name := deref(body.Name)
 	switch {
-	case body.UUID != nil:
-		return errorf(http.StatusBadRequest, "Nodus assigns allocation UUIDs; leave uuid out")
+	case name != "" && !isValidLogicalName(name):
+		exchange.From(ctx).SetFix("An allocation name is 1 to 255 of A-Z a-z 0-9 - . _ ~.")
+		return errorf(http.StatusBadRequest, "Cannot create allocation with invalid name '%s'", name)
 	case body.Node != nil && !c.v.atLeast(backfillSince):
 		return errorf(http.StatusBadRequest, "node (backfilling) needs API version %s or later", backfillSince)
 	case body.Owner != nil && !c.v.atLeast(ownerSince):
@@ -50,7 +68,7 @@ func (c *call) createAllocation() error {
 		return err
 	}
 	a := &nodusv1.Allocation{Spec: nodusv1.AllocationSpec{
-		ResourceClass: deref(body.ResourceClass), Traits: body.Traits, CandidateNodes: body.CandidateNodes,
+		IronicName: name, ResourceClass: deref(body.ResourceClass), Traits: body.Traits, CandidateNodes: body.CandidateNodes,
 		Extra: extra, Owner: deref(body.Owner),
 	}}
 	if body.Node != nil {
@@ -72,15 +90,21 @@ func (c *call) createAllocation() error {
 		}
 		a.Spec.CandidateNodes[i] = string(n.UID)
 	}
-	if body.Name != nil && *body.Name != "" {
-		a.Name = *body.Name
+	// The object name is the Ironic name where that is a valid object
+	// name and free; otherwise (and for an unnamed allocation) a generated
+	// one. Uniqueness of the Ironic name is the registry's claim, not the
+	// object name's.
+	if len(validation.IsDNS1123Subdomain(name)) == 0 {
+		a.Name = name
 	} else {
 		a.GenerateName = "allocation-"
-		a.Annotations = map[string]string{annotationUnnamed: "true"}
 	}
-	obj, err := c.h.Allocations.Create(c.ctx(), a, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) {
-		return errorf(http.StatusConflict, "An allocation with name %s already exists.", a.Name)
+	obj, err := c.h.Allocations.Create(ctx, a.DeepCopy(), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) && a.Name != "" {
+		// The object name is another allocation's: one renamed away from
+		// this name, or one that has it, whose claim refuses the retry.
+		a.Name, a.GenerateName = "", "allocation-"
+		obj, err = c.h.Allocations.Create(ctx, a, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	}
 	if err != nil {
 		return err
@@ -171,8 +195,13 @@ func (c *call) allocationView(a *nodusv1.Allocation) (map[string]interface{}, er
 	return atVersion(allocationView(c.base, a, nodeUID), allocationFieldSince, c.v), nil
 }
 
-// patchAllocation changes extra (1.57+). Nodus allocation names are object
-// names and cannot change.
+// allocationPatchable are the fields Ironic's allocation PATCH may change
+// (PATCH_ALLOWED_FIELDS).
+var allocationPatchable = []string{"name", "extra"}
+
+// patchAllocation changes name and extra (1.57+), as Ironic's PATCH. A new
+// name is claimed by the registry before it is written, so a rename never
+// leaves two allocations with one name.
 func (c *call) patchAllocation(ident string) error {
 	a, err := c.findAllocation(ident)
 	if err != nil {
@@ -184,8 +213,17 @@ func (c *call) patchAllocation(ident string) error {
 	}
 	for _, op := range ops {
 		field := strings.SplitN(strings.TrimPrefix(op.Path, "/"), "/", 2)[0]
-		if field != "extra" {
-			return errorf(http.StatusBadRequest, "Cannot patch %s: only extra may change (allocation names are fixed in Nodus)", op.Path)
+		if !slices.Contains(allocationPatchable, field) {
+			return errorf(http.StatusBadRequest, "Cannot patch %s. Only the following can be updated: %s", op.Path, strings.Join(allocationPatchable, ", "))
+		}
+		if op.Path != "/name" || op.Op == "remove" {
+			continue
+		}
+		// As Ironic: each new name (not null) must be a logical name.
+		var name *string
+		if json.Unmarshal(op.Value, &name) != nil || (name != nil && *name != "" && !isValidLogicalName(*name)) {
+			exchange.From(c.ctx()).SetFix("An allocation name is 1 to 255 of A-Z a-z 0-9 - . _ ~; remove /name (or set it to null) to leave the allocation unnamed.")
+			return errorf(http.StatusBadRequest, "Cannot update allocation with invalid name '%s'", strings.Trim(string(op.Value), `"`))
 		}
 	}
 	view, err := c.allocationView(a)
@@ -193,6 +231,7 @@ func (c *call) patchAllocation(ident string) error {
 		return err
 	}
 	var patched struct {
+		Name  *string                `json:"name"`
 		Extra map[string]interface{} `json:"extra"`
 	}
 	if err := applyPatch(view, ops, &patched); err != nil {
@@ -205,6 +244,7 @@ func (c *call) patchAllocation(ident string) error {
 	obj, _, err := c.h.Allocations.Update(c.ctx(), a.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			next := old.(*nodusv1.Allocation).DeepCopy()
+			next.Spec.IronicName = deref(patched.Name)
 			next.Spec.Extra = extra
 			return next, nil
 		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
@@ -229,7 +269,7 @@ func (c *call) deleteAllocation(ident string) error {
 // removeAllocation deletes with the Ironic rule: 409 while the node is
 // active and not in maintenance.
 func (c *call) removeAllocation(a *nodusv1.Allocation) error {
-	_, _, err := c.h.AllocationDeleter.Delete(c.ctx(), a.Name, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{})
+	_, _, err := c.h.Allocations.Delete(c.ctx(), a.Name, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{})
 	if err != nil {
 		return err
 	}

@@ -13,21 +13,23 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/audit"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
-	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 )
 
 // Handler serves /v1 over the server's stores.
 type Handler struct {
-	Nodes       *genericregistry.Store // nodes
-	Allocations *genericregistry.Store // allocations
-	// AllocationDeleter deletes with the Ironic rule (409 for active nodes).
-	AllocationDeleter rest.GracefulDeleter
+	Nodes *genericregistry.Store // nodes
+	// Allocations is the allocations' REST storage: its writes keep Ironic
+	// names and UUIDs unique, its deletes follow Ironic's rule (409 for
+	// active nodes).
+	Allocations *allocation.REST
 }
 
 // apiError is an error with its Ironic status code.
@@ -283,29 +285,59 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
 }
 
+// findAllocation resolves an allocation as Ironic's get_rpc_allocation
+// does: a UUID, else an Ironic name (spec.ironicName), else a 400.
 func (c *call) findAllocation(ident string) (*nodusv1.Allocation, error) {
-	if !looksLikeUUID(ident) {
-		obj, err := c.h.Allocations.Get(c.ctx(), ident, &metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)
+	if uid, isUUID := canonicalUUID(ident); isUUID {
+		return c.findAllocationBy(ident, func(a *nodusv1.Allocation) bool { return string(a.UID) == uid })
+	}
+	if !isValidLogicalName(ident) {
+		exchange.From(c.ctx()).SetFix("Name the allocation by its UUID or its name (A-Z a-z 0-9 - . _ ~): `openstack baremetal allocation list` shows both.")
+		return nil, errorf(http.StatusBadRequest, "Expected a logical name or UUID but received %s.", ident)
+	}
+	// Most allocations have their Ironic name as object name: one read of
+	// etcd finds them.
+	if len(validation.IsDNS1123Subdomain(ident)) == 0 {
+		a, err := c.getAllocation(ident)
+		if err == nil && a.Spec.IronicName == ident {
+			return a, nil
 		}
-		if err != nil {
+		var ae *apiError
+		if err != nil && !errors.As(err, &ae) {
 			return nil, err
 		}
-		return obj.(*nodusv1.Allocation), nil
 	}
+	return c.findAllocationBy(ident, func(a *nodusv1.Allocation) bool { return a.Spec.IronicName == ident })
+}
+
+// findAllocationBy looks for the allocation that matches in the watch
+// cache and, on a miss, in etcd: one made a moment ago may not be in the
+// cache yet.
+func (c *call) findAllocationBy(ident string, match func(*nodusv1.Allocation) bool) (*nodusv1.Allocation, error) {
 	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
 		all, err := c.listAllocationsWith(opts)
 		if err != nil {
 			return nil, err
 		}
 		for i := range all {
-			if string(all[i].UID) == ident {
-				return c.findAllocation(all[i].Name)
+			if match(&all[i]) {
+				return c.getAllocation(all[i].Name)
 			}
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)
+}
+
+// getAllocation reads the allocation of that object name from etcd.
+func (c *call) getAllocation(name string) (*nodusv1.Allocation, error) {
+	obj, err := c.h.Allocations.Get(c.ctx(), name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", name)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Allocation), nil
 }
 
 // uidOf returns the uid of the named node, or "".

@@ -1,26 +1,14 @@
 package ironic
 
-import "strings"
+import (
+	"strings"
 
-// maxLogicalName is the longest name Ironic accepts.
-const maxLogicalName = 255
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+)
 
-// isValidLogicalName is Ironic's is_valid_logical_name (ironic/common/
-// utils.py): 1 to 255 of RFC 3986's unreserved characters, A-Z a-z 0-9
-// - . _ ~.
-func isValidLogicalName(s string) bool {
-	if s == "" || len(s) > maxLogicalName {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("-._~", r):
-		default:
-			return false
-		}
-	}
-	return true
-}
+// isValidLogicalName is Ironic's is_valid_logical_name, which names of
+// nodes and allocations must pass.
+func isValidLogicalName(s string) bool { return validation.IsIronicName(s) }
 
 // canonicalUUID returns s as a lower-case 8-4-4-4-12 UUID when it is one
 // as oslo's uuidutils.is_uuid_like sees it (any case; hyphens anywhere or

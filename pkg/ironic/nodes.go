@@ -236,7 +236,7 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 		exchange.From(c.ctx()).SetFix(fmt.Sprintf("Node %s holds no allocation now; create one with `openstack baremetal allocation create --resource-class CLASS` (or --node %s to backfill it).", ident, ident))
 		return errorf(http.StatusNotFound, "Allocation for node %s was not found", ident)
 	}
-	a, err := c.findAllocation(n.Status.Allocation)
+	a, err := c.getAllocation(n.Status.Allocation)
 	if err != nil {
 		return err
 	}
@@ -250,7 +250,8 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 	return c.reply(http.StatusOK, selectFields(atVersion(allocationView(c.base, a, string(n.UID)), allocationFieldSince, c.v), p.fields))
 }
 
-// allocationUIDs maps allocation names to their uids.
+// allocationUIDs maps allocation object names (what a node's status.allocation
+// holds) to their uids.
 func (c *call) allocationUIDs() (map[string]string, error) {
 	all, err := c.allocations()
 	if err != nil {

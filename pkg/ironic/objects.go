@@ -93,13 +93,9 @@ func allocationView(base string, a *nodusv1.Allocation, nodeUUID string) map[str
 	if state == "" {
 		state = string(nodusv1.AllocationStateAllocating)
 	}
-	name := orNil(a.Name)
-	if a.Annotations[annotationUnnamed] == "true" {
-		name = nil
-	}
 	return map[string]interface{}{
 		"uuid":            string(a.UID),
-		"name":            name,
+		"name":            orNil(a.Spec.IronicName),
 		"node_uuid":       orNil(nodeUUID),
 		"state":           state,
 		"last_error":      orNil(a.Status.LastError),
@@ -113,10 +109,6 @@ func allocationView(base string, a *nodusv1.Allocation, nodeUUID string) map[str
 		"links":           links(base, "allocations", string(a.UID)),
 	}
 }
-
-// annotationUnnamed marks an allocation created without a name: Ironic
-// shows its name as null.
-const annotationUnnamed = "nodus.dev/ironic-unnamed"
 
 // selectFields keeps only fields (Ironic's ?fields=a,b), links always.
 // selectRequested is selectFields for the fields a client asked for: one

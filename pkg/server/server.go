@@ -104,7 +104,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	for path, s := range accesstoken.Storage(c.Stores.AccessTokens) {
 		storage[path] = s
 	}
-	allocationStorage := allocation.Storage(c.Stores.Allocations, c.Stores.Nodes)
+	allocationStorage := allocation.Storage(c.Stores.Allocations, c.Stores.Nodes, c.storage.client)
 	for path, s := range allocationStorage {
 		storage[path] = s
 	}
@@ -165,8 +165,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		_, _ = w.Write(c.ca.CertPEM)
 	}))
 	bareMetal := &ironic.Handler{
-		Nodes: c.Stores.Nodes.Main, Allocations: c.Stores.Allocations.Main,
-		AllocationDeleter: allocationStorage["allocations"].(rest.GracefulDeleter),
+		Nodes: c.Stores.Nodes.Main, Allocations: allocationStorage["allocations"].(*allocation.REST),
 	}
 	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
 	generic.Handler.NonGoRestfulMux.HandlePrefix(ironic.Prefix+"/", bareMetal)

@@ -48,6 +48,8 @@ var unreachable = map[metav1.StatusReason]string{
 var provokedElsewhere = map[metav1.StatusReason]string{
 	apierror.ReasonExecutionLimitReached:  "TestNoCallerCanFillEtcd (a project bound of 20 executions)",
 	apierror.ReasonTooManyIdempotencyKeys: "TestNoCallerCanFillEtcd (30 kept answers per caller)",
+	// Only an Ironic client chooses a UUID, and /v1 answers in Ironic's body.
+	apierror.ReasonAllocationUUIDTaken: "TestIronicAllocationUUID (a uuid in use, through /v1)",
 }
 
 func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
@@ -192,6 +194,11 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		},
 		apierror.ReasonNodeActive: func() response {
 			return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/allocations/in-use", "", nil)
+		},
+		// Allocation in-use has the Ironic name in-use (its object name).
+		apierror.ReasonAllocationNameTaken: func() response {
+			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/allocations", "application/json", strings.NewReader(
+				`{"apiVersion":"nodus.dev/v1","kind":"Allocation","metadata":{"name":"second"},"spec":{"ironicName":"in-use","resourceClass":"gpu-h100x8"}}`))
 		},
 		apierror.ReasonBorrowingNotAllowed: func() response {
 			return do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/executions", "application/json", strings.NewReader(

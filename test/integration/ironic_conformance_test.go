@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"io"
 	"net/http"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/gophercloud/gophercloud/v2/openstack/baremetal/noauth"
 	"github.com/gophercloud/gophercloud/v2/openstack/utils"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -300,4 +302,185 @@ func TestIronicNodeAllocationOfUnknownNode(t *testing.T) {
 	if msg := ironicFault(t, call("GET", "/v1/nodes/bad%20name/allocation"), http.StatusBadRequest); msg != "Expected UUID or name for node: bad name" {
 		t.Errorf("a node ident that is no name: %q", msg)
 	}
+}
+
+// ironicAllocation is what the tests read of an Ironic allocation.
+type ironicAllocation struct {
+	UUID  string  `json:"uuid"`
+	Name  *string `json:"name"`
+	Extra map[string]interface{}
+}
+
+func decodeAllocation(t *testing.T, r response, code int) ironicAllocation {
+	t.Helper()
+	var a ironicAllocation
+	if err := json.Unmarshal(r.body, &a); r.code != code || err != nil {
+		t.Fatalf("want %d and an allocation: %d %v %s", code, r.code, err, r.body)
+	}
+	return a
+}
+
+// reasonOf is the Nodus reason beside an Ironic error.
+func reasonOf(r response) string {
+	var outer struct{ Reason string }
+	_ = json.Unmarshal(r.body, &outer)
+	return outer.Reason
+}
+
+// TestIronicAllocationNames: allocation names are Ironic's logical names,
+// kept apart from the object name, unique (409) whichever way a second
+// allocation would get one — a create, a rename through /v1, a change of
+// spec.ironicName, many creates at once — and found by GET, PATCH and
+// DELETE.
+func TestIronicAllocationNames(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	k8s := s.Client.NodusV1().Allocations()
+	call := func(method, path, body string) response {
+		var rd io.Reader
+		if body != "" {
+			rd = strings.NewReader(body)
+		}
+		return do(t, op, method, path, "application/json", rd, "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	create := func(name string) response {
+		return call("POST", "/v1/allocations", `{"resource_class":"none-such","name":"`+name+`"}`)
+	}
+	rename := func(ident, body string) response {
+		return call("PATCH", "/v1/allocations/"+ident, body)
+	}
+
+	// Capitals, _ . ~: a valid Ironic name, not an object name.
+	odd := decodeAllocation(t, create("Web_Server.1~a"), http.StatusCreated)
+	if odd.Name == nil || *odd.Name != "Web_Server.1~a" {
+		t.Errorf("the name: %+v", odd)
+	}
+	if got := decodeAllocation(t, call("GET", "/v1/allocations/Web_Server.1~a", ""), http.StatusOK); got.UUID != odd.UUID {
+		t.Errorf("GET by name found %s, want %s", got.UUID, odd.UUID)
+	}
+	list, err := k8s.List(ctx(t), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 || list.Items[0].Spec.IronicName != "Web_Server.1~a" || string(list.Items[0].UID) != odd.UUID ||
+		!strings.HasPrefix(list.Items[0].Name, "allocation-") {
+		t.Errorf("the Kubernetes view: %v %+v", err, list)
+	}
+	r := create("Web_Server.1~a")
+	if msg := ironicFault(t, r, http.StatusConflict); msg != "An allocation with name Web_Server.1~a already exists." || reasonOf(r) != "AllocationNameTaken" {
+		t.Errorf("a second allocation of one name: %q %s", msg, r.body)
+	}
+	ironicFault(t, create("bad name"), http.StatusBadRequest)
+	ironicFault(t, call("GET", "/v1/allocations/bad%20name", ""), http.StatusBadRequest)
+
+	// A DNS-safe name is the object name too.
+	plain := decodeAllocation(t, create("web-2"), http.StatusCreated)
+	if a, err := k8s.Get(ctx(t), "web-2", metav1.GetOptions{}); err != nil || string(a.UID) != plain.UUID || a.Spec.IronicName != "web-2" {
+		t.Errorf("object web-2: %v %+v", err, a)
+	}
+	// Renamed: the object keeps its name, the Ironic name moves.
+	renamed := decodeAllocation(t, rename("web-2", `[{"op":"replace","path":"/name","value":"Web-Two"}]`), http.StatusOK)
+	if renamed.UUID != plain.UUID || renamed.Name == nil || *renamed.Name != "Web-Two" {
+		t.Errorf("the rename: %+v", renamed)
+	}
+	if got := decodeAllocation(t, call("GET", "/v1/allocations/Web-Two", ""), http.StatusOK); got.UUID != plain.UUID {
+		t.Errorf("GET by the new name: %+v", got)
+	}
+	ironicFault(t, call("GET", "/v1/allocations/web-2", ""), http.StatusNotFound)
+	if a, err := k8s.Get(ctx(t), "web-2", metav1.GetOptions{}); err != nil || a.Spec.IronicName != "Web-Two" {
+		t.Errorf("the object after the rename: %v %+v", err, a)
+	}
+	// The name it left is free at once, though its object name is not.
+	again := decodeAllocation(t, create("web-2"), http.StatusCreated)
+	if again.UUID == plain.UUID {
+		t.Error("the new web-2 is the renamed allocation")
+	}
+	if r := create("web-2"); ironicFault(t, r, http.StatusConflict) != "An allocation with name web-2 already exists." {
+		t.Errorf("a second web-2: %s", r.body)
+	}
+	// A rename onto a taken name is refused, through /v1 and through the
+	// Kubernetes API.
+	r = rename("Web-Two", `[{"op":"replace","path":"/name","value":"Web_Server.1~a"}]`)
+	if msg := ironicFault(t, r, http.StatusConflict); msg != "An allocation with name Web_Server.1~a already exists." {
+		t.Errorf("a rename onto a taken name: %q", msg)
+	}
+	a, err := k8s.Get(ctx(t), "web-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.IronicName = "Web_Server.1~a"
+	if _, err := k8s.Update(ctx(t), a, metav1.UpdateOptions{}); !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("spec.ironicName onto a taken name: %v", err)
+	}
+	ironicFault(t, rename("Web-Two", `[{"op":"replace","path":"/name","value":"[test]"}]`), http.StatusBadRequest)
+	ironicFault(t, rename("Web-Two", `[{"op":"replace","path":"/state","value":"active"}]`), http.StatusBadRequest)
+	// Removing the name leaves it unnamed, and the name free.
+	if got := decodeAllocation(t, rename("Web-Two", `[{"op":"remove","path":"/name"}]`), http.StatusOK); got.Name != nil {
+		t.Errorf("name removed: %+v", got)
+	}
+	decodeAllocation(t, create("Web-Two"), http.StatusCreated)
+	// extra still patches, by name.
+	if got := decodeAllocation(t, rename("Web-Two", `[{"op":"add","path":"/extra/k","value":"v"}]`), http.StatusOK); got.Extra["k"] != "v" {
+		t.Errorf("extra: %+v", got)
+	}
+	// DELETE by name frees the name.
+	if r := call("DELETE", "/v1/allocations/Web_Server.1~a", ""); r.code != http.StatusNoContent {
+		t.Fatalf("DELETE by name: %d %s", r.code, r.body)
+	}
+	decodeAllocation(t, create("Web_Server.1~a"), http.StatusCreated)
+
+	// Many creates of one name at once: one wins, in etcd.
+	codes := make(chan int, 8)
+	for range 8 {
+		go func() { codes <- create("Contended_1").code }()
+	}
+	won := 0
+	for range 8 {
+		switch code := <-codes; code {
+		case http.StatusCreated:
+			won++
+		case http.StatusConflict:
+		default:
+			t.Errorf("a racing create: %d", code)
+		}
+	}
+	if won != 1 {
+		t.Errorf("%d racing creates of one name succeeded", won)
+	}
+}
+
+// TestIronicAllocationUUID: a uuid in the POST body is the allocation's
+// UUID (and its metadata.uid); a malformed one is a 400, one in use a 409,
+// as in Ironic.
+func TestIronicAllocationUUID(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	post := func(body string) response {
+		return do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	const want = "6c3f5a8e-1b2d-4c7e-9f0a-3d5e7b9c1a2f"
+	r := post(`{"resource_class":"none-such","uuid":"` + want + `"}`)
+	if got := decodeAllocation(t, r, http.StatusCreated); got.UUID != want || !strings.HasSuffix(r.header.Get("Location"), "/v1/allocations/"+want) {
+		t.Errorf("the uuid asked for: %+v %s", got, r.header.Get("Location"))
+	}
+	if got := decodeAllocation(t, do(t, op, "GET", "/v1/allocations/"+want, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"), http.StatusOK); got.UUID != want {
+		t.Errorf("GET by the uuid: %+v", got)
+	}
+	list, err := s.Client.NodusV1().Allocations().List(ctx(t), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 1 || string(list.Items[0].UID) != want {
+		t.Errorf("metadata.uid: %v %+v", err, list)
+	}
+	r = post(`{"resource_class":"none-such","name":"other","uuid":"` + want + `"}`)
+	if msg := ironicFault(t, r, http.StatusConflict); msg != "An allocation with UUID "+want+" already exists." || reasonOf(r) != "AllocationUUIDTaken" {
+		t.Errorf("a uuid in use: %q %s", msg, r.body)
+	}
+	if msg := ironicFault(t, post(`{"resource_class":"none-such","uuid":"not-a-uuid"}`), http.StatusBadRequest); msg != "Expected UUID for uuid: not-a-uuid" {
+		t.Errorf("a malformed uuid: %q", msg)
+	}
+	// Any form oslo's is_uuid_like takes; kept canonical.
+	if got := decodeAllocation(t, post(`{"resource_class":"none-such","uuid":"{0D3F5A8E1B2D4C7E9F0A3D5E7B9C1A2F}"}`), http.StatusCreated); got.UUID != "0d3f5a8e-1b2d-4c7e-9f0a-3d5e7b9c1a2f" {
+		t.Errorf("a braced upper-case uuid: %+v", got)
+	}
+	// Deleted, its UUID may be used again.
+	if r := do(t, op, "DELETE", "/v1/allocations/"+want, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusNoContent {
+		t.Fatalf("delete: %d %s", r.code, r.body)
+	}
+	decodeAllocation(t, post(`{"resource_class":"none-such","uuid":"`+want+`"}`), http.StatusCreated)
 }

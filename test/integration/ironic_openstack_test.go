@@ -173,4 +173,46 @@ print(json.dumps({"maintenance": maintenance, "state": a.state, "node": a.node_i
 	if err != nil || strings.Join(sdk.Maintenance, ",") != "os-2" || sdk.State != "active" || sdk.Node == "" {
 		t.Errorf("openstacksdk: %v %+v", err, sdk)
 	}
+
+	// Ironic names (capitals, _, .), renames, a uuid asked for, and the
+	// 409s of names and UUIDs in use; last, as they need no ready node
+	// (their class matches none).
+	var named map[string]interface{}
+	if err := o.cli(&named, "allocation", "create", "--resource-class", "none-such", "--name", "Web_A.1", "-f", "json"); err != nil ||
+		named["name"] != "Web_A.1" {
+		t.Fatalf("allocation create --name Web_A.1: %v %v", err, named)
+	}
+	if err := o.cli(nil, "allocation", "set", "Web_A.1", "--name", "web-b"); err != nil {
+		t.Fatalf("allocation set --name: %v", err)
+	}
+	if err := o.cli(&shown, "allocation", "show", "web-b", "-f", "json"); err != nil || shown["uuid"] != named["uuid"] || shown["name"] != "web-b" {
+		t.Errorf("allocation show of the new name: %v %v", err, shown)
+	}
+	if err := o.cli(nil, "allocation", "show", "Web_A.1", "-f", "json"); err == nil || !strings.Contains(err.Error(), "could not be found") {
+		t.Errorf("the old name must be gone: %v", err)
+	}
+	if err := o.cli(nil, "allocation", "create", "--resource-class", "none-such", "--name", "web-b"); err == nil ||
+		!strings.Contains(err.Error(), "An allocation with name web-b already exists") {
+		t.Errorf("a second allocation named web-b: %v", err)
+	}
+	const uuid = "1c4a7e2b-5d8f-4a3c-9b6e-0f2d4c6a8e1b"
+	var withUUID map[string]interface{}
+	if err := o.cli(&withUUID, "allocation", "create", "--resource-class", "none-such", "--uuid", uuid, "-f", "json"); err != nil || withUUID["uuid"] != uuid {
+		t.Errorf("allocation create --uuid: %v %v", err, withUUID)
+	}
+	if err := o.cli(nil, "allocation", "create", "--resource-class", "none-such", "--uuid", uuid); err == nil ||
+		!strings.Contains(err.Error(), "An allocation with UUID "+uuid+" already exists") {
+		t.Errorf("a uuid in use: %v", err)
+	}
+	if err := o.cli(nil, "allocation", "unset", "web-b", "--name"); err != nil {
+		t.Errorf("allocation unset --name: %v", err)
+	}
+	if err := o.cli(&shown, "allocation", "show", named["uuid"].(string), "-f", "json"); err != nil || shown["name"] != nil {
+		t.Errorf("unset name: %v %v", err, shown)
+	}
+	for _, ident := range []string{named["uuid"].(string), uuid} {
+		if err := o.cli(nil, "allocation", "delete", ident); err != nil {
+			t.Errorf("allocation delete %s: %v", ident, err)
+		}
+	}
 }

@@ -343,7 +343,8 @@ func TestIronicRawHTTP(t *testing.T) {
 	if r := patch("/v1/allocations/raw-a", `[{"op":"add","path":"/extra/k","value":"v"}]`); r.code != 200 {
 		t.Errorf("allocation PATCH of extra: %d %s", r.code, r.body)
 	}
-	fault(t, patch("/v1/allocations/raw-a", `[{"op":"replace","path":"/name","value":"other"}]`), http.StatusBadRequest)
+	// As Ironic, only name and extra may change.
+	fault(t, patch("/v1/allocations/raw-a", `[{"op":"replace","path":"/resource_class","value":"other"}]`), http.StatusBadRequest)
 	fault(t, do(t, op, "PATCH", "/v1/allocations/raw-a", "application/json", strings.NewReader(`[]`), "X-OpenStack-Ironic-API-Version", "1.56"), http.StatusMethodNotAllowed)
 }
 

@@ -58,8 +58,10 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 		}
 		field = kept
 	}
+	// As Ironic: a node named like the allocation (its Ironic name) goes
+	// first.
 	for _, n := range field {
-		if n.Name == a.Name {
+		if a.Spec.IronicName != "" && n.Name == a.Spec.IronicName {
 			return n, ""
 		}
 	}

@@ -138,7 +138,7 @@ func (x *freeIndex) all() []*nodusv1.Node {
 const sampleTries = 32
 
 // take chooses a claimable node of a's class with all of a's traits —
-// the node named like a first, else at random — and takes it out of the
+// the node named like a's Ironic name first, as Ironic, else at random — and takes it out of the
 // index; nil when the class has none. skip are nodes not to try again.
 func (x *freeIndex) take(a *nodusv1.Allocation, rnd *rand.Rand, skip map[string]bool) *nodusv1.Node {
 	x.mu.Lock()
@@ -150,8 +150,8 @@ func (x *freeIndex) take(a *nodusv1.Allocation, rnd *rand.Rand, skip map[string]
 	fits := func(name string) bool { return !skip[name] && hasAll(x.nodes[name].Spec.Traits, a.Spec.Traits) }
 	pick := ""
 	switch {
-	case s.has(a.Name) && fits(a.Name):
-		pick = a.Name
+	case a.Spec.IronicName != "" && s.has(a.Spec.IronicName) && fits(a.Spec.IronicName):
+		pick = a.Spec.IronicName
 	default:
 		for range min(sampleTries, len(s.names)) {
 			if name := s.names[rnd.IntN(len(s.names))]; fits(name) {

@@ -21,7 +21,8 @@ func readyNode(name, class string, rv int, traits ...string) *nodusv1.Node {
 }
 
 func allocationOf(name, class string, traits ...string) *nodusv1.Allocation {
-	return &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.AllocationSpec{ResourceClass: class, Traits: traits}}
+	return &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodusv1.AllocationSpec{IronicName: name, ResourceClass: class, Traits: traits}}
 }
 
 func TestFreeIndexTakesEachNodeOnce(t *testing.T) {

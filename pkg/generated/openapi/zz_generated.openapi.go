@@ -425,6 +425,13 @@ func schema_pkg_apis_nodus_v1_AllocationSpec(ref common.ReferenceCallback) commo
 				Description: "AllocationSpec asks for one node.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
+					"ironicName": {
+						SchemaProps: spec.SchemaProps{
+							Description: "IronicName is the allocation's name in the Ironic API (/v1): 1 to 255 of A-Z a-z 0-9 - . _ ~, unique among allocations, and it may change (metadata.name cannot). Empty: the allocation has no Ironic name. A create that gives metadata.name and no ironicName takes metadata.name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"resourceClass": {
 						SchemaProps: spec.SchemaProps{
 							Description: "ResourceClass the node must have. Required unless Node is set.",

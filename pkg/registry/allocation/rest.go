@@ -2,36 +2,173 @@ package allocation
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net/http"
+	"strings"
+	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/apiserver/pkg/storage/names"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
 // REST deletes allocations the way Ironic does: not while their node is
-// active and out of maintenance, and freeing the node when they go.
+// active and out of maintenance, and freeing the node when they go. Its
+// creates, updates and deletes keep each allocation's Ironic name and UUID
+// unique with claims in etcd (claims.go).
 type REST struct {
 	*base.REST
-	Nodes *genericregistry.Store // nodes/status
+	Nodes  *genericregistry.Store // nodes/status
+	claims *claims
 }
 
-// Storage returns the Allocation storages.
-func Storage(allocations, nodes base.Stores) map[string]rest.Storage {
+// Storage returns the Allocation storages; kv is the etcd the claims live
+// in, the one the stores write to.
+func Storage(allocations, nodes base.Stores, kv clientv3.KV) map[string]rest.Storage {
+	r := &REST{REST: &base.REST{Store: allocations.Main, Short: []string{"alloc"}}, Nodes: nodes.Status}
+	r.claims = &claims{kv: kv, now: time.Now, holds: r.holds}
 	return map[string]rest.Storage{
-		"allocations":        &REST{REST: &base.REST{Store: allocations.Main, Short: []string{"alloc"}}, Nodes: nodes.Status},
+		"allocations":        r,
 		"allocations/status": base.NewStatusREST(allocations.Status),
 	}
 }
 
+type uidKey struct{}
+
+// WithUID makes the allocation created with ctx have uid, a canonical
+// UUID: the one an Ironic client asked for. Without it an allocation gets
+// a random one, as any object does.
+func WithUID(ctx context.Context, uid string) context.Context {
+	return context.WithValue(ctx, uidKey{}, uid)
+}
+
+func uidFrom(ctx context.Context) (string, bool) {
+	uid, ok := ctx.Value(uidKey{}).(string)
+	return uid, ok && uid != ""
+}
+
+// maxGeneratedNames bounds the tries for a free generated object name, as
+// the generic store's own retry does.
+const maxGeneratedNames = 8
+
+// Create claims the allocation's UUID and Ironic name, then writes it. A
+// create that names the object and gives no Ironic name takes the object
+// name as its Ironic name.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	a := obj.(*nodusv1.Allocation)
+	if a.Spec.IronicName == "" && a.GenerateName == "" {
+		a.Spec.IronicName = a.Name
+	}
+	uid, ok := uidFrom(ctx)
+	if !ok {
+		uid = string(uuid.NewUUID())
+		ctx = WithUID(ctx, uid) // PrepareForCreate sets it
+	}
+	if len(options.DryRun) > 0 || (a.Spec.IronicName != "" && !validation.IsIronicName(a.Spec.IronicName)) {
+		// Nothing is written, or validation refuses the name: no claims.
+		return r.Store.Create(ctx, a, createValidation, options)
+	}
+	keys := []string{uuidClaim(uid)}
+	if a.Spec.IronicName != "" {
+		keys = append(keys, nameClaim(a.Spec.IronicName))
+	}
+	// The claims name the object, so a generated name is chosen here.
+	generated := a.Name == "" && a.GenerateName != ""
+	for attempt := 1; ; attempt++ {
+		try := a.DeepCopy()
+		if generated {
+			try.Name = names.SimpleNameGenerator.GenerateName(a.GenerateName)
+		}
+		o := owner{UID: uid, Object: try.Name}
+		if err := r.claims.take(ctx, keys, o); err != nil {
+			return nil, r.claimError(ctx, try, err, true)
+		}
+		out, err := r.Store.Create(ctx, try, createValidation, options)
+		if err == nil {
+			return out, nil
+		}
+		if definite(err) {
+			r.release(ctx, keys, o, true)
+		}
+		if !generated || !apierrors.IsAlreadyExists(err) || attempt == maxGeneratedNames {
+			return nil, err
+		}
+	}
+}
+
+// Update claims the Ironic name an update gives the allocation before the
+// update is written, and then releases the name it left.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if len(options.DryRun) > 0 {
+		return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	}
+	u := &renaming{UpdatedObjectInfo: objInfo, r: r}
+	out, created, err := r.Store.Update(ctx, name, u, createValidation, updateValidation, forceAllowCreate, options)
+	var keys []string
+	switch {
+	case u.owner.UID == "":
+	case err == nil:
+		// Released only where the allocation, read again, does not hold
+		// the name: the one it left, or one of an earlier try.
+		keys = append(keys, u.left...)
+		keys = append(keys, u.taken...)
+	case definite(err):
+		keys = append(keys, u.taken...)
+	}
+	for i := range keys {
+		keys[i] = nameClaim(keys[i])
+	}
+	r.release(ctx, keys, u.owner, false)
+	return out, created, err
+}
+
+// renaming claims the new Ironic name inside the update, against the
+// stored object it changes; the store may call it more than once.
+type renaming struct {
+	rest.UpdatedObjectInfo
+	r           *REST
+	owner       owner
+	left, taken []string // names the allocation had, and those claimed for it
+}
+
+func (u *renaming) UpdatedObject(ctx context.Context, oldObj runtime.Object) (runtime.Object, error) {
+	obj, err := u.UpdatedObjectInfo.UpdatedObject(ctx, oldObj)
+	if err != nil {
+		return obj, err
+	}
+	old, next := oldObj.(*nodusv1.Allocation), obj.(*nodusv1.Allocation)
+	if old.UID == "" {
+		return obj, nil
+	}
+	u.owner = owner{UID: string(old.UID), Object: old.Name}
+	if old.Spec.IronicName != "" {
+		u.left = append(u.left, old.Spec.IronicName)
+	}
+	to := next.Spec.IronicName
+	if to == "" || to == old.Spec.IronicName || !validation.IsIronicName(to) {
+		return obj, nil // nothing to claim; validation refuses a bad name
+	}
+	if err := u.r.claims.take(ctx, []string{nameClaim(to)}, u.owner); err != nil {
+		return nil, u.r.claimError(ctx, next, err, false)
+	}
+	u.taken = append(u.taken, to)
+	return obj, nil
+}
+
 // Delete refuses to take the allocation of an active node that is not in
-// maintenance, then deletes it and frees its node.
+// maintenance, then deletes it, releases its claims and frees its node.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
 	obj, err := r.Store.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
@@ -53,8 +190,18 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 			fmt.Sprintf("allocation %s holds node %s, which is active and not in maintenance", name, node.Name), "")
 	}
 	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
-	if err != nil || node == nil || len(options.DryRun) > 0 {
+	if err != nil || len(options.DryRun) > 0 {
 		return out, deleted, err
+	}
+	if deleted {
+		keys := []string{uuidClaim(string(a.UID))}
+		if a.Spec.IronicName != "" {
+			keys = append(keys, nameClaim(a.Spec.IronicName))
+		}
+		r.release(ctx, keys, owner{UID: string(a.UID), Object: a.Name}, true)
+	}
+	if node == nil {
+		return out, deleted, nil
 	}
 	_, _, err = r.Nodes.Update(ctx, node.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
@@ -68,4 +215,75 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		err = nil
 	}
 	return out, deleted, err
+}
+
+// holds says, from etcd, whether allocation o holds the claim key.
+func (r *REST) holds(ctx context.Context, key string, o owner) (bool, error) {
+	if o.Object == "" {
+		return false, nil
+	}
+	// An empty resourceVersion reads etcd, not the watch cache.
+	obj, err := r.Store.Get(ctx, o.Object, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	a := obj.(*nodusv1.Allocation)
+	if string(a.UID) != o.UID {
+		return false, nil
+	}
+	if name, ok := strings.CutPrefix(key, NameClaims); ok {
+		return a.Spec.IronicName == name, nil
+	}
+	return true, nil
+}
+
+// release gives claims up after a write; a failure leaves them to go
+// stale, which costs at most claimGrace of a name nobody holds.
+func (r *REST) release(ctx context.Context, keys []string, o owner, hard bool) {
+	if len(keys) == 0 || o.UID == "" {
+		return
+	}
+	if err := r.claims.release(ctx, keys, o, hard); err != nil {
+		klog.FromContext(ctx).Error(err, "releasing allocation claims", "allocation", o.Object, "keys", keys)
+	}
+}
+
+// claimError is the API error of a claim that failed for a, being
+// created or updated.
+func (r *REST) claimError(ctx context.Context, a *nodusv1.Allocation, err error, creating bool) error {
+	resource := nodusv1.Resource("allocations")
+	var taken *takenError
+	switch {
+	case errors.As(err, &taken) && creating && taken.holder.Object == a.Name:
+		// The allocation of that object name has it: the create of an
+		// object that exists.
+		return apierrors.NewAlreadyExists(resource, a.Name)
+	case errors.As(err, &taken) && strings.HasPrefix(taken.key, UUIDClaims):
+		uid := strings.TrimPrefix(taken.key, UUIDClaims)
+		return apierror.New(ctx, apierror.ReasonAllocationUUIDTaken, resource, a.Name,
+			fmt.Sprintf("An allocation with UUID %s already exists.", uid),
+			fmt.Sprintf("Leave uuid out to get a new one, or send another; `openstack baremetal allocation show %s` shows the allocation that has it.", uid))
+	case errors.As(err, &taken):
+		name := strings.TrimPrefix(taken.key, NameClaims)
+		return apierror.New(ctx, apierror.ReasonAllocationNameTaken, resource, a.Name,
+			fmt.Sprintf("An allocation with name %s already exists.", name),
+			fmt.Sprintf("Pick another name, or rename or delete the allocation that has it: `openstack baremetal allocation show %s` (or `kubectl get allocations -o custom-columns=NAME:.metadata.name,IRONIC:.spec.ironicName`).", name))
+	case errors.Is(err, errClaimContended):
+		return apierrors.NewConflict(resource, a.Name, err)
+	}
+	return apierrors.NewInternalError(err)
+}
+
+// definite says whether err proves that the write did not happen: a
+// refusal (4xx), not a failure of unknown outcome such as a timeout.
+func definite(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }

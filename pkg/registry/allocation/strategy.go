@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -20,8 +21,13 @@ var rules = base.Rules{
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validation.ValidateAllocationUpdate(obj.(*nodusv1.Allocation), old.(*nodusv1.Allocation))
 	},
-	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
-		obj.(*nodusv1.Allocation).Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateAllocating}
+	PrepareForCreate: func(ctx context.Context, obj runtime.Object) {
+		a := obj.(*nodusv1.Allocation)
+		a.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateAllocating}
+		// The UUID REST.Create claimed (an Ironic client's, or a new one).
+		if uid, ok := uidFrom(ctx); ok {
+			a.UID = types.UID(uid)
+		}
 	},
 	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Allocation).Status = old.(*nodusv1.Allocation).Status },
 	CopySpec:   func(obj, old runtime.Object) { obj.(*nodusv1.Allocation).Spec = old.(*nodusv1.Allocation).Spec },
@@ -38,6 +44,7 @@ func selectable(obj runtime.Object) fields.Set {
 }
 
 var table = base.Table{Columns: []base.Column{
+	base.Col("Ironic Name", "string", "The allocation's name in the Ironic API (spec.ironicName).", func(a *nodusv1.Allocation) interface{} { return base.Str(a.Spec.IronicName) }),
 	base.Col("State", "string", "allocating, active or error.", func(a *nodusv1.Allocation) interface{} { return base.Str(string(a.Status.State)) }),
 	base.Col("Node", "string", "Claimed node.", func(a *nodusv1.Allocation) interface{} { return base.Str(a.Status.Node) }),
 	base.Col("Class", "string", "Requested resource class.", func(a *nodusv1.Allocation) interface{} { return base.Str(a.Spec.ResourceClass) }),

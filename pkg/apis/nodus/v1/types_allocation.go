@@ -23,6 +23,12 @@ type Allocation struct {
 
 // AllocationSpec asks for one node.
 type AllocationSpec struct {
+	// IronicName is the allocation's name in the Ironic API (/v1): 1 to 255
+	// of A-Z a-z 0-9 - . _ ~, unique among allocations, and it may change
+	// (metadata.name cannot). Empty: the allocation has no Ironic name. A
+	// create that gives metadata.name and no ironicName takes metadata.name.
+	// +optional
+	IronicName string `json:"ironicName,omitempty"`
 	// ResourceClass the node must have. Required unless Node is set.
 	// +optional
 	ResourceClass string `json:"resourceClass,omitempty"`

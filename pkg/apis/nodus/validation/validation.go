@@ -199,7 +199,30 @@ func ValidateAllocation(a *nodusv1.Allocation) field.ErrorList {
 	}
 	errs = append(errs, validateReferenceName(a.Spec.Node, spec.Child("node"), false)...)
 	errs = append(errs, validateFreeText(a.Spec.Owner, spec.Child("owner"))...)
+	if a.Spec.IronicName != "" && !IsIronicName(a.Spec.IronicName) {
+		errs = append(errs, field.Invalid(spec.Child("ironicName"), a.Spec.IronicName,
+			fmt.Sprintf("an Ironic name is 1 to %d of A-Z a-z 0-9 - . _ ~", MaxIronicName)))
+	}
 	return errs
+}
+
+// MaxIronicName is the longest name Ironic accepts.
+const MaxIronicName = 255
+
+// IsIronicName is Ironic's is_valid_logical_name (ironic/common/utils.py):
+// 1 to 255 of RFC 3986's unreserved characters, A-Z a-z 0-9 - . _ ~.
+func IsIronicName(s string) bool {
+	if s == "" || len(s) > MaxIronicName {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("-._~", r):
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 // ValidateAllocationUpdate forbids changing the request once made, as Ironic does.

@@ -55,6 +55,10 @@ func TestValidate(t *testing.T) {
 			MaintenanceReason: "x"}}), "spec.maintenanceReason"},
 		"allocation without class or node":   {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta}), "spec.resourceClass"},
 		"allocation backfill needs no class": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{Node: "gpu-001"}}), ""},
+		"allocation Ironic name": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
+			IronicName: "Web_Server.1~a"}}), ""},
+		"allocation bad Ironic name": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
+			IronicName: "[test]"}}), "spec.ironicName"},
 		"allocation duplicate candidates": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
 			CandidateNodes: []string{"a", "a"}}}), "spec.candidateNodes[1]"},
 		"project members": {ValidateProject(&nodusv1.Project{ObjectMeta: meta, Spec: nodusv1.ProjectSpec{Members: []nodusv1.ProjectMember{

@@ -11,6 +11,11 @@ package v1
 //
 // AllocationSpec asks for one node.
 type AllocationSpecApplyConfiguration struct {
+	// IronicName is the allocation's name in the Ironic API (/v1): 1 to 255
+	// of A-Z a-z 0-9 - . _ ~, unique among allocations, and it may change
+	// (metadata.name cannot). Empty: the allocation has no Ironic name. A
+	// create that gives metadata.name and no ironicName takes metadata.name.
+	IronicName *string `json:"ironicName,omitempty"`
 	// ResourceClass the node must have. Required unless Node is set.
 	ResourceClass *string `json:"resourceClass,omitempty"`
 	// Traits the node must all have.
@@ -29,6 +34,14 @@ type AllocationSpecApplyConfiguration struct {
 // apply.
 func AllocationSpec() *AllocationSpecApplyConfiguration {
 	return &AllocationSpecApplyConfiguration{}
+}
+
+// WithIronicName sets the IronicName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the IronicName field is set to the value of the last call.
+func (b *AllocationSpecApplyConfiguration) WithIronicName(value string) *AllocationSpecApplyConfiguration {
+	b.IronicName = &value
+	return b
 }
 
 // WithResourceClass sets the ResourceClass field in the declarative configuration to the given value
