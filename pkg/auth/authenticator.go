@@ -48,7 +48,14 @@ func IsPublicPath(path string) bool {
 // AccessTokens, and lets requests for public paths through as anonymous.
 // A request without credentials for any other path fails with 401.
 func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticator.Request {
-	certs := x509request.New(x509.VerifyOptions{Roots: clientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
+	certs := newX509(clientCAs)
+	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
+	return union.New(newCertCache(certs), bearer, authenticator.RequestFunc(publicAnonymous))
+}
+
+// newX509 verifies client certificates of clientCAs and names their user.
+func newX509(clientCAs *x509.CertPool) authenticator.Request {
+	return x509request.New(x509.VerifyOptions{Roots: clientCAs, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}},
 		x509request.UserConversionFunc(func(chain []*x509.Certificate) (*authenticator.Response, bool, error) {
 			subject := chain[0].Subject
 			if subject.CommonName == "" {
@@ -67,8 +74,6 @@ func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticato
 			}
 			return &authenticator.Response{User: info}, true, nil
 		}))
-	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
-	return union.New(certs, bearer, authenticator.RequestFunc(publicAnonymous))
 }
 
 func setExtra(info *user.DefaultInfo, key, value string) {

@@ -52,11 +52,32 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeHeartbeat, got %T", obj))
 	}
-	current, err := h.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	// The watch cache answers the common beat, as the authorizer's agent
+	// check does; a generation the cache does not confirm, and every beat
+	// that writes evidence, is checked against etcd (confirm).
+	node, err := h.node(ctx, name, false)
+	if err == nil && beat.AgentGeneration != node.Status.AgentGeneration {
+		node, err = h.node(ctx, name, true)
+	}
 	if err != nil {
 		return nil, err
 	}
-	node := current.(*nodusv1.Node)
+	confirmed := false
+	confirm := func() error {
+		if confirmed {
+			return nil
+		}
+		fresh, err := h.node(ctx, name, true)
+		if err != nil {
+			return err
+		}
+		if fresh.Status.AgentGeneration != beat.AgentGeneration {
+			return apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
+				fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, fresh.Status.AgentGeneration), "")
+		}
+		confirmed = true
+		return nil
+	}
 	if beat.AgentGeneration != node.Status.AgentGeneration {
 		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 			fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, node.Status.AgentGeneration), "")
@@ -79,7 +100,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
 	for _, e := range beat.Reservations {
-		live, err := h.drain(ctx, name, e, now)
+		live, err := h.drain(ctx, name, e, now, confirm)
 		if err != nil {
 			return nil, err
 		}
@@ -110,11 +131,30 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		}
 	}
 	if cleaning.Maintenance != "" {
+		if err := confirm(); err != nil {
+			return nil, err
+		}
 		if err := h.maintain(ctx, name, cleaning.Maintenance); err != nil {
 			return nil, err
 		}
 	}
 	return answer, nil
+}
+
+// node reads the Node from the watch cache, or with fresh from etcd.
+func (h *HeartbeatREST) node(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error) {
+	opts := &metav1.GetOptions{ResourceVersion: "0"}
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := h.Nodes.Get(ctx, name, opts)
+	if apierrors.IsNotFound(err) && !fresh {
+		return h.node(ctx, name, true) // the cache may not have its enrollment yet
+	}
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Node), nil
 }
 
 // cleaning is what the beat's cleaning evidence changes on n.
@@ -140,7 +180,7 @@ func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error
 // on this node whose current epoch the agent applied, with no owner session
 // and no borrower execution left, is released (ended). It reports whether
 // the reservation is on this node and not final before this report.
-func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, error) {
+func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time, confirm func() error) (bool, error) {
 	obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
@@ -154,6 +194,10 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 	}
 	if !lifecycle.Drain(res.DeepCopy(), node, e, now.Time) {
 		return true, nil
+	}
+	// Evidence counts only from the node's current agent, as etcd says.
+	if err := confirm(); err != nil {
+		return false, err
 	}
 	_, _, err = h.Reservations.Update(ctx, e.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
