@@ -170,6 +170,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	tried := map[string]bool{}
 	for range claimTries {
 		node, lastError := c.choose(a, tried)
+		if node == nil && lastError == "" {
+			return fmt.Errorf("allocation %s: the free nodes of class %q are being claimed", a.Name, a.Spec.ResourceClass)
+		}
 		if node == nil {
 			return c.finish(ctx, a, "", lastError)
 		}
@@ -213,7 +216,17 @@ func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodu
 		if n != nil {
 			return n, ""
 		}
-		field = c.index.all()
+		// Nothing to take: say why from every node the cache shows, the
+		// ones being claimed included. A node that looks free there is
+		// being claimed, or claimed a moment ago: ask again later rather
+		// than fail the allocation.
+		c.rndMu.Lock()
+		free, lastError := choose(a, c.index.all(), c.rnd)
+		c.rndMu.Unlock()
+		if free != nil {
+			return nil, ""
+		}
+		return nil, lastError
 	}
 	c.rndMu.Lock()
 	node, lastError := choose(a, field, c.rnd)

@@ -120,15 +120,14 @@ func (x *freeIndex) lookup(ident string) (*nodusv1.Node, bool) {
 	return n, ok
 }
 
-// all is every node, for the error path: the constraint that emptied the field.
+// all is every node as the cache shows it, for the error path: the
+// constraint that emptied the field.
 func (x *freeIndex) all() []*nodusv1.Node {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	nodes := make([]*nodusv1.Node, 0, len(x.nodes))
 	for _, n := range x.nodes {
-		if _, taken := x.taken[n.Name]; !taken {
-			nodes = append(nodes, n)
-		}
+		nodes = append(nodes, n)
 	}
 	return nodes
 }

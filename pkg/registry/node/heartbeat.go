@@ -52,17 +52,20 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeHeartbeat, got %T", obj))
 	}
-	// The watch cache answers the common beat, as the authorizer's agent
-	// check does; a generation the cache does not confirm, and every beat
-	// that writes evidence, is checked against etcd (confirm).
-	node, err := h.node(ctx, name, false)
-	if err == nil && beat.AgentGeneration != node.Status.AgentGeneration {
+	// The watch cache answers a beat that carries no evidence, as the
+	// authorizer's agent check does; a generation the cache does not
+	// confirm is checked against etcd. A beat with evidence reads etcd:
+	// the evidence is judged against the Node as it is (a cleaning request
+	// made a moment ago), and counts only from the current generation.
+	withEvidence := beat.Cleaning != nil || len(beat.Reservations) > 0
+	node, err := h.node(ctx, name, withEvidence)
+	if err == nil && !withEvidence && beat.AgentGeneration != node.Status.AgentGeneration {
 		node, err = h.node(ctx, name, true)
 	}
 	if err != nil {
 		return nil, err
 	}
-	confirmed := false
+	confirmed := withEvidence
 	confirm := func() error {
 		if confirmed {
 			return nil
