@@ -92,14 +92,13 @@ type registration struct {
 // earlier boot's entry at once, and keeps it alive until ctx ends. Call it
 // before serving.
 func (s *Store) Register(ctx context.Context, replica, address string) error {
-	entry, _ := json.Marshal(registration{Boot: uuid.NewString(), Address: address})
+	boot := uuid.NewString()
+	entry, _ := json.Marshal(registration{Boot: boot, Address: address})
 	alive, err := s.register(ctx, replica, string(entry))
 	if err != nil {
 		return err
 	}
-	var r registration
-	_ = json.Unmarshal(entry, &r)
-	s.owner = replica + "/" + r.Boot
+	s.owner = replica + "/" + boot
 	go func() {
 		for {
 			for range alive {

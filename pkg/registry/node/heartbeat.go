@@ -65,22 +65,6 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if err != nil {
 		return nil, err
 	}
-	confirmed := withEvidence
-	confirm := func() error {
-		if confirmed {
-			return nil
-		}
-		fresh, err := h.node(ctx, name, true)
-		if err != nil {
-			return err
-		}
-		if fresh.Status.AgentGeneration != beat.AgentGeneration {
-			return apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
-				fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, fresh.Status.AgentGeneration), "")
-		}
-		confirmed = true
-		return nil
-	}
 	if beat.AgentGeneration != node.Status.AgentGeneration {
 		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 			fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, node.Status.AgentGeneration), "")
@@ -103,7 +87,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
 	for _, e := range beat.Reservations {
-		live, err := h.drain(ctx, name, e, now, confirm)
+		live, err := h.drain(ctx, name, e, now)
 		if err != nil {
 			return nil, err
 		}
@@ -134,9 +118,6 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		}
 	}
 	if cleaning.Maintenance != "" {
-		if err := confirm(); err != nil {
-			return nil, err
-		}
 		if err := h.maintain(ctx, name, cleaning.Maintenance); err != nil {
 			return nil, err
 		}
@@ -183,7 +164,7 @@ func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error
 // on this node whose current epoch the agent applied, with no owner session
 // and no borrower execution left, is released (ended). It reports whether
 // the reservation is on this node and not final before this report.
-func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time, confirm func() error) (bool, error) {
+func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, error) {
 	obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false, nil
@@ -197,10 +178,6 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 	}
 	if !lifecycle.Drain(res.DeepCopy(), node, e, now.Time) {
 		return true, nil
-	}
-	// Evidence counts only from the node's current agent, as etcd says.
-	if err := confirm(); err != nil {
-		return false, err
 	}
 	_, _, err = h.Reservations.Update(ctx, e.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
