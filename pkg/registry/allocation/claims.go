@@ -88,6 +88,19 @@ func (c *claims) take(ctx context.Context, keys []string, o owner) error {
 	if err != nil {
 		return err
 	}
+	// Most names and UUIDs are new: one transaction that creates every
+	// key where none is, before reading any.
+	var fresh []clientv3.Cmp
+	var creates []clientv3.Op
+	for _, key := range keys {
+		fresh = append(fresh, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
+		creates = append(creates, clientv3.OpPut(key, string(value)))
+	}
+	if resp, err := c.kv.Txn(ctx).If(fresh...).Then(creates...).Commit(); err != nil {
+		return fmt.Errorf("claiming %s: %w", strings.Join(keys, ", "), err)
+	} else if resp.Succeeded {
+		return nil
+	}
 	for range claimAttempts {
 		var cmps []clientv3.Cmp
 		var puts []clientv3.Op
