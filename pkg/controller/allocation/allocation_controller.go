@@ -32,7 +32,6 @@ const fieldManager = "nodus-allocation-controller"
 type Controller struct {
 	client      versioned.Interface
 	allocations listers.AllocationLister
-	nodes       listers.NodeLister
 	synced      []cache.InformerSynced
 	queue       workqueue.TypedRateLimitingInterface[string]
 	index       *freeIndex
@@ -46,7 +45,6 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	c := &Controller{
 		client:      client,
 		allocations: v1.Allocations().Lister(),
-		nodes:       v1.Nodes().Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "allocations"}),
 		index: newFreeIndex(),
@@ -197,7 +195,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 const claimTries = 8
 
 // choose takes the node for a from the index: by class, at random, the
-// node named like a first. Candidates and backfills look up their few
+// node of a's Ironic name first. Candidates and backfills look up their few
 // nodes. Only when no node fits is every node looked at, to say which
 // constraint emptied the field.
 func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodusv1.Node, string) {

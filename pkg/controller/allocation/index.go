@@ -137,8 +137,8 @@ func (x *freeIndex) all() []*nodusv1.Node {
 const sampleTries = 32
 
 // take chooses a claimable node of a's class with all of a's traits —
-// the node named like a's Ironic name first, as Ironic, else at random — and takes it out of the
-// index; nil when the class has none. skip are nodes not to try again.
+// the node of a's Ironic name first, as Ironic, else at random — and
+// takes it out of the index; nil when the class has none. skip are nodes not to try again.
 func (x *freeIndex) take(a *nodusv1.Allocation, rnd *rand.Rand, skip map[string]bool) *nodusv1.Node {
 	x.mu.Lock()
 	defer x.mu.Unlock()

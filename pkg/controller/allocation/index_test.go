@@ -132,3 +132,28 @@ func TestFreeIndexFollowsTheNode(t *testing.T) {
 		t.Error("a deleted node is still indexed")
 	}
 }
+
+// claimable is choose's rules in one test: the two must agree on every
+// node, or the index offers nodes choose would refuse (or hides ones it
+// would take).
+func TestClaimableAgreesWithChoose(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(1, 2))
+	variants := map[string]func(*nodusv1.Node){
+		"free":        func(*nodusv1.Node) {},
+		"maintenance": func(n *nodusv1.Node) { n.Spec.Maintenance = true },
+		"not ready":   func(n *nodusv1.Node) { n.Status.Conditions[0].Status = metav1.ConditionFalse },
+		"allocated":   func(n *nodusv1.Node) { n.Status.Allocation = "other" },
+		"reserved":    func(n *nodusv1.Node) { n.Status.Reservation = "r1" },
+		"active":      func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateActive },
+		"cleaning":    func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateCleaning },
+		"enroll":      func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateEnroll },
+	}
+	for name, change := range variants {
+		n := readyNode("n1", "gpu", 10)
+		change(n)
+		chosen, _ := choose(allocationOf("a", "gpu"), []*nodusv1.Node{n}, rnd)
+		if claimable(n) != (chosen != nil) {
+			t.Errorf("%s: claimable says %v, choose took %v", name, claimable(n), chosen != nil)
+		}
+	}
+}
