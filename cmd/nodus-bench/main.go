@@ -16,7 +16,10 @@
 //   - lending: execution create → scheduled → running latency against create →
 //     seen by a watch, and the scheduler's throughput for 1,000 pending
 //     executions over 1,000 lent hosts against the same status writes made
-//     through the API.
+//     through the API;
+//
+//   - memory: the server's RSS with 10,000 nodes and 10,000 reserved hosts,
+//     and the time from a restart on that data to ready.
 //
 //     go run ./cmd/nodus-bench [-scenarios crud,release,heartbeat] [-server bin/nodus-server]
 package main
@@ -44,7 +47,7 @@ type config struct {
 func main() {
 	var c config
 	var scenarios, binary string
-	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending", "which measurements to run")
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending,memory", "which measurements to run")
 	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
 	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
@@ -52,7 +55,7 @@ func main() {
 	flag.IntVar(&c.lists, "lists", 30, "crud: LIST requests per side")
 	flag.IntVar(&c.concurrency, "concurrency", 8, "concurrent clients")
 	flag.IntVar(&c.releases, "releases", 200, "release: hosts to release")
-	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat: simulated nodes")
+	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat, allocation: simulated nodes; memory: nodes, each reserved")
 	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: steady-state rounds measured after the first")
 	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes")
 	flag.IntVar(&c.lentHosts, "lent-hosts", 1000, "lending: lent 8-GPU hosts")
@@ -69,8 +72,8 @@ func main() {
 
 func run(c config, binary string, scenarios []string) error {
 	for _, name := range scenarios {
-		if name == "allocation" {
-			if err := allocationScenario(c, binary); err != nil {
+		if own, ok := map[string]func(config, string) error{"allocation": allocationScenario, "memory": memory}[name]; ok {
+			if err := own(c, binary); err != nil {
 				return fmt.Errorf("%s: %w", name, err)
 			}
 			continue

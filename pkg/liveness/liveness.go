@@ -23,8 +23,9 @@ const Prefix = "/nodus/liveness/"
 // server replicas may share the keys: a replica that does not know a node's
 // lease reads it from the key.
 type Tracker struct {
-	client *clientv3.Client
-	ttl    time.Duration
+	client  *clientv3.Client
+	ttl     time.Duration
+	streams *streams
 
 	mu     sync.Mutex
 	leases map[string]clientv3.LeaseID
@@ -32,7 +33,7 @@ type Tracker struct {
 
 // New returns a tracker whose nodes die ttl after their last beat.
 func New(client *clientv3.Client, ttl time.Duration) *Tracker {
-	return &Tracker{client: client, ttl: ttl, leases: map[string]clientv3.LeaseID{}}
+	return &Tracker{client: client, ttl: ttl, streams: newStreams(client), leases: map[string]clientv3.LeaseID{}}
 }
 
 // Beat records a heartbeat of node. revived says that the node was not alive
@@ -53,7 +54,7 @@ func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err erro
 		}
 	}
 	if known {
-		_, err := t.client.KeepAliveOnce(ctx, lease)
+		err := t.keepAlive(ctx, lease)
 		if err == nil {
 			t.remember(node, lease)
 			return false, nil
@@ -73,6 +74,21 @@ func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err erro
 	return true, nil
 }
 
+// keepAlive renews lease over the long-lived streams, and with
+// KeepAliveOnce (a stream of its own, with clientv3's retries) when a stream
+// broke under it.
+func (t *Tracker) keepAlive(ctx context.Context, lease clientv3.LeaseID) error {
+	ttl, err := t.streams.keepAlive(ctx, lease)
+	if err != nil && ctx.Err() == nil {
+		_, err = t.client.KeepAliveOnce(ctx, lease)
+		return err
+	}
+	if err == nil && ttl <= 0 {
+		return rpctypes.ErrLeaseNotFound
+	}
+	return err
+}
+
 // Alive says whether node beat within the TTL.
 func (t *Tracker) Alive(ctx context.Context, node string) (bool, error) {
 	resp, err := t.client.Get(ctx, Prefix+node, clientv3.WithCountOnly())
@@ -80,6 +96,19 @@ func (t *Tracker) Alive(ctx context.Context, node string) (bool, error) {
 		return false, err
 	}
 	return resp.Count > 0, nil
+}
+
+// AliveSet is the set of nodes that beat within the TTL, read in one range.
+func (t *Tracker) AliveSet(ctx context.Context) (map[string]bool, error) {
+	resp, err := t.client.Get(ctx, Prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return nil, err
+	}
+	alive := make(map[string]bool, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		alive[strings.TrimPrefix(string(kv.Key), Prefix)] = true
+	}
+	return alive, nil
 }
 
 // WatchDeaths calls died for every node whose key expires, until ctx ends.

@@ -26,6 +26,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
+	"github.com/nodus-dev/nodus/pkg/heartbeatpath"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/liveness"
@@ -60,6 +61,8 @@ type Config struct {
 	// paths is the Kubernetes path index that GET / shows, known once New
 	// installed every handler.
 	paths *pathIndex
+	// beats is the lean heartbeat path, given its storage once New made it.
+	beats *leanBeats
 	// executionLogs keeps the bounded output of executions.
 	executionLogs *executionlog.Store
 
@@ -157,7 +160,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	idempotent := idempotency.NewStore(st.client)
 	paths := &pathIndex{}
-	o.applyHandlerChain(generic, idempotent, watches, paths)
+	beats := &leanBeats{}
+	o.applyHandlerChain(generic, scheme, idempotent, watches, paths, beats)
 
 	out := func(format string, args ...interface{}) {
 		if o.Out != nil {
@@ -166,7 +170,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths,
+		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
@@ -212,7 +216,8 @@ func applyOpenAPI(generic *genericapiserver.Config, scheme *runtime.Scheme) {
 // applyHandlerChain wraps the generic chain: Nodus' error envelope (and
 // Ironic's error format on /v1) outside, the action contract and watch
 // revocation inside, after authentication.
-func (o *Options) applyHandlerChain(generic *genericapiserver.Config, idempotent *idempotency.Store, watches *revocation.Watches, paths *pathIndex) {
+func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *runtime.Scheme, idempotent *idempotency.Store, watches *revocation.Watches,
+	paths *pathIndex, beats *leanBeats) {
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
@@ -220,13 +225,27 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, idempotent
 		// Ironic's discovery is public, as in Ironic: inside the envelope,
 		// before authentication.
 		chain := ironic.WithDiscovery(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), paths.get)
-		handler := envelope.WithEnvelope(chain, envelope.Options{
+		// Plain heartbeats skip the generic chain's per-request work; every
+		// other request, and every beat the lean path does not take, goes
+		// down the chain. Inside the envelope: its errors get the envelope.
+		beats.filter = heartbeatpath.New(chain, heartbeatpath.Options{
+			Authenticator: c.Authentication.Authenticator, APIAudiences: c.Authentication.APIAudiences,
+			Authorizer: c.Authorization.Authorizer, AuditBackend: c.AuditBackend, AuditPolicy: c.AuditPolicyRuleEvaluator,
+			Admission: c.AdmissionControl, Scheme: scheme, Serializer: c.Serializer, Timeout: c.RequestTimeout,
+			MaxInFlight: c.MaxMutatingRequestsInFlight, WaitGroup: c.NonLongRunningRequestWaitGroup,
+			BodyLimit: actionSubresources["nodes/heartbeat"],
+		})
+		handler := envelope.WithEnvelope(beats.filter, envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})
 		return ironic.WithDefaultVersion(ironic.WithAuthToken(handler))
 	}
 }
+
+// leanBeats holds the lean heartbeat path, made with the handler chain
+// before the storage it serves exists.
+type leanBeats struct{ filter *heartbeatpath.Filter }
 
 // pathIndex is the server's listed paths, for the public root document.
 type pathIndex struct{ list atomic.Pointer[[]string] }

@@ -125,10 +125,12 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		Nodes: c.Stores.Nodes.Main, NodeStatus: c.Stores.Nodes.Status, CA: c.ca, Validity: c.agentCertValidity}
 	storage["nodes/renew"] = &node.RenewREST{Nodes: c.Stores.Nodes.Main, CA: c.ca, Validity: c.agentCertValidity}
 	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores.Nodes.Status}
-	storage["nodes/heartbeat"] = &node.HeartbeatREST{
+	heartbeats := &node.HeartbeatREST{
 		Nodes: c.Stores.Nodes.Status, NodeSpecs: c.Stores.Nodes.Main, Reservations: c.Stores.Reservations.Status, Liveness: c.liveness,
 		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,
 	}
+	storage["nodes/heartbeat"] = heartbeats
+	c.beats.filter.Serve(heartbeats)
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
@@ -256,11 +258,13 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "project controller")
 			return
 		}
+		nodes := factory.Nodus().V1().Nodes()
+		liveness := &nodeliveness.Controller{Client: client, Nodes: nodes.Lister(), Synced: nodes.Informer().HasSynced,
+			Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		factory.Start(ctx.Done())
 		go allocations.Run(ctx, allocationWorkers)
 		go scheduler.Run(ctx)
 		go projects.Run(ctx, controllerWorkers)
-		liveness := &nodeliveness.Controller{Client: client, Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		go liveness.Run(ctx)
 		reservations.Run(ctx, controllerWorkers)
 		factory.Shutdown()

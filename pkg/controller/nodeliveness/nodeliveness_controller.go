@@ -10,23 +10,31 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
 )
 
 // Liveness is what the controller needs of the liveness tracker.
 type Liveness interface {
 	Alive(ctx context.Context, node string) (bool, error)
+	AliveSet(ctx context.Context) (map[string]bool, error)
 	WatchDeaths(ctx context.Context, died func(node string))
 }
 
 // Controller keeps Node Ready conditions honest.
 type Controller struct {
-	Client   versioned.Interface
+	Client versioned.Interface
+	// Nodes, when set, is the informer's view the resync reads instead of
+	// listing every node from the server.
+	Nodes    listers.NodeLister
+	Synced   cache.InformerSynced
 	Liveness Liveness
 	Resync   time.Duration
 	Now      func() time.Time
@@ -39,27 +47,50 @@ func (c *Controller) Run(ctx context.Context) {
 			klog.ErrorS(err, "marking a node not ready", "node", node)
 		}
 	})
+	if c.Synced != nil && !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
+		return
+	}
 	wait.UntilWithContext(ctx, c.resync, c.Resync)
 }
 
+// resync marks not ready the nodes that say they are ready without a live
+// lease. It reads every live lease in one range, not one read per node:
+// at 10,000 nodes and a 10 s interval that was 1,000 etcd reads a second.
 func (c *Controller) resync(ctx context.Context) {
-	nodes, err := c.Client.NodusV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	nodes, err := c.nodes(ctx)
 	if err != nil {
 		klog.ErrorS(err, "listing nodes for liveness")
 		return
 	}
-	for _, n := range nodes.Items {
-		if !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+	alive, err := c.Liveness.AliveSet(ctx)
+	if err != nil {
+		klog.ErrorS(err, "reading the live nodes")
+		return
+	}
+	for _, n := range nodes {
+		if alive[n.Name] || !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
 			continue
 		}
-		alive, err := c.Liveness.Alive(ctx, n.Name)
-		if err != nil || alive {
-			continue
-		}
+		// markNotReady reads the lease again: the node may have beaten since the range.
 		if err := c.markNotReady(ctx, n.Name); err != nil {
 			klog.ErrorS(err, "marking a node not ready", "node", n.Name)
 		}
 	}
+}
+
+func (c *Controller) nodes(ctx context.Context) ([]*nodusv1.Node, error) {
+	if c.Nodes != nil {
+		return c.Nodes.List(labels.Everything())
+	}
+	list, err := c.Client.NodusV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*nodusv1.Node, len(list.Items))
+	for i := range list.Items {
+		nodes[i] = &list.Items[i]
+	}
+	return nodes, nil
 }
 
 func (c *Controller) markNotReady(ctx context.Context, name string) error {

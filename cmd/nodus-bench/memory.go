@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+)
+
+// memory measures the server's resident memory with a fleet of nodes, each
+// reserved (one ReservedHost per node), and how long a restart on that data
+// takes until /readyz answers.
+func memory(c config, binary string) error {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "nodus-bench")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	fmt.Fprintf(os.Stderr, "memory: starting nodus-server in %s\n", dir)
+	s, err := startServer(binary, dir, "")
+	if err != nil {
+		return err
+	}
+	idle, err := s.memory()
+	if err != nil {
+		s.stop()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "memory: creating %d reserved nodes\n", c.nodes)
+	seeded := time.Now()
+	if err := seedFleet(ctx, s, c.nodes, c.concurrency*4, true); err != nil {
+		s.stop()
+		return err
+	}
+	if err := waitActive(ctx, s, c.nodes); err != nil {
+		s.stop()
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "memory: %d reserved hosts active after %s\n", c.nodes, time.Since(seeded).Round(time.Second))
+	// The controllers' work queues drain and the heap settles before the
+	// figure is taken.
+	time.Sleep(settle)
+	loaded, err := s.memory()
+	if err != nil {
+		s.stop()
+		return err
+	}
+	s.stop()
+
+	// The restart reuses the data directory; the etcd client of the first
+	// server is gone with it.
+	start := time.Now()
+	s2, err := startServer(binary, dir, "")
+	if err != nil {
+		return fmt.Errorf("restart: %w", err)
+	}
+	ready := time.Since(start)
+	defer s2.stop()
+	afterRestart, err := s2.memory()
+	if err != nil {
+		return err
+	}
+	time.Sleep(settle)
+	restartSettled, err := s2.memory()
+	if err != nil {
+		return err
+	}
+	fmt.Printf("memory: %d nodes, each reserved (%d reserved hosts)\n", c.nodes, c.nodes)
+	fmt.Printf("  %-32s RSS %4d MB\n", "empty, after start:", idle.rss>>20)
+	fmt.Printf("  %-32s RSS %4d MB  (peak %d MB)\n", fmt.Sprintf("loaded, %s after the last host:", settle), loaded.rss>>20, loaded.peak>>20)
+	fmt.Printf("  %-32s RSS %4d MB, %s later %d MB  (peak %d MB)\n", "restarted, when ready:", afterRestart.rss>>20, settle, restartSettled.rss>>20, restartSettled.peak>>20)
+	fmt.Printf("  restart → ready %s (start of the process to the first 200 of /readyz, polled every 100 ms)\n\n", ready.Round(time.Millisecond))
+	return nil
+}
+
+// settle is how long the memory scenario waits before it reads RSS.
+const settle = 10 * time.Second
+
+// waitActive waits until n reserved hosts of project bench are active.
+func waitActive(ctx context.Context, s *server, n int) error {
+	return wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := s.client.NodusV1().ReservedHosts("bench").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active", ResourceVersion: "0"})
+		return err == nil && len(list.Items) == n, nil
+	})
+}
+
+type rss struct{ rss, peak int64 }
+
+// memory is the server's resident set now and at its peak (VmRSS, VmHWM).
+func (s *server) memory() (rss, error) {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.proc.Cmd.Process.Pid), "status"))
+	if err != nil {
+		return rss{}, err
+	}
+	var r rss
+	for _, line := range strings.Split(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 {
+			continue
+		}
+		kb, _ := strconv.ParseInt(fields[1], 10, 64)
+		switch fields[0] {
+		case "VmRSS:":
+			r.rss = kb << 10
+		case "VmHWM:":
+			r.peak = kb << 10
+		}
+	}
+	if r.rss == 0 {
+		return rss{}, fmt.Errorf("no VmRSS in /proc/%d/status", s.proc.Cmd.Process.Pid)
+	}
+	return r, nil
+}

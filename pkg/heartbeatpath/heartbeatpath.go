@@ -1,0 +1,252 @@
+// Package heartbeatpath serves the common heartbeat — an agent's plain
+// POST /apis/nodus.dev/v1/nodes/{name}/heartbeat — ahead of the generic
+// handler chain. At 10,000 nodes a server takes a thousand beats a second,
+// and the generic chain's per-request work (tracing, audit evaluation,
+// impersonation, the timeout goroutine, routing, negotiation, versioned
+// decoding) cost more than the beat itself.
+//
+// The lean path runs the same authenticator, the same authorizer (the node
+// restriction), the same admission and the same HeartbeatREST. It takes a
+// request only when nothing in it needs the rest of the chain; anything else
+// goes down the generic chain unchanged and is answered there: a query
+// string, impersonation, an Idempotency-Key, another media type, a body over
+// the limit or one the strict decoder refuses, a caller that does not
+// authenticate or is not allowed, an audit policy that records heartbeats,
+// a full in-flight limit, a server shutting down. So every refusal keeps
+// its generic answer and reason.
+package heartbeatpath
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
+	utilwaitgroup "k8s.io/apimachinery/pkg/util/waitgroup"
+	auditinternal "k8s.io/apiserver/pkg/apis/audit"
+	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/audit"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
+	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+	compbasemetrics "k8s.io/component-base/metrics"
+	"k8s.io/component-base/metrics/legacyregistry"
+	kjson "sigs.k8s.io/json"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+const (
+	prefix   = "/apis/" + nodusv1.GroupName + "/v1/nodes/"
+	suffix   = "/heartbeat"
+	resource = "nodes"
+	sub      = "heartbeat"
+)
+
+var served = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
+	Name:           "nodus_heartbeat_lean_requests_total",
+	Help:           "Heartbeats answered by the lean path ahead of the generic handler chain, by HTTP code; the others are in apiserver_request_total.",
+	StabilityLevel: compbasemetrics.ALPHA,
+}, []string{"code"})
+
+func init() { legacyregistry.MustRegister(served) }
+
+// Options are the parts of the server the lean path shares with the generic chain.
+type Options struct {
+	Authenticator authenticator.Request
+	// APIAudiences are the generic chain's; with any set, beats take the generic path.
+	APIAudiences authenticator.Audiences
+	Authorizer   authorizer.Authorizer
+	// AuditBackend and AuditPolicy decide whether a beat is recorded; one
+	// that is takes the generic path, which records it.
+	AuditBackend audit.Backend
+	AuditPolicy  audit.PolicyRuleEvaluator
+	Admission    admission.Interface
+	Scheme       *runtime.Scheme
+	Serializer   runtime.NegotiatedSerializer
+	// Timeout bounds a beat, as the generic chain's request timeout does.
+	Timeout time.Duration
+	// MaxInFlight bounds the beats served at once; beyond it the generic
+	// chain's in-flight limit answers.
+	MaxInFlight int
+	// WaitGroup is the generic server's non-long-running requests, which
+	// shutdown waits for.
+	WaitGroup *utilwaitgroup.SafeWaitGroup
+	// BodyLimit is the most bytes the lean path reads of a body.
+	BodyLimit int64
+}
+
+// Filter serves plain heartbeats and passes everything else to Next.
+type Filter struct {
+	next     http.Handler
+	opts     Options
+	inflight chan struct{}
+	beats    atomic.Pointer[rest.NamedCreater]
+	objects  admission.ObjectInterfaces
+}
+
+// New returns the filter in front of next. Until Serve names the heartbeat
+// storage, every request goes to next.
+func New(next http.Handler, opts Options) *Filter {
+	if opts.MaxInFlight <= 0 {
+		opts.MaxInFlight = 200
+	}
+	return &Filter{next: next, opts: opts, inflight: make(chan struct{}, opts.MaxInFlight),
+		objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}
+}
+
+// Serve sets the storage that takes the beats: the same the generic chain
+// installs at nodes/heartbeat.
+func (f *Filter) Serve(beats rest.NamedCreater) { f.beats.Store(&beats) }
+
+var gv = nodusv1.SchemeGroupVersion
+
+func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	name, ok := plainBeat(req)
+	beats := f.beats.Load()
+	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 {
+		f.next.ServeHTTP(w, req)
+		return
+	}
+	select {
+	case f.inflight <- struct{}{}:
+		defer func() { <-f.inflight }()
+	default:
+		f.next.ServeHTTP(w, req)
+		return
+	}
+	if f.opts.WaitGroup != nil {
+		if err := f.opts.WaitGroup.Add(1); err != nil {
+			f.next.ServeHTTP(w, req) // shutting down: the generic chain says so
+			return
+		}
+		defer f.opts.WaitGroup.Done()
+	}
+	if !f.serve(w, req, name, *beats) {
+		f.next.ServeHTTP(w, req)
+	}
+}
+
+// serve answers the beat, or says that it did not touch w and that the
+// generic chain is to answer it (with req's body as it came).
+func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, beats rest.NamedCreater) bool {
+	resp, ok, err := f.opts.Authenticator.AuthenticateRequest(req)
+	if err != nil || !ok {
+		return false
+	}
+	info := &request.RequestInfo{IsResourceRequest: true, Path: req.URL.Path, Verb: "create", APIPrefix: "apis",
+		APIGroup: gv.Group, APIVersion: gv.Version, Resource: resource, Subresource: sub, Name: name,
+		Parts: []string{resource, name, sub}}
+	attrs := authorizer.AttributesRecord{User: resp.User, Verb: "create", APIGroup: gv.Group, APIVersion: gv.Version,
+		Resource: resource, Subresource: sub, Name: name, ResourceRequest: true, Path: req.URL.Path}
+	if f.opts.AuditBackend != nil && f.opts.AuditPolicy != nil && f.opts.AuditPolicy.EvaluatePolicyRule(attrs).Level != auditinternal.LevelNone {
+		return false
+	}
+	// The generic create handler names the (empty, cluster-wide) namespace.
+	ctx := request.WithNamespace(request.WithRequestInfo(request.WithUser(req.Context(), resp.User), info), "")
+	if decision, _, err := f.opts.Authorizer.Authorize(ctx, attrs); err != nil || decision != authorizer.DecisionAllow {
+		return false
+	}
+	body, err := io.ReadAll(io.LimitReader(req.Body, f.opts.BodyLimit+1))
+	if err != nil || int64(len(body)) > f.opts.BodyLimit {
+		req.Body = replay(body, req.Body)
+		return false
+	}
+	beat := &nodusv1.NodeHeartbeat{}
+	if strict, err := kjson.UnmarshalStrict(body, beat); err != nil || len(strict) > 0 ||
+		(beat.APIVersion != "" && beat.APIVersion != gv.String()) || (beat.Kind != "" && beat.Kind != "NodeHeartbeat") {
+		req.Body = replay(body, req.Body)
+		return false
+	}
+	// The generic decoder defaults the object and hands it on without its type.
+	f.opts.Scheme.Default(beat)
+	beat.TypeMeta = metav1.TypeMeta{}
+
+	req = req.WithContext(ctx)
+	w.Header().Set(auditinternal.HeaderAuditID, req.Header.Get(auditinternal.HeaderAuditID))
+	if _, set := w.Header()["Cache-Control"]; !set {
+		w.Header().Set("Cache-Control", "no-cache, private")
+	}
+	code := f.answer(w, req, name, beat, beats)
+	served.WithLabelValues(fmt.Sprint(code)).Inc()
+	return true
+}
+
+// answer runs the beat through admission and the storage and writes the
+// result as the generic create handler writes it (200 for an action).
+func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, beat *nodusv1.NodeHeartbeat, beats rest.NamedCreater) (code int) {
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			utilruntime.HandleError(fmt.Errorf("heartbeat of %s panicked: %v", name, r))
+			code = responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("the heartbeat failed")), f.opts.Serializer, gv, w, req)
+		}
+	}()
+	ctx, cancel := context.WithTimeout(req.Context(), f.opts.Timeout)
+	defer cancel()
+	options := &metav1.CreateOptions{}
+	user, _ := request.UserFrom(ctx)
+	attrs := admission.NewAttributesRecord(beat, nil, nodusv1.Kind("NodeHeartbeat").WithVersion(gv.Version), "", name,
+		gv.WithResource(resource), sub, admission.Create, options, false, user)
+	if m, ok := f.opts.Admission.(admission.MutationInterface); ok && m.Handles(admission.Create) {
+		if err := m.Admit(ctx, attrs, f.objects); err != nil {
+			return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
+		}
+	}
+	validate := rest.AdmissionToValidateObjectFunc(f.opts.Admission, attrs, f.objects)
+	out, err := beats.Create(ctx, name, beat, validate, options)
+	if err != nil {
+		return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
+	}
+	responsewriters.WriteObjectNegotiated(f.opts.Serializer, negotiation.DefaultEndpointRestrictions, gv, w, req, http.StatusOK, out, false)
+	return http.StatusOK
+}
+
+// plainBeat says whether req is a heartbeat that needs nothing of the
+// generic chain but what the lean path runs, and of which node.
+func plainBeat(req *http.Request) (string, bool) {
+	if req.Method != http.MethodPost || req.URL.RawQuery != "" || !strings.HasPrefix(req.URL.Path, prefix) || !strings.HasSuffix(req.URL.Path, suffix) {
+		return "", false
+	}
+	name := strings.TrimSuffix(strings.TrimPrefix(req.URL.Path, prefix), suffix)
+	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "", false
+	}
+	for key := range req.Header {
+		if strings.HasPrefix(key, "Impersonate-") || key == "Idempotency-Key" || key == "Content-Encoding" {
+			return "", false
+		}
+	}
+	if mediaType, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
+		return "", false
+	}
+	switch strings.ReplaceAll(req.Header.Get("Accept"), " ", "") {
+	case "", "*/*", "application/json", "application/json,*/*":
+	default:
+		return "", false
+	}
+	return name, true
+}
+
+// replay is the body as it came: what was read, then the rest.
+func replay(read []byte, rest io.ReadCloser) io.ReadCloser {
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(bytes.NewReader(read), rest), rest}
+}

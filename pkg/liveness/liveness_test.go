@@ -1,0 +1,151 @@
+package liveness
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+)
+
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Stop(context.Background()) })
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// TestBeatsOverTheStreams checks that keep-alives over the shared streams
+// renew the right leases: many nodes at once, a lease that is gone, and a
+// stream that broke.
+func TestBeatsOverTheStreams(t *testing.T) {
+	client := startEtcd(t)
+	tr := New(client, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	const nodes = 50
+	var wg sync.WaitGroup
+	errs := make(chan error, nodes*4)
+	for round := 0; round < 4; round++ {
+		for i := 0; i < nodes; i++ {
+			wg.Add(1)
+			go func(node string, first bool) {
+				defer wg.Done()
+				revived, err := tr.Beat(ctx, node)
+				if err != nil {
+					errs <- fmt.Errorf("%s: %w", node, err)
+				} else if revived != first {
+					errs <- fmt.Errorf("%s: revived %v on round first=%v", node, revived, first)
+				}
+			}(fmt.Sprintf("n-%02d", i), round == 0)
+		}
+		wg.Wait() // each round after the first finds every lease
+	}
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	alive, err := tr.AliveSet(ctx)
+	if err != nil || len(alive) != nodes {
+		t.Fatalf("alive set: %d nodes, %v", len(alive), err)
+	}
+
+	// Four rounds of beats went over the streams, not a stream each.
+	for i := range tr.streams.pool {
+		if tr.streams.pool[i].stream == nil {
+			t.Errorf("stream %d was never opened", i)
+		}
+	}
+
+	// A lease revoked behind the tracker's back: the stream answers that it
+	// is gone, and the beat grants a new one.
+	lease := tr.leases["n-00"]
+	if _, err := client.Revoke(ctx, lease); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := tr.Alive(ctx, "n-00"); ok {
+		t.Fatal("n-00 alive after its lease was revoked")
+	}
+	if revived, err := tr.Beat(ctx, "n-00"); err != nil || !revived {
+		t.Fatalf("beat after the revoke: revived %v, %v", revived, err)
+	}
+	if ok, _ := tr.Alive(ctx, "n-00"); !ok {
+		t.Fatal("n-00 not alive after it beat again")
+	}
+
+	// Broken streams are opened again by the next beat.
+	for i := range tr.streams.pool {
+		ks := &tr.streams.pool[i]
+		ks.mu.Lock()
+		ks.breakLocked()
+		ks.mu.Unlock()
+	}
+	for i := 0; i < streamCount; i++ {
+		if revived, err := tr.Beat(ctx, fmt.Sprintf("n-%02d", i+1)); err != nil || revived {
+			t.Errorf("beat after the streams broke: revived %v, %v", revived, err)
+		}
+	}
+	before, _ := client.TimeToLive(ctx, tr.leases["n-01"])
+	time.Sleep(1100 * time.Millisecond)
+	if _, err := tr.Beat(ctx, "n-01"); err != nil {
+		t.Fatal(err)
+	}
+	after, _ := client.TimeToLive(ctx, tr.leases["n-01"])
+	if after.TTL <= before.TTL-1 {
+		t.Errorf("the beat did not renew the lease: TTL %d before, %d after", before.TTL, after.TTL)
+	}
+}
+
+// TestBeatsWhenTheStreamsEndUnderThem checks that beats go on when every
+// stream's context ends under it (as when etcd closes the connection): a
+// keep-alive whose stream ends before its answer is retried with
+// KeepAliveOnce, and the next one opens a new stream.
+func TestBeatsWhenTheStreamsEndUnderThem(t *testing.T) {
+	client := startEtcd(t)
+	tr := New(client, 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	for i := 0; i < streamCount; i++ {
+		if _, err := tr.Beat(ctx, fmt.Sprintf("n-%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; round < 3; round++ {
+		for i := range tr.streams.pool {
+			ks := &tr.streams.pool[i]
+			ks.mu.Lock()
+			if ks.cancel != nil {
+				ks.cancel()
+			}
+			ks.mu.Unlock()
+		}
+		for i := 0; i < streamCount*2; i++ {
+			if revived, err := tr.Beat(ctx, fmt.Sprintf("n-%d", i%streamCount)); err != nil || revived {
+				t.Fatalf("round %d: beat after the streams ended: revived %v, %v", round, revived, err)
+			}
+		}
+	}
+	// A waiter queued on a stream that breaks is told so, not left waiting.
+	ks := &tr.streams.pool[0]
+	answer := make(chan int64, 1)
+	ks.mu.Lock()
+	ks.waiters = append(ks.waiters, answer)
+	ks.breakLocked()
+	ks.mu.Unlock()
+	if ttl := <-answer; ttl != -1 {
+		t.Fatalf("a broken stream answered its waiter %d", ttl)
+	}
+}
