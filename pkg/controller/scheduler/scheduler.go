@@ -61,6 +61,8 @@ type Controller struct {
 	claims  *gpuClaims
 	mu      sync.Mutex
 	assumed map[types.UID]placement
+	// aliasOf remembers host aliases by node UID; only passes use it.
+	aliasOf map[types.UID]string
 }
 
 // placement is where an execution was put.
@@ -203,9 +205,17 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	existing, err := c.aliases()
-	if err != nil {
-		return err
+	// The aliases of every node are needed only for a running execution
+	// whose host is not lent: read them once, and only then.
+	var existing map[string]bool
+	nodeExists := func(alias string) (bool, error) {
+		if existing == nil {
+			var err error
+			if existing, err = c.aliases(); err != nil {
+				return false, err
+			}
+		}
+		return existing[alias], nil
 	}
 	executions, err := c.executions.List(labels.Everything())
 	if err != nil {
@@ -250,9 +260,16 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
-		case e.Status.Phase == nodusv1.ExecutionRunning && !existing[p.alias]:
-			// The operator deleted the node: no agent will ever report it.
-			writes = append(writes, write{execution: hostLost(e, now)})
+		case e.Status.Phase == nodusv1.ExecutionRunning && h == nil:
+			exists, err := nodeExists(p.alias)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			if !exists {
+				// The operator deleted the node: no agent will ever report it.
+				writes = append(writes, write{execution: hostLost(e, now)})
+			}
 		}
 	}
 	for uid := range c.assumed {
@@ -409,10 +426,28 @@ func (c *Controller) aliases() (map[string]bool, error) {
 		return nil, err
 	}
 	out := make(map[string]bool, len(nodes))
+	known := make(map[types.UID]string, len(nodes))
 	for _, n := range nodes {
-		out[lending.HostAlias(n)] = true
+		alias := c.alias(n)
+		known[n.UID] = alias
+		out[alias] = true
 	}
+	c.aliasOf = known // forgets the nodes that are gone
 	return out, nil
+}
+
+// alias is lending.HostAlias of n, remembered by UID: a pass may need the
+// aliases of 10,000 nodes, and each is a SHA-256.
+func (c *Controller) alias(n *nodusv1.Node) string {
+	if a, ok := c.aliasOf[n.UID]; ok {
+		return a
+	}
+	a := lending.HostAlias(n)
+	if c.aliasOf == nil {
+		c.aliasOf = map[types.UID]string{}
+	}
+	c.aliasOf[n.UID] = a
+	return a
 }
 
 func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
@@ -466,7 +501,7 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 			continue
 		}
 		h := &host{
-			alias: lending.HostAlias(node), pool: node.Spec.Pool, reservation: r,
+			alias: c.alias(node), pool: node.Spec.Pool, reservation: r,
 			maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions,
 			gpuUsed: make([]bool, lending.GPUCount(node)), usage: lending.Usage{},
 		}
