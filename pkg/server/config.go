@@ -11,11 +11,14 @@ import (
 
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
-	"k8s.io/apiserver/pkg/util/compatibility"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	basecompatibility "k8s.io/component-base/compatibility"
+	baseversion "k8s.io/component-base/version"
 
 	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/admission/executionlimit"
@@ -132,9 +135,14 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 
+	// Before the generic config, which reads feature gates.
+	effective, err := apiLibraryVersion()
+	if err != nil {
+		return nil, err
+	}
 	generic := genericapiserver.NewConfig(codecs)
 	generic.Serializer = negotiated
-	generic.EffectiveVersion = compatibility.DefaultBuildEffectiveVersion()
+	generic.EffectiveVersion = effective
 	generic.MaxRequestBodyBytes = 3 << 20
 	if err := o.applyServing(generic, listener, certFile, keyFile); err != nil {
 		return nil, err
@@ -177,6 +185,24 @@ func (o *Options) Config() (cfg *Config, err error) {
 		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
 		agentCertValidity: o.AgentCertificateValidity, ca: id.ca, sshCA: id.sshCA,
 	}, nil
+}
+
+// apiLibraryVersion is the Kubernetes version the API server emulates: the
+// one of the apiserver library Nodus is built with. The build stamps Nodus'
+// own version (v0.1.0-…) into component-base's gitVersion, for /version and
+// `nodus version`; the library reads that as the Kubernetes version to
+// emulate, and at "0.1" it turned off every feature that came after it
+// (watch lists among them) in the built binary, while `go test` builds,
+// which carry no stamp, ran with the library's defaults. Both now run with
+// the library's defaults.
+func apiLibraryVersion() (basecompatibility.EffectiveVersion, error) {
+	v := version.MustParse(baseversion.DefaultKubeBinaryVersion)
+	effective := basecompatibility.NewEffectiveVersion(v, false, v.SubtractMinor(3), v.SubtractMinor(3))
+	if err := utilfeature.DefaultMutableFeatureGate.SetEmulationVersionAndMinCompatibilityVersion(
+		effective.EmulationVersion(), effective.MinCompatibilityVersion()); err != nil {
+		return nil, fmt.Errorf("feature gates at Kubernetes %s: %w", v, err)
+	}
+	return effective, nil
 }
 
 // applyAccess sets who a request is (the cluster CA's client certificates,
