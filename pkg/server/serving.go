@@ -86,5 +86,9 @@ func (o *Options) applyServing(generic *genericapiserver.Config, listener net.Li
 	if err := serving.ApplyTo(&generic.SecureServing, &generic.LoopbackClientConfig); err != nil {
 		return fmt.Errorf("serving: %w", err)
 	}
+	// The controllers' and the revocation's clients are in this process:
+	// gzip on lists and watch lists (APIResponseCompression,
+	// WatchListCompression) would only cost CPU on both ends.
+	generic.LoopbackClientConfig.DisableCompression = true
 	return nil
 }

@@ -17,6 +17,10 @@ import (
 
 var serverBinary, agentBinary, cliBinary string
 
+// buildVersion is the version the binaries under test are stamped with, in
+// the form `make build` gives them.
+const buildVersion = "v0.1.0-e2e"
+
 func TestMain(m *testing.M) {
 	// sshd runs nodusd as AuthorizedPrincipalsCommand only from a path that
 	// root owns all the way up and nobody else may write: not under /tmp.
@@ -36,7 +40,11 @@ func TestMain(m *testing.M) {
 	serverBinary = filepath.Join(dir, "nodus-server")
 	agentBinary = filepath.Join(dir, "nodusd")
 	cliBinary = filepath.Join(dir, "nodus")
-	build := exec.Command("go", "build", "-o", dir+"/", "github.com/nodus-dev/nodus/cmd/nodus-server",
+	// Stamped as `make build` stamps them, so that the tests run the
+	// binaries as they ship.
+	build := exec.Command("go", "build", "-ldflags", "-X k8s.io/component-base/version.gitVersion="+buildVersion+
+		" -X main.version="+buildVersion+" -X github.com/nodus-dev/nodus/pkg/cli.Version="+buildVersion,
+		"-o", dir+"/", "github.com/nodus-dev/nodus/cmd/nodus-server",
 		"github.com/nodus-dev/nodus/cmd/nodusd", "github.com/nodus-dev/nodus/cmd/nodus")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
