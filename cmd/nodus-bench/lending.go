@@ -98,11 +98,8 @@ func lendingBench(s *server, c config) error {
 			}
 		}
 	}()
-	if err := wait.PollUntilContextTimeout(ctx, 500*time.Millisecond, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active"})
-		return err == nil && len(list.Items) == len(all), nil
-	}); err != nil {
-		return fmt.Errorf("hosts never became active: %w", err)
+	if err := waitActive(ctx, s, len(all)); err != nil {
+		return err
 	}
 	fmt.Fprintf(os.Stderr, "lending: lending %d hosts\n", len(all))
 	if err := parallel(len(all), c.concurrency, func(i int) error {

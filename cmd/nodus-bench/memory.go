@@ -8,9 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // memory measures the server's resident memory with a fleet of nodes, each
@@ -28,7 +25,7 @@ func memory(c config, binary string) error {
 	if err != nil {
 		return err
 	}
-	idle, err := s.memory()
+	idle, err := s.residentSet()
 	if err != nil {
 		s.stop()
 		return err
@@ -47,7 +44,7 @@ func memory(c config, binary string) error {
 	// The controllers' work queues drain and the heap settles before the
 	// figure is taken.
 	time.Sleep(settle)
-	loaded, err := s.memory()
+	loaded, err := s.residentSet()
 	if err != nil {
 		s.stop()
 		return err
@@ -63,12 +60,12 @@ func memory(c config, binary string) error {
 	}
 	ready := time.Since(start)
 	defer s2.stop()
-	afterRestart, err := s2.memory()
+	afterRestart, err := s2.residentSet()
 	if err != nil {
 		return err
 	}
 	time.Sleep(settle)
-	restartSettled, err := s2.memory()
+	restartSettled, err := s2.residentSet()
 	if err != nil {
 		return err
 	}
@@ -83,23 +80,15 @@ func memory(c config, binary string) error {
 // settle is how long the memory scenario waits before it reads RSS.
 const settle = 10 * time.Second
 
-// waitActive waits until n reserved hosts of project bench are active.
-func waitActive(ctx context.Context, s *server, n int) error {
-	return wait.PollUntilContextTimeout(ctx, time.Second, 15*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := s.client.NodusV1().ReservedHosts("bench").List(ctx, metav1.ListOptions{FieldSelector: "status.reservation.state=active", ResourceVersion: "0"})
-		return err == nil && len(list.Items) == n, nil
-	})
-}
+type residentSet struct{ rss, peak int64 }
 
-type rss struct{ rss, peak int64 }
-
-// memory is the server's resident set now and at its peak (VmRSS, VmHWM).
-func (s *server) memory() (rss, error) {
+// residentSet is the server's resident set now and at its peak (VmRSS, VmHWM).
+func (s *server) residentSet() (residentSet, error) {
 	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.proc.Cmd.Process.Pid), "status"))
 	if err != nil {
-		return rss{}, err
+		return residentSet{}, err
 	}
-	var r rss
+	var r residentSet
 	for _, line := range strings.Split(string(data), "\n") {
 		fields := strings.Fields(line)
 		if len(fields) < 2 {
@@ -114,7 +103,7 @@ func (s *server) memory() (rss, error) {
 		}
 	}
 	if r.rss == 0 {
-		return rss{}, fmt.Errorf("no VmRSS in /proc/%d/status", s.proc.Cmd.Process.Pid)
+		return residentSet{}, fmt.Errorf("no VmRSS in /proc/%d/status", s.proc.Cmd.Process.Pid)
 	}
 	return r, nil
 }

@@ -9,21 +9,19 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 func startEtcd(t *testing.T) *clientv3.Client {
 	t.Helper()
-	etcd, err := embeddedetcd.StartInsecure(t.TempDir(), time.Minute)
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { etcd.Stop(context.Background()) })
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 10 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close() })
+	t.Cleanup(func() {
+		client.Close()
+		etcd.Stop(context.Background())
+	})
 	return client
 }
 

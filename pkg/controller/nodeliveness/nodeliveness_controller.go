@@ -31,8 +31,8 @@ type Liveness interface {
 // Controller keeps Node Ready conditions honest.
 type Controller struct {
 	Client versioned.Interface
-	// Nodes, when set, is the informer's view the resync reads instead of
-	// listing every node from the server.
+	// Nodes is the informer's view the resync reads, instead of listing
+	// every node from the server each interval.
 	Nodes    listers.NodeLister
 	Synced   cache.InformerSynced
 	Liveness Liveness
@@ -47,7 +47,7 @@ func (c *Controller) Run(ctx context.Context) {
 			klog.ErrorS(err, "marking a node not ready", "node", node)
 		}
 	})
-	if c.Synced != nil && !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
+	if !cache.WaitForCacheSync(ctx.Done(), c.Synced) {
 		return
 	}
 	wait.UntilWithContext(ctx, c.resync, c.Resync)
@@ -57,7 +57,7 @@ func (c *Controller) Run(ctx context.Context) {
 // lease. It reads every live lease in one range, not one read per node:
 // at 10,000 nodes and a 10 s interval that was 1,000 etcd reads a second.
 func (c *Controller) resync(ctx context.Context) {
-	nodes, err := c.nodes(ctx)
+	nodes, err := c.Nodes.List(labels.Everything())
 	if err != nil {
 		klog.ErrorS(err, "listing nodes for liveness")
 		return
@@ -76,21 +76,6 @@ func (c *Controller) resync(ctx context.Context) {
 			klog.ErrorS(err, "marking a node not ready", "node", n.Name)
 		}
 	}
-}
-
-func (c *Controller) nodes(ctx context.Context) ([]*nodusv1.Node, error) {
-	if c.Nodes != nil {
-		return c.Nodes.List(labels.Everything())
-	}
-	list, err := c.Client.NodusV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
-	if err != nil {
-		return nil, err
-	}
-	nodes := make([]*nodusv1.Node, len(list.Items))
-	for i := range list.Items {
-		nodes[i] = &list.Items[i]
-	}
-	return nodes, nil
 }
 
 func (c *Controller) markNotReady(ctx context.Context, name string) error {
