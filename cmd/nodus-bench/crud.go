@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -12,7 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	nodusv1client "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/wire"
 )
 
 // crud compares GET, LIST and UPDATE through the API with raw etcd Get,
@@ -48,21 +52,39 @@ func crud(s *server, c config) error {
 	}
 	value := string(stored.Kvs[0].Value)
 
+	// Each operation runs through a JSON client (client-go's default, and
+	// kubectl's) and a protobuf one (what Kubernetes' own controllers use),
+	// then on raw etcd.
+	pb, err := versioned.NewForConfig(wire.Protobuf(s.config))
+	if err != nil {
+		return err
+	}
+	clients := []struct {
+		suffix string
+		api    nodusv1client.NodusV1Interface
+	}{{"", api}, {"protobuf", pb.NodusV1()}}
 	var rows []row
-	measure := func(op string, n, conc int, apiOp, etcdOp func(i int) error) error {
-		a, err := timed(n, conc, apiOp)
-		if err != nil {
-			return fmt.Errorf("%s through the API: %w", op, err)
+	measure := func(op string, n, conc int, apiOp func(api nodusv1client.NodusV1Interface, i int) error, etcdOp func(i int) error) error {
+		var measured []row
+		for _, client := range clients {
+			a, err := timed(n, conc, func(i int) error { return apiOp(client.api, i) })
+			if err != nil {
+				return fmt.Errorf("%s through the API (%s): %w", op, client.suffix, err)
+			}
+			measured = append(measured, row{op: withSuffix(op, client.suffix), api: a})
 		}
 		e, err := timed(n, conc, etcdOp)
 		if err != nil {
 			return fmt.Errorf("%s on raw etcd: %w", op, err)
 		}
-		rows = append(rows, row{op, a, e})
+		for _, r := range measured {
+			r.etcd = e
+			rows = append(rows, r)
+		}
 		return nil
 	}
 	if err := measure("GET", c.gets, c.concurrency,
-		func(i int) error {
+		func(api nodusv1client.NodusV1Interface, i int) error {
 			_, err := api.ReservedHosts("bench").Get(ctx, names[i%len(names)], metav1.GetOptions{})
 			return err
 		},
@@ -70,7 +92,7 @@ func crud(s *server, c config) error {
 		return err
 	}
 	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, 1,
-		func(int) error {
+		func(api nodusv1client.NodusV1Interface, _ int) error {
 			l, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{})
 			if err == nil && len(l.Items) != c.objects {
 				err = fmt.Errorf("listed %d, want %d", len(l.Items), c.objects)
@@ -89,12 +111,14 @@ func crud(s *server, c config) error {
 	// Each update changes the object so that the API really writes. Workers
 	// take indexes in order, so no two update the same host at once while
 	// there are more hosts than workers.
+	seq := 0
 	if err := measure("UPDATE", c.updates, c.concurrency,
-		func(i int) error {
+		func(api nodusv1client.NodusV1Interface, i int) error {
 			latestMu.Lock()
 			h := latest[i%len(latest)].DeepCopy()
+			seq++
+			h.Labels = map[string]string{"seq": fmt.Sprint(seq)}
 			latestMu.Unlock()
-			h.Labels = map[string]string{"seq": fmt.Sprint(i)}
 			updated, err := api.ReservedHosts("bench").Update(ctx, h, metav1.UpdateOptions{})
 			if err == nil {
 				latestMu.Lock()
@@ -108,6 +132,19 @@ func crud(s *server, c config) error {
 	}
 	printCRUD(rows, c, len(value))
 	return nil
+}
+
+// withSuffix names an operation's row for a client other than JSON:
+// "GET (protobuf)", "LIST (1000 objects, protobuf)".
+func withSuffix(op, suffix string) string {
+	switch {
+	case suffix == "":
+		return op
+	case strings.HasSuffix(op, ")"):
+		return strings.TrimSuffix(op, ")") + ", " + suffix + ")"
+	default:
+		return op + " (" + suffix + ")"
+	}
 }
 
 type row struct {

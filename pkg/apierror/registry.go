@@ -155,7 +155,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{metav1.StatusReasonNotAcceptable, http.StatusNotAcceptable, "The server cannot produce the requested media type.",
 			func(Request) string {
-				return "Ask for application/json or application/yaml in the Accept header; this server has no protobuf encoding."
+				return "Ask for application/json, application/yaml or application/vnd.kubernetes.protobuf in the Accept header."
 			}},
 		{metav1.StatusReasonAlreadyExists, http.StatusConflict, "An object of that name already exists.",
 			func(r Request) string {

@@ -7,12 +7,14 @@ package envelope
 import (
 	"bytes"
 	"encoding/json"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 
@@ -127,8 +129,8 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	status := Status{}
 	// Some writers (the request-timeout filter among them) send a Status
 	// without its kind; recognise a Status by its failure marker too.
-	err := json.Unmarshal(w.body.Bytes(), &status)
-	isStatus := err == nil && (status.Kind == "Status" || status.Status.Status == metav1.StatusFailure)
+	isStatus := decodeStatus(w.body.Bytes(), w.Header().Get("Content-Type"), &status) &&
+		(status.Kind == "Status" || status.Status.Status == metav1.StatusFailure)
 	if !isStatus {
 		// Some layers (rate limiting, panic recovery, deadlines) answer in
 		// plain text; keep their words as the message.
@@ -178,6 +180,27 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.ResponseWriter.WriteHeader(w.code)
 	_, _ = w.ResponseWriter.Write(body)
+}
+
+// protobufMagic starts every protobuf body of the apiserver library: a
+// runtime.Unknown that wraps the object.
+var protobufMagic = []byte("k8s\x00")
+
+// decodeStatus reads the Status an inner layer wrote, in the media type the
+// client negotiated: JSON, or protobuf for clients that ask for it.
+func decodeStatus(body []byte, contentType string, status *Status) bool {
+	if mediaType, _, _ := mime.ParseMediaType(contentType); mediaType != runtime.ContentTypeProtobuf {
+		return json.Unmarshal(body, status) == nil
+	}
+	var unknown runtime.Unknown
+	if !bytes.HasPrefix(body, protobufMagic) || unknown.Unmarshal(body[len(protobufMagic):]) != nil {
+		return false
+	}
+	if err := status.Status.Unmarshal(unknown.Raw); err != nil {
+		return false
+	}
+	status.TypeMeta = metav1.TypeMeta{Kind: unknown.Kind, APIVersion: unknown.APIVersion}
+	return true
 }
 
 func docsBase(req *http.Request, configured string) string {

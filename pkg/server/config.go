@@ -105,7 +105,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
-	codecs, negotiated := newCodecs(scheme)
+	codecs := newCodecs(scheme)
 
 	listener, url, err := o.listen()
 	if err != nil {
@@ -141,7 +141,6 @@ func (o *Options) Config() (cfg *Config, err error) {
 		return nil, err
 	}
 	generic := genericapiserver.NewConfig(codecs)
-	generic.Serializer = negotiated
 	generic.EffectiveVersion = effective
 	generic.MaxRequestBodyBytes = 3 << 20
 	if err := o.applyServing(generic, listener, certFile, keyFile); err != nil {
@@ -179,7 +178,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	join, _ := o.JoinCommand()
 	return &Config{
 		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
-		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: negotiated, Stores: stores,
+		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: codecs, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
 		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
@@ -233,10 +232,8 @@ func applyOpenAPI(generic *genericapiserver.Config, scheme *runtime.Scheme) {
 	namer := openapi.NewDefinitionNamer(scheme)
 	generic.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(openAPIDefinitions, namer)
 	generic.OpenAPIConfig.Info.Title, generic.OpenAPIConfig.Info.Version = "Nodus", "v1"
-	generic.OpenAPIConfig.PostProcessSpec = withoutProtobufV2
 	generic.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(openAPIDefinitions, namer)
 	generic.OpenAPIV3Config.Info.Title, generic.OpenAPIV3Config.Info.Version = "Nodus", "v1"
-	generic.OpenAPIV3Config.PostProcessSpec = withoutProtobufV3
 }
 
 // applyHandlerChain wraps the generic chain: Nodus' error envelope (and

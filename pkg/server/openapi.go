@@ -2,7 +2,6 @@ package server
 
 import (
 	"k8s.io/kube-openapi/pkg/common"
-	"k8s.io/kube-openapi/pkg/spec3"
 	"k8s.io/kube-openapi/pkg/validation/spec"
 
 	"github.com/nodus-dev/nodus/pkg/generated/openapi"
@@ -61,65 +60,4 @@ func openAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPID
 		"message":            str("Message of the last change."),
 	}, time)
 	return defs
-}
-
-// The discovery routes that the generic server installs advertise protobuf
-// although this server never encodes it (it answers 406); drop it from the
-// documents so that generated clients do not ask for it.
-const protobufMediaType = "application/vnd.kubernetes.protobuf"
-
-func withoutProtobufV2(s *spec.Swagger) (*spec.Swagger, error) {
-	if s.Paths == nil {
-		return s, nil
-	}
-	for path, item := range s.Paths.Paths {
-		for _, op := range []*spec.Operation{item.Get, item.Put, item.Post, item.Patch, item.Delete, item.Head, item.Options} {
-			if op != nil {
-				op.Consumes = withoutProtobuf(op.Consumes)
-				op.Produces = withoutProtobuf(op.Produces)
-			}
-		}
-		s.Paths.Paths[path] = item
-	}
-	return s, nil
-}
-
-func withoutProtobufV3(s *spec3.OpenAPI) (*spec3.OpenAPI, error) {
-	if s.Paths == nil {
-		return s, nil
-	}
-	for _, item := range s.Paths.Paths {
-		if item == nil {
-			continue
-		}
-		for _, op := range []*spec3.Operation{item.Get, item.Put, item.Post, item.Patch, item.Delete, item.Head, item.Options} {
-			if op == nil {
-				continue
-			}
-			if op.RequestBody != nil {
-				delete(op.RequestBody.Content, protobufMediaType)
-			}
-			if op.Responses != nil {
-				for _, r := range op.Responses.StatusCodeResponses {
-					if r != nil {
-						delete(r.Content, protobufMediaType)
-					}
-				}
-				if op.Responses.Default != nil {
-					delete(op.Responses.Default.Content, protobufMediaType)
-				}
-			}
-		}
-	}
-	return s, nil
-}
-
-func withoutProtobuf(types []string) []string {
-	out := types[:0]
-	for _, t := range types {
-		if t != protobufMediaType {
-			out = append(out, t)
-		}
-	}
-	return out
 }

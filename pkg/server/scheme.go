@@ -27,24 +27,8 @@ func NewScheme() (*runtime.Scheme, error) {
 	return scheme, nil
 }
 
-// textOnly hides the protobuf serializer: Nodus' types have no protobuf
-// encoding, so the server must neither accept nor advertise it.
-type textOnly struct {
-	runtime.NegotiatedSerializer
-}
-
-func (t textOnly) SupportedMediaTypes() []runtime.SerializerInfo {
-	var out []runtime.SerializerInfo
-	for _, info := range t.NegotiatedSerializer.SupportedMediaTypes() {
-		if info.MediaType == runtime.ContentTypeJSON || info.MediaType == runtime.ContentTypeYAML {
-			out = append(out, info)
-		}
-	}
-	return out
-}
-
-// newCodecs returns the scheme's codecs and the JSON/YAML-only negotiated serializer.
-func newCodecs(scheme *runtime.Scheme) (serializer.CodecFactory, runtime.NegotiatedSerializer) {
-	codecs := serializer.NewCodecFactory(scheme)
-	return codecs, textOnly{codecs}
+// newCodecs returns the scheme's codecs: JSON, YAML and, for the Nodus types
+// (generated.pb.go) and the core types they serve, protobuf.
+func newCodecs(scheme *runtime.Scheme) serializer.CodecFactory {
+	return serializer.NewCodecFactory(scheme)
 }

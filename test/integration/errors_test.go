@@ -155,7 +155,7 @@ func TestEveryReasonIsReachable(t *testing.T) {
 			return do(t, s.Config, "POST", "/api/v1/namespaces", "application/json", strings.NewReader(`{"metadata":{"name":"x"}}`))
 		},
 		metav1.StatusReasonNotAcceptable: func() response {
-			return do(t, s.Config, "GET", pools, "", nil, "Accept", "application/vnd.kubernetes.protobuf")
+			return do(t, s.Config, "GET", pools, "", nil, "Accept", "application/xml")
 		},
 		metav1.StatusReasonAlreadyExists: func() response {
 			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fra1"}}`))

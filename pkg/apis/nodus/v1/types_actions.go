@@ -10,10 +10,10 @@ type ReservedHostReleaseRequest struct {
 
 	// Agreed confirms access retirement without shortening the supplier’s reservation term.
 	// +required
-	Agreed *bool `json:"agreed"`
+	Agreed *bool `json:"agreed" protobuf:"varint,1,opt,name=agreed"`
 	// Epoch identifies the reservation assignment reviewed before retirement.
 	// +required
-	Epoch *int64 `json:"epoch"`
+	Epoch *int64 `json:"epoch" protobuf:"varint,2,opt,name=epoch"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -35,57 +35,57 @@ type NodeHeartbeat struct {
 
 	// AgentGeneration is the generation of the agent's credential. Reports of
 	// any other generation than the node's current one are refused.
-	AgentGeneration int64 `json:"agentGeneration"`
+	AgentGeneration int64 `json:"agentGeneration" protobuf:"varint,1,opt,name=agentGeneration"`
 	// Reservations report, for each reservation the agent knows on this
 	// node, what it applied and what still runs.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Reservations []ReservationEvidence `json:"reservations,omitempty"`
+	Reservations []ReservationEvidence `json:"reservations,omitempty" protobuf:"bytes,2,rep,name=reservations"`
 	// Cleaning reports a handover cleaning the agent finished.
 	// +optional
-	Cleaning *CleaningEvidence `json:"cleaning,omitempty"`
+	Cleaning *CleaningEvidence `json:"cleaning,omitempty" protobuf:"bytes,3,opt,name=cleaning"`
 	// IntervalSeconds is set by the server in its answer: send the next
 	// heartbeat within this many seconds.
 	// +optional
-	IntervalSeconds int32 `json:"intervalSeconds,omitempty"`
+	IntervalSeconds int32 `json:"intervalSeconds,omitempty" protobuf:"varint,4,opt,name=intervalSeconds"`
 }
 
 // ReservationEvidence is an agent's account of one reservation on its node.
 type ReservationEvidence struct {
 	// Name of the Reservation.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// AppliedEpoch is the latest access epoch the agent enforces.
-	AppliedEpoch int64 `json:"appliedEpoch"`
+	AppliedEpoch int64 `json:"appliedEpoch" protobuf:"varint,2,opt,name=appliedEpoch"`
 	// OwnerSessions is the number of live sessions of the owner project's people.
-	OwnerSessions int32 `json:"ownerSessions"`
+	OwnerSessions int32 `json:"ownerSessions" protobuf:"varint,3,opt,name=ownerSessions"`
 	// BorrowerExecutions is the number of borrower executions still running.
-	BorrowerExecutions int32 `json:"borrowerExecutions"`
+	BorrowerExecutions int32 `json:"borrowerExecutions" protobuf:"varint,4,opt,name=borrowerExecutions"`
 }
 
 // CleaningEvidence is an agent's account of one handover cleaning.
 type CleaningEvidence struct {
 	// Request is the node's status.cleaning.request the agent carried out.
-	Request int64 `json:"request"`
+	Request int64 `json:"request" protobuf:"varint,1,opt,name=request"`
 	// AppliedEpoch is the epoch of the retired reservation the agent had
 	// applied before it cleaned.
 	// +optional
-	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	AppliedEpoch int64 `json:"appliedEpoch,omitempty" protobuf:"varint,2,opt,name=appliedEpoch"`
 	// Succeeded says whether every step worked.
-	Succeeded bool `json:"succeeded"`
+	Succeeded bool `json:"succeeded" protobuf:"varint,3,opt,name=succeeded"`
 	// Steps say what the agent did, in order.
 	// +optional
 	// +listType=atomic
-	Steps []string `json:"steps,omitempty"`
+	Steps []string `json:"steps,omitempty" protobuf:"bytes,4,rep,name=steps"`
 	// Message says what failed.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,5,opt,name=message"`
 	// CommandExitCode is the exit status of the operator's cleaning command, when one ran.
 	// +optional
-	CommandExitCode *int32 `json:"commandExitCode,omitempty"`
+	CommandExitCode *int32 `json:"commandExitCode,omitempty" protobuf:"varint,6,opt,name=commandExitCode"`
 	// CommandOutput is the tail of that command's output.
 	// +optional
-	CommandOutput string `json:"commandOutput,omitempty"`
+	CommandOutput string `json:"commandOutput,omitempty" protobuf:"bytes,7,opt,name=commandOutput"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -98,23 +98,23 @@ type ReservedHostSSHCertificate struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// PublicKey is the key to certify, in authorized_keys format.
-	PublicKey string `json:"publicKey"`
+	PublicKey string `json:"publicKey" protobuf:"bytes,1,opt,name=publicKey"`
 	// Certificate is the SSH user certificate, in the answer.
 	// +optional
-	Certificate string `json:"certificate,omitempty"`
+	Certificate string `json:"certificate,omitempty" protobuf:"bytes,2,opt,name=certificate"`
 	// Principal is the certificate's only principal: the reservation and epoch.
 	// +optional
-	Principal string `json:"principal,omitempty"`
+	Principal string `json:"principal,omitempty" protobuf:"bytes,3,opt,name=principal"`
 	// LoginUser is the account to log in as.
 	// +optional
-	LoginUser string `json:"loginUser,omitempty"`
+	LoginUser string `json:"loginUser,omitempty" protobuf:"bytes,4,opt,name=loginUser"`
 	// Address is host:port of the host's sshd, as its agent reports it.
 	// +optional
-	Address string `json:"address,omitempty"`
+	Address string `json:"address,omitempty" protobuf:"bytes,5,opt,name=address"`
 	// Epoch is the reservation epoch the certificate is bound to.
 	// +optional
-	Epoch int64 `json:"epoch,omitempty"`
+	Epoch int64 `json:"epoch,omitempty" protobuf:"varint,6,opt,name=epoch"`
 	// ValidBefore is when the certificate expires: at most an hour, never past endsAt.
 	// +optional
-	ValidBefore *metav1.Time `json:"validBefore,omitempty"`
+	ValidBefore *metav1.Time `json:"validBefore,omitempty" protobuf:"bytes,7,opt,name=validBefore"`
 }

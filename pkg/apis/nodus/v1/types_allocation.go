@@ -12,13 +12,13 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type Allocation struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec is the request.
-	Spec AllocationSpec `json:"spec"`
+	Spec AllocationSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// Status is the outcome.
 	// +optional
-	Status AllocationStatus `json:"status,omitempty"`
+	Status AllocationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // AllocationSpec asks for one node.
@@ -28,27 +28,27 @@ type AllocationSpec struct {
 	// (metadata.name cannot). Empty: the allocation has no Ironic name. A
 	// create that gives metadata.name and no ironicName takes metadata.name.
 	// +optional
-	IronicName string `json:"ironicName,omitempty"`
+	IronicName string `json:"ironicName,omitempty" protobuf:"bytes,1,opt,name=ironicName"`
 	// ResourceClass the node must have. Required unless Node is set.
 	// +optional
-	ResourceClass string `json:"resourceClass,omitempty"`
+	ResourceClass string `json:"resourceClass,omitempty" protobuf:"bytes,2,opt,name=resourceClass"`
 	// Traits the node must all have.
 	// +optional
 	// +listType=set
-	Traits []string `json:"traits,omitempty"`
+	Traits []string `json:"traits,omitempty" protobuf:"bytes,3,rep,name=traits"`
 	// CandidateNodes restricts the choice to these nodes (names).
 	// +optional
 	// +listType=set
-	CandidateNodes []string `json:"candidateNodes,omitempty"`
+	CandidateNodes []string `json:"candidateNodes,omitempty" protobuf:"bytes,4,rep,name=candidateNodes"`
 	// Node backfills an allocation for a node that is already in use.
 	// +optional
-	Node string `json:"node,omitempty"`
+	Node string `json:"node,omitempty" protobuf:"bytes,5,opt,name=node"`
 	// Owner is recorded on the allocation and its node, as Ironic's owner field.
 	// +optional
-	Owner string `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty" protobuf:"bytes,6,opt,name=owner"`
 	// Extra is free-form operator data.
 	// +optional
-	Extra map[string]string `json:"extra,omitempty"`
+	Extra map[string]string `json:"extra,omitempty" protobuf:"bytes,7,rep,name=extra"`
 }
 
 // AllocationState is Ironic's allocation state.
@@ -67,13 +67,13 @@ const (
 type AllocationStatus struct {
 	// State is allocating, active or error.
 	// +optional
-	State AllocationState `json:"state,omitempty"`
+	State AllocationState `json:"state,omitempty" protobuf:"bytes,1,opt,name=state,casttype=AllocationState"`
 	// Node is the claimed node's name.
 	// +optional
-	Node string `json:"node,omitempty"`
+	Node string `json:"node,omitempty" protobuf:"bytes,2,opt,name=node"`
 	// LastError says which constraint could not be met when State is error.
 	// +optional
-	LastError string `json:"lastError,omitempty"`
+	LastError string `json:"lastError,omitempty" protobuf:"bytes,3,opt,name=lastError"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -82,6 +82,6 @@ type AllocationStatus struct {
 type AllocationList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Allocation `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Allocation `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

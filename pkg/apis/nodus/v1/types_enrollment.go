@@ -12,56 +12,56 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type EnrollmentToken struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec says where the enrolled node goes.
-	Spec EnrollmentTokenSpec `json:"spec"`
+	Spec EnrollmentTokenSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// Status holds the token's hash and its use.
 	// +optional
-	Status EnrollmentTokenStatus `json:"status,omitempty"`
+	Status EnrollmentTokenStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // EnrollmentTokenSpec is what an enrollment creates.
 type EnrollmentTokenSpec struct {
 	// Pool the node joins.
-	Pool string `json:"pool"`
+	Pool string `json:"pool" protobuf:"bytes,1,opt,name=pool"`
 	// NodeName is the one node the token enrolls. A token with a node name
 	// may enroll that node again (a reinstalled server) if it is of the
 	// token's pool; a token without one enrolls only a name no node has yet.
 	// +optional
-	NodeName string `json:"nodeName,omitempty"`
+	NodeName string `json:"nodeName,omitempty" protobuf:"bytes,2,opt,name=nodeName"`
 	// ResourceClass of the node.
-	ResourceClass string `json:"resourceClass"`
+	ResourceClass string `json:"resourceClass" protobuf:"bytes,3,opt,name=resourceClass"`
 	// Traits of the node.
 	// +optional
 	// +listType=set
-	Traits []string `json:"traits,omitempty"`
+	Traits []string `json:"traits,omitempty" protobuf:"bytes,4,rep,name=traits"`
 	// LoginUser is the node's default login user.
 	// +optional
-	LoginUser string `json:"loginUser,omitempty"`
+	LoginUser string `json:"loginUser,omitempty" protobuf:"bytes,5,opt,name=loginUser"`
 	// ExpiresAt is when the token stops working; defaults to 24 hours after creation.
 	// +optional
-	ExpiresAt *metav1.Time `json:"expiresAt,omitempty"`
+	ExpiresAt *metav1.Time `json:"expiresAt,omitempty" protobuf:"bytes,6,opt,name=expiresAt"`
 }
 
 // EnrollmentTokenStatus records the token's verifier and use.
 type EnrollmentTokenStatus struct {
 	// TokenHash is the hex SHA-256 of the token's secret part.
 	// +optional
-	TokenHash string `json:"tokenHash,omitempty"`
+	TokenHash string `json:"tokenHash,omitempty" protobuf:"bytes,1,opt,name=tokenHash"`
 	// Token is set only in the response to the create request.
 	// +optional
-	Token string `json:"token,omitempty"`
+	Token string `json:"token,omitempty" protobuf:"bytes,2,opt,name=token"`
 	// CAFingerprint is the SHA-256 fingerprint of the server CA, for the
 	// agent to pin; set in the create response.
 	// +optional
-	CAFingerprint string `json:"caFingerprint,omitempty"`
+	CAFingerprint string `json:"caFingerprint,omitempty" protobuf:"bytes,3,opt,name=caFingerprint"`
 	// UsedBy is the node that enrolled with the token.
 	// +optional
-	UsedBy string `json:"usedBy,omitempty"`
+	UsedBy string `json:"usedBy,omitempty" protobuf:"bytes,4,opt,name=usedBy"`
 	// UsedAt is when it did.
 	// +optional
-	UsedAt *metav1.Time `json:"usedAt,omitempty"`
+	UsedAt *metav1.Time `json:"usedAt,omitempty" protobuf:"bytes,5,opt,name=usedAt"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -70,8 +70,8 @@ type EnrollmentTokenStatus struct {
 type EnrollmentTokenList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []EnrollmentToken `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []EnrollmentToken `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -84,14 +84,14 @@ type NodeEnrollment struct {
 
 	// CertificateRequest is a PEM certificate signing request for the
 	// agent's own key; the server sets the subject.
-	CertificateRequest string `json:"certificateRequest"`
+	CertificateRequest string `json:"certificateRequest" protobuf:"bytes,1,opt,name=certificateRequest"`
 	// Certificate is the signed client certificate, in the answer.
 	// +optional
-	Certificate string `json:"certificate,omitempty"`
+	Certificate string `json:"certificate,omitempty" protobuf:"bytes,2,opt,name=certificate"`
 	// CA is the server CA certificate, in the answer.
 	// +optional
-	CA string `json:"ca,omitempty"`
+	CA string `json:"ca,omitempty" protobuf:"bytes,3,opt,name=ca"`
 	// AgentGeneration is the node's new agent generation, in the answer.
 	// +optional
-	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,4,opt,name=agentGeneration"`
 }

@@ -11,44 +11,44 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type Execution struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec is what to run and where.
-	Spec ExecutionSpec `json:"spec"`
+	Spec ExecutionSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// Status is how it goes.
 	// +optional
-	Status ExecutionStatus `json:"status,omitempty"`
+	Status ExecutionStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ExecutionSpec is a borrower's workload.
 type ExecutionSpec struct {
 	// Pool whose lent hosts may run it.
-	Pool string `json:"pool"`
+	Pool string `json:"pool" protobuf:"bytes,1,opt,name=pool"`
 	// Command and its arguments.
 	// +listType=atomic
-	Command []string `json:"command"`
+	Command []string `json:"command" protobuf:"bytes,2,rep,name=command"`
 	// Env are environment variables.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
-	Env []ExecutionEnv `json:"env,omitempty"`
+	Env []ExecutionEnv `json:"env,omitempty" protobuf:"bytes,3,rep,name=env"`
 	// GPUs wanted.
 	// +optional
-	GPUs int32 `json:"gpus,omitempty"`
+	GPUs int32 `json:"gpus,omitempty" protobuf:"varint,4,opt,name=gpus"`
 	// MaxRuntimeSeconds ends the execution when reached.
-	MaxRuntimeSeconds int64 `json:"maxRuntimeSeconds"`
+	MaxRuntimeSeconds int64 `json:"maxRuntimeSeconds" protobuf:"varint,5,opt,name=maxRuntimeSeconds"`
 	// Image, NAME[:TAG], is an OCI image the host's operator placed in the
 	// host's images directory; its root replaces the host's read-only
 	// system in the sandbox. An image the host does not have ends the
 	// execution failed with reason ImageNotFound.
 	// +optional
-	Image string `json:"image,omitempty"`
+	Image string `json:"image,omitempty" protobuf:"bytes,6,opt,name=image"`
 }
 
 // ExecutionEnv is one environment variable.
 type ExecutionEnv struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+	Name  string `json:"name" protobuf:"bytes,1,opt,name=name"`
+	Value string `json:"value" protobuf:"bytes,2,opt,name=value"`
 }
 
 // ExecutionPhase is where an execution is in its life.
@@ -78,45 +78,45 @@ func (p ExecutionPhase) Finished() bool {
 type ExecutionStatus struct {
 	// Phase is pending, scheduled, running, succeeded, failed, drained or cancelled.
 	// +optional
-	Phase ExecutionPhase `json:"phase,omitempty"`
+	Phase ExecutionPhase `json:"phase,omitempty" protobuf:"bytes,1,opt,name=phase,casttype=ExecutionPhase"`
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	// +optional
-	Host string `json:"host,omitempty"`
+	Host string `json:"host,omitempty" protobuf:"bytes,2,opt,name=host"`
 	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
 	// +optional
 	// +listType=atomic
-	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	GPUIndices []int32 `json:"gpuIndices,omitempty" protobuf:"varint,3,rep,name=gpuIndices"`
 	// MemoryLimitMiB is the memory its sandbox may use: its share of what the
 	// host's owner lends. 0 is no limit.
 	// +optional
-	MemoryLimitMiB int64 `json:"memoryLimitMiB,omitempty"`
+	MemoryLimitMiB int64 `json:"memoryLimitMiB,omitempty" protobuf:"varint,4,opt,name=memoryLimitMiB"`
 	// MilliCPUs is the CPU time its sandbox may use, in thousandths of a CPU. 0 is no limit.
 	// +optional
-	MilliCPUs int64 `json:"milliCPUs,omitempty"`
+	MilliCPUs int64 `json:"milliCPUs,omitempty" protobuf:"varint,5,opt,name=milliCPUs"`
 	// Network is what its sandbox reaches, from its pool's policy when it was placed.
 	// +optional
-	Network LendingNetwork `json:"network,omitempty"`
+	Network LendingNetwork `json:"network,omitempty" protobuf:"bytes,6,opt,name=network,casttype=LendingNetwork"`
 	// ScheduledAt is when it was placed on a host.
 	// +optional
-	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
+	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty" protobuf:"bytes,7,opt,name=scheduledAt"`
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
 	// +optional
-	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty"`
+	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty" protobuf:"bytes,8,opt,name=cancelRequestedAt"`
 	// StartedAt is when it started.
 	// +optional
-	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	StartedAt *metav1.Time `json:"startedAt,omitempty" protobuf:"bytes,9,opt,name=startedAt"`
 	// FinishedAt is when it ended.
 	// +optional
-	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty" protobuf:"bytes,10,opt,name=finishedAt"`
 	// ExitCode of the command.
 	// +optional
-	ExitCode *int32 `json:"exitCode,omitempty"`
+	ExitCode *int32 `json:"exitCode,omitempty" protobuf:"varint,11,opt,name=exitCode"`
 	// Reason is a machine-readable cause, such as Drained.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,12,opt,name=reason"`
 	// Message says what happened.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,13,opt,name=message"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -125,6 +125,6 @@ type ExecutionStatus struct {
 type ExecutionList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Execution `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Execution `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -7,23 +7,23 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 // borrowers' executions on the host, within the caps.
 type ReservationLending struct {
 	// Lent says the owner lends the host now; false after a withdrawal.
-	Lent bool `json:"lent"`
+	Lent bool `json:"lent" protobuf:"varint,1,opt,name=lent"`
 	// MaxGPUs is the most GPUs borrowers use on the host at once.
-	MaxGPUs int32 `json:"maxGPUs"`
+	MaxGPUs int32 `json:"maxGPUs" protobuf:"varint,2,opt,name=maxGPUs"`
 	// MaxExecutions is the most borrower executions on the host at once.
-	MaxExecutions int32 `json:"maxExecutions"`
+	MaxExecutions int32 `json:"maxExecutions" protobuf:"varint,3,opt,name=maxExecutions"`
 	// MemoryMiB is the memory borrowers' executions use at most, together;
 	// each gets its share (by GPUs, or by executions when it has none).
 	// +optional
-	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty" protobuf:"varint,4,opt,name=memoryMiB"`
 	// MilliCPUs is the CPU time borrowers' executions use at most,
 	// together, in thousandths of a CPU; shared as memory is.
 	// +optional
-	MilliCPUs int64 `json:"milliCPUs,omitempty"`
+	MilliCPUs int64 `json:"milliCPUs,omitempty" protobuf:"varint,5,opt,name=milliCPUs"`
 	// Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.
-	Epoch int64 `json:"epoch"`
+	Epoch int64 `json:"epoch" protobuf:"varint,6,opt,name=epoch"`
 	// ChangedAt is when the owner last lent or withdrew.
-	ChangedAt metav1.Time `json:"changedAt"`
+	ChangedAt metav1.Time `json:"changedAt" protobuf:"bytes,7,opt,name=changedAt"`
 }
 
 // +genclient
@@ -37,11 +37,11 @@ type ReservationLending struct {
 type HostLending struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Status is the lending agreement and its use.
 	// +optional
-	Status HostLendingStatus `json:"status,omitempty"`
+	Status HostLendingStatus `json:"status,omitempty" protobuf:"bytes,2,opt,name=status"`
 }
 
 // HostLendingState says whether borrowers may use the host.
@@ -59,48 +59,48 @@ const (
 // HostLendingStatus is a host's lending agreement and its use.
 type HostLendingStatus struct {
 	// State is lent, withdrawn or ended.
-	State HostLendingState `json:"state"`
+	State HostLendingState `json:"state" protobuf:"bytes,1,opt,name=state,casttype=HostLendingState"`
 	// Pool is the pool the host is lent into.
 	// +optional
-	Pool string `json:"pool,omitempty"`
+	Pool string `json:"pool,omitempty" protobuf:"bytes,2,opt,name=pool"`
 	// Epoch is the reservation epoch the owner reviewed when it last lent or withdrew.
-	Epoch int64 `json:"epoch"`
+	Epoch int64 `json:"epoch" protobuf:"varint,3,opt,name=epoch"`
 	// MaxGPUs is the most GPUs borrowers use at once.
-	MaxGPUs int32 `json:"maxGPUs"`
+	MaxGPUs int32 `json:"maxGPUs" protobuf:"varint,4,opt,name=maxGPUs"`
 	// MaxExecutions is the most borrower executions at once.
-	MaxExecutions int32 `json:"maxExecutions"`
+	MaxExecutions int32 `json:"maxExecutions" protobuf:"varint,5,opt,name=maxExecutions"`
 	// MemoryMiB is the memory lent to borrowers' executions, together.
 	// +optional
-	MemoryMiB int64 `json:"memoryMiB,omitempty"`
+	MemoryMiB int64 `json:"memoryMiB,omitempty" protobuf:"varint,6,opt,name=memoryMiB"`
 	// MilliCPUs is the CPU time lent to borrowers' executions, together, in thousandths of a CPU.
 	// +optional
-	MilliCPUs int64 `json:"milliCPUs,omitempty"`
+	MilliCPUs int64 `json:"milliCPUs,omitempty" protobuf:"varint,7,opt,name=milliCPUs"`
 	// BorrowedGPUs is how many GPUs borrowers hold now.
-	BorrowedGPUs int32 `json:"borrowedGPUs"`
+	BorrowedGPUs int32 `json:"borrowedGPUs" protobuf:"varint,8,opt,name=borrowedGPUs"`
 	// GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and
 	// CUDA_VISIBLE_DEVICES number them: the owner's own work should use the others.
 	// +optional
 	// +listType=atomic
-	GPUIndices []int32 `json:"gpuIndices,omitempty"`
+	GPUIndices []int32 `json:"gpuIndices,omitempty" protobuf:"varint,9,rep,name=gpuIndices"`
 	// Executions is how many borrower executions are scheduled or running now.
-	Executions int32 `json:"executions"`
+	Executions int32 `json:"executions" protobuf:"varint,10,opt,name=executions"`
 	// Borrowers names who borrows, only where the pool shows borrowers to owners.
 	// +optional
 	// +listType=map
 	// +listMapKey=project
-	Borrowers []HostBorrower `json:"borrowers,omitempty"`
+	Borrowers []HostBorrower `json:"borrowers,omitempty" protobuf:"bytes,11,rep,name=borrowers"`
 	// ChangedAt is when the owner last lent or withdrew.
-	ChangedAt metav1.Time `json:"changedAt"`
+	ChangedAt metav1.Time `json:"changedAt" protobuf:"bytes,12,opt,name=changedAt"`
 }
 
 // HostBorrower is one borrowing project's use of a host.
 type HostBorrower struct {
 	// Project is the borrowing project.
-	Project string `json:"project"`
+	Project string `json:"project" protobuf:"bytes,1,opt,name=project"`
 	// GPUs it holds on the host.
-	GPUs int32 `json:"gpus"`
+	GPUs int32 `json:"gpus" protobuf:"varint,2,opt,name=gpus"`
 	// Executions it has scheduled or running on the host.
-	Executions int32 `json:"executions"`
+	Executions int32 `json:"executions" protobuf:"varint,3,opt,name=executions"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -109,8 +109,8 @@ type HostBorrower struct {
 type HostLendingList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []HostLending `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []HostLending `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -123,21 +123,21 @@ type ReservedHostLendRequest struct {
 
 	// Epoch identifies the reservation assignment the owner reviewed.
 	// +required
-	Epoch *int64 `json:"epoch"`
+	Epoch *int64 `json:"epoch" protobuf:"varint,1,opt,name=epoch"`
 	// MaxGPUs caps the GPUs borrowers use at once; default all of the host's GPUs.
 	// +optional
-	MaxGPUs *int32 `json:"maxGPUs,omitempty"`
+	MaxGPUs *int32 `json:"maxGPUs,omitempty" protobuf:"varint,2,opt,name=maxGPUs"`
 	// MaxExecutions caps the executions at once; default one per lent GPU, at least one.
 	// +optional
-	MaxExecutions *int32 `json:"maxExecutions,omitempty"`
+	MaxExecutions *int32 `json:"maxExecutions,omitempty" protobuf:"varint,3,opt,name=maxExecutions"`
 	// MemoryMiB caps the memory of borrowers' executions together; default
 	// the host's memory in proportion to the GPUs lent (counting at least one).
 	// +optional
-	MemoryMiB *int64 `json:"memoryMiB,omitempty"`
+	MemoryMiB *int64 `json:"memoryMiB,omitempty" protobuf:"varint,4,opt,name=memoryMiB"`
 	// MilliCPUs caps their CPU time together, in thousandths of a CPU;
 	// default the host's CPUs in the same proportion.
 	// +optional
-	MilliCPUs *int64 `json:"milliCPUs,omitempty"`
+	MilliCPUs *int64 `json:"milliCPUs,omitempty" protobuf:"varint,5,opt,name=milliCPUs"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -149,7 +149,7 @@ type ReservedHostWithdrawRequest struct {
 
 	// Epoch identifies the reservation assignment the owner reviewed.
 	// +required
-	Epoch *int64 `json:"epoch"`
+	Epoch *int64 `json:"epoch" protobuf:"varint,1,opt,name=epoch"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -171,22 +171,22 @@ type ExecutionReport struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// Phase is running, succeeded, failed, drained or cancelled.
-	Phase ExecutionPhase `json:"phase"`
+	Phase ExecutionPhase `json:"phase" protobuf:"bytes,1,opt,name=phase,casttype=ExecutionPhase"`
 	// ExitCode of the command, when it exited.
 	// +optional
-	ExitCode *int32 `json:"exitCode,omitempty"`
+	ExitCode *int32 `json:"exitCode,omitempty" protobuf:"varint,2,opt,name=exitCode"`
 	// Reason is a machine-readable cause.
 	// +optional
-	Reason string `json:"reason,omitempty"`
+	Reason string `json:"reason,omitempty" protobuf:"bytes,3,opt,name=reason"`
 	// Message says what happened.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,4,opt,name=message"`
 	// Log is the tail of the execution's output so far, at most MaxExecutionLogBytes.
 	// +optional
-	Log string `json:"log,omitempty"`
+	Log string `json:"log,omitempty" protobuf:"bytes,5,opt,name=log"`
 	// LogDroppedBytes is how much output before Log was dropped.
 	// +optional
-	LogDroppedBytes int64 `json:"logDroppedBytes,omitempty"`
+	LogDroppedBytes int64 `json:"logDroppedBytes,omitempty" protobuf:"varint,6,opt,name=logDroppedBytes"`
 }
 
 // MaxExecutionLogBytes bounds the output kept of one execution.

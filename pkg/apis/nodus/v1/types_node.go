@@ -14,41 +14,41 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type Node struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec is what the operator decides about the server.
 	// +optional
-	Spec NodeSpec `json:"spec,omitempty"`
+	Spec NodeSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
 	// Status is what the agent and the controllers observe.
 	// +optional
-	Status NodeStatus `json:"status,omitempty"`
+	Status NodeStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // NodeSpec is the operator's view of a physical server.
 type NodeSpec struct {
 	// Pool is the capacity group the server belongs to.
-	Pool string `json:"pool"`
+	Pool string `json:"pool" protobuf:"bytes,1,opt,name=pool"`
 	// ResourceClass is the scheduling class allocations ask for, e.g. "gpu-h100x8".
-	ResourceClass string `json:"resourceClass"`
+	ResourceClass string `json:"resourceClass" protobuf:"bytes,2,opt,name=resourceClass"`
 	// Traits are capabilities allocations may require, e.g. "CUSTOM_NVLINK".
 	// +optional
 	// +listType=set
-	Traits []string `json:"traits,omitempty"`
+	Traits []string `json:"traits,omitempty" protobuf:"bytes,3,rep,name=traits"`
 	// Maintenance takes the server out of scheduling.
 	// +optional
-	Maintenance bool `json:"maintenance,omitempty"`
+	Maintenance bool `json:"maintenance,omitempty" protobuf:"varint,4,opt,name=maintenance"`
 	// MaintenanceReason says why the server is in maintenance.
 	// +optional
-	MaintenanceReason string `json:"maintenanceReason,omitempty"`
+	MaintenanceReason string `json:"maintenanceReason,omitempty" protobuf:"bytes,5,opt,name=maintenanceReason"`
 	// LoginUser is the default operating-system account for reservations of this server.
 	// +optional
-	LoginUser string `json:"loginUser,omitempty"`
+	LoginUser string `json:"loginUser,omitempty" protobuf:"bytes,6,opt,name=loginUser"`
 	// Owner is recorded as Ironic's node owner.
 	// +optional
-	Owner string `json:"owner,omitempty"`
+	Owner string `json:"owner,omitempty" protobuf:"bytes,7,opt,name=owner"`
 	// Extra is free-form operator data, Ironic's node extra.
 	// +optional
-	Extra map[string]string `json:"extra,omitempty"`
+	Extra map[string]string `json:"extra,omitempty" protobuf:"bytes,8,rep,name=extra"`
 }
 
 // ProvisionState is the Ironic-style lifecycle state of a node.
@@ -74,46 +74,46 @@ const NodeConditionReady = "Ready"
 type NodeStatus struct {
 	// Inventory is the server's hardware and software as the agent reports it.
 	// +optional
-	Inventory NodeInventory `json:"inventory,omitempty"`
+	Inventory NodeInventory `json:"inventory,omitempty" protobuf:"bytes,1,opt,name=inventory"`
 	// SSHHostKey is the server's SSH host public key in authorized_keys format.
 	// +optional
-	SSHHostKey string `json:"sshHostKey,omitempty"`
+	SSHHostKey string `json:"sshHostKey,omitempty" protobuf:"bytes,2,opt,name=sshHostKey"`
 	// SSHAddress is host:port where the server's sshd listens.
 	// +optional
-	SSHAddress string `json:"sshAddress,omitempty"`
+	SSHAddress string `json:"sshAddress,omitempty" protobuf:"bytes,3,opt,name=sshAddress"`
 	// Conditions report the server's health (Ready).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,4,rep,name=conditions"`
 	// LastHeartbeatTime is the latest heartbeat of the agent.
 	// +optional
-	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty" protobuf:"bytes,5,opt,name=lastHeartbeatTime"`
 	// ProvisionState is enroll, available, active or cleaning.
 	// +optional
-	ProvisionState ProvisionState `json:"provisionState,omitempty"`
+	ProvisionState ProvisionState `json:"provisionState,omitempty" protobuf:"bytes,6,opt,name=provisionState,casttype=ProvisionState"`
 	// Allocation is the name of the Allocation that holds this server.
 	// +optional
-	Allocation string `json:"allocation,omitempty"`
+	Allocation string `json:"allocation,omitempty" protobuf:"bytes,7,opt,name=allocation"`
 	// Reservation is the one live Reservation that holds this server. The
 	// reservation controller claims it by optimistic concurrency before the
 	// reservation gives access, and clears it when the server's cleaning
 	// starts, so no two reservations hold one server at once.
 	// +optional
-	Reservation string `json:"reservation,omitempty"`
+	Reservation string `json:"reservation,omitempty" protobuf:"bytes,8,opt,name=reservation"`
 	// Cleaning is the latest handover cleaning asked of the agent, and its outcome.
 	// +optional
-	Cleaning *NodeCleaning `json:"cleaning,omitempty"`
+	Cleaning *NodeCleaning `json:"cleaning,omitempty" protobuf:"bytes,9,opt,name=cleaning"`
 	// AgentGeneration increases every time the server's agent is enrolled again.
 	// +optional
-	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,10,opt,name=agentGeneration"`
 	// AppliedEpoch is the latest access epoch the agent applied.
 	// +optional
-	AppliedEpoch int64 `json:"appliedEpoch,omitempty"`
+	AppliedEpoch int64 `json:"appliedEpoch,omitempty" protobuf:"varint,11,opt,name=appliedEpoch"`
 	// ExecutionSlots is how many borrower executions the agent runs at once,
 	// each as an account of its own; 0 when they share one account.
 	// +optional
-	ExecutionSlots int32 `json:"executionSlots,omitempty"`
+	ExecutionSlots int32 `json:"executionSlots,omitempty" protobuf:"varint,12,opt,name=executionSlots"`
 }
 
 // NodeCleaning is one handover cleaning: what the server asked the agent to
@@ -122,41 +122,41 @@ type NodeCleaning struct {
 	// Request numbers the cleanings of this node; every new one (a reservation
 	// leaving, or an operator's `nodus nodes clean`) is one higher. Only
 	// evidence for the current request counts.
-	Request int64 `json:"request"`
+	Request int64 `json:"request" protobuf:"varint,1,opt,name=request"`
 	// Reservation is the reservation whose access ended, if any.
 	// +optional
-	Reservation string `json:"reservation,omitempty"`
+	Reservation string `json:"reservation,omitempty" protobuf:"bytes,2,opt,name=reservation"`
 	// Epoch is that reservation's final epoch: the agent cleans only once it
 	// applied it, so that no access of the old tenant is left when it cleans.
 	// +optional
-	Epoch int64 `json:"epoch,omitempty"`
+	Epoch int64 `json:"epoch,omitempty" protobuf:"varint,3,opt,name=epoch"`
 	// Users are the login accounts to reset.
 	// +optional
 	// +listType=set
-	Users []string `json:"users,omitempty"`
+	Users []string `json:"users,omitempty" protobuf:"bytes,4,rep,name=users"`
 	// RequestedAt is when the cleaning was asked for.
-	RequestedAt metav1.Time `json:"requestedAt"`
+	RequestedAt metav1.Time `json:"requestedAt" protobuf:"bytes,5,opt,name=requestedAt"`
 	// Phase is Pending until the current agent reports, then Succeeded or Failed.
-	Phase CleaningPhase `json:"phase"`
+	Phase CleaningPhase `json:"phase" protobuf:"bytes,6,opt,name=phase,casttype=CleaningPhase"`
 	// CompletedAt is when the agent's evidence arrived.
 	// +optional
-	CompletedAt *metav1.Time `json:"completedAt,omitempty"`
+	CompletedAt *metav1.Time `json:"completedAt,omitempty" protobuf:"bytes,7,opt,name=completedAt"`
 	// AgentGeneration is the agent generation whose evidence completed the cleaning.
 	// +optional
-	AgentGeneration int64 `json:"agentGeneration,omitempty"`
+	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,8,opt,name=agentGeneration"`
 	// Steps say what the agent did, in order.
 	// +optional
 	// +listType=atomic
-	Steps []string `json:"steps,omitempty"`
+	Steps []string `json:"steps,omitempty" protobuf:"bytes,9,rep,name=steps"`
 	// Message says why a cleaning failed.
 	// +optional
-	Message string `json:"message,omitempty"`
+	Message string `json:"message,omitempty" protobuf:"bytes,10,opt,name=message"`
 	// CommandExitCode is the exit status of the operator's cleaning command, when one ran.
 	// +optional
-	CommandExitCode *int32 `json:"commandExitCode,omitempty"`
+	CommandExitCode *int32 `json:"commandExitCode,omitempty" protobuf:"varint,11,opt,name=commandExitCode"`
 	// CommandOutput is the tail of that command's output.
 	// +optional
-	CommandOutput string `json:"commandOutput,omitempty"`
+	CommandOutput string `json:"commandOutput,omitempty" protobuf:"bytes,12,opt,name=commandOutput"`
 }
 
 // CleaningPhase is the progress of a handover cleaning.
@@ -174,32 +174,32 @@ const (
 // NodeInventory is the host's hardware and software.
 type NodeInventory struct {
 	// CPU is the host's CPU count.
-	CPU int32 `json:"cpu"`
+	CPU int32 `json:"cpu" protobuf:"varint,1,opt,name=cpu"`
 	// DiskGiB is the host's free disk in GiB.
-	DiskGiB int64 `json:"diskGiB"`
+	DiskGiB int64 `json:"diskGiB" protobuf:"varint,2,opt,name=diskGiB"`
 	// GPUs are the host's GPUs.
 	// +optional
 	// +listType=atomic
-	GPUs []NodeGPU `json:"gpus,omitempty"`
+	GPUs []NodeGPU `json:"gpus,omitempty" protobuf:"bytes,3,rep,name=gpus"`
 	// MemoryMiB is the host's memory in MiB.
-	MemoryMiB int64 `json:"memoryMiB"`
+	MemoryMiB int64 `json:"memoryMiB" protobuf:"varint,4,opt,name=memoryMiB"`
 	// NodusdVersion is the nodusd release on the host.
 	// +optional
-	NodusdVersion string `json:"nodusdVersion,omitempty"`
+	NodusdVersion string `json:"nodusdVersion,omitempty" protobuf:"bytes,5,opt,name=nodusdVersion"`
 	// OS is the host's operating system.
 	// +optional
-	OS string `json:"os,omitempty"`
+	OS string `json:"os,omitempty" protobuf:"bytes,6,opt,name=os"`
 }
 
 // NodeGPU is one device on the host.
 type NodeGPU struct {
 	// Driver is the GPU driver version.
 	// +optional
-	Driver string `json:"driver,omitempty"`
+	Driver string `json:"driver,omitempty" protobuf:"bytes,1,opt,name=driver"`
 	// MemoryMiB is the GPU's memory in MiB.
-	MemoryMiB int64 `json:"memoryMiB"`
+	MemoryMiB int64 `json:"memoryMiB" protobuf:"varint,2,opt,name=memoryMiB"`
 	// Accelerator model, "h100-sxm-80g"
-	Type string `json:"type"`
+	Type string `json:"type" protobuf:"bytes,3,opt,name=type"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -208,6 +208,6 @@ type NodeGPU struct {
 type NodeList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Node `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Node `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

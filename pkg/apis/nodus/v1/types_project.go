@@ -11,22 +11,22 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type Project struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec says who belongs to the project and with which role.
 	// +optional
-	Spec ProjectSpec `json:"spec,omitempty"`
+	Spec ProjectSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
 }
 
 // ProjectSpec is the membership of a project.
 type ProjectSpec struct {
 	// DisplayName is a human-readable name for the project.
 	// +optional
-	DisplayName string `json:"displayName,omitempty"`
+	DisplayName string `json:"displayName,omitempty" protobuf:"bytes,1,opt,name=displayName"`
 	// Members are the users and groups that may use the project, each with a role.
 	// +optional
 	// +listType=atomic
-	Members []ProjectMember `json:"members,omitempty"`
+	Members []ProjectMember `json:"members,omitempty" protobuf:"bytes,2,rep,name=members"`
 }
 
 // MemberKind says whether a member entry names a user or a group.
@@ -55,11 +55,11 @@ const (
 type ProjectMember struct {
 	// Kind is User or Group. Defaults to User.
 	// +optional
-	Kind MemberKind `json:"kind,omitempty"`
+	Kind MemberKind `json:"kind,omitempty" protobuf:"bytes,1,opt,name=kind,casttype=MemberKind"`
 	// Name is the user name or group name as the server authenticates it.
-	Name string `json:"name"`
+	Name string `json:"name" protobuf:"bytes,2,opt,name=name"`
 	// Role is admin, member or viewer.
-	Role ProjectRole `json:"role"`
+	Role ProjectRole `json:"role" protobuf:"bytes,3,opt,name=role,casttype=ProjectRole"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -68,8 +68,8 @@ type ProjectMember struct {
 type ProjectList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Project `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Project `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // +genclient
@@ -80,49 +80,49 @@ type ProjectList struct {
 type Pool struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec describes the pool.
 	// +optional
-	Spec PoolSpec `json:"spec,omitempty"`
+	Spec PoolSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
 }
 
 // PoolSpec describes a capacity group.
 type PoolSpec struct {
 	// DisplayName is a human-readable name for the pool.
 	// +optional
-	DisplayName string `json:"displayName,omitempty"`
+	DisplayName string `json:"displayName,omitempty" protobuf:"bytes,1,opt,name=displayName"`
 	// Supplier is the organisation that owns the machines.
 	// +optional
-	Supplier string `json:"supplier,omitempty"`
+	Supplier string `json:"supplier,omitempty" protobuf:"bytes,2,opt,name=supplier"`
 	// Location is where the machines are, for example a site or region name.
 	// +optional
-	Location string `json:"location,omitempty"`
+	Location string `json:"location,omitempty" protobuf:"bytes,3,opt,name=location"`
 	// Lending says whether owners may lend idle hosts of this pool to other
 	// projects, and which projects may borrow how much.
 	// +optional
-	Lending *PoolLending `json:"lending,omitempty"`
+	Lending *PoolLending `json:"lending,omitempty" protobuf:"bytes,4,opt,name=lending"`
 }
 
 // PoolLending is a pool's lending policy, after Kueue's borrowing limits.
 type PoolLending struct {
 	// Open lets owners lend hosts of this pool.
 	// +optional
-	Open bool `json:"open,omitempty"`
+	Open bool `json:"open,omitempty" protobuf:"varint,1,opt,name=open"`
 	// Borrowers are the projects that may run executions on lent hosts.
 	// +optional
 	// +listType=map
 	// +listMapKey=project
-	Borrowers []PoolBorrower `json:"borrowers,omitempty"`
+	Borrowers []PoolBorrower `json:"borrowers,omitempty" protobuf:"bytes,2,rep,name=borrowers"`
 	// ShowBorrowers lets owners see which projects borrow their hosts.
 	// +optional
-	ShowBorrowers bool `json:"showBorrowers,omitempty"`
+	ShowBorrowers bool `json:"showBorrowers,omitempty" protobuf:"varint,3,opt,name=showBorrowers"`
 	// Network is what borrowers' executions reach: "none" (the default:
 	// nothing, not even the host) or "egress" (the internet through a
 	// user-mode network stack, never the host, its loopback or private
 	// networks).
 	// +optional
-	Network LendingNetwork `json:"network,omitempty"`
+	Network LendingNetwork `json:"network,omitempty" protobuf:"bytes,4,opt,name=network,casttype=LendingNetwork"`
 }
 
 // LendingNetwork is the network policy of borrowers' executions.
@@ -138,9 +138,9 @@ const (
 // PoolBorrower is one project allowed to borrow, with its cap.
 type PoolBorrower struct {
 	// Project is the borrowing project.
-	Project string `json:"project"`
+	Project string `json:"project" protobuf:"bytes,1,opt,name=project"`
 	// MaxGPUs caps the GPUs the project borrows at once in this pool.
-	MaxGPUs int32 `json:"maxGPUs"`
+	MaxGPUs int32 `json:"maxGPUs" protobuf:"varint,2,opt,name=maxGPUs"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -149,8 +149,8 @@ type PoolBorrower struct {
 type PoolList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Pool `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Pool `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
 
 // AnnotationRetireReservations on a Project lets its deletion retire its live

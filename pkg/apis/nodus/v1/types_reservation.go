@@ -12,30 +12,30 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type Reservation struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// Spec is the contract.
-	Spec ReservationSpec `json:"spec"`
+	Spec ReservationSpec `json:"spec" protobuf:"bytes,2,opt,name=spec"`
 	// Status is the contract's progress and access epoch.
 	// +optional
-	Status ReservationStatus `json:"status,omitempty"`
+	Status ReservationStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
 }
 
 // ReservationSpec is a reservation contract.
 type ReservationSpec struct {
 	// Project is the customer project the server is reserved to.
-	Project string `json:"project"`
+	Project string `json:"project" protobuf:"bytes,1,opt,name=project"`
 	// Placement says which server: an existing Allocation, a named Node, or a
 	// resource class and traits from which an Allocation is made.
-	Placement ReservationPlacement `json:"placement"`
+	Placement ReservationPlacement `json:"placement" protobuf:"bytes,2,opt,name=placement"`
 	// StartsAt is the beginning of the reservation term.
-	StartsAt metav1.Time `json:"startsAt"`
+	StartsAt metav1.Time `json:"startsAt" protobuf:"bytes,3,opt,name=startsAt"`
 	// EndsAt is the exclusive end of the reservation term.
-	EndsAt metav1.Time `json:"endsAt"`
+	EndsAt metav1.Time `json:"endsAt" protobuf:"bytes,4,opt,name=endsAt"`
 	// LoginUser is the operating-system account the project's people log in as.
 	// Defaults to the node's loginUser when empty.
 	// +optional
-	LoginUser string `json:"loginUser,omitempty"`
+	LoginUser string `json:"loginUser,omitempty" protobuf:"bytes,5,opt,name=loginUser"`
 }
 
 // ReservationPlacement chooses the server of a reservation. Exactly one of
@@ -43,17 +43,17 @@ type ReservationSpec struct {
 type ReservationPlacement struct {
 	// Allocation names an existing Allocation.
 	// +optional
-	Allocation string `json:"allocation,omitempty"`
+	Allocation string `json:"allocation,omitempty" protobuf:"bytes,1,opt,name=allocation"`
 	// Node names a Node directly.
 	// +optional
-	Node string `json:"node,omitempty"`
+	Node string `json:"node,omitempty" protobuf:"bytes,2,opt,name=node"`
 	// ResourceClass asks the controller to allocate a node of this class.
 	// +optional
-	ResourceClass string `json:"resourceClass,omitempty"`
+	ResourceClass string `json:"resourceClass,omitempty" protobuf:"bytes,3,opt,name=resourceClass"`
 	// Traits the allocated node must have; only with ResourceClass.
 	// +optional
 	// +listType=set
-	Traits []string `json:"traits,omitempty"`
+	Traits []string `json:"traits,omitempty" protobuf:"bytes,4,rep,name=traits"`
 }
 
 // ReservationState controls access to the reserved server. The lifecycle is
@@ -84,34 +84,34 @@ const MaxLendingRequests = 16
 type ReservationStatus struct {
 	// State controls access, never hardware availability to other workloads.
 	// +optional
-	State ReservationState `json:"state,omitempty"`
+	State ReservationState `json:"state,omitempty" protobuf:"bytes,1,opt,name=state,casttype=ReservationState"`
 	// Epoch fences connections after access changes. It increases on every
 	// access change and is never reused.
 	// +optional
-	Epoch int64 `json:"epoch,omitempty"`
+	Epoch int64 `json:"epoch,omitempty" protobuf:"varint,2,opt,name=epoch"`
 	// Node is the server the reservation landed on.
 	// +optional
-	Node string `json:"node,omitempty"`
+	Node string `json:"node,omitempty" protobuf:"bytes,3,opt,name=node"`
 	// Allocation is the Allocation that holds the server.
 	// +optional
-	Allocation string `json:"allocation,omitempty"`
+	Allocation string `json:"allocation,omitempty" protobuf:"bytes,4,opt,name=allocation"`
 	// LoginUser is the operating-system account access was granted for at the current epoch.
 	// +optional
-	LoginUser string `json:"loginUser,omitempty"`
+	LoginUser string `json:"loginUser,omitempty" protobuf:"bytes,5,opt,name=loginUser"`
 	// Release is set when the owner released capacity.
 	// +optional
-	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	Release *ReservedHostReleaseStatus `json:"release,omitempty" protobuf:"bytes,6,opt,name=release"`
 	// ReleaseFieldManager is the fieldManager of the release request; the
 	// reservation controller records it in the ReservedHost's managedFields
 	// (subresource release-capacity).
 	// +optional
-	ReleaseFieldManager string `json:"releaseFieldManager,omitempty"`
+	ReleaseFieldManager string `json:"releaseFieldManager,omitempty" protobuf:"bytes,7,opt,name=releaseFieldManager"`
 	// ReleaseRequest identifies the Idempotency-Key record of the release
 	// request (a digest of the caller, path and key): a retry of that
 	// request, after a crash cut its answer, is recognised by it and gets
 	// the release's answer instead of AlreadyReleased.
 	// +optional
-	ReleaseRequest string `json:"releaseRequest,omitempty"`
+	ReleaseRequest string `json:"releaseRequest,omitempty" protobuf:"bytes,8,opt,name=releaseRequest"`
 	// LendingRequests identify the Idempotency-Key records of the latest
 	// keyed lend and withdraw requests, newest last (at most
 	// MaxLendingRequests): a retry of one of them, after a crash cut its
@@ -119,18 +119,18 @@ type ReservationStatus struct {
 	// applying again over a later change.
 	// +optional
 	// +listType=atomic
-	LendingRequests []string `json:"lendingRequests,omitempty"`
+	LendingRequests []string `json:"lendingRequests,omitempty" protobuf:"bytes,9,rep,name=lendingRequests"`
 	// Lending is the owner's lending agreement, once it lent the host.
 	// +optional
-	Lending *ReservationLending `json:"lending,omitempty"`
+	Lending *ReservationLending `json:"lending,omitempty" protobuf:"bytes,10,opt,name=lending"`
 	// EndedAt is when current-agent evidence confirmed the drain after the term ended.
 	// +optional
-	EndedAt *metav1.Time `json:"endedAt,omitempty"`
+	EndedAt *metav1.Time `json:"endedAt,omitempty" protobuf:"bytes,11,opt,name=endedAt"`
 	// Conditions report placement and eligibility.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,12,rep,name=conditions"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -139,6 +139,6 @@ type ReservationStatus struct {
 type ReservationList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []Reservation `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []Reservation `json:"items" protobuf:"bytes,2,rep,name=items"`
 }

@@ -14,11 +14,11 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 type ReservedHost struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ObjectMeta `json:"metadata,omitempty"`
+	metav1.ObjectMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
 
 	// ReservedHostStatus is the customer-safe view of a physical host assignment.
 	// +required
-	Status ReservedHostStatus `json:"status"`
+	Status ReservedHostStatus `json:"status" protobuf:"bytes,2,opt,name=status"`
 }
 
 // ReservedHostStatus is the customer-safe view of a physical host assignment.
@@ -27,62 +27,62 @@ type ReservedHostStatus struct {
 	// +optional
 	// +listType=map
 	// +listMapKey=type
-	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,1,rep,name=conditions"`
 	// ReservedHostConnect describes access to the physical operating system through Nodus.
 	// +optional
-	Connect *ReservedHostConnect `json:"connect,omitempty"`
+	Connect *ReservedHostConnect `json:"connect,omitempty" protobuf:"bytes,2,opt,name=connect"`
 	// NodeInventory is the host’s hardware and software.
 	// +required
-	Inventory NodeInventory `json:"inventory"`
+	Inventory NodeInventory `json:"inventory" protobuf:"bytes,3,opt,name=inventory"`
 	// LastHeartbeatTime is the latest host heartbeat.
 	// +optional
-	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty"`
+	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty" protobuf:"bytes,4,opt,name=lastHeartbeatTime"`
 	// Pool is the enrolled capacity group used for this host’s lending agreement.
 	// +optional
-	Pool string `json:"pool,omitempty"`
+	Pool string `json:"pool,omitempty" protobuf:"bytes,5,opt,name=pool"`
 	// ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.
 	// +optional
-	Release *ReservedHostReleaseStatus `json:"release,omitempty"`
+	Release *ReservedHostReleaseStatus `json:"release,omitempty" protobuf:"bytes,6,opt,name=release"`
 	// HostReservation is the customer-safe projection of the physical server’s assignment (Beta).
 	// +required
-	Reservation HostReservation `json:"reservation"`
+	Reservation HostReservation `json:"reservation" protobuf:"bytes,7,opt,name=reservation"`
 }
 
 // ReservedHostConnect describes access to the physical operating system through Nodus.
 type ReservedHostConnect struct {
 	// Command sets up SSH and opens a shell on this host.
-	Command string `json:"command"`
+	Command string `json:"command" protobuf:"bytes,1,opt,name=command"`
 	// Host is the stable SSH alias installed by the Nodus CLI.
-	Host string `json:"host"`
+	Host string `json:"host" protobuf:"bytes,2,opt,name=host"`
 	// HostKey is the public SSH host key used for strict host verification.
-	HostKey string `json:"hostKey"`
+	HostKey string `json:"hostKey" protobuf:"bytes,3,opt,name=hostKey"`
 	// LoginUser is the operator-configured operating-system account.
-	LoginUser string `json:"loginUser"`
+	LoginUser string `json:"loginUser" protobuf:"bytes,4,opt,name=loginUser"`
 }
 
 // ReservedHostReleaseStatus reports execution drainage, never early contract cancellation or disk sanitization.
 type ReservedHostReleaseStatus struct {
 	// DrainedAt is when current-agent evidence confirmed that owner and borrower execution had ended.
 	// +optional
-	DrainedAt *metav1.Time `json:"drainedAt,omitempty"`
+	DrainedAt *metav1.Time `json:"drainedAt,omitempty" protobuf:"bytes,1,opt,name=drainedAt"`
 	// RequestedAt is when the owner requested retirement of access and execution.
-	RequestedAt metav1.Time `json:"requestedAt"`
+	RequestedAt metav1.Time `json:"requestedAt" protobuf:"bytes,2,opt,name=requestedAt"`
 }
 
 // HostReservation is the customer-safe projection of the physical server’s assignment (Beta).
 type HostReservation struct {
 	// EndsAt is the exclusive end of the reservation term.
-	EndsAt metav1.Time `json:"endsAt"`
+	EndsAt metav1.Time `json:"endsAt" protobuf:"bytes,1,opt,name=endsAt"`
 	// Epoch fences connections after access changes.
-	Epoch int64 `json:"epoch"`
+	Epoch int64 `json:"epoch" protobuf:"varint,2,opt,name=epoch"`
 	// LoginUser is the fixed operating-system account.
-	LoginUser string `json:"loginUser"`
+	LoginUser string `json:"loginUser" protobuf:"bytes,3,opt,name=loginUser"`
 	// Project identifies the customer project authorized to connect.
-	Project string `json:"project"`
+	Project string `json:"project" protobuf:"bytes,4,opt,name=project"`
 	// StartsAt is the beginning of the reservation term.
-	StartsAt metav1.Time `json:"startsAt"`
+	StartsAt metav1.Time `json:"startsAt" protobuf:"bytes,5,opt,name=startsAt"`
 	// State controls access, never hardware availability to other workloads.
-	State ReservationState `json:"state"`
+	State ReservationState `json:"state" protobuf:"bytes,6,opt,name=state,casttype=ReservationState"`
 }
 
 // Condition types of a ReservedHost.
@@ -99,6 +99,6 @@ const (
 type ReservedHostList struct {
 	metav1.TypeMeta `json:",inline"`
 	// +optional
-	metav1.ListMeta `json:"metadata,omitempty"`
-	Items           []ReservedHost `json:"items"`
+	metav1.ListMeta `json:"metadata,omitempty" protobuf:"bytes,1,opt,name=metadata"`
+	Items           []ReservedHost `json:"items" protobuf:"bytes,2,rep,name=items"`
 }
