@@ -131,11 +131,7 @@ func explainEtcdError(err error) error {
 
 // applyTo makes the generic server keep its objects in this etcd.
 func (st *storage) applyTo(generic *genericapiserver.Config, codecs serializer.CodecFactory) error {
-	codec, err := storageCodec(codecs)
-	if err != nil {
-		return err
-	}
-	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, codec))
+	etcdOpts := genericoptions.NewEtcdOptions(storagebackend.NewDefaultConfig(etcdPrefix, codecs.LegacyCodec(nodusv1.SchemeGroupVersion)))
 	t := &etcdOpts.StorageConfig.Transport
 	t.ServerList = st.servers
 	t.CertFile, t.KeyFile, t.TrustedCAFile = st.tls.CertFile, st.tls.KeyFile, st.tls.TrustedCAFile
@@ -145,19 +141,6 @@ func (st *storage) applyTo(generic *genericapiserver.Config, codecs serializer.C
 		return fmt.Errorf("etcd: %w", err)
 	}
 	return nil
-}
-
-// storageCodec writes objects to etcd in protobuf, as kube-apiserver stores
-// its own types: smaller in etcd and in the watch cache's decoding than
-// JSON. It reads protobuf and JSON alike, so data written by an earlier
-// Nodus in JSON stays readable, and each object moves to protobuf at its
-// next write.
-func storageCodec(codecs serializer.CodecFactory) (runtime.Codec, error) {
-	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
-	if !ok {
-		return nil, fmt.Errorf("etcd: the scheme has no protobuf serializer")
-	}
-	return codecs.CodecForVersions(info.Serializer, codecs.UniversalDeserializer(), nodusv1.SchemeGroupVersion, runtime.InternalGroupVersioner), nil
 }
 
 // close ends the client and then the embedded member, if any.

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"crypto/tls"
+	"encoding/json"
 	"flag"
 	"net/http"
 	"net/http/httptest"
@@ -18,14 +19,11 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/pki"
-	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -336,20 +334,12 @@ func forgeNodeInEtcd(t *testing.T, s *testserver.Server, name string, forge func
 	if err != nil || len(got.Kvs) != 1 {
 		t.Fatalf("reading %s from etcd: %v", key, err)
 	}
-	// The server stores protobuf (and reads JSON): forge it as it stores.
-	scheme, err := server.NewScheme()
-	if err != nil {
-		t.Fatal(err)
+	var n nodusv1.Node
+	if err := json.Unmarshal(got.Kvs[0].Value, &n); err != nil {
+		t.Fatalf("node %s in etcd is not JSON: %v", name, err)
 	}
-	codecs := serializer.NewCodecFactory(scheme)
-	obj, _, err := codecs.UniversalDeserializer().Decode(got.Kvs[0].Value, nil, nil)
-	n, ok := obj.(*nodusv1.Node)
-	if err != nil || !ok {
-		t.Fatalf("node %s in etcd does not decode: %v %T", name, err, obj)
-	}
-	forge(n)
-	pb, _ := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
-	data, err := runtime.Encode(codecs.EncoderForVersion(pb.Serializer, nodusv1.SchemeGroupVersion), n)
+	forge(&n)
+	data, err := json.Marshal(&n)
 	if err != nil {
 		t.Fatal(err)
 	}

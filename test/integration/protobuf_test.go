@@ -2,10 +2,8 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"strings"
 	"testing"
-	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -16,7 +14,6 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 	"github.com/nodus-dev/nodus/pkg/wire"
 )
@@ -119,59 +116,5 @@ func TestProtobufClientSeesWhatJSONClientSees(t *testing.T) {
 	}
 	if _, err := pb.NodusV1().Nodes().Get(ctx, "missing", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("protobuf client reads a missing node as %v, want NotFound", err)
-	}
-}
-
-// TestStorageReadsJSONAndWritesProtobuf: objects are stored in protobuf,
-// and an object an earlier Nodus stored in JSON is still served, and moves
-// to protobuf at its next write.
-func TestStorageReadsJSONAndWritesProtobuf(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	ctx := ctx(t)
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
-	stored := func(key string) []byte {
-		t.Helper()
-		got, err := etcd.Get(ctx, key)
-		if err != nil || len(got.Kvs) != 1 {
-			t.Fatalf("reading %s from etcd: %v", key, err)
-		}
-		return got.Kvs[0].Value
-	}
-	magic := []byte("k8s\x00")
-
-	if _, err := s.Client.NodusV1().Pools().Create(ctx, &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"},
-		Spec: nodusv1.PoolSpec{Supplier: "hx"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if v := stored("/registry/nodus.dev/pools/fra1"); !bytes.HasPrefix(v, magic) {
-		t.Errorf("a new pool is stored as %.80q, want protobuf", v)
-	}
-
-	legacy := `{"kind":"Pool","apiVersion":"nodus.dev/v1","metadata":{"name":"ams1","uid":"6c9e0f4e-7c55-4b0e-9a53-2a1d9a4c0b11",` +
-		`"creationTimestamp":"2026-06-01T00:00:00Z"},"spec":{"supplier":"hx","location":"Amsterdam"}}` + "\n"
-	if _, err := etcd.Put(ctx, "/registry/nodus.dev/pools/ams1", legacy); err != nil {
-		t.Fatal(err)
-	}
-	var p *nodusv1.Pool
-	// The watch cache learns of the put from etcd's watch.
-	if err := testfleet.Eventually(ctx, 30*time.Second, func(c context.Context) (bool, error) {
-		p, err = s.Client.NodusV1().Pools().Get(c, "ams1", metav1.GetOptions{})
-		return err == nil, nil
-	}); err != nil {
-		t.Fatalf("the JSON-stored pool: %v", err)
-	}
-	if p.Spec.Location != "Amsterdam" || p.UID != "6c9e0f4e-7c55-4b0e-9a53-2a1d9a4c0b11" {
-		t.Fatalf("the JSON-stored pool reads as %+v", p)
-	}
-	p.Spec.Location = "Amsterdam Zuidoost"
-	if _, err := s.Client.NodusV1().Pools().Update(ctx, p, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if v := stored("/registry/nodus.dev/pools/ams1"); !bytes.HasPrefix(v, magic) || !bytes.Contains(v, []byte("Amsterdam Zuidoost")) {
-		t.Errorf("the updated pool is stored as %.120q, want protobuf", v)
 	}
 }
