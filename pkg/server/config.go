@@ -105,7 +105,9 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
-	codecs := newCodecs(scheme)
+	// JSON, YAML and, for the Nodus types (generated.pb.go) and the core
+	// types of the namespaces projection, protobuf.
+	codecs := serializer.NewCodecFactory(scheme)
 
 	listener, url, err := o.listen()
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/runtime/serializer"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -25,10 +24,4 @@ func NewScheme() (*runtime.Scheme, error) {
 	scheme.AddUnversionedTypes(core, &metav1.Status{}, &metav1.APIVersions{}, &metav1.APIGroupList{},
 		&metav1.APIGroup{}, &metav1.APIResourceList{})
 	return scheme, nil
-}
-
-// newCodecs returns the scheme's codecs: JSON, YAML and, for the Nodus types
-// (generated.pb.go) and the core types they serve, protobuf.
-func newCodecs(scheme *runtime.Scheme) serializer.CodecFactory {
-	return serializer.NewCodecFactory(scheme)
 }

@@ -12,7 +12,6 @@ import (
 	genericoptions "k8s.io/apiserver/pkg/server/options"
 
 	"github.com/nodus-dev/nodus/pkg/auth"
-	"github.com/nodus-dev/nodus/pkg/wire"
 )
 
 // listen binds the API's address, or takes the listener a test gave, and
@@ -91,9 +90,7 @@ func (o *Options) applyServing(generic *genericapiserver.Config, listener net.Li
 	// gzip on lists and watch lists (APIResponseCompression,
 	// WatchListCompression) would only cost CPU on both ends.
 	generic.LoopbackClientConfig.DisableCompression = true
-	// They speak protobuf, as Kubernetes' own controllers do: decoding
-	// their informers' watch events in JSON was a sixth of the server's
-	// time under writes.
-	generic.LoopbackClientConfig = wire.Protobuf(generic.LoopbackClientConfig)
+	// They stay on JSON: in protobuf they measured no faster (UPDATE,
+	// allocations) and left a restarted server larger (docs/performance.md).
 	return nil
 }
