@@ -205,6 +205,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Each pool's network policy, read from etcd once per pass: the cache
+	// may lag an operator's change, and a placement keeps its policy.
+	networks := map[string]nodusv1.LendingNetwork{}
 	// The aliases of every node are needed only for a running execution
 	// whose host is not lent: read them once, and only then.
 	var existing map[string]bool
@@ -336,7 +339,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
 		// Its sandbox's limits: its share of what the owner lends.
 		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.reservation.Status.Lending, e.Spec.GPUs)
-		w.Status.Network = c.network(e)
+		if w.Status.Network, err = c.network(ctx, e.Spec.Pool, networks); err != nil {
+			return err
+		}
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
 	}
@@ -467,12 +472,25 @@ func (c *Controller) borrowerCap(e *nodusv1.Execution) (int32, bool) {
 	return lending.BorrowerCap(pool, e.Namespace)
 }
 
-// network is the network policy of e's pool: none unless it says egress.
-func (c *Controller) network(e *nodusv1.Execution) nodusv1.LendingNetwork {
-	if pool, err := c.pools.Get(e.Spec.Pool); err == nil && pool.Spec.Lending != nil && pool.Spec.Lending.Network == nodusv1.LendingNetworkEgress {
-		return nodusv1.LendingNetworkEgress
+// network is the network policy of pool as stored now (none unless it says
+// egress), remembered in seen for the rest of the pass. An operator who
+// tightens a policy must not see a placement made after the change get the
+// old one from a lagging cache.
+func (c *Controller) network(ctx context.Context, pool string, seen map[string]nodusv1.LendingNetwork) (nodusv1.LendingNetwork, error) {
+	if n, ok := seen[pool]; ok {
+		return n, nil
 	}
-	return nodusv1.LendingNetworkNone
+	n := nodusv1.LendingNetworkNone
+	p, err := c.client.NodusV1().Pools().Get(ctx, pool, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
+		return "", err
+	case p.Spec.Lending != nil && p.Spec.Lending.Network == nodusv1.LendingNetworkEgress:
+		n = nodusv1.LendingNetworkEgress
+	}
+	seen[pool] = n
+	return n, nil
 }
 
 // hosts are the hosts of every reservation with a lending agreement: all of
