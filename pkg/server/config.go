@@ -43,7 +43,6 @@ type Config struct {
 	Generic        *genericapiserver.Config
 	Scheme         *runtime.Scheme
 	Codecs         serializer.CodecFactory
-	Serializer     runtime.NegotiatedSerializer
 	Stores         *Stores
 	KubeconfigPath string
 	URL            string
@@ -180,7 +179,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	join, _ := o.JoinCommand()
 	return &Config{
 		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
-		Generic: generic, Scheme: scheme, Codecs: codecs, Serializer: codecs, Stores: stores,
+		Generic: generic, Scheme: scheme, Codecs: codecs, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
 		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,

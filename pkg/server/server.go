@@ -88,7 +88,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(nodusv1.GroupName, c.Scheme, metav1.ParameterCodec, c.Codecs)
-	group.NegotiatedSerializer = c.Serializer
+	group.NegotiatedSerializer = c.Codecs
 	storage := map[string]rest.Storage{}
 	for _, r := range []struct {
 		stores   base.Stores
@@ -138,7 +138,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 
 	legacy := genericapiserver.NewDefaultAPIGroupInfo("", c.Scheme, metav1.ParameterCodec, c.Codecs)
-	legacy.NegotiatedSerializer = c.Serializer
+	legacy.NegotiatedSerializer = c.Codecs
 	legacy.VersionedResourcesStorageMap["v1"] = map[string]rest.Storage{
 		"namespaces": namespace.NewREST(c.Stores.Projects.Main),
 	}

@@ -616,4 +616,18 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	if placed.Status.Network != nodusv1.LendingNetworkEgress {
 		t.Errorf("an execution in an egress pool: network %q", placed.Status.Network)
 	}
+	// Tightening applies to the very next placement: the scheduler's cache
+	// may not have seen the change yet, etcd has.
+	if pool, err = s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Lending.Network = nodusv1.LendingNetworkNone
+	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e = f.submit(t, "beta", 1, 60)
+	placed = f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if placed.Status.Network != nodusv1.LendingNetworkNone {
+		t.Errorf("an execution placed after the pool went back to none: network %q", placed.Status.Network)
+	}
 }
