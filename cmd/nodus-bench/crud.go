@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -64,7 +65,8 @@ func crud(s *server, c config) error {
 		api    nodusv1client.NodusV1Interface
 	}{{"", api}, {"protobuf", pb.NodusV1()}}
 	var rows []row
-	measure := func(op string, n, conc int, apiOp func(api nodusv1client.NodusV1Interface, i int) error, etcdOp func(i int) error) error {
+	// extras are more ways to make the same request, each a row of its own.
+	measure := func(op string, n, conc int, apiOp func(api nodusv1client.NodusV1Interface, i int) error, etcdOp func(i int) error, extras ...variant) error {
 		var measured []row
 		for _, client := range clients {
 			a, err := timed(n, conc, func(i int) error { return apiOp(client.api, i) })
@@ -72,6 +74,13 @@ func crud(s *server, c config) error {
 				return fmt.Errorf("%s through the API (%s): %w", op, client.suffix, err)
 			}
 			measured = append(measured, row{op: withSuffix(op, client.suffix), api: a})
+		}
+		for _, extra := range extras {
+			a, err := timed(n, conc, extra.op)
+			if err != nil {
+				return fmt.Errorf("%s through the API (%s): %w", op, extra.suffix, err)
+			}
+			measured = append(measured, row{op: withSuffix(op, extra.suffix), api: a})
 		}
 		e, err := timed(n, conc, etcdOp)
 		if err != nil {
@@ -105,7 +114,18 @@ func crud(s *server, c config) error {
 				err = fmt.Errorf("ranged %d, want %d", len(r.Kvs), c.objects)
 			}
 			return err
-		}); err != nil {
+		},
+		// The same JSON response, read but not decoded: what the server
+		// costs without client-go's decoding (which the JSON row includes,
+		// and raw etcd's Range does not need).
+		variant{"JSON, not decoded", func(int) error {
+			raw, err := api.RESTClient().Get().Namespace("bench").Resource("reservedhosts").DoRaw(ctx)
+			// Each item has a resourceVersion, and so has the list.
+			if n := bytes.Count(raw, []byte(`"resourceVersion":`)) - 1; err == nil && n != c.objects {
+				err = fmt.Errorf("listed %d, want %d", n, c.objects)
+			}
+			return err
+		}}); err != nil {
 		return err
 	}
 	// Each update changes the object so that the API really writes. Workers
@@ -145,6 +165,12 @@ func withSuffix(op, suffix string) string {
 	default:
 		return op + " (" + suffix + ")"
 	}
+}
+
+// variant is one more way to make a measured request, named by its suffix.
+type variant struct {
+	suffix string
+	op     func(i int) error
 }
 
 type row struct {
