@@ -73,6 +73,7 @@ func memory(c config, binary string) error {
 	fmt.Printf("  %-32s RSS %4d MB\n", "empty, after start:", idle.rss>>20)
 	fmt.Printf("  %-32s RSS %4d MB  (peak %d MB)\n", fmt.Sprintf("loaded, %s after the last host:", settle), loaded.rss>>20, loaded.peak>>20)
 	fmt.Printf("  %-32s RSS %4d MB, %s later %d MB  (peak %d MB)\n", "restarted, when ready:", afterRestart.rss>>20, settle, restartSettled.rss>>20, restartSettled.peak>>20)
+	fmt.Printf("  %-32s anonymous %d MB, file-backed %d MB (mapped files: etcd's database, the binary)\n", fmt.Sprintf("restarted, %s later, by kind:", settle), restartSettled.anon>>20, restartSettled.file>>20)
 	fmt.Printf("  restart → ready %s (start of the process to the first 200 of /readyz, polled every 100 ms)\n\n", ready.Round(time.Millisecond))
 	return nil
 }
@@ -80,9 +81,13 @@ func memory(c config, binary string) error {
 // settle is how long the memory scenario waits before it reads RSS.
 const settle = 10 * time.Second
 
-type residentSet struct{ rss, peak int64 }
+// residentSet is the server's resident memory (VmRSS is RssAnon + RssFile +
+// RssShmem).
+type residentSet struct{ rss, peak, anon, file int64 }
 
-// residentSet is the server's resident set now and at its peak (VmRSS, VmHWM).
+// residentSet is the server's resident set now and at its peak (VmRSS, VmHWM),
+// and how much of it is anonymous memory (the Go heap, stacks, the runtime)
+// and how much mapped files, which the kernel can drop and read back.
 func (s *server) residentSet() (residentSet, error) {
 	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(s.proc.Cmd.Process.Pid), "status"))
 	if err != nil {
@@ -100,6 +105,10 @@ func (s *server) residentSet() (residentSet, error) {
 			r.rss = kb << 10
 		case "VmHWM:":
 			r.peak = kb << 10
+		case "RssAnon:":
+			r.anon = kb << 10
+		case "RssFile:":
+			r.file = kb << 10
 		}
 	}
 	if r.rss == 0 {
