@@ -81,9 +81,13 @@ func (g storeGetters) GetReservation(ctx context.Context, name string, fresh boo
 	return obj.(*nodusv1.Reservation), nil
 }
 
-// GetPool reads from the watch cache.
+// GetPool reads the Pool as stored in etcd, not from the watch cache: an
+// execution's admission must see a pool created or opened a moment ago
+// (CI refused one with "there is no pool" right after the pool's create),
+// and a pool whose lending was just closed. Executions are created far less
+// often than the requests the authorizer reads projects and nodes for.
 func (g storeGetters) GetPool(ctx context.Context, name string) (*nodusv1.Pool, error) {
-	obj, err := g.pools.Get(ctx, name, fromCache)
+	obj, err := g.pools.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -71,6 +72,28 @@ func TestExecutionAdmission(t *testing.T) {
 		}
 		if env := envelopeOf(t, r); env.Reason != tc.reason {
 			t.Errorf("%s: reason %s, want %s", name, env.Reason, tc.reason)
+		}
+	}
+	// Admission reads the pool as stored: closing or reopening its lending
+	// applies to the very next submission, and so does a pool created a
+	// moment ago (CI once refused that one from a stale cache).
+	for round := 0; round < 10; round++ {
+		pool, err := c.Pools().Get(ctx(t), "lending", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := round%2 == 1
+		pool.Spec.Lending.Open = open
+		must(c.Pools().Update(ctx(t), pool, metav1.UpdateOptions{}))
+		want := map[bool]int{true: http.StatusCreated, false: http.StatusForbidden}[open]
+		if r := submit(bea, execution("lending", 1, "")); r.code != want {
+			t.Fatalf("round %d, right after setting lending open=%v: %d, want %d: %s", round, open, r.code, want, r.body)
+		}
+		fresh := fmt.Sprintf("fresh-%d", round)
+		must(c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: fresh}, Spec: nodusv1.PoolSpec{
+			Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "borrower", MaxGPUs: 1}}}}}, metav1.CreateOptions{}))
+		if r := submit(bea, execution(fresh, 1, "")); r.code != http.StatusCreated {
+			t.Fatalf("right after creating pool %s: %d %s", fresh, r.code, r.body)
 		}
 	}
 	// Borrowers see nothing of the owner.
