@@ -98,7 +98,7 @@ func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
 	// entries etcd keeps in memory for catching up (5,000 by default), and
 	// a restart replays every entry since the last snapshot (up to 10,000)
 	// into memory. Fewer of both made a restarted server with 10,000
-	// reserved nodes 30-60 MB smaller in nodus-bench's memory scenario;
+	// reserved nodes 26-59 MB smaller in nodus-bench's memory scenario;
 	// crud's UPDATE rate did not change beyond the noise between runs.
 	cfg.SnapshotCount = 2000
 	cfg.SnapshotCatchUpEntries = 500
