@@ -229,15 +229,17 @@ func (c *call) decode(v interface{}) error {
 	return nil
 }
 
-// nodes lists every node from the watch cache.
-// fromCache lists from the watch cache; consistent lists what etcd has
-// now.
+// fromCache lists what the watch cache has; consistent lists what etcd has
+// now (the library serves it from the watch cache once that has caught up
+// with etcd's current revision, which costs one small etcd read).
 var (
 	fromCache  = &metainternalversion.ListOptions{ResourceVersion: "0"}
 	consistent = &metainternalversion.ListOptions{}
 )
 
-func (c *call) nodes() ([]nodusv1.Node, error) { return c.listNodesWith(fromCache) }
+// nodes lists every node, consistently: an Ironic client reads its own
+// writes, as it does from Ironic's database.
+func (c *call) nodes() ([]nodusv1.Node, error) { return c.listNodesWith(consistent) }
 
 func (c *call) listNodesWith(opts *metainternalversion.ListOptions) ([]nodusv1.Node, error) {
 	obj, err := c.h.Nodes.List(c.ctx(), opts)
@@ -247,7 +249,8 @@ func (c *call) listNodesWith(opts *metainternalversion.ListOptions) ([]nodusv1.N
 	return obj.(*nodusv1.NodeList).Items, nil
 }
 
-func (c *call) allocations() ([]nodusv1.Allocation, error) { return c.listAllocationsWith(fromCache) }
+// allocations lists every allocation, consistently, as nodes does.
+func (c *call) allocations() ([]nodusv1.Allocation, error) { return c.listAllocationsWith(consistent) }
 
 func (c *call) listAllocationsWith(opts *metainternalversion.ListOptions) ([]nodusv1.Allocation, error) {
 	obj, err := c.h.Allocations.List(c.ctx(), opts)

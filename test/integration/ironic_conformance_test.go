@@ -141,9 +141,9 @@ func TestIronicFieldsByMicroversion(t *testing.T) {
 	}
 }
 
-// TestIronicGetByUUIDRightAfterCreate: an allocation read by its UUID at
-// once after its creation is found, every time (the watch cache may not
-// have it yet; etcd does).
+// TestIronicGetByUUIDRightAfterCreate: an allocation listed, or read by its
+// UUID, at once after its creation is found, every time (the watch cache
+// may not have it yet; etcd does).
 func TestIronicGetByUUIDRightAfterCreate(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	op := tokenFor(t, s, "ops", "nodus:operators")
@@ -153,6 +153,10 @@ func TestIronicGetByUUIDRightAfterCreate(t *testing.T) {
 		var created struct{ UUID string }
 		if err := json.Unmarshal(r.body, &created); r.code != http.StatusCreated || err != nil {
 			t.Fatalf("create %d: %d %s", i, r.code, r.body)
+		}
+		if got := do(t, op, "GET", "/v1/allocations", "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); got.code != 200 ||
+			!strings.Contains(string(got.body), created.UUID) {
+			t.Fatalf("the list right after create %d: %d, lists %s: %v", i, got.code, created.UUID, strings.Contains(string(got.body), created.UUID))
 		}
 		if got := do(t, op, "GET", "/v1/allocations/"+created.UUID, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); got.code != 200 {
 			t.Fatalf("GET by UUID right after create %d: %d %s", i, got.code, got.body)
