@@ -17,8 +17,9 @@ import (
 // DefaultMax is the bound when none is configured.
 const DefaultMax = 1000
 
-// Counter counts a project's Executions (from the watch cache: a burst of
-// concurrent creates may pass the bound by the size of the burst).
+// Counter counts a project's Executions, every create answered before
+// included (a burst of concurrent creates may still pass the bound by the
+// size of the burst: admission does not serialize them).
 type Counter interface {
 	CountExecutions(ctx context.Context, project string) (int, error)
 }
