@@ -607,27 +607,43 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
 		t.Errorf("a network policy that does not exist: %v", err)
 	}
-	pool.Spec.Lending.Network = nodusv1.LendingNetworkEgress
-	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
+	// changePool updates the pool "gpu" as change says.
+	changePool := func(change func(*nodusv1.PoolLending)) {
+		t.Helper()
+		pool, err := s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(pool.Spec.Lending)
+		if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
-	e = f.submit(t, "beta", 1, 60)
-	placed = f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
-	if placed.Status.Network != nodusv1.LendingNetworkEgress {
+	// placedAfter sets the pool's network policy and places one more
+	// execution right after.
+	placedAfter := func(network nodusv1.LendingNetwork) *nodusv1.Execution {
+		t.Helper()
+		changePool(func(l *nodusv1.PoolLending) { l.Network = network })
+		e := f.submit(t, "beta", 1, 60)
+		return f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	}
+	if placed := placedAfter(nodusv1.LendingNetworkEgress); placed.Status.Network != nodusv1.LendingNetworkEgress {
 		t.Errorf("an execution in an egress pool: network %q", placed.Status.Network)
 	}
 	// Tightening applies to the very next placement: the scheduler's cache
 	// may not have seen the change yet, etcd has.
-	if pool, err = s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	pool.Spec.Lending.Network = nodusv1.LendingNetworkNone
-	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	e = f.submit(t, "beta", 1, 60)
-	placed = f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
-	if placed.Status.Network != nodusv1.LendingNetworkNone {
+	if placed := placedAfter(nodusv1.LendingNetworkNone); placed.Status.Network != nodusv1.LendingNetworkNone {
 		t.Errorf("an execution placed after the pool went back to none: network %q", placed.Status.Network)
+	}
+	// An execution waiting for GPUs (5 of the 4 lent) is never placed once
+	// the pool stops lending: it says why it waits.
+	waiting := f.submit(t, "beta", 5, 60)
+	f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Reason == "Waiting" })
+	changePool(func(l *nodusv1.PoolLending) { l.Open = false })
+	closed := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool {
+		return strings.Contains(e.Status.Message, "no longer lends")
+	})
+	if closed.Status.Phase != nodusv1.ExecutionPending {
+		t.Errorf("an execution after its pool stopped lending: %s %q", closed.Status.Phase, closed.Status.Message)
 	}
 }

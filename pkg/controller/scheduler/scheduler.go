@@ -205,9 +205,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Each pool's network policy, read from etcd once per pass: the cache
-	// may lag an operator's change, and a placement keeps its policy.
-	networks := map[string]nodusv1.LendingNetwork{}
+	// Each pool a pending execution names, read from etcd once per pass: the
+	// cache may lag an operator's change, and a placement keeps the pool's
+	// cap and network policy as they were when it was made.
+	pools := map[string]*nodusv1.Pool{}
 	// The aliases of every node are needed only for a running execution
 	// whose host is not lent: read them once, and only then.
 	var existing map[string]bool
@@ -310,7 +311,12 @@ func (c *Controller) Pass(ctx context.Context) error {
 	})
 	for _, e := range pending {
 		key := [2]string{e.Spec.Pool, e.Namespace}
-		capGPUs, allowed := c.borrowerCap(e)
+		pool, err := c.poolNow(ctx, e.Spec.Pool, pools)
+		if err != nil {
+			return err
+		}
+		// Admission checked the borrower; the pool may have changed since.
+		capGPUs, allowed := lending.BorrowerCap(pool, e.Namespace)
 		var why string
 		var chosen *host
 		switch {
@@ -339,9 +345,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
 		// Its sandbox's limits: its share of what the owner lends.
 		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.reservation.Status.Lending, e.Spec.GPUs)
-		if w.Status.Network, err = c.network(ctx, e.Spec.Pool, networks); err != nil {
-			return err
-		}
+		w.Status.Network = network(pool)
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
 	}
@@ -462,35 +466,31 @@ func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	return w
 }
 
-// borrowerCap is the project's GPU cap in the execution's pool, and whether
-// the pool lends to it at all (admission checked it; the pool may have changed).
-func (c *Controller) borrowerCap(e *nodusv1.Execution) (int32, bool) {
-	pool, err := c.pools.Get(e.Spec.Pool)
-	if err != nil {
-		return 0, false
+// poolNow is the pool as stored now, or nil when there is none, remembered
+// in seen for the rest of the pass. An operator who closes a pool's lending,
+// lowers a cap or tightens a network policy must not see a placement made
+// after the change follow the old pool from a lagging cache.
+func (c *Controller) poolNow(ctx context.Context, name string, seen map[string]*nodusv1.Pool) (*nodusv1.Pool, error) {
+	if p, ok := seen[name]; ok {
+		return p, nil
 	}
-	return lending.BorrowerCap(pool, e.Namespace)
+	p, err := c.client.NodusV1().Pools().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		p, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	seen[name] = p
+	return p, nil
 }
 
-// network is the network policy of pool as stored now (none unless it says
-// egress), remembered in seen for the rest of the pass. An operator who
-// tightens a policy must not see a placement made after the change get the
-// old one from a lagging cache.
-func (c *Controller) network(ctx context.Context, pool string, seen map[string]nodusv1.LendingNetwork) (nodusv1.LendingNetwork, error) {
-	if n, ok := seen[pool]; ok {
-		return n, nil
+// network is pool's network policy: none unless it says egress.
+func network(pool *nodusv1.Pool) nodusv1.LendingNetwork {
+	if pool != nil && pool.Spec.Lending != nil && pool.Spec.Lending.Network == nodusv1.LendingNetworkEgress {
+		return nodusv1.LendingNetworkEgress
 	}
-	n := nodusv1.LendingNetworkNone
-	p, err := c.client.NodusV1().Pools().Get(ctx, pool, metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-	case err != nil:
-		return "", err
-	case p.Spec.Lending != nil && p.Spec.Lending.Network == nodusv1.LendingNetworkEgress:
-		n = nodusv1.LendingNetworkEgress
-	}
-	seen[pool] = n
-	return n, nil
+	return nodusv1.LendingNetworkNone
 }
 
 // hosts are the hosts of every reservation with a lending agreement: all of
