@@ -47,9 +47,15 @@ const (
 	// may be; liveness itself is exact, through the etcd lease.
 	heartbeatPersistEvery = 5 * time.Minute
 	controllerWorkers     = 4
-	// allocationWorkers: an allocation's pass is two writes, each waiting
-	// on etcd; more passes in flight keep the store busy, not the CPU.
-	allocationWorkers = 16
+	// allocationWorkers is how many pending allocations are claimed at
+	// once. A pass is two writes in a row (the node's claim, then the
+	// allocation's status), each a round trip through the API to etcd, so
+	// in-flight passes, not CPU, bound the rate: at 16, two servers on one
+	// etcd queued allocations for 0.5-0.6 s at the leader (nodus-bench,
+	// docs/performance.md). Workers rather than batches: a worker takes the
+	// next allocation as soon as its last is written, where a batch would
+	// wait for its slowest claim.
+	allocationWorkers = 64
 )
 
 // CompletedConfig can only be made by Complete.
