@@ -23,11 +23,11 @@ func allocationScenario(c config, binary string) error {
 		if err != nil {
 			return err
 		}
-		err = allocationRun(c, binary, dir, replicas)
-		os.RemoveAll(dir)
-		if err != nil {
-			return err
+		if err := allocationRun(c, binary, dir, replicas); err != nil {
+			// The servers' logs tell why: keep them.
+			return fmt.Errorf("%w (servers' logs: %s/server-*/server.log)", err, dir)
 		}
+		os.RemoveAll(dir)
 	}
 	fmt.Println()
 	return nil
@@ -69,7 +69,8 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 		return err
 	}
 
-	w, err := first.client.NodusV1().Allocations().Watch(ctx, metav1.ListOptions{})
+	allocations := first.client.NodusV1().Allocations()
+	_, w, err := listAndWatch(ctx, metav1.ListOptions{}, allocations.List, allocations.Watch)
 	if err != nil {
 		return err
 	}

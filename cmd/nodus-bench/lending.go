@@ -155,7 +155,7 @@ func latency(ctx context.Context, s *server, c config, agents map[string]*rest.C
 		go simulatedAgent(ctx, cfg, lending.HostAlias(node))
 	}
 	api := s.client.NodusV1().Executions("borrower")
-	w, err := api.Watch(ctx, metav1.ListOptions{})
+	_, w, err := listAndWatch(ctx, metav1.ListOptions{}, api.List, api.Watch)
 	if err != nil {
 		return err
 	}
@@ -206,7 +206,8 @@ func latency(ctx context.Context, s *server, c config, agents map[string]*rest.C
 // simulatedAgent reports each execution placed on alias running, then succeeded.
 func simulatedAgent(ctx context.Context, cfg *rest.Config, alias string) {
 	client := versioned.NewForConfigOrDie(cfg).NodusV1()
-	w, err := client.Executions("").Watch(ctx, metav1.ListOptions{FieldSelector: "status.host=" + alias})
+	all := client.Executions("")
+	_, w, err := listAndWatch(ctx, metav1.ListOptions{FieldSelector: "status.host=" + alias}, all.List, all.Watch)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lending: agent watch:", err)
 		return
@@ -261,13 +262,20 @@ func throughput(ctx context.Context, s *server, c config, pool *nodusv1.Pool) er
 	}); err != nil {
 		return fmt.Errorf("the executions never all waited on the cap: %w", err)
 	}
-	w, err := api.Executions("borrower").Watch(ctx, metav1.ListOptions{FieldSelector: "spec.pool=bench"})
+	executions := api.Executions("borrower")
+	held, w, err := listAndWatch(ctx, metav1.ListOptions{FieldSelector: "spec.pool=bench"}, executions.List, executions.Watch)
 	if err != nil {
 		return err
 	}
 	defer w.Stop()
 	var mu sync.Mutex
 	scheduled := map[string]*nodusv1.Execution{}
+	// The one execution the cap let through is scheduled already.
+	for i := range held.Items {
+		if e := &held.Items[i]; e.Status.Phase == nodusv1.ExecutionScheduled {
+			scheduled[e.Name] = e
+		}
+	}
 	done := make(chan struct{})
 	go func() {
 		for ev := range w.ResultChan() {

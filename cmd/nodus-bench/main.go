@@ -94,10 +94,11 @@ func run(c config, binary string, scenarios []string) error {
 		}
 		err = scenario(s, c)
 		s.stop()
-		os.RemoveAll(dir)
 		if err != nil {
-			return fmt.Errorf("%s: %w", name, err)
+			// The server's log tells why: keep it.
+			return fmt.Errorf("%s: %w (server's log: %s/server.log)", name, err, dir)
 		}
+		os.RemoveAll(dir)
 	}
 	return nil
 }

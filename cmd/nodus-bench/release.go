@@ -26,7 +26,7 @@ func release(s *server, c config) error {
 		return err
 	}
 
-	w, err := api.Reservations().Watch(ctx, metav1.ListOptions{FieldSelector: "status.state=releasing"})
+	_, w, err := listAndWatch(ctx, metav1.ListOptions{FieldSelector: "status.state=releasing"}, api.Reservations().List, api.Reservations().Watch)
 	if err != nil {
 		return err
 	}
