@@ -306,6 +306,23 @@ func throughput(ctx context.Context, s *server, c config, pool *nodusv1.Pool) er
 	elapsed := time.Since(start)
 	placements := float64(c.pending-1) / elapsed.Seconds()
 
+	// The scheduler then brings the owners' HostLendings in line with the
+	// placements (a write per host): the baseline waits for that, so that
+	// it measures the API alone and not against those writes.
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		lendings, err := api.HostLendings("bench").List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		var borrowed int32
+		for _, l := range lendings.Items {
+			borrowed += l.Status.BorrowedGPUs
+		}
+		return int(borrowed) == c.pending, nil
+	}); err != nil {
+		return fmt.Errorf("the HostLendings never showed the %d placed GPUs: %w", c.pending, err)
+	}
+
 	// Baseline: the same number of status writes of the same executions,
 	// straight through the API with as many writers as the scheduler has.
 	mu.Lock()

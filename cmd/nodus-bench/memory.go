@@ -13,13 +13,20 @@ import (
 // memory measures the server's resident memory with a fleet of nodes, each
 // reserved (one ReservedHost per node), and how long a restart on that data
 // takes until /readyz answers.
-func memory(c config, binary string) error {
+func memory(c config, binary string) (err error) {
 	ctx := context.Background()
 	dir, err := os.MkdirTemp("", "nodus-bench")
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	defer func() {
+		if err != nil {
+			// The servers' logs tell why: keep them.
+			err = fmt.Errorf("%w (server's log: %s/server.log)", err, dir)
+			return
+		}
+		os.RemoveAll(dir)
+	}()
 	fmt.Fprintf(os.Stderr, "memory: starting nodus-server in %s\n", dir)
 	s, err := startServer(binary, dir, "")
 	if err != nil {
