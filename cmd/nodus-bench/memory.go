@@ -21,7 +21,7 @@ func memory(c config, binary string) (err error) {
 	}
 	defer func() {
 		if err != nil {
-			// The servers' logs tell why: keep them.
+			// The server's log tells why: keep it.
 			err = fmt.Errorf("%w (server's log: %s/server.log)", err, dir)
 			return
 		}

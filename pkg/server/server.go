@@ -50,11 +50,12 @@ const (
 	// allocationWorkers is how many pending allocations are claimed at
 	// once. A pass is two writes in a row (the node's claim, then the
 	// allocation's status), each a round trip through the API to etcd, so
-	// in-flight passes, not CPU, bound the rate: at 16, two servers on one
-	// etcd queued allocations for 0.5-0.6 s at the leader (nodus-bench,
-	// docs/performance.md). Workers rather than batches: a worker takes the
-	// next allocation as soon as its last is written, where a batch would
-	// wait for its slowest claim.
+	// the passes in flight bound how fast the leader takes what every
+	// replica accepts: at 16, with two servers on one etcd, allocations
+	// queued at the leader for 0.5-0.6 s (nodus-bench, docs/performance.md).
+	// Workers rather than batches: a worker takes the next allocation as
+	// soon as its last is written, where a batch would wait for its slowest
+	// claim.
 	allocationWorkers = 64
 )
 
