@@ -30,13 +30,17 @@ type Controller struct {
 	client       versioned.Interface
 	reservations listers.ReservationLister
 	nodes        listers.NodeLister
-	nodeIndex    cache.Indexer
-	allocations  listers.AllocationLister
-	hosts        listers.ReservedHostLister
-	projects     listers.ProjectLister
-	synced       []cache.InformerSynced
-	queue        workqueue.TypedRateLimitingInterface[string]
-	now          func() time.Time
+	// The informers' indexes answer "which reservations does this event
+	// concern" without a walk over every reservation (index.go).
+	nodeIndex        cache.Indexer
+	reservationIndex cache.Indexer
+	allocationIndex  cache.Indexer
+	allocations      listers.AllocationLister
+	hosts            listers.ReservedHostLister
+	projects         listers.ProjectLister
+	synced           []cache.InformerSynced
+	queue            workqueue.TypedRateLimitingInterface[string]
+	now              func() time.Time
 }
 
 // New wires the controller to the informers of factory.
@@ -53,23 +57,19 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reservations"}),
 		now: time.Now,
 	}
-	nodeInformer := v1.Nodes().Informer()
-	if err := nodeInformer.AddIndexers(cache.Indexers{indexReservation: func(obj interface{}) ([]string, error) {
-		if n, ok := obj.(*nodusv1.Node); ok && n.Status.Reservation != "" {
-			return []string{n.Status.Reservation}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := addIndexes(v1.Nodes().Informer(), v1.Reservations().Informer(), v1.Allocations().Informer()); err != nil {
 		return nil, err
 	}
-	c.nodeIndex = nodeInformer.GetIndexer()
+	c.nodeIndex = v1.Nodes().Informer().GetIndexer()
+	c.reservationIndex = v1.Reservations().Informer().GetIndexer()
+	c.allocationIndex = v1.Allocations().Informer().GetIndexer()
 	handlers := []struct {
 		informer cache.SharedIndexInformer
 		keys     func(obj interface{}) []string
 	}{
 		{v1.Reservations().Informer(), func(obj interface{}) []string { return []string{objectName(obj)} }},
 		{v1.Nodes().Informer(), c.nodeKeys},
-		{v1.Allocations().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return allocationName(r) == name })},
+		{v1.Allocations().Informer(), func(obj interface{}) []string { return c.reservationsBy(indexAllocation, objectName(obj)) }},
 		{v1.Projects().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return r.Spec.Project == name })},
 		{v1.ReservedHosts().Informer(), func(obj interface{}) []string {
 			if h, ok := tombstone(obj).(*nodusv1.ReservedHost); ok && h.Labels[LabelReservation] != "" {
@@ -258,14 +258,12 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 	}
 	// An allocation of this name that was just deleted may still hold its
 	// node: a new one is made once that claim is gone.
-	nodes, err := c.nodes.List(labels.Everything())
+	holders, err := c.nodeIndex.ByIndex(indexNodeAllocation, name)
 	if err != nil {
 		return nil, err
 	}
-	for _, n := range nodes {
-		if n.Status.Allocation == name {
-			return nil, fmt.Errorf("allocation %s is gone but node %s still records it", name, n.Name)
-		}
+	if len(holders) > 0 {
+		return nil, fmt.Errorf("allocation %s is gone but node %s still records it", name, objectName(holders[0]))
 	}
 	a = &nodusv1.Allocation{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelReservation: r.Name}},
@@ -335,26 +333,23 @@ func missingReleaseEntries(desired, written *nodusv1.ReservedHost) []metav1.Mana
 	return missing
 }
 
-const indexReservation = "reservation"
-
 // nodeKeys maps a node to the reservations it concerns: the one holding it
 // (also one deleted meanwhile, whose claim must go), and those placed or
-// waiting on it, which may claim it once it is free.
+// waiting on it, which may claim it once it is free, directly or through
+// their allocation.
 func (c *Controller) nodeKeys(obj interface{}) []string {
 	node, ok := tombstone(obj).(*nodusv1.Node)
 	if !ok {
 		return nil
 	}
-	keys := c.reservationsOf(func(r *nodusv1.Reservation, name string) bool {
-		if r.Status.Node == name || r.Spec.Placement.Node == name {
-			return true
-		}
-		if a := allocationName(r); a != "" {
-			alloc, err := c.allocations.Get(a)
-			return err == nil && alloc.Status.Node == name
-		}
-		return false
-	})(obj)
+	keys := c.reservationsBy(indexNode, node.Name)
+	allocations, err := c.allocationIndex.ByIndex(indexAllocationNode, node.Name)
+	if err != nil {
+		utilruntime.HandleError(err)
+	}
+	for _, a := range allocations {
+		keys = append(keys, c.reservationsBy(indexAllocation, objectName(a))...)
+	}
 	if node.Status.Reservation != "" {
 		keys = append(keys, node.Status.Reservation)
 	}
