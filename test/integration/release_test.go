@@ -59,7 +59,7 @@ func TestReleaseCapacity(t *testing.T) {
 			t.Errorf("managedFields lack the nodus-cli release entry: %+v", h.ManagedFields)
 		}
 		// The stored host, which only the reservation controller writes, shows the same.
-		f.waitHost(t, "h-ok", func(h *nodusv1.ReservedHost) bool {
+		after := f.waitHost(t, "h-ok", func(h *nodusv1.ReservedHost) bool {
 			if h.Status.Release == nil {
 				return false
 			}
@@ -70,6 +70,20 @@ func TestReleaseCapacity(t *testing.T) {
 			}
 			return false
 		})
+		// Its other managers' entries stay: the controller's informer keeps
+		// only the release entries, and adding one must not wipe the rest.
+		if len(before.ManagedFields) == 0 {
+			t.Fatalf("the host had no managedFields before the release")
+		}
+		for _, m := range before.ManagedFields {
+			kept := false
+			for _, a := range after.ManagedFields {
+				kept = kept || (a.Manager == m.Manager && a.Operation == m.Operation && a.Subresource == m.Subresource)
+			}
+			if !kept {
+				t.Errorf("the release dropped the managedFields entry of %s (%s, subresource %q): %+v", m.Manager, m.Operation, m.Subresource, after.ManagedFields)
+			}
+		}
 
 		again := f.release(t, f.admin, "h-ok", `{"agreed":true,"epoch":2}`, "")
 		expectReason(t, again, http.StatusConflict, apierror.ReasonAlreadyReleased)

@@ -23,6 +23,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
+	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
 // Controller reconciles Reservations.
@@ -297,11 +298,19 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 	// taken from a client only on the main resource), then the status: once
 	// the status shows the release, both writes are done.
 	base := current
-	if missing := missingReleaseEntries(desired, current); len(missing) > 0 {
-		next := current.DeepCopy()
-		next.ManagedFields = append(next.ManagedFields, missing...)
-		var err error
-		if base, err = hosts.Update(ctx, next, opts); err != nil {
+	if len(missingReleaseEntries(desired, current)) > 0 {
+		// The informer keeps only the release entries of a host's
+		// managedFields, and an update that sends managedFields replaces
+		// them all: the entries go onto the host as stored, under the
+		// resourceVersion the cache saw, so that a write since fails and
+		// the sync runs again.
+		stored, err := hosts.Get(ctx, current.Name, metav1.GetOptions{ResourceVersion: current.ResourceVersion})
+		if err != nil {
+			return err
+		}
+		stored.ResourceVersion = current.ResourceVersion
+		stored.ManagedFields = append(stored.ManagedFields, missingReleaseEntries(desired, stored)...)
+		if base, err = hosts.Update(ctx, stored, opts); err != nil {
 			return err
 		}
 	}
@@ -319,7 +328,7 @@ func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.Re
 func missingReleaseEntries(desired, written *nodusv1.ReservedHost) []metav1.ManagedFieldsEntry {
 	var missing []metav1.ManagedFieldsEntry
 	for _, want := range desired.ManagedFields {
-		if want.Subresource != "release-capacity" {
+		if want.Subresource != reservedhost.ReleaseSubresource {
 			continue
 		}
 		found := false

@@ -120,6 +120,9 @@ func ownRelease(res *nodusv1.Reservation, key string, epoch int64) bool {
 		(res.Status.State == nodusv1.ReservationStateReleasing || res.Status.State == nodusv1.ReservationStateReleased)
 }
 
+// ReleaseSubresource names the managedFields entries of release requests.
+const ReleaseSubresource = "release-capacity"
+
 // releaseFields are the fields a release sets, in managedFields' FieldsV1 form.
 const releaseFields = `{"f:status":{"f:release":{".":{},"f:requestedAt":{}},"f:reservation":{"f:epoch":{},"f:state":{}}}}`
 
@@ -134,7 +137,7 @@ func RecordRelease(h *nodusv1.ReservedHost, manager string, at metav1.Time) bool
 		Time:        &at,
 		FieldsType:  "FieldsV1",
 		FieldsV1:    &metav1.FieldsV1{Raw: []byte(releaseFields)},
-		Subresource: "release-capacity",
+		Subresource: ReleaseSubresource,
 	}
 	var fields []metav1.ManagedFieldsEntry
 	for _, f := range h.ManagedFields {
