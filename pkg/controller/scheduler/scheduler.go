@@ -59,9 +59,11 @@ type Controller struct {
 	trigger      chan struct{}
 	now          func() time.Time
 
-	claims  *gpuClaims
-	mu      sync.Mutex
-	assumed map[types.UID]placement
+	// lendingIndex finds the reservations with a lending agreement and a node.
+	lendingIndex cache.Indexer
+	claims       *gpuClaims
+	mu           sync.Mutex
+	assumed      map[types.UID]placement
 	// aliasOf remembers host aliases by node UID; only passes use it.
 	aliasOf map[types.UID]string
 }
@@ -89,6 +91,19 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		assumed:      map[types.UID]placement{},
 		claims:       &gpuClaims{kv: kv, now: time.Now},
 	}
+	// A pass reads only the reservations with a lending agreement: among
+	// 10,000 reservations, a walk over all of them each pass took a tenth
+	// of the server's CPU while they activated.
+	reservations := v1.Reservations().Informer()
+	if err := reservations.AddIndexers(cache.Indexers{indexLending: func(obj interface{}) ([]string, error) {
+		if r, ok := obj.(*nodusv1.Reservation); ok && r.Status.Lending != nil && r.Status.Node != "" {
+			return []string{lendingAgreed}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.lendingIndex = reservations.GetIndexer()
 	for _, informer := range []cache.SharedIndexInformer{
 		v1.Executions().Informer(), v1.Reservations().Informer(), v1.Nodes().Informer(),
 		v1.Pools().Informer(), v1.HostLendings().Informer(), v1.Projects().Informer(),
@@ -494,19 +509,20 @@ func network(pool *nodusv1.Pool) nodusv1.LendingNetwork {
 	return nodusv1.LendingNetworkNone
 }
 
+// The index of the reservations a pass reads, and its one value.
+const indexLending, lendingAgreed = "scheduler.lending", "agreed"
+
 // hosts are the hosts of every reservation with a lending agreement: all of
 // them, and by alias the one that counts for each node (the lent one, if any).
 func (c *Controller) hosts() (map[string]*host, []*host, error) {
-	reservations, err := c.reservations.List(labels.Everything())
+	reservations, err := c.lendingIndex.ByIndex(indexLending, lendingAgreed)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := map[string]*host{}
 	var all []*host
-	for _, r := range reservations {
-		if r.Status.Lending == nil || r.Status.Node == "" {
-			continue
-		}
+	for _, obj := range reservations {
+		r := obj.(*nodusv1.Reservation)
 		node, err := c.nodes.Get(r.Status.Node)
 		if apierrors.IsNotFound(err) {
 			// The operator deleted the node: nothing runs there any more
