@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+	cliflag "k8s.io/component-base/cli/flag"
+	"k8s.io/component-base/featuregate"
 )
 
 // EmbeddedEtcd is the --etcd-servers value that runs etcd inside the server.
@@ -53,6 +56,9 @@ type Options struct {
 	// LeaderElectLeaseDuration is how long a replica that leads the
 	// controllers and dies without a word keeps the lead.
 	LeaderElectLeaseDuration time.Duration
+	// FeatureGates set the API server library's feature gates, over
+	// Nodus' own defaults (libraryFeatureDefaults).
+	FeatureGates map[string]bool
 	// EtcdProbeTimeout bounds the start-up check that etcd answers
 	// (default 15 s): a server whose etcd is down says so and exits.
 	EtcdProbeTimeout time.Duration
@@ -98,6 +104,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
 	fs.IntVar(&o.MaxExecutionsPerProject, "max-executions-per-project", o.MaxExecutionsPerProject, "How many Executions (running or ended, until deleted) a project may keep.")
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long the replica that runs the controllers keeps the lead after it stopped renewing it (died, partitioned); whole seconds. Shorter: faster failover; longer: fewer handovers when etcd is slow.")
+	fs.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "Feature gates of the Kubernetes API server library, as key=true|false pairs separated by commas. Nodus turns ListFromCacheSnapshot off (docs/performance.md says why); ListFromCacheSnapshot=true turns it on.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
 }
 
@@ -128,6 +135,12 @@ func (o *Options) Validate() error {
 			if _, err := os.Stat(path); err != nil {
 				errs = append(errs, fmt.Errorf("%s: %w", flag, err))
 			}
+		}
+	}
+	known := utilfeature.DefaultMutableFeatureGate.GetAll()
+	for name := range o.FeatureGates {
+		if _, ok := known[featuregate.Feature(name)]; !ok {
+			errs = append(errs, fmt.Errorf("--feature-gates: %s is not a feature gate of the API server library", name))
 		}
 	}
 	if !o.embeddedEtcd() && o.ClusterKeyFile == "" {
