@@ -220,9 +220,9 @@ var libraryFeatureDefaults = map[string]bool{
 	// at every write for as long as it keeps the write's event, so that a
 	// LIST at an older resourceVersion (the later pages of a paginated
 	// LIST) is served from memory. While 10,000 reserved hosts were
-	// created those snapshots held 60-70 MB, and the server's RSS was a
-	// quarter lower without them (docs/performance.md). Without them, such
-	// LISTs read etcd, as before Kubernetes 1.34.
+	// created those clones held about 70 MB of the heap, and the server's
+	// RSS was a quarter lower without them (docs/performance.md). Without
+	// them, such LISTs read etcd, as before Kubernetes 1.34.
 	string(features.ListFromCacheSnapshot): false,
 }
 
