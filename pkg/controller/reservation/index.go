@@ -14,9 +14,9 @@ import (
 // nodus-bench's memory scenario.
 const (
 	// On nodes: the reservation their claim names.
-	indexReservation = "reservation"
+	indexReservation = "node.reservation"
 	// On nodes: the allocation their claim names.
-	indexNodeAllocation = "allocation"
+	indexNodeAllocation = "node.allocation"
 	// On reservations: the nodes they are placed on or hold.
 	indexNode = "reservation.node"
 	// On reservations: the allocation they are placed through.
