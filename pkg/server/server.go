@@ -290,11 +290,13 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 // missing ones to the host as stored.
 func withoutManagedFields(obj interface{}) (interface{}, error) {
 	if h, isHost := obj.(*nodusv1.ReservedHost); isHost {
-		h.ManagedFields = slices.DeleteFunc(h.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+		kept := slices.DeleteFunc(h.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
 			return e.Subresource != reservedhost.ReleaseSubresource
 		})
-		if len(h.ManagedFields) == 0 {
-			h.ManagedFields = nil
+		// A copy, so that the decoded array of every entry is not kept.
+		h.ManagedFields = nil
+		if len(kept) > 0 {
+			h.ManagedFields = slices.Clone(kept)
 		}
 		return h, nil
 	}
