@@ -186,7 +186,11 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 	// Every replica cuts its own open watches whose access ended.
 	if err := generic.AddPostStartHook("nodus-revocation", func(hook genericapiserver.PostStartHookContext) error {
-		client, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+		loopback, err := informerClientConfig(hook.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		client, err := versioned.NewForConfig(loopback)
 		if err != nil {
 			return err
 		}
@@ -241,7 +245,11 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 // startControllers runs the controllers on the replica that wins the
 // election, with a loopback client.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
-	client, err := versioned.NewForConfig(hook.LoopbackClientConfig)
+	loopback, err := informerClientConfig(hook.LoopbackClientConfig)
+	if err != nil {
+		return err
+	}
+	client, err := versioned.NewForConfig(loopback)
 	if err != nil {
 		return err
 	}
