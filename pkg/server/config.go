@@ -149,7 +149,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err := o.applyServing(generic, listener, certFile, keyFile); err != nil {
 		return nil, err
 	}
-	if err := st.applyTo(generic, codecs); err != nil {
+	if err := st.applyTo(generic, scheme, codecs); err != nil {
 		return nil, err
 	}
 	if err := o.applyAudit(generic); err != nil {

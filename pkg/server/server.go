@@ -27,7 +27,6 @@ import (
 	reservationcontroller "github.com/nodus-dev/nodus/pkg/controller/reservation"
 	schedulercontroller "github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
-	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
@@ -186,11 +185,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 	// Every replica cuts its own open watches whose access ended.
 	if err := generic.AddPostStartHook("nodus-revocation", func(hook genericapiserver.PostStartHookContext) error {
-		loopback, err := informerClientConfig(hook.LoopbackClientConfig)
-		if err != nil {
-			return err
-		}
-		client, err := versioned.NewForConfig(loopback)
+		client, err := informerClientset(hook.LoopbackClientConfig)
 		if err != nil {
 			return err
 		}
@@ -245,11 +240,7 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 // startControllers runs the controllers on the replica that wins the
 // election, with a loopback client.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
-	loopback, err := informerClientConfig(hook.LoopbackClientConfig)
-	if err != nil {
-		return err
-	}
-	client, err := versioned.NewForConfig(loopback)
+	client, err := informerClientset(hook.LoopbackClientConfig)
 	if err != nil {
 		return err
 	}
