@@ -30,6 +30,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
+	"github.com/nodus-dev/nodus/pkg/localinformers"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
@@ -183,13 +184,15 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}
-	// Every replica cuts its own open watches whose access ended.
+	// Every replica cuts its own open watches whose access ended, as its
+	// own stores show the change.
 	if err := generic.AddPostStartHook("nodus-revocation", func(hook genericapiserver.PostStartHookContext) error {
-		client, err := informerClientset(hook.LoopbackClientConfig)
+		client, err := loopbackClientset(hook.LoopbackClientConfig)
 		if err != nil {
 			return err
 		}
-		return c.watches.Follow(hook, externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(revocationView)))
+		return c.watches.Follow(hook, localinformers.NewFactory(
+			externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(revocationView)), c.Stores.Sources()))
 	}); err != nil {
 		return nil, err
 	}
@@ -238,14 +241,16 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 }
 
 // startControllers runs the controllers on the replica that wins the
-// election, with a loopback client.
+// election. They write through the loopback, like any client, and read from
+// informers fed by this replica's stores.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
-	client, err := informerClientset(hook.LoopbackClientConfig)
+	client, err := loopbackClientset(hook.LoopbackClientConfig)
 	if err != nil {
 		return err
 	}
 	go leader.Run(hook, c.storage.client, c.leaderLease, func(ctx context.Context) {
-		factory := externalversions.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, externalversions.WithTransform(withoutManagedFields))
+		factory := localinformers.NewFactory(
+			externalversions.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, externalversions.WithTransform(withoutManagedFields)), c.Stores.Sources())
 		reservations, err := reservationcontroller.New(client, factory)
 		if err != nil {
 			klog.ErrorS(err, "reservation controller")

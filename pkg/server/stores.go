@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"fmt"
+	"reflect"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +13,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/localinformers"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
@@ -48,6 +50,17 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (*Store
 		*r.into = store
 	}
 	return s, nil
+}
+
+// Sources are the stores the in-process informers read, by object type.
+func (s *Stores) Sources() localinformers.Sources {
+	return localinformers.Sources{
+		reflect.TypeFor[*nodusv1.Project](): s.Projects.Main, reflect.TypeFor[*nodusv1.Pool](): s.Pools.Main,
+		reflect.TypeFor[*nodusv1.Node](): s.Nodes.Main, reflect.TypeFor[*nodusv1.Allocation](): s.Allocations.Main,
+		reflect.TypeFor[*nodusv1.Reservation](): s.Reservations.Main, reflect.TypeFor[*nodusv1.ReservedHost](): s.ReservedHosts.Main,
+		reflect.TypeFor[*nodusv1.AccessToken](): s.AccessTokens.Main, reflect.TypeFor[*nodusv1.EnrollmentToken](): s.EnrollmentTokens.Main,
+		reflect.TypeFor[*nodusv1.Execution](): s.Executions.Main, reflect.TypeFor[*nodusv1.HostLending](): s.HostLendings.Main,
+	}
 }
 
 // getters read for authentication, authorization and admission.

@@ -33,6 +33,9 @@ type Server struct {
 	// Config authenticates as the bootstrap operator.
 	Config *rest.Config
 	Client versioned.Interface
+	// Stores are the server's registry stores, for tests that read
+	// underneath the API.
+	Stores *server.Stores
 
 	cancel   context.CancelFunc
 	done     chan error
@@ -62,7 +65,7 @@ func Start(dataDir string, out io.Writer, tweaks ...func(*server.Options)) (*Ser
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{DataDir: dataDir, KubeconfigPath: cfg.KubeconfigPath, URL: cfg.URL, cancel: cancel, done: make(chan error, 1)}
+	s := &Server{DataDir: dataDir, KubeconfigPath: cfg.KubeconfigPath, URL: cfg.URL, Stores: cfg.Stores, cancel: cancel, done: make(chan error, 1)}
 	go func() { s.done <- srv.Run(ctx) }()
 
 	if s.Config, err = clientcmd.BuildConfigFromFlags("", cfg.KubeconfigPath); err != nil {
