@@ -15,6 +15,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"sync"
 	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -101,18 +102,56 @@ func ListerWatcher(source Source) cache.ListerWatcher {
 			if err != nil {
 				return nil, err
 			}
-			return watch.Filter(w, unwrapped), nil
+			return ownObjects(w), nil
 		},
+	}
+}
+
+// ownedWatch passes on source's events with their objects unwrapped.
+type ownedWatch struct {
+	source watch.Interface
+	result chan watch.Event
+	stop   chan struct{}
+	once   sync.Once
+}
+
+// ownObjects starts passing source's events on. Unlike watch.Filter, it
+// stops even while an event waits for a reader: a reflector stops its watch
+// and reads no more, and an informer's shutdown would leave the goroutine
+// behind.
+func ownObjects(source watch.Interface) watch.Interface {
+	w := &ownedWatch{source: source, result: make(chan watch.Event), stop: make(chan struct{})}
+	go w.pass()
+	return w
+}
+
+func (w *ownedWatch) ResultChan() <-chan watch.Event { return w.result }
+
+func (w *ownedWatch) Stop() {
+	w.once.Do(func() {
+		close(w.stop)
+		w.source.Stop()
+	})
+}
+
+func (w *ownedWatch) pass() {
+	defer close(w.result)
+	for event := range w.source.ResultChan() {
+		select {
+		case w.result <- unwrapped(event):
+		case <-w.stop:
+			return
+		}
 	}
 }
 
 // unwrapped replaces the watch cache's wrapper of an event's object, which
 // caches its serializations for HTTP watchers, by the object: a deep copy.
-func unwrapped(event watch.Event) (watch.Event, bool) {
+func unwrapped(event watch.Event) watch.Event {
 	if cacheable, ok := event.Object.(runtime.CacheableObject); ok {
 		event.Object = cacheable.GetObject()
 	}
-	return event, true
+	return event
 }
 
 func internalOptions(options metav1.ListOptions) (*metainternalversion.ListOptions, error) {
