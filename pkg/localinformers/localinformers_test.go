@@ -2,6 +2,7 @@ package localinformers_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -30,13 +31,7 @@ func TestInformersOwnWhatTheyHold(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// The factory's client reaches no server: whatever the informer holds
-	// came through the store.
-	nowhere, err := versioned.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory := localinformers.NewFactory(externalversions.NewSharedInformerFactory(nowhere, 0), s.Stores.Sources())
+	factory := localinformers.NewFactory(externalversions.NewSharedInformerFactory(nowhere(t), 0), s.Stores.Sources())
 	lister := factory.Nodus().V1().Nodes().Lister()
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
@@ -97,4 +92,40 @@ func TestInformersOwnWhatTheyHold(t *testing.T) {
 		t.Fatalf("the informer did not see the update: %v", err)
 	}
 	mutateAndCheck("watched", "b")
+}
+
+// The factory falls back to its client for a type without a store: every
+// kind the generated informers offer must have one, or the server's
+// informers would quietly go through its HTTP API again.
+func TestEveryInformerReadsAStore(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	factory := localinformers.NewFactory(externalversions.NewSharedInformerFactory(nowhere(t), 0), s.Stores.Sources())
+	group := reflect.ValueOf(factory.Nodus().V1())
+	for i := range group.NumMethod() {
+		group.Method(i).Call(nil)[0].MethodByName("Informer").Call(nil)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
+	defer cancel()
+	synced := factory.WaitForCacheSync(ctx.Done())
+	if len(synced) != group.NumMethod() {
+		t.Fatalf("%d informers started for the %d kinds of the group", len(synced), group.NumMethod())
+	}
+	for typ, ok := range synced {
+		if !ok {
+			t.Errorf("the informer of %v did not sync: its kind has no store in Stores.Sources", typ)
+		}
+	}
+}
+
+// nowhere is a client that reaches no server: what an informer built with
+// it holds came through a store.
+func nowhere(t *testing.T) versioned.Interface {
+	t.Helper()
+	client, err := versioned.NewForConfig(&rest.Config{Host: "https://127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return client
 }
