@@ -40,6 +40,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
+	"github.com/nodus-dev/nodus/pkg/settle"
 )
 
 const (
@@ -58,6 +59,9 @@ const (
 	// soon as its last is written, where a batch would wait for its slowest
 	// claim.
 	allocationWorkers = 64
+	// settleWithin bounds how long a server waits to go quiet after a fill
+	// (settleAfterFill).
+	settleWithin = 2 * time.Minute
 )
 
 // CompletedConfig can only be made by Complete.
@@ -191,8 +195,13 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		if err != nil {
 			return err
 		}
-		return c.watches.Follow(hook, localinformers.NewFactory(
-			externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(revocationView)), c.Stores.Sources()))
+		factory := localinformers.NewFactory(
+			externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(revocationView)), c.Stores.Sources())
+		if err := c.watches.Follow(hook, factory); err != nil {
+			return err
+		}
+		go settleAfterFill(hook, factory)
+		return nil
 	}); err != nil {
 		return nil, err
 	}
@@ -275,6 +284,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 		liveness := &nodeliveness.Controller{Client: client, Nodes: nodes.Lister(), Synced: nodes.Informer().HasSynced,
 			Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		factory.Start(ctx.Done())
+		go settleAfterFill(ctx, factory)
 		go allocations.Run(ctx, allocationWorkers)
 		go scheduler.Run(ctx)
 		go projects.Run(ctx, controllerWorkers)
@@ -283,6 +293,24 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 		factory.Shutdown()
 	})
 	return nil
+}
+
+// settleAfterFill gives the memory that filling factory's informers left
+// free back to the system, once they are filled and the server has gone
+// quiet (pkg/settle): on the leader, that is after the controllers have
+// been through everything once. A server that is never quiet for long
+// enough is busy, and its collections follow GOGC anyway.
+func settleAfterFill(ctx context.Context, factory externalversions.SharedInformerFactory) {
+	for _, synced := range factory.WaitForCacheSync(ctx.Done()) {
+		if !synced {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, settleWithin)
+	defer cancel()
+	if settle.AfterQuiet(ctx, settle.Default, settle.Release) {
+		klog.V(2).InfoS("gave the start-up's free memory back to the system")
+	}
 }
 
 // withoutManagedFields drops the managedFields the controllers never read

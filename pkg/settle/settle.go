@@ -1,0 +1,74 @@
+// Package settle gives back to the system the memory a start-up left free,
+// once the process has gone quiet.
+//
+// Filling the watch caches and the informers is a nodus-server's peak: the
+// collector then finds the fill's transient data live, sets its next target
+// at twice that, and the runtime keeps what the heap grew to. An idle
+// server held that peak until the runtime's periodic collection, and even
+// then kept up to a tenth above its new target (docs/performance.md,
+// "Memory and restart"). Under load nothing here matters: collections run
+// all the time, paced by GOGC.
+package settle
+
+import (
+	"context"
+	"runtime/debug"
+	"runtime/metrics"
+	"time"
+)
+
+const allocatedMetric = "/gc/heap/allocs:bytes"
+
+// Quiet is when a process counts as settled: it allocated less than Bytes
+// in each of Windows consecutive windows of Window.
+type Quiet struct {
+	Window  time.Duration
+	Bytes   uint64
+	Windows int
+}
+
+// Default is a fraction of what a fill allocates (a 10,000-reservation
+// start-up allocates tens of MB a second until its controllers have been
+// through everything once) and well above what an idle server does
+// (well under 1 MB a second).
+var Default = Quiet{Window: 500 * time.Millisecond, Bytes: 1 << 20, Windows: 2}
+
+// Release collects and returns the free memory to the system.
+func Release() { debug.FreeOSMemory() }
+
+// AfterQuiet waits until the process is quiet, then calls release once and
+// returns true. It returns false without calling it when ctx ends first.
+func AfterQuiet(ctx context.Context, q Quiet, release func()) bool {
+	ticker := time.NewTicker(q.Window)
+	defer ticker.Stop()
+	last, quiet := allocated(), 0
+	for quiet < q.Windows {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-ticker.C:
+		}
+		now := allocated()
+		if now-last < q.Bytes {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		last = now
+	}
+	release()
+	return true
+}
+
+// allocated is how many bytes the heap has handed out since the process
+// started (freed or not).
+func allocated() uint64 {
+	sample := []metrics.Sample{{Name: allocatedMetric}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		// Unknown to this runtime: every window looks quiet, and the
+		// release comes after the first ones.
+		return 0
+	}
+	return sample[0].Value.Uint64()
+}

@@ -1,0 +1,64 @@
+package settle
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+var sink []byte
+
+// A process that keeps allocating is not released; once it stops, it is,
+// once.
+func TestReleasesOnlyOnceQuiet(t *testing.T) {
+	q := Quiet{Window: 50 * time.Millisecond, Bytes: 1 << 20, Windows: 2}
+	var busy atomic.Bool
+	busy.Store(true)
+	go func() {
+		// About 40 MB a second: 2 MB per window, twice the threshold.
+		for busy.Load() {
+			for range 32 {
+				sink = make([]byte, 64<<10)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	var released atomic.Int32
+	done := make(chan bool)
+	go func() { done <- AfterQuiet(t.Context(), q, func() { released.Add(1) }) }()
+
+	time.Sleep(20 * q.Window)
+	if n := released.Load(); n != 0 {
+		t.Fatalf("released %d times while the process allocated 40 MB/s", n)
+	}
+	busy.Store(false)
+	select {
+	case ok := <-done:
+		if !ok || released.Load() != 1 {
+			t.Fatalf("AfterQuiet returned %v after %d releases; want true after 1", ok, released.Load())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("not released within 10 s of the process going quiet")
+	}
+}
+
+// A context that ends first ends the wait without a release.
+func TestEndsWithItsContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	released := false
+	if AfterQuiet(ctx, Default, func() { released = true }) || released {
+		t.Fatal("released after the context ended")
+	}
+}
+
+// The metric the wait reads exists in this runtime, so the wait measures
+// something.
+func TestReadsTheAllocationCounter(t *testing.T) {
+	before := allocated()
+	sink = make([]byte, 4<<20)
+	if after := allocated(); after-before < 4<<20 {
+		t.Fatalf("%s moved by %d bytes over a 4 MiB allocation", allocatedMetric, after-before)
+	}
+}
