@@ -5,9 +5,9 @@
 // collector then finds the fill's transient data live, sets its next target
 // at twice that, and the runtime keeps what the heap grew to. An idle
 // server held that peak until the runtime's periodic collection, and even
-// then kept up to a tenth above its new target (docs/performance.md,
-// "Memory and restart"). Under load nothing here matters: collections run
-// all the time, paced by GOGC.
+// then kept up to a tenth above its new target (docs/performance.md, "The
+// start-up's free memory given back"). Under load nothing here matters:
+// collections run all the time, paced by GOGC.
 package settle
 
 import (
