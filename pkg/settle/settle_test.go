@@ -12,16 +12,15 @@ var sink []byte
 // A process that keeps allocating is not released; once it stops, it is,
 // once.
 func TestReleasesOnlyOnceQuiet(t *testing.T) {
-	q := Quiet{Window: 50 * time.Millisecond, Bytes: 1 << 20, Windows: 2}
+	q := Quiet{Window: 100 * time.Millisecond, Bytes: 1 << 20, Windows: 2}
 	var busy atomic.Bool
 	busy.Store(true)
 	go func() {
-		// About 40 MB a second: 2 MB per window, twice the threshold.
+		// About 32 MB a second, 3 MB per window, in small steps: only a
+		// stall of most of two windows would look quiet.
 		for busy.Load() {
-			for range 32 {
-				sink = make([]byte, 64<<10)
-			}
-			time.Sleep(50 * time.Millisecond)
+			sink = make([]byte, 64<<10)
+			time.Sleep(2 * time.Millisecond)
 		}
 	}()
 	var released atomic.Int32
@@ -30,7 +29,7 @@ func TestReleasesOnlyOnceQuiet(t *testing.T) {
 
 	time.Sleep(20 * q.Window)
 	if n := released.Load(); n != 0 {
-		t.Fatalf("released %d times while the process allocated 40 MB/s", n)
+		t.Fatalf("released %d times while the process allocated 32 MB/s", n)
 	}
 	busy.Store(false)
 	select {
