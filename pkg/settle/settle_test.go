@@ -2,6 +2,8 @@ package settle
 
 import (
 	"context"
+	"runtime/metrics"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -60,4 +62,44 @@ func TestReadsTheAllocationCounter(t *testing.T) {
 	if after := allocated(); after-before < 4<<20 {
 		t.Fatalf("%s moved by %d bytes over a 4 MiB allocation", allocatedMetric, after-before)
 	}
+}
+
+// A release right after another, with nothing allocated in between, is
+// skipped; one after an allocation is not.
+func TestReleaseSkipsWhatTheLastOneGaveBack(t *testing.T) {
+	Release()
+	before := forcedCollections(t)
+	Release()
+	if n := forcedCollections(t) - before; n != 0 {
+		t.Fatalf("a release right after another collected %d times", n)
+	}
+	sink = make([]byte, 4<<20)
+	Release()
+	if n := forcedCollections(t) - before; n != 2 {
+		t.Fatalf("a release after 4 MiB allocated collected %d times, want 2", n)
+	}
+}
+
+// Two fills that settle together give the memory back once.
+func TestConcurrentReleasesCollectOnce(t *testing.T) {
+	sink = make([]byte, 4<<20)
+	before := forcedCollections(t)
+	var wg sync.WaitGroup
+	for range 2 {
+		wg.Go(Release)
+	}
+	wg.Wait()
+	if n := forcedCollections(t) - before; n != 2 {
+		t.Fatalf("two releases at once collected %d times, want the 2 of one release", n)
+	}
+}
+
+func forcedCollections(t *testing.T) uint64 {
+	t.Helper()
+	sample := []metrics.Sample{{Name: "/gc/cycles/forced:gc-cycles"}}
+	metrics.Read(sample)
+	if sample[0].Value.Kind() != metrics.KindUint64 {
+		t.Fatal("this runtime does not count forced collections")
+	}
+	return sample[0].Value.Uint64()
 }
