@@ -24,6 +24,7 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
@@ -52,6 +53,10 @@ func (c *ClientTLS) Config() (*tls.Config, error) {
 type ports struct {
 	Client int `json:"client"`
 	Peer   int `json:"peer"`
+	// HTTP serves etcd's HTTP endpoints (/health, /metrics), so that the
+	// client port serves gRPC alone; data dirs from before it have none
+	// until the next start picks one.
+	HTTP int `json:"http,omitempty"`
 }
 
 // Start starts etcd with its data under dir, serving TLS with client
@@ -78,12 +83,19 @@ func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
 	}
 	clientURL := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", p.Client)}
 	peerURL := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", p.Peer)}
+	httpURL := url.URL{Scheme: scheme, Host: fmt.Sprintf("127.0.0.1:%d", p.HTTP)}
 
 	cfg := embed.NewConfig()
 	cfg.Name = "nodus"
 	cfg.Dir = filepath.Join(dir, "data")
 	cfg.ListenClientUrls = []url.URL{clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{clientURL}
+	// With HTTP on a port of its own, etcd serves the client port with
+	// gRPC's own server. Sharing one TLS port, etcd hands every gRPC call
+	// to gRPC through net/http's HTTP/2 server (grpc.Server.ServeHTTP),
+	// which cost the API server's every storage call more CPU
+	// (docs/performance.md, "The embedded etcd's gRPC").
+	cfg.ListenClientHttpUrls = []url.URL{httpURL}
 	cfg.ListenPeerUrls = []url.URL{peerURL}
 	cfg.AdvertisePeerUrls = []url.URL{peerURL}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
@@ -205,30 +217,29 @@ func (s *Server) Stop(ctx context.Context) {
 func loadOrPickPorts(path string) (ports, error) {
 	var p ports
 	data, err := os.ReadFile(path)
-	if err == nil {
+	switch {
+	case err == nil:
 		if err := json.Unmarshal(data, &p); err != nil {
 			return p, fmt.Errorf("%s is corrupt: %w", path, err)
 		}
-		return p, nil
-	}
-	if !errors.Is(err, os.ErrNotExist) {
+		if p.HTTP != 0 {
+			return p, nil
+		}
+	case !errors.Is(err, os.ErrNotExist):
 		return p, err
 	}
-	if p.Client, err = freePort(); err != nil {
-		return p, err
-	}
-	if p.Peer, err = freePort(); err != nil {
-		return p, err
+	// Each port is held until all are picked, so no two are the same.
+	for _, port := range []*int{&p.Client, &p.Peer, &p.HTTP} {
+		if *port != 0 {
+			continue
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return p, err
+		}
+		defer l.Close()
+		*port = l.Addr().(*net.TCPAddr).Port
 	}
 	data, _ = json.Marshal(p)
-	return p, os.WriteFile(path, data, 0o600)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, atomicfile.Write(path, data, 0o600)
 }

@@ -3,12 +3,8 @@ package server
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
@@ -74,62 +70,6 @@ func (o *Options) openStorage(ctx context.Context) (st *storage, err error) {
 		return st, fmt.Errorf("etcd client: %w", err)
 	}
 	return st, nil
-}
-
-// probe asks each member's /health until one answers: the client's own
-// errors (a refused TLS handshake, a missing client certificate, nothing
-// listening) are clearer than a gRPC deadline.
-func probe(ctx context.Context, servers []string, tlsConfig *tls.Config, timeout time.Duration) error {
-	if timeout <= 0 {
-		timeout = 15 * time.Second
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: tlsConfig}}
-	defer client.CloseIdleConnections()
-	var errs []string
-	for {
-		errs = errs[:0]
-		for _, server := range servers {
-			req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(server, "/")+"/health", nil)
-			if err != nil {
-				return fmt.Errorf("etcd server %q: %w", server, err)
-			}
-			resp, err := client.Do(req)
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("%s: %v", server, explainEtcdError(err)))
-				continue
-			}
-			body, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			errs = append(errs, fmt.Sprintf("%s: /health answered %s: %s", server, resp.Status, strings.TrimSpace(string(body))))
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("etcd did not answer within %s: %s", timeout, strings.Join(errs, "; "))
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-}
-
-func explainEtcdError(err error) error {
-	msg := err.Error()
-	switch {
-	case strings.Contains(msg, "certificate required") || strings.Contains(msg, "bad certificate"):
-		return fmt.Errorf("%w (etcd asks for a client certificate: give --etcd-certfile and --etcd-keyfile, signed by a CA etcd trusts)", err)
-	case strings.Contains(msg, "unknown authority"):
-		return fmt.Errorf("%w (give --etcd-cafile, the CA that signed etcd's serving certificate)", err)
-	case strings.Contains(msg, "server gave HTTP response to HTTPS client"):
-		return fmt.Errorf("%w (this etcd serves http://, not https://)", err)
-	}
-	var urlErr interface{ Timeout() bool }
-	if errors.As(err, &urlErr) && urlErr.Timeout() {
-		return fmt.Errorf("%w (no answer)", err)
-	}
-	return err
 }
 
 // applyTo makes the generic server keep its objects in this etcd.
