@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"net"
 	"net/url"
 	"strings"
 	"time"
@@ -40,17 +41,19 @@ func probe(ctx context.Context, servers []string, tlsConfig *tls.Config, timeout
 		defer m.conn.Close()
 		members = append(members, m)
 	}
-	errs := make([]string, len(members))
+	last := make([]error, len(members))
 	for {
 		for i, m := range members {
-			err := m.read(ctx)
-			if err == nil {
+			if last[i] = m.read(ctx); last[i] == nil {
 				return nil
 			}
-			errs[i] = fmt.Sprintf("%s: %v", m.url, explainEtcdError(err))
 		}
 		select {
 		case <-ctx.Done():
+			errs := make([]string, len(members))
+			for i, m := range members {
+				errs[i] = fmt.Sprintf("%s: %v", m.url, explainEtcdError(m.handshake(tlsConfig, last[i])))
+			}
 			return fmt.Errorf("etcd did not answer within %s: %s", timeout, strings.Join(errs, "; "))
 		case <-time.After(500 * time.Millisecond):
 		}
@@ -59,6 +62,8 @@ func probe(ctx context.Context, servers []string, tlsConfig *tls.Config, timeout
 
 type probedMember struct {
 	url  string
+	host string
+	tls  bool
 	conn *grpc.ClientConn
 }
 
@@ -84,7 +89,44 @@ func dialMember(server string, tlsConfig *tls.Config) (*probedMember, error) {
 	if err != nil {
 		return nil, fmt.Errorf("etcd server %q: %w", server, err)
 	}
-	return &probedMember{url: server, conn: conn}, nil
+	return &probedMember{url: server, host: u.Host, tls: u.Scheme == "https", conn: conn}, nil
+}
+
+// handshake tells why a TLS member did not answer, when the TLS handshake
+// is why: gRPC reports whatever its connection met last, and a member that
+// refuses the client's certificate may close before gRPC reads its alert
+// (a broken pipe). This handshake writes nothing after it and waits for
+// the member's first record: the alert, or nothing from a member that
+// accepted it and waits for the client. Otherwise it returns err.
+func (m *probedMember) handshake(tlsConfig *tls.Config, err error) error {
+	if !m.tls {
+		return err
+	}
+	cfg := &tls.Config{}
+	if tlsConfig != nil {
+		cfg = tlsConfig.Clone()
+	}
+	cfg.NextProtos = []string{"h2"}
+	if cfg.ServerName == "" {
+		cfg.ServerName, _, _ = net.SplitHostPort(m.host)
+	}
+	dialer := &tls.Dialer{NetDialer: &net.Dialer{Timeout: 2 * time.Second}, Config: cfg}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	conn, dialErr := dialer.DialContext(ctx, "tcp", m.host)
+	if dialErr != nil {
+		var opErr *net.OpError
+		if errors.As(dialErr, &opErr) && opErr.Op == "dial" || errors.Is(dialErr, context.DeadlineExceeded) {
+			return err // not TLS's: nothing listening, no answer
+		}
+		return dialErr
+	}
+	defer conn.Close()
+	_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+	if _, readErr := conn.Read(make([]byte, 1)); readErr != nil && strings.Contains(readErr.Error(), "remote error: tls:") {
+		return readErr
+	}
+	return err
 }
 
 // read is what etcd's own health check does: a linearizable read, which

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -18,7 +22,8 @@ import (
 // loopback, where any local user can connect; it answers only a client
 // with the certificate of its own CA, which only the server's user can
 // read. No plain HTTP, no anonymous TLS, no certificate of the API's CA
-// (an operator's or an agent's) gets in, on the client or the peer port.
+// (an operator's or an agent's) gets in: not on the client port (gRPC),
+// not on the port of etcd's HTTP endpoints, not on the peer port.
 func TestEmbeddedEtcdOpensOnlyToTheServer(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	dir := filepath.Join(s.DataDir, "etcd")
@@ -26,7 +31,7 @@ func TestEmbeddedEtcdOpensOnlyToTheServer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ports struct{ Client, Peer int }
+	var ports struct{ Client, Peer, HTTP int }
 	if err := json.Unmarshal(data, &ports); err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +57,10 @@ func TestEmbeddedEtcdOpensOnlyToTheServer(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode, nil
 	}
-	for _, port := range []int{ports.Client, ports.Peer} {
+	if ports.HTTP == 0 {
+		t.Fatalf("ports.json has no HTTP port: %s", data)
+	}
+	for _, port := range []int{ports.HTTP, ports.Peer} {
 		version := fmt.Sprintf("https://127.0.0.1:%d/version", port)
 		if code, err := get(fmt.Sprintf("http://127.0.0.1:%d/version", port), nil); err == nil && code == 200 {
 			t.Errorf("port %d answers plain HTTP", port)
@@ -64,8 +72,30 @@ func TestEmbeddedEtcdOpensOnlyToTheServer(t *testing.T) {
 			t.Errorf("port %d answers the API's operator certificate: %d", port, code)
 		}
 	}
-	if code, err := get(fmt.Sprintf("https://127.0.0.1:%d/version", ports.Client), pair(filepath.Join(dir, "pki", "client"))); err != nil || code != 200 {
-		t.Errorf("the server's own etcd credential: %d %v", code, err)
+	if code, err := get(fmt.Sprintf("https://127.0.0.1:%d/version", ports.HTTP), pair(filepath.Join(dir, "pki", "client"))); err != nil || code != 200 {
+		t.Errorf("the server's own etcd credential on the HTTP port: %d %v", code, err)
+	}
+	// The client port speaks gRPC only: ask it as etcd's own client does.
+	read := func(tlsConfig *tls.Config) error {
+		client, err := clientv3.New(clientv3.Config{Endpoints: []string{fmt.Sprintf("https://127.0.0.1:%d", ports.Client)},
+			TLS: tlsConfig, DialTimeout: 3 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err = client.Get(ctx, "/registry", clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err
+	}
+	if err := read(&tls.Config{RootCAs: etcdCA}); err == nil {
+		t.Error("the client port answers gRPC over TLS without a client certificate")
+	}
+	if err := read(&tls.Config{RootCAs: etcdCA, Certificates: pair(filepath.Join(s.DataDir, "pki", "admin"))}); err == nil {
+		t.Error("the client port answers gRPC with the API's operator certificate")
+	}
+	if err := read(&tls.Config{RootCAs: etcdCA, Certificates: pair(filepath.Join(dir, "pki", "client"))}); err != nil {
+		t.Errorf("the server's own etcd credential on the client port: %v", err)
 	}
 	for name, want := range map[string]os.FileMode{"pki": 0o700, "pki/ca.key": 0o600, "pki/client.key": 0o600, "pki/server.key": 0o600, "pki/peer.key": 0o600} {
 		info, err := os.Stat(filepath.Join(dir, name))
