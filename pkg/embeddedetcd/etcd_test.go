@@ -18,9 +18,6 @@ import (
 // predates that port keeps its client and peer ports and gains one.
 func TestClientPortServesGRPCAlone(t *testing.T) {
 	dir := t.TempDir()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
 	old := ports{Client: pickPort(t), Peer: pickPort(t)}
 	data, _ := json.Marshal(old)
 	if err := os.WriteFile(filepath.Join(dir, "ports.json"), data, 0o600); err != nil {
