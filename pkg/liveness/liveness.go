@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -31,9 +32,16 @@ type Tracker struct {
 	leases map[string]clientv3.LeaseID
 }
 
-// New returns a tracker whose nodes die ttl after their last beat.
-func New(client *clientv3.Client, ttl time.Duration) *Tracker {
-	return &Tracker{client: client, ttl: ttl, streams: newStreams(client), leases: map[string]clientv3.LeaseID{}}
+// New returns a tracker whose nodes die ttl after their last beat. leases
+// is the lease service of client's etcd, on which the tracker keeps its
+// keep-alive streams: LeaseService(client) for a client over the network.
+func New(client *clientv3.Client, leases pb.LeaseClient, ttl time.Duration) *Tracker {
+	return &Tracker{client: client, ttl: ttl, streams: newStreams(client, leases), leases: map[string]clientv3.LeaseID{}}
+}
+
+// LeaseService is the lease service on client's gRPC connection.
+func LeaseService(client *clientv3.Client) pb.LeaseClient {
+	return pb.NewLeaseClient(client.ActiveConnection())
 }
 
 // Beat records a heartbeat of node. revived says that the node was not alive

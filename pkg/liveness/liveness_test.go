@@ -7,30 +7,56 @@ import (
 	"testing"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
-func startEtcd(t *testing.T) *clientv3.Client {
-	t.Helper()
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
+// reaches are the two ways a tracker reaches etcd: over the network (a
+// server on an external cluster) and in process (a server on its embedded
+// member).
+var reaches = []struct {
+	name    string
+	tracker func(etcd *embeddedetcd.Server, network *clientv3.Client) (*clientv3.Client, pb.LeaseClient)
+}{
+	{"network", func(_ *embeddedetcd.Server, network *clientv3.Client) (*clientv3.Client, pb.LeaseClient) {
+		return network, LeaseService(network)
+	}},
+	{"in process", func(etcd *embeddedetcd.Server, _ *clientv3.Client) (*clientv3.Client, pb.LeaseClient) {
+		return etcd.InProcessClient(), etcd.InProcessLeaseClient()
+	}},
+}
+
+// forEachReach runs test once for each way of reaching etcd, with a network
+// client for the test's own checks and a tracker that reaches it that way.
+func forEachReach(t *testing.T, test func(t *testing.T, client *clientv3.Client, tr *Tracker)) {
+	for _, reach := range reaches {
+		t.Run(reach.name, func(t *testing.T) {
+			etcd, network, err := testfleet.StartEtcd(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			client, leases := reach.tracker(etcd, network)
+			t.Cleanup(func() {
+				if client != network {
+					client.Close()
+				}
+				network.Close()
+				etcd.Stop(context.Background())
+			})
+			test(t, network, New(client, leases, 30*time.Second))
+		})
 	}
-	t.Cleanup(func() {
-		client.Close()
-		etcd.Stop(context.Background())
-	})
-	return client
 }
 
 // TestBeatsOverTheStreams checks that keep-alives over the shared streams
 // renew the right leases: many nodes at once, a lease that is gone, and a
 // stream that broke.
-func TestBeatsOverTheStreams(t *testing.T) {
-	client := startEtcd(t)
-	tr := New(client, 30*time.Second)
+func TestBeatsOverTheStreams(t *testing.T) { forEachReach(t, beatsOverTheStreams) }
+
+func beatsOverTheStreams(t *testing.T, client *clientv3.Client, tr *Tracker) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
@@ -111,9 +137,9 @@ func TestBeatsOverTheStreams(t *testing.T) {
 // stream's context ends under it (as when etcd closes the connection): a
 // keep-alive whose stream ends before its answer is retried with
 // KeepAliveOnce, and the next one opens a new stream.
-func TestBeatsWhenTheStreamsEndUnderThem(t *testing.T) {
-	client := startEtcd(t)
-	tr := New(client, 30*time.Second)
+func TestBeatsWhenTheStreamsEndUnderThem(t *testing.T) { forEachReach(t, beatsWhenTheStreamsEndUnderThem) }
+
+func beatsWhenTheStreamsEndUnderThem(t *testing.T, _ *clientv3.Client, tr *Tracker) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := 0; i < streamCount; i++ {

@@ -17,6 +17,7 @@ import (
 // of one stream in their order, so each stream keeps its waiters in a queue.
 type streams struct {
 	client *clientv3.Client
+	leases pb.LeaseClient
 	next   atomic.Uint32
 	pool   [streamCount]keepAliveStream
 }
@@ -30,31 +31,48 @@ const streamCount = 4
 var errStreamBroken = errors.New("the keep-alive stream ended")
 
 type keepAliveStream struct {
-	mu      sync.Mutex
+	// send orders the requests on the stream, and opens it. It is not mu:
+	// a Send can wait for etcd to read, etcd's reads wait for its answers
+	// to be taken, and the receiver takes them under mu (an in-process
+	// stream waits at once; a gRPC one when its flow-control window fills).
+	send    sync.Mutex
+	mu      sync.Mutex // guards the fields below
 	stream  pb.Lease_LeaseKeepAliveClient
 	cancel  context.CancelFunc
 	waiters []chan int64 // the TTL of each answer; -1 when the stream broke
 }
 
-func newStreams(client *clientv3.Client) *streams { return &streams{client: client} }
+func newStreams(client *clientv3.Client, leases pb.LeaseClient) *streams {
+	return &streams{client: client, leases: leases}
+}
 
 // keepAlive renews lease once and returns its new TTL (0 or less: no such lease).
 func (s *streams) keepAlive(ctx context.Context, lease clientv3.LeaseID) (int64, error) {
 	ks := &s.pool[s.next.Add(1)%streamCount]
 	answer := make(chan int64, 1)
+	ks.send.Lock()
 	ks.mu.Lock()
 	if ks.stream == nil {
-		if err := ks.open(s.client); err != nil {
+		if err := ks.open(s.client, s.leases); err != nil {
 			ks.mu.Unlock()
+			ks.send.Unlock()
 			return 0, err
 		}
 	}
+	// The waiter is queued before its request goes out, so that the
+	// receiver finds it however soon the answer comes.
 	ks.waiters = append(ks.waiters, answer)
-	err := ks.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)})
-	if err != nil {
-		ks.breakLocked()
-	}
+	stream := ks.stream
 	ks.mu.Unlock()
+	err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(lease)})
+	if err != nil {
+		ks.mu.Lock()
+		if ks.stream == stream {
+			ks.breakLocked() // answers this waiter too
+		}
+		ks.mu.Unlock()
+	}
+	ks.send.Unlock()
 	if err != nil {
 		return 0, errStreamBroken
 	}
@@ -70,10 +88,11 @@ func (s *streams) keepAlive(ctx context.Context, lease clientv3.LeaseID) (int64,
 	}
 }
 
-// open starts a stream and its receiver; ks.mu is held.
-func (ks *keepAliveStream) open(client *clientv3.Client) error {
+// open starts a stream and its receiver; ks.send and ks.mu are held. The stream ends
+// with the client.
+func (ks *keepAliveStream) open(client *clientv3.Client, leases pb.LeaseClient) error {
 	ctx, cancel := context.WithCancel(client.Ctx())
-	stream, err := pb.NewLeaseClient(client.ActiveConnection()).LeaseKeepAlive(ctx)
+	stream, err := leases.LeaseKeepAlive(ctx)
 	if err != nil {
 		cancel()
 		return err

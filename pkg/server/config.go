@@ -184,7 +184,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		Generic: generic, Scheme: scheme, Codecs: codecs, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: executionlog.NewStore(st.client), watches: watches,
-		liveness: liveness.New(st.client, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
+		liveness: liveness.New(st.client, st.leases, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
 		agentCertValidity: o.AgentCertificateValidity, ca: id.ca, sshCA: id.sshCA,
 	}, nil
 }

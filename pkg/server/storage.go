@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	etcdclient "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -21,6 +22,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
+	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/typemeta"
 )
 
@@ -30,12 +32,17 @@ const (
 )
 
 // storage is where the server keeps everything: the embedded etcd member
-// it runs, or an external cluster; and a client of it.
+// it runs, or an external cluster; and a client of it, with its lease
+// service. A server calls its embedded member in process.
 type storage struct {
 	servers  []string
 	tls      transport.TLSInfo
 	embedded *embeddedetcd.Server
 	client   *etcdclient.Client
+	leases   pb.LeaseClient
+	// stores is how the API's stores reach an embedded member; nil on an
+	// external cluster, where the library's own clients reach it.
+	stores *inProcessStores
 }
 
 // openStorage starts embedded etcd or reaches the external cluster, and
@@ -65,10 +72,16 @@ func (o *Options) openStorage(ctx context.Context) (st *storage, err error) {
 	if err := probe(ctx, st.servers, tlsConfig, o.EtcdProbeTimeout); err != nil {
 		return st, err
 	}
+	if st.embedded != nil {
+		st.client, st.leases = st.embedded.InProcessClient(), st.embedded.InProcessLeaseClient()
+		st.stores = &inProcessStores{member: st.embedded}
+		return st, nil
+	}
 	st.client, err = etcdclient.New(etcdclient.Config{Endpoints: st.servers, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return st, fmt.Errorf("etcd client: %w", err)
 	}
+	st.leases = liveness.LeaseService(st.client)
 	return st, nil
 }
 
@@ -83,13 +96,20 @@ func (st *storage) applyTo(generic *genericapiserver.Config, scheme *runtime.Sch
 	if err := etcdOpts.ApplyTo(generic); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
+	if st.stores != nil {
+		st.stores.watchCache = etcdOpts.EnableWatchCache
+		generic.RESTOptionsGetter = st.stores.options(generic.RESTOptionsGetter)
+	}
 	return nil
 }
 
-// close ends the client and then the embedded member, if any.
+// close ends the clients and then the embedded member, if any.
 func (st *storage) close(ctx context.Context) {
 	if st.client != nil {
 		st.client.Close()
+	}
+	if st.stores != nil {
+		st.stores.close()
 	}
 	if st.embedded != nil {
 		st.embedded.Stop(ctx)

@@ -9,12 +9,16 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -103,4 +107,52 @@ func TestEmbeddedEtcdOpensOnlyToTheServer(t *testing.T) {
 			t.Errorf("%s: %v %v, want mode %o", name, err, info, want)
 		}
 	}
+}
+
+// TestEmbeddedStoresListFromTheWatchCache: the stores of a server on
+// embedded etcd call the member in process, and a consistent LIST is still
+// served from the watch cache (after etcd's current revision), not from etcd
+// with every object decoded. The library serves it from the cache only once
+// it knows etcd's version, which it asks each endpoint of a client for; an
+// in-process client has none of its own.
+func TestEmbeddedStoresListFromTheWatchCache(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	ctx := context.Background()
+	for _, name := range []string{"cache-a", "cache-b"} {
+		if _, err := s.Client.NodusV1().Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const served = `apiserver_watch_cache_consistent_read_total{fallback="false",group="nodus.dev",resource="projects",success="true"} `
+	before := metricValue(t, s, served)
+	list, err := s.Client.NodusV1().Projects().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) < 2 {
+		t.Fatalf("listed %d projects, want the 2 created", len(list.Items))
+	}
+	if after := metricValue(t, s, served); after != before+1 {
+		t.Fatalf("the LIST was not served from the watch cache: %s went from %d to %d", served, before, after)
+	}
+}
+
+// metricValue reads the counter of the line that starts with prefix from
+// the server's /metrics; 0 when there is none.
+func metricValue(t *testing.T, s *testserver.Server, prefix string) int {
+	t.Helper()
+	r := do(t, s.Config, "GET", "/metrics", "", nil)
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /metrics: %d %s", r.code, r.body)
+	}
+	for _, line := range strings.Split(string(r.body), "\n") {
+		if strings.HasPrefix(line, prefix) {
+			n, err := strconv.Atoi(strings.TrimPrefix(line, prefix))
+			if err != nil {
+				t.Fatalf("metric line %q: %v", line, err)
+			}
+			return n
+		}
+	}
+	return 0
 }
