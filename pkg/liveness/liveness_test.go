@@ -137,7 +137,9 @@ func beatsOverTheStreams(t *testing.T, client *clientv3.Client, tr *Tracker) {
 // stream's context ends under it (as when etcd closes the connection): a
 // keep-alive whose stream ends before its answer is retried with
 // KeepAliveOnce, and the next one opens a new stream.
-func TestBeatsWhenTheStreamsEndUnderThem(t *testing.T) { forEachReach(t, beatsWhenTheStreamsEndUnderThem) }
+func TestBeatsWhenTheStreamsEndUnderThem(t *testing.T) {
+	forEachReach(t, beatsWhenTheStreamsEndUnderThem)
+}
 
 func beatsWhenTheStreamsEndUnderThem(t *testing.T, _ *clientv3.Client, tr *Tracker) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
