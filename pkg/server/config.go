@@ -37,6 +37,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/revocation"
+	"github.com/nodus-dev/nodus/pkg/stackgrow"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 )
 
@@ -267,6 +268,9 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller}))
+		// The generic chain's timeout filter runs what it wraps on a new
+		// goroutine: grow its stack before the storage and encoding below.
+		apiHandler = stackgrow.Handler(apiHandler)
 		// Ironic's discovery is public, as in Ironic: inside the envelope,
 		// before authentication.
 		chain := ironic.WithDiscovery(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), paths.get)
@@ -284,7 +288,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})
-		return ironic.WithDefaultVersion(ironic.WithAuthToken(handler))
+		return stackgrow.Handler(ironic.WithDefaultVersion(ironic.WithAuthToken(handler)))
 	}
 }
 
