@@ -37,8 +37,8 @@ import (
 	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/revocation"
-	"github.com/nodus-dev/nodus/pkg/stackgrow"
 	"github.com/nodus-dev/nodus/pkg/sshca"
+	"github.com/nodus-dev/nodus/pkg/stackgrow"
 )
 
 // Config is everything New needs, with storage already reachable.
