@@ -12,9 +12,11 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	clientscheme "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/scheme"
 	nodusv1client "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/wire"
@@ -100,6 +102,10 @@ func crud(s *server, c config) error {
 		func(i int) error { _, err := etcd.Get(ctx, key(i)); return err }); err != nil {
 		return err
 	}
+	decodeList, err := jsonListDecoder(ctx, api)
+	if err != nil {
+		return err
+	}
 	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, 1,
 		func(api nodusv1client.NodusV1Interface, _ int) error {
 			l, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{})
@@ -125,7 +131,11 @@ func crud(s *server, c config) error {
 				err = fmt.Errorf("listed %d, want %d", n, c.objects)
 			}
 			return err
-		}}); err != nil {
+		}},
+		// The JSON client's decoding alone, of a body read once: what a JSON
+		// LIST costs its client however fast the server is. The JSON row's
+		// ratio cannot exceed this row's.
+		variant{"JSON, decoding alone", func(int) error { return decodeList(c.objects) }}); err != nil {
 		return err
 	}
 	// Each update changes the object so that the API really writes. Workers
@@ -152,6 +162,33 @@ func crud(s *server, c config) error {
 	}
 	printCRUD(rows, c, len(value))
 	return nil
+}
+
+// jsonListDecoder reads the ReservedHosts of bench once, as JSON, and
+// returns a function that decodes that body as client-go's JSON client does
+// (the clientset's codecs without conversion) and checks the count.
+func jsonListDecoder(ctx context.Context, api nodusv1client.NodusV1Interface) (func(want int) error, error) {
+	body, err := api.RESTClient().Get().Namespace("bench").Resource("reservedhosts").
+		SetHeader("Accept", runtime.ContentTypeJSON).DoRaw(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("LIST as JSON: %w", err)
+	}
+	codecs := clientscheme.Codecs.WithoutConversion()
+	info, ok := runtime.SerializerInfoForMediaType(codecs.SupportedMediaTypes(), runtime.ContentTypeJSON)
+	if !ok {
+		return nil, fmt.Errorf("the clientset has no JSON serializer")
+	}
+	decoder := codecs.DecoderToVersion(info.Serializer, nodusv1.SchemeGroupVersion)
+	return func(want int) error {
+		var list nodusv1.ReservedHostList
+		if _, _, err := decoder.Decode(body, nil, &list); err != nil {
+			return err
+		}
+		if len(list.Items) != want {
+			return fmt.Errorf("decoded %d, want %d", len(list.Items), want)
+		}
+		return nil
+	}, nil
 }
 
 // withSuffix names an operation's row for a client other than JSON:
