@@ -182,6 +182,10 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	defer held.release()
 
 	// The answer is kept even if the client went away: that is the point.
+	// A failed action's key is released before its answer goes out, so
+	// that the client's retry finds it free; while etcd refuses writes
+	// (electing a leader), the answer waits for the release, at most until
+	// the in-flight record's lease ends it.
 	done := context.WithoutCancel(ctx)
 	if held.code == 0 || held.code >= 500 || held.passed {
 		if err := store.Abandon(done, scope); err != nil {

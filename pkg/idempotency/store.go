@@ -16,10 +16,12 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
 	"github.com/google/uuid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -66,6 +68,19 @@ type Store struct {
 	ReplicaTTL time.Duration
 
 	owner string // "replica/boot" of this process, once registered
+
+	mu sync.Mutex
+	// claims are the leases of the in-flight records this process holds:
+	// Abandon revokes a record's own lease, which cannot touch a later
+	// record of the same key.
+	claims map[string]claim
+}
+
+// claim is the lease of an in-flight record this process holds, and when
+// etcd ends it by itself.
+type claim struct {
+	lease   clientv3.LeaseID
+	expires time.Time
 }
 
 // NewStore returns a store with the contract's lifetimes: answers kept 24 h,
@@ -199,8 +214,10 @@ func (s *Store) TakeOver(ctx context.Context, key string, r *Record) (bool, erro
 	}
 	if !resp.Succeeded {
 		_, _ = s.Client.Revoke(ctx, lease.ID)
+		return false, nil
 	}
-	return resp.Succeeded, nil
+	s.hold(key, lease)
+	return true, nil
 }
 
 // Begin claims key for a request with fingerprint. It returns the existing
@@ -221,6 +238,7 @@ func (s *Store) Begin(ctx context.Context, key, fingerprint string) (*Record, er
 		return nil, err
 	}
 	if resp.Succeeded {
+		s.hold(key, lease)
 		return nil, nil
 	}
 	_, _ = s.Client.Revoke(ctx, lease.ID)
@@ -271,12 +289,74 @@ func (s *Store) Finish(ctx context.Context, key string, r Record) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.Client.Put(ctx, s.Prefix+key, string(data), clientv3.WithLease(lease.ID))
-	return err
+	if _, err = s.Client.Put(ctx, s.Prefix+key, string(data), clientv3.WithLease(lease.ID)); err != nil {
+		return err
+	}
+	s.release(key) // the answer's lease holds the record now
+	return nil
 }
 
-// Abandon releases key, so that the request can be retried with it.
+// Abandon releases key, so that the request can be retried with it. The
+// in-flight record this process holds goes with its own lease, so a late
+// release cannot remove a record that replaced it; etcd refusing the
+// revocation (while it elects a leader, or a connection is lost) is
+// retried until it takes it, ctx ends, or the lease has expired by itself.
+// A key this process does not hold (an answer, a crashed replica's record)
+// is deleted.
 func (s *Store) Abandon(ctx context.Context, key string) error {
-	_, err := s.Client.Delete(ctx, s.Prefix+key)
-	return err
+	c, held := s.release(key)
+	if !held {
+		_, err := s.Client.Delete(ctx, s.Prefix+key)
+		return err
+	}
+	ctx, cancel := context.WithDeadline(ctx, c.expires)
+	defer cancel()
+	for wait := abandonRetry; ; wait = min(2*wait, maxAbandonRetry) {
+		_, err := s.Client.Revoke(ctx, c.lease)
+		if err == nil || errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			if time.Now().After(c.expires) {
+				return nil // etcd ended the lease, and the record, by itself
+			}
+			return fmt.Errorf("releasing idempotency key %s: %w", key, err)
+		case <-time.After(wait):
+		}
+	}
+}
+
+// The first retry of a refused release comes soon (a leader election takes
+// about a second), later ones less often.
+const (
+	abandonRetry    = 100 * time.Millisecond
+	maxAbandonRetry = 2 * time.Second
+)
+
+// hold remembers the lease of key's in-flight record, now this process's.
+func (s *Store) hold(key string, lease *clientv3.LeaseGrantResponse) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.claims == nil {
+		s.claims = map[string]claim{}
+	}
+	now := time.Now()
+	// A request that ended without Finish or Abandon (a panic) leaves its
+	// claim; etcd has expired its lease since.
+	for k, c := range s.claims {
+		if now.After(c.expires) {
+			delete(s.claims, k)
+		}
+	}
+	s.claims[key] = claim{lease: lease.ID, expires: now.Add(time.Duration(lease.TTL) * time.Second)}
+}
+
+// release forgets key's claim and returns it, if this process held one.
+func (s *Store) release(key string) (claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, held := s.claims[key]
+	delete(s.claims, key)
+	return c, held
 }

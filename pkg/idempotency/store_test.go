@@ -1,0 +1,173 @@
+package idempotency_test
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/nodus-dev/nodus/pkg/idempotency"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
+)
+
+// leaderless makes a real etcd client refuse its next writes as a cluster
+// electing a leader does: Delete and Revoke fail with "no leader" until
+// refusals runs out (negative: for ever).
+type leaderless struct {
+	clientv3.KV
+	clientv3.Lease
+	refusals atomic.Int32
+	attempts atomic.Int32 // releases tried: Deletes and Revokes
+}
+
+func (l *leaderless) refuse() bool {
+	l.attempts.Add(1)
+	left := l.refusals.Load()
+	if left == 0 {
+		return false
+	}
+	if left > 0 {
+		l.refusals.Add(-1)
+	}
+	return true
+}
+
+func (l *leaderless) Delete(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.DeleteResponse, error) {
+	if l.refuse() {
+		return nil, rpctypes.ErrNoLeader
+	}
+	return l.KV.Delete(ctx, key, opts...)
+}
+
+func (l *leaderless) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3.LeaseRevokeResponse, error) {
+	if l.refuse() {
+		return nil, rpctypes.ErrNoLeader
+	}
+	return l.Lease.Revoke(ctx, id)
+}
+
+// stores returns a store whose etcd refuses refusals releases first, and a
+// store on a client that etcd always answers, for the test's own checks.
+func stores(t *testing.T, refusals int32) (*idempotency.Store, *leaderless, *idempotency.Store) {
+	t.Helper()
+	etcd, checks, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { checks.Close(); etcd.Stop(context.Background()) })
+	refusing, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { refusing.Close() })
+	faults := &leaderless{KV: refusing.KV, Lease: refusing.Lease}
+	faults.refusals.Store(refusals)
+	refusing.KV, refusing.Lease = faults, faults
+	return idempotency.NewStore(refusing), faults, idempotency.NewStore(checks)
+}
+
+func begin(t *testing.T, s *idempotency.Store, key string) {
+	t.Helper()
+	if existing, err := s.Begin(context.Background(), key, "fingerprint"); err != nil || existing != nil {
+		t.Fatalf("claiming %s: %+v, %v", key, existing, err)
+	}
+}
+
+// A request whose action failed while etcd had no leader releases its key
+// once etcd takes writes again, not when the in-flight record's lease ends
+// a minute later: its client's retries run at once.
+func TestAbandonRetriesUntilEtcdTakesTheRelease(t *testing.T) {
+	s, faults, checks := stores(t, 3)
+	begin(t, s, "alice/release")
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := s.Abandon(ctx, "alice/release"); err != nil {
+		t.Fatalf("Abandon: %v", err)
+	}
+	if n := faults.attempts.Load(); n != 4 {
+		t.Errorf("release tried %d times, want 3 refused and 1 taken", n)
+	}
+	if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
+		t.Fatalf("the released key still has a record: %+v, %v", r, err)
+	}
+	begin(t, checks, "alice/release") // the retry runs
+}
+
+// A release that comes after the in-flight record ended by itself, and a
+// retry claimed the key again, leaves the retry's record alone.
+func TestALateAbandonLeavesTheNextClaim(t *testing.T) {
+	s, _, checks := stores(t, 0)
+	ctx := context.Background()
+	begin(t, s, "alice/release")
+
+	// The first record's lease ends, as it does a minute after a crash
+	// cut its request; a retry on another replica claims the key.
+	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/release")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading the in-flight record: %v", err)
+	}
+	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, checks, "alice/release")
+
+	if err := s.Abandon(ctx, "alice/release"); err != nil {
+		t.Fatalf("Abandon: %v", err)
+	}
+	r, err := checks.Get(ctx, "alice/release")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r == nil || !r.InFlight() {
+		t.Fatalf("the late release removed the retry's claim: %+v", r)
+	}
+}
+
+// While etcd refuses for good, Abandon gives up when the record's lease has
+// ended it anyway: a caller without a deadline is not held for ever.
+func TestAbandonEndsWithTheRecordsLease(t *testing.T) {
+	s, faults, checks := stores(t, -1)
+	s.InFlightTTL = 2 * time.Second
+	begin(t, s, "alice/release")
+
+	done := make(chan error, 1)
+	go func() { done <- s.Abandon(context.Background(), "alice/release") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("Abandon after the lease ended: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Abandon still retrying 30 s after a 2 s lease")
+	}
+	if n := faults.attempts.Load(); n < 2 {
+		t.Errorf("release tried %d times, want retries", n)
+	}
+	if err := testfleet.Eventually(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
+		r, err := checks.Get(ctx, "alice/release")
+		return r == nil, err
+	}); err != nil {
+		t.Fatalf("the record outlived its lease: %v", err)
+	}
+}
+
+// A key this process does not hold (a stored answer, a crashed replica's
+// record) is deleted, as before.
+func TestAbandonDeletesAKeyItDoesNotHold(t *testing.T) {
+	s, _, checks := stores(t, 0)
+	ctx := context.Background()
+	begin(t, checks, "alice/release")
+	if err := checks.Finish(ctx, "alice/release", idempotency.Record{Fingerprint: "fingerprint", Code: 200}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Abandon(ctx, "alice/release"); err != nil {
+		t.Fatalf("Abandon: %v", err)
+	}
+	if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
+		t.Fatalf("the answer is still kept: %+v, %v", r, err)
+	}
+}
