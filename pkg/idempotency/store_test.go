@@ -9,6 +9,7 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
@@ -49,16 +50,40 @@ func (l *leaderless) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3
 	return l.Lease.Revoke(ctx, id)
 }
 
-// stores returns a store whose etcd refuses refusals releases first, and a
-// store on a client that etcd always answers, for the test's own checks.
-func stores(t *testing.T, refusals int32) (*idempotency.Store, *leaderless, *idempotency.Store) {
+// reachEtcd makes the client through which a store reaches etcd.
+type reachEtcd func(etcd *embeddedetcd.Server) (*clientv3.Client, error)
+
+// reaches are the two ways a server's store reaches etcd: over the network
+// (an external cluster) and in process (its embedded member), whose errors
+// come back by another path.
+var reaches = []struct {
+	name   string
+	client reachEtcd
+}{
+	{"network", func(etcd *embeddedetcd.Server) (*clientv3.Client, error) {
+		return clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	}},
+	{"in process", func(etcd *embeddedetcd.Server) (*clientv3.Client, error) { return etcd.InProcessClient(), nil }},
+}
+
+// forEachReach runs test once for each way of reaching etcd.
+func forEachReach(t *testing.T, test func(t *testing.T, reach reachEtcd)) {
+	for _, r := range reaches {
+		t.Run(r.name, func(t *testing.T) { test(t, r.client) })
+	}
+}
+
+// stores returns a store whose etcd, reached by reach, refuses refusals
+// releases first, and a store on a network client that etcd always
+// answers, for the test's own checks.
+func stores(t *testing.T, reach reachEtcd, refusals int32) (*idempotency.Store, *leaderless, *idempotency.Store) {
 	t.Helper()
 	etcd, checks, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { checks.Close(); etcd.Stop(context.Background()) })
-	refusing, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	refusing, err := reach(etcd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,94 +105,105 @@ func begin(t *testing.T, s *idempotency.Store, key string) {
 // once etcd takes writes again, not when the in-flight record's lease ends
 // a minute later: its client's retries run at once.
 func TestAbandonRetriesUntilEtcdTakesTheRelease(t *testing.T) {
-	s, faults, checks := stores(t, 3)
-	begin(t, s, "alice/release")
+	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+		s, faults, checks := stores(t, reach, 3)
+		begin(t, s, "alice/release")
 
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	if err := s.Abandon(ctx, "alice/release"); err != nil {
-		t.Fatalf("Abandon: %v", err)
-	}
-	if n := faults.attempts.Load(); n != 4 {
-		t.Errorf("release tried %d times, want 3 refused and 1 taken", n)
-	}
-	if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
-		t.Fatalf("the released key still has a record: %+v, %v", r, err)
-	}
-	begin(t, checks, "alice/release") // the retry runs
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := s.Abandon(ctx, "alice/release"); err != nil {
+			t.Fatalf("Abandon: %v", err)
+		}
+		if n := faults.attempts.Load(); n != 4 {
+			t.Errorf("release tried %d times, want 3 refused and 1 taken", n)
+		}
+		if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
+			t.Fatalf("the released key still has a record: %+v, %v", r, err)
+		}
+		begin(t, checks, "alice/release") // the retry runs
+	})
 }
 
 // A release that comes after the in-flight record ended by itself, and a
 // retry claimed the key again, leaves the retry's record alone.
 func TestALateAbandonLeavesTheNextClaim(t *testing.T) {
-	s, _, checks := stores(t, 0)
-	ctx := context.Background()
-	begin(t, s, "alice/release")
+	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+		s, faults, checks := stores(t, reach, 0)
+		ctx := context.Background()
+		begin(t, s, "alice/release")
 
-	// The first record's lease ends, as it does a minute after a crash
-	// cut its request; a retry on another replica claims the key.
-	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/release")
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("reading the in-flight record: %v", err)
-	}
-	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-		t.Fatal(err)
-	}
-	begin(t, checks, "alice/release")
+		// The first record's lease ends, as it does a minute after a crash
+		// cut its request; a retry on another replica claims the key.
+		resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/release")
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("reading the in-flight record: %v", err)
+		}
+		if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+			t.Fatal(err)
+		}
+		begin(t, checks, "alice/release")
 
-	if err := s.Abandon(ctx, "alice/release"); err != nil {
-		t.Fatalf("Abandon: %v", err)
-	}
-	r, err := checks.Get(ctx, "alice/release")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r == nil || !r.InFlight() {
-		t.Fatalf("the late release removed the retry's claim: %+v", r)
-	}
+		if err := s.Abandon(ctx, "alice/release"); err != nil {
+			t.Fatalf("Abandon: %v", err)
+		}
+		if n := faults.attempts.Load(); n != 1 {
+			t.Errorf("release tried %d times: a lease etcd no longer has is released, not retried", n)
+		}
+		r, err := checks.Get(ctx, "alice/release")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r == nil || !r.InFlight() {
+			t.Fatalf("the late release removed the retry's claim: %+v", r)
+		}
+	})
 }
 
 // While etcd refuses for good, Abandon gives up when the record's lease has
 // ended it anyway: a caller without a deadline is not held for ever.
 func TestAbandonEndsWithTheRecordsLease(t *testing.T) {
-	s, faults, checks := stores(t, -1)
-	s.InFlightTTL = 2 * time.Second
-	begin(t, s, "alice/release")
+	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+		s, faults, checks := stores(t, reach, -1)
+		s.InFlightTTL = 2 * time.Second
+		begin(t, s, "alice/release")
 
-	done := make(chan error, 1)
-	go func() { done <- s.Abandon(context.Background(), "alice/release") }()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("Abandon after the lease ended: %v", err)
+		done := make(chan error, 1)
+		go func() { done <- s.Abandon(context.Background(), "alice/release") }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("Abandon after the lease ended: %v", err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Abandon still retrying 30 s after a 2 s lease")
 		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Abandon still retrying 30 s after a 2 s lease")
-	}
-	if n := faults.attempts.Load(); n < 2 {
-		t.Errorf("release tried %d times, want retries", n)
-	}
-	if err := testfleet.Eventually(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
-		r, err := checks.Get(ctx, "alice/release")
-		return r == nil, err
-	}); err != nil {
-		t.Fatalf("the record outlived its lease: %v", err)
-	}
+		if n := faults.attempts.Load(); n < 2 {
+			t.Errorf("release tried %d times, want retries", n)
+		}
+		if err := testfleet.Eventually(context.Background(), 10*time.Second, func(ctx context.Context) (bool, error) {
+			r, err := checks.Get(ctx, "alice/release")
+			return r == nil, err
+		}); err != nil {
+			t.Fatalf("the record outlived its lease: %v", err)
+		}
+	})
 }
 
 // A key this process does not hold (a stored answer, a crashed replica's
 // record) is deleted, as before.
 func TestAbandonDeletesAKeyItDoesNotHold(t *testing.T) {
-	s, _, checks := stores(t, 0)
-	ctx := context.Background()
-	begin(t, checks, "alice/release")
-	if err := checks.Finish(ctx, "alice/release", idempotency.Record{Fingerprint: "fingerprint", Code: 200}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Abandon(ctx, "alice/release"); err != nil {
-		t.Fatalf("Abandon: %v", err)
-	}
-	if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
-		t.Fatalf("the answer is still kept: %+v, %v", r, err)
-	}
+	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+		s, _, checks := stores(t, reach, 0)
+		ctx := context.Background()
+		begin(t, checks, "alice/release")
+		if err := checks.Finish(ctx, "alice/release", idempotency.Record{Fingerprint: "fingerprint", Code: 200}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Abandon(ctx, "alice/release"); err != nil {
+			t.Fatalf("Abandon: %v", err)
+		}
+		if r, err := checks.Get(ctx, "alice/release"); err != nil || r != nil {
+			t.Fatalf("the answer is still kept: %+v, %v", r, err)
+		}
+	})
 }
