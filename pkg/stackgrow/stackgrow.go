@@ -26,12 +26,11 @@ func Grow() {
 	keep(frame[:])
 }
 
-// keep makes the compiler keep the frame; it reads one byte.
+// keep makes the compiler keep the frame: it cannot see that keep does not
+// read it. It writes nowhere, so concurrent requests share nothing.
 //
 //go:noinline
-func keep(b []byte) { sink = b[len(b)-1] }
-
-var sink byte
+func keep([]byte) {}
 
 // Handler grows the stack of each request's goroutine before next runs.
 func Handler(next http.Handler) http.Handler {
