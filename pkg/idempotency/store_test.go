@@ -9,7 +9,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
@@ -50,40 +49,25 @@ func (l *leaderless) Revoke(ctx context.Context, id clientv3.LeaseID) (*clientv3
 	return l.Lease.Revoke(ctx, id)
 }
 
-// reachEtcd makes the client through which a store reaches etcd.
-type reachEtcd func(etcd *embeddedetcd.Server) (*clientv3.Client, error)
-
-// reaches are the two ways a server's store reaches etcd: over the network
-// (an external cluster) and in process (its embedded member), whose errors
-// come back by another path.
-var reaches = []struct {
-	name   string
-	client reachEtcd
-}{
-	{"network", func(etcd *embeddedetcd.Server) (*clientv3.Client, error) {
-		return clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
-	}},
-	{"in process", func(etcd *embeddedetcd.Server) (*clientv3.Client, error) { return etcd.InProcessClient(), nil }},
-}
-
-// forEachReach runs test once for each way of reaching etcd.
-func forEachReach(t *testing.T, test func(t *testing.T, reach reachEtcd)) {
-	for _, r := range reaches {
-		t.Run(r.name, func(t *testing.T) { test(t, r.client) })
+// forEachReach runs test once for each way a server reaches etcd
+// (testfleet.EtcdReaches): in process, its errors come back by another path.
+func forEachReach(t *testing.T, test func(t *testing.T, reach testfleet.EtcdReach)) {
+	for _, reach := range testfleet.EtcdReaches {
+		t.Run(reach.Name, func(t *testing.T) { test(t, reach) })
 	}
 }
 
 // stores returns a store whose etcd, reached by reach, refuses refusals
 // releases first, and a store on a network client that etcd always
 // answers, for the test's own checks.
-func stores(t *testing.T, reach reachEtcd, refusals int32) (*idempotency.Store, *leaderless, *idempotency.Store) {
+func stores(t *testing.T, reach testfleet.EtcdReach, refusals int32) (*idempotency.Store, *leaderless, *idempotency.Store) {
 	t.Helper()
 	etcd, checks, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { checks.Close(); etcd.Stop(context.Background()) })
-	refusing, err := reach(etcd)
+	refusing, err := reach.Client(etcd)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +89,7 @@ func begin(t *testing.T, s *idempotency.Store, key string) {
 // once etcd takes writes again, not when the in-flight record's lease ends
 // a minute later: its client's retries run at once.
 func TestAbandonRetriesUntilEtcdTakesTheRelease(t *testing.T) {
-	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+	forEachReach(t, func(t *testing.T, reach testfleet.EtcdReach) {
 		s, faults, checks := stores(t, reach, 3)
 		begin(t, s, "alice/release")
 
@@ -127,7 +111,7 @@ func TestAbandonRetriesUntilEtcdTakesTheRelease(t *testing.T) {
 // A release that comes after the in-flight record ended by itself, and a
 // retry claimed the key again, leaves the retry's record alone.
 func TestALateAbandonLeavesTheNextClaim(t *testing.T) {
-	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+	forEachReach(t, func(t *testing.T, reach testfleet.EtcdReach) {
 		s, faults, checks := stores(t, reach, 0)
 		ctx := context.Background()
 		begin(t, s, "alice/release")
@@ -162,7 +146,7 @@ func TestALateAbandonLeavesTheNextClaim(t *testing.T) {
 // While etcd refuses for good, Abandon gives up when the record's lease has
 // ended it anyway: a caller without a deadline is not held for ever.
 func TestAbandonEndsWithTheRecordsLease(t *testing.T) {
-	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+	forEachReach(t, func(t *testing.T, reach testfleet.EtcdReach) {
 		s, faults, checks := stores(t, reach, -1)
 		s.InFlightTTL = 2 * time.Second
 		begin(t, s, "alice/release")
@@ -192,7 +176,7 @@ func TestAbandonEndsWithTheRecordsLease(t *testing.T) {
 // A key this process does not hold (a stored answer, a crashed replica's
 // record) is deleted, as before.
 func TestAbandonDeletesAKeyItDoesNotHold(t *testing.T) {
-	forEachReach(t, func(t *testing.T, reach reachEtcd) {
+	forEachReach(t, func(t *testing.T, reach testfleet.EtcdReach) {
 		s, _, checks := stores(t, reach, 0)
 		ctx := context.Background()
 		begin(t, checks, "alice/release")

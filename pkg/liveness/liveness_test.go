@@ -10,42 +10,34 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
-// reaches are the two ways a tracker reaches etcd: over the network (a
-// server on an external cluster) and in process (a server on its embedded
-// member).
-var reaches = []struct {
-	name    string
-	tracker func(etcd *embeddedetcd.Server, network *clientv3.Client) (*clientv3.Client, pb.LeaseClient)
-}{
-	{"network", func(_ *embeddedetcd.Server, network *clientv3.Client) (*clientv3.Client, pb.LeaseClient) {
-		return network, LeaseService(network)
-	}},
-	{"in process", func(etcd *embeddedetcd.Server, _ *clientv3.Client) (*clientv3.Client, pb.LeaseClient) {
-		return etcd.InProcessClient(), etcd.InProcessLeaseClient()
-	}},
-}
-
-// forEachReach runs test once for each way of reaching etcd, with a network
-// client for the test's own checks and a tracker that reaches it that way.
+// forEachReach runs test once for each way a server reaches etcd
+// (testfleet.EtcdReaches), with a network client for the test's own checks
+// and a tracker that reaches etcd that way, on its lease service.
 func forEachReach(t *testing.T, test func(t *testing.T, client *clientv3.Client, tr *Tracker)) {
-	for _, reach := range reaches {
-		t.Run(reach.name, func(t *testing.T) {
+	for _, reach := range testfleet.EtcdReaches {
+		t.Run(reach.Name, func(t *testing.T) {
 			etcd, network, err := testfleet.StartEtcd(t.TempDir())
 			if err != nil {
 				t.Fatal(err)
 			}
-			client, leases := reach.tracker(etcd, network)
+			client, err := reach.Client(etcd)
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() {
-				if client != network {
-					client.Close()
-				}
+				client.Close()
 				network.Close()
 				etcd.Stop(context.Background())
 			})
+			var leases pb.LeaseClient
+			if reach.InProcess {
+				leases = etcd.InProcessLeaseClient()
+			} else {
+				leases = LeaseService(client)
+			}
 			test(t, network, New(client, leases, 30*time.Second))
 		})
 	}

@@ -186,10 +186,31 @@ func StartEtcd(dir string) (*embeddedetcd.Server, *clientv3.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
+	client, err := EtcdReaches[0].Client(etcd)
 	if err != nil {
 		etcd.Stop(context.Background())
 		return nil, nil, err
 	}
 	return etcd, client, nil
+}
+
+// EtcdReach is one way a server reaches etcd: over the network, as a server
+// on an external cluster does, or in process, as a server on its embedded
+// member does (its calls, and its errors, take another path). Code that
+// talks to etcd is tested both ways.
+type EtcdReach struct {
+	Name      string
+	InProcess bool
+}
+
+// EtcdReaches are the two ways, the network first.
+var EtcdReaches = []EtcdReach{{Name: "network"}, {Name: "in process", InProcess: true}}
+
+// Client returns a client of etcd's member that reaches it this way; close
+// it when done.
+func (r EtcdReach) Client(etcd *embeddedetcd.Server) (*clientv3.Client, error) {
+	if r.InProcess {
+		return etcd.InProcessClient(), nil
+	}
+	return clientv3.New(clientv3.Config{Endpoints: []string{etcd.ClientURL}, DialTimeout: 5 * time.Second})
 }
