@@ -186,7 +186,7 @@ func StartEtcd(dir string) (*embeddedetcd.Server, *clientv3.Client, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	client, err := EtcdReaches[0].Client(etcd)
+	client, err := EtcdOverNetwork.Client(etcd)
 	if err != nil {
 		etcd.Stop(context.Background())
 		return nil, nil, err
@@ -203,8 +203,12 @@ type EtcdReach struct {
 	InProcess bool
 }
 
-// EtcdReaches are the two ways, the network first.
-var EtcdReaches = []EtcdReach{{Name: "network"}, {Name: "in process", InProcess: true}}
+// The two ways.
+var (
+	EtcdOverNetwork = EtcdReach{Name: "network"}
+	EtcdInProcess   = EtcdReach{Name: "in process", InProcess: true}
+	EtcdReaches     = []EtcdReach{EtcdOverNetwork, EtcdInProcess}
+)
 
 // Client returns a client of etcd's member that reaches it this way; close
 // it when done.
