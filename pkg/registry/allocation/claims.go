@@ -44,8 +44,9 @@ func nameClaim(name string) string { return NameClaims + name }
 func uuidClaim(uid string) string  { return UUIDClaims + uid }
 
 // claims takes and releases claims. holds says, from etcd (never a cache),
-// whether the allocation o still holds key: it exists, with o's UID, and
-// for a name its Ironic name is that name.
+// whether the allocation o names still holds key: for a UUID, it exists
+// with o's UID; for a name, it exists with that Ironic name, whichever
+// create of the object name wrote it.
 type claims struct {
 	kv    clientv3.KV
 	now   func() time.Time
@@ -83,6 +84,19 @@ func (c *claims) read(ctx context.Context, key string) (owner, int64, error) {
 // holds already is taken again (its time renewed); another allocation's
 // is refused with a *takenError while it is live.
 func (c *claims) take(ctx context.Context, keys []string, o owner) error {
+	return c.claim(ctx, keys, o, false)
+}
+
+// takeOver claims keys as take does, and also those that another create
+// of o's object name holds, live or not. The caller has read from etcd
+// that the object does not exist: that create's write failed without an
+// answer, was lost, or is still in flight, and etcd creates the object's
+// key once, so only one of the two creates writes it.
+func (c *claims) takeOver(ctx context.Context, keys []string, o owner) error {
+	return c.claim(ctx, keys, o, true)
+}
+
+func (c *claims) claim(ctx context.Context, keys []string, o owner, overSameObject bool) error {
 	o.At = c.now().Unix()
 	value, err := json.Marshal(o)
 	if err != nil {
@@ -112,7 +126,7 @@ func (c *claims) take(ctx context.Context, keys []string, o owner) error {
 			if rev == 0 {
 				cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(key), "=", 0))
 			} else {
-				if !held.same(o) {
+				if !held.same(o) && !(overSameObject && held.Object == o.Object) {
 					live, err := c.live(ctx, key, held)
 					if err != nil {
 						return err

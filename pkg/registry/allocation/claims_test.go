@@ -28,13 +28,13 @@ func (s *stored) holds(_ context.Context, key string, o owner) (bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a, ok := s.objects[o.Object]
-	if !ok || a[0] != o.UID {
+	if !ok {
 		return false, nil
 	}
 	if name, isName := strings.CutPrefix(key, NameClaims); isName {
 		return a[1] == name, nil
 	}
-	return true, nil
+	return a[0] == o.UID, nil
 }
 
 func startClaims(t *testing.T) (*claims, *stored, *time.Time) {
@@ -136,6 +136,48 @@ func TestClaimsReleasedByRenameAndDelete(t *testing.T) {
 	}
 	if _, rev, _ := c.read(ctx, nameClaim("web-2")); rev != 0 {
 		t.Error("a delete must remove its allocation's claims")
+	}
+}
+
+// A create retried after its write was lost takes over the claims the
+// lost write's create left on its object name; the claims of another
+// object's create stand. Whichever create's write lands keeps the name.
+func TestClaimsTakenOverBySameObject(t *testing.T) {
+	c, s, now := startClaims(t)
+	ctx := context.Background()
+	lost := owner{UID: "uid-lost", Object: "web-1"}
+	retry := owner{UID: "uid-retry", Object: "web-1"}
+	other := owner{UID: "uid-other", Object: "web-2"}
+	if err := c.take(ctx, []string{uuidClaim(lost.UID), nameClaim("web-1")}, lost); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.take(ctx, []string{uuidClaim(retry.UID), nameClaim("web-1")}, retry); !isTaken(err, nameClaim("web-1")) {
+		t.Fatalf("take must leave a live claim of the same object to the caller: %v", err)
+	}
+	if err := c.takeOver(ctx, []string{nameClaim("web-1")}, other); !isTaken(err, nameClaim("web-1")) {
+		t.Fatalf("takeOver must not take another object's live claim: %v", err)
+	}
+	if err := c.takeOver(ctx, []string{uuidClaim(retry.UID), nameClaim("web-1")}, retry); err != nil {
+		t.Fatalf("takeOver of the same object's claim: %v", err)
+	}
+	if held, _, _ := c.read(ctx, nameClaim("web-1")); !held.same(retry) {
+		t.Fatalf("the name's claim after the takeover: %+v", held)
+	}
+	// The lost write landed after all, and the retry's create failed: its
+	// release leaves the name to the allocation that has it.
+	s.set("web-1", "uid-lost", "web-1")
+	if err := c.release(ctx, []string{uuidClaim(retry.UID), nameClaim("web-1")}, retry, true); err != nil {
+		t.Fatal(err)
+	}
+	if _, rev, _ := c.read(ctx, nameClaim("web-1")); rev == 0 {
+		t.Fatal("the retry's release removed the name of the allocation that has it")
+	}
+	if _, rev, _ := c.read(ctx, uuidClaim(retry.UID)); rev != 0 {
+		t.Error("the retry's UUID stays claimed")
+	}
+	*now = now.Add(claimGrace + time.Second) // held, not merely young
+	if err := c.take(ctx, []string{nameClaim("web-1")}, other); !isTaken(err, nameClaim("web-1")) {
+		t.Fatalf("another allocation took the name: %v", err)
 	}
 }
 

@@ -92,7 +92,7 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			try.Name = names.SimpleNameGenerator.GenerateName(a.GenerateName)
 		}
 		o := owner{UID: uid, Object: try.Name}
-		if err := r.claims.take(ctx, keys, o); err != nil {
+		if err := r.takeClaims(ctx, keys, o); err != nil {
 			return nil, r.claimError(ctx, try, err, true)
 		}
 		out, err := r.Store.Create(ctx, try, createValidation, options)
@@ -106,6 +106,30 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
+}
+
+// takeClaims claims keys for o, an allocation being created. A live
+// claim of another create of the same object name is that create's, whose
+// write failed without an answer (a timeout, an etcd leader lost, a
+// replica gone) and may have landed, or may still: the object decides.
+// If it exists, this is the create of an object that exists; if not, the
+// claims are taken over, and the object's create in etcd lets only one
+// of the two creates write it.
+func (r *REST) takeClaims(ctx context.Context, keys []string, o owner) error {
+	err := r.claims.take(ctx, keys, o)
+	var taken *takenError
+	if !errors.As(err, &taken) || taken.holder.Object != o.Object {
+		return err
+	}
+	// An empty resourceVersion reads etcd, not the watch cache.
+	_, getErr := r.Store.Get(ctx, o.Object, &metav1.GetOptions{})
+	switch {
+	case getErr == nil:
+		return err
+	case !apierrors.IsNotFound(getErr):
+		return getErr
+	}
+	return r.claims.takeOver(ctx, keys, o)
 }
 
 // Update claims the Ironic name an update gives the allocation before the
@@ -217,7 +241,8 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	return out, deleted, err
 }
 
-// holds says, from etcd, whether allocation o holds the claim key.
+// holds says, from etcd, whether the allocation o names holds the claim
+// key: its UUID with o's UID, its Ironic name whatever its UID.
 func (r *REST) holds(ctx context.Context, key string, o owner) (bool, error) {
 	if o.Object == "" {
 		return false, nil
@@ -231,13 +256,12 @@ func (r *REST) holds(ctx context.Context, key string, o owner) (bool, error) {
 		return false, err
 	}
 	a := obj.(*nodusv1.Allocation)
-	if string(a.UID) != o.UID {
-		return false, nil
-	}
 	if name, ok := strings.CutPrefix(key, NameClaims); ok {
+		// Any UID: two creates of one object name may both have claimed
+		// the name (takeClaims), and the one whose write landed has it.
 		return a.Spec.IronicName == name, nil
 	}
-	return true, nil
+	return string(a.UID) == o.UID, nil
 }
 
 // release gives claims up after a write; a failure leaves them to go
@@ -273,6 +297,8 @@ func (r *REST) claimError(ctx context.Context, a *nodusv1.Allocation, err error,
 			fmt.Sprintf("Pick another name, or rename or delete the allocation that has it: `openstack baremetal allocation show %s` (or `kubectl get allocations -o custom-columns=NAME:.metadata.name,IRONIC:.spec.ironicName`).", name))
 	case errors.Is(err, errClaimContended):
 		return apierrors.NewConflict(resource, a.Name, err)
+	case errors.As(err, new(apierrors.APIStatus)):
+		return err // the store's own answer, reading the object
 	}
 	return apierrors.NewInternalError(err)
 }
