@@ -474,6 +474,11 @@ func acknowledge(t *testing.T, what string, op func() error) bool {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		err := op()
+		if apierrors.IsAlreadyExists(err) {
+			// An earlier try's answer was lost, its write was not: the
+			// object must be there when the checks read it.
+			t.Logf("%s: acknowledged by a retry, as AlreadyExists", what)
+		}
 		if err == nil || apierrors.IsAlreadyExists(err) {
 			return true
 		}
