@@ -59,7 +59,7 @@ func TestAllocationCreateAfterALostWrite(t *testing.T) {
 		if _, err := create("alloc-lost", ""); !apierrors.IsAlreadyExists(err) {
 			t.Errorf("a second create of an allocation that exists: %v", err)
 		}
-		// Its name is its own: the claim the lost create left is gone.
+		// Its name is its own: the retry took the lost create's claim over.
 		if _, err := create("another", "alloc-lost"); reasonOfErr(err) != apierror.ReasonAllocationNameTaken {
 			t.Errorf("another allocation of the name alloc-lost: %v", err)
 		}
