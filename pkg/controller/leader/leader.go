@@ -13,7 +13,8 @@ import (
 	"k8s.io/klog/v2"
 )
 
-const electionPrefix = "/nodus/leader/controllers"
+// ElectionPrefix is where the replicas campaign in etcd.
+const ElectionPrefix = "/nodus/leader/controllers"
 
 // DefaultLease is how long a leader that died without a word (kill -9, a
 // partition) keeps the lead before another replica takes over.
@@ -34,7 +35,7 @@ func Run(ctx context.Context, client *clientv3.Client, lease time.Duration, lead
 			pause(ctx)
 			continue
 		}
-		election := concurrency.NewElection(session, electionPrefix)
+		election := concurrency.NewElection(session, ElectionPrefix)
 		if err := election.Campaign(ctx, identity); err != nil {
 			session.Close()
 			pause(ctx)

@@ -36,6 +36,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
 const (
@@ -607,8 +608,14 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 			}
 			if w.place != nil {
 				forget()
-				if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, owner(w.execution)); err != nil {
-					klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
+				// Only a refused write leaves the GPUs free. A write whose
+				// answer was lost may have landed: its claims stay, and a
+				// later pass keeps them while the execution holds the GPUs,
+				// or drops them once it surely does not (claimEnded).
+				if outcome.Refused(err) {
+					if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, owner(w.execution)); err != nil {
+						klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
+					}
 				}
 			}
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {

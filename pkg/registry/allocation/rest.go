@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/outcome"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
@@ -99,7 +99,7 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		if err == nil {
 			return out, nil
 		}
-		if definite(err) {
+		if outcome.Refused(err) {
 			r.release(ctx, keys, o, true)
 		}
 		if !generated || !apierrors.IsAlreadyExists(err) || attempt == maxGeneratedNames {
@@ -148,7 +148,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 		// the name: the one it left, or one of an earlier try.
 		keys = append(keys, u.left...)
 		keys = append(keys, u.taken...)
-	case definite(err):
+	case outcome.Refused(err):
 		keys = append(keys, u.taken...)
 	}
 	for i := range keys {
@@ -301,15 +301,4 @@ func (r *REST) claimError(ctx context.Context, a *nodusv1.Allocation, err error,
 		return err // the store's own answer, reading the object
 	}
 	return apierrors.NewInternalError(err)
-}
-
-// definite says whether err proves that the write did not happen: a
-// refusal (4xx), not a failure of unknown outcome such as a timeout.
-func definite(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	code := status.Status().Code
-	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }

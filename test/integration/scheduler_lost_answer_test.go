@@ -1,0 +1,219 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/leader"
+	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestAPlacementWhoseAnswerWasLostKeepsItsClaims runs the scheduler with
+// a client that loses the answer of every placement it writes: the
+// Execution's status lands, and the scheduler is told 500, as when etcd's
+// leader changes under the write. The GPU claims of such a placement must
+// stay in etcd: a placement without its claims lets a scheduler whose
+// cache has not seen it yet (this one, or an old leader) hand the same GPU
+// to another execution.
+func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 1000}, false)
+	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
+		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	// The only scheduler is the one below: every placement is one whose
+	// answer was lost.
+	takeTheLead(t, etcd)
+
+	lossy := rest.CopyConfig(s.Config)
+	lost := &lostPlacementAnswers{}
+	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
+	client := versioned.NewForConfigOrDie(lossy)
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	sched, err := scheduler.New(client, factory, etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(runCtx.Done())
+	go sched.Run(runCtx)
+
+	// More executions than the host's eight GPUs, submitted one by one so
+	// that passes follow lost answers.
+	const gpus, submitted = 8, 12
+	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
+	for i := range submitted {
+		if _, err := borrower.Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lost-%02d", i)},
+			Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: 1, MaxRuntimeSeconds: 3600}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	var placed []nodusv1.Execution
+	err = testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		list, err := borrower.List(c, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		placed = placed[:0]
+		for _, e := range list.Items {
+			if e.Status.Phase == nodusv1.ExecutionScheduled {
+				placed = append(placed, e)
+			}
+		}
+		return len(placed) >= gpus, nil
+	})
+	if err != nil {
+		t.Fatalf("%d of %d GPUs placed: %v", len(placed), gpus, err)
+	}
+	time.Sleep(2 * time.Second) // later passes, with their caches caught up
+
+	list, err := borrower.List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claims, err := etcd.Get(ctx(t), scheduler.ClaimsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimedBy := map[string]string{} // host/gpu → namespace/name of the claim's execution
+	for _, kv := range claims.Kvs {
+		owner, _, _ := strings.Cut(string(kv.Value), "@")
+		parts := strings.SplitN(owner, "/", 3)
+		if len(parts) == 3 {
+			claimedBy[strings.TrimPrefix(string(kv.Key), scheduler.ClaimsPrefix)] = parts[0] + "/" + parts[1]
+		}
+	}
+	placedOn := map[string]string{}
+	scheduled := 0
+	for _, e := range list.Items {
+		if e.Status.Phase != nodusv1.ExecutionScheduled {
+			continue
+		}
+		scheduled++
+		for _, g := range e.Status.GPUIndices {
+			gpu := fmt.Sprintf("%s/%d", e.Status.Host, g)
+			if other, ok := placedOn[gpu]; ok {
+				t.Errorf("GPU %s is placed for %s and %s", gpu, other, e.Name)
+			}
+			placedOn[gpu] = e.Name
+			if owner := claimedBy[gpu]; owner != "beta/"+e.Name {
+				t.Errorf("GPU %s is placed for %s, and its claim in etcd names %q", gpu, e.Name, owner)
+			}
+		}
+	}
+	if scheduled != gpus {
+		t.Errorf("%d executions scheduled on %d GPUs", scheduled, gpus)
+	}
+	if n := lost.count(); n < gpus {
+		t.Errorf("%d placements lost their answer, want at least %d (every one)", n, gpus)
+	}
+}
+
+// lostPlacementAnswers passes requests on, and answers each Execution
+// status write that succeeded with the 500 of a write whose etcd request
+// timed out.
+type lostPlacementAnswers struct {
+	next   http.RoundTripper
+	mu     sync.Mutex
+	landed int
+}
+
+func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.next.RoundTrip(req)
+	if err != nil || resp.StatusCode != http.StatusOK || req.Method != http.MethodPut ||
+		!strings.Contains(req.URL.Path, "/executions/") || !strings.HasSuffix(req.URL.Path, "/status") {
+		return resp, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	l.mu.Lock()
+	l.landed++
+	l.mu.Unlock()
+	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}`
+	return &http.Response{
+		Status: "500 Internal Server Error", StatusCode: http.StatusInternalServerError,
+		Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
+		Header:        http.Header{"Content-Type": []string{"application/json"}},
+		Body:          io.NopCloser(strings.NewReader(body)),
+		ContentLength: int64(len(body)),
+		Request:       req,
+	}, nil
+}
+
+func (l *lostPlacementAnswers) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.landed
+}
+
+// takeTheLead makes the test lead the controllers in the server's stead,
+// until it ends: it campaigns, revokes the lease of the server's lead, and
+// waits for the server to campaign again, which it does once its
+// controllers have stopped.
+func takeTheLead(t *testing.T, etcd *clientv3.Client) {
+	t.Helper()
+	session, err := concurrency.NewSession(etcd, concurrency.WithTTL(30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { session.Close() })
+	election := concurrency.NewElection(session, leader.ElectionPrefix)
+	current, err := election.Leader(ctx(t))
+	if err != nil {
+		t.Fatalf("the server leads nothing: %v", err)
+	}
+	won := make(chan error, 1)
+	go func() { won <- election.Campaign(ctx(t), "test") }()
+	// The campaign's key must be queued before the server's lead ends, or
+	// the server would win again.
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(c context.Context) (bool, error) {
+		r, err := etcd.Get(c, leader.ElectionPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+		return err == nil && r.Count >= 2, err
+	}); err != nil {
+		t.Fatalf("the test's campaign never queued: %v", err)
+	}
+	if _, err := etcd.Revoke(ctx(t), clientv3.LeaseID(current.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-won; err != nil {
+		t.Fatalf("campaign: %v", err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		r, err := etcd.Get(c, leader.ElectionPrefix, clientv3.WithPrefix())
+		if err != nil {
+			return false, err
+		}
+		for _, kv := range r.Kvs {
+			if clientv3.LeaseID(kv.Lease) != session.Lease() {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("the server never campaigned again: %v", err)
+	}
+}
