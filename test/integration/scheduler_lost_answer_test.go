@@ -153,6 +153,12 @@ func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, err
 	l.mu.Lock()
 	l.landed++
 	l.mu.Unlock()
+	return timedOutAnswer(req, resp), nil
+}
+
+// timedOutAnswer is the answer a server gives a write whose etcd request
+// timed out (the write may have landed), in place of resp.
+func timedOutAnswer(req *http.Request, resp *http.Response) *http.Response {
 	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}`
 	return &http.Response{
 		Status: "500 Internal Server Error", StatusCode: http.StatusInternalServerError,
@@ -161,7 +167,7 @@ func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, err
 		Body:          io.NopCloser(strings.NewReader(body)),
 		ContentLength: int64(len(body)),
 		Request:       req,
-	}, nil
+	}
 }
 
 func (l *lostPlacementAnswers) count() int {

@@ -24,6 +24,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
 const fieldManager = "nodus-allocation-controller"
@@ -143,11 +144,30 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return c.repairOrphan(ctx, node)
 	}
 	a, err := c.allocations.Get(name)
-	if apierrors.IsNotFound(err) {
+	if apierrors.IsNotFound(err) || (err == nil && !allocating(a)) {
+		// A claim of it that got no answer no longer keeps its node out:
+		// if it landed, the node names an allocation that is gone or
+		// done, and the cache shows it (orphan).
+		if node, ok := c.index.unansweredOf(name); ok {
+			c.index.untake(node)
+		}
 		return nil
 	}
-	if err != nil || !allocating(a) {
+	if err != nil {
 		return err
+	}
+	// A claim whose write got no answer may have landed, and the cache may
+	// not show it yet: the node as stored now says.
+	if node, ok := c.index.unansweredOf(a.Name); ok {
+		stored, err := c.client.NodusV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err == nil && stored.Status.Allocation == a.Name {
+			c.index.claimed(node, a.Name, resourceVersion(stored))
+			return c.finish(ctx, a, node, "")
+		}
+		c.index.untake(node)
 	}
 	// A claim made before a restart or a failed status write is finished
 	// first. The cache may still show the claim of a deleted allocation of
@@ -180,6 +200,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err == nil {
 			c.index.claimed(node.Name, a.Name, resourceVersion(written))
 			return c.finish(ctx, a, node.Name, "")
+		}
+		if !outcome.Refused(err) {
+			// The claim may have landed: the node stays out until the
+			// retry reads it.
+			c.index.unansweredClaim(node.Name, a.Name)
+			return err
 		}
 		c.index.untake(node.Name)
 		if !apierrors.IsConflict(err) {

@@ -26,6 +26,10 @@ type freeIndex struct {
 	// resourceVersion of the claim once written (0 while it is written):
 	// a cache older than that does not know of the claim yet.
 	taken map[string]uint64
+	// unanswered are claims written without an answer (a timeout, etcd's
+	// leader lost), allocation → node: the claim may have landed, so the
+	// node stays taken until a read from etcd tells.
+	unanswered map[string]string
 }
 
 // nodeSet is a set of node names with uniform random choice.
@@ -36,7 +40,7 @@ type nodeSet struct {
 
 func newFreeIndex() *freeIndex {
 	return &freeIndex{byClass: map[string]*nodeSet{}, nodes: map[string]*nodusv1.Node{}, byUID: map[string]string{},
-		holder: map[string]string{}, taken: map[string]uint64{}}
+		holder: map[string]string{}, taken: map[string]uint64{}, unanswered: map[string]string{}}
 }
 
 // claimable says whether an allocation by class may claim n now: the rules
@@ -186,6 +190,7 @@ func (x *freeIndex) claimed(node, allocation string, rv uint64) {
 		x.taken[node] = rv
 	}
 	x.holder[allocation] = node
+	delete(x.unanswered, allocation)
 }
 
 // untake gives a node back after its claim failed: the cache decides
@@ -193,11 +198,32 @@ func (x *freeIndex) claimed(node, allocation string, rv uint64) {
 func (x *freeIndex) untake(node string) {
 	x.mu.Lock()
 	delete(x.taken, node)
+	for allocation, n := range x.unanswered {
+		if n == node {
+			delete(x.unanswered, allocation)
+		}
+	}
 	n, ok := x.nodes[node]
 	x.mu.Unlock()
 	if ok {
 		x.update(n)
 	}
+}
+
+// unansweredClaim records that node's claim for allocation got no
+// answer; node stays taken.
+func (x *freeIndex) unansweredClaim(node, allocation string) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.unanswered[allocation] = node
+}
+
+// unansweredOf is the node of allocation's claim that got no answer.
+func (x *freeIndex) unansweredOf(allocation string) (string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	node, ok := x.unanswered[allocation]
+	return node, ok
 }
 
 func (s *nodeSet) has(name string) bool { _, ok := s.pos[name]; return ok }
