@@ -25,13 +25,23 @@ import (
 )
 
 // TestAPlacementWhoseAnswerWasLostKeepsItsClaims runs the scheduler with
-// a client that loses the answer of every placement it writes: the
-// Execution's status lands, and the scheduler is told 500, as when etcd's
-// leader changes under the write. The GPU claims of such a placement must
-// stay in etcd: a placement without its claims lets a scheduler whose
-// cache has not seen it yet (this one, or an old leader) hand the same GPU
-// to another execution.
+// a client that loses the answer of the placements it writes, as when
+// etcd's leader changes under a write: the scheduler is told 500, and the
+// placement either landed or did not. The GPU claims of a placement that
+// landed must stay in etcd: without them a scheduler whose cache has not
+// seen the placement yet (this one, or an old leader) can hand the same
+// GPU to another execution. Those of one that did not land must not keep
+// the GPUs from being used.
 func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
+	t.Run("every placement landed, its answer lost", func(t *testing.T) {
+		placeWithLostAnswers(t, &lostPlacementAnswers{})
+	})
+	t.Run("the first write of each placement lost before it landed", func(t *testing.T) {
+		placeWithLostAnswers(t, &lostPlacementAnswers{firstBeforeLanding: true})
+	})
+}
+
+func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 	s := testserver.StartTestServer(t)
 	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 1000}, false)
 	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
@@ -46,8 +56,19 @@ func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
 	// answer was lost.
 	takeTheLead(t, etcd)
 
+	// More executions than the host's eight GPUs, all there before the
+	// scheduler starts: its first pass places eight at once, and if their
+	// claims outlived placements that did not land, no GPU would be left.
+	const gpus, submitted = 8, 12
+	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
+	for i := range submitted {
+		if _, err := borrower.Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lost-%02d", i)},
+			Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: 1, MaxRuntimeSeconds: 3600}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	lossy := rest.CopyConfig(s.Config)
-	lost := &lostPlacementAnswers{}
 	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
 	client := versioned.NewForConfigOrDie(lossy)
 	runCtx, stop := context.WithCancel(context.Background())
@@ -59,18 +80,6 @@ func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
 	}
 	factory.Start(runCtx.Done())
 	go sched.Run(runCtx)
-
-	// More executions than the host's eight GPUs, submitted one by one so
-	// that passes follow lost answers.
-	const gpus, submitted = 8, 12
-	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
-	for i := range submitted {
-		if _, err := borrower.Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("lost-%02d", i)},
-			Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: 1, MaxRuntimeSeconds: 3600}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 
 	var placed []nodusv1.Execution
 	err = testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
@@ -135,17 +144,36 @@ func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
 
 // lostPlacementAnswers passes requests on, and answers each Execution
 // status write that succeeded with the 500 of a write whose etcd request
-// timed out.
+// timed out. With firstBeforeLanding, the first status write of each
+// execution is not passed on at all, and gets the same 500.
 type lostPlacementAnswers struct {
-	next   http.RoundTripper
-	mu     sync.Mutex
-	landed int
+	next               http.RoundTripper
+	firstBeforeLanding bool
+	mu                 sync.Mutex
+	landed             int
+	seen               map[string]bool
 }
 
 func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	status := req.Method == http.MethodPut && strings.Contains(req.URL.Path, "/executions/") && strings.HasSuffix(req.URL.Path, "/status")
+	if status && l.firstBeforeLanding {
+		l.mu.Lock()
+		first := !l.seen[req.URL.Path]
+		if l.seen == nil {
+			l.seen = map[string]bool{}
+		}
+		l.seen[req.URL.Path] = true
+		l.mu.Unlock()
+		if first {
+			if req.Body != nil {
+				req.Body.Close()
+			}
+			return timedOutAnswer(req, &http.Response{Proto: "HTTP/2.0", ProtoMajor: 2}), nil
+		}
+		return l.next.RoundTrip(req)
+	}
 	resp, err := l.next.RoundTrip(req)
-	if err != nil || resp.StatusCode != http.StatusOK || req.Method != http.MethodPut ||
-		!strings.Contains(req.URL.Path, "/executions/") || !strings.HasSuffix(req.URL.Path, "/status") {
+	if err != nil || resp.StatusCode != http.StatusOK || !status {
 		return resp, err
 	}
 	_, _ = io.Copy(io.Discard, resp.Body)
@@ -154,6 +182,12 @@ func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, err
 	l.landed++
 	l.mu.Unlock()
 	return timedOutAnswer(req, resp), nil
+}
+
+func (l *lostPlacementAnswers) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.landed + len(l.seen)
 }
 
 // timedOutAnswer is the answer a server gives a write whose etcd request
@@ -168,12 +202,6 @@ func timedOutAnswer(req *http.Request, resp *http.Response) *http.Response {
 		ContentLength: int64(len(body)),
 		Request:       req,
 	}
-}
-
-func (l *lostPlacementAnswers) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.landed
 }
 
 // takeTheLead makes the test lead the controllers in the server's stead,

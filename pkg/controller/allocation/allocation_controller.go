@@ -148,26 +148,22 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		// A claim of it that got no answer no longer keeps its node out:
 		// if it landed, the node names an allocation that is gone or
 		// done, and the cache shows it (orphan).
-		if node, ok := c.index.unansweredOf(name); ok {
-			c.index.untake(node)
+		if claimed, ok := c.index.unansweredOf(name); ok {
+			c.index.untake(claimed.Name)
 		}
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	// A claim whose write got no answer may have landed, and the cache may
-	// not show it yet: the node as stored now says.
-	if node, ok := c.index.unansweredOf(a.Name); ok {
-		stored, err := c.client.NodusV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+	if claimed, ok := c.index.unansweredOf(a.Name); ok {
+		landed, err := c.settleUnanswered(ctx, claimed, a.Name)
+		if err != nil {
 			return err
 		}
-		if err == nil && stored.Status.Allocation == a.Name {
-			c.index.claimed(node, a.Name, resourceVersion(stored))
-			return c.finish(ctx, a, node, "")
+		if landed {
+			return c.finish(ctx, a, claimed.Name, "")
 		}
-		c.index.untake(node)
 	}
 	// A claim made before a restart or a failed status write is finished
 	// first. The cache may still show the claim of a deleted allocation of
@@ -203,8 +199,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		if !outcome.Refused(err) {
 			// The claim may have landed: the node stays out until the
-			// retry reads it.
-			c.index.unansweredClaim(node.Name, a.Name)
+			// retry knows (settleUnanswered).
+			c.index.unansweredClaim(claimed, a.Name)
 			return err
 		}
 		c.index.untake(node.Name)
@@ -215,6 +211,35 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		tried[node.Name] = true
 	}
 	return fmt.Errorf("allocation %s: %d nodes changed while being claimed", a.Name, claimTries)
+}
+
+// settleUnanswered finds out whether claimed, a claim of allocation whose
+// write got no answer, landed: it writes the claim again, under the same
+// resourceVersion. If the first landed, this one conflicts, and the node as
+// stored names the allocation. If not, this one lands, or is refused, and
+// then the first never can land: its precondition is gone. A claim that did
+// not land gives its node back; one still without an answer stays.
+func (c *Controller) settleUnanswered(ctx context.Context, claimed *nodusv1.Node, allocation string) (bool, error) {
+	written, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager})
+	if err == nil {
+		c.index.claimed(claimed.Name, allocation, resourceVersion(written))
+		return true, nil
+	}
+	if !outcome.Refused(err) {
+		return false, err
+	}
+	if apierrors.IsConflict(err) {
+		stored, getErr := c.client.NodusV1().Nodes().Get(ctx, claimed.Name, metav1.GetOptions{})
+		if getErr != nil && !apierrors.IsNotFound(getErr) {
+			return false, getErr
+		}
+		if getErr == nil && stored.UID == claimed.UID && stored.Status.Allocation == allocation {
+			c.index.claimed(claimed.Name, allocation, resourceVersion(stored))
+			return true, nil
+		}
+	}
+	c.index.untake(claimed.Name)
+	return false, nil
 }
 
 // claimTries bounds the claims of one pass of an allocation.

@@ -27,9 +27,9 @@ type freeIndex struct {
 	// a cache older than that does not know of the claim yet.
 	taken map[string]uint64
 	// unanswered are claims written without an answer (a timeout, etcd's
-	// leader lost), allocation → node: the claim may have landed, so the
-	// node stays taken until a read from etcd tells.
-	unanswered map[string]string
+	// leader lost), allocation → the node as the claim wrote it: the claim
+	// may have landed, so the node stays taken until an answer tells.
+	unanswered map[string]*nodusv1.Node
 }
 
 // nodeSet is a set of node names with uniform random choice.
@@ -40,7 +40,7 @@ type nodeSet struct {
 
 func newFreeIndex() *freeIndex {
 	return &freeIndex{byClass: map[string]*nodeSet{}, nodes: map[string]*nodusv1.Node{}, byUID: map[string]string{},
-		holder: map[string]string{}, taken: map[string]uint64{}, unanswered: map[string]string{}}
+		holder: map[string]string{}, taken: map[string]uint64{}, unanswered: map[string]*nodusv1.Node{}}
 }
 
 // claimable says whether an allocation by class may claim n now: the rules
@@ -199,7 +199,7 @@ func (x *freeIndex) untake(node string) {
 	x.mu.Lock()
 	delete(x.taken, node)
 	for allocation, n := range x.unanswered {
-		if n == node {
+		if n.Name == node {
 			delete(x.unanswered, allocation)
 		}
 	}
@@ -210,20 +210,21 @@ func (x *freeIndex) untake(node string) {
 	}
 }
 
-// unansweredClaim records that node's claim for allocation got no
-// answer; node stays taken.
-func (x *freeIndex) unansweredClaim(node, allocation string) {
+// unansweredClaim records that the claim of allocation, the write of
+// claimed, got no answer; the node stays taken.
+func (x *freeIndex) unansweredClaim(claimed *nodusv1.Node, allocation string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	x.unanswered[allocation] = node
+	x.unanswered[allocation] = claimed
 }
 
-// unansweredOf is the node of allocation's claim that got no answer.
-func (x *freeIndex) unansweredOf(allocation string) (string, bool) {
+// unansweredOf is allocation's claim that got no answer, the node as the
+// claim wrote it.
+func (x *freeIndex) unansweredOf(allocation string) (*nodusv1.Node, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	node, ok := x.unanswered[allocation]
-	return node, ok
+	claimed, ok := x.unanswered[allocation]
+	return claimed, ok
 }
 
 func (s *nodeSet) has(name string) bool { _, ok := s.pos[name]; return ok }

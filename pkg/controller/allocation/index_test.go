@@ -113,16 +113,16 @@ func TestFreeIndexKeepsAClaimOutUntilTheCacheSeesIt(t *testing.T) {
 }
 
 // A claim that got no answer keeps its node out, whatever the cache shows,
-// until the node as stored says whether it landed.
+// until an answer tells whether it landed.
 func TestFreeIndexKeepsAnUnansweredClaimOut(t *testing.T) {
 	x, rnd := newFreeIndex(), rand.New(rand.NewPCG(1, 2))
 	x.update(readyNode("n1", "gpu", 10))
 	x.update(readyNode("n2", "gpu", 10))
 	n := x.take(allocationOf("a1", "gpu"), rnd, nil)
-	x.unansweredClaim(n.Name, "a1")
+	x.unansweredClaim(n, "a1")
 	x.update(readyNode(n.Name, "gpu", 11)) // a cache from before the claim
-	if got, ok := x.unansweredOf("a1"); !ok || got != n.Name {
-		t.Fatalf("unanswered claim of a1: %q %v", got, ok)
+	if got, ok := x.unansweredOf("a1"); !ok || got.Name != n.Name {
+		t.Fatalf("unanswered claim of a1: %v %v", got, ok)
 	}
 	other := x.take(allocationOf("a2", "gpu"), rnd, nil)
 	if other == nil || other.Name == n.Name {
@@ -137,7 +137,7 @@ func TestFreeIndexKeepsAnUnansweredClaimOut(t *testing.T) {
 		t.Error("a claim read back as landed is still unanswered")
 	}
 	// Another one, read back: it did not land; the node is free again.
-	x.unansweredClaim(other.Name, "a2")
+	x.unansweredClaim(other, "a2")
 	x.untake(other.Name)
 	if _, ok := x.unansweredOf("a2"); ok {
 		t.Error("a claim read back as not landed is still unanswered")

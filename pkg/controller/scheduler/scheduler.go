@@ -602,16 +602,16 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 					return
 				}
 			}
-			_, err := c.client.NodusV1().Executions(w.execution.Namespace).UpdateStatus(ctx, w.execution, metav1.UpdateOptions{FieldManager: fieldManager})
+			err := c.writeStatus(ctx, w)
 			if err == nil {
 				return
 			}
 			if w.place != nil {
 				forget()
-				// Only a refused write leaves the GPUs free. A write whose
-				// answer was lost may have landed: its claims stay, and a
-				// later pass keeps them while the execution holds the GPUs,
-				// or drops them once it surely does not (claimEnded).
+				// Only a refused write leaves the GPUs free. A write that
+				// never got an answer may have landed: its claims stay, and
+				// a later pass keeps them while the execution holds the
+				// GPUs, or drops them once it surely does not (claimEnded).
 				if outcome.Refused(err) {
 					if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, owner(w.execution)); err != nil {
 						klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
@@ -631,6 +631,59 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// lostAnswerRetries bound the writes again of a placement whose write got
+// no answer (etcd electing a leader takes a second or two), the first
+// after lostAnswerWait, each next after twice the wait.
+const (
+	lostAnswerRetries = 5
+	lostAnswerWait    = 250 * time.Millisecond
+)
+
+// writeStatus writes w's status. A placement whose write got no answer (a
+// 5xx, a timeout) may have landed, or may not: it is written again, under
+// the same resourceVersion, until an answer tells. If the first landed, the
+// next conflicts, and the execution as stored shows the placement: that is
+// success. If not, the next lands, or is refused, and then the first never
+// can land: its precondition is gone. Either way the claims are released
+// only when the placement surely did not happen.
+func (c *Controller) writeStatus(ctx context.Context, w write) error {
+	executions := c.client.NodusV1().Executions(w.execution.Namespace)
+	options := metav1.UpdateOptions{FieldManager: fieldManager}
+	_, err := executions.UpdateStatus(ctx, w.execution, options)
+	if w.place == nil || err == nil || outcome.Refused(err) {
+		return err
+	}
+	wait := lostAnswerWait
+	for range lostAnswerRetries {
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(wait):
+		}
+		wait *= 2
+		if _, err = executions.UpdateStatus(ctx, w.execution, options); err == nil || outcome.Refused(err) {
+			break
+		}
+	}
+	if !apierrors.IsConflict(err) {
+		return err
+	}
+	stored, getErr := executions.Get(ctx, w.execution.Name, metav1.GetOptions{})
+	switch {
+	case getErr != nil && !apierrors.IsNotFound(getErr):
+		return getErr // still unknown: the claims stay
+	case getErr == nil && stored.UID == w.execution.UID && holds(stored, *w.place):
+		return nil // the first write landed
+	}
+	return err
+}
+
+// holds says whether e, as stored, is placed on exactly p's GPUs.
+func holds(e *nodusv1.Execution, p placement) bool {
+	placed := e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning
+	return placed && e.Status.Host == p.alias && slices.Equal(slices.Sorted(slices.Values(e.Status.GPUIndices)), slices.Sorted(slices.Values(p.gpus)))
 }
 
 // project writes each owner's HostLending where its use or agreement
