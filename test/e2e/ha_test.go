@@ -24,6 +24,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/clusteridentity"
+	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/failover"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	nodustyped "github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/typed/nodus/v1"
@@ -368,6 +369,24 @@ func TestHAOnARealEtcdCluster(t *testing.T) {
 	if err := testfleet.Count(ctx, 90*time.Second, free, testfleet.ActiveAllocations, admin); err != nil {
 		t.Errorf("not every acknowledged allocation became active: %v", err)
 	}
+	// Every GPU gets used, once the scheduler has settled the placements
+	// whose answers the faults lost (it writes them again for up to 10 s).
+	borrowerExecutions := versioned.NewForConfigOrDie(bob).NodusV1().Executions("beta")
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		list, err := borrowerExecutions.List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil // a replica may be gone; the next try goes to another
+		}
+		placed := 0
+		for _, e := range list.Items {
+			if e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning {
+				placed++
+			}
+		}
+		return placed >= lent*2, nil
+	}); err != nil {
+		logPlacements(t, ctx, borrowerExecutions, members, creds, replicas)
+	}
 	time.Sleep(2 * time.Second) // a scheduler pass or two more
 	stopBeats()
 	beats.Wait()
@@ -557,6 +576,43 @@ func allocationActiveWithin(t *testing.T, ctx context.Context, c nodustyped.Nodu
 			t.Fatalf("allocation %s not active within %s: %v %+v", name, within, err, a)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// logPlacements tells why GPUs stayed unused: the executions not placed,
+// the GPU claims in etcd, and what the replicas' schedulers said.
+func logPlacements(t *testing.T, ctx context.Context, executions nodustyped.ExecutionInterface, members []*etcdMember, creds etcdTLS, replicas []*serverProcess) {
+	t.Helper()
+	if list, err := executions.List(ctx, metav1.ListOptions{}); err == nil {
+		for _, e := range list.Items {
+			if e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning {
+				t.Logf("execution %s (%s): %s %s: %s", e.Name, e.UID, e.Status.Phase, e.Status.Reason, e.Status.Message)
+			}
+		}
+	}
+	tlsConfig, err := transport.TLSInfo{TrustedCAFile: creds.ca, CertFile: creds.cert, KeyFile: creds.key}.ClientConfig()
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	var endpoints []string
+	for _, m := range members {
+		endpoints = append(endpoints, m.clientURL)
+	}
+	if client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second}); err == nil {
+		if claims, err := client.Get(ctx, scheduler.ClaimsPrefix, clientv3.WithPrefix()); err == nil {
+			for _, kv := range claims.Kvs {
+				t.Logf("GPU claim %s: %s", kv.Key, kv.Value)
+			}
+		}
+		client.Close()
+	}
+	for i, r := range replicas {
+		for _, line := range strings.Split(r.stdout.String(), "\n") {
+			if strings.Contains(line, "scheduler") || strings.Contains(line, "scheduling") || strings.Contains(line, "GPU claims") {
+				t.Logf("replica %d: %s", i, line)
+			}
+		}
 	}
 }
 

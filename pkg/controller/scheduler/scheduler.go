@@ -633,12 +633,14 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 	return firstErr
 }
 
-// lostAnswerRetries bound the writes again of a placement whose write got
-// no answer (etcd electing a leader takes a second or two), the first
-// after lostAnswerWait, each next after twice the wait.
+// A placement whose write got no answer is written again after
+// lostAnswerWait, then after twice as long, up to lostAnswerMaxWait
+// between writes, for lostAnswerFor in all: etcd electing a leader takes
+// a second or two, and the pass waits for its writes.
 const (
-	lostAnswerRetries = 5
-	lostAnswerWait    = 250 * time.Millisecond
+	lostAnswerWait    = 200 * time.Millisecond
+	lostAnswerMaxWait = time.Second
+	lostAnswerFor     = 10 * time.Second
 )
 
 // writeStatus writes w's status. A placement whose write got no answer (a
@@ -655,14 +657,13 @@ func (c *Controller) writeStatus(ctx context.Context, w write) error {
 	if w.place == nil || err == nil || outcome.Refused(err) {
 		return err
 	}
-	wait := lostAnswerWait
-	for range lostAnswerRetries {
+	deadline := time.Now().Add(lostAnswerFor)
+	for wait := lostAnswerWait; time.Now().Before(deadline); wait = min(2*wait, lostAnswerMaxWait) {
 		select {
 		case <-ctx.Done():
 			return err
 		case <-time.After(wait):
 		}
-		wait *= 2
 		if _, err = executions.UpdateStatus(ctx, w.execution, options); err == nil || outcome.Refused(err) {
 			break
 		}
