@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -96,10 +95,9 @@ func TestANodeClaimWhoseAnswerWasLostIsKept(t *testing.T) {
 // that succeeded with the 500 of a write whose etcd request timed out, and
 // holds each read of a watch back by watchLag.
 type lostClaimAnswers struct {
+	lostAnswers
 	next     http.RoundTripper
 	watchLag time.Duration
-	mu       sync.Mutex
-	landed   int
 }
 
 func (l *lostClaimAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -115,18 +113,7 @@ func (l *lostClaimAnswers) RoundTrip(req *http.Request) (*http.Response, error) 
 		!strings.Contains(req.URL.Path, "/nodes/") || !strings.HasSuffix(req.URL.Path, "/status") {
 		return resp, nil
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	l.mu.Lock()
-	l.landed++
-	l.mu.Unlock()
-	return timedOutAnswer(req, resp), nil
-}
-
-func (l *lostClaimAnswers) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.landed
+	return l.lose(req, resp), nil
 }
 
 // laggingBody delivers a watch's events late.

@@ -3,20 +3,16 @@ package integration
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/client/v3/concurrency"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/controller/leader"
 	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
@@ -147,11 +143,10 @@ func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 // timed out. With firstBeforeLanding, the first status write of each
 // execution is not passed on at all, and gets the same 500.
 type lostPlacementAnswers struct {
+	lostAnswers
 	next               http.RoundTripper
 	firstBeforeLanding bool
-	mu                 sync.Mutex
-	landed             int
-	seen               map[string]bool
+	seen               map[string]bool // status paths whose first write came
 }
 
 func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -168,7 +163,7 @@ func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, err
 			if req.Body != nil {
 				req.Body.Close()
 			}
-			return timedOutAnswer(req, &http.Response{Proto: "HTTP/2.0", ProtoMajor: 2}), nil
+			return l.lose(req, nil), nil
 		}
 		return l.next.RoundTrip(req)
 	}
@@ -176,78 +171,5 @@ func (l *lostPlacementAnswers) RoundTrip(req *http.Request) (*http.Response, err
 	if err != nil || resp.StatusCode != http.StatusOK || !status {
 		return resp, err
 	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	l.mu.Lock()
-	l.landed++
-	l.mu.Unlock()
-	return timedOutAnswer(req, resp), nil
-}
-
-func (l *lostPlacementAnswers) count() int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.landed + len(l.seen)
-}
-
-// timedOutAnswer is the answer a server gives a write whose etcd request
-// timed out (the write may have landed), in place of resp.
-func timedOutAnswer(req *http.Request, resp *http.Response) *http.Response {
-	body := `{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"etcdserver: request timed out","reason":"InternalError","code":500}`
-	return &http.Response{
-		Status: "500 Internal Server Error", StatusCode: http.StatusInternalServerError,
-		Proto: resp.Proto, ProtoMajor: resp.ProtoMajor, ProtoMinor: resp.ProtoMinor,
-		Header:        http.Header{"Content-Type": []string{"application/json"}},
-		Body:          io.NopCloser(strings.NewReader(body)),
-		ContentLength: int64(len(body)),
-		Request:       req,
-	}
-}
-
-// takeTheLead makes the test lead the controllers in the server's stead,
-// until it ends: it campaigns, revokes the lease of the server's lead, and
-// waits for the server to campaign again, which it does once its
-// controllers have stopped.
-func takeTheLead(t *testing.T, etcd *clientv3.Client) {
-	t.Helper()
-	session, err := concurrency.NewSession(etcd, concurrency.WithTTL(30))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { session.Close() })
-	election := concurrency.NewElection(session, leader.ElectionPrefix)
-	current, err := election.Leader(ctx(t))
-	if err != nil {
-		t.Fatalf("the server leads nothing: %v", err)
-	}
-	won := make(chan error, 1)
-	go func() { won <- election.Campaign(ctx(t), "test") }()
-	// The campaign's key must be queued before the server's lead ends, or
-	// the server would win again.
-	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(c context.Context) (bool, error) {
-		r, err := etcd.Get(c, leader.ElectionPrefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
-		return err == nil && r.Count >= 2, err
-	}); err != nil {
-		t.Fatalf("the test's campaign never queued: %v", err)
-	}
-	if _, err := etcd.Revoke(ctx(t), clientv3.LeaseID(current.Kvs[0].Lease)); err != nil {
-		t.Fatal(err)
-	}
-	if err := <-won; err != nil {
-		t.Fatalf("campaign: %v", err)
-	}
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
-		r, err := etcd.Get(c, leader.ElectionPrefix, clientv3.WithPrefix())
-		if err != nil {
-			return false, err
-		}
-		for _, kv := range r.Kvs {
-			if clientv3.LeaseID(kv.Lease) != session.Lease() {
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatalf("the server never campaigned again: %v", err)
-	}
+	return l.lose(req, resp), nil
 }
