@@ -67,21 +67,9 @@ func TestTwoSchedulersNeverPlaceAGPUTwice(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		placed := map[string]string{}
-		doubles, scheduled = nil, 0
-		for _, e := range list.Items {
-			if e.Status.Phase != nodusv1.ExecutionScheduled {
-				continue
-			}
-			scheduled++
-			for _, g := range e.Status.GPUIndices {
-				key := fmt.Sprintf("%s/%d", e.Status.Host, g)
-				if other, ok := placed[key]; ok {
-					doubles = append(doubles, fmt.Sprintf("%s: %s and %s", key, other, e.Name))
-				}
-				placed[key] = e.Name
-			}
-		}
+		var placed map[string]string
+		placed, doubles = gpuPlacements(list.Items)
+		scheduled = len(placed)
 		return scheduled >= gpus || len(doubles) > 0, nil
 	}
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, check); err != nil {
@@ -94,4 +82,24 @@ func TestTwoSchedulersNeverPlaceAGPUTwice(t *testing.T) {
 	if len(doubles) > 0 || scheduled != gpus {
 		t.Errorf("%d executions scheduled on %d GPUs; placed twice: %v", scheduled, gpus, doubles)
 	}
+}
+
+// gpuPlacements maps each GPU ("host/index") of the scheduled executions
+// to the execution placed on it, and says which GPUs are placed twice.
+func gpuPlacements(executions []nodusv1.Execution) (map[string]string, []string) {
+	placed := map[string]string{}
+	var doubles []string
+	for _, e := range executions {
+		if e.Status.Phase != nodusv1.ExecutionScheduled {
+			continue
+		}
+		for _, g := range e.Status.GPUIndices {
+			gpu := fmt.Sprintf("%s/%d", e.Status.Host, g)
+			if other, ok := placed[gpu]; ok {
+				doubles = append(doubles, fmt.Sprintf("%s: %s and %s", gpu, other, e.Name))
+			}
+			placed[gpu] = e.Name
+		}
+	}
+	return placed, doubles
 }

@@ -112,26 +112,17 @@ func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 			claimedBy[strings.TrimPrefix(string(kv.Key), scheduler.ClaimsPrefix)] = parts[0] + "/" + parts[1]
 		}
 	}
-	placedOn := map[string]string{}
-	scheduled := 0
-	for _, e := range list.Items {
-		if e.Status.Phase != nodusv1.ExecutionScheduled {
-			continue
-		}
-		scheduled++
-		for _, g := range e.Status.GPUIndices {
-			gpu := fmt.Sprintf("%s/%d", e.Status.Host, g)
-			if other, ok := placedOn[gpu]; ok {
-				t.Errorf("GPU %s is placed for %s and %s", gpu, other, e.Name)
-			}
-			placedOn[gpu] = e.Name
-			if owner := claimedBy[gpu]; owner != "beta/"+e.Name {
-				t.Errorf("GPU %s is placed for %s, and its claim in etcd names %q", gpu, e.Name, owner)
-			}
+	placedOn, doubles := gpuPlacements(list.Items)
+	if len(doubles) > 0 {
+		t.Errorf("GPUs placed twice: %v", doubles)
+	}
+	for gpu, execution := range placedOn {
+		if owner := claimedBy[gpu]; owner != "beta/"+execution {
+			t.Errorf("GPU %s is placed for %s, and its claim in etcd names %q", gpu, execution, owner)
 		}
 	}
-	if scheduled != gpus {
-		t.Errorf("%d executions scheduled on %d GPUs", scheduled, gpus)
+	if len(placedOn) != gpus {
+		t.Errorf("%d of %d GPUs placed", len(placedOn), gpus)
 	}
 	if n := lost.count(); n < gpus {
 		t.Errorf("%d placements lost their answer, want at least %d (every one)", n, gpus)
