@@ -590,16 +590,9 @@ func logPlacements(t *testing.T, ctx context.Context, executions nodustyped.Exec
 			}
 		}
 	}
-	tlsConfig, err := transport.TLSInfo{TrustedCAFile: creds.ca, CertFile: creds.cert, KeyFile: creds.key}.ClientConfig()
-	if err != nil {
+	if client, err := etcdClient(members, creds); err != nil {
 		t.Log(err)
-		return
-	}
-	var endpoints []string
-	for _, m := range members {
-		endpoints = append(endpoints, m.clientURL)
-	}
-	if client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second}); err == nil {
+	} else {
 		if claims, err := client.Get(ctx, scheduler.ClaimsPrefix, clientv3.WithPrefix()); err == nil {
 			for _, kv := range claims.Kvs {
 				t.Logf("GPU claim %s: %s", kv.Key, kv.Value)
@@ -616,18 +609,23 @@ func logPlacements(t *testing.T, ctx context.Context, executions nodustyped.Exec
 	}
 }
 
-// etcdLeader is the live member that leads the etcd cluster now.
-func etcdLeader(t *testing.T, members []*etcdMember, creds etcdTLS) *etcdMember {
-	t.Helper()
+// etcdClient reaches the cluster's members with the servers' credential.
+func etcdClient(members []*etcdMember, creds etcdTLS) (*clientv3.Client, error) {
 	tlsConfig, err := transport.TLSInfo{TrustedCAFile: creds.ca, CertFile: creds.cert, KeyFile: creds.key}.ClientConfig()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	var endpoints []string
 	for _, m := range members {
 		endpoints = append(endpoints, m.clientURL)
 	}
-	client, err := clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second})
+	return clientv3.New(clientv3.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 5 * time.Second})
+}
+
+// etcdLeader is the live member that leads the etcd cluster now.
+func etcdLeader(t *testing.T, members []*etcdMember, creds etcdTLS) *etcdMember {
+	t.Helper()
+	client, err := etcdClient(members, creds)
 	if err != nil {
 		t.Fatal(err)
 	}
