@@ -72,6 +72,9 @@ type CompletedConfig struct {
 type completedConfig struct {
 	*Config
 	generic genericapiserver.CompletedConfig
+	// loopbackHandler serves the loopback's requests in process: the
+	// generic server's full handler chain.
+	loopbackHandler http.Handler
 }
 
 // Complete fills in the generic server's derived settings.
@@ -185,13 +188,15 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	generic.Handler.NonGoRestfulMux.Handle(ironic.Prefix, bareMetal)
 	generic.Handler.NonGoRestfulMux.HandlePrefix(ironic.Prefix+"/", bareMetal)
 	c.paths.set(generic.ListedPaths())
+	// The loopback reaches the same handler chain the secure port serves.
+	c.loopbackHandler = generic.Handler
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}
 	// Every replica cuts its own open watches whose access ended, as its
 	// own stores show the change.
 	if err := generic.AddPostStartHook("nodus-revocation", func(hook genericapiserver.PostStartHookContext) error {
-		client, err := loopbackClientset(hook.LoopbackClientConfig)
+		client, err := loopbackClientset(hook.LoopbackClientConfig, c.loopbackHandler)
 		if err != nil {
 			return err
 		}
@@ -253,7 +258,7 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 // election. They write through the loopback, like any client, and read from
 // informers fed by this replica's stores.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
-	client, err := loopbackClientset(hook.LoopbackClientConfig)
+	client, err := loopbackClientset(hook.LoopbackClientConfig, c.loopbackHandler)
 	if err != nil {
 		return err
 	}

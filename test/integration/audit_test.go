@@ -12,6 +12,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apiserver/pkg/authentication/user"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -218,5 +219,69 @@ func TestAuditRecordsIronicWritesNotSecrets(t *testing.T) {
 	}
 	if !strings.Contains(string(data), `"executions"`) {
 		t.Error("the execution's creation is not in the audit log at all")
+	}
+}
+
+// TestControllersWritesGoDownTheHandlerChain: the controllers write through
+// the API in process (pkg/loopback), and every such write still passes
+// authentication and the audit log: the allocation controller's claim of a
+// node is recorded as the server's loopback user, from the loopback address.
+func TestControllersWritesGoDownTheHandlerChain(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "audited-claim")
+	c, ctx := s.Client.NodusV1(), ctx(t)
+	if _, err := c.Allocations().Create(ctx, &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "audited"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	err := testfleet.Eventually(ctx, 30*time.Second, func(c2 context.Context) (bool, error) {
+		a, err := c.Allocations().Get(c2, "audited", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive, nil
+	})
+	if err != nil {
+		t.Fatalf("the allocation did not become active: %v", err)
+	}
+	type claimEvent struct {
+		Verb string `json:"verb"`
+		User struct {
+			Username string `json:"username"`
+		} `json:"user"`
+		SourceIPs []string `json:"sourceIPs"`
+		ObjectRef struct {
+			Resource, Name, Subresource string
+		} `json:"objectRef"`
+		ResponseStatus struct {
+			Code int `json:"code"`
+		} `json:"responseStatus"`
+		RequestObject struct {
+			Status struct {
+				Allocation string `json:"allocation"`
+			} `json:"status"`
+		} `json:"requestObject"`
+	}
+	var claims []claimEvent
+	err = testfleet.Eventually(ctx, 30*time.Second, func(context.Context) (bool, error) {
+		claims = nil
+		data, err := os.ReadFile(filepath.Join(s.DataDir, "audit.log"))
+		if err != nil {
+			return false, nil
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			var e claimEvent
+			if json.Unmarshal([]byte(line), &e) == nil && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Name == "audited-claim" &&
+				e.ObjectRef.Subresource == "status" && e.RequestObject.Status.Allocation == "audited" {
+				claims = append(claims, e)
+			}
+		}
+		return len(claims) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no audit event of the node's claim: %v", err)
+	}
+	for _, e := range claims {
+		if e.Verb != "update" || e.User.Username != user.APIServerUser || fmt.Sprint(e.SourceIPs) != "[127.0.0.1]" || e.ResponseStatus.Code != 200 {
+			t.Errorf("the claim's audit event: %s by %q from %v, answered %d", e.Verb, e.User.Username, e.SourceIPs, e.ResponseStatus.Code)
+		}
 	}
 }
