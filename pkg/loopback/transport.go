@@ -52,7 +52,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		Proto: in.Proto, ProtoMajor: in.ProtoMajor, ProtoMinor: in.ProtoMinor,
 		Body: &responseBody{PipeReader: pr, cancel: cancel, w: w}, Request: req,
 	}
-	go t.serve(w, in, req, pw)
+	go t.serve(w, in, req, pw, cancel)
 	select {
 	case <-w.headerDone:
 		return w.response, nil
@@ -70,9 +70,11 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 
 // serve runs the handler as net/http's server does: it recovers a panic
 // (http.ErrAbortHandler without a word), sends a header the handler did not
-// write, and closes the request body.
-func (t *Transport) serve(w *responseWriter, in, req *http.Request, pw *io.PipeWriter) {
+// write, closes the request body, and ends the request's context once the
+// handler has returned.
+func (t *Transport) serve(w *responseWriter, in, req *http.Request, pw *io.PipeWriter, cancel context.CancelFunc) {
 	defer func() {
+		cancel()
 		if req.Body != nil {
 			_ = req.Body.Close()
 		}

@@ -238,3 +238,25 @@ type closeRecorder struct {
 }
 
 func (c *closeRecorder) Close() error { close(c.closed); return nil }
+
+// The request's context ends once the handler returns, as net/http's does,
+// even for a client that reads the answer and never closes the body.
+func TestTheRequestsContextEndsWithTheHandler(t *testing.T) {
+	contexts := make(chan context.Context, 1)
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		contexts <- r.Context()
+		_, _ = w.Write([]byte("done"))
+	})
+	resp, err := get(t, h, context.Background(), http.MethodGet, "https://x/a", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(resp.Body); err != nil || string(got) != "done" {
+		t.Fatalf("answer %q, %v", got, err)
+	}
+	select {
+	case <-(<-contexts).Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the request's context outlived its handler")
+	}
+}
