@@ -22,11 +22,13 @@ import (
 // auditEvent is the part of an audit.k8s.io/v1 Event the test reads.
 type auditEvent struct {
 	AuditID string `json:"auditID"`
+	Verb    string `json:"verb"`
 	User    struct {
 		Username string `json:"username"`
 	} `json:"user"`
+	SourceIPs []string `json:"sourceIPs"`
 	ObjectRef struct {
-		Namespace, Name, Subresource string
+		Resource, Namespace, Name, Subresource string
 	} `json:"objectRef"`
 	ResponseStatus struct {
 		Code int `json:"code"`
@@ -242,35 +244,13 @@ func TestControllersWritesGoDownTheHandlerChain(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the allocation did not become active: %v", err)
 	}
-	type claimEvent struct {
-		Verb string `json:"verb"`
-		User struct {
-			Username string `json:"username"`
-		} `json:"user"`
-		SourceIPs []string `json:"sourceIPs"`
-		ObjectRef struct {
-			Resource, Name, Subresource string
-		} `json:"objectRef"`
-		ResponseStatus struct {
-			Code int `json:"code"`
-		} `json:"responseStatus"`
-		RequestObject struct {
-			Status struct {
-				Allocation string `json:"allocation"`
-			} `json:"status"`
-		} `json:"requestObject"`
-	}
-	var claims []claimEvent
+	var claims []auditEvent
 	err = testfleet.Eventually(ctx, 30*time.Second, func(context.Context) (bool, error) {
 		claims = nil
-		data, err := os.ReadFile(filepath.Join(s.DataDir, "audit.log"))
-		if err != nil {
-			return false, nil
-		}
-		for _, line := range strings.Split(string(data), "\n") {
-			var e claimEvent
-			if json.Unmarshal([]byte(line), &e) == nil && e.ObjectRef.Resource == "nodes" && e.ObjectRef.Name == "audited-claim" &&
-				e.ObjectRef.Subresource == "status" && e.RequestObject.Status.Allocation == "audited" {
+		for _, e := range auditEvents(t, filepath.Join(s.DataDir, "audit.log"), "status") {
+			var node nodusv1.Node
+			if e.ObjectRef.Resource == "nodes" && e.ObjectRef.Name == "audited-claim" &&
+				json.Unmarshal(e.RawRequest, &node) == nil && node.Status.Allocation == "audited" {
 				claims = append(claims, e)
 			}
 		}
