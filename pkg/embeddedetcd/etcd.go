@@ -13,7 +13,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -25,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
+	"github.com/nodus-dev/nodus/pkg/freeport"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
@@ -228,17 +228,21 @@ func loadOrPickPorts(path string) (ports, error) {
 	case !errors.Is(err, os.ErrNotExist):
 		return p, err
 	}
-	// Each port is held until all are picked, so no two are the same.
+	// The ports are kept for every later start, so they come from below
+	// the ephemeral range, where no outgoing connection of this machine can
+	// hold one when the server starts again. Picked together, they differ
+	// from each other, and from a port kept from before.
+	picked, err := freeport.PickN(6)
+	if err != nil {
+		return p, err
+	}
 	for _, port := range []*int{&p.Client, &p.Peer, &p.HTTP} {
-		if *port != 0 {
-			continue
+		for *port == 0 {
+			if next := picked[0]; next != p.Client && next != p.Peer && next != p.HTTP {
+				*port = next
+			}
+			picked = picked[1:]
 		}
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return p, err
-		}
-		defer l.Close()
-		*port = l.Addr().(*net.TCPAddr).Port
 	}
 	data, _ = json.Marshal(p)
 	return p, atomicfile.Write(path, data, 0o600)

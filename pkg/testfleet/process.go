@@ -1,19 +1,22 @@
 package testfleet
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/nodus-dev/nodus/pkg/freeport"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -30,15 +33,35 @@ type Process struct {
 }
 
 // StartServer starts binary with its data in dataDir on a free port, with
-// flags, its output to out, and waits until it is ready.
+// flags, its output to out, and waits until it is ready. When another
+// process took the port between its pick and the server's bind, it starts
+// the server again on another.
 func StartServer(binary, dataDir string, out io.Writer, flags ...string) (*Process, error) {
-	port, err := FreePort()
-	if err != nil {
-		return nil, err
+	for attempt := 1; ; attempt++ {
+		port, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		p, err := StartServerOn(port, binary, dataDir, out, flags...)
+		if errors.Is(err, ErrPortTaken) && attempt < 3 {
+			continue
+		}
+		return p, err
 	}
+}
+
+// ErrPortTaken is a start-up that failed because the secure port was taken.
+var ErrPortTaken = errors.New("the secure port was taken")
+
+// StartServerOn is StartServer on port; it fails with ErrPortTaken when
+// another process listens there.
+func StartServerOn(port int, binary, dataDir string, out io.Writer, flags ...string) (*Process, error) {
 	args := append([]string{"--data-dir", dataDir, "--secure-port", strconv.Itoa(port)}, flags...)
 	cmd := exec.Command(binary, args...)
-	cmd.Stdout, cmd.Stderr = out, out
+	// The start-up's last output tells a taken port from other failures.
+	tail := &tailBuffer{}
+	cmd.Stdout = io.MultiWriter(out, tail)
+	cmd.Stderr = cmd.Stdout
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -62,6 +85,9 @@ func StartServer(binary, dataDir string, out io.Writer, flags ...string) (*Proce
 		}
 		select {
 		case err := <-p.Exited:
+			if tail.contains(fmt.Sprintf(":%d: bind: address already in use", port)) {
+				return nil, fmt.Errorf("nodus-server exited during start-up: %v: %w", err, ErrPortTaken)
+			}
 			return nil, fmt.Errorf("nodus-server exited during start-up: %v", err)
 		case <-time.After(100 * time.Millisecond):
 		}
@@ -70,6 +96,28 @@ func StartServer(binary, dataDir string, out io.Writer, flags ...string) (*Proce
 			return nil, fmt.Errorf("nodus-server not ready after 2m")
 		}
 	}
+}
+
+// tailBuffer keeps the last 16 KiB written to it.
+type tailBuffer struct {
+	mu   sync.Mutex
+	data []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.data = append(b.data, p...)
+	if over := len(b.data) - 16<<10; over > 0 {
+		b.data = append(b.data[:0], b.data[over:]...)
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Contains(b.data, []byte(s))
 }
 
 // Stop sends SIGTERM and waits for the exit, killing the process after
@@ -89,12 +137,6 @@ func (p *Process) Stop(timeout time.Duration) error {
 	}
 }
 
-// FreePort is a TCP port on the loopback that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
+// FreePort is a TCP port on the loopback that was free a moment ago, below
+// the ephemeral range (package freeport).
+func FreePort() (int, error) { return freeport.Pick() }
