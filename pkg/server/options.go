@@ -137,7 +137,10 @@ func (o *Options) Validate() error {
 			}
 		}
 	}
-	known := utilfeature.DefaultMutableFeatureGate.GetAll()
+	// Every gate the library has, at any version: the gates known at the
+	// version the process emulates would depend on when this runs (before
+	// apiLibraryVersion sets it, the build stamp's "0.1" has none).
+	known := utilfeature.DefaultMutableFeatureGate.GetAllVersioned()
 	for name := range o.FeatureGates {
 		if _, ok := known[featuregate.Feature(name)]; !ok {
 			errs = append(errs, fmt.Errorf("--feature-gates: %s is not a feature gate of the API server library", name))
