@@ -30,6 +30,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
+	"github.com/nodus-dev/nodus/pkg/jsonlist"
 	"github.com/nodus-dev/nodus/pkg/localinformers"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -62,6 +63,10 @@ const (
 	// settleWithin bounds how long a server waits to go quiet after a fill
 	// (settleAfterFill).
 	settleWithin = 2 * time.Minute
+	// listJSONCacheBytes bounds the JSON kept of listed objects (package
+	// jsonlist): at about 1.2 KB an object, a fleet's 10,000 Nodes and
+	// 10,000 ReservedHosts fit in one of its two generations.
+	listJSONCacheBytes = 64 << 20
 )
 
 // CompletedConfig can only be made by Complete.
@@ -103,7 +108,12 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 
 	group := genericapiserver.NewDefaultAPIGroupInfo(nodusv1.GroupName, c.Scheme, metav1.ParameterCodec, c.Codecs)
-	group.NegotiatedSerializer = c.Codecs
+	// Every Nodus kind's reads return the stored object as it is (no
+	// registry changes an object on its way out), so a JSON LIST writes each
+	// item's JSON once per resourceVersion (package jsonlist). A kind whose
+	// reads change it per request must be left out of jsonlist.Lists.
+	group.NegotiatedSerializer = jsonlist.NegotiatedSerializer(c.Codecs, jsonlist.NewCache(listJSONCacheBytes),
+		jsonlist.Lists(c.Scheme, nodusv1.SchemeGroupVersion))
 	storage := map[string]rest.Storage{}
 	for _, r := range []struct {
 		stores   base.Stores
