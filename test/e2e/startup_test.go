@@ -11,8 +11,8 @@ import (
 )
 
 // A server whose port another process holds fails its start-up with
-// ErrPortTaken, which StartServer answers with another port; the same
-// server then starts on a free one.
+// ErrPortTaken, the error StartServer tries another port on, and no other;
+// the same data directory then starts on a free port.
 func TestAServerOnATakenPortIsToldApartAndStartsOnAnother(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
