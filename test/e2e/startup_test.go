@@ -11,7 +11,7 @@ import (
 )
 
 // A server whose port another process holds fails its start-up with
-// ErrPortTaken, the error StartServer tries another port on, and no other;
+// ErrPortTaken, the error StartServer tries another port on;
 // the same data directory then starts on a free port.
 func TestAServerOnATakenPortIsToldApartAndStartsOnAnother(t *testing.T) {
 	taken, err := net.Listen("tcp", "127.0.0.1:0")
