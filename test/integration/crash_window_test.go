@@ -9,9 +9,12 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/crypto/ssh"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -137,23 +140,93 @@ func TestKeyedActionsAfterACrash(t *testing.T) {
 		}
 	})
 
-	t.Run("a release retried after its effect is a replay", func(t *testing.T) {
+	// The CLI fences each action with If-Match and retries it with the same
+	// headers. By the retry the host may have a new version, made by the
+	// action's own effect (a release) or by anything else: a retry whose
+	// effect is recorded is still its replay, never a 412.
+	etag := func(t *testing.T) string {
+		t.Helper()
+		h, err := f.s.Client.NodusV1().ReservedHosts("acme").Get(ctx(t), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return `"` + h.ResourceVersion + `"`
+	}
+	fenced := func(t *testing.T, action, body, key string, moveOn func(t *testing.T)) {
+		t.Helper()
+		reviewed := etag(t)
+		send := func() response {
+			return do(t, f.admin, "POST", path(action), "application/json", strings.NewReader(body),
+				"Idempotency-Key", key, "If-Match", reviewed)
+		}
+		if r := send(); r.code != 200 {
+			t.Fatalf("%s: %d %s", action, r.code, r.body)
+		}
+		moveOn(t)
+		if now := etag(t); now == reviewed {
+			t.Fatalf("the host is still at %s: the retry would not meet a moved host", now)
+		}
+		cutAnswer(t, etcd, "alice", path(action), key, body, goneAddress(t))
+		if r := send(); r.code != 200 || r.header.Get("Idempotent-Replayed") != "true" {
+			t.Fatalf("the retried %s, with the If-Match it was first sent with: %d %v %s", action, r.code, r.header, r.body)
+		}
+	}
+	// extendTerm moves the host on by what the operator does: a later end.
+	extendTerm := func(t *testing.T) {
+		t.Helper()
+		var endsAt metav1.Time
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			r := f.reservation(t, node)
+			r.Spec.EndsAt = metav1.NewTime(r.Spec.EndsAt.Add(time.Hour))
+			endsAt = r.Spec.EndsAt
+			_, err := f.s.Client.NodusV1().Reservations().Update(ctx(t), r, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		f.waitHost(t, node, func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.EndsAt.Equal(&endsAt) })
+	}
+
+	t.Run("a withdrawal retried with its If-Match after the host moved on is a replay", func(t *testing.T) {
+		fenced(t, "withdraw", withdrawBody, "withdraw-k6", extendTerm)
+		if l := f.reservation(t, node).Status.Lending; l.Lent {
+			t.Errorf("the withdrawal is not in effect: %+v", l)
+		}
+	})
+
+	t.Run("a lend retried with its If-Match after the host moved on is a replay", func(t *testing.T) {
+		fenced(t, "lend", lendBody, "lend-k7", extendTerm)
+		if l := f.reservation(t, node).Status.Lending; !l.Lent || l.MaxGPUs != 3 {
+			t.Errorf("the lend is not in effect: %+v", l)
+		}
+	})
+
+	// Under a key that made no change, a version the client did not review
+	// is refused as before.
+	t.Run("another key with an If-Match the host moved past is refused", func(t *testing.T) {
+		stale := etag(t)
+		extendTerm(t)
+		r := do(t, f.admin, "POST", path("withdraw"), "application/json", strings.NewReader(withdrawBody),
+			"Idempotency-Key", "withdraw-k8", "If-Match", stale)
+		expectReason(t, r, http.StatusPreconditionFailed, apierror.ReasonPreconditionFailed)
+		if l := f.reservation(t, node).Status.Lending; !l.Lent {
+			t.Errorf("the refused withdrawal took effect: %+v", l)
+		}
+	})
+
+	t.Run("a release retried with its If-Match after its effect is a replay", func(t *testing.T) {
 		body := fmt.Sprintf(`{"agreed":true,"epoch":%d}`, epoch)
-		if r := f.release(t, f.admin, node, body, "", "Idempotency-Key", "release-k5"); r.code != 200 {
-			t.Fatalf("release: %d %s", r.code, r.body)
-		}
-		cutAnswer(t, etcd, "alice", path("release-capacity"), "release-k5", body, goneAddress(t))
-		r := f.release(t, f.admin, node, body, "", "Idempotency-Key", "release-k5")
-		if r.code != 200 || r.header.Get("Idempotent-Replayed") != "true" {
-			t.Fatalf("the retried release: %d %v %s", r.code, r.header, r.body)
-		}
+		fenced(t, "release-capacity", body, "release-k5", func(t *testing.T) {
+			// The release itself moves the host: a new epoch.
+			f.waitHost(t, node, func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.Epoch == epoch+1 })
+		})
 		if got := f.reservation(t, node).Status.Epoch; got != epoch+1 {
 			t.Errorf("released twice: epoch %d", got)
 		}
 	})
 
-	if n := len(f.reservation(t, node).Status.LendingRequests); n != 3 {
-		t.Errorf("the reservation keeps %d lending request keys, want the three that took effect", n)
+	if n := len(f.reservation(t, node).Status.LendingRequests); n != 5 {
+		t.Errorf("the reservation keeps %d lending request keys, want the five that took effect", n)
 	}
 }
 

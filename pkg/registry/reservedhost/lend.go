@@ -73,12 +73,21 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	cluster := genericapirequest.WithNamespace(ctx, "")
 	gr := nodusv1.Resource("reservedhosts")
 
+	key := actions.RequestKey(ctx)
 	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIfMatch(ctx, current.(*nodusv1.ReservedHost)); err != nil {
-		return nil, err
+	// A retry sends the If-Match it was first sent with, and the host may
+	// have moved past it since its effect (a release moves it itself):
+	// only the replay of that effect may pass, below.
+	stale := checkIfMatch(ctx, current.(*nodusv1.ReservedHost))
+	if stale != nil {
+		if own, err := r.tookEffect(cluster, namespace, name, key); err != nil {
+			return nil, err
+		} else if !own {
+			return nil, stale
+		}
 	}
 	if epoch == nil {
 		return nil, apierror.New(ctx, apierror.ReasonEpochRequired, gr, name,
@@ -87,7 +96,6 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 
 	var pool *nodusv1.Pool
 	now := metav1.NewTime(r.now().Truncate(time.Second))
-	key := actions.RequestKey(ctx)
 	replayed := false
 	updated, _, err := r.Reservations.Update(cluster, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
@@ -99,6 +107,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 			// applying it again could undo a later lend or withdrawal.
 			if replayed = key != "" && slices.Contains(res.Status.LendingRequests, key); replayed {
 				return res, nil
+			}
+			if stale != nil {
+				return nil, stale
 			}
 			if err := lifecycle.CheckOwnerChange(ctx, res, *epoch, now.Time); err != nil {
 				return nil, err
@@ -140,6 +151,23 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 		_, pool, _ = r.nodeAndPool(ctx, res.Status.Node)
 	}
 	return r.answer(ctx, namespace, name, res, pool)
+}
+
+// tookEffect says whether the request of key lent or withdrew reservation
+// name of namespace already.
+func (r *LendREST) tookEffect(ctx context.Context, namespace, name, key string) (bool, error) {
+	if key == "" {
+		return false, nil
+	}
+	obj, err := r.Reservations.Get(ctx, name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res := obj.(*nodusv1.Reservation)
+	return res.Spec.Project == namespace && slices.Contains(res.Status.LendingRequests, key), nil
 }
 
 // agreementFor checks the caps asked against the node and fills in defaults:

@@ -55,12 +55,21 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	ex := exchange.From(ctx)
 	gr := nodusv1.Resource("reservedhosts")
 
+	key := actions.RequestKey(ctx)
 	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	if err := checkIfMatch(ctx, current.(*nodusv1.ReservedHost)); err != nil {
-		return nil, err
+	// A retry sends the If-Match it was first sent with, and the host may
+	// have moved past it since its effect (a release moves it itself):
+	// only the replay of that effect may pass, below.
+	stale := checkIfMatch(ctx, current.(*nodusv1.ReservedHost))
+	if stale != nil {
+		if own, err := r.releasedBy(ctx, namespace, name, key, req.Epoch); err != nil {
+			return nil, err
+		} else if !own {
+			return nil, stale
+		}
 	}
 	if req.Agreed == nil || !*req.Agreed {
 		return nil, apierror.New(ctx, apierror.ReasonReleaseNotAgreed, gr, name,
@@ -73,7 +82,6 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 
 	now := metav1.NewTime(r.now().Truncate(time.Second))
 	manager := managerName(options.FieldManager, ex.RequestHeader("User-Agent"))
-	key := actions.RequestKey(ctx)
 	replayed := false
 	updated, _, err := r.Reservations.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
@@ -84,6 +92,9 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 			// This very request released it before a crash cut its answer.
 			if replayed = ownRelease(res, key, *req.Epoch); replayed {
 				return res, nil
+			}
+			if stale != nil {
+				return nil, stale
 			}
 			if err := lifecycle.CheckOwnerChange(ctx, res, *req.Epoch, now.Time); err != nil {
 				return nil, err
@@ -111,6 +122,23 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	RecordRelease(answer, manager, now)
 	ex.SetResponseHeader("ETag", ETag(answer))
 	return answer, nil
+}
+
+// releasedBy says whether the request of key released reservation name of
+// namespace already, under epoch.
+func (r *ReleaseREST) releasedBy(ctx context.Context, namespace, name, key string, epoch *int64) (bool, error) {
+	if key == "" || epoch == nil {
+		return false, nil
+	}
+	obj, err := r.Reservations.Get(ctx, name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	res := obj.(*nodusv1.Reservation)
+	return res.Spec.Project == namespace && ownRelease(res, key, *epoch), nil
 }
 
 // ownRelease says whether res was released by the request of key, under
