@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -692,12 +693,14 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 }
 
 // claim reports the execution running, retrying while the server cannot be
-// reached; the server's refusals (cancelled, withdrawn, gone) are final.
+// reached or fails (a 5xx, a 429); the server's refusals (cancelled,
+// withdrawn, gone) are final. A start whose answer was lost may have
+// landed: the server takes the same report again.
 func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
 	var err error
 	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, 2*wait {
-		if _, err = r.post(ctx, e.Namespace, e.Name, rep); err == nil || isAPIError(err) {
+		if _, err = r.post(ctx, e.Namespace, e.Name, rep); err == nil || refused(err) {
 			return err
 		}
 		select {
@@ -748,10 +751,16 @@ func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.
 	return r.opts.Client.NodusV1().Executions(namespace).Report(ctx, name, rep, metav1.CreateOptions{})
 }
 
-// isAPIError says whether the server answered; otherwise it could not be reached.
-func isAPIError(err error) bool {
+// refused says whether the server answered with a refusal, which sending
+// the same again would not change: a 4xx other than 429. Otherwise it could
+// not be reached, or failed (5xx), or asked to slow down.
+func refused(err error) bool {
 	var status apierrors.APIStatus
-	return errors.As(err, &status) && status.Status().Code != 0
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusTooManyRequests
 }
 
 func isReason(err error, reason string) bool {

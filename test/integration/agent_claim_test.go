@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/agent/executions"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestAStartWhoseAnswerWasLostStillRuns runs the host agent's execution
+// runner against the real server through a proxy that loses the answers to
+// its first two reports, the start and its first retry, after the server
+// took them (a 504, as when a load balancer gives up on a slow answer).
+// The start landed: the runner must send it again until it is answered,
+// and run the execution, not leave it "running" on the server, with
+// nothing running, until a resync fails it as if the agent had restarted.
+func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
+	account := borrowerAccount(t)
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	const node = "gpu-00"
+	epoch := f.reservation(t, node).Status.Epoch
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != 200 {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+
+	var cut atomic.Int32
+	var landed atomic.Int32
+	proxy := lossyProxy(t, s.Config.Host, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") || cut.Add(1) > 2 {
+			return false
+		}
+		answer := httptest.NewRecorder()
+		forward.ServeHTTP(answer, req)
+		if answer.Code == http.StatusOK {
+			landed.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusGatewayTimeout)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the answer was lost","reason":"Timeout","code":504}`))
+		return true
+	})
+
+	// Under the system's temporary directory, which the borrower account
+	// may pass through (a test's own is closed to other accounts).
+	workRoot, err := os.MkdirTemp("", "nodus-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
+	runner := executions.New(executions.Options{
+		Client:     versioned.NewForConfigOrDie(proxy),
+		Alias:      f.aliases[node],
+		User:       account,
+		WorkRoot:   workRoot,
+		Grace:      time.Second,
+		LogEvery:   time.Second,
+		Lent:       func() bool { return true },
+		OwnerUsers: func() []string { return []string{"ubuntu"} },
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	final := f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+	if landed.Load() != 2 {
+		t.Fatalf("the server took %d of the two reports whose answers the proxy lost, want both", landed.Load())
+	}
+	if final.Status.Phase != nodusv1.ExecutionSucceeded {
+		t.Errorf("the execution whose start answer was lost ended %s (%s: %s), want it run to success",
+			final.Status.Phase, final.Status.Reason, final.Status.Message)
+	}
+}
+
+// lossyProxy serves the API at a URL of its own and forwards every request
+// to server with the agent's credentials, except what lose answers itself.
+// It returns a client configuration for the proxy.
+func lossyProxy(t *testing.T, server string, agent *rest.Config, lose func(http.ResponseWriter, *http.Request, http.Handler) bool) *rest.Config {
+	t.Helper()
+	target, err := url.Parse(server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstream, err := rest.TransportFor(agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	forward.Transport = upstream
+	forward.FlushInterval = -1 // watches stream
+	p := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !lose(w, req, forward) {
+			forward.ServeHTTP(w, req)
+		}
+	}))
+	t.Cleanup(p.Close)
+	return &rest.Config{Host: p.URL, TLSClientConfig: rest.TLSClientConfig{
+		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.Certificate().Raw})}}
+}
+
+// borrowerAccount is an account executions may run as: a system account
+// of its own when the test runs as root (executions never run as root),
+// else the test's own user, which the runner then runs them as unchanged.
+func borrowerAccount(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		u, err := user.Current()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return u.Username
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	name := "nodust" + hex.EncodeToString(suffix)
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v\n%s", name, err, out)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("pkill", "-KILL", "-u", name).Run()
+		_ = exec.Command("userdel", name).Run()
+	})
+	return name
+}
