@@ -159,15 +159,8 @@ func (r *LendREST) tookEffect(ctx context.Context, namespace, name, key string) 
 	if key == "" {
 		return false, nil
 	}
-	obj, err := r.Reservations.Get(ctx, name, &metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	res := obj.(*nodusv1.Reservation)
-	return res.Spec.Project == namespace && slices.Contains(res.Status.LendingRequests, key), nil
+	res, err := projectReservation(ctx, r.Reservations, namespace, name)
+	return res != nil && slices.Contains(res.Status.LendingRequests, key), err
 }
 
 // agreementFor checks the caps asked against the node and fills in defaults:

@@ -130,15 +130,24 @@ func (r *ReleaseREST) releasedBy(ctx context.Context, namespace, name, key strin
 	if key == "" || epoch == nil {
 		return false, nil
 	}
-	obj, err := r.Reservations.Get(ctx, name, &metav1.GetOptions{})
+	res, err := projectReservation(ctx, r.Reservations, namespace, name)
+	return res != nil && ownRelease(res, key, *epoch), err
+}
+
+// projectReservation reads reservation name, or nil when there is none or
+// it is not namespace's.
+func projectReservation(ctx context.Context, reservations *genericregistry.Store, namespace, name string) (*nodusv1.Reservation, error) {
+	obj, err := reservations.Get(ctx, name, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
 	}
-	res := obj.(*nodusv1.Reservation)
-	return res.Spec.Project == namespace && ownRelease(res, key, *epoch), nil
+	if res := obj.(*nodusv1.Reservation); res.Spec.Project == namespace {
+		return res, nil
+	}
+	return nil, nil
 }
 
 // ownRelease says whether res was released by the request of key, under
