@@ -79,8 +79,8 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 		return nil, err
 	}
 	// A retry sends the If-Match it was first sent with, and the host may
-	// have moved past it since its effect (a release moves it itself):
-	// only the replay of that effect may pass, below.
+	// have moved past it since its effect: only the replay of that effect
+	// may pass, below.
 	stale := checkIfMatch(ctx, current.(*nodusv1.ReservedHost))
 	if stale != nil {
 		if own, err := r.tookEffect(cluster, namespace, name, key); err != nil {
