@@ -32,8 +32,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if project == "" || pool == "" {
 				return usageError(fmt.Errorf("say which project (-n) and pool (--pool)"))
 			}
-			e := &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{GenerateName: "run-"},
-				Spec: nodusv1.ExecutionSpec{Pool: pool, Command: args, GPUs: gpus, MaxRuntimeSeconds: maxRuntime, Image: image}}
+			e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Pool: pool, Command: args, GPUs: gpus, MaxRuntimeSeconds: maxRuntime, Image: image}}
 			for _, kv := range env {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok {
@@ -45,7 +44,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			created, err := c.NodusV1().Executions(project).Create(cmd.Context(), e, metav1.CreateOptions{})
+			created, err := submitExecution(cmd.Context(), c, project, e, submitAttempts, s.Err)
 			if err != nil {
 				return err
 			}

@@ -4,12 +4,8 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -19,7 +15,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -46,18 +41,13 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 
 	var cut atomic.Int32
 	var landed atomic.Int32
-	proxy := lossyProxy(t, s.Config.Host, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+	proxy := lossyProxy(t, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
 		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") || cut.Add(1) > 2 {
 			return false
 		}
-		answer := httptest.NewRecorder()
-		forward.ServeHTTP(answer, req)
-		if answer.Code == http.StatusOK {
+		if loseAnswer(w, req, forward) == http.StatusOK {
 			landed.Add(1)
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusGatewayTimeout)
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the answer was lost","reason":"Timeout","code":504}`))
 		return true
 	})
 
@@ -97,32 +87,6 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 		t.Errorf("the execution whose start answer was lost ended %s (%s: %s), want it run to success",
 			final.Status.Phase, final.Status.Reason, final.Status.Message)
 	}
-}
-
-// lossyProxy serves the API at a URL of its own and forwards every request
-// to server with the agent's credentials, except what lose answers itself.
-// It returns a client configuration for the proxy.
-func lossyProxy(t *testing.T, server string, agent *rest.Config, lose func(http.ResponseWriter, *http.Request, http.Handler) bool) *rest.Config {
-	t.Helper()
-	target, err := url.Parse(server)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream, err := rest.TransportFor(agent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	forward := httputil.NewSingleHostReverseProxy(target)
-	forward.Transport = upstream
-	forward.FlushInterval = -1 // watches stream
-	p := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !lose(w, req, forward) {
-			forward.ServeHTTP(w, req)
-		}
-	}))
-	t.Cleanup(p.Close)
-	return &rest.Config{Host: p.URL, TLSClientConfig: rest.TLSClientConfig{
-		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.Certificate().Raw})}}
 }
 
 // borrowerAccount is an account executions may run as: a system account

@@ -2,13 +2,10 @@ package integration
 
 import (
 	"bytes"
-	"crypto/tls"
 	"encoding/json"
 	"flag"
 	"net/http"
 	"net/http/httptest"
-	"net/http/httputil"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -23,7 +20,6 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
-	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -218,41 +214,21 @@ func TestCLIReleaseSurvivesADroppedAnswer(t *testing.T) {
 	f := newFleet(t, s)
 	f.host(t, "gpu-003", time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
 
-	ca, err := pki.LoadOrCreateCA(filepath.Join(s.DataDir, "pki"), "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile, err := ca.LoadOrCreateServing(t.TempDir(), "proxy", []string{"127.0.0.1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	upstream, _ := url.Parse(s.Config.Host)
-	forward := httputil.NewSingleHostReverseProxy(upstream)
-	if forward.Transport, err = rest.TransportFor(&rest.Config{TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}}); err != nil {
-		t.Fatal(err)
-	}
 	var dropped atomic.Int32
-	proxy := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if strings.HasSuffix(req.URL.Path, "/release-capacity") && dropped.Add(1) == 1 {
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if !strings.HasSuffix(req.URL.Path, "/release-capacity") || dropped.Add(1) > 1 {
+				return false
+			}
 			forward.ServeHTTP(httptest.NewRecorder(), req) // the server acts…
 			panic(http.ErrAbortHandler)                    // …and the answer is lost
-		}
-		forward.ServeHTTP(w, req)
-	}))
-	proxy.TLS = &tls.Config{Certificates: []tls.Certificate{cert}}
-	proxy.StartTLS()
-	defer proxy.Close()
-
+		})
 	caFile := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(caFile, s.Config.CAData, 0o600); err != nil {
+	if err := os.WriteFile(caFile, proxy.CAData, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := alice.run("", "login", "--server", proxy.URL, "--token", f.admin.BearerToken, "--ca-file", caFile); code != 0 {
+	if out, code := alice.run("", "login", "--server", proxy.Host, "--token", f.admin.BearerToken, "--ca-file", caFile); code != 0 {
 		t.Fatalf("login: %d %s", code, out)
 	}
 	out, code := alice.run("", "release", "acme/gpu-003", "--yes")
@@ -266,6 +242,53 @@ func TestCLIReleaseSurvivesADroppedAnswer(t *testing.T) {
 	}
 	if st := f.reservation(t, "gpu-003").Status; st.Epoch != 2 || st.State != nodusv1.ReservationStateReleasing {
 		t.Errorf("the release must have happened exactly once: %+v", st)
+	}
+}
+
+// TestCLIRunWhoseAnswerWasLostIsSubmittedOnce puts a proxy between nodus
+// and the server that forwards the first submission of an execution and
+// loses its answer (504): nodus sends it again, recognises its own
+// execution, reports it submitted, and the project has one execution, not
+// two (borrowed GPUs are paid for).
+func TestCLIRunWhoseAnswerWasLostIsSubmittedOnce(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	var submissions, landed atomic.Int32
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/executions") || submissions.Add(1) > 1 {
+				return false
+			}
+			if loseAnswer(w, req, forward) == http.StatusCreated {
+				landed.Add(1)
+			}
+			return true
+		})
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, proxy.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bob := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := bob.run("", "login", "--server", proxy.Host, "--token", f.borrowers["beta"].BearerToken, "--ca-file", caFile); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	out, code := bob.run("", "executions", "run", "-n", "beta", "--pool", "gpu", "--gpus", "1", "--", "python", "train.py")
+	if landed.Load() != 1 {
+		t.Fatalf("the server took %d submissions whose answer the proxy lost, want 1", landed.Load())
+	}
+	if code != 0 || !strings.Contains(out, "submitted") {
+		t.Fatalf("executions run through a proxy that lost its answer: %d\n%s", code, out)
+	}
+	list, err := s.Client.NodusV1().Executions("beta").List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 1 || !strings.Contains(out, "beta/"+list.Items[0].Name+" submitted") {
+		var names []string
+		for _, e := range list.Items {
+			names = append(names, e.Name)
+		}
+		t.Errorf("one submission must make one execution, the one reported: %v\n%s", names, out)
 	}
 }
 

@@ -1,0 +1,52 @@
+package integration
+
+import (
+	"encoding/pem"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"testing"
+
+	"k8s.io/client-go/rest"
+)
+
+// lossyProxy serves the API at a URL of its own and forwards every request
+// to the server of upstream, with upstream's credentials (none: the
+// caller's own headers go through), except what lose answers itself: a
+// network that loses answers. It returns a client configuration for the
+// proxy, without credentials.
+func lossyProxy(t *testing.T, upstream *rest.Config, lose func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool) *rest.Config {
+	t.Helper()
+	target, err := url.Parse(upstream.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	transport, err := rest.TransportFor(upstream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	forward := httputil.NewSingleHostReverseProxy(target)
+	forward.Transport = transport
+	forward.FlushInterval = -1 // watches stream
+	p := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if !lose(w, req, forward) {
+			forward.ServeHTTP(w, req)
+		}
+	}))
+	t.Cleanup(p.Close)
+	return &rest.Config{Host: p.URL, TLSClientConfig: rest.TLSClientConfig{
+		CAData: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: p.Certificate().Raw})}}
+}
+
+// loseAnswer forwards req and, whatever the server answered, answers 504,
+// as a load balancer that gave up on a slow answer; it returns the
+// server's status code.
+func loseAnswer(w http.ResponseWriter, req *http.Request, forward http.Handler) int {
+	answer := httptest.NewRecorder()
+	forward.ServeHTTP(answer, req)
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusGatewayTimeout)
+	_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the answer was lost","reason":"Timeout","code":504}`))
+	return answer.Code
+}
