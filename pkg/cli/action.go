@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -60,8 +59,10 @@ func (t contextHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
 	return t.next.RoundTrip(req)
 }
 
-// retriable says whether a failed action may be sent again with the same key.
+// retriable says whether a failed action may be sent again with the same
+// key: what may succeed unchanged (transient), and a first try with that
+// key still running; not a caller's bound of kept keys, which seconds do
+// not lift.
 func retriable(err error) bool {
-	return !isAPIError(err) || apierrors.IsServerTimeout(err) || apierrors.IsServiceUnavailable(err) ||
-		apierrors.IsInternalError(err) || reasonIs(err, "IdempotencyKeyInFlight")
+	return (transient(err) && !reasonIs(err, "TooManyIdempotencyKeys")) || reasonIs(err, "IdempotencyKeyInFlight")
 }
