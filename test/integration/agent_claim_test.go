@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +22,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -86,6 +90,83 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 	if final.Status.Phase != nodusv1.ExecutionSucceeded {
 		t.Errorf("the execution whose start answer was lost ended %s (%s: %s), want it run to success",
 			final.Status.Phase, final.Status.Reason, final.Status.Message)
+	}
+}
+
+// TestARefusedFinalReportIsNotSentAgain runs the host agent's execution
+// runner against the real server through a proxy that refuses its final
+// report with 422 Invalid, a refusal the server does not send today (a
+// newer server validating a field this agent fills, say). Sending the same
+// report again cannot change that answer, and while the runner keeps
+// sending it, it holds the execution's GPUs on the host: it must give up
+// after the refusal and free them, as it does for the refusals it knows.
+func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
+	account := borrowerAccount(t)
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	const node = "gpu-00"
+	epoch := f.reservation(t, node).Status.Epoch
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != 200 {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+
+	var refusals atomic.Int32
+	proxy := lossyProxy(t, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
+			return false
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		var report nodusv1.ExecutionReport
+		if err := json.Unmarshal(body, &report); err != nil || !report.Phase.Finished() {
+			return false
+		}
+		refusals.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusUnprocessableEntity)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"a field of the report is invalid","reason":"Invalid","code":422}`))
+		return true
+	})
+
+	workRoot, err := os.MkdirTemp("", "nodus-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
+	runner := executions.New(executions.Options{
+		Client:     versioned.NewForConfigOrDie(proxy),
+		Alias:      f.aliases[node],
+		User:       account,
+		WorkRoot:   workRoot,
+		Grace:      time.Second,
+		LogEvery:   time.Second,
+		Lent:       func() bool { return true },
+		OwnerUsers: func() []string { return []string{"ubuntu"} },
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return refusals.Load() > 0, nil }); err != nil {
+		t.Fatalf("the execution's final report never came: %v", err)
+	}
+	// The runner used to try again after 1, 2, then 4 s: holding it 5 s more.
+	if err := testfleet.Eventually(ctx(t), 5*time.Second, func(context.Context) (bool, error) { return !runner.Active(), nil }); err != nil {
+		t.Fatalf("the runner still holds the execution 5 s after its final report was refused (%d refusals): %v", refusals.Load(), err)
+	}
+	if n := refusals.Load(); n != 1 {
+		t.Errorf("the runner sent its refused final report %d times, want once", n)
 	}
 }
 

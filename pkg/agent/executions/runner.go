@@ -698,9 +698,10 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 // landed: the server takes the same report again.
 func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
-	var err error
-	for attempt, wait := 0, 500*time.Millisecond; attempt < 5; attempt, wait = attempt+1, 2*wait {
-		if _, err = r.post(ctx, e.Namespace, e.Name, rep); err == nil || refused(err) {
+	const attempts = 5
+	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
+		_, err := r.post(ctx, e.Namespace, e.Name, rep)
+		if err == nil || refused(err) || attempt == attempts {
 			return err
 		}
 		select {
@@ -709,7 +710,6 @@ func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 		case <-time.After(wait):
 		}
 	}
-	return err
 }
 
 // lookPath finds name in the PATH executions get, not the agent's own.
@@ -726,13 +726,16 @@ func lookPath(name string) (string, error) {
 	return "", fmt.Errorf("command %q is not found in %s", name, childPath)
 }
 
-// report sends the final outcome, retrying until the server takes it or
-// says the execution has moved on.
+// report sends the final outcome, retrying while the server cannot be
+// reached or fails (a 5xx, a 429), until it takes the report or refuses it
+// (the execution moved on, or the report is not acceptable). A refusal is
+// final: the same report would be refused again, and the run, with its
+// GPUs on this host, is held until report returns.
 func (r *Runner) report(ctx context.Context, namespace, name string, uid types.UID, o outcome, log string, dropped int64) {
 	rep := &nodusv1.ExecutionReport{Phase: o.phase, Reason: o.reason, Message: o.message, ExitCode: o.exit, Log: log, LogDroppedBytes: dropped}
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		_, err := r.post(ctx, namespace, name, rep)
-		if err == nil || apierrors.IsNotFound(err) || apierrors.IsConflict(err) || apierrors.IsForbidden(err) || apierrors.IsBadRequest(err) {
+		if err == nil || refused(err) {
 			if err != nil {
 				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
 			}
@@ -752,15 +755,16 @@ func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.
 }
 
 // refused says whether the server answered with a refusal, which sending
-// the same again would not change: a 4xx other than 429. Otherwise it could
-// not be reached, or failed (5xx), or asked to slow down.
+// the same again would not change: a 4xx other than 408 and 429. Otherwise
+// it could not be reached, or failed (5xx), or timed out, or asked to slow
+// down.
 func refused(err error) bool {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		return false
 	}
 	code := status.Status().Code
-	return code >= 400 && code < 500 && code != http.StatusTooManyRequests
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 func isReason(err error, reason string) bool {
