@@ -78,10 +78,42 @@ func (g *gpuClaims) take(ctx context.Context, host string, gpus []int32, owner s
 		puts = append(puts, clientv3.OpPut(k, value))
 	}
 	resp, err := g.kv.Txn(ctx).If(cmps...).Then(puts...).Commit()
-	if err != nil {
-		return false, fmt.Errorf("claiming GPUs %v of %s: %w", gpus, host, err)
+	if err == nil && resp.Succeeded {
+		return true, nil
 	}
-	return resp.Succeeded, nil
+	// A claim whose answer was lost may have landed, and one refused may
+	// have been this owner's own, landed before: the GPUs are the owner's
+	// when it holds every one of them.
+	held, readErr := g.heldBy(ctx, host, gpus, owner)
+	switch {
+	case held:
+		return true, nil
+	case err != nil:
+		return false, fmt.Errorf("claiming GPUs %v of %s: %w", gpus, host, err)
+	case readErr != nil:
+		return false, fmt.Errorf("reading the claims of GPUs %v of %s: %w", gpus, host, readErr)
+	}
+	return false, nil
+}
+
+// heldBy says whether owner claims every one of gpus of host.
+func (g *gpuClaims) heldBy(ctx context.Context, host string, gpus []int32, owner string) (bool, error) {
+	resp, err := g.kv.Get(ctx, ClaimsPrefix+host+"/", clientv3.WithPrefix())
+	if err != nil {
+		return false, err
+	}
+	owned := map[string]bool{}
+	for _, kv := range resp.Kvs {
+		if strings.HasPrefix(string(kv.Value), owner+"@") {
+			owned[string(kv.Key)] = true
+		}
+	}
+	for _, gpu := range gpus {
+		if !owned[claimKey(host, gpu)] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // release removes c unless it changed since it was read.

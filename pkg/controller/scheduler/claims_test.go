@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -69,4 +71,56 @@ func TestGPUClaimsAreExclusive(t *testing.T) {
 	if ok, _ := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); !ok {
 		t.Error("GPUs released are free to claim")
 	}
+}
+
+// A claim whose answer was lost after etcd took it (a leader change, a
+// timeout) is the owner's: take must find it, not leave the GPUs claimed
+// by a pending execution until the claim goes stale and place it elsewhere.
+func TestAClaimWhoseAnswerWasLostIsTaken(t *testing.T) {
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
+	ctx := context.Background()
+	lossy := &gpuClaims{kv: answerLost{client}, now: time.Now}
+
+	ok, err := lossy.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a")
+	if !ok || err != nil {
+		t.Fatalf("a claim that landed but whose answer was lost: taken %v, %v; want taken", ok, err)
+	}
+	// It is still exclusive: another owner's claim whose answer was lost
+	// did not land, and is not taken.
+	if ok, err := lossy.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok {
+		t.Fatalf("a claim overlapping another's was taken (%v)", err)
+	}
+	claims, err := lossy.list(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(claims) != 2 {
+		t.Fatalf("%d claims, want job-a's two: %+v", len(claims), claims)
+	}
+	for _, c := range claims {
+		if c.host != "h-1" || c.owner != "beta/job-a/uid-a" {
+			t.Errorf("claim %+v, want GPUs 0 and 1 of h-1 held by job-a", c)
+		}
+	}
+}
+
+// answerLost commits every transaction on etcd, then loses its answer.
+type answerLost struct{ clientv3.KV }
+
+func (a answerLost) Txn(ctx context.Context) clientv3.Txn { return lostTxn{a.KV.Txn(ctx)} }
+
+type lostTxn struct{ clientv3.Txn }
+
+func (t lostTxn) If(cs ...clientv3.Cmp) clientv3.Txn   { return lostTxn{t.Txn.If(cs...)} }
+func (t lostTxn) Then(ops ...clientv3.Op) clientv3.Txn { return lostTxn{t.Txn.Then(ops...)} }
+func (t lostTxn) Else(ops ...clientv3.Op) clientv3.Txn { return lostTxn{t.Txn.Else(ops...)} }
+func (t lostTxn) Commit() (*clientv3.TxnResponse, error) {
+	if _, err := t.Txn.Commit(); err != nil {
+		return nil, err
+	}
+	return nil, context.DeadlineExceeded
 }
