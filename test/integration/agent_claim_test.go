@@ -18,6 +18,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -34,18 +35,11 @@ import (
 // and run the execution, not leave it "running" on the server, with
 // nothing running, until a resync fails it as if the agent had restarted.
 func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
-	account := borrowerAccount(t)
-	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
-	const node = "gpu-00"
-	epoch := f.reservation(t, node).Status.Epoch
-	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != 200 {
-		t.Fatalf("lend: %d %s", r.code, r.body)
-	}
+	f := lentHost(t)
 
 	var cut atomic.Int32
 	var landed atomic.Int32
-	proxy := lossyProxy(t, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
 		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") || cut.Add(1) > 2 {
 			return false
 		}
@@ -55,34 +49,8 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 		return true
 	})
 
-	// Under the system's temporary directory, which the borrower account
-	// may pass through (a test's own is closed to other accounts).
-	workRoot, err := os.MkdirTemp("", "nodus-work-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
-	runner := executions.New(executions.Options{
-		Client:     versioned.NewForConfigOrDie(proxy),
-		Alias:      f.aliases[node],
-		User:       account,
-		WorkRoot:   workRoot,
-		Grace:      time.Second,
-		LogEvery:   time.Second,
-		Lent:       func() bool { return true },
-		OwnerUsers: func() []string { return []string{"ubuntu"} },
-	})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runner.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-
-	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
-		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	startRunner(t, f, proxy)
+	submitted := submitTrue(t, f)
 	final := f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
 	if landed.Load() != 2 {
 		t.Fatalf("the server took %d of the two reports whose answers the proxy lost, want both", landed.Load())
@@ -101,17 +69,10 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 // sending it, it holds the execution's GPUs on the host: it must give up
 // after the refusal and free them, as it does for the refusals it knows.
 func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
-	account := borrowerAccount(t)
-	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
-	const node = "gpu-00"
-	epoch := f.reservation(t, node).Status.Epoch
-	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != 200 {
-		t.Fatalf("lend: %d %s", r.code, r.body)
-	}
+	f := lentHost(t)
 
 	var refusals atomic.Int32
-	proxy := lossyProxy(t, f.agents[node], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
 		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
 			return false
 		}
@@ -131,32 +92,8 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 		return true
 	})
 
-	workRoot, err := os.MkdirTemp("", "nodus-work-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
-	runner := executions.New(executions.Options{
-		Client:     versioned.NewForConfigOrDie(proxy),
-		Alias:      f.aliases[node],
-		User:       account,
-		WorkRoot:   workRoot,
-		Grace:      time.Second,
-		LogEvery:   time.Second,
-		Lent:       func() bool { return true },
-		OwnerUsers: func() []string { return []string{"ubuntu"} },
-	})
-	runCtx, stop := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = runner.Run(runCtx) }()
-	t.Cleanup(func() { stop(); <-done })
-
-	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
-		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	runner := startRunner(t, f, proxy)
+	submitted := submitTrue(t, f)
 	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return refusals.Load() > 0, nil }); err != nil {
 		t.Fatalf("the execution's final report never came: %v", err)
@@ -168,6 +105,62 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 	if n := refusals.Load(); n != 1 {
 		t.Errorf("the runner sent its refused final report %d times, want once", n)
 	}
+}
+
+// lentNode is the one host of lentHost's fleet.
+const lentNode = "gpu-00"
+
+// lentHost is a server with one reserved host, lentNode, lent by its
+// owner; project beta may borrow 8 GPUs of it.
+func lentHost(t *testing.T) *lendingFleet {
+	t.Helper()
+	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 8}, false)
+	epoch := f.reservation(t, lentNode).Status.Epoch
+	if r := f.lend(t, f.admin, "lend", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != 200 {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	return f
+}
+
+// startRunner runs lentNode's execution runner in process until the test
+// ends, talking to the server as its agent through config (a proxy's).
+func startRunner(t *testing.T, f *lendingFleet, config *rest.Config) *executions.Runner {
+	t.Helper()
+	account := borrowerAccount(t)
+	// Under the system's temporary directory, which the borrower account
+	// may pass through (a test's own is closed to other accounts).
+	workRoot, err := os.MkdirTemp("", "nodus-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
+	runner := executions.New(executions.Options{
+		Client:     versioned.NewForConfigOrDie(config),
+		Alias:      f.aliases[lentNode],
+		User:       account,
+		WorkRoot:   workRoot,
+		Grace:      time.Second,
+		LogEvery:   time.Second,
+		Lent:       func() bool { return true },
+		OwnerUsers: func() []string { return []string{"ubuntu"} },
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = runner.Run(runCtx) }()
+	t.Cleanup(func() { stop(); <-done })
+	return runner
+}
+
+// submitTrue submits, as project beta, an execution of `true` on one GPU.
+func submitTrue(t *testing.T, f *lendingFleet) *nodusv1.Execution {
+	t.Helper()
+	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return submitted
 }
 
 // borrowerAccount is an account executions may run as: a system account

@@ -13,11 +13,7 @@ import (
 // Two schedulers claiming GPUs of one host: each GPU goes to one
 // execution, a claim is all or nothing, and nobody releases another's.
 func TestGPUClaimsAreExclusive(t *testing.T) {
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
+	client := startEtcd(t)
 	ctx := context.Background()
 	a := &gpuClaims{kv: client, now: time.Now}
 	b := &gpuClaims{kv: client, now: time.Now}
@@ -77,11 +73,7 @@ func TestGPUClaimsAreExclusive(t *testing.T) {
 // timeout) is the owner's: take must find it, not leave the GPUs claimed
 // by a pending execution until the claim goes stale and place it elsewhere.
 func TestAClaimWhoseAnswerWasLostIsTaken(t *testing.T) {
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
+	client := startEtcd(t)
 	ctx := context.Background()
 	lossy := &gpuClaims{kv: answerLost{client}, now: time.Now}
 
@@ -123,4 +115,15 @@ func (t lostTxn) Commit() (*clientv3.TxnResponse, error) {
 		return nil, err
 	}
 	return nil, context.DeadlineExceeded
+}
+
+// startEtcd is a real etcd for the test, stopped when it ends.
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
+	return client
 }
