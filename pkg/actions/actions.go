@@ -135,7 +135,9 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 			return
 		}
 		if kept >= int64(keysPerCaller) {
-			w.Header().Set("Retry-After", "3600")
+			// No Retry-After: the bound frees up as the oldest answers
+			// expire, not at a time the server keeps, and client-go waits
+			// out a 429's Retry-After and sends again, ten times over.
 			writeError(w, apierror.New(ctx, apierror.ReasonTooManyIdempotencyKeys, gr(info), info.Name,
 				fmt.Sprintf("%s keeps %d answers of Idempotency-Keys here, the most a caller may; they are kept 24 hours", user, kept), ""))
 			return

@@ -314,7 +314,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{ReasonTooManyIdempotencyKeys, http.StatusTooManyRequests, "The caller keeps as many Idempotency-Key answers as it may.",
 			func(Request) string {
-				return "Send a new Idempotency-Key only for a new request, and reuse it for that request's retries; answers are kept 24 hours, so the bound frees up as they expire (Retry-After says when to try again)."
+				return "Send a new Idempotency-Key only for a new request, and reuse it for that request's retries; answers are kept 24 hours, and each one that expires makes room for one new key; until then a new key is refused again, while a retry of a kept key is answered."
 			}},
 		{ReasonExecutionLimitReached, http.StatusForbidden, "The project holds as many Executions as it may.",
 			func(r Request) string {

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -202,6 +204,21 @@ func TestNoCallerCanFillEtcd(t *testing.T) {
 	r = do(t, f.member, "POST", cancel, "application/json", strings.NewReader(`{}`), "Idempotency-Key", "one-too-many")
 	if r.code != http.StatusTooManyRequests || envelopeOf(t, r).Reason != apierror.ReasonTooManyIdempotencyKeys {
 		t.Errorf("the 31st key: %d %s", r.code, r.body)
+	}
+	// Through client-go, which waits out any Retry-After of a 429 and
+	// sends again, ten times: the refusal must reach the caller, now.
+	refused := make(chan error, 1)
+	go func() {
+		refused <- versioned.NewForConfigOrDie(f.member).NodusV1().RESTClient().Post().AbsPath(cancel).
+			SetHeader("Idempotency-Key", "one-too-many").Body([]byte(`{}`)).Do(ctx(t)).Error()
+	}()
+	select {
+	case err := <-refused:
+		if !apierrors.IsTooManyRequests(err) || !strings.Contains(err.Error(), "keeps 30 answers") {
+			t.Errorf("the 31st key through client-go: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Errorf("the 31st key through client-go got no answer in 20 s: the client waits out a Retry-After it should not have been given")
 	}
 	if r := do(t, f.member, "POST", cancel, "application/json", strings.NewReader(`{}`), "Idempotency-Key", "k-0"); r.header.Get("Idempotent-Replayed") != "true" {
 		t.Errorf("a retry of a kept answer must still be served: %d %s", r.code, r.body)
