@@ -126,7 +126,7 @@ func describe(err error) error {
 		return err
 	}
 	s := status.Status()
-	return fmt.Errorf("%d %s: %s", s.Code, s.Reason, s.Message)
+	return fmt.Errorf("%d %s: %w", s.Code, s.Reason, err)
 }
 
 func certificateRequest(key *ecdsa.PrivateKey) (string, error) {

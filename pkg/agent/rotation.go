@@ -23,6 +23,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
 // credential is the agent's client certificate, which renews itself two
@@ -109,8 +110,14 @@ func (c *credential) renew(ctx context.Context, client versioned.Interface) erro
 	return nil
 }
 
+// refusedRenewalWait is how long the agent waits after the server refused a
+// renewal, or once its certificate has expired: asking sooner cannot help,
+// since only an operator's new enrollment token can.
+const refusedRenewalWait = 5 * time.Minute
+
 // renewCertificate renews the credential whenever it is two thirds through,
-// retrying a failed renewal at a tenth of the remaining time (1 s to 5 min).
+// retrying a failed renewal at a tenth of the remaining time (1 s to 5 min),
+// and a refused one, or one past the certificate's end, after 5 min.
 func (a *Agent) renewCertificate(ctx context.Context) {
 	for {
 		select {
@@ -124,8 +131,14 @@ func (a *Agent) renewCertificate(ctx context.Context) {
 				klog.InfoS("renewed the agent certificate", "node", a.id.Node, "notAfter", a.cred.notAfter())
 				break
 			}
-			retry := min(max(time.Until(a.cred.notAfter())/10, time.Second), 5*time.Minute)
-			klog.ErrorS(err, "renewing the agent certificate", "node", a.id.Node, "expires", a.cred.notAfter(), "retryIn", retry)
+			retry := min(max(time.Until(a.cred.notAfter())/10, time.Second), refusedRenewalWait)
+			if outcome.Final(err) || !time.Now().Before(a.cred.notAfter()) {
+				retry = refusedRenewalWait
+				klog.ErrorS(err, "the agent certificate cannot be renewed (refused, or expired): enroll this host again with a token issued for its node (nodus pools token POOL --node NODE, then nodusd enroll)",
+					"node", a.id.Node, "expires", a.cred.notAfter(), "retryIn", retry)
+			} else {
+				klog.ErrorS(err, "renewing the agent certificate", "node", a.id.Node, "expires", a.cred.notAfter(), "retryIn", retry)
+			}
 			select {
 			case <-ctx.Done():
 				return

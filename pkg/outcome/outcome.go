@@ -26,3 +26,16 @@ func Refused(err error) bool {
 	code := status.Status().Code
 	return code >= 400 && code < 500 && code != http.StatusRequestTimeout
 }
+
+// Final says whether err is a refusal the same request would get again:
+// a 4xx other than 408 (the request took too long) and 429 (the server
+// asked to slow down). Anything else (a 5xx, a broken connection, a
+// timeout) may pass when sent again.
+func Final(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return false
+	}
+	code := status.Status().Code
+	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
+}

@@ -41,3 +41,29 @@ func TestRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestFinal(t *testing.T) {
+	executions := schema.GroupResource{Group: "nodus.dev", Resource: "executions"}
+	for name, tc := range map[string]struct {
+		err   error
+		final bool
+	}{
+		"conflict":         {apierrors.NewConflict(executions, "e", errors.New("changed")), true},
+		"not found":        {apierrors.NewNotFound(executions, "e"), true},
+		"forbidden":        {apierrors.NewForbidden(executions, "e", errors.New("no")), true},
+		"unauthorized":     {apierrors.NewUnauthorized("expired"), true},
+		"unprocessable":    {apierrors.NewGenericServerResponse(422, "POST", executions, "e", "", 0, true), true},
+		"wrapped conflict": {fmt.Errorf("writing: %w", apierrors.NewConflict(executions, "e", errors.New("changed"))), true},
+
+		"too many requests":     {apierrors.NewTooManyRequests("slow down", 1), false},
+		"request timeout (408)": {apierrors.NewGenericServerResponse(408, "POST", executions, "e", "", 0, true), false},
+		"internal error":        {apierrors.NewInternalError(errors.New("etcdserver: request timed out")), false},
+		"service unavailable":   {apierrors.NewServiceUnavailable("leader changed"), false},
+		"connection lost":       {&url.Error{Op: "Post", URL: "https://nodus/apis", Err: io.ErrUnexpectedEOF}, false},
+		"deadline":              {context.DeadlineExceeded, false},
+	} {
+		if got := Final(tc.err); got != tc.final {
+			t.Errorf("%s: Final = %v, want %v", name, got, tc.final)
+		}
+	}
+}

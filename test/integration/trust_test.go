@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -314,6 +315,63 @@ func TestAgentCertificatesRenewThemselves(t *testing.T) {
 	}
 	if r := do(t, agentConfig(t, s, dir), "GET", "/apis/nodus.dev/v1/nodes/renewer", "", nil); r.code != 200 {
 		t.Errorf("the renewed certificate on disk: %d %s", r.code, r.body)
+	}
+}
+
+// TestARefusedRenewalIsNotSentEverySecond: an agent whose renewal the
+// server refuses (its credential was retired, or it expired while the host
+// was off) cannot renew by asking again. It used to ask every second, for
+// as long as it ran, since the wait was a tenth of the certificate's
+// remaining time (at least 1 s). The agent here talks to the real server
+// through a proxy that refuses each renewal as a retired credential's.
+func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
+	const validity = 12 * time.Second
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
+		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "refused", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+
+	var renewals atomic.Int32
+	proxy := lossyProxy(t, agentConfig(t, s, dir), func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+		if !strings.HasSuffix(req.URL.Path, "/renew") {
+			return false
+		}
+		renewals.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the agent certificate was replaced","reason":"AgentCredentialRetired","code":403}`))
+		return true
+	})
+	// The agent trusts the proxy as it trusts the server.
+	caFile := filepath.Join(dir, "ca.crt")
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, append(ca, proxy.CAData...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy.Host}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(runCtx)
+
+	// Two thirds into 12 s, the first renewal.
+	if err := testfleet.Eventually(ctx(t), validity, func(context.Context) (bool, error) { return renewals.Load() > 0, nil }); err != nil {
+		t.Fatal("the agent did not try to renew its certificate")
+	}
+	time.Sleep(4 * time.Second)
+	if n := renewals.Load(); n != 1 {
+		t.Errorf("the agent asked %d times in 4 s to renew a certificate the server refused to renew, want once", n)
 	}
 }
 

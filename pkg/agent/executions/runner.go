@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"os/user"
@@ -32,6 +31,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	apioutcome "github.com/nodus-dev/nodus/pkg/outcome"
 )
 
 // The reasons an agent reports.
@@ -701,7 +701,7 @@ func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 	const attempts = 5
 	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
 		_, err := r.post(ctx, e.Namespace, e.Name, rep)
-		if err == nil || refused(err) || attempt == attempts {
+		if err == nil || apioutcome.Final(err) || attempt == attempts {
 			return err
 		}
 		select {
@@ -735,7 +735,7 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 	rep := &nodusv1.ExecutionReport{Phase: o.phase, Reason: o.reason, Message: o.message, ExitCode: o.exit, Log: log, LogDroppedBytes: dropped}
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		_, err := r.post(ctx, namespace, name, rep)
-		if err == nil || refused(err) {
+		if err == nil || apioutcome.Final(err) {
 			if err != nil {
 				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
 			}
@@ -752,19 +752,6 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 
 func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
 	return r.opts.Client.NodusV1().Executions(namespace).Report(ctx, name, rep, metav1.CreateOptions{})
-}
-
-// refused says whether the server answered with a refusal, which sending
-// the same again would not change: a 4xx other than 408 and 429. Otherwise
-// it could not be reached, or failed (5xx), or timed out, or asked to slow
-// down.
-func refused(err error) bool {
-	var status apierrors.APIStatus
-	if !errors.As(err, &status) {
-		return false
-	}
-	code := status.Status().Code
-	return code >= 400 && code < 500 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests
 }
 
 func isReason(err error, reason string) bool {
