@@ -24,6 +24,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
 // Options configure `nodusd run`.
@@ -462,16 +463,26 @@ func (a *Agent) currentInterval() time.Duration {
 }
 
 // reportStatus writes the inventory, host key and address to the Node when
-// they change, re-reading them every InventoryEvery.
+// they change, re-reading them every InventoryEvery. A report that failed
+// is sent again after 1 s, 2 s, … up to InventoryEvery: until it lands, a
+// new node has nothing to be placed by and no host key to check.
 func (a *Agent) reportStatus(ctx context.Context) {
+	failedWait := time.Second
 	for {
+		wait := a.opts.InventoryEvery
 		if err := a.report(ctx); err != nil {
-			klog.ErrorS(err, "reporting the inventory")
+			if !outcome.Final(err) {
+				wait = min(failedWait, wait)
+				failedWait *= 2
+			}
+			klog.ErrorS(err, "reporting the inventory", "retryIn", wait)
+		} else {
+			failedWait = time.Second
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(a.opts.InventoryEvery):
+		case <-time.After(wait):
 		}
 	}
 }

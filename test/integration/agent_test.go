@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -213,6 +214,64 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 }
 
 // waitNode polls node until ok and returns it.
+// TestAFailedInventoryReportIsSentAgainSoon: an agent's first inventory
+// report (inventory, SSH host key and address) that the server failed to
+// take must be sent again within seconds, not at the next periodic read
+// (every 5 min): until it lands the node has no inventory to be placed by
+// and no host key for strict SSH checks.
+func TestAFailedInventoryReportIsSentAgainSoon(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+	hostKey := filepath.Join(dir, "ssh_host_ed25519_key.pub")
+	if err := os.WriteFile(hostKey, []byte(testfleet.HostKey("agent-1")+" root@agent-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var failed atomic.Int32
+	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+		if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/nodes/agent-1/status") || failed.Add(1) > 1 {
+			return false
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server is restarting","reason":"ServiceUnavailable","code":503}`))
+		return true
+	})
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	a, err := agent.New(agent.Options{StateDir: dir, SSHHostKey: hostKey, SSHAddress: "127.0.0.1:2222", DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go a.Run(runCtx)
+
+	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
+		return n.Status.Inventory.CPU > 0 && n.Status.SSHHostKey == testfleet.HostKey("agent-1") && n.Status.SSHAddress == "127.0.0.1:2222"
+	})
+	if failed.Load() == 0 {
+		t.Error("the proxy failed no inventory report: the test tested nothing")
+	}
+}
+
+// agentProxy serves the API to the agent enrolled in dir through
+// lossyProxy, which answers what lose takes itself, and returns its URL.
+// The agent is made to trust the proxy's certificate as it trusts the
+// server's; the proxy calls the server with the agent's credential.
+func agentProxy(t *testing.T, s *testserver.Server, dir string, lose func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool) string {
+	t.Helper()
+	proxy := lossyProxy(t, agentConfig(t, s, dir), lose)
+	caFile := filepath.Join(dir, "ca.crt")
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(caFile, append(ca, proxy.CAData...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return proxy.Host
+}
+
 func waitNode(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Node) bool) *nodusv1.Node {
 	t.Helper()
 	var last *nodusv1.Node

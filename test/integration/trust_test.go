@@ -338,7 +338,7 @@ func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 	enrollAgent(t, s, "refused", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
 
 	var renewals atomic.Int32
-	proxy := lossyProxy(t, agentConfig(t, s, dir), func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
 		if !strings.HasSuffix(req.URL.Path, "/renew") {
 			return false
 		}
@@ -348,18 +348,9 @@ func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the agent certificate was replaced","reason":"AgentCredentialRetired","code":403}`))
 		return true
 	})
-	// The agent trusts the proxy as it trusts the server.
-	caFile := filepath.Join(dir, "ca.crt")
-	ca, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(caFile, append(ca, proxy.CAData...), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	runCtx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
-	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy.Host}})
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
 	if err != nil {
 		t.Fatal(err)
 	}
