@@ -18,6 +18,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
@@ -104,6 +105,65 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 	}
 	if n := refusals.Load(); n != 1 {
 		t.Errorf("the runner sent its refused final report %d times, want once", n)
+	}
+}
+
+// TestAnExecutionRunningBeforeARestartIsReportedOnce: an execution the
+// server shows running on a host whose agent restarted (so it runs nothing)
+// is reported failed, AgentRestarted, by the runner. Every watch event of
+// that execution used to start one more report, each retrying on its own
+// while the server failed: an outage of an hour left some 120 loops per
+// execution, all sending when it came back. One report at a time, here
+// through a proxy that fails the runner's reports until told.
+func TestAnExecutionRunningBeforeARestartIsReportedOnce(t *testing.T) {
+	f := lentHost(t)
+	submitted := submitTrue(t, f)
+	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	// Started by the agent before it restarted.
+	if r := f.report(t, lentNode, "beta", submitted.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
+		t.Fatalf("the start: %d %s", r.code, r.body)
+	}
+
+	var down atomic.Bool
+	down.Store(true)
+	var failed, forwarded atomic.Int32
+	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
+			return false
+		}
+		if !down.Load() {
+			forwarded.Add(1)
+			return false
+		}
+		failed.Add(1)
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server is restarting","reason":"ServiceUnavailable","code":503}`))
+		return true
+	})
+	startRunner(t, f, proxy)
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return failed.Load() > 0, nil }); err != nil {
+		t.Fatal("the restarted runner never reported the execution it does not run")
+	}
+	// Three more watch events of the execution while its report fails.
+	beta := f.s.Client.NodusV1().Executions("beta")
+	for i := range 3 {
+		patch := fmt.Sprintf(`{"metadata":{"labels":{"touched":"%d"}}}`, i)
+		if _, err := beta.Patch(ctx(t), submitted.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(1500 * time.Millisecond)
+	down.Store(false)
+	final := f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+	if final.Status.Phase != nodusv1.ExecutionFailed || final.Status.Reason != executions.ReasonAgentRestarted {
+		t.Errorf("the execution ended %s (%s), want failed (%s)", final.Status.Phase, final.Status.Reason, executions.ReasonAgentRestarted)
+	}
+	// Each report loop sends once more after the server came back, within
+	// its back-off (at most 4 s after three failures in 1.5 s).
+	time.Sleep(6 * time.Second)
+	if n := forwarded.Load(); n != 1 {
+		t.Errorf("%d reports of the one execution reached the server after it came back, want 1 (%d failed before)", n, failed.Load())
 	}
 }
 

@@ -94,6 +94,9 @@ type Runner struct {
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
+	// orphans are the executions being reported AgentRestarted: one report
+	// each, however many watch events come while it is retried.
+	orphans map[types.UID]bool
 	// placed lists the executions placed on this host, from the watch.
 	placed func() []*nodusv1.Execution
 }
@@ -128,7 +131,7 @@ func New(opts Options) *Runner {
 	if opts.LogEvery == 0 {
 		opts.LogEvery = 2 * time.Second
 	}
-	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}}
+	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}, orphans: map[types.UID]bool{}}
 }
 
 // Accounts are the borrower accounts executions run as.
@@ -291,8 +294,22 @@ func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 	case !known && e.Status.Phase == nodusv1.ExecutionRunning:
 		// Started by this host before the agent restarted (whose start
 		// ended what the borrower account ran): say so.
-		go r.report(ctx, e.Namespace, e.Name, e.UID, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted,
-			message: "the host agent restarted while the execution ran; its processes were ended"}, "", 0)
+		r.mu.Lock()
+		reporting := r.orphans[e.UID]
+		r.orphans[e.UID] = true
+		r.mu.Unlock()
+		if reporting {
+			return
+		}
+		go func() {
+			defer func() {
+				r.mu.Lock()
+				delete(r.orphans, e.UID)
+				r.mu.Unlock()
+			}()
+			r.report(ctx, e.Namespace, e.Name, e.UID, outcome{phase: nodusv1.ExecutionFailed, reason: ReasonAgentRestarted,
+				message: "the host agent restarted while the execution ran; its processes were ended"}, "", 0)
+		}()
 	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.CancelRequestedAt != nil:
 		r.stop(x, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "cancelled by the borrower while it ran"})
 	case known && (e.Status.Phase == nodusv1.ExecutionCancelled || e.Status.Phase == nodusv1.ExecutionDrained):
