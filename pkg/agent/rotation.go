@@ -110,10 +110,10 @@ func (c *credential) renew(ctx context.Context, client versioned.Interface) erro
 	return nil
 }
 
-// refusedRenewalWait is how long the agent waits after the server refused a
-// renewal, or once its certificate has expired: asking sooner cannot help,
-// since only an operator's new enrollment token can.
-const refusedRenewalWait = 5 * time.Minute
+// longestRenewalWait bounds the wait between renewals, and is the wait after
+// a refused one, or once the certificate has expired: asking sooner cannot
+// help then, since only an operator's new enrollment token can.
+const longestRenewalWait = 5 * time.Minute
 
 // renewCertificate renews the credential whenever it is two thirds through,
 // retrying a failed renewal at a tenth of the remaining time (1 s to 5 min),
@@ -131,9 +131,9 @@ func (a *Agent) renewCertificate(ctx context.Context) {
 				klog.InfoS("renewed the agent certificate", "node", a.id.Node, "notAfter", a.cred.notAfter())
 				break
 			}
-			retry := min(max(time.Until(a.cred.notAfter())/10, time.Second), refusedRenewalWait)
+			retry := min(max(time.Until(a.cred.notAfter())/10, time.Second), longestRenewalWait)
 			if outcome.Final(err) || !time.Now().Before(a.cred.notAfter()) {
-				retry = refusedRenewalWait
+				retry = longestRenewalWait
 				klog.ErrorS(err, "the agent certificate cannot be renewed (refused, or expired): enroll this host again with a token issued for its node (nodus pools token POOL --node NODE, then nodusd enroll)",
 					"node", a.id.Node, "expires", a.cred.notAfter(), "retryIn", retry)
 			} else {

@@ -1,5 +1,6 @@
 // Package outcome tells a write that did not happen from one whose outcome
-// is unknown. A write can land in etcd and its answer still be lost: etcd's
+// is unknown, and a refusal final for its request from an answer that a
+// retry may change. A write can land in etcd and its answer still be lost: etcd's
 // leader changed under it, the request timed out, the replica serving it
 // died. Code that undoes what it prepared for a write (a claim, a lock)
 // must undo it only when the write surely did not happen, or the write it

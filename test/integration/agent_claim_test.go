@@ -87,9 +87,7 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 			return false
 		}
 		refusals.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusUnprocessableEntity)
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"a field of the report is invalid","reason":"Invalid","code":422}`))
+		answerStatus(w, http.StatusUnprocessableEntity, "Invalid", "a field of the report is invalid")
 		return true
 	})
 
@@ -136,9 +134,7 @@ func TestAnExecutionRunningBeforeARestartIsReportedOnce(t *testing.T) {
 			return false
 		}
 		failed.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server is restarting","reason":"ServiceUnavailable","code":503}`))
+		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is restarting")
 		return true
 	})
 	startRunner(t, f, proxy)

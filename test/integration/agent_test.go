@@ -233,18 +233,10 @@ func TestAFailedInventoryReportIsSentAgainSoon(t *testing.T) {
 		if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/nodes/agent-1/status") || failed.Add(1) > 1 {
 			return false
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the server is restarting","reason":"ServiceUnavailable","code":503}`))
+		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is restarting")
 		return true
 	})
-	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	a, err := agent.New(agent.Options{StateDir: dir, SSHHostKey: hostKey, SSHAddress: "127.0.0.1:2222", DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(runCtx)
+	runAgent(t, agent.Options{StateDir: dir, SSHHostKey: hostKey, SSHAddress: "127.0.0.1:2222", DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
 
 	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
 		return n.Status.Inventory.CPU > 0 && n.Status.SSHHostKey == testfleet.HostKey("agent-1") && n.Status.SSHAddress == "127.0.0.1:2222"
@@ -252,6 +244,18 @@ func TestAFailedInventoryReportIsSentAgainSoon(t *testing.T) {
 	if failed.Load() == 0 {
 		t.Error("the proxy failed no inventory report: the test tested nothing")
 	}
+}
+
+// runAgent runs a real agent in process until the test ends.
+func runAgent(t *testing.T, opts agent.Options) {
+	t.Helper()
+	a, err := agent.New(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	go a.Run(runCtx)
 }
 
 // agentProxy serves the API to the agent enrolled in dir through

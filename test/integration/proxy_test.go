@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"encoding/json"
 	"encoding/pem"
 	"net/http"
 	"net/http/httptest"
@@ -8,6 +9,7 @@ import (
 	"net/url"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 )
 
@@ -45,8 +47,15 @@ func lossyProxy(t *testing.T, upstream *rest.Config, lose func(w http.ResponseWr
 func loseAnswer(w http.ResponseWriter, req *http.Request, forward http.Handler) int {
 	answer := httptest.NewRecorder()
 	forward.ServeHTTP(answer, req)
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusGatewayTimeout)
-	_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the answer was lost","reason":"Timeout","code":504}`))
+	answerStatus(w, http.StatusGatewayTimeout, "Timeout", "the answer was lost")
 	return answer.Code
+}
+
+// answerStatus answers as the server refuses: a metav1.Status of code,
+// reason and message.
+func answerStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
+		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message})
 }

@@ -265,27 +265,14 @@ func TestRetiredAgentCredentialsNeverComeBack(t *testing.T) {
 // which then authenticates no more.
 func TestAgentCertificatesRenewThemselves(t *testing.T) {
 	const validity = 12 * time.Second
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
-		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	newFleet(t, s)
+	s := shortCertificatesServer(t, validity)
 	dir := t.TempDir()
 	firstCfg := enrollAgent(t, s, "renewer", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
 	first := certIn(t, dir)
 	if got := first.NotAfter.Sub(first.NotBefore); got < validity || got > validity+2*time.Second {
 		t.Fatalf("the first certificate is valid for %s, want %s (and a little backdating)", got, validity)
 	}
-	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(runCtx)
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond})
 
 	var renewed *x509.Certificate
 	if err := testfleet.Eventually(ctx(t), validity, func(context.Context) (bool, error) {
@@ -326,14 +313,7 @@ func TestAgentCertificatesRenewThemselves(t *testing.T) {
 // through a proxy that refuses each renewal as a retired credential's.
 func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 	const validity = 12 * time.Second
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
-		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
-	newFleet(t, s)
+	s := shortCertificatesServer(t, validity)
 	dir := t.TempDir()
 	enrollAgent(t, s, "refused", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
 
@@ -343,18 +323,10 @@ func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 			return false
 		}
 		renewals.Add(1)
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusForbidden)
-		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","message":"the agent certificate was replaced","reason":"AgentCredentialRetired","code":403}`))
+		answerStatus(w, http.StatusForbidden, "AgentCredentialRetired", "the agent certificate was replaced")
 		return true
 	})
-	runCtx, stop := context.WithCancel(context.Background())
-	t.Cleanup(stop)
-	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	go a.Run(runCtx)
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
 
 	// Two thirds into 12 s, the first renewal.
 	if err := testfleet.Eventually(ctx(t), validity, func(context.Context) (bool, error) { return renewals.Load() > 0, nil }); err != nil {
@@ -364,6 +336,21 @@ func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 	if n := renewals.Load(); n != 1 {
 		t.Errorf("the agent asked %d times in 4 s to renew a certificate the server refused to renew, want once", n)
 	}
+}
+
+// shortCertificatesServer is a server with a fleet whose agent
+// certificates are valid for validity, and heartbeats every second.
+func shortCertificatesServer(t *testing.T, validity time.Duration) *testserver.Server {
+	t.Helper()
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
+		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newFleet(t, s)
+	return s
 }
 
 // certIn parses the agent certificate in an agent's state directory.

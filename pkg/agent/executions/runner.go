@@ -710,7 +710,7 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 }
 
 // claim reports the execution running, retrying while the server cannot be
-// reached or fails (a 5xx, a 429); the server's refusals (cancelled,
+// reached or fails (a 5xx, a 408, a 429); the server's refusals (cancelled,
 // withdrawn, gone) are final. A start whose answer was lost may have
 // landed: the server takes the same report again.
 func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
@@ -744,7 +744,7 @@ func lookPath(name string) (string, error) {
 }
 
 // report sends the final outcome, retrying while the server cannot be
-// reached or fails (a 5xx, a 429), until it takes the report or refuses it
+// reached or fails (a 5xx, a 408, a 429), until it takes the report or refuses it
 // (the execution moved on, or the report is not acceptable). A refusal is
 // final: the same report would be refused again, and the run, with its
 // GPUs on this host, is held until report returns.
