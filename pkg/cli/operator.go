@@ -321,7 +321,8 @@ func allocationsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.NodusV1().Allocations().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+			allocations := c.NodusV1().Allocations()
+			if err := deleteSeen(cmd.Context(), args[0], allocations.Get, allocations.Delete); err != nil {
 				return err
 			}
 			fmt.Fprintf(s.Out, "allocation %s deleted\n", args[0])
@@ -411,7 +412,8 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if err := c.NodusV1().AccessTokens().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+			tokens := c.NodusV1().AccessTokens()
+			if err := deleteSeen(cmd.Context(), args[0], tokens.Get, tokens.Delete); err != nil {
 				return err
 			}
 			fmt.Fprintf(s.Out, "token %s revoked\n", args[0])

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -242,6 +243,47 @@ func TestCLIReleaseSurvivesADroppedAnswer(t *testing.T) {
 	}
 	if st := f.reservation(t, "gpu-003").Status; st.Epoch != 2 || st.State != nodusv1.ReservationStateReleasing {
 		t.Errorf("the release must have happened exactly once: %+v", st)
+	}
+}
+
+// TestCLIRevokeWhoseAnswerWasLostOnAReplica: nodus knows two replicas, the
+// first a proxy that passes the revocation of an access token to the
+// server and then drops the connection (a replica dying after the write).
+// nodus sends the DELETE again to the second replica, which finds no token
+// any more: the revocation happened, and nodus must say so, not "not
+// found".
+func TestCLIRevokeWhoseAnswerWasLostOnAReplica(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	var dropped atomic.Int32
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if req.Method != http.MethodDelete || dropped.Add(1) > 1 {
+				return false
+			}
+			forward.ServeHTTP(httptest.NewRecorder(), req) // the server acts…
+			panic(http.ErrAbortHandler)                    // …and the answer is lost
+		})
+	caFile := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(caFile, append(append([]byte{}, proxy.CAData...), s.Config.CAData...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	operator := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	olga := tokenFor(t, s, "olga", "nodus:operators")
+	if out, code := operator.run("", "login", "--server", proxy.Host+","+s.Config.Host, "--token", olga.BearerToken, "--ca-file", caFile); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	if out, code := operator.run("", "tokens", "create", "bob-laptop", "--user", "bob"); code != 0 {
+		t.Fatalf("tokens create: %d %s", code, out)
+	}
+	out, code := operator.run("", "tokens", "revoke", "bob-laptop")
+	if code != 0 || !strings.Contains(out, "token bob-laptop revoked") {
+		t.Errorf("a revocation whose answer was lost on the first replica: %d\n%s", code, out)
+	}
+	if dropped.Load() == 0 {
+		t.Error("the proxy dropped no DELETE: the test tested nothing")
+	}
+	if _, err := s.Client.NodusV1().AccessTokens().Get(ctx(t), "bob-laptop", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the token after its revocation: %v", err)
 	}
 }
 
