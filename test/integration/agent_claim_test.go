@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -51,7 +53,7 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 	})
 
 	startRunner(t, f, proxy)
-	submitted := submitTrue(t, f)
+	submitted := submitTrue(t, f, "")
 	final := f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
 	if landed.Load() != 2 {
 		t.Fatalf("the server took %d of the two reports whose answers the proxy lost, want both", landed.Load())
@@ -92,7 +94,7 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 	})
 
 	runner := startRunner(t, f, proxy)
-	submitted := submitTrue(t, f)
+	submitted := submitTrue(t, f, "")
 	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return refusals.Load() > 0, nil }); err != nil {
 		t.Fatalf("the execution's final report never came: %v", err)
@@ -115,7 +117,7 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 // through a proxy that fails the runner's reports until told.
 func TestAnExecutionRunningBeforeARestartIsReportedOnce(t *testing.T) {
 	f := lentHost(t)
-	submitted := submitTrue(t, f)
+	submitted := submitTrue(t, f, "")
 	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	// Started by the agent before it restarted.
 	if r := f.report(t, lentNode, "beta", submitted.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
@@ -163,6 +165,83 @@ func TestAnExecutionRunningBeforeARestartIsReportedOnce(t *testing.T) {
 	}
 }
 
+// TestAPlacementTheAgentCannotTrustIsRefused: nodusd runs as root and
+// turns what the server says of an execution into paths, a command line
+// and devices. A server that lies (compromised, or a proxy in between
+// that is) must not make it do more than run the borrower's command in
+// its sandbox: an execution UID that is a path ("../victim") must not
+// become a work directory beside the work root (whose failed creation
+// then removed the victim, as root); an empty command must not crash the
+// agent; more GPUs than the execution asked for must not be exposed. The
+// runner here reads its executions through a proxy that rewrites them;
+// each placement must end failed, InvalidPlacement, and nothing of the
+// host be touched.
+func TestAPlacementTheAgentCannotTrustIsRefused(t *testing.T) {
+	victim, err := os.MkdirTemp("", "nodus-victim-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(victim) })
+	canary := filepath.Join(victim, "canary")
+	if err := os.WriteFile(canary, []byte("the operator's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, lie := range map[string]struct{ from, to string }{
+		// The work root is also under the system's temporary directory.
+		"a UID that is a path": {`("name":"job-lie","namespace":"beta","uid":")[0-9a-f-]{36}"`, `${1}../` + filepath.Base(victim) + `"`},
+		"an empty command":     {`"command":\["true"\]`, `"command":[]`},
+		"more GPUs than asked": {`"gpuIndices":\[\d\]`, `"gpuIndices":[0,1,2,3,4,5,6,7]`},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := lentHost(t)
+			from := regexp.MustCompile(lie.from)
+			proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+				if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/executions") {
+					return false
+				}
+				// Plain answers to rewrite: the proxy's own transport asks
+				// for gzip and unpacks it.
+				req.Header.Del("Accept-Encoding")
+				forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(lie.to)}, req)
+				return true
+			})
+			startRunner(t, f, proxy)
+			submitTrue(t, f, "job-lie")
+			final := f.waitExecution(t, "beta", "job-lie", func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+			if final.Status.Phase != nodusv1.ExecutionFailed || final.Status.Reason != executions.ReasonInvalidPlacement {
+				t.Errorf("the execution ended %s (%s: %s), want failed (%s)", final.Status.Phase, final.Status.Reason, final.Status.Message, executions.ReasonInvalidPlacement)
+			}
+			if _, err := os.Stat(canary); err != nil {
+				t.Fatalf("a file beside the work root: %v", err)
+			}
+		})
+	}
+}
+
+// rewriter rewrites what a handler writes, one write at a time: the
+// server's answers, as a party between it and its client could.
+type rewriter struct {
+	http.ResponseWriter
+	from *regexp.Regexp
+	to   []byte
+}
+
+func (r *rewriter) WriteHeader(code int) {
+	r.Header().Del("Content-Length")
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *rewriter) Write(p []byte) (int, error) {
+	if _, err := r.ResponseWriter.Write(r.from.ReplaceAll(p, r.to)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (r *rewriter) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *rewriter) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
 // lentNode is the one host of lentHost's fleet.
 const lentNode = "gpu-00"
 
@@ -207,11 +286,16 @@ func startRunner(t *testing.T, f *lendingFleet, config *rest.Config) *executions
 	return runner
 }
 
-// submitTrue submits, as project beta, an execution of `true` on one GPU.
-func submitTrue(t *testing.T, f *lendingFleet) *nodusv1.Execution {
+// submitTrue submits, as project beta, an execution of `true` on one GPU,
+// named name (or job-XXXXX when name is "").
+func submitTrue(t *testing.T, f *lendingFleet, name string) *nodusv1.Execution {
 	t.Helper()
+	meta := metav1.ObjectMeta{Name: name}
+	if name == "" {
+		meta.GenerateName = "job-"
+	}
 	submitted, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-"},
+		ObjectMeta: meta,
 		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)

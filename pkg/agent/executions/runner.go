@@ -20,6 +20,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -44,6 +45,10 @@ const (
 	ReasonAgentRestarted     = "AgentRestarted"
 	ReasonOutOfMemory        = "OutOfMemory"
 	ReasonImageNotFound      = "ImageNotFound"
+	// ReasonInvalidPlacement: what the server says of the execution is
+	// not something this agent runs (a UID that is not a UUID, no
+	// command, GPUs other than asked for).
+	ReasonInvalidPlacement = "InvalidPlacement"
 )
 
 // DefaultPidsLimit bounds the processes of one sandboxed execution.
@@ -477,6 +482,10 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	if r.opts.Lent != nil && !r.opts.Lent() {
 		return notLent
 	}
+	if err := checkPlacement(e); err != nil {
+		klog.ErrorS(err, "refusing an execution's placement", "execution", e.Namespace+"/"+e.Name)
+		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonInvalidPlacement, message: "the host agent refused the placement: " + err.Error()}
+	}
 	err := r.claim(ctx, e)
 	switch {
 	case isReason(err, "HostNotLent"):
@@ -500,10 +509,11 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			message: "the host agent runs as the borrower account itself and cannot sandbox it; run nodusd as root"}
 	}
 	dir := filepath.Join(r.opts.WorkRoot, string(e.UID))
-	defer os.RemoveAll(dir)
 	if err := r.workDir(dir, cred); err != nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "preparing the work directory: " + err.Error()}
 	}
+	// Only a directory this run made is removed with it.
+	defer os.RemoveAll(dir)
 	// In an image the command is found in the image, by the runtime.
 	path := e.Spec.Command[0]
 	if e.Spec.Image == "" {
@@ -704,7 +714,33 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 		return err
 	}
 	if cred != nil {
-		return os.Chown(dir, int(cred.Uid), int(cred.Gid))
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.Remove(dir)
+			return err
+		}
+	}
+	return nil
+}
+
+// checkPlacement refuses what the server says of an execution that this
+// agent, as root, would otherwise turn unchecked into a path (the UID names
+// the work directory and the sandbox), a command line, or devices.
+func checkPlacement(e *nodusv1.Execution) error {
+	if id, err := uuid.Parse(string(e.UID)); err != nil || id.String() != string(e.UID) {
+		return fmt.Errorf("its UID %q is not a UUID", e.UID)
+	}
+	if len(e.Spec.Command) == 0 || e.Spec.Command[0] == "" {
+		return errors.New("it has no command")
+	}
+	if len(e.Status.GPUIndices) != int(e.Spec.GPUs) {
+		return fmt.Errorf("it is placed on %d GPUs, and asked for %d", len(e.Status.GPUIndices), e.Spec.GPUs)
+	}
+	seen := map[int32]bool{}
+	for _, g := range e.Status.GPUIndices {
+		if g < 0 || seen[g] {
+			return fmt.Errorf("its GPU indices %v are not distinct GPUs", e.Status.GPUIndices)
+		}
+		seen[g] = true
 	}
 	return nil
 }
