@@ -214,6 +214,31 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 }
 
 // waitNode polls node until ok and returns it.
+// TestAnEnrollmentUnderAnInvalidNameLeavesTheTokenUnused: nodusd enrolls
+// under the machine's hostname by default, which may not be a valid node
+// name (GPU-Node01). The enrollment must be refused before it uses the
+// single-use token up, so that the operator's token still enrolls the
+// host under a valid name.
+func TestAnEnrollmentUnderAnInvalidNameLeavesTheTokenUnused(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	tok := enrollmentToken(t, s, "hostname", time.Now().Add(time.Hour))
+	enroll := func(node string) error {
+		_, err := agent.Enroll(ctx(t), agent.EnrollOptions{Server: s.Config.Host, Token: tok.Status.Token, CAHash: tok.Status.CAFingerprint,
+			Node: node, StateDir: t.TempDir()})
+		return err
+	}
+	if err := enroll("GPU-Node01"); err == nil || !strings.Contains(err.Error(), "422") || !strings.Contains(err.Error(), "metadata.name") {
+		t.Errorf("an enrollment as GPU-Node01: %v, want 422 naming metadata.name", err)
+	}
+	if err := enroll("gpu-node01"); err != nil {
+		t.Errorf("the same token under a valid name: %v", err)
+	}
+	if _, err := s.Client.NodusV1().Nodes().Get(ctx(t), "gpu-node01", metav1.GetOptions{}); err != nil {
+		t.Errorf("the node enrolled under a valid name: %v", err)
+	}
+}
+
 // TestAFailedInventoryReportIsSentAgainSoon: an agent's first inventory
 // report (inventory, SSH host key and address) that the server failed to
 // take must be sent again within seconds, not at the next periodic read

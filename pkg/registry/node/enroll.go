@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
@@ -84,6 +85,13 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err := mayEnroll(ctx, current.(*nodusv1.EnrollmentToken), name, asNode(existing), ""); err != nil {
 		return nil, err
 	}
+	// So does a node that could not be created (a hostname such as
+	// GPU-Node01 is no node name): it is checked as its create will be.
+	if existing == nil {
+		if errs := validation.ValidateNode(newNode(name, current.(*nodusv1.EnrollmentToken))); len(errs) > 0 {
+			return nil, apierrors.NewInvalid(nodusv1.Kind("Node"), name, errs)
+		}
+	}
 	// Use the token up first: of two enrollments with one token, one wins.
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	used, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
@@ -100,11 +108,7 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	}
 	token := used.(*nodusv1.EnrollmentToken)
 
-	created, err := e.Nodes.Create(ctx, &nodusv1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: nodusv1.NodeSpec{Pool: token.Spec.Pool, ResourceClass: token.Spec.ResourceClass,
-			Traits: token.Spec.Traits, LoginUser: token.Spec.LoginUser},
-	}, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	created, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	createdUID := types.UID("")
 	switch {
 	case err == nil:
@@ -133,6 +137,16 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
+}
+
+// newNode is the Node a token enrolls under name when none has it: its
+// spec is the token's.
+func newNode(name string, token *nodusv1.EnrollmentToken) *nodusv1.Node {
+	return &nodusv1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodusv1.NodeSpec{Pool: token.Spec.Pool, ResourceClass: token.Spec.ResourceClass,
+			Traits: token.Spec.Traits, LoginUser: token.Spec.LoginUser},
+	}
 }
 
 // validity is d, or the default where it is unset.
