@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -215,6 +216,43 @@ func TestAPlacementTheAgentCannotTrustIsRefused(t *testing.T) {
 				t.Fatalf("a file beside the work root: %v", err)
 			}
 		})
+	}
+}
+
+// TestAReportIsCheckedBeforeAnythingIsWritten: an agent's report is input
+// like any other. A message larger than the store takes was a 500 (etcd
+// refused the write) and one just under it was kept; a final report that
+// the execution's end refuses replaced its kept output first.
+func TestAReportIsCheckedBeforeAnythingIsWritten(t *testing.T) {
+	f := lentHost(t)
+	submitted := submitTrue(t, f, "")
+	f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	report := func(rep nodusv1.ExecutionReport) response {
+		return f.report(t, lentNode, "beta", submitted.Name, rep)
+	}
+	if r := report(nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
+		t.Fatalf("the start: %d %s", r.code, r.body)
+	}
+	for what, rep := range map[string]nodusv1.ExecutionReport{
+		"a message of 1.5 MiB":      {Phase: nodusv1.ExecutionFailed, Reason: "Exited", Message: strings.Repeat("m", 1536<<10)},
+		"a message of 2 KiB":        {Phase: nodusv1.ExecutionFailed, Reason: "Exited", Message: strings.Repeat("m", 2<<10)},
+		"a reason that is a phrase": {Phase: nodusv1.ExecutionFailed, Reason: "it exited, badly"},
+		"negative dropped bytes":    {Phase: nodusv1.ExecutionFailed, Reason: "Exited", LogDroppedBytes: -1},
+	} {
+		if r := report(rep); r.code != http.StatusUnprocessableEntity || envelopeOf(t, r).Reason != metav1.StatusReasonInvalid {
+			t.Errorf("a report with %s: %d %.300s", what, r.code, r.body)
+		}
+	}
+	if r := report(nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded, Reason: "Exited", Log: "the output\n"}); r.code != http.StatusOK {
+		t.Fatalf("the end: %d %s", r.code, r.body)
+	}
+	if r := report(nodusv1.ExecutionReport{Phase: nodusv1.ExecutionDrained, Reason: "Drained", Log: "other output\n"}); r.code != http.StatusConflict ||
+		envelopeOf(t, r).Reason != apierror.ReasonExecutionFinished {
+		t.Errorf("another end after the end: %d %s", r.code, r.body)
+	}
+	if r := do(t, f.borrowers["beta"], "GET", "/apis/nodus.dev/v1/namespaces/beta/executions/"+submitted.Name+"/log", "", nil); r.code != http.StatusOK ||
+		string(r.body) != "the output\n" {
+		t.Errorf("the kept output after a refused report: %d %q", r.code, r.body)
 	}
 }
 

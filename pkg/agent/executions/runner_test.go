@@ -8,8 +8,10 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
 
 func TestEnvironmentShowsOnlyAssignedGPUs(t *testing.T) {
@@ -134,5 +136,20 @@ func TestSlotsGiveEachExecutionAnAccountOfItsOwn(t *testing.T) {
 	r.runs["b"] = &run{account: "nodus-test-no-such-user-1"}
 	if got := r.freeAccount(); got != "" {
 		t.Errorf("every slot is taken, got %q", got)
+	}
+}
+
+// A report's message is cut to what the server's validation takes, whole
+// characters only, so that a long error never gets the report refused.
+func TestFitMessageKeepsReportsAcceptable(t *testing.T) {
+	for _, m := range []string{strings.Repeat("e", 5000), strings.Repeat("é", 3000), "short"} {
+		got := fitMessage(m)
+		report := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed, Reason: ReasonStartFailed, Message: got}
+		if errs := validation.ValidateExecutionReport(report); len(errs) > 0 {
+			t.Errorf("a message of %d bytes cut to %d: %v", len(m), len(got), errs)
+		}
+		if !utf8.ValidString(got) || (len(m) <= validation.MaxReportText && got != m) {
+			t.Errorf("fitMessage(%d bytes) = %q", len(m), got)
+		}
 	}
 }

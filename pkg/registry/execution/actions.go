@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/lending"
@@ -144,6 +145,9 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if report.Phase != nodusv1.ExecutionRunning && !report.Phase.Finished() {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("phase %q cannot be reported: send running, succeeded, failed, drained or cancelled", report.Phase))
 	}
+	if errs := validation.ValidateExecutionReport(report); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(nodusv1.Kind("ExecutionReport"), name, errs)
+	}
 	u, _ := genericapirequest.UserFrom(ctx)
 	nodeName, _, isAgent := auth.NodeOf(u)
 	if !isAgent {
@@ -181,6 +185,13 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		}
 	}
 
+	// An end after another end is refused before its output replaces the
+	// first one's (the update below refuses it again, on the version it
+	// writes).
+	if placed.Status.Phase.Finished() && placed.Status.Phase != report.Phase {
+		return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
+			fmt.Sprintf("execution %q is %s: it cannot become %s", name, placed.Status.Phase, report.Phase), "")
+	}
 	// The output is kept before the phase changes: whoever sees the end
 	// also finds the last output.
 	if len(options.DryRun) == 0 && (report.Log != "" || report.LogDroppedBytes > 0) {

@@ -693,6 +693,27 @@ func ValidateExecutionUpdate(e, old *nodusv1.Execution) field.ErrorList {
 	return append(errs, apimachineryvalidation.ValidateImmutableField(e.Spec, old.Spec, field.NewPath("spec"))...)
 }
 
+// MaxReportText bounds an execution report's message.
+const MaxReportText = maxFreeTextBytes
+
+// reportReason is how agents name why an execution ended: one CamelCase
+// word, as a condition's reason.
+var reportReason = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
+
+// ValidateExecutionReport checks an agent's report before anything of it
+// is written: its message and reason land in the Execution's status.
+func ValidateExecutionReport(r *nodusv1.ExecutionReport) field.ErrorList {
+	var errs field.ErrorList
+	if r.Reason != "" && !reportReason.MatchString(r.Reason) {
+		errs = append(errs, field.Invalid(field.NewPath("reason"), r.Reason, "must be one CamelCase word of at most 64 letters and digits"))
+	}
+	errs = append(errs, validateFreeText(r.Message, field.NewPath("message"))...)
+	if r.LogDroppedBytes < 0 {
+		errs = append(errs, field.Invalid(field.NewPath("logDroppedBytes"), r.LogDroppedBytes, "must not be negative"))
+	}
+	return errs
+}
+
 // validatePoolLending checks a pool's lending policy.
 func validatePoolLending(l *nodusv1.PoolLending, path *field.Path) field.ErrorList {
 	if l == nil {
