@@ -362,7 +362,8 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		return
 	}
 	if desired.Granted() {
-		// Certificate-only before the first principal is served.
+		// Certificate-only before the first principal is served; never
+		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
 			klog.ErrorS(err, "making the login user certificate-only; access not applied", "user", loginUser)
 			return
@@ -381,7 +382,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// A login-user change retires the old account as a release would:
 		// its principals are gone (the new epoch), its sessions end, and what
 		// it leaves is reset.
-		if steps, err := a.cleaning.ResetAccount(ctx, previous.LoginUser); err != nil {
+		if err := a.refuseLoginUser(previous.LoginUser); err != nil {
+			klog.ErrorS(err, "not resetting the previous login user", "user", previous.LoginUser)
+		} else if steps, err := a.cleaning.ResetAccount(ctx, previous.LoginUser); err != nil {
 			klog.ErrorS(err, "resetting the previous login user", "user", previous.LoginUser)
 		} else {
 			klog.InfoS("reset the previous login user", "user", previous.LoginUser, "steps", steps)
@@ -389,7 +392,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	}
 	if !desired.Granted() {
 		for _, user := range []string{previous.LoginUser, desired.LoginUser} {
-			if user != "" {
+			// Only a login user's sessions: not a service's, whatever the
+			// server names.
+			if user != "" && a.refuseLoginUser(user) == nil {
 				a.procs.EndSessions(ctx, user, a.opts.Grace)
 			}
 		}

@@ -58,6 +58,9 @@ func (a *Agent) userStillGranted(user string) bool {
 // granted to it, so that sshd accepts only Nodus certificates for it: no
 // key a tenant plants, no password. Users stay in the group for good.
 func (a *Agent) manageLoginUser(user string) error {
+	if err := a.refuseLoginUser(user); err != nil {
+		return err
+	}
 	if a.opts.LoginGroup == "" || a.opts.SSHDDropIn == "" {
 		return nil
 	}
@@ -66,10 +69,10 @@ func (a *Agent) manageLoginUser(user string) error {
 			return fmt.Errorf("groupadd %s: %v: %s", a.opts.LoginGroup, err, out)
 		}
 	}
-	if out, err := exec.Command("id", "-nG", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+	if out, err := exec.Command("id", "-nG", "--", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
 		return nil
 	}
-	if out, err := exec.Command("usermod", "--append", "--groups", a.opts.LoginGroup, user).CombinedOutput(); err != nil {
+	if out, err := exec.Command("usermod", "--append", "--groups", a.opts.LoginGroup, "--", user).CombinedOutput(); err != nil {
 		return fmt.Errorf("adding %s to group %s: %v: %s", user, a.opts.LoginGroup, err, out)
 	}
 	return nil
@@ -141,6 +144,12 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	}
 	var keep []string
 	for _, u := range users {
+		if err := a.refuseLoginUser(u); err != nil {
+			// No tenant was let in as it: nothing of a tenant to reset, and
+			// a system account's home is a system directory.
+			klog.ErrorS(err, "not cleaning an account no tenant may use", "user", u)
+			continue
+		}
 		if a.userStillGranted(u) {
 			// Another reservation's tenant uses this account now; never reset it under them.
 			klog.InfoS("not cleaning an account that is granted again", "user", u)

@@ -32,6 +32,9 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 	}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		login := req.URL.Query().Get("user")
+		if a.refuseLoginUser(login) != nil {
+			return // no principal: sshd lets nobody in as root, a service or a borrower
+		}
 		applied, err := a.store.All()
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)

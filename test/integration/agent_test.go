@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -236,6 +237,47 @@ func TestAnEnrollmentUnderAnInvalidNameLeavesTheTokenUnused(t *testing.T) {
 	}
 	if _, err := s.Client.NodusV1().Nodes().Get(ctx(t), "gpu-node01", metav1.GetOptions{}); err != nil {
 		t.Errorf("the node enrolled under a valid name: %v", err)
+	}
+}
+
+// TestAnAgentNeverGrantsRootOrABorrowerAccount: nodusd (root) turns the
+// login user of a reservation into sshd principals, a group membership and
+// sessions it ends. A server that names root (compromised, or a proxy in
+// between that is) must not get a tenant's certificate accepted for root,
+// nor for the account borrowers' executions run as. The agent here reads
+// its reservations through a proxy that rewrites their login user.
+func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
+	for _, login := range []string{"root", "nodus-borrower"} {
+		t.Run(login, func(t *testing.T) {
+			s := testserver.StartTestServer(t)
+			f := newFleet(t, s)
+			dir := t.TempDir()
+			enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+			loginUser := regexp.MustCompile(`"loginUser":"[^"]*"`)
+			proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+				if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/reservations") {
+					return false
+				}
+				req.Header.Del("Accept-Encoding") // plain answers to rewrite
+				forward.ServeHTTP(&rewriter{ResponseWriter: w, from: loginUser, to: []byte(`"loginUser":"` + login + `"`)}, req)
+				return true
+			})
+			socket := filepath.Join(dir, "p.sock")
+			runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy},
+				Socket: socket, BorrowerUser: "nodus-borrower"})
+			f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+			// The agent acknowledges what it applied in its heartbeats; one
+			// that refused the login user acknowledges nothing.
+			_ = testfleet.Eventually(ctx(t), 5*time.Second, func(c context.Context) (bool, error) {
+				n, err := s.Client.NodusV1().Nodes().Get(c, "agent-1", metav1.GetOptions{})
+				return err == nil && n.Status.AppliedEpoch > 0, nil
+			})
+			var principals strings.Builder
+			_ = agent.Principals(socket, login, &principals)
+			if strings.TrimSpace(principals.String()) != "" {
+				t.Errorf("the agent serves principals for %s: %q", login, principals.String())
+			}
+		})
 	}
 }
 

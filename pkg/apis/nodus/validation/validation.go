@@ -553,6 +553,15 @@ func validateTraits(traits []string, path *field.Path) field.ErrorList {
 	return errs
 }
 
+// CheckLoginUser says why user cannot be a login user, or nil: what the
+// API refuses, for an agent to check again where the name lands.
+func CheckLoginUser(user string) error {
+	if errs := validateLoginUser(user, field.NewPath("loginUser"), true); len(errs) > 0 {
+		return errs.ToAggregate()
+	}
+	return nil
+}
+
 func validateLoginUser(user string, path *field.Path, required bool) field.ErrorList {
 	if user == "" {
 		if required {
