@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
@@ -82,13 +83,18 @@ func Principals(socket, login string, out io.Writer) error {
 }
 
 // installUserCA writes the server's SSH user CA key where sshd's
-// TrustedUserCAKeys reads it.
+// TrustedUserCAKeys reads it: exactly one key, in canonical form, since
+// each key there is a CA sshd trusts for every login user.
 func (a *Agent) installUserCA(ctx context.Context, path string) error {
 	raw, err := a.client.NodusV1().RESTClient().Get().AbsPath("/ssh-user-ca.pub").DoRaw(ctx)
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(path, raw, 0o644)
+	_, key, err := sshvalue.ParseKey(strings.TrimSpace(string(raw)))
+	if err != nil {
+		return fmt.Errorf("the server's SSH user CA: %w", err)
+	}
+	return atomicfile.Write(path, []byte(key+"\n"), 0o644)
 }
 
 // installDropIn writes the sshd configuration for Nodus access: trust the

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -278,6 +279,40 @@ func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
 				t.Errorf("the agent serves principals for %s: %q", login, principals.String())
 			}
 		})
+	}
+}
+
+// TestAnAgentTrustsOneSSHUserCAKey: nodusd writes the server's SSH user CA
+// where sshd's TrustedUserCAKeys reads it. Each key there is a CA sshd
+// trusts for every login user, so an answer with a second key (a
+// compromised server, or a proxy in between that is) must not reach the
+// file: the agent refuses to start instead.
+func TestAnAgentTrustsOneSSHUserCAKey(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+		if req.URL.Path != "/ssh-user-ca.pub" {
+			return false
+		}
+		answer := httptest.NewRecorder()
+		forward.ServeHTTP(answer, req)
+		_, _ = w.Write(append(answer.Body.Bytes(), []byte("\n"+testfleet.HostKey("another-ca")+"\n")...))
+		return true
+	})
+	caFile := filepath.Join(dir, "nodus_user_ca.pub")
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}, SSHDCAFile: caFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if err := a.Run(runCtx); err == nil || !strings.Contains(err.Error(), "SSH user CA") {
+		t.Errorf("an agent given two SSH user CA keys ran: %v", err)
+	}
+	if data, err := os.ReadFile(caFile); err == nil {
+		t.Errorf("the agent wrote %q for sshd to trust", data)
 	}
 }
 
