@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -59,7 +61,18 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return err
 	}
-	project, name := h.Namespace, h.Name
+	// The host's names make file names: they are the ones asked for, and
+	// valid names, before anything is written.
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return err
+	}
+	if h.Namespace != project || h.Name != name {
+		return fmt.Errorf("refusing to connect to %s: the server answered for %s/%s", ref, h.Namespace, h.Name)
+	}
+	if err := sshentry.CheckNames(project, name); err != nil {
+		return fmt.Errorf("refusing to connect to %s: %w", ref, err)
+	}
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
 		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, h.Status.Reservation.State))
 	}
@@ -71,7 +84,8 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return err
 	}
-	certFile := filepath.Join(dir, project+"-"+name+"-cert.pub")
+	// "_" is in neither a project nor a host name: one file per host.
+	certFile := filepath.Join(dir, project+"_"+name+"-cert.pub")
 	address, err := o.certificate(ctx, h, pub, certFile)
 	if err != nil {
 		return err
@@ -132,12 +146,39 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	if err != nil {
 		return "", err
 	}
-	if err := atomicfile.Write(certFile, []byte(answer.Certificate), 0o600); err != nil {
+	cert, err := userCertificate(answer.Certificate, pub, want)
+	if err != nil {
+		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err)
+	}
+	if err := atomicfile.Write(certFile, ssh.MarshalAuthorizedKey(cert), 0o600); err != nil {
 		return "", err
 	}
 	answer.Certificate = ""
 	data, _ := json.Marshal(answer)
 	return answer.Address, atomicfile.Write(meta, data, 0o600)
+}
+
+// userCertificate parses text as the one user certificate of key for
+// principal, which is what ssh will present.
+func userCertificate(text string, key ssh.PublicKey, principal string) (*ssh.Certificate, error) {
+	parsed, _, _, rest, err := ssh.ParseAuthorizedKey([]byte(text))
+	if err != nil {
+		return nil, err
+	}
+	cert, ok := parsed.(*ssh.Certificate)
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("it is not a certificate but a %s key", parsed.Type())
+	case len(bytes.TrimSpace(rest)) > 0:
+		return nil, errors.New("it holds more than one key")
+	case cert.CertType != ssh.UserCert:
+		return nil, errors.New("it is not a user certificate")
+	case !bytes.Equal(cert.Key.Marshal(), key.Marshal()):
+		return nil, errors.New("it certifies another key than this laptop's")
+	case !slices.Contains(cert.ValidPrincipals, principal):
+		return nil, fmt.Errorf("it is not valid for %s", principal)
+	}
+	return cert, nil
 }
 
 // userKey loads or creates the user's nodus SSH key.

@@ -21,6 +21,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -382,6 +383,59 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 				t.Errorf("a forged %s reached %s:\n%s", what, file, data)
 			}
 		}
+	}
+}
+
+// TestCLISSHRefusesWhatItDidNotAskFor: nodus ssh writes the certificate
+// the server signs into a file ssh presents, under a name made of the
+// host's project and name. Through a proxy that rewrites the server's
+// answers (a compromised server, or a party in between), it must refuse an
+// answer about another host than the one asked for, and a "certificate"
+// that is not a user certificate for its own key and the host's current
+// principal, before anything reaches a file.
+func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "gpu-007", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
+		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("gpu-007"), "203.0.113.10:22"
+	})
+	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
+	for what, lie := range map[string]struct{ path, from, to, refusal string }{
+		"another host":            {"/reservedhosts/gpu-007", `"name":"gpu-007","namespace":"acme"`, `"name":"gpu-008","namespace":"acme"`, "answered for acme/gpu-008"},
+		"a key for a certificate": {"/ssh-certificate", `"certificate":"[^"]*"`, `"certificate":"` + testfleet.HostKey("a-key") + `"`, "not a certificate"},
+	} {
+		t.Run(what, func(t *testing.T) {
+			from := regexp.MustCompile(lie.from)
+			proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+				func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+					if !strings.HasSuffix(req.URL.Path, lie.path) {
+						return false
+					}
+					req.Header.Del("Accept-Encoding") // plain answers to rewrite
+					forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(lie.to)}, req)
+					return true
+				})
+			ca := filepath.Join(t.TempDir(), "ca.crt")
+			if err := os.WriteFile(ca, proxy.CAData, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			home := t.TempDir()
+			t.Setenv("HOME", home)
+			t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+			mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+			if out, code := mary.run("", "login", "--server", proxy.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
+				t.Fatalf("login: %d %s", code, out)
+			}
+			out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only")
+			if code == 0 || !strings.Contains(out, lie.refusal) {
+				t.Errorf("exit %d, want a refusal saying %q:\n%s", code, lie.refusal, out)
+			}
+			certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub"))
+			if _, err := os.Stat(filepath.Join(home, ".ssh", "config")); err == nil || len(certs) > 0 {
+				t.Errorf("files written for a refused answer: %v, %v", certs, err)
+			}
+		})
 	}
 }
 

@@ -41,13 +41,22 @@ var loginUser = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 // Alias is the stable SSH alias of a host: NAME.PROJECT.nodus.
 func Alias(project, name string) string { return name + "." + project + ".nodus" }
 
+// CheckNames checks a host's project (a DNS label) and name (a DNS
+// subdomain), which make its alias and the names of its files.
+func CheckNames(project, name string) error {
+	if errs := validation.IsDNS1123Label(project); len(errs) > 0 {
+		return fmt.Errorf("project %q: %s", project, strings.Join(errs, "; "))
+	}
+	if errs := validation.IsDNS1123Subdomain(name); len(errs) > 0 {
+		return fmt.Errorf("host name %q: %s", name, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
 // Make checks h and renders its entry.
 func Make(h Host) (Entry, error) {
-	if errs := validation.IsDNS1123Label(h.Project); len(errs) > 0 {
-		return Entry{}, fmt.Errorf("project %q: %s", h.Project, strings.Join(errs, "; "))
-	}
-	if errs := validation.IsDNS1123Subdomain(h.Name); len(errs) > 0 {
-		return Entry{}, fmt.Errorf("host name %q: %s", h.Name, strings.Join(errs, "; "))
+	if err := CheckNames(h.Project, h.Name); err != nil {
+		return Entry{}, err
 	}
 	alias := Alias(h.Project, h.Name)
 	hostName, port, err := sshvalue.ParseAddress(h.Address)
