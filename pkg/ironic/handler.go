@@ -92,7 +92,9 @@ func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
 		case 0:
 			code = http.StatusInternalServerError
 		case http.StatusUnprocessableEntity:
-			code = http.StatusBadRequest // Ironic reports invalid values as 400
+			// Ironic reports invalid values as 400, and a 400's reason is
+			// BadRequest, whose docs name that code; the causes stay.
+			code, s.Reason = http.StatusBadRequest, metav1.StatusReasonBadRequest
 		}
 		s.Code = int32(code)
 		w.Header().Set("Content-Type", "application/json")

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -234,6 +235,10 @@ func TestIronicRawHTTP(t *testing.T) {
 		// As Ironic: debuginfo is null; Nodus' own fields stand beside error_message.
 		if debug, ok := inner["debuginfo"]; !ok || debug != nil || outer.Reason == "" || outer.RequestID == "" {
 			t.Errorf("debuginfo must be null, the reason and request id beside error_message: %s", r.body)
+		}
+		// The reason's docs page names the code sent.
+		if registered := apierror.Lookup(metav1.StatusReason(outer.Reason), code); registered.Code != code {
+			t.Errorf("HTTP %d with reason %s, which is registered (and documented) for HTTP %d: %s", code, outer.Reason, registered.Code, r.body)
 		}
 		id := r.header.Get("X-OpenStack-Request-Id")
 		if !strings.HasPrefix(id, "req-") || r.header.Get("Openstack-Request-Id") != id || id != "req-"+outer.RequestID {
