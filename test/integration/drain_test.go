@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,6 +53,23 @@ func TestDrainedAtNeedsCurrentEvidence(t *testing.T) {
 	f.node(t, "elsewhere")
 	f.heartbeat(t, "elsewhere", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
 	notDrained("another node's report")
+
+	// Malformed evidence is refused as a whole, before any of it counts:
+	// the valid entry beside it drains nothing.
+	for why, bad := range map[string]nodusv1.ReservationEvidence{
+		"no name":                     {},
+		"a name that is no name":      evidence("H_Drain", 2, 0, 0),
+		"a negative epoch":            evidence("other", -1, 0, 0),
+		"negative sessions":           evidence("other", 2, -1, 0),
+		"negative borrower processes": evidence("other", 2, 0, -1),
+		"the same reservation twice":  evidence("h-drain", 2, 0, 0),
+	} {
+		r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0), bad}})
+		if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "reservations[1]") {
+			t.Errorf("a heartbeat with %s: %d %s", why, r.code, r.body)
+		}
+		notDrained("a heartbeat with " + why)
+	}
 
 	r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
 	if r.code != 200 {

@@ -74,6 +74,10 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 			return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
 		}
 	}
+	// All of the evidence is checked before any of it counts.
+	if errs := validation.ValidateHeartbeatReservations(beat.Reservations, field.NewPath("reservations")); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
+	}
 	answer := beat.DeepCopy()
 	answer.IntervalSeconds = int32(h.Interval.Seconds())
 	if len(options.DryRun) > 0 {

@@ -702,6 +702,43 @@ func ValidateExecutionUpdate(e, old *nodusv1.Execution) field.ErrorList {
 	return append(errs, apimachineryvalidation.ValidateImmutableField(e.Spec, old.Spec, field.NewPath("spec"))...)
 }
 
+// MaxHeartbeatReservations bounds the reservations one heartbeat reports:
+// an agent reports those it applied in the last day (a node holds one at a
+// time), and each costs the server a read.
+const MaxHeartbeatReservations = 256
+
+// ValidateHeartbeatReservations checks a heartbeat's evidence before any
+// of it counts: each entry names a reservation once, with no negative
+// epoch or count.
+func ValidateHeartbeatReservations(rs []nodusv1.ReservationEvidence, path *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(rs) > MaxHeartbeatReservations {
+		return field.ErrorList{field.TooMany(path, len(rs), MaxHeartbeatReservations)}
+	}
+	seen := sets.New[string]()
+	for i, r := range rs {
+		p := path.Index(i)
+		switch msgs := utilvalidation.IsDNS1123Subdomain(r.Name); {
+		case r.Name == "":
+			errs = append(errs, field.Required(p.Child("name"), "the reservation"))
+		case len(msgs) > 0:
+			errs = append(errs, field.Invalid(p.Child("name"), r.Name, strings.Join(msgs, "; ")))
+		case seen.Has(r.Name):
+			errs = append(errs, field.Duplicate(p.Child("name"), r.Name))
+		}
+		seen.Insert(r.Name)
+		for _, n := range []struct {
+			name  string
+			value int64
+		}{{"appliedEpoch", r.AppliedEpoch}, {"ownerSessions", int64(r.OwnerSessions)}, {"borrowerExecutions", int64(r.BorrowerExecutions)}} {
+			if n.value < 0 {
+				errs = append(errs, field.Invalid(p.Child(n.name), n.value, "must not be negative"))
+			}
+		}
+	}
+	return errs
+}
+
 // MaxReportText bounds an execution report's message.
 const MaxReportText = maxFreeTextBytes
 
