@@ -25,7 +25,7 @@ func (a *Agent) refuseLoginUser(user string) error {
 	if err := validation.CheckLoginUser(user); err != nil {
 		return err
 	}
-	if slices.Contains(a.runner.Accounts(), user) {
+	if a.runner != nil && slices.Contains(a.runner.Accounts(), user) {
 		return fmt.Errorf("%q is an account borrowers' executions run as", user)
 	}
 	u, err := osuser.Lookup(user)
