@@ -2,14 +2,17 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
@@ -350,6 +353,11 @@ func (a *Agent) drainUnlent(ctx context.Context) {
 // refused from then on), then ends the login user's processes and drains
 // borrowers' executions, then asks for a heartbeat that acknowledges the epoch.
 func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
+	// Its name becomes the principal sshd accepts: a name, one line.
+	if msgs := utilvalidation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
+		klog.ErrorS(errors.New(strings.Join(msgs, "; ")), "refusing a reservation whose name is no name", "reservation", r.Name)
+		return
+	}
 	loginUser := r.Status.LoginUser
 	if loginUser == "" {
 		loginUser = r.Spec.LoginUser

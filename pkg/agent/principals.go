@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
@@ -42,7 +43,7 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 			return
 		}
 		for _, acc := range applied {
-			if acc.Granted() && acc.LoginUser == login && login != "" {
+			if acc.Granted() && acc.LoginUser == login && login != "" && len(utilvalidation.IsDNS1123Subdomain(acc.Reservation)) == 0 {
 				fmt.Fprintln(w, sshvalue.Principal(acc.Reservation, acc.Epoch))
 			}
 		}

@@ -243,24 +243,30 @@ func TestAnEnrollmentUnderAnInvalidNameLeavesTheTokenUnused(t *testing.T) {
 
 // TestAnAgentNeverGrantsRootOrABorrowerAccount: nodusd (root) turns the
 // login user of a reservation into sshd principals, a group membership and
-// sessions it ends. A server that names root (compromised, or a proxy in
-// between that is) must not get a tenant's certificate accepted for root,
-// nor for the account borrowers' executions run as. The agent here reads
-// its reservations through a proxy that rewrites their login user.
+// sessions it ends, and the reservation's name into a principal line. A
+// server that names root (compromised, or a proxy in between that is) must
+// not get a tenant's certificate accepted for root, nor for the account
+// borrowers' executions run as, nor add principal lines with a name that
+// holds a line break. The agent here reads its reservations through a
+// proxy that rewrites them.
 func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
-	for _, login := range []string{"root", "nodus-borrower"} {
-		t.Run(login, func(t *testing.T) {
+	for what, lie := range map[string]struct{ from, to, login string }{
+		"root":                          {`"loginUser":"[^"]*"`, `"loginUser":"root"`, "root"},
+		"a borrower account":            {`"loginUser":"[^"]*"`, `"loginUser":"nodus-borrower"`, "nodus-borrower"},
+		"a name with a line of its own": {`("metadata":\{"name":")agent-1"`, `${1}agent-1\nnodus-forged-epoch-1"`, "ubuntu"},
+	} {
+		t.Run(what, func(t *testing.T) {
 			s := testserver.StartTestServer(t)
 			f := newFleet(t, s)
 			dir := t.TempDir()
 			enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
-			loginUser := regexp.MustCompile(`"loginUser":"[^"]*"`)
+			from := regexp.MustCompile(lie.from)
 			proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
 				if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/reservations") {
 					return false
 				}
 				req.Header.Del("Accept-Encoding") // plain answers to rewrite
-				forward.ServeHTTP(&rewriter{ResponseWriter: w, from: loginUser, to: []byte(`"loginUser":"` + login + `"`)}, req)
+				forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(lie.to)}, req)
 				return true
 			})
 			socket := filepath.Join(dir, "p.sock")
@@ -268,15 +274,15 @@ func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
 				Socket: socket, BorrowerUser: "nodus-borrower"})
 			f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 			// The agent acknowledges what it applied in its heartbeats; one
-			// that refused the login user acknowledges nothing.
+			// that refused the reservation acknowledges nothing.
 			_ = testfleet.Eventually(ctx(t), 5*time.Second, func(c context.Context) (bool, error) {
 				n, err := s.Client.NodusV1().Nodes().Get(c, "agent-1", metav1.GetOptions{})
 				return err == nil && n.Status.AppliedEpoch > 0, nil
 			})
 			var principals strings.Builder
-			_ = agent.Principals(socket, login, &principals)
+			_ = agent.Principals(socket, lie.login, &principals)
 			if strings.TrimSpace(principals.String()) != "" {
-				t.Errorf("the agent serves principals for %s: %q", login, principals.String())
+				t.Errorf("the agent serves principals for %s: %q", lie.login, principals.String())
 			}
 		})
 	}
