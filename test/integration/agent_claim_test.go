@@ -256,30 +256,6 @@ func TestAReportIsCheckedBeforeAnythingIsWritten(t *testing.T) {
 	}
 }
 
-// rewriter rewrites what a handler writes, one write at a time: the
-// server's answers, as a party between it and its client could.
-type rewriter struct {
-	http.ResponseWriter
-	from *regexp.Regexp
-	to   []byte
-}
-
-func (r *rewriter) WriteHeader(code int) {
-	r.Header().Del("Content-Length")
-	r.ResponseWriter.WriteHeader(code)
-}
-
-func (r *rewriter) Write(p []byte) (int, error) {
-	if _, err := r.ResponseWriter.Write(r.from.ReplaceAll(p, r.to)); err != nil {
-		return 0, err
-	}
-	return len(p), nil
-}
-
-func (r *rewriter) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
-
-func (r *rewriter) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
 // lentNode is the one host of lentHost's fleet.
 const lentNode = "gpu-00"
 

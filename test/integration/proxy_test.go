@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"regexp"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -59,3 +60,27 @@ func answerStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, m
 	_ = json.NewEncoder(w).Encode(&metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"},
 		Status: metav1.StatusFailure, Code: int32(code), Reason: reason, Message: message})
 }
+
+// rewriter rewrites what a handler writes, one write at a time: the
+// server's answers, as a party between it and its client could.
+type rewriter struct {
+	http.ResponseWriter
+	from *regexp.Regexp
+	to   []byte
+}
+
+func (r *rewriter) WriteHeader(code int) {
+	r.Header().Del("Content-Length")
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *rewriter) Write(p []byte) (int, error) {
+	if _, err := r.ResponseWriter.Write(r.from.ReplaceAll(p, r.to)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+func (r *rewriter) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
+
+func (r *rewriter) Unwrap() http.ResponseWriter { return r.ResponseWriter }
