@@ -28,6 +28,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/outcome"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // Options configure `nodusd run`.
@@ -356,6 +357,11 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	// Its name becomes the principal sshd accepts: a name, one line.
 	if msgs := utilvalidation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
 		klog.ErrorS(errors.New(strings.Join(msgs, "; ")), "refusing a reservation whose name is no name", "reservation", r.Name)
+		return
+	}
+	// So is its UID, which tells it from another of the same name.
+	if !sshvalue.CanonicalUID(r.UID) {
+		klog.ErrorS(errors.New("not a UUID in canonical form"), "refusing a reservation whose UID is no UID", "reservation", r.Name, "uid", r.UID)
 		return
 	}
 	loginUser := r.Status.LoginUser

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/klog/v2"
 
@@ -43,8 +44,9 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 			return
 		}
 		for _, acc := range applied {
-			if acc.Granted() && acc.LoginUser == login && login != "" && len(utilvalidation.IsDNS1123Subdomain(acc.Reservation)) == 0 {
-				fmt.Fprintln(w, sshvalue.Principal(acc.Reservation, acc.Epoch))
+			if acc.Granted() && acc.LoginUser == login && login != "" && len(utilvalidation.IsDNS1123Subdomain(acc.Reservation)) == 0 &&
+				sshvalue.CanonicalUID(types.UID(acc.UID)) {
+				fmt.Fprintln(w, sshvalue.Principal(acc.Reservation, types.UID(acc.UID), acc.Epoch))
 			}
 		}
 	})}

@@ -21,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
@@ -129,10 +130,10 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 // holds a certificate for the host's current epoch with a minute to spare.
 func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, pub ssh.PublicKey, certFile string) (string, error) {
 	meta := certFile + ".json"
-	want := sshvalue.Principal(h.Name, h.Status.Reservation.Epoch)
-	var cached nodusv1.ReservedHostSSHCertificate
-	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Principal == want &&
-		cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
+	epoch := h.Status.Reservation.Epoch
+	var cached certificateRecord
+	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Host == h.UID &&
+		sshvalue.IsPrincipalOf(cached.Principal, h.Name, epoch) && cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
 		if _, err := os.Stat(certFile); err == nil {
 			return cached.Address, nil
 		}
@@ -146,7 +147,11 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	if err != nil {
 		return "", err
 	}
-	cert, err := userCertificate(answer.Certificate, pub, want)
+	if !sshvalue.IsPrincipalOf(answer.Principal, h.Name, epoch) {
+		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: its principal %q is not one of %s at epoch %d",
+			h.Namespace, h.Name, answer.Principal, h.Name, epoch)
+	}
+	cert, err := userCertificate(answer.Certificate, pub, answer.Principal)
 	if err != nil {
 		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err)
 	}
@@ -154,8 +159,17 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 		return "", err
 	}
 	answer.Certificate = ""
-	data, _ := json.Marshal(answer)
+	data, _ := json.Marshal(certificateRecord{ReservedHostSSHCertificate: *answer, Host: h.UID})
 	return answer.Address, atomicfile.Write(meta, data, 0o600)
+}
+
+// certificateRecord is what the CLI keeps beside a certificate: the
+// server's answer, and the ReservedHost it was issued for. A host deleted
+// and made again under its name is another one, whose reservation's
+// principal the cached certificate does not name.
+type certificateRecord struct {
+	nodusv1.ReservedHostSSHCertificate
+	Host types.UID `json:"reservedHostUID"`
 }
 
 // userCertificate parses text as the one user certificate of key for

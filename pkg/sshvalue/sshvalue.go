@@ -14,7 +14,9 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 )
 
@@ -109,9 +111,32 @@ func rsaBits(key ssh.PublicKey) (int, bool) {
 	return pub.N.BitLen(), true
 }
 
-// Principal names a reservation at an epoch: the one principal an SSH
-// certificate is signed for and the agent lets in. The CLI checks that a
-// certificate it is given names the epoch it expects.
-func Principal(reservation string, epoch int64) string {
-	return fmt.Sprintf("nodus-%s-epoch-%d", reservation, epoch)
+// Principal names one reservation object at an epoch: the one principal an
+// SSH certificate is signed for and the agent lets in. The name and the
+// epoch alone would not do: a reservation deleted and made again under its
+// name, perhaps for another project, starts its epochs anew, and a
+// certificate of the first must not open the second. The UID makes them
+// two principals.
+func Principal(reservation string, uid types.UID, epoch int64) string {
+	return principalPrefix(reservation, epoch) + string(uid)
+}
+
+// IsPrincipalOf says whether principal is the Principal of reservation at
+// epoch for some UID in canonical form: what a laptop, which knows a
+// reservation's name and epoch but not its UID, can check of a certificate
+// the server gives it.
+func IsPrincipalOf(principal, reservation string, epoch int64) bool {
+	uid, ok := strings.CutPrefix(principal, principalPrefix(reservation, epoch))
+	return ok && CanonicalUID(types.UID(uid))
+}
+
+func principalPrefix(reservation string, epoch int64) string {
+	return fmt.Sprintf("nodus-%s-epoch-%d-", reservation, epoch)
+}
+
+// CanonicalUID says whether uid is what the API server makes: a UUID, in
+// lower case, 8-4-4-4-12. Nothing else may become part of a principal.
+func CanonicalUID(uid types.UID) bool {
+	id, err := uuid.Parse(string(uid))
+	return err == nil && id.String() == string(uid)
 }

@@ -63,3 +63,33 @@ func TestParseKey(t *testing.T) {
 		}
 	}
 }
+
+func TestPrincipal(t *testing.T) {
+	const uid = "6f7e6e07-c93b-476f-8085-f75ee2b49306"
+	principal := Principal("gpu-7", uid, 3)
+	if principal != "nodus-gpu-7-epoch-3-"+uid {
+		t.Errorf("Principal: %q", principal)
+	}
+	if Principal("gpu-7", "1b4e28ba-2fa1-11d2-883f-0016d3cca427", 3) == principal {
+		t.Error("two reservations of one name at one epoch share a principal")
+	}
+	for what, tc := range map[string]struct {
+		principal string
+		ok        bool
+	}{
+		"its own":                  {principal, true},
+		"another epoch":            {Principal("gpu-7", uid, 2), false},
+		"another reservation":      {Principal("gpu-70", uid, 3), false},
+		"no UID":                   {"nodus-gpu-7-epoch-3", false},
+		"an empty UID":             {"nodus-gpu-7-epoch-3-", false},
+		"a UID in capitals":        {"nodus-gpu-7-epoch-3-" + strings.ToUpper(uid), false},
+		"a UID and more":           {principal + ",root", false},
+		"a UID with a line break":  {principal + "\nroot", false},
+		"a braced UID":             {"nodus-gpu-7-epoch-3-{" + uid + "}", false},
+		"an epoch of another name": {"nodus-gpu-7-epoch-3-epoch-3-" + uid, false},
+	} {
+		if got := IsPrincipalOf(tc.principal, "gpu-7", 3); got != tc.ok {
+			t.Errorf("%s: IsPrincipalOf(%q) = %v", what, tc.principal, got)
+		}
+	}
+}

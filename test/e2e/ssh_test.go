@@ -454,7 +454,11 @@ func checkExpiredCertificateRefused(t *testing.T, s *serverProcess, rig sshRig, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	expired, err := ca.Sign(pub, "expired", sshvalue.Principal(name, 1), time.Now().Add(-time.Second))
+	res, err := s.Client.NodusV1().Reservations().Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired, err := ca.Sign(pub, "expired", sshvalue.Principal(name, res.UID, 1), time.Now().Add(-time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -247,13 +247,14 @@ func TestAnEnrollmentUnderAnInvalidNameLeavesTheTokenUnused(t *testing.T) {
 // server that names root (compromised, or a proxy in between that is) must
 // not get a tenant's certificate accepted for root, nor for the account
 // borrowers' executions run as, nor add principal lines with a name that
-// holds a line break. The agent here reads its reservations through a
-// proxy that rewrites them.
+// holds a line break, nor with a UID that does. The agent here reads its
+// reservations through a proxy that rewrites them.
 func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
 	for what, lie := range map[string]struct{ from, to, login string }{
 		"root":                          {`"loginUser":"[^"]*"`, `"loginUser":"root"`, "root"},
 		"a borrower account":            {`"loginUser":"[^"]*"`, `"loginUser":"nodus-borrower"`, "nodus-borrower"},
 		"a name with a line of its own": {`("metadata":\{"name":")agent-1"`, `${1}agent-1\nnodus-forged-epoch-1"`, "ubuntu"},
+		"a UID with a line of its own":  {`("uid":"[0-9a-f-]{36})"`, `${1}\nnodus-forged-epoch-1"`, "ubuntu"},
 	} {
 		t.Run(what, func(t *testing.T) {
 			s := testserver.StartTestServer(t)

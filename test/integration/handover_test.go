@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -322,4 +326,97 @@ func setMaintenance(t *testing.T, s *testserver.Server, name string, on bool) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestACertificateOpensOnlyItsOwnReservation: a reservation deleted and
+// made again under the same name, for another project, starts at the same
+// epoch; the certificate issued to the first tenant must not name the
+// principal the second one's host lets in.
+func TestACertificateOpensOnlyItsOwnReservation(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.host(t, "gpu-7", now.Add(-time.Hour), now.Add(time.Hour))
+	first := certificateFor(t, f.admin, "acme", "gpu-7")
+
+	if err := c.Reservations().Delete(ctx(t), "gpu-7", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.node(t, "n2")
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		err := testfleet.Reserve(cx, s.Client, "gpu-7", "other", nodusv1.ReservationPlacement{Node: "n2"}, now.Add(-time.Hour), now.Add(time.Hour))
+		return err == nil, nil // the name is free once the deletion is done
+	}); err != nil {
+		t.Fatal("the name gpu-7 was never free again")
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		h, err := c.ReservedHosts("other").Get(cx, "gpu-7", metav1.GetOptions{})
+		return err == nil && h.Status.Reservation.State == nodusv1.ReservationStateActive, nil
+	}); err != nil {
+		t.Fatal("other's gpu-7 never became active")
+	}
+	second := certificateFor(t, f.outsider, "other", "gpu-7")
+	if first.Epoch != second.Epoch {
+		t.Logf("epochs %d and %d: the names alone would not collide here", first.Epoch, second.Epoch)
+	}
+	if first.Principal == second.Principal {
+		t.Errorf("acme's certificate of the deleted gpu-7 names %q, the principal other's gpu-7 lets in", first.Principal)
+	}
+}
+
+// certificateFor asks for an SSH certificate of a fresh key as cfg.
+func certificateFor(t *testing.T, cfg *rest.Config, project, host string) nodusv1.ReservedHostSSHCertificate {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
+	r := do(t, cfg, "POST", "/apis/nodus.dev/v1/namespaces/"+project+"/reservedhosts/"+host+"/ssh-certificate", "application/json", strings.NewReader(string(body)))
+	var answer nodusv1.ReservedHostSSHCertificate
+	if r.code != 200 || json.Unmarshal(r.body, &answer) != nil || answer.Principal == "" {
+		t.Fatalf("ssh-certificate of %s/%s: %d %s", project, host, r.code, r.body)
+	}
+	return answer
+}
+
+// TestANameMadeAgainInheritsNoNode: a node's claim names its reservation.
+// A reservation deleted and at once made again under its name, for another
+// project and the same node, must not find the node claimed for it: the
+// node is cleaned of the first tenant before the second one's access.
+func TestANameMadeAgainInheritsNoNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.host(t, "gpu-7", now.Add(-time.Hour), now.Add(time.Hour))
+	if err := c.Reservations().Delete(ctx(t), "gpu-7", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Reserve(ctx(t), s.Client, "gpu-7", "other", nodusv1.ReservationPlacement{Node: "gpu-7"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil &&
+		apierrors.ReasonForError(err) != apierror.ReasonNodeReserved {
+		t.Fatal(err)
+	} else if err != nil {
+		t.Skip("the node was still reserved when the name was made again: nothing to inherit")
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		r := f.reservation(t, "gpu-7")
+		n, err := c.Nodes().Get(ctx(t), "gpu-7", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Status.State == nodusv1.ReservationStateActive {
+			t.Fatalf("other's gpu-7 became active on a node no one cleaned of acme: %+v; node %+v", r.Status, n.Status)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	waitNode(t, s, "gpu-7", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "gpu-7"
+	})
 }

@@ -134,7 +134,17 @@ func (s *Store) Apply(a Access) (bool, error) {
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
 			if sameObject && a.Epoch <= old.Epoch {
-				return nil
+				if old.UID != "" || a.UID == "" || a.Epoch != old.Epoch {
+					return nil
+				}
+				// Recorded before the UID was: learn it, since the
+				// principal names it; the access applied stays as it is.
+				old.UID = a.UID
+				data, err := json.Marshal(old)
+				if err != nil {
+					return err
+				}
+				return b.Put([]byte(a.Reservation), data)
 			}
 		}
 		data, err := json.Marshal(a)

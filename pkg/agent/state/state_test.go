@@ -84,3 +84,29 @@ func TestRetireAndForget(t *testing.T) {
 		t.Errorf("left: %+v", all)
 	}
 }
+
+// TestApplyLearnsTheUID: an access recorded before the UID was (an older
+// nodusd) learns it at the same epoch, since the principal names it, and
+// stays applied as it was.
+func TestApplyLearnsTheUID(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Apply(Access{Reservation: "r1", Epoch: 2, State: "active", LoginUser: "ubuntu"}); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "ubuntu"}); ok || err != nil {
+		t.Errorf("the same epoch counted as newer: %v %v", ok, err)
+	}
+	if a, _, _ := s.Applied("r1"); a.UID != "u1" || a.Epoch != 2 || !a.Granted() {
+		t.Errorf("after the same epoch with its UID: %+v", a)
+	}
+	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 1, State: "ended"}); ok {
+		t.Error("an older epoch was applied")
+	}
+	if a, _, _ := s.Applied("r1"); a.State != "active" {
+		t.Errorf("an older epoch changed the access: %+v", a)
+	}
+}

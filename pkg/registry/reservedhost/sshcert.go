@@ -83,7 +83,7 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 	if u, ok := genericapirequest.UserFrom(ctx); ok {
 		user = u.GetName()
 	}
-	principal := sshvalue.Principal(res.Name, res.Status.Epoch)
+	principal := sshvalue.Principal(res.Name, res.UID, res.Status.Epoch)
 	answer := &nodusv1.ReservedHostSSHCertificate{
 		PublicKey: req.PublicKey, Principal: principal, LoginUser: res.Status.LoginUser, Epoch: res.Status.Epoch,
 		Address: node.(*nodusv1.Node).Status.SSHAddress, ValidBefore: &metav1.Time{Time: validBefore.Truncate(time.Second)},
