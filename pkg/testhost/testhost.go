@@ -5,13 +5,16 @@
 package testhost
 
 import (
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -121,4 +124,31 @@ func FakeGPUs(bin string, n int) (func(), error) {
 		return nil, err
 	}
 	return remove, nil
+}
+
+// Account adds a system account without a home, named prefix and a few
+// random letters, for processes a test runs as another user; remove takes
+// it away again. It needs root and useradd.
+func Account(prefix string) (name string, uid, gid int, remove func(), err error) {
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return "", 0, 0, nil, err
+	}
+	name = fmt.Sprintf("%s-%x", prefix, suffix)
+	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+		return "", 0, 0, nil, fmt.Errorf("useradd %s: %v: %s", name, err, out)
+	}
+	remove = func() { _ = exec.Command("userdel", name).Run() }
+	u, err := user.Lookup(name)
+	if err == nil {
+		uid, err = strconv.Atoi(u.Uid)
+	}
+	if err == nil {
+		gid, err = strconv.Atoi(u.Gid)
+	}
+	if err != nil {
+		remove()
+		return "", 0, 0, nil, err
+	}
+	return name, uid, gid, remove, nil
 }

@@ -1,12 +1,20 @@
 // Package sessions finds and ends a login user's processes on the host, by
 // reading /proc: what an SSH login leaves running is processes of that user.
+//
+// Reading /proc is not enough to end them: a process that forks and exits
+// at once is gone before its PID is read, and its child was not listed. So
+// the processes of a user are also signalled through kill(-1) from a thread
+// that runs as that user, which reaches all of them at once (the kernel
+// refuses a fork that a fatal signal to its parent interrupts).
 package sessions
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,13 +40,17 @@ func UID(login string) int {
 	return uid
 }
 
-// PIDs returns the processes whose real uid is uid.
+// PIDs returns the processes of uid: whose real, effective, saved or
+// file-system uid is uid.
 func (p Procs) PIDs(uid int) []int {
 	return p.PIDsOf(uid)
 }
 
-// PIDsOf returns the processes whose real uid is one of uids, reading the
-// /proc tree once however many uids there are.
+// PIDsOf returns the processes of any of uids, reading the /proc tree once
+// however many uids there are. Any of a process's four uids counts: one
+// that runs with a user's rights under another real uid (a user namespace
+// maps its real uid to a subordinate id, and keeps the effective one the
+// user's) is that user's.
 func (p Procs) PIDsOf(uids ...int) []int {
 	wanted := map[int]bool{}
 	for _, uid := range uids {
@@ -64,7 +76,7 @@ func (p Procs) PIDsOf(uids ...int) []int {
 			continue // gone meanwhile
 		}
 		// A zombie runs nothing and cannot be signalled: its parent reaps it.
-		if wanted[realUID(string(status))] && !zombie(string(status)) {
+		if slices.ContainsFunc(uidsIn(string(status)), func(uid int) bool { return wanted[uid] }) && !zombie(string(status)) {
 			pids = append(pids, pid)
 		}
 	}
@@ -110,12 +122,21 @@ func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
 	if len(uids) == 0 {
 		return
 	}
-	signalAll(p.PIDsOf(uids...), syscall.SIGTERM)
+	p.signal(uids, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
-	for len(p.PIDsOf(uids...)) > 0 {
-		if time.Now().After(deadline) {
-			signalAll(p.PIDsOf(uids...), syscall.SIGKILL)
-			deadline = time.Now().Add(grace)
+	for len(p.PIDsOf(uids...)) > 0 && time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	// SIGKILL even when /proc shows none left: a process that changes its
+	// PID faster than /proc is read shows in no listing.
+	for {
+		p.signal(uids, syscall.SIGKILL)
+		if len(p.PIDsOf(uids...)) == 0 {
+			return
 		}
 		select {
 		case <-ctx.Done():
@@ -125,10 +146,61 @@ func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
 	}
 }
 
-func signalAll(pids []int, sig syscall.Signal) {
-	for _, pid := range pids {
+// signal sends sig to the processes of uids: to each listed in /proc, and,
+// on the host's own /proc, to all of each uid's at once through kill(-1).
+func (p Procs) signal(uids []int, sig syscall.Signal) {
+	for _, pid := range p.PIDsOf(uids...) {
 		_ = syscall.Kill(pid, sig)
 	}
+	if filepath.Clean(p.Root) != "/proc" {
+		return // a tree of a test's: its uids are not the host's processes
+	}
+	for _, uid := range uids {
+		_ = SignalEveryProcessOf(uid, sig)
+	}
+}
+
+// SignalEveryProcessOf sends sig to every process whose real or saved uid
+// is uid, at once: kill(-1) from a thread that takes uid as its real,
+// effective and saved uid (and so loses root's capabilities), which the
+// kernel lets signal exactly those. Only that thread changes: the raw
+// system call is per thread, unlike syscall.Setresuid, and the thread ends
+// with its goroutine, never unlocked. It refuses root and the caller's own
+// uid, whose processes are not a user's to end.
+func SignalEveryProcessOf(uid int, sig syscall.Signal) error {
+	if uid <= 0 || uid == os.Geteuid() || uid == os.Getuid() {
+		return fmt.Errorf("not signalling every process of uid %d: root's or this process's own", uid)
+	}
+	done := make(chan error, 1)
+	go signalAs(uid, sig, done)
+	return <-done
+}
+
+func signalAs(uid int, sig syscall.Signal, done chan<- error) {
+	runtime.LockOSThread()
+	if syscall.Gettid() == os.Getpid() {
+		// The main thread does not end with its goroutine: it would keep
+		// the uid, and /proc, which shows the main thread's, would list
+		// this process as the user's. Hold it, so that the work goes to
+		// another thread.
+		other := make(chan error, 1)
+		go signalAs(uid, sig, other)
+		err := <-other
+		runtime.UnlockOSThread()
+		done <- err
+		return
+	}
+	// Never unlocked: the thread exits with this goroutine, and the uid with it.
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+		done <- fmt.Errorf("setresuid(%d): %w", uid, errno)
+		return
+	}
+	everyProcess := -1
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_KILL, uintptr(everyProcess), uintptr(sig), 0); errno != 0 && errno != syscall.ESRCH {
+		done <- fmt.Errorf("kill(-1) as uid %d: %w", uid, errno) // ESRCH: it had none
+		return
+	}
+	done <- nil
 }
 
 // zombie says whether /proc/PID/status is of a process that exited and
@@ -142,17 +214,18 @@ func zombie(status string) bool {
 	return false
 }
 
-// realUID reads the real uid from /proc/PID/status ("Uid: real effective …").
-func realUID(status string) int {
+// uidsIn reads the uids of /proc/PID/status ("Uid: real effective saved
+// file-system").
+func uidsIn(status string) []int {
+	var uids []int
 	for _, line := range strings.Split(status, "\n") {
 		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
-			fields := strings.Fields(rest)
-			if len(fields) > 0 {
-				if uid, err := strconv.Atoi(fields[0]); err == nil {
-					return uid
+			for _, field := range strings.Fields(rest) {
+				if uid, err := strconv.Atoi(field); err == nil {
+					uids = append(uids, uid)
 				}
 			}
 		}
 	}
-	return -1
+	return uids
 }

@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestPIDsReadsRealUIDs(t *testing.T) {
+func TestPIDsReadsEveryUID(t *testing.T) {
 	root := t.TempDir()
 	write := func(pid, status string) {
 		if err := os.MkdirAll(filepath.Join(root, pid), 0o755); err != nil {
@@ -30,9 +30,13 @@ func TestPIDsReadsRealUIDs(t *testing.T) {
 	write("103", "Name:\tpython\nUid:\t1002\t1002\t1002\t1002\n")
 	// An exited sshd session child nobody reaped yet runs nothing: it does not count.
 	write("104", "Name:\tsshd\nState:\tZ (zombie)\nUid:\t1001\t1001\t1001\t1001\n")
+	// In a user namespace of 1001's: the real uid a subordinate id, the
+	// effective one 1001's, with 1001's rights on its files.
+	write("105", "Name:\tsleep\nUid:\t100000\t1001\t1001\t1001\n")
+	write("106", "Name:\tsleep\nUid:\t100000\t100000\t100000\t1001\n")
 	got := (Procs{Root: root}).PIDsOf(1001, 1002, -1)
 	slices.Sort(got)
-	if !slices.Equal(got, []int{100, 101, 103}) {
+	if !slices.Equal(got, []int{100, 101, 103, 105, 106}) {
 		t.Errorf("pids of 1001 and 1002 in one pass: %v", got)
 	}
 }
