@@ -221,7 +221,10 @@ func removeOwned(dir string, uid int, trees bool) (int, error) {
 
 // resetHome empties home and fills it from skel, owned by uid:gid, with the
 // home itself 0700. Nothing in it is followed: a tenant's symlink is removed
-// as a link, never as what it points to.
+// as a link, never as what it points to. While it works the home is root's,
+// 0700: a process of the tenant's that is still running (or starting) can
+// neither add an entry after the listing nor swap a file root is about to
+// change for a symlink; the tenant gets the home back last.
 func resetHome(home, skel string, uid, gid int) error {
 	info, err := os.Lstat(home)
 	switch {
@@ -234,6 +237,9 @@ func resetHome(home, skel string, uid, gid int) error {
 	case !info.IsDir():
 		return fmt.Errorf("%s is not a directory", home)
 	default:
+		if err := takeBack(home); err != nil {
+			return err
+		}
 		entries, err := os.ReadDir(home)
 		if err != nil {
 			return err
@@ -244,15 +250,37 @@ func resetHome(home, skel string, uid, gid int) error {
 			}
 		}
 	}
-	if err := os.Lchown(home, uid, gid); err != nil {
+	if err := takeBack(home); err != nil {
 		return err
 	}
-	if err := os.Chmod(home, 0o700); err != nil {
-		return err
+	if skel != "" {
+		if err := copySkeleton(skel, home, uid, gid); err != nil {
+			return err
+		}
 	}
-	if skel == "" {
-		return nil
+	return os.Lchown(home, uid, gid)
+}
+
+// takeBack makes the directory dir root's (the agent's own) and 0700,
+// through a descriptor opened without following a symlink.
+func takeBack(dir string) error {
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: dir, Err: err}
 	}
+	defer syscall.Close(fd)
+	if err := syscall.Fchown(fd, os.Geteuid(), os.Getegid()); err != nil {
+		return &fs.PathError{Op: "chown", Path: dir, Err: err}
+	}
+	if err := syscall.Fchmod(fd, 0o700); err != nil {
+		return &fs.PathError{Op: "chmod", Path: dir, Err: err}
+	}
+	return nil
+}
+
+// copySkeleton copies skel into home, each entry owned by uid:gid with the
+// skeleton's mode.
+func copySkeleton(skel, home string, uid, gid int) error {
 	return filepath.WalkDir(skel, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) && path == skel {
