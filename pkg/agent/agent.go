@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -106,6 +107,8 @@ type Agent struct {
 	beatNow  chan struct{}
 	// evidence is the latest cleaning done, reported until the node shows it.
 	evidence *nodusv1.CleaningEvidence
+	// ending holds the login users whose processes a beat is ending.
+	ending map[string]bool
 }
 
 // New loads the agent's credential and state.
@@ -455,8 +458,12 @@ func (a *Agent) beat(ctx context.Context) error {
 		if !a.current(acc.Reservation) {
 			continue // only reservations on this node now are reported
 		}
+		sessions := a.procs.Count(acc.LoginUser)
+		if sessions > 0 && !acc.Granted() {
+			a.endLeftSessions(ctx, acc.LoginUser, applied)
+		}
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
-			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(a.procs.Count(acc.LoginUser)),
+			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(sessions),
 			BorrowerExecutions: borrowers,
 		})
 	}
@@ -473,6 +480,36 @@ func (a *Agent) beat(ctx context.Context) error {
 		klog.ErrorS(err, "forgetting retired reservations")
 	}
 	return nil
+}
+
+// endLeftSessions ends, in the background, the processes of a login user
+// whose access is retired but who still runs some: the ending apply started
+// was cut short (nodusd stopped within the grace period, and apply does not
+// run again for an epoch already recorded), or a process outlived it. A
+// user some access still grants is left alone; one ending per user at a time.
+func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []state.Access) {
+	if user == "" || a.refuseLoginUser(user) != nil ||
+		slices.ContainsFunc(applied, func(acc state.Access) bool { return acc.Granted() && acc.LoginUser == user }) {
+		return
+	}
+	a.mu.Lock()
+	if a.ending == nil {
+		a.ending = map[string]bool{}
+	}
+	busy := a.ending[user]
+	a.ending[user] = true
+	a.mu.Unlock()
+	if busy {
+		return
+	}
+	klog.InfoS("ending the processes of a login user whose access is retired", "user", user)
+	go func() {
+		a.procs.EndSessions(ctx, user, a.opts.Grace)
+		a.mu.Lock()
+		delete(a.ending, user)
+		a.mu.Unlock()
+		a.beatSoon()
+	}()
 }
 
 func (a *Agent) currentInterval() time.Duration {

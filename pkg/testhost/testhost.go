@@ -126,19 +126,30 @@ func FakeGPUs(bin string, n int) (func(), error) {
 	return remove, nil
 }
 
-// Account adds a system account without a home, named prefix and a few
-// random letters, for processes a test runs as another user; remove takes
-// it away again. It needs root and useradd.
-func Account(prefix string) (name string, uid, gid int, remove func(), err error) {
+// SystemAccount adds a system account without a home, named prefix and a
+// few random letters, for processes a test runs as another user; remove
+// takes it away again. It needs root and useradd.
+func SystemAccount(prefix string) (name string, uid, gid int, remove func(), err error) {
+	return account(prefix, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin")
+}
+
+// LoginAccount adds an account with a home, as people's accounts are (a uid
+// from UID_MIN up), such as a host's login user; remove takes it away again
+// with its home. It needs root and useradd.
+func LoginAccount(prefix string) (name string, uid, gid int, remove func(), err error) {
+	return account(prefix, "--create-home", "--shell", "/bin/sh")
+}
+
+func account(prefix string, flags ...string) (name string, uid, gid int, remove func(), err error) {
 	var suffix [4]byte
 	if _, err := rand.Read(suffix[:]); err != nil {
 		return "", 0, 0, nil, err
 	}
 	name = fmt.Sprintf("%s-%x", prefix, suffix)
-	if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", name).CombinedOutput(); err != nil {
+	if out, err := exec.Command("useradd", append(flags, name)...).CombinedOutput(); err != nil {
 		return "", 0, 0, nil, fmt.Errorf("useradd %s: %v: %s", name, err, out)
 	}
-	remove = func() { _ = exec.Command("userdel", name).Run() }
+	remove = func() { _ = exec.Command("userdel", "--remove", name).Run() }
 	u, err := user.Lookup(name)
 	if err == nil {
 		uid, err = strconv.Atoi(u.Uid)

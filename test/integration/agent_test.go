@@ -5,10 +5,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,10 +19,12 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testhost"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -414,4 +418,70 @@ func waitCode(t *testing.T, cfg *rest.Config, path string, code int) {
 	if err != nil {
 		t.Fatalf("GET %s: %d, want %d: %s", path, last.code, code, last.body)
 	}
+}
+
+// TestARestartedAgentEndsWhatARetirementLeftRunning: nodusd ends a login
+// user's processes when its access is retired, SIGKILL only after the grace
+// period. Stopped within that period (a restart, an upgrade), it must end
+// them once it runs again: the retirement is recorded, so applying it
+// again does nothing, and the tenant's process would otherwise keep
+// running, with the host never drained.
+func TestARestartedAgentEndsWhatARetirementLeftRunning(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run a tenant's process as a login account of its own (CI is root)")
+	}
+	login, uid, gid, remove, err := testhost.LoginAccount("nodus-rs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
+	start := func(grace time.Duration) (stop func()) {
+		a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: grace, Socket: filepath.Join(dir, "p.sock")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { _ = a.Run(runCtx); close(done) }()
+		return func() { cancel(); <-done }
+	}
+	stop := start(time.Minute)
+	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool { return n.Status.AppliedEpoch == 1 })
+
+	// The tenant's process ignores SIGTERM: only SIGKILL, after the grace
+	// period, ends it.
+	tenant := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 1; done`)
+	tenant.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := tenant.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { _ = tenant.Wait(); close(exited) }()
+	t.Cleanup(func() { _ = sessions.SignalEveryProcessOf(uid, syscall.SIGKILL) })
+
+	if r := f.release(t, f.admin, "agent-1", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	time.Sleep(2 * time.Second) // the agent applies the release and sends SIGTERM
+	stop()
+	select {
+	case <-exited:
+		t.Fatal("the tenant's process ended before the grace period did: nothing left to test")
+	default:
+	}
+	stop = start(time.Second)
+	t.Cleanup(stop)
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tenant's process still runs 30 s after the agent came back")
+	}
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Release != nil && h.Status.Release.DrainedAt != nil
+	})
 }

@@ -27,7 +27,7 @@ func TestAHomeResetFollowsNothingATenantSwaps(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
 		t.Skip("needs perl (Debian's perl-base) to run the swapping process")
 	}
-	name, uid, gid, remove, err := testhost.Account("nodus-swap")
+	name, uid, gid, remove, err := testhost.SystemAccount("nodus-swap")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -25,7 +25,7 @@ func TestEndSessionsEndsAProcessThatKeepsChangingItsPID(t *testing.T) {
 	if _, err := exec.LookPath("perl"); err != nil {
 		t.Skip("needs perl (Debian's perl-base) to run the process")
 	}
-	name, uid, gid, remove, err := testhost.Account("nodus-hop")
+	name, uid, gid, remove, err := testhost.SystemAccount("nodus-hop")
 	if err != nil {
 		t.Fatal(err)
 	}
