@@ -304,9 +304,9 @@ var registry = func() map[metav1.StatusReason]Reason {
 			func(r Request) string {
 				return "Use a token of the node's own pool (`kubectl get node.nodus.dev " + orDefault(r.Name, "NAME") + " -o jsonpath={.spec.pool}`): enrollment never moves a node. An operator moves a node by changing its spec.pool."
 			}},
-		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a status field the server owns.",
+		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a field of its Node the server or the operator owns.",
 			func(Request) string {
-				return "An agent reports only status.inventory, status.sshHostKey, status.sshAddress and status.executionSlots (and heartbeats); drop the other fields from the write. States, claims, conditions, epochs and generations are the server's."
+				return "An agent reports only status.inventory, status.sshHostKey, status.sshAddress and status.executionSlots (and heartbeats); drop the other fields from the write. States, claims, conditions, epochs and generations are the server's; labels, annotations, finalizers and owner references the operator's."
 			}},
 		{ReasonAgentCredentialRetired, http.StatusForbidden, "The agent certificate was replaced or its node deleted.",
 			func(r Request) string {

@@ -159,6 +159,11 @@ func TestAuthorizationMatrix(t *testing.T) {
 			{"status.appliedEpoch", "PATCH", own + "/status", `{"status":{"appliedEpoch":7}}`, 403, apierror.ReasonServerOwnedField},
 			{"status.agentGeneration", "PATCH", own + "/status", `{"status":{"agentGeneration":9}}`, 403, apierror.ReasonServerOwnedField},
 			{"status.lastHeartbeatTime", "PATCH", own + "/status", `{"status":{"lastHeartbeatTime":"2030-01-01T00:00:00Z"}}`, 403, apierror.ReasonServerOwnedField},
+			// A finalizer would keep a deleted node, and its credentials, alive.
+			{"metadata.finalizers", "PATCH", own + "/status", `{"metadata":{"finalizers":["x.io/keep"]}}`, 403, apierror.ReasonServerOwnedField},
+			{"metadata.labels", "PATCH", own + "/status", `{"metadata":{"labels":{"pool":"other"}}}`, 403, apierror.ReasonServerOwnedField},
+			{"metadata.annotations", "PATCH", own + "/status", `{"metadata":{"annotations":{"x":"y"}}}`, 403, apierror.ReasonServerOwnedField},
+			{"metadata.ownerReferences", "PATCH", own + "/status", `{"metadata":{"ownerReferences":[{"apiVersion":"nodus.dev/v1","kind":"Pool","name":"fra1","uid":"6f7e6e07-c93b-476f-8085-f75ee2b49306"}]}}`, 403, apierror.ReasonServerOwnedField},
 			{"its own spec", "PATCH", own, `{"spec":{"pool":"elsewhere"}}`, 403, metav1.StatusReasonForbidden},
 			{"its own node, deleted", "DELETE", own, "", 403, metav1.StatusReasonForbidden},
 			{"another node's status", "PATCH", nodus + "/nodes/gpu-001/status", `{"status":{"sshAddress":"10.0.0.9:22"}}`, 403, metav1.StatusReasonForbidden},

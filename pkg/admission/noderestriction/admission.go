@@ -5,7 +5,9 @@
 // the allocation and reservation claims, the cleaning request and its
 // outcome, conditions, epochs, the agent generation or heartbeat times.
 // Those come from the server's own controllers and from evidence the
-// heartbeat handler checks.
+// heartbeat handler checks. Nor may it change the Node's metadata: a
+// finalizer would keep a node the operator deleted, and the credentials
+// that name it, alive; labels and annotations are the operator's.
 package noderestriction
 
 import (
@@ -48,6 +50,17 @@ var serverOwned = []struct {
 	{"lastHeartbeatTime", func(s *nodusv1.NodeStatus) interface{} { return s.LastHeartbeatTime }},
 }
 
+// operatorOwned is the metadata an agent's status write must leave as it is.
+var operatorOwned = []struct {
+	name string
+	get  func(*nodusv1.Node) interface{}
+}{
+	{"labels", func(n *nodusv1.Node) interface{} { return n.Labels }},
+	{"annotations", func(n *nodusv1.Node) interface{} { return n.Annotations }},
+	{"finalizers", func(n *nodusv1.Node) interface{} { return n.Finalizers }},
+	{"ownerReferences", func(n *nodusv1.Node) interface{} { return n.OwnerReferences }},
+}
+
 // Validate refuses an agent's node status write that changes a field the server owns.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	if a.GetResource().GroupResource() != nodusv1.Resource("nodes") || a.GetSubresource() != "status" {
@@ -62,6 +75,11 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return nil
 	}
 	var changed []string
+	for _, f := range operatorOwned {
+		if !equality.Semantic.DeepEqual(f.get(n), f.get(old)) {
+			changed = append(changed, "metadata."+f.name)
+		}
+	}
 	for _, f := range serverOwned {
 		if !equality.Semantic.DeepEqual(f.get(&n.Status), f.get(&old.Status)) {
 			changed = append(changed, "status."+f.name)
@@ -71,5 +89,5 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 		return nil
 	}
 	return apierror.New(ctx, apierror.ReasonServerOwnedField, a.GetResource().GroupResource(), a.GetName(),
-		fmt.Sprintf("a node agent reports only its inventory, SSH host key and address and execution slots; the server owns %s", strings.Join(changed, ", ")), "")
+		fmt.Sprintf("a node agent reports only its inventory, SSH host key and address and execution slots; %s are not its to write", strings.Join(changed, ", ")), "")
 }
