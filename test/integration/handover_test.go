@@ -191,6 +191,44 @@ func TestHandoverWaitsForCleaningEvidence(t *testing.T) {
 	if n := waitNode(t, s, "h1", func(n *nodusv1.Node) bool { return n.Status.Reservation == "next" }); n.Status.ProvisionState != nodusv1.ProvisionStateActive {
 		t.Errorf("the next tenant's node: %+v", n.Status)
 	}
+
+	// The former tenant's ReservedHost shows nothing of the next tenant's
+	// time on the node: not its heartbeats, epoch or inventory.
+	before, err := c.ReservedHosts("acme").Get(ctx(t), "h1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Nodes().Get(ctx(t), "h1", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.Inventory.DiskGiB = 1234
+		_, err = c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if r := f.heartbeat(t, "h1", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("next", 1, 0, 0)}}); r.code != 200 {
+		t.Fatalf("the next tenant's heartbeat: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		h, err := c.ReservedHosts("other").Get(cx, "next", metav1.GetOptions{})
+		return err == nil && h.Status.Inventory.DiskGiB == 1234, nil
+	}); err != nil {
+		t.Fatal("the next tenant's ReservedHost never showed the node's inventory")
+	}
+	after, err := c.ReservedHosts("acme").Get(ctx(t), "h1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status.Inventory.DiskGiB != before.Status.Inventory.DiskGiB || !after.Status.LastHeartbeatTime.Equal(before.Status.LastHeartbeatTime) {
+		t.Errorf("the former tenant's ReservedHost follows the node under the next tenant: inventory %+v, last heartbeat %v (was %+v, %v)",
+			after.Status.Inventory, after.Status.LastHeartbeatTime, before.Status.Inventory, before.Status.LastHeartbeatTime)
+	}
+	if c := meta.FindStatusCondition(after.Status.Conditions, nodusv1.ReservedHostConditionConnected); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "AccessEnded" {
+		t.Errorf("the former tenant's host, handed back: %+v", c)
+	}
 }
 
 // stillCleaning checks, for a while, that node stays cleaning and the

@@ -147,8 +147,14 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	}
 
 	node := o.node
-	if node != nil && node.Name != r.Status.Node {
+	switch {
+	case node != nil && node.Name != r.Status.Node:
 		node = nil // the placement moved on: show nothing of a node the reservation left
+	case node != nil && lifecycle.Final(r.Status.State) && node.Status.Reservation != r.Name:
+		// Handed over: what the node reports now is the operator's cleaning
+		// or the next tenant's time, none of it this tenant's to see. The
+		// host keeps what it showed last.
+		node = nil
 	}
 	host.Status.Connect = nil
 	if node != nil {
@@ -173,6 +179,8 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) metav1.Condition {
 	c := metav1.Condition{Type: nodusv1.ReservedHostConditionConnected, Status: metav1.ConditionFalse, LastTransitionTime: now}
 	switch {
+	case node == nil && lifecycle.Final(r.Status.State):
+		c.Reason, c.Message = "AccessEnded", "the reservation's access ended and the host was handed back"
 	case node == nil:
 		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
 	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
