@@ -64,6 +64,9 @@ func TestExecutionAdmission(t *testing.T) {
 		"empty command":           {bea, strings.Replace(execution("lending", 1, ""), `["python","train.py"]`, `[]`, 1), 422, metav1.StatusReasonInvalid},
 		"bad env name":            {bea, execution("lending", 1, `,"env":[{"name":"1BAD","value":"x"}]`), 422, metav1.StatusReasonInvalid},
 		"runtime over 7 days":     {bea, strings.Replace(execution("lending", 1, ""), "3600", "999999999", 1), 422, metav1.StatusReasonInvalid},
+		// Nothing would remove it: the execution, and its project's deletion, would wait for ever.
+		"a finalizer": {bea, strings.Replace(execution("lending", 1, ""), `"generateName":"job-"`, `"generateName":"job-","finalizers":["x.io/keep"]`, 1),
+			422, metav1.StatusReasonInvalid},
 	} {
 		r := submit(tc.cfg, tc.body)
 		if r.code != tc.code {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -633,6 +634,10 @@ func ParseImage(ref string) (name, tag string, err error) {
 
 // ValidateExecution checks a borrower's execution.
 func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
+	return append(validateExecution(e), noNewFinalizers(e.Finalizers, nil)...)
+}
+
+func validateExecution(e *nodusv1.Execution) field.ErrorList {
 	errs := apimachineryvalidation.ValidateObjectMeta(&e.ObjectMeta, true, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 	spec := field.NewPath("spec")
 	errs = append(errs, validateReferenceName(e.Spec.Pool, spec.Child("pool"), true)...)
@@ -698,8 +703,23 @@ func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
 
 // ValidateExecutionUpdate keeps what runs fixed once submitted.
 func ValidateExecutionUpdate(e, old *nodusv1.Execution) field.ErrorList {
-	errs := ValidateExecution(e)
+	errs := validateExecution(e)
+	errs = append(errs, noNewFinalizers(e.Finalizers, old.Finalizers)...)
 	return append(errs, apimachineryvalidation.ValidateImmutableField(e.Spec, old.Spec, field.NewPath("spec"))...)
+}
+
+// noNewFinalizers refuses finalizers a write adds to an Execution: nothing
+// of Nodus' removes one, so the execution, and its project's deletion,
+// would wait for ever. Removing one is fine.
+func noNewFinalizers(finalizers, old []string) field.ErrorList {
+	var errs field.ErrorList
+	for i, f := range finalizers {
+		if !slices.Contains(old, f) {
+			errs = append(errs, field.Forbidden(field.NewPath("metadata", "finalizers").Index(i),
+				"an execution takes no finalizers: nothing would remove it, and the execution and its project's deletion would wait for ever"))
+		}
+	}
+	return errs
 }
 
 // MaxHeartbeatReservations bounds the reservations one heartbeat reports:
