@@ -192,8 +192,18 @@ func removeIfExists(path string) error {
 }
 
 // removeOwned removes the entries of dir owned by uid (whole trees when
-// trees), and reports how many. A missing dir has none.
+// trees), and reports how many. A missing dir has none. With trees it looks
+// inside the directories of others too: a shared directory such as
+// /tmp/.X11-unix (root's, 1777) holds the tenant's files as well. Nothing is
+// followed.
 func removeOwned(dir string, uid int, trees bool) (int, error) {
+	return removeOwnedBelow(dir, uid, trees, maxSharedDepth)
+}
+
+// maxSharedDepth bounds how deep removeOwned looks into others' directories.
+const maxSharedDepth = 16
+
+func removeOwnedBelow(dir string, uid int, trees bool, depth int) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -205,7 +215,17 @@ func removeOwned(dir string, uid int, trees bool) (int, error) {
 	for _, e := range entries {
 		path := filepath.Join(dir, e.Name())
 		var st syscall.Stat_t
-		if err := syscall.Lstat(path, &st); err != nil || int(st.Uid) != uid {
+		if err := syscall.Lstat(path, &st); err != nil {
+			continue
+		}
+		if int(st.Uid) != uid {
+			if trees && depth > 0 && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+				below, err := removeOwnedBelow(path, uid, trees, depth-1)
+				n += below
+				if err != nil {
+					return n, err
+				}
+			}
 			continue
 		}
 		if e.IsDir() && !trees {

@@ -26,7 +26,7 @@ func newScratch(t *testing.T) *scratch {
 	t.Helper()
 	root := t.TempDir()
 	s := &scratch{root: root, home: filepath.Join(root, "home", "tenant")}
-	for _, dir := range []string{"skel/.config", "cron", "at", "linger", "tmp", "proc", "home/tenant/.ssh", "home/tenant/work"} {
+	for _, dir := range []string{"skel/.config", "cron", "at", "linger", "tmp", "tmp/.X11-unix", "proc", "home/tenant/.ssh", "home/tenant/work"} {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -46,6 +46,9 @@ func newScratch(t *testing.T) *scratch {
 	write("at/a0001", "job\n", 0o600)
 	write("linger/tenant", "", 0o644)
 	write("tmp/leftover", "tenant data\n", 0o644)
+	// A shared directory of root's, as systemd-tmpfiles makes them.
+	write("tmp/.X11-unix/tenant-left", "tenant data\n", 0o644)
+	write("tmp/.X11-unix/X0", "root's\n", 0o644)
 	if err := os.Symlink("/etc/passwd", filepath.Join(s.home, "link")); err != nil {
 		t.Fatal(err)
 	}
@@ -53,7 +56,7 @@ func newScratch(t *testing.T) *scratch {
 	uid := os.Getuid()
 	if uid == 0 {
 		uid = 4242
-		for _, owned := range []string{"at/a0001", "tmp/leftover"} {
+		for _, owned := range []string{"at/a0001", "tmp/leftover", "tmp/.X11-unix/tenant-left"} {
 			if err := os.Lchown(filepath.Join(root, owned), uid, uid); err != nil {
 				t.Fatal(err)
 			}
@@ -86,10 +89,14 @@ func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 	if r.Err != nil {
 		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
 	}
-	for _, gone := range []string{"home/tenant/.ssh", "home/tenant/work", "home/tenant/link", "cron/tenant", "at/a0001", "linger/tenant", "tmp/leftover"} {
+	for _, gone := range []string{"home/tenant/.ssh", "home/tenant/work", "home/tenant/link", "cron/tenant", "at/a0001", "linger/tenant", "tmp/leftover",
+		"tmp/.X11-unix/tenant-left"} {
 		if s.exists(gone) {
 			t.Errorf("%s survived the cleaning", gone)
 		}
+	}
+	if os.Getuid() == 0 && !s.exists("tmp/.X11-unix/X0") {
+		t.Error("a file of root's in a shared directory was removed")
 	}
 	if _, err := os.Stat("/etc/passwd"); err != nil {
 		t.Errorf("the symlink's target was touched: %v", err)
