@@ -72,9 +72,9 @@ func (c *call) createAllocation() error {
 		Extra: extra, Owner: deref(body.Owner),
 	}}
 	if body.Node != nil {
-		n, err := c.findNode(*body.Node)
+		n, err := c.findNamedNode(*body.Node, "Node %s could not be found")
 		if err != nil {
-			return errorf(http.StatusBadRequest, "Node %s could not be found", *body.Node)
+			return err
 		}
 		a.Spec.Node = n.Name
 		if a.Spec.ResourceClass == "" {
@@ -84,9 +84,9 @@ func (c *call) createAllocation() error {
 	// As Ironic: candidates are resolved to UUIDs now, in their order, and
 	// one that names no node is a 400.
 	for i, ident := range a.Spec.CandidateNodes {
-		n, err := c.findNode(ident)
+		n, err := c.findNamedNode(ident, "Node %s could not be found.")
 		if err != nil {
-			return errorf(http.StatusBadRequest, "Node %s could not be found.", ident)
+			return err
 		}
 		a.Spec.CandidateNodes[i] = string(n.UID)
 	}
@@ -129,9 +129,9 @@ func (c *call) listAllocations() error {
 	}
 	nodeFilter := ""
 	if ident := q.Get("node"); ident != "" {
-		n, err := c.findNode(ident)
+		n, err := c.findNamedNode(ident, "Node %s could not be found")
 		if err != nil {
-			return errorf(http.StatusBadRequest, "Node %s could not be found", ident)
+			return err
 		}
 		nodeFilter = n.Name
 	}

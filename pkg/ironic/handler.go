@@ -264,7 +264,8 @@ func (c *call) listAllocationsWith(opts *metainternalversion.ListOptions) ([]nod
 
 // findNode resolves a node by UUID or name, with a consistent read.
 func (c *call) findNode(ident string) (*nodusv1.Node, error) {
-	if !looksLikeUUID(ident) {
+	uid, isUUID := canonicalUUID(ident)
+	if !isUUID {
 		obj, err := c.h.Nodes.Get(c.ctx(), ident, &metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
@@ -282,12 +283,24 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 			return nil, err
 		}
 		for i := range nodes {
-			if string(nodes[i].UID) == ident {
+			if string(nodes[i].UID) == uid {
 				return c.findNode(nodes[i].Name)
 			}
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+}
+
+// findNamedNode is findNode for a node a request's body or query names:
+// one that does not exist is the request's fault, a 400 with message (as
+// Ironic's); a failure to look stays what it is.
+func (c *call) findNamedNode(ident, message string) (*nodusv1.Node, error) {
+	n, err := c.findNode(ident)
+	var e *apiError
+	if errors.As(err, &e) && e.code == http.StatusNotFound {
+		return nil, errorf(http.StatusBadRequest, message, ident)
+	}
+	return n, err
 }
 
 // findAllocation resolves an allocation as Ironic's get_rpc_allocation

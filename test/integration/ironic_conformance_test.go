@@ -191,6 +191,18 @@ func TestIronicAllocationCandidatesAreResolved(t *testing.T) {
 	if r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["no-such-node"]}`); r.code != http.StatusBadRequest {
 		t.Errorf("an unknown candidate: %d %s, want 400", r.code, r.body)
 	}
+	// A UUID names a node in any case and form, as it names an allocation
+	// (Ironic's is_uuid_like).
+	for _, form := range []string{strings.ToUpper(string(n0.UID)), "{" + string(n0.UID) + "}"} {
+		r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["` + form + `"]}`)
+		if json.Unmarshal(r.body, &created); r.code != http.StatusCreated || len(created.CandidateNodes) != 1 || created.CandidateNodes[0] != string(n0.UID) {
+			t.Errorf("a candidate as %s: %d %s", form, r.code, r.body)
+		}
+		if r := do(t, op, "GET", "/v1/nodes/"+form+"/allocation", "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusNotFound ||
+			!strings.Contains(string(r.body), "has no allocation") && !strings.Contains(string(r.body), "allocation") {
+			t.Errorf("the allocation of node %s: %d %s, want 404 (found, no allocation)", form, r.code, r.body)
+		}
+	}
 	r = post(`{"node":"cand-1","name":"backfill-1"}`)
 	var backfill struct {
 		ResourceClass string `json:"resource_class"`
