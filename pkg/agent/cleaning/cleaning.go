@@ -139,13 +139,9 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	var steps []string
 	// Bounded: a process that survives SIGKILL (stuck in the kernel) fails
 	// the cleaning instead of holding it for ever.
-	endCtx, cancel := context.WithTimeout(ctx, 2*c.Grace+10*time.Second)
+	endCtx, cancel := context.WithTimeout(ctx, 2*(2*c.Grace+10*time.Second))
+	defer cancel()
 	c.Procs.EndSessions(endCtx, name, c.Grace)
-	cancel()
-	if left := len(c.Procs.PIDsOf(uid)); left > 0 {
-		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
-	}
-	steps = append(steps, "ended every process of "+name)
 
 	for _, dir := range c.Paths.CronSpools {
 		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
@@ -167,6 +163,14 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 			return steps, fmt.Errorf("ending lingering: %w", err)
 		}
 	}
+	// Again, now that nothing can start a process of the account: a cron
+	// or at job, or a user service, that started after the first sweep.
+	c.Procs.EndSessions(endCtx, name, c.Grace)
+	cancel()
+	if left := len(c.Procs.PIDsOf(uid)); left > 0 {
+		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
+	}
+	steps = append(steps, "ended every process of "+name)
 	left := 0
 	for _, dir := range c.Paths.TempDirs {
 		n, err := removeOwned(dir, uid, true)
