@@ -43,6 +43,8 @@ type watch struct {
 	attrs  authorizer.Attributes
 	token  string
 	cancel context.CancelFunc
+	// expiry cuts the watch when its token expires; guarded by Watches.mu.
+	expiry *time.Timer
 }
 
 // Filter remembers every watch that handler serves, and cuts it when told.
@@ -61,17 +63,36 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
 		open := &watch{ctx: ctx, attrs: attrs, cancel: cancel}
-		if tokens := attrs.GetUser().GetExtra()[auth.ExtraAccessToken]; len(tokens) == 1 {
-			open.token = tokens[0]
-			if t, err := w.Tokens.GetAccessToken(ctx, open.token, false); err == nil && t.Spec.ExpiresAt != nil {
-				expiry := time.AfterFunc(time.Until(t.Spec.ExpiresAt.Time), cancel)
-				defer expiry.Stop()
-			}
-		}
 		w.add(open)
 		defer w.remove(open)
+		if tokens := attrs.GetUser().GetExtra()[auth.ExtraAccessToken]; len(tokens) == 1 {
+			w.mu.Lock()
+			open.token = tokens[0]
+			w.mu.Unlock()
+			if t, err := w.Tokens.GetAccessToken(ctx, open.token, false); err == nil && t.Spec.ExpiresAt != nil {
+				w.expireAt(open, t.Spec.ExpiresAt.Time)
+			}
+		}
 		handler.ServeHTTP(rw, req.WithContext(ctx))
 	})
+}
+
+// expireAt sets when open is cut, replacing an earlier time.
+func (w *Watches) expireAt(open *watch, at time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if open.expiry != nil {
+		open.expiry.Stop()
+	}
+	open.expiry = time.AfterFunc(time.Until(at), open.cancel)
+}
+
+// TokenExpires moves the end of an AccessToken's watches to its expiresAt,
+// which an operator may set or bring forward while they are open.
+func (w *Watches) TokenExpires(name string, at time.Time) {
+	for _, open := range w.matching(func(o *watch) bool { return o.token == name }) {
+		w.expireAt(open, at)
+	}
 }
 
 // TokenDeleted cuts the watches of an AccessToken at once.
@@ -138,6 +159,9 @@ func (w *Watches) remove(open *watch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.open, open)
+	if open.expiry != nil {
+		open.expiry.Stop()
+	}
 }
 
 // Follow feeds w the changes that end access, from informers of factory,
@@ -145,6 +169,12 @@ func (w *Watches) remove(open *watch) {
 func (w *Watches) Follow(ctx context.Context, factory externalversions.SharedInformerFactory) error {
 	v1 := factory.Nodus().V1()
 	if _, err := v1.AccessTokens().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(old, obj interface{}) {
+			before, after := old.(*nodusv1.AccessToken), obj.(*nodusv1.AccessToken)
+			if after.Spec.ExpiresAt != nil && !after.Spec.ExpiresAt.Equal(before.Spec.ExpiresAt) {
+				w.TokenExpires(after.Name, after.Spec.ExpiresAt.Time)
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := tombstoned(obj).(*nodusv1.AccessToken); ok {
 				w.TokenDeleted(t.Name)

@@ -14,6 +14,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -645,5 +646,89 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	})
 	if closed.Status.Phase != nodusv1.ExecutionPending {
 		t.Errorf("an execution after its pool stopped lending: %s %q", closed.Status.Phase, closed.Status.Message)
+	}
+}
+
+// TestAFormerOwnersHostLendingShowsNothingOfTheNext: a node's former
+// owner lent it, released it, and the node went to another project, which
+// lends it too. When the next owner withdraws while a borrower's execution
+// still runs there, that execution is the next owner's to see (it drains),
+// never the former owner's: whichever of the two reservations a pass reads
+// first.
+func TestAFormerOwnersHostLendingShowsNothingOfTheNext(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, true)
+	c := s.Client.NodusV1()
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":8}`, f.reservation(t, node).Status.Epoch)); r.code != 200 {
+		t.Fatalf("acme lends: %d %s", r.code, r.body)
+	}
+	// acme releases; the node is drained and cleaned.
+	if r := f.release(t, f.admin, node, agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	final := f.reservation(t, node).Status.Epoch
+	if r := f.heartbeat(t, node, nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence(node, final, 0, 0)}}); r.code != 200 {
+		t.Fatalf("drain heartbeat: %d %s", r.code, r.body)
+	}
+	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
+	})
+	if r := f.heartbeat(t, node, nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
+		Request: cleaning.Status.Cleaning.Request, AppliedEpoch: final, Succeeded: true}}); r.code != 200 {
+		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
+	}
+	// other's reservation takes the node and lends it.
+	now := time.Now()
+	if err := testfleet.Reserve(ctx(t), s.Client, "next", "other", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "next", metav1.GetOptions{})
+		return err == nil && r.Status.State == nodusv1.ReservationStateActive, nil
+	}); err != nil {
+		t.Fatal("other's reservation never became active on the cleaned node")
+	}
+	nextLend := func(action string) response {
+		return do(t, f.outsider, "POST", "/apis/nodus.dev/v1/namespaces/other/reservedhosts/next/"+action, "application/json",
+			strings.NewReader(fmt.Sprintf(`{"epoch":%d,"maxGPUs":8}`, f.reservation(t, "next").Status.Epoch)))
+	}
+	if r := nextLend("lend"); r.code != 200 {
+		t.Fatalf("other lends: %d %s", r.code, r.body)
+	}
+	e := f.submit(t, "beta", 2, 600)
+	f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := f.report(t, node, "beta", e.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Fatalf("running: %d %s", r.code, r.body)
+	}
+	if r := nextLend("withdraw"); r.code != 200 {
+		t.Fatalf("other withdraws: %d %s", r.code, r.body)
+	}
+	// The execution drains on other's host; acme's shows it idle, pass after pass.
+	waitLending := func(project, name string, ok func(*nodusv1.HostLending) bool) {
+		t.Helper()
+		if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+			l, err := c.HostLendings(project).Get(cx, name, metav1.GetOptions{})
+			return err == nil && ok(l), nil
+		}); err != nil {
+			t.Fatalf("the HostLending %s/%s never got there", project, name)
+		}
+	}
+	waitLending("other", "next", func(l *nodusv1.HostLending) bool { return l.Status.BorrowedGPUs == 2 && l.Status.Executions == 1 })
+	for i := range 30 {
+		// A scheduler pass each time (a pool event triggers one), so that
+		// both reservations get read first in turn.
+		if _, err := c.Pools().Patch(ctx(t), "gpu", types.MergePatchType, []byte(fmt.Sprintf(`{"metadata":{"labels":{"tick":"%d"}}}`, i)),
+			metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(100 * time.Millisecond)
+		l, err := c.HostLendings("acme").Get(ctx(t), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l.Status.BorrowedGPUs != 0 || l.Status.Executions != 0 || len(l.Status.Borrowers) != 0 || len(l.Status.GPUIndices) != 0 {
+			t.Fatalf("acme's HostLending, released before, shows other's borrower: %+v", l.Status)
+		}
 	}
 }

@@ -520,5 +520,34 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	enrollAgent(t, s, "watcher", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "watcher"}, t.TempDir())
 	cutWithin("agent enrolled again", agentWatch, reenrolled)
 
+	// An operator expires a token by setting its expiresAt: a token that
+	// had none, or a later one.
+	for _, had := range []string{"none", "a later one"} {
+		cfg := tokenFor(t, s, "alice")
+		name, _, _ := strings.Cut(cfg.BearerToken, ".")
+		tokens := s.Client.NodusV1().AccessTokens()
+		if had != "none" {
+			tok, err := tokens.Get(ctx(t), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok.Spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(time.Hour)}
+			if _, err := tokens.Update(ctx(t), tok, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		open := watchUntilCut(cfg, hosts)
+		tok, err := tokens.Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok.Spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(time.Second)}
+		expired := time.Now()
+		if _, err := tokens.Update(ctx(t), tok, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cutWithin("expiresAt set to a second from now, the token had "+had, open, expired)
+	}
+
 	stillOpen("alice, still an admin", alice)
 }
