@@ -36,6 +36,18 @@ func (c *call) listNodes(detail bool) error {
 	if detail && len(p.fields) > 0 {
 		return errorf(http.StatusBadRequest, "Can not specify ?fields on /v1/nodes/detail")
 	}
+	// ?detail=True (1.43+; checkNodeParams refuses it below) is the same
+	// list as /v1/nodes/detail.
+	if raw := q.Get("detail"); q.Has("detail") && !detail {
+		asked, err := parseBool("detail", raw)
+		if err != nil {
+			return err
+		}
+		if asked && requested {
+			return errorf(http.StatusBadRequest, "Can not specify ?detail=True and fields in the same request.")
+		}
+		detail = asked
+	}
 	if !detail && len(p.fields) == 0 {
 		p.fields = nodeSummaryFields
 	}

@@ -500,3 +500,34 @@ func TestIronicAllocationUUID(t *testing.T) {
 	}
 	decodeAllocation(t, post(`{"resource_class":"none-such","uuid":"`+want+`"}`), http.StatusCreated)
 }
+
+// TestIronicNodeListDetailParameter: from 1.43 GET /v1/nodes?detail=True
+// answers full nodes, as /v1/nodes/detail does; a value that is no boolean,
+// or detail with fields, is a 400, as Ironic's.
+func TestIronicNodeListDetailParameter(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "d-0")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	list := func(query string) (response, []map[string]interface{}) {
+		r := do(t, op, "GET", "/v1/nodes?"+query, "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+		var body struct {
+			Nodes []map[string]interface{} `json:"nodes"`
+		}
+		_ = json.Unmarshal(r.body, &body)
+		return r, body.Nodes
+	}
+	for _, query := range []string{"detail=True", "detail=1"} {
+		if r, nodes := list(query); r.code != 200 || len(nodes) != 1 || nodes[0]["properties"] == nil || nodes[0]["resource_class"] == nil {
+			t.Errorf("?%s: %d %s, want the node in full", query, r.code, r.body)
+		}
+	}
+	if r, nodes := list("detail=false"); r.code != 200 || len(nodes) != 1 || nodes[0]["properties"] != nil {
+		t.Errorf("?detail=false: %d %s, want the summary", r.code, r.body)
+	}
+	for _, query := range []string{"detail=maybe", "detail=true&fields=uuid"} {
+		if r, _ := list(query); r.code != http.StatusBadRequest {
+			t.Errorf("?%s: %d %s, want 400", query, r.code, r.body)
+		}
+	}
+}
