@@ -1,6 +1,7 @@
 package ironic
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"sort"
@@ -25,6 +26,9 @@ func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
 	p := page{limit: maxLimit, sortKey: "created_at"}
 	if raw := q.Get("limit"); raw != "" {
 		n, err := strconv.Atoi(raw)
+		if errors.Is(err, strconv.ErrRange) && !strings.HasPrefix(raw, "-") {
+			n, err = maxLimit, nil // Ironic's int has no bound: any larger limit is capped
+		}
 		if err != nil {
 			return p, errorf(http.StatusBadRequest, "Invalid limit %q: must be a positive integer", raw)
 		}
@@ -51,6 +55,7 @@ func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
 	}
 	if raw := q.Get("fields"); raw != "" {
 		for _, f := range strings.Split(raw, ",") {
+			f = strings.TrimSpace(f) // as Ironic's list parameters
 			if !contains(fields, f) {
 				return p, errorf(http.StatusBadRequest, "Field(s) %q are not valid", f)
 			}

@@ -325,15 +325,21 @@ func TestIronicRawHTTP(t *testing.T) {
 	if json.Unmarshal(paged.body, &list); list.Next == "" || !strings.Contains(list.Next, "marker=") {
 		t.Errorf("a full page links to the next: %s", paged.body)
 	}
-	for _, bad := range []string{"limit=0", "limit=-1", "limit=abc", "limit=99999999999999999999", "marker=not-a-uuid",
+	for _, bad := range []string{"limit=0", "limit=-1", "limit=abc", "limit=-99999999999999999999", "marker=not-a-uuid",
 		"sort_dir=up", "sort_key=bogus", "fields=bogus"} {
 		fault(t, get("/v1/allocations?"+bad), http.StatusBadRequest)
 	}
 	// A well-formed marker of no object is not found, as in Ironic.
 	fault(t, get("/v1/allocations?marker=00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
 	fault(t, get("/v1/nodes?marker=00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
-	if r := get("/v1/allocations?limit=100000"); r.code != 200 {
-		t.Errorf("a huge limit is capped as Ironic does: %d", r.code)
+	for _, huge := range []string{"100000", "99999999999999999999"} {
+		if r := get("/v1/allocations?limit=" + huge); r.code != 200 {
+			t.Errorf("a huge limit (%s) is capped as Ironic's (Python's int has no bound): %d %s", huge, r.code, r.body)
+		}
+	}
+	// Ironic's list parameters strip the spaces around each item.
+	if r := get("/v1/allocations?fields=uuid,%20name"); r.code != 200 {
+		t.Errorf("fields with a space after the comma: %d %s", r.code, r.body)
 	}
 	fault(t, get("/v1/nodes/00000000-0000-0000-0000-000000000000"), http.StatusNotFound)
 	fault(t, get("/v1/allocations/no-such"), http.StatusNotFound)
