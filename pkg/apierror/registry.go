@@ -131,7 +131,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{metav1.StatusReasonForbidden, http.StatusForbidden, "The caller may not do this.",
 			func(r Request) string {
 				if r.Namespace != "" {
-					return fmt.Sprintf("Ask an admin of project %q (or an operator) for a role that allows %q on %s; `kubectl auth whoami` shows who you are.", r.Namespace, r.Verb, orDefault(r.Resource, r.Path))
+					return fmt.Sprintf("Ask an admin of project %q (or an operator) for a role that allows %q on %s; `nodus whoami` shows who you are.", r.Namespace, r.Verb, orDefault(r.Resource, r.Path))
 				}
 				return fmt.Sprintf("%q on %s is for operators; ask an operator, or use your project's namespace with -n PROJECT.", r.Verb, orDefault(r.Resource, r.Path))
 			}},
@@ -258,7 +258,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{ReasonExecutionFinished, http.StatusConflict, "The execution already ended.",
 			func(r Request) string {
-				return fmt.Sprintf("Nothing is left to stop: read how it ended with `nodus executions get %s -n %s`; submit a new execution to run it again.", r.Name, r.Namespace)
+				return fmt.Sprintf("Nothing is left to stop: read how it ended with `nodus executions get %s/%s`; submit a new execution to run it again.", orDefault(r.Namespace, "PROJECT"), orDefault(r.Name, "NAME"))
 			}},
 		{ReasonExecutionActive, http.StatusConflict, "The execution is placed on a host or running there.",
 			func(r Request) string {

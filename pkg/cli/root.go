@@ -68,5 +68,41 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 			return nil
 		},
 	})
+	usageErrors(root)
 	return root, g
+}
+
+// usageErrors makes every mistake in a command line a usage error (exit 2,
+// with the command's usage line): a wrong number of arguments, and a verb
+// a group of verbs does not have, which cobra would answer with the
+// group's help and exit 0.
+func usageErrors(cmd *cobra.Command) {
+	for _, sub := range cmd.Commands() {
+		usageErrors(sub)
+	}
+	if cmd.HasSubCommands() && !cmd.Runnable() {
+		cmd.Args = cobra.ArbitraryArgs
+		cmd.RunE = func(c *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return c.Help()
+			}
+			msg := fmt.Sprintf("%q is not a verb of %q", args[0], c.CommandPath())
+			if c.SuggestionsMinimumDistance <= 0 {
+				c.SuggestionsMinimumDistance = 2 // cobra's own default, set only where it suggests itself
+			}
+			if suggestions := c.SuggestionsFor(args[0]); len(suggestions) > 0 {
+				msg += "; did you mean " + strings.Join(suggestions, " or ") + "?"
+			}
+			return usageError(fmt.Errorf("%s\nRun '%s --help' for its verbs.", msg, c.CommandPath()))
+		}
+		return
+	}
+	if validate := cmd.Args; validate != nil {
+		cmd.Args = func(c *cobra.Command, args []string) error {
+			if err := validate(c, args); err != nil {
+				return usageError(fmt.Errorf("%v\nusage: %s", err, c.UseLine()))
+			}
+			return nil
+		}
+	}
 }
