@@ -458,3 +458,39 @@ func TestANameMadeAgainInheritsNoNode(t *testing.T) {
 		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "gpu-7"
 	})
 }
+
+// TestADeletedClassReservationFreesItsNode: a reservation placed by
+// resource class holds its node through an allocation of its own. Deleted
+// (by an operator, or with its project), it must let the allocation go
+// too: the node, once cleaned, serves the next class placement.
+func TestADeletedClassReservationFreesItsNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.node(t, "only")
+	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	if err := c.Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cleaning := waitNode(t, s, "only", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
+	})
+	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
+		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
+	}
+	f.reserve(t, "second", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "second", metav1.GetOptions{})
+		return err == nil && r.Status.State == nodusv1.ReservationStateActive, nil
+	}); err != nil {
+		n, _ := c.Nodes().Get(ctx(t), "only", metav1.GetOptions{})
+		_, allocErr := c.Allocations().Get(ctx(t), "reservation-first", metav1.GetOptions{})
+		t.Fatalf("the next class reservation never got the cleaned node: node %+v; the deleted one's allocation: %v", n.Status, allocErr)
+	}
+}

@@ -212,8 +212,9 @@ func (c *Controller) handOver(ctx context.Context, nodes []*nodusv1.Node) error 
 	return nil
 }
 
-// forget retires what a deleted reservation leaves: its ReservedHost, and
-// its claims, whose nodes go to cleaning as after a release.
+// forget retires what a deleted reservation leaves: its ReservedHost, its
+// own allocation, and its claims, whose nodes go to cleaning as after a
+// release.
 func (c *Controller) forget(ctx context.Context, name string) error {
 	hosts, err := c.hosts.List(labels.SelectorFromSet(labels.Set{LabelReservation: name}))
 	if err != nil {
@@ -233,6 +234,19 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	}
 	if err := c.handOver(ctx, handovers); err != nil {
 		return err
+	}
+	// The allocation a class placement made for it would hold the node for
+	// ever: only a released or ended reservation lets it go otherwise.
+	owned, err := c.allocations.List(labels.SelectorFromSet(labels.Set{LabelReservation: name}))
+	if err != nil {
+		return err
+	}
+	for _, a := range owned {
+		uid := a.UID // not another allocation made since under the name
+		err := c.client.NodusV1().Allocations().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return err
+		}
 	}
 	for _, h := range hosts {
 		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
