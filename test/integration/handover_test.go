@@ -494,3 +494,52 @@ func TestADeletedClassReservationFreesItsNode(t *testing.T) {
 		t.Fatalf("the next class reservation never got the cleaned node: node %+v; the deleted one's allocation: %v", n.Status, allocErr)
 	}
 }
+
+// TestAnEndedReservationLeavesALaterAllocationOfItsNameAlone: a
+// reservation placed on a named allocation lets that allocation go when it
+// ends. An allocation made later under the same name is someone else's:
+// the ended reservation, which stays, must not delete it.
+func TestAnEndedReservationLeavesALaterAllocationOfItsNameAlone(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	for _, n := range []string{"n1", "n2"} {
+		f.node(t, n)
+		if r := f.heartbeat(t, n, nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+			t.Fatalf("heartbeat: %d %s", r.code, r.body)
+		}
+	}
+	allocate := func() *nodusv1.Allocation {
+		t.Helper()
+		if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "web-1"},
+			Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		return waitAllocation(t, s, "web-1")
+	}
+	first := allocate()
+	f.reserve(t, "web", nodusv1.ReservationPlacement{Allocation: "web-1"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "web", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	if r := f.release(t, f.admin, "web", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	if r := f.heartbeat(t, first.Status.Node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Reservations: []nodusv1.ReservationEvidence{evidence("web", f.reservation(t, "web").Status.Epoch, 0, 0)}}); r.code != 200 {
+		t.Fatalf("drain heartbeat: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		_, err := c.Allocations().Get(cx, "web-1", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the released reservation never let its allocation go")
+	}
+	// Creation times have seconds: one made in the very second of the
+	// release cannot be told from the reservation's own.
+	time.Sleep(1100 * time.Millisecond)
+	second := allocate()
+	time.Sleep(2 * time.Second)
+	if a, err := c.Allocations().Get(ctx(t), "web-1", metav1.GetOptions{}); err != nil || a.UID != second.UID {
+		t.Errorf("the new allocation web-1 was deleted by the released reservation that once used the name: %v", err)
+	}
+}

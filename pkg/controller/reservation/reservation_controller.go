@@ -162,8 +162,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err := c.handOver(ctx, d.handovers); err != nil {
 		return err
 	}
-	if d.releaseAlloc && o.allocation != nil {
-		err := c.client.NodusV1().Allocations().Delete(ctx, o.allocation.Name, metav1.DeleteOptions{})
+	if d.releaseAlloc && o.allocation != nil && !madeAfterTheEnd(o.allocation, r) {
+		uid := o.allocation.UID
+		err := c.client.NodusV1().Allocations().Delete(ctx, o.allocation.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsConflict(err) {
+			err = nil // another allocation under the name since: not this reservation's
+		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
@@ -175,6 +179,17 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 }
 
 const fieldManager = "nodus-reservation-controller"
+
+// madeAfterTheEnd says whether allocation a was created after reservation
+// r was released or ended: another allocation under the name r once used,
+// which r, staying as a record, must leave alone.
+func madeAfterTheEnd(a *nodusv1.Allocation, r *nodusv1.Reservation) bool {
+	end := r.Status.EndedAt
+	if r.Status.Release != nil {
+		end = &r.Status.Release.RequestedAt
+	}
+	return end != nil && a.CreationTimestamp.After(end.Time)
+}
 
 // node reads a node from the cache; nil when name is empty or unknown.
 func (c *Controller) node(name string) (*nodusv1.Node, error) {
