@@ -53,7 +53,11 @@ func newConfigCommand(g *Globals, s Streams) *cobra.Command {
 				if n == cfg.CurrentContext {
 					mark = "*"
 				}
-				fmt.Fprintf(s.Out, "%s %s\t%s\n", mark, n, cfg.Clusters[cfg.Contexts[n].Cluster].Server)
+				server := "(no such cluster: " + cfg.Contexts[n].Cluster + ")"
+				if cluster := cfg.Clusters[cfg.Contexts[n].Cluster]; cluster != nil {
+					server = cluster.Server
+				}
+				fmt.Fprintf(s.Out, "%s %s\t%s\n", mark, n, server)
 			}
 			return nil
 		},

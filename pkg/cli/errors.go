@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"sync"
 
@@ -51,6 +53,10 @@ func Report(err error, output string, w io.Writer) int {
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
 		fmt.Fprintf(w, "error: %v\n", err)
+		if fix := unreached(err); fix != "" {
+			fmt.Fprintf(w, "  fix:     %s\n", fix)
+			return ExitServer
+		}
 		return ExitOther
 	}
 	s := status.Status()
@@ -60,7 +66,9 @@ func Report(err error, output string, w io.Writer) int {
 	if output == "json" && len(raw) > 0 {
 		fmt.Fprintln(w, string(raw))
 	} else {
-		fmt.Fprintf(w, "error: %s\n", s.Message)
+		// err, not only the server's message: the CLI may have said more
+		// around it (what it did, which name to look up).
+		fmt.Fprintf(w, "error: %v\n", err)
 		if env.Fix != "" {
 			fmt.Fprintf(w, "  fix:     %s\n", env.Fix)
 		}
@@ -84,6 +92,23 @@ func Report(err error, output string, w io.Writer) int {
 		return ExitUsage
 	}
 	return ExitOther
+}
+
+// unreached is the next step when err is that the server was not reached,
+// or not trusted: nothing the server said, so no fix of its own.
+func unreached(err error) string {
+	var unknownAuthority x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var hostname x509.HostnameError
+	var op *net.OpError
+	var dns *net.DNSError
+	switch {
+	case errors.As(err, &unknownAuthority) || errors.As(err, &invalid) || errors.As(err, &hostname):
+		return "The server's certificate is not one this configuration trusts: log in again with its CA, `nodus login --server URL --token TOKEN --ca-file ca.crt` (the server serves it at /ca.crt; compare its fingerprint with your operator's)."
+	case errors.As(err, &dns) || errors.As(err, &op):
+		return "The server did not answer: check that nodus-server runs and that this configuration points at it (`nodus config get-contexts` shows where)."
+	}
+	return ""
 }
 
 // lastErrorBody keeps the body of the latest error response: client-go

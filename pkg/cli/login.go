@@ -84,7 +84,11 @@ func (o *LoginOptions) Run() error {
 			return usageError(fmt.Errorf("%s has no current context", o.Adopt))
 		}
 		name = src.CurrentContext
-		cfg.Clusters[name], cfg.AuthInfos[name] = src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
+		cluster, user := src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
+		if cluster == nil || user == nil {
+			return usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", o.Adopt, name, ctx.Cluster, ctx.AuthInfo))
+		}
+		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, user
 	} else {
 		servers, _ := failover.Servers(o.Server)
 		u, _ := url.Parse(servers[0])

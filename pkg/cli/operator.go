@@ -1,9 +1,11 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -114,7 +116,7 @@ func projectsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			p.Spec.Members = append(p.Spec.Members, member)
+			p.Spec.Members = withMember(p.Spec.Members, member)
 			if _, err := c.NodusV1().Projects().Update(cmd.Context(), p, metav1.UpdateOptions{}); err != nil {
 				return err
 			}
@@ -154,6 +156,18 @@ func projectsCommand(g *Globals, s Streams) *cobra.Command {
 	del.Flags().BoolVar(&retire, "retire-reservations", false, "retire the project's live reservations (their access ends for good)")
 	cmd.AddCommand(append(listGet(g, s, "projects"), create, add, del)...)
 	return cmd
+}
+
+// withMember adds member to members, or, for someone already a member,
+// gives them member's role rather than a second entry (which validation
+// refuses).
+func withMember(members []nodusv1.ProjectMember, member nodusv1.ProjectMember) []nodusv1.ProjectMember {
+	kind := func(m nodusv1.ProjectMember) nodusv1.MemberKind { return cmp.Or(m.Kind, nodusv1.MemberKindUser) }
+	if i := slices.IndexFunc(members, func(m nodusv1.ProjectMember) bool { return kind(m) == kind(member) && m.Name == member.Name }); i >= 0 {
+		members[i].Role = member.Role
+		return members
+	}
+	return append(members, member)
 }
 
 func parseMember(s string, group bool) (nodusv1.ProjectMember, error) {

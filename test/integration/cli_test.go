@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -189,6 +190,41 @@ func TestCLIGolden(t *testing.T) {
 	}
 	if out, code := operator.run("", "__complete", "hosts", "get", "acme/gpu-00"); code != 0 || !strings.Contains(out, "acme/gpu-001\nacme/gpu-002\n") {
 		t.Errorf("host-name completion: %d %q", code, out)
+	}
+	// What the CLI says around a server's refusal reaches the user too.
+	if out, code := operator.run("", "pools", "token", "fra1", "--node", "new-node"); code != cli.ExitNotFound || !strings.Contains(out, "--resource-class") {
+		t.Errorf("a token for a node that does not exist yet, without its class: %d %s", code, out)
+	}
+	// Someone already a member gets the new role, not a second entry (a 422).
+	if out, code := operator.run("", "projects", "add-member", "acme", "victor:admin"); code != 0 {
+		t.Errorf("promoting a viewer: %d %s", code, out)
+	} else if p, err := s.Client.NodusV1().Projects().Get(ctx(t), "acme", metav1.GetOptions{}); err != nil ||
+		len(slices.DeleteFunc(slices.Clone(p.Spec.Members), func(m nodusv1.ProjectMember) bool { return m.Name != "victor" })) != 1 {
+		t.Errorf("victor's entries after the promotion: %v %+v", err, p.Spec.Members)
+	}
+	if out, code := operator.run("", "projects", "add-member", "acme", "victor:viewer"); code != 0 {
+		t.Errorf("making victor a viewer again: %d %s", code, out)
+	}
+	// A server that does not answer, or whose certificate is not trusted: exit 6, and what to check.
+	nowhere := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	nowhere.run("", "login", "--server", "https://127.0.0.1:1", "--token", f.admin.BearerToken, "--ca-file", ca)
+	untrusted := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	untrusted.run("", "login", "--server", s.Config.Host, "--token", f.admin.BearerToken)
+	for what, cli := range map[string]nodusCLI{"nothing listening": nowhere, "a CA not given": untrusted} {
+		if out, code := cli.run("", "hosts", "list", "-n", "acme"); code != 6 || !strings.Contains(out, "fix:") {
+			t.Errorf("%s: exit %d, want 6 with a fix: %s", what, code, out)
+		}
+	}
+	// A kubeconfig whose context names a cluster it does not have is a usage error, not a crash.
+	broken := filepath.Join(t.TempDir(), "broken.kubeconfig")
+	if err := os.WriteFile(broken, []byte("apiVersion: v1\nkind: Config\ncurrent-context: c\ncontexts:\n- name: c\n  context: {cluster: nope, user: u}\nusers:\n- name: u\n  user: {token: x}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := (nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}).run("", "login", "--from-kubeconfig", broken); code != cli.ExitUsage {
+		t.Errorf("adopting a kubeconfig whose context names no cluster: %d %s", code, out)
+	}
+	if out, code := (nodusCLI{t: t, config: broken}).run("", "config", "get-contexts"); code != 0 || !strings.Contains(out, "no such cluster") {
+		t.Errorf("listing the contexts of such a file: %d %s", code, out)
 	}
 
 	viewer := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
