@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -81,6 +82,14 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
+	// One nodus ssh at a time edits the key, the certificates and the
+	// blocks: runs at once (a loop with &) would each write its own copy
+	// of a file, and the last would drop the others' hosts.
+	unlock, err := lockFiles(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	key, pub, err := userKey(filepath.Join(dir, "id_ed25519"))
 	if err != nil {
 		return err
@@ -109,6 +118,7 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err := includeFrom(filepath.Join(o.Home, ".ssh", "config"), sshConfig); err != nil {
 		return err
 	}
+	unlock()
 	if o.ConfigOnly {
 		fmt.Fprintf(o.Out, "installed: ssh %s\n", alias)
 		return nil
@@ -134,8 +144,12 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	var cached certificateRecord
 	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Host == h.UID &&
 		sshvalue.IsPrincipalOf(cached.Principal, h.Name, epoch) && cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
-		if _, err := os.Stat(certFile); err == nil {
-			return cached.Address, nil
+		// Only a certificate of the key used now: one replaced by hand, or
+		// by another run, has a certificate of its own to get.
+		if data, err := os.ReadFile(certFile); err == nil {
+			if _, err := userCertificate(string(data), pub, cached.Principal); err == nil {
+				return cached.Address, nil
+			}
 		}
 	}
 	c, _, err := o.Client()
@@ -193,6 +207,21 @@ func userCertificate(text string, key ssh.PublicKey, principal string) (*ssh.Cer
 		return nil, fmt.Errorf("it is not valid for %s", principal)
 	}
 	return cert, nil
+}
+
+// lockFiles holds an exclusive lock on path (made if need be) until the
+// function it returns is called, once or more.
+func lockFiles(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", path, err)
+	}
+	var once sync.Once
+	return func() { once.Do(func() { f.Close() }) }, nil
 }
 
 // userKey loads or creates the user's nodus SSH key.

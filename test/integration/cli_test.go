@@ -11,10 +11,12 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -500,5 +502,99 @@ func forgeNodeInEtcd(t *testing.T, s *testserver.Server, name string, forge func
 	}
 	if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCLISSHRunsAtOnceKeepEachOthersHosts: `nodus ssh` to several hosts at
+// once (a loop in a shell, with &) must leave every host's block in the
+// ssh config and known_hosts, and one key that every certificate
+// certifies; a key replaced by hand gets a new certificate, not the cached
+// one of the old key.
+func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	hosts := []string{"h-0", "h-1", "h-2", "h-3", "h-4", "h-5"}
+	for _, h := range hosts {
+		f.host(t, h, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+		forgeNodeInEtcd(t, s, h, func(n *nodusv1.Node) {
+			n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey(h), "203.0.113.10:22"
+		})
+	}
+	for _, h := range hosts {
+		f.waitHost(t, h, func(r *nodusv1.ReservedHost) bool { return r.Status.Connect != nil && r.Status.Connect.HostKey != "" })
+	}
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	var wg sync.WaitGroup
+	for _, h := range hosts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if out, code := mary.run("", "ssh", "acme/"+h, "--config-only"); code != 0 {
+				t.Errorf("ssh %s: %d %s", h, code, out)
+			}
+		}()
+	}
+	wg.Wait()
+	dir := filepath.Join(home, ".config", "nodus", "ssh")
+	config, _ := os.ReadFile(filepath.Join(dir, "config"))
+	known, _ := os.ReadFile(filepath.Join(dir, "known_hosts"))
+	for _, h := range hosts {
+		alias := h + ".acme.nodus"
+		if !strings.Contains(string(config), "Host "+alias+"\n") || !strings.Contains(string(known), alias) {
+			t.Errorf("%s is missing from the ssh config or known_hosts after runs at once", alias)
+		}
+	}
+	certifies := func(h string) bool {
+		t.Helper()
+		pubText, err := os.ReadFile(filepath.Join(dir, "id_ed25519.pub"))
+		if err != nil {
+			priv, err := os.ReadFile(filepath.Join(dir, "id_ed25519"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			signer, err := ssh.ParsePrivateKey(priv)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pubText = ssh.MarshalAuthorizedKey(signer.PublicKey())
+		}
+		pub, _, _, _, err := ssh.ParseAuthorizedKey(pubText)
+		if err != nil {
+			t.Fatal(err)
+		}
+		certText, err := os.ReadFile(filepath.Join(dir, "acme_"+h+"-cert.pub"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert, _, _, _, err := ssh.ParseAuthorizedKey(certText)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return bytes.Equal(cert.(*ssh.Certificate).Key.Marshal(), pub.Marshal())
+	}
+	for _, h := range hosts {
+		if !certifies(h) {
+			t.Errorf("the certificate of %s certifies another key than the one nodus ssh uses", h)
+		}
+	}
+	// The key replaced by hand: the next run fetches a certificate for it.
+	if err := os.Remove(filepath.Join(dir, "id_ed25519")); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := mary.run("", "ssh", "acme/h-0", "--config-only"); code != 0 {
+		t.Fatalf("ssh after the key was removed: %d %s", code, out)
+	}
+	if !certifies("h-0") {
+		t.Error("a certificate of the old key was kept for the new one")
 	}
 }
