@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -31,18 +32,31 @@ func table(ctx context.Context, g *Globals, s Streams, resource, name string) er
 	if err != nil {
 		return err
 	}
-	req := c.NodusV1().RESTClient().Get().Resource(resource).
-		SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json")
+	req := c.NodusV1().RESTClient().Get().Resource(resource)
 	if name != "" {
 		req = req.Name(name)
 	}
-	raw, err := req.Do(ctx).Raw()
+	switch g.Output {
+	case "json", "yaml":
+		// The objects themselves, status and all, as kubectl get -o shows them.
+		raw, err := req.SetHeader("Accept", "application/json").Do(ctx).Raw()
+		if err != nil {
+			return err
+		}
+		if g.Output == "yaml" {
+			if raw, err = yaml.JSONToYAML(raw); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintln(s.Out, strings.TrimSpace(string(raw)))
+		return nil
+	case "", "wide":
+	default:
+		return usageError(fmt.Errorf("-o %s: use wide, json or yaml", g.Output))
+	}
+	raw, err := req.SetHeader("Accept", "application/json;as=Table;v=v1;g=meta.k8s.io, application/json").Do(ctx).Raw()
 	if err != nil {
 		return err
-	}
-	if g.Output == "json" {
-		fmt.Fprintln(s.Out, string(raw))
-		return nil
 	}
 	var t metav1.Table
 	if err := json.Unmarshal(raw, &t); err != nil {

@@ -169,6 +169,17 @@ func TestCLIGolden(t *testing.T) {
 		t.Fatalf("nodes list: %d %s", code, out)
 	}
 	golden(t, "nodes-list", regexp.MustCompile(`(?m)\d+[smhd]$`).ReplaceAllString(out, "AGE"))
+	// What the CLI's own advice (`nodus nodes get NAME -o yaml` shows status.cleaning) promises.
+	if out, code := operator.run("", "nodes", "get", "gpu-002", "-o", "yaml"); code != 0 || !strings.Contains(out, "kind: Node\n") ||
+		!strings.Contains(out, "maintenanceReason: fan") || !strings.Contains(out, "provisionState:") {
+		t.Errorf("nodes get -o yaml: %d %s", code, out)
+	}
+	if out, code := operator.run("", "nodes", "list", "-o", "json"); code != 0 || !strings.Contains(out, `"kind": "NodeList"`) && !strings.Contains(out, `"kind":"NodeList"`) {
+		t.Errorf("nodes list -o json: %d %.300s", code, out)
+	}
+	if out, code := operator.run("", "nodes", "list", "-o", "xml"); code != cli.ExitUsage {
+		t.Errorf("nodes list -o xml: %d %s", code, out)
+	}
 	if out, code := operator.run("", "tokens", "create", "bob-laptop", "--user", "bob", "--expires", "24h"); code != 0 || !strings.Contains(out, "bob-laptop.") {
 		t.Errorf("tokens create: %d %s", code, out)
 	}
