@@ -73,6 +73,9 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if done, err := structured(g.Output, s.Out, executionObjects(l.Items)...); done {
+				return err
+			}
 			return printExecutions(s, l.Items)
 		},
 	}
@@ -86,6 +89,9 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			}
 			e, err := c.NodusV1().Executions(p).Get(cmd.Context(), name, metav1.GetOptions{})
 			if err != nil {
+				return err
+			}
+			if done, err := structured(g.Output, s.Out, executionObjects([]nodusv1.Execution{*e})...); done {
 				return err
 			}
 			if err := printExecutions(s, []nodusv1.Execution{*e}); err != nil {
@@ -203,4 +209,15 @@ func printExecutions(s Streams, items []nodusv1.Execution) error {
 			dash(e.Status.Host), strings.Join(e.Spec.Command, " "))
 	}
 	return w.Flush()
+}
+
+// executionObjects are executions as -o json and yaml print them, with
+// their kind.
+func executionObjects(items []nodusv1.Execution) []interface{} {
+	out := make([]interface{}, len(items))
+	for i := range items {
+		items[i].APIVersion, items[i].Kind = nodusv1.SchemeGroupVersion.String(), "Execution"
+		out[i] = &items[i]
+	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -93,25 +94,13 @@ func (o *HostsOptions) Get(ctx context.Context, ref string) error {
 }
 
 func (o *HostsOptions) print(hosts []nodusv1.ReservedHost) error {
-	switch o.Output {
-	case "json", "yaml":
-		for i := range hosts {
-			hosts[i].APIVersion, hosts[i].Kind = nodusv1.SchemeGroupVersion.String(), "ReservedHost"
-			data, err := yaml.Marshal(&hosts[i])
-			if err != nil {
-				return err
-			}
-			if o.Output == "json" {
-				if data, err = yaml.YAMLToJSON(data); err != nil {
-					return err
-				}
-			}
-			fmt.Fprintln(o.Out, strings.TrimSpace(string(data)))
-		}
-		return nil
-	case "", "wide":
-	default:
-		return usageError(fmt.Errorf("-o %s: use wide, json or yaml", o.Output))
+	objects := make([]interface{}, len(hosts))
+	for i := range hosts {
+		hosts[i].APIVersion, hosts[i].Kind = nodusv1.SchemeGroupVersion.String(), "ReservedHost"
+		objects[i] = &hosts[i]
+	}
+	if done, err := structured(o.Output, o.Out, objects...); done {
+		return err
 	}
 	w := tabwriter.NewWriter(o.Out, 0, 0, 3, ' ', 0)
 	header := "HOST\tSTATE\tEPOCH\tGPUS\tPOOL\tCONNECTED\tENDS IN"
@@ -203,4 +192,30 @@ func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string,
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// structured prints objects (typed API objects, their kind set) as -o json
+// or yaml asks, one after the other, and says whether it did. Any other -o
+// but wide is a usage error.
+func structured(output string, w io.Writer, objects ...interface{}) (bool, error) {
+	switch output {
+	case "json", "yaml":
+	case "", "wide":
+		return false, nil
+	default:
+		return true, usageError(fmt.Errorf("-o %s: use wide, json or yaml", output))
+	}
+	for _, obj := range objects {
+		data, err := yaml.Marshal(obj)
+		if err != nil {
+			return true, err
+		}
+		if output == "json" {
+			if data, err = yaml.YAMLToJSON(data); err != nil {
+				return true, err
+			}
+		}
+		fmt.Fprintln(w, strings.TrimSpace(string(data)))
+	}
+	return true, nil
 }

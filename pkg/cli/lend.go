@@ -143,6 +143,14 @@ func newLendingCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			objects := make([]interface{}, len(l.Items))
+			for i := range l.Items {
+				l.Items[i].APIVersion, l.Items[i].Kind = nodusv1.SchemeGroupVersion.String(), "HostLending"
+				objects[i] = &l.Items[i]
+			}
+			if done, err := structured(g.Output, s.Out, objects...); done {
+				return err
+			}
 			w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
 			fmt.Fprintln(w, "HOST\tSTATE\tPOOL\tBORROWED GPUS\tEXECUTIONS\tBORROWERS")
 			for _, x := range l.Items {

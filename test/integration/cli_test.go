@@ -177,8 +177,10 @@ func TestCLIGolden(t *testing.T) {
 	if out, code := operator.run("", "nodes", "list", "-o", "json"); code != 0 || !strings.Contains(out, `"kind": "NodeList"`) && !strings.Contains(out, `"kind":"NodeList"`) {
 		t.Errorf("nodes list -o json: %d %.300s", code, out)
 	}
-	if out, code := operator.run("", "nodes", "list", "-o", "xml"); code != cli.ExitUsage {
-		t.Errorf("nodes list -o xml: %d %s", code, out)
+	for _, args := range [][]string{{"nodes", "list"}, {"executions", "list", "-n", "acme"}, {"lending", "-n", "acme"}, {"hosts", "list", "-n", "acme"}} {
+		if out, code := operator.run("", append(args, "-o", "xml")...); code != cli.ExitUsage {
+			t.Errorf("%v -o xml: %d %s", args, code, out)
+		}
 	}
 	if out, code := operator.run("", "tokens", "create", "bob-laptop", "--user", "bob", "--expires", "24h"); code != 0 || !strings.Contains(out, "bob-laptop.") {
 		t.Errorf("tokens create: %d %s", code, out)
