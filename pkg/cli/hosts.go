@@ -10,9 +10,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -69,19 +71,42 @@ func (o *HostsOptions) List(ctx context.Context) error {
 	if err := o.print(list.Items); err != nil || !o.Watch {
 		return err
 	}
-	w, err := hosts.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
-	if err != nil {
-		return err
-	}
-	defer w.Stop()
-	for e := range w.ResultChan() {
-		if h, ok := e.Object.(*nodusv1.ReservedHost); ok {
+	// The server ends a watch now and then (its timeout): watch on from the
+	// last version seen. It ends it for good when access ends (a token
+	// revoked or expired, a membership removed): then the next watch is
+	// refused, and that refusal is the command's error, never a silent end.
+	rv := list.ResourceVersion
+	for {
+		w, err := hosts.Watch(ctx, metav1.ListOptions{ResourceVersion: rv, AllowWatchBookmarks: true})
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		for e := range w.ResultChan() {
+			if e.Type == watch.Error {
+				w.Stop()
+				return apierrors.FromObject(e.Object)
+			}
+			h, ok := e.Object.(*nodusv1.ReservedHost)
+			if !ok {
+				continue
+			}
+			rv = h.ResourceVersion
+			if e.Type == watch.Bookmark {
+				continue
+			}
 			if err := o.print([]nodusv1.ReservedHost{*h}); err != nil {
+				w.Stop()
 				return err
 			}
 		}
+		w.Stop()
+		if ctx.Err() != nil {
+			return nil
+		}
 	}
-	return nil
 }
 
 // Get prints one host.

@@ -611,3 +611,42 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 		t.Error("a certificate of the old key was kept for the new one")
 	}
 }
+
+// TestCLIWatchEndsWithTheAccess: `nodus hosts list --watch` goes on across
+// the server's ends of a watch, and stops, with the refusal's exit code,
+// when the user's access ends: never silently with 0.
+func TestCLIWatchEndsWithTheAccess(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "w-1", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	type result struct {
+		out  string
+		code int
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, code := mary.run("", "hosts", "list", "-n", "acme", "--watch")
+		done <- result{out, code}
+	}()
+	time.Sleep(time.Second) // the watch is open
+	name, _, _ := strings.Cut(f.member.BearerToken, ".")
+	if err := s.Client.NodusV1().AccessTokens().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-done:
+		if r.code != cli.ExitAuth || !strings.Contains(r.out, "error:") {
+			t.Errorf("the watch of a revoked token ended with exit %d:\n%s", r.code, r.out)
+		}
+	case <-time.After(20 * time.Second):
+		t.Error("the watch of a revoked token still runs 20 s later")
+	}
+}
