@@ -279,6 +279,11 @@ func includeFrom(userConfig, included string) error {
 	if err := os.MkdirAll(filepath.Dir(userConfig), 0o700); err != nil {
 		return err
 	}
+	// A config that is a link (a dotfile manager's) stays one: the file it
+	// names is the one written.
+	if target, err := filepath.EvalSymlinks(userConfig); err == nil {
+		userConfig = target
+	}
 	old, err := os.ReadFile(userConfig)
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

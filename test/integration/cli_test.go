@@ -543,6 +543,20 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	// ~/.ssh/config is a dotfile manager's link: it stays one.
+	dotfile := filepath.Join(home, "dotfiles", "ssh_config")
+	if err := os.MkdirAll(filepath.Dir(dotfile), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dotfile, []byte("Host mine\n  User me\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(home, ".ssh"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(dotfile, filepath.Join(home, ".ssh", "config")); err != nil {
+		t.Fatal(err)
+	}
 	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
 	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
 		t.Fatalf("login: %d %s", code, out)
@@ -594,6 +608,12 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 			t.Fatal(err)
 		}
 		return bytes.Equal(cert.(*ssh.Certificate).Key.Marshal(), pub.Marshal())
+	}
+	if info, err := os.Lstat(filepath.Join(home, ".ssh", "config")); err != nil || info.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("~/.ssh/config, a link, was replaced by a file: %v %v", info, err)
+	}
+	if data, _ := os.ReadFile(dotfile); !strings.Contains(string(data), "Include ") || !strings.Contains(string(data), "Host mine\n") {
+		t.Errorf("the linked file has not the Include, or lost its own lines:\n%s", data)
 	}
 	for _, h := range hosts {
 		if !certifies(h) {
