@@ -86,6 +86,8 @@ func Report(err error, output string, w io.Writer) int {
 		return ExitNotFound
 	case code == 409 || code == 412:
 		return ExitConflict
+	case code == http.StatusTooManyRequests:
+		return ExitServer // busy: the request was fine, try it later
 	case code >= 500:
 		return ExitServer
 	case code >= 400:

@@ -58,7 +58,7 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 		fmt.Fprintf(o.Out, "Type the host name (%s) to release it: ", name)
 		line, _ := bufio.NewReader(o.In).ReadString('\n')
 		if strings.TrimSpace(line) != name {
-			return usageError(errors.New("not confirmed; nothing was released"))
+			return usageError(errors.New("not confirmed; nothing was released (type the host's name when asked, or pass --yes)"))
 		}
 	}
 	agreed, epoch := true, r.Epoch

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"fmt"
+	"io/fs"
 	"net/http"
 	"strings"
 	"testing"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodus-dev/nodus/docs"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
@@ -72,6 +74,16 @@ func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
 	}
 	if got := do(t, anonymous(s), "GET", "/docs/errors/NoSuchReason", "", nil); got.code != http.StatusNotFound {
 		t.Errorf("unknown reason page: %d", got.code)
+	}
+	// And no page of a reason that is gone: the server would not serve it.
+	pages, err := fs.ReadDir(docs.ErrorPages, "errors")
+	if err != nil || len(pages) == 0 {
+		t.Fatalf("the error pages: %v", err)
+	}
+	for _, page := range pages {
+		if reason := metav1.StatusReason(strings.TrimSuffix(page.Name(), ".md")); !apierror.IsRegistered(reason) {
+			t.Errorf("docs/errors/%s is the page of no registered reason", page.Name())
+		}
 	}
 }
 
