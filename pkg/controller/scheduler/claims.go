@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -56,7 +58,8 @@ func (g *gpuClaims) list(ctx context.Context) ([]claim, error) {
 		if slash < 0 || err != nil {
 			continue // not a key of ours
 		}
-		owner, unix, _ := strings.Cut(string(kv.Value), "@")
+		owner, made, _ := strings.Cut(string(kv.Value), "@")
+		unix, _, _ := strings.Cut(made, "#")
 		secs, _ := strconv.ParseInt(unix, 10, 64)
 		out = append(out, claim{host: rest[:slash], gpu: int32(gpu), owner: owner, at: time.Unix(secs, 0), revision: kv.ModRevision})
 	}
@@ -64,12 +67,19 @@ func (g *gpuClaims) list(ctx context.Context) ([]claim, error) {
 }
 
 // take claims gpus of host for owner, all or none. It reports false when
-// another execution holds any of them.
-func (g *gpuClaims) take(ctx context.Context, host string, gpus []int32, owner string) (bool, error) {
+// another execution holds any of them. made is the claim this call wrote
+// (owner@time#nonce), which only it may release; it is empty when the GPUs
+// were the owner's already, claimed by another scheduler or an earlier
+// pass, whose placement that claim backs.
+func (g *gpuClaims) take(ctx context.Context, host string, gpus []int32, owner string) (taken bool, made string, err error) {
 	if len(gpus) == 0 {
-		return true, nil
+		return true, "", nil
 	}
-	value := owner + "@" + strconv.FormatInt(g.now().Unix(), 10)
+	var nonce [4]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return false, "", err
+	}
+	value := owner + "@" + strconv.FormatInt(g.now().Unix(), 10) + "#" + hex.EncodeToString(nonce[:])
 	var cmps []clientv3.Cmp
 	var puts []clientv3.Op
 	for _, gpu := range gpus {
@@ -79,41 +89,47 @@ func (g *gpuClaims) take(ctx context.Context, host string, gpus []int32, owner s
 	}
 	resp, err := g.kv.Txn(ctx).If(cmps...).Then(puts...).Commit()
 	if err == nil && resp.Succeeded {
-		return true, nil
+		return true, value, nil
 	}
-	// A claim whose answer was lost may have landed, and one refused may
-	// have been this owner's own, landed before: the GPUs are the owner's
-	// when it holds every one of them.
-	held, readErr := g.heldBy(ctx, host, gpus, owner)
+	// A claim whose answer was lost may have landed (this call's, then), and
+	// one refused may have been this owner's own, landed before: the GPUs
+	// are the owner's when it holds every one of them.
+	held, mine, readErr := g.heldBy(ctx, host, gpus, owner, value)
 	switch {
+	case held && mine:
+		return true, value, nil
 	case held:
-		return true, nil
+		return true, "", nil
 	case err != nil:
-		return false, fmt.Errorf("claiming GPUs %v of %s: %w", gpus, host, err)
+		return false, "", fmt.Errorf("claiming GPUs %v of %s: %w", gpus, host, err)
 	case readErr != nil:
-		return false, fmt.Errorf("reading the claims of GPUs %v of %s: %w", gpus, host, readErr)
+		return false, "", fmt.Errorf("reading the claims of GPUs %v of %s: %w", gpus, host, readErr)
 	}
-	return false, nil
+	return false, "", nil
 }
 
-// heldBy says whether owner claims every one of gpus of host.
-func (g *gpuClaims) heldBy(ctx context.Context, host string, gpus []int32, owner string) (bool, error) {
+// heldBy says whether owner claims every one of gpus of host, and whether
+// every claim is value (one call's).
+func (g *gpuClaims) heldBy(ctx context.Context, host string, gpus []int32, owner, value string) (held, mine bool, err error) {
 	resp, err := g.kv.Get(ctx, ClaimsPrefix+host+"/", clientv3.WithPrefix())
 	if err != nil {
-		return false, err
+		return false, false, err
 	}
-	owned := map[string]bool{}
+	owned := map[string]string{}
 	for _, kv := range resp.Kvs {
 		if strings.HasPrefix(string(kv.Value), owner+"@") {
-			owned[string(kv.Key)] = true
+			owned[string(kv.Key)] = string(kv.Value)
 		}
 	}
+	mine = true
 	for _, gpu := range gpus {
-		if !owned[claimKey(host, gpu)] {
-			return false, nil
+		v, ok := owned[claimKey(host, gpu)]
+		if !ok {
+			return false, false, nil
 		}
+		mine = mine && v == value
 	}
-	return true, nil
+	return true, mine, nil
 }
 
 // release removes c unless it changed since it was read.
@@ -123,16 +139,22 @@ func (g *gpuClaims) release(ctx context.Context, c claim) error {
 	return err
 }
 
-// releaseOwned removes owner's claims of gpus of host (after its status
-// write failed), leaving another owner's alone.
-func (g *gpuClaims) releaseOwned(ctx context.Context, host string, gpus []int32, owner string) error {
+// releaseOwned removes the claims of gpus of host that one take made
+// (after its placement's status write was refused), leaving every other
+// alone: another owner's, and the same owner's made by another scheduler,
+// whose placement may be the one written. Nothing is released for an
+// empty made.
+func (g *gpuClaims) releaseOwned(ctx context.Context, host string, gpus []int32, made string) error {
+	if made == "" {
+		return nil
+	}
 	for _, gpu := range gpus {
 		k := claimKey(host, gpu)
 		resp, err := g.kv.Get(ctx, k)
 		if err != nil {
 			return err
 		}
-		if len(resp.Kvs) == 1 && strings.HasPrefix(string(resp.Kvs[0].Value), owner+"@") {
+		if len(resp.Kvs) == 1 && string(resp.Kvs[0].Value) == made {
 			if err := g.release(ctx, claim{host: host, gpu: gpu, revision: resp.Kvs[0].ModRevision}); err != nil {
 				return err
 			}

@@ -18,16 +18,16 @@ func TestGPUClaimsAreExclusive(t *testing.T) {
 	a := &gpuClaims{kv: client, now: time.Now}
 	b := &gpuClaims{kv: client, now: time.Now}
 
-	if ok, err := a.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a"); !ok || err != nil {
+	if ok, _, err := a.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a"); !ok || err != nil {
 		t.Fatalf("the first claim: %v %v", ok, err)
 	}
-	if ok, err := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok || err != nil {
+	if ok, _, err := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok || err != nil {
 		t.Fatalf("a claim overlapping GPU 1 was granted: %v %v", ok, err)
 	}
-	if ok, _ := b.take(ctx, "h-2", []int32{1}, "beta/job-b/uid-b"); !ok {
+	if ok, _, _ := b.take(ctx, "h-2", []int32{1}, "beta/job-b/uid-b"); !ok {
 		t.Error("the same index of another host is another GPU")
 	}
-	if err := b.releaseOwned(ctx, "h-1", []int32{0, 1}, "beta/job-b/uid-b"); err != nil {
+	if err := b.releaseOwned(ctx, "h-1", []int32{0, 1}, "beta/job-b/uid-b@0#0"); err != nil {
 		t.Fatal(err)
 	}
 	claims, err := a.list(ctx)
@@ -49,7 +49,7 @@ func TestGPUClaimsAreExclusive(t *testing.T) {
 	}
 	// A release of a claim read before it changed removes nothing.
 	stale := claims[0]
-	if ok, _ := a.take(ctx, "h-3", []int32{0}, "x/y/z"); !ok {
+	if ok, _, _ := a.take(ctx, "h-3", []int32{0}, "x/y/z"); !ok {
 		t.Fatal("claim h-3")
 	}
 	stale.revision = 1
@@ -64,7 +64,7 @@ func TestGPUClaimsAreExclusive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if ok, _ := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); !ok {
+	if ok, _, _ := b.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); !ok {
 		t.Error("GPUs released are free to claim")
 	}
 }
@@ -77,13 +77,13 @@ func TestAClaimWhoseAnswerWasLostIsTaken(t *testing.T) {
 	ctx := context.Background()
 	lossy := &gpuClaims{kv: answerLost{client}, now: time.Now}
 
-	ok, err := lossy.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a")
+	ok, _, err := lossy.take(ctx, "h-1", []int32{0, 1}, "beta/job-a/uid-a")
 	if !ok || err != nil {
 		t.Fatalf("a claim that landed but whose answer was lost: taken %v, %v; want taken", ok, err)
 	}
 	// It is still exclusive: another owner's claim whose answer was lost
 	// did not land, and is not taken.
-	if ok, err := lossy.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok {
+	if ok, _, err := lossy.take(ctx, "h-1", []int32{1, 2}, "beta/job-b/uid-b"); ok {
 		t.Fatalf("a claim overlapping another's was taken (%v)", err)
 	}
 	claims, err := lossy.list(ctx)
@@ -126,4 +126,41 @@ func startEtcd(t *testing.T) *clientv3.Client {
 	}
 	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
 	return client
+}
+
+// Two schedulers (an old leader, the new one) place one execution on the
+// same GPUs: the first claims them, the second finds them its execution's
+// and writes too. One status write wins; the loser's refused write must
+// release nothing: the claim is what backs the winner's placement.
+func TestALosingPlacementReleasesNoClaimItDidNotMake(t *testing.T) {
+	client := startEtcd(t)
+	ctx := context.Background()
+	a := &gpuClaims{kv: client, now: time.Now}
+	b := &gpuClaims{kv: client, now: time.Now}
+	const owner = "beta/job-a/uid-a"
+	ok, madeByA, err := a.take(ctx, "h-1", []int32{0, 1}, owner)
+	if !ok || err != nil || madeByA == "" {
+		t.Fatalf("the first scheduler's claim: %v %q %v", ok, madeByA, err)
+	}
+	ok, madeByB, err := b.take(ctx, "h-1", []int32{0, 1}, owner)
+	if !ok || err != nil {
+		t.Fatalf("the second scheduler's placement of the same execution: %v %v", ok, err)
+	}
+	if madeByB != "" {
+		t.Errorf("the second scheduler made no claim, yet take says it made %q", madeByB)
+	}
+	// The second scheduler's status write was refused (a conflict).
+	if err := b.releaseOwned(ctx, "h-1", []int32{0, 1}, madeByB); err != nil {
+		t.Fatal(err)
+	}
+	if claims, _ := a.list(ctx); len(claims) != 2 {
+		t.Fatalf("the loser's release removed the winner's claims: %d left", len(claims))
+	}
+	// The first scheduler's own refused write releases its own claims.
+	if err := a.releaseOwned(ctx, "h-1", []int32{0, 1}, madeByA); err != nil {
+		t.Fatal(err)
+	}
+	if claims, _ := a.list(ctx); len(claims) != 0 {
+		t.Errorf("a refused write left its own claims: %+v", claims)
+	}
 }

@@ -587,8 +587,11 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 				delete(c.assumed, w.execution.UID)
 				c.mu.Unlock()
 			}
+			var made string // the claims this write made, which only it may release
 			if w.place != nil {
-				taken, err := c.claims.take(ctx, w.place.alias, w.place.gpus, owner(w.execution))
+				var taken bool
+				var err error
+				taken, made, err = c.claims.take(ctx, w.place.alias, w.place.gpus, owner(w.execution))
 				if err != nil || !taken {
 					// Another scheduler gave one of these GPUs away: the
 					// next pass sees its claim.
@@ -613,7 +616,7 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 				// a later pass keeps them while the execution holds the
 				// GPUs, or drops them once it surely does not (claimEnded).
 				if outcome.Refused(err) {
-					if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, owner(w.execution)); err != nil {
+					if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, made); err != nil {
 						klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
 					}
 				}
