@@ -116,7 +116,7 @@ func (c *call) createAllocation() error {
 
 func (c *call) listAllocations() error {
 	q := c.req.URL.Query()
-	p, err := parsePage(q, allocationSortKeys, allocationFields)
+	p, err := c.allocationPage()
 	if err != nil {
 		return err
 	}
@@ -162,6 +162,23 @@ func (c *call) listAllocations() error {
 	return c.reply(http.StatusOK, body)
 }
 
+// allocationPage reads the paging and fields of an allocation read, with
+// a field of a later microversion than the request's refused (406), as for
+// nodes: to ask for owner, or sort by it, below 1.60 is not to get it.
+func (c *call) allocationPage() (page, error) {
+	p, err := parsePage(c.req.URL.Query(), allocationSortKeys, allocationFields)
+	if err != nil {
+		return p, err
+	}
+	if err := checkFields(p.fields, allocationFields, allocationFieldSince, c.v); err != nil {
+		return p, err
+	}
+	if s, ok := allocationFieldSince[p.sortKey]; ok && !c.v.atLeast(s) {
+		return p, errorf(http.StatusNotAcceptable, "Sorting by %q needs API version %s or later; this request is at %s", p.sortKey, s, c.v)
+	}
+	return p, nil
+}
+
 func stateOf(a *nodusv1.Allocation) string {
 	if a.Status.State == "" {
 		return string(nodusv1.AllocationStateAllocating)
@@ -170,7 +187,7 @@ func stateOf(a *nodusv1.Allocation) string {
 }
 
 func (c *call) showAllocation(ident string) error {
-	p, err := parsePage(c.req.URL.Query(), allocationSortKeys, allocationFields)
+	p, err := c.allocationPage()
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,9 @@ func (c *call) listNodes(detail bool) error {
 	if err := checkFields(p.fields, ironicNodeFields, nodeFieldSince, c.v); err != nil {
 		return err
 	}
+	if s, ok := nodeFieldSince[p.sortKey]; ok && !c.v.atLeast(s) {
+		return errorf(http.StatusNotAcceptable, "Sorting by %q needs API version %s or later; this request is at %s", p.sortKey, s, c.v)
+	}
 	requested := len(p.fields) > 0
 	if detail && len(p.fields) > 0 {
 		return errorf(http.StatusBadRequest, "Can not specify ?fields on /v1/nodes/detail")
@@ -255,7 +258,7 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 	if remove {
 		return c.removeAllocation(a)
 	}
-	p, err := parsePage(c.req.URL.Query(), allocationSortKeys, allocationFields)
+	p, err := c.allocationPage()
 	if err != nil {
 		return err
 	}

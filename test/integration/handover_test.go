@@ -473,7 +473,9 @@ func TestADeletedClassReservationFreesItsNode(t *testing.T) {
 		t.Fatalf("heartbeat: %d %s", r.code, r.body)
 	}
 	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 	if err := c.Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -520,7 +522,9 @@ func TestAnEndedReservationLeavesALaterAllocationOfItsNameAlone(t *testing.T) {
 	}
 	first := allocate()
 	f.reserve(t, "web", nodusv1.ReservationPlacement{Allocation: "web-1"}, now.Add(-time.Hour), now.Add(time.Hour))
-	f.waitHost(t, "web", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	f.waitHost(t, "web", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 	if r := f.release(t, f.admin, "web", agreed, ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}

@@ -531,3 +531,27 @@ func TestIronicNodeListDetailParameter(t *testing.T) {
 		}
 	}
 }
+
+// TestIronicAllocationOwnerIsAskedForFrom160: below 1.60 an allocation has
+// no owner to ask for in fields or to sort by (nor a node below 1.50): 406,
+// as for a node's fields of a later version, never a 200 that silently
+// leaves it out.
+func TestIronicAllocationOwnerIsAskedForFrom160(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	if r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"x","name":"asked"}`),
+		"X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	for _, tc := range []struct{ path, below, from string }{
+		{"/v1/allocations?fields=uuid,owner", "1.59", "1.60"}, {"/v1/allocations?sort_key=owner", "1.59", "1.60"},
+		{"/v1/allocations/asked?fields=owner", "1.59", "1.60"}, {"/v1/nodes?sort_key=owner", "1.49", "1.50"},
+	} {
+		if r := do(t, op, "GET", tc.path, "", nil, "X-OpenStack-Ironic-API-Version", tc.below); r.code != http.StatusNotAcceptable {
+			t.Errorf("%s at %s: %d %s, want 406", tc.path, tc.below, r.code, r.body)
+		}
+		if r := do(t, op, "GET", tc.path, "", nil, "X-OpenStack-Ironic-API-Version", tc.from); r.code != http.StatusOK {
+			t.Errorf("%s at %s: %d %s", tc.path, tc.from, r.code, r.body)
+		}
+	}
+}
