@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
 // HostsOptions are `nodus hosts list|get`'s.
@@ -65,6 +67,18 @@ func (o *HostsOptions) List(ctx context.Context) error {
 	}
 	hosts := c.NodusV1().ReservedHosts(o.Project)
 	list, err := hosts.List(ctx, metav1.ListOptions{})
+	if o.AllProjects && apierrors.IsForbidden(err) {
+		// Every project at once is for operators; a customer's -A is each
+		// of the projects they belong to, one after the other.
+		if o.Watch {
+			return usageError(errors.New("--watch follows one project (-n PROJECT), or every project for operators"))
+		}
+		all, err := yourHosts(ctx, c)
+		if err != nil {
+			return err
+		}
+		return o.print(all)
+	}
 	if err != nil {
 		return err
 	}
@@ -193,30 +207,42 @@ func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string,
 		if err != nil {
 			return nil, cobra.ShellCompDirectiveNoFileComp
 		}
-		raw, err := c.Discovery().RESTClient().Get().AbsPath("/api/v1/namespaces").Do(cmd.Context()).Raw()
-		if err != nil {
-			return nil, cobra.ShellCompDirectiveNoFileComp
-		}
-		var namespaces struct {
-			Items []struct {
-				Metadata struct{ Name string } `json:"metadata"`
-			} `json:"items"`
-		}
-		_ = json.Unmarshal(raw, &namespaces)
+		hosts, _ := yourHosts(cmd.Context(), c)
 		var out []string
-		for _, ns := range namespaces.Items {
-			hosts, err := c.NodusV1().ReservedHosts(ns.Metadata.Name).List(cmd.Context(), metav1.ListOptions{})
-			if err != nil {
-				continue
-			}
-			for _, h := range hosts.Items {
-				if ref := h.Namespace + "/" + h.Name; strings.HasPrefix(ref, prefix) {
-					out = append(out, ref)
-				}
+		for _, h := range hosts {
+			if ref := h.Namespace + "/" + h.Name; strings.HasPrefix(ref, prefix) {
+				out = append(out, ref)
 			}
 		}
 		return out, cobra.ShellCompDirectiveNoFileComp
 	}
+}
+
+// yourHosts lists the hosts of every project the caller sees, one project
+// after the other: the server lists a caller only the namespaces of its
+// projects. A project that refuses (a membership just removed) is skipped.
+func yourHosts(ctx context.Context, c versioned.Interface) ([]nodusv1.ReservedHost, error) {
+	raw, err := c.Discovery().RESTClient().Get().AbsPath("/api/v1/namespaces").Do(ctx).Raw()
+	if err != nil {
+		return nil, err
+	}
+	var namespaces struct {
+		Items []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+		} `json:"items"`
+	}
+	if err := json.Unmarshal(raw, &namespaces); err != nil {
+		return nil, err
+	}
+	var out []nodusv1.ReservedHost
+	for _, ns := range namespaces.Items {
+		hosts, err := c.NodusV1().ReservedHosts(ns.Metadata.Name).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			continue
+		}
+		out = append(out, hosts.Items...)
+	}
+	return out, nil
 }
 
 // structured prints objects (typed API objects, their kind set) as -o json

@@ -57,6 +57,21 @@ var volatile = []struct {
 	{regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ`), "TIME"},
 }
 
+// loggedIn is nodus logged in to s with cfg's token (and s's CA), in a
+// configuration of its own.
+func loggedIn(t *testing.T, s *testserver.Server, cfg *rest.Config) nodusCLI {
+	t.Helper()
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	n := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := n.run("", "login", "--server", s.Config.Host, "--token", cfg.BearerToken, "--ca-file", ca); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	return n
+}
+
 func golden(t *testing.T, name, got string) {
 	t.Helper()
 	for _, v := range volatile {
@@ -107,6 +122,10 @@ func TestCLIGolden(t *testing.T) {
 	out, code = alice.run("", "hosts", "list")
 	if code != cli.ExitUsage {
 		t.Errorf("hosts list without a project: exit %d: %s", code, out)
+	}
+	// -A, for a customer, is each of the projects they belong to.
+	if out, code := alice.run("", "hosts", "list", "-A"); code != 0 || !strings.Contains(out, "acme/gpu-001") || !strings.Contains(out, "acme/gpu-002") {
+		t.Errorf("a customer's hosts list -A: %d %s", code, out)
 	}
 
 	out, code = alice.run("wrong-name\n", "release", "acme/gpu-001")
@@ -393,14 +412,7 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	f.host(t, "forged", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
-		t.Fatalf("login: %d %s", code, out)
-	}
+	mary := loggedIn(t, s, f.member)
 	const realKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXxFgGqQ8L9Y2pGk6n2V3p5cS0m4Cq5ZrM0tBq2mB7e"
 	for what, forge := range map[string]func(*nodusv1.Node){
 		"SSH address": func(n *nodusv1.Node) {
@@ -536,10 +548,6 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 	for _, h := range hosts {
 		f.waitHost(t, h, func(r *nodusv1.ReservedHost) bool { return r.Status.Connect != nil && r.Status.Connect.HostKey != "" })
 	}
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
-		t.Fatal(err)
-	}
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
@@ -557,10 +565,7 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 	if err := os.Symlink(dotfile, filepath.Join(home, ".ssh", "config")); err != nil {
 		t.Fatal(err)
 	}
-	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
-		t.Fatalf("login: %d %s", code, out)
-	}
+	mary := loggedIn(t, s, f.member)
 	var wg sync.WaitGroup
 	for _, h := range hosts {
 		wg.Add(1)
@@ -639,14 +644,7 @@ func TestCLIWatchEndsWithTheAccess(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	f.host(t, "w-1", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := mary.run("", "login", "--server", s.Config.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
-		t.Fatalf("login: %d %s", code, out)
-	}
+	mary := loggedIn(t, s, f.member)
 	type result struct {
 		out  string
 		code int
