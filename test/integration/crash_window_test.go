@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"net"
@@ -12,7 +10,6 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/crypto/ssh"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
@@ -97,17 +94,9 @@ func TestKeyedActionsAfterACrash(t *testing.T) {
 		expectReason(t, r, http.StatusConflict, apierror.ReasonIdempotencyKeyInFlight)
 	})
 
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certBody, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
+	certBody := sshCertificateRequest(t)
 	certify := func(key string) (response, string) {
-		r := do(t, f.admin, "POST", path("ssh-certificate"), "application/json", strings.NewReader(string(certBody)), "Idempotency-Key", key)
+		r := do(t, f.admin, "POST", path("ssh-certificate"), "application/json", strings.NewReader(certBody), "Idempotency-Key", key)
 		var answer nodusv1.ReservedHostSSHCertificate
 		if r.code != 200 || json.Unmarshal(r.body, &answer) != nil || answer.Certificate == "" {
 			t.Fatalf("ssh-certificate: %d %s", r.code, r.body)
@@ -134,7 +123,7 @@ func TestKeyedActionsAfterACrash(t *testing.T) {
 	})
 
 	t.Run("an SSH certificate cut before its answer was stored is issued at once", func(t *testing.T) {
-		cutAnswer(t, etcd, "alice", path("ssh-certificate"), "cert-cut", string(certBody), goneAddress(t))
+		cutAnswer(t, etcd, "alice", path("ssh-certificate"), "cert-cut", certBody, goneAddress(t))
 		if r, _ := certify("cert-cut"); r.header.Get("Idempotent-Replayed") != "" {
 			t.Errorf("nothing was answered before: the retry must not be a replay")
 		}

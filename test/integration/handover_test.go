@@ -406,16 +406,8 @@ func TestACertificateOpensOnlyItsOwnReservation(t *testing.T) {
 // certificateFor asks for an SSH certificate of a fresh key as cfg.
 func certificateFor(t *testing.T, cfg *rest.Config, project, host string) nodusv1.ReservedHostSSHCertificate {
 	t.Helper()
-	pub, _, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sshPub, err := ssh.NewPublicKey(pub)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
-	r := do(t, cfg, "POST", "/apis/nodus.dev/v1/namespaces/"+project+"/reservedhosts/"+host+"/ssh-certificate", "application/json", strings.NewReader(string(body)))
+	r := do(t, cfg, "POST", "/apis/nodus.dev/v1/namespaces/"+project+"/reservedhosts/"+host+"/ssh-certificate", "application/json",
+		strings.NewReader(sshCertificateRequest(t)))
 	var answer nodusv1.ReservedHostSSHCertificate
 	if r.code != 200 || json.Unmarshal(r.body, &answer) != nil || answer.Principal == "" {
 		t.Fatalf("ssh-certificate of %s/%s: %d %s", project, host, r.code, r.body)
@@ -546,4 +538,19 @@ func TestAnEndedReservationLeavesALaterAllocationOfItsNameAlone(t *testing.T) {
 	if a, err := c.Allocations().Get(ctx(t), "web-1", metav1.GetOptions{}); err != nil || a.UID != second.UID {
 		t.Errorf("the new allocation web-1 was deleted by the released reservation that once used the name: %v", err)
 	}
+}
+
+// sshCertificateRequest is an ssh-certificate request body for a fresh key.
+func sshCertificateRequest(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sshPub, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
+	return string(body)
 }
