@@ -514,13 +514,14 @@ func network(pool *nodusv1.Pool) nodusv1.LendingNetwork {
 const indexLending, lendingAgreed = "scheduler.lending", "agreed"
 
 // hosts are the hosts of every reservation with a lending agreement: all of
-// them, and by alias the one that counts for each node (the lent one, if any).
+// them, and by alias the one that counts for each node (its holder, else the lent one).
 func (c *Controller) hosts() (map[string]*host, []*host, error) {
 	reservations, err := c.lendingIndex.ByIndex(indexLending, lendingAgreed)
 	if err != nil {
 		return nil, nil, err
 	}
 	out := map[string]*host{}
+	ranks := map[string]int{} // by alias, of the host out holds
 	var all []*host
 	for _, obj := range reservations {
 		r := obj.(*nodusv1.Reservation)
@@ -547,10 +548,21 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		h.placeable = lending.Lent(r) && !node.Spec.Maintenance &&
 			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady)
 		all = append(all, h)
-		if old, ok := out[h.alias]; ok && lending.Lent(old.reservation) {
-			continue // an ended reservation of the same node never hides the live one
+		// Of two reservations of one node (a former owner's, ended, and
+		// the next owner's), the one that counts is the node's holder,
+		// then a lent one: never the former owner's, whose HostLending
+		// would show the next owner's borrowers. Not the order of the index.
+		rank := 0
+		switch {
+		case node.Status.Reservation == r.Name:
+			rank = 2
+		case lending.Lent(r):
+			rank = 1
 		}
-		out[h.alias] = h
+		if _, ok := out[h.alias]; ok && ranks[h.alias] >= rank {
+			continue
+		}
+		out[h.alias], ranks[h.alias] = h, rank
 	}
 	return out, all, nil
 }
