@@ -47,11 +47,11 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, now time
 	st := r.Status.DeepCopy()
 	step := Step{Status: st}
 	claimed := func() bool {
-		if step.Blocker = ClaimBlocker(r.Name, p.Node, p.Target); step.Blocker != nil {
+		if step.Blocker = ClaimBlocker(r, p.Node, p.Target); step.Blocker != nil {
 			return false
 		}
 		if p.Target.Status.Reservation != r.Name {
-			step.Claim = Claim(p.Target, r.Name)
+			step.Claim = Claim(p.Target, r)
 			return false
 		}
 		return true
@@ -93,6 +93,11 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, now time
 			// Active on a node without its claim (written before claims
 			// existed): take it now, so that nobody else can.
 			claimed()
+		case p.Target != nil && p.Target.Name == st.Node && Holds(r, p.Target) && p.Target.Status.ReservationUID != r.UID:
+			// Its claim, written before claims carried a UID: the UID is
+			// written in, so that no later reservation of the name is taken
+			// for this one.
+			step.Claim = Claim(p.Target, r)
 		}
 	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
 		step.ReleaseAllocation = true

@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -32,6 +33,19 @@ func freeNode(name string) *nodusv1.Node {
 func held(name, reservation string) *nodusv1.Node {
 	n := freeNode(name)
 	n.Status.Reservation, n.Status.ProvisionState = reservation, nodusv1.ProvisionStateActive
+	return n
+}
+
+// withUID gives r a UID, and a node held by it the same UID in its claim.
+func withUID(r *nodusv1.Reservation, uid string) *nodusv1.Reservation {
+	r.UID = types.UID(uid)
+	return r
+}
+
+// heldAs is a node whose claim names reservation with uid.
+func heldAs(name, reservation, uid string) *nodusv1.Node {
+	n := held(name, reservation)
+	n.Status.ReservationUID = types.UID(uid)
 	return n
 }
 
@@ -105,6 +119,16 @@ func TestAdvance(t *testing.T) {
 			held: []*nodusv1.Node{held("n1", "r1")}, now: t0.Add(30 * 24 * time.Hour), state: nodusv1.ReservationStateReleasing, epoch: 4},
 		"a drained release hands its node over": {r: reservationAt(nodusv1.ReservationStateReleased, 4, "n1", "ubuntu"), p: at("n1", held("n1", "r1")),
 			held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateReleased, epoch: 4, handovers: "n1"},
+		"a claim carries the reservation's UID": {r: withUID(reservationAt("", 0, "", ""), "u2"), p: at("n1", freeNode("n1")),
+			state: nodusv1.ReservationStatePending, claim: "n1"},
+		"pending activates on its claim of its UID": {r: withUID(reservationAt(nodusv1.ReservationStatePending, 0, "", ""), "u2"),
+			p: at("n1", heldAs("n1", "r1", "u2")), held: []*nodusv1.Node{heldAs("n1", "r1", "u2")}, state: nodusv1.ReservationStateActive, epoch: 1},
+		"pending waits on an earlier reservation's claim under its name": {r: withUID(reservationAt(nodusv1.ReservationStatePending, 0, "", ""), "u2"),
+			p: at("n1", heldAs("n1", "r1", "u1")), state: nodusv1.ReservationStatePending, waits: "NodeReserved"},
+		"pending waits on a claim of its name without a UID": {r: withUID(reservationAt(nodusv1.ReservationStatePending, 0, "", ""), "u2"),
+			p: at("n1", held("n1", "r1")), state: nodusv1.ReservationStatePending, waits: "NodeReserved"},
+		"an active reservation writes its UID into its claim without one": {r: withUID(reservationAt(nodusv1.ReservationStateActive, 3, "n1", "ubuntu"), "u2"),
+			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateActive, epoch: 3, claim: "n1"},
 		"an ended term hands its node over": {r: reservationAt(nodusv1.ReservationStateEnded, 4, "n1", "ubuntu"), p: at("n1", held("n1", "r1")),
 			held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateEnded, epoch: 4, handovers: "n1"},
 	}
@@ -120,7 +144,7 @@ func TestAdvance(t *testing.T) {
 		claim := ""
 		if step.Claim != nil {
 			claim = step.Claim.Name
-			if step.Claim.Status.Reservation != "r1" || step.Claim.Status.ProvisionState != nodusv1.ProvisionStateActive {
+			if step.Claim.Status.Reservation != "r1" || step.Claim.Status.ReservationUID != tc.r.UID || step.Claim.Status.ProvisionState != nodusv1.ProvisionStateActive {
 				t.Errorf("%s: the claim writes %+v", name, step.Claim.Status)
 			}
 			if step.Status.Epoch != tc.r.Status.Epoch {
@@ -141,7 +165,7 @@ func TestAdvance(t *testing.T) {
 		for _, n := range step.Handovers {
 			handed = append(handed, n.Name)
 			c := n.Status.Cleaning
-			if n.Status.Reservation != "" || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c == nil ||
+			if n.Status.Reservation != "" || n.Status.ReservationUID != "" || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c == nil ||
 				c.Phase != nodusv1.CleaningPending || c.Reservation != "r1" || c.Epoch != step.Status.Epoch || len(c.Users) == 0 {
 				t.Errorf("%s: handover of %s writes %+v", name, n.Name, n.Status)
 			}

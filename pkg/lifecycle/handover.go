@@ -33,15 +33,18 @@ type Blocker struct {
 	Message string
 }
 
-// ClaimBlocker says why reservation may not claim node, or nil when it may
-// (or already holds it). A node claimed by the reservation stays its own
+// ClaimBlocker says why reservation r may not claim node, or nil when it
+// may (or already holds it). A node claimed by the reservation stays its own
 // whatever the node's state: maintenance never evicts a tenant.
-func ClaimBlocker(reservation string, nodeName string, node *nodusv1.Node) *Blocker {
+func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *Blocker {
 	switch {
 	case node == nil:
 		return &Blocker{apierror.ReasonNodeNotFound, fmt.Sprintf("node %s does not exist", nodeName)}
-	case node.Status.Reservation == reservation:
+	case Holds(r, node):
 		return nil
+	case node.Status.Reservation == r.Name:
+		return &Blocker{apierror.ReasonNodeReserved, fmt.Sprintf("node %s is held by an earlier reservation named %s, deleted since; it is cleaned before this one's access",
+			node.Name, r.Name)}
 	case node.Status.Reservation != "":
 		return &Blocker{apierror.ReasonNodeReserved, fmt.Sprintf("node %s is held by reservation %s", node.Name, node.Status.Reservation)}
 	case node.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
@@ -56,6 +59,23 @@ func ClaimBlocker(reservation string, nodeName string, node *nodusv1.Node) *Bloc
 	return nil
 }
 
+// Holds says whether node's claim is reservation r's: its name and UID. A
+// claim under r's name with another UID is an earlier reservation's, deleted
+// and r made under its name before its claim was handed over; its tenant's
+// access is cleaned from the node before r may have it. A claim without a
+// UID (written before claims carried one) is r's only on the node r was
+// given.
+func Holds(r *nodusv1.Reservation, node *nodusv1.Node) bool {
+	s := &node.Status
+	switch {
+	case s.Reservation != r.Name:
+		return false
+	case s.ReservationUID == r.UID:
+		return true
+	}
+	return s.ReservationUID == "" && r.Status.Node == node.Name
+}
+
 func cleaningRequest(n *nodusv1.Node) int64 {
 	if n.Status.Cleaning == nil {
 		return 0
@@ -63,11 +83,11 @@ func cleaningRequest(n *nodusv1.Node) int64 {
 	return n.Status.Cleaning.Request
 }
 
-// Claim is node's status once reservation holds it. The caller writes it
+// Claim is node's status once reservation r holds it. The caller writes it
 // under the resourceVersion it read: of two claims, only one can succeed.
-func Claim(node *nodusv1.Node, reservation string) *nodusv1.Node {
+func Claim(node *nodusv1.Node, r *nodusv1.Reservation) *nodusv1.Node {
 	next := node.DeepCopy()
-	next.Status.Reservation = reservation
+	next.Status.Reservation, next.Status.ReservationUID = r.Name, r.UID
 	next.Status.ProvisionState = nodusv1.ProvisionStateActive
 	return next
 }
@@ -77,7 +97,7 @@ func Claim(node *nodusv1.Node, reservation string) *nodusv1.Node {
 // users, after its final epoch (0 when the reservation no longer exists).
 func Handover(node *nodusv1.Node, reservation string, epoch int64, users []string, now time.Time) *nodusv1.Node {
 	next := node.DeepCopy()
-	next.Status.Reservation = ""
+	next.Status.Reservation, next.Status.ReservationUID = "", ""
 	next.Status.ProvisionState = nodusv1.ProvisionStateCleaning
 	next.Status.Cleaning = newCleaning(node, reservation, epoch, users, now)
 	return next

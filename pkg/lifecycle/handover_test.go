@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -19,7 +20,7 @@ func nodeHeldBy(reservation string) *nodusv1.Node {
 func TestHandoverAsksForANewCleaning(t *testing.T) {
 	n := Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice", "", "ubuntu"}, t0)
 	c := n.Status.Cleaning
-	if n.Status.Reservation != "" || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c == nil {
+	if n.Status.Reservation != "" || n.Status.ReservationUID != "" || n.Status.ProvisionState != nodusv1.ProvisionStateCleaning || c == nil {
 		t.Fatalf("handover: %+v", n.Status)
 	}
 	if c.Request != 1 || c.Reservation != "r1" || c.Epoch != 5 || c.Phase != nodusv1.CleaningPending ||
@@ -93,14 +94,33 @@ func TestRecordCleaning(t *testing.T) {
 }
 
 func TestClaimBlocker(t *testing.T) {
-	if b := ClaimBlocker("r1", "n1", nil); b == nil || b.Reason != "NodeNotFound" {
+	r1 := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1", UID: "u1"}}
+	r2 := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r2", UID: "u2"}}
+	ownClaim := nodeHeldBy("r1")
+	ownClaim.Status.ReservationUID = "u1"
+	if b := ClaimBlocker(r1, "n1", nil); b == nil || b.Reason != "NodeNotFound" {
 		t.Errorf("unknown node: %+v", b)
 	}
-	if b := ClaimBlocker("r1", "n1", nodeHeldBy("r1")); b != nil {
+	if b := ClaimBlocker(r1, "n1", ownClaim); b != nil {
 		t.Errorf("its own node: %+v", b)
 	}
-	if b := ClaimBlocker("r2", "n1", nodeHeldBy("r1")); b == nil || b.Reason != "NodeReserved" {
+	if b := ClaimBlocker(r2, "n1", ownClaim); b == nil || b.Reason != "NodeReserved" {
 		t.Errorf("another's node: %+v", b)
+	}
+	again := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1", UID: "u3"}}
+	if b := ClaimBlocker(again, "n1", ownClaim); b == nil || b.Reason != "NodeReserved" || !strings.Contains(b.Message, "earlier reservation named r1") {
+		t.Errorf("a node an earlier reservation of the name holds: %+v", b)
+	}
+	// A claim written before claims carried a UID: its reservation's only
+	// on the node that reservation was given.
+	legacy := nodeHeldBy("r1")
+	if b := ClaimBlocker(again, "n1", legacy); b == nil || b.Reason != "NodeReserved" {
+		t.Errorf("a claim without a UID, for a reservation never given the node: %+v", b)
+	}
+	given := again.DeepCopy()
+	given.Status.Node = "n1"
+	if b := ClaimBlocker(given, "n1", legacy); b != nil {
+		t.Errorf("a claim without a UID, of the reservation given the node: %+v", b)
 	}
 }
 

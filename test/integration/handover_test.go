@@ -451,6 +451,81 @@ func TestANameMadeAgainInheritsNoNode(t *testing.T) {
 	})
 }
 
+// TestANameMadeAgainDuringAFailoverInheritsNoNode: the same as above, with
+// no controller running between the deletion and the new reservation (the
+// lead passing from one replica to another), so the controller never sees
+// the first reservation go. The node's claim names the first reservation
+// by UID as well: the second must find the node cleaned of the first
+// tenant before its access, and the first tenant's ReservedHost must go.
+func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.host(t, "gpu-7", now.Add(-time.Hour), now.Add(time.Hour))
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	giveBack := takeTheLead(t, etcd)
+	if err := c.Reservations().Delete(ctx(t), "gpu-7", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Reserve(ctx(t), s.Client, "gpu-7", "other", nodusv1.ReservationPlacement{Node: "gpu-7"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	giveBack()
+
+	var cleaning *nodusv1.Node
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "gpu-7", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		n, err := c.Nodes().Get(cx, "gpu-7", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		cleaning = n
+		if r.Status.State == nodusv1.ReservationStateActive {
+			return false, fmt.Errorf("other's gpu-7 became active on a node no one cleaned of acme: %+v", r.Status)
+		}
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "gpu-7", nil
+	}); err != nil {
+		t.Fatalf("the node was never handed over to cleaning: %v; node %+v", err, cleaning)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		_, err := c.ReservedHosts("acme").Get(cx, "gpu-7", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Errorf("acme still sees the deleted reservation's ReservedHost: %v", err)
+	}
+
+	// Cleaned, the node is the new reservation's, under its own UID.
+	if r := f.heartbeat(t, "gpu-7", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
+		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "gpu-7", metav1.GetOptions{})
+		return err == nil && r.Status.State == nodusv1.ReservationStateActive, err
+	}); err != nil {
+		t.Fatalf("the new reservation never got the cleaned node: %v", err)
+	}
+	r := f.reservation(t, "gpu-7")
+	n, err := c.Nodes().Get(ctx(t), "gpu-7", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.Reservation != "gpu-7" || n.Status.ReservationUID != r.UID {
+		t.Errorf("the node's claim: %q %q, want gpu-7 %q", n.Status.Reservation, n.Status.ReservationUID, r.UID)
+	}
+	if _, err := c.ReservedHosts("other").Get(ctx(t), "gpu-7", metav1.GetOptions{}); err != nil {
+		t.Errorf("other's ReservedHost: %v", err)
+	}
+}
+
 // TestADeletedClassReservationFreesItsNode: a reservation placed by
 // resource class holds its node through an allocation of its own. Deleted
 // (by an operator, or with its project), it must let the allocation go

@@ -54,10 +54,11 @@ func (l *lostAnswers) count() int {
 }
 
 // takeTheLead makes the test lead the controllers in the server's stead,
-// until it ends: it campaigns, revokes the lease of the server's lead, and
-// waits for the server to campaign again, which it does once its
-// controllers have stopped.
-func takeTheLead(t *testing.T, etcd *clientv3.Client) {
+// until it ends or calls the function returned: it campaigns, revokes the
+// lease of the server's lead, and waits for the server to campaign again,
+// which it does once its controllers have stopped. Given back, the lead
+// goes to the server, whose controllers start again on fresh informers.
+func takeTheLead(t *testing.T, etcd *clientv3.Client) (giveBack func()) {
 	t.Helper()
 	session, err := concurrency.NewSession(etcd, concurrency.WithTTL(30))
 	if err != nil {
@@ -98,5 +99,10 @@ func takeTheLead(t *testing.T, etcd *clientv3.Client) {
 		return false, nil
 	}); err != nil {
 		t.Fatalf("the server never campaigned again: %v", err)
+	}
+	return func() {
+		if err := session.Close(); err != nil {
+			t.Fatalf("giving the lead back: %v", err)
+		}
 	}
 }

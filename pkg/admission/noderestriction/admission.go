@@ -43,6 +43,7 @@ var serverOwned = []struct {
 	{"provisionState", func(s *nodusv1.NodeStatus) interface{} { return s.ProvisionState }},
 	{"allocation", func(s *nodusv1.NodeStatus) interface{} { return s.Allocation }},
 	{"reservation", func(s *nodusv1.NodeStatus) interface{} { return s.Reservation }},
+	{"reservationUID", func(s *nodusv1.NodeStatus) interface{} { return s.ReservationUID }},
 	{"cleaning", func(s *nodusv1.NodeStatus) interface{} { return s.Cleaning }},
 	{"conditions", func(s *nodusv1.NodeStatus) interface{} { return s.Conditions }},
 	{"appliedEpoch", func(s *nodusv1.NodeStatus) interface{} { return s.AppliedEpoch }},

@@ -31,6 +31,7 @@ func TestAgentsWriteOnlyTheirOwnFacts(t *testing.T) {
 		"provision state":         {change: func(s *nodusv1.NodeStatus) { s.ProvisionState = nodusv1.ProvisionStateAvailable }, who: agent, refused: "status.provisionState"},
 		"the cleaning outcome":    {change: func(s *nodusv1.NodeStatus) { s.Cleaning.Phase = nodusv1.CleaningSucceeded }, who: agent, refused: "status.cleaning"},
 		"the reservation claim":   {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" }, who: agent, refused: "status.reservation"},
+		"the claim's UID":         {change: func(s *nodusv1.NodeStatus) { s.ReservationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.reservationUID"},
 		"the allocation":          {change: func(s *nodusv1.NodeStatus) { s.Allocation = "a9" }, who: agent, refused: "status.allocation"},
 		"the applied epoch":       {change: func(s *nodusv1.NodeStatus) { s.AppliedEpoch = 9 }, who: agent, refused: "status.appliedEpoch"},
 		"the agent generation":    {change: func(s *nodusv1.NodeStatus) { s.AgentGeneration = 9 }, who: agent, refused: "status.agentGeneration"},

@@ -117,6 +117,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	if forgotten, err := c.forgetEarlier(ctx, r); err != nil || forgotten {
+		if forgotten {
+			c.queue.Add(name)
+		}
+		return err
+	}
 	o := observed{now: c.now(), reservation: r}
 	if o.allocation, err = c.allocation(ctx, r); err != nil {
 		return err
@@ -272,6 +278,85 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	return nil
 }
 
+// forgetEarlier retires what an earlier reservation of r's name left: one
+// deleted, and r made under its name, before this controller saw it go (the
+// lead passing between replicas in between), so that forget never ran for
+// it. Its claims name another UID; its ReservedHost and its own allocation
+// carry another UID's label or, made before that label, predate r. Its
+// nodes go to cleaning before r may claim them. It says whether it wrote
+// anything.
+func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) (bool, error) {
+	ofName := labels.SelectorFromSet(labels.Set{LabelReservation: r.Name})
+	hosts, err := c.hosts.List(ofName)
+	if err != nil {
+		return false, err
+	}
+	var users []string
+	var earlierHosts []*nodusv1.ReservedHost
+	for _, h := range hosts {
+		if earlier(h, r) {
+			users = append(users, h.Status.Reservation.LoginUser)
+			earlierHosts = append(earlierHosts, h)
+		}
+	}
+	held, err := c.heldBy(r.Name)
+	if err != nil {
+		return false, err
+	}
+	var handovers []*nodusv1.Node
+	for _, n := range held {
+		if !lifecycle.Holds(r, n) {
+			klog.InfoS("handing over a node an earlier reservation of the name still holds", "reservation", r.Name, "uid", r.UID,
+				"node", n.Name, "claimUID", n.Status.ReservationUID)
+			handovers = append(handovers, lifecycle.Handover(n, r.Name, 0, users, c.now()))
+		}
+	}
+	if err := c.handOver(ctx, handovers); err != nil {
+		return false, err
+	}
+	wrote := len(handovers) > 0
+	allocations, err := c.allocations.List(ofName)
+	if err != nil {
+		return false, err
+	}
+	for _, a := range allocations {
+		if !earlier(a, r) {
+			continue
+		}
+		uid := a.UID
+		err := c.client.NodusV1().Allocations().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			wrote = true
+		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+			return false, err
+		}
+	}
+	for _, h := range earlierHosts {
+		uid := h.UID
+		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		switch {
+		case err == nil:
+			wrote = true
+		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+			return false, err
+		}
+	}
+	return wrote, nil
+}
+
+// earlier says whether obj, labelled with r's name, is an earlier
+// reservation's of that name: its UID label says so, or, made before the
+// label existed, it predates r (what the controller makes for r it makes
+// after r).
+func earlier(obj metav1.Object, r *nodusv1.Reservation) bool {
+	if uid, ok := obj.GetLabels()[LabelReservationUID]; ok {
+		return uid != string(r.UID)
+	}
+	made := obj.GetCreationTimestamp()
+	return made.Before(&r.CreationTimestamp)
+}
+
 // allocation returns the reservation's Allocation, creating it for a
 // resource-class placement.
 func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*nodusv1.Allocation, error) {
@@ -296,7 +381,7 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 		return nil, fmt.Errorf("allocation %s is gone but node %s still records it", name, objectName(holders[0]))
 	}
 	a = &nodusv1.Allocation{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelReservation: r.Name}},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{LabelReservation: r.Name, LabelReservationUID: string(r.UID)}},
 		Spec: nodusv1.AllocationSpec{ResourceClass: r.Spec.Placement.ResourceClass, Traits: r.Spec.Placement.Traits,
 			Owner: r.Spec.Project},
 	}

@@ -13,8 +13,14 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
-// LabelReservation names, on a ReservedHost, the Reservation it projects.
+// LabelReservation names, on a ReservedHost, the Reservation it projects
+// (and, on an Allocation the controller made, the Reservation it serves).
 const LabelReservation = "nodus.dev/reservation"
+
+// LabelReservationUID is that Reservation's UID: a reservation deleted and
+// made again under its name is another one, and what the first left is
+// retired, never taken over.
+const LabelReservationUID = "nodus.dev/reservation-uid"
 
 // observed is what the controller saw of one reservation's world.
 type observed struct {
@@ -136,6 +142,9 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 		host.Labels = map[string]string{}
 	}
 	host.Labels[LabelReservation] = r.Name
+	if o.host == nil {
+		host.Labels[LabelReservationUID] = string(r.UID)
+	}
 	reservedhost.ApplyReservation(host, r)
 	if m := r.Status.ReleaseFieldManager; m != "" && r.Status.Release != nil {
 		// The release request's fieldManager, as the spec wants it on the host.
@@ -150,7 +159,7 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	switch {
 	case node != nil && node.Name != r.Status.Node:
 		node = nil // the placement moved on: show nothing of a node the reservation left
-	case node != nil && lifecycle.Final(r.Status.State) && node.Status.Reservation != r.Name:
+	case node != nil && lifecycle.Final(r.Status.State) && !lifecycle.Holds(r, node):
 		// Handed over: what the node reports now is the operator's cleaning
 		// or the next tenant's time, none of it this tenant's to see. The
 		// host keeps what it showed last.

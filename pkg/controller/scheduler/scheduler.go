@@ -36,6 +36,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
@@ -554,7 +555,7 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		// would show the next owner's borrowers. Not the order of the index.
 		rank := 0
 		switch {
-		case node.Status.Reservation == r.Name:
+		case lifecycle.Holds(r, node):
 			rank = 2
 		case lending.Lent(r):
 			rank = 1

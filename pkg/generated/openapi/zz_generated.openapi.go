@@ -2238,6 +2238,13 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 							Format:      "",
 						},
 					},
+					"reservationUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReservationUID is the UID of the reservation that holds this server, set with Reservation: a reservation deleted and made again under its name is another one, whose access begins only after the server's cleaning of the first.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"cleaning": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Cleaning is the latest handover cleaning asked of the agent, and its outcome.",

@@ -18,6 +18,8 @@ import (
 	math_bits "math/bits"
 	reflect "reflect"
 	strings "strings"
+
+	k8s_io_apimachinery_pkg_types "k8s.io/apimachinery/pkg/types"
 )
 
 func (m *AccessToken) Reset() { *m = AccessToken{} }
@@ -2000,6 +2002,11 @@ func (m *NodeStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ReservationUID)
+	copy(dAtA[i:], m.ReservationUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ReservationUID)))
+	i--
+	dAtA[i] = 0x6a
 	i = encodeVarintGenerated(dAtA, i, uint64(m.ExecutionSlots))
 	i--
 	dAtA[i] = 0x60
@@ -4090,6 +4097,8 @@ func (m *NodeStatus) Size() (n int) {
 	n += 1 + sovGenerated(uint64(m.AgentGeneration))
 	n += 1 + sovGenerated(uint64(m.AppliedEpoch))
 	n += 1 + sovGenerated(uint64(m.ExecutionSlots))
+	l = len(m.ReservationUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5106,6 +5115,7 @@ func (this *NodeStatus) String() string {
 		`AgentGeneration:` + fmt.Sprintf("%v", this.AgentGeneration) + `,`,
 		`AppliedEpoch:` + fmt.Sprintf("%v", this.AppliedEpoch) + `,`,
 		`ExecutionSlots:` + fmt.Sprintf("%v", this.ExecutionSlots) + `,`,
+		`ReservationUID:` + fmt.Sprintf("%v", this.ReservationUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -12234,6 +12244,38 @@ func (m *NodeStatus) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ReservationUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ReservationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

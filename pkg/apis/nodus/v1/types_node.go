@@ -1,6 +1,9 @@
 package v1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +genclient
 // +genclient:nonNamespaced
@@ -101,6 +104,12 @@ type NodeStatus struct {
 	// starts, so no two reservations hold one server at once.
 	// +optional
 	Reservation string `json:"reservation,omitempty" protobuf:"bytes,8,opt,name=reservation"`
+	// ReservationUID is the UID of the reservation that holds this server,
+	// set with Reservation: a reservation deleted and made again under its
+	// name is another one, whose access begins only after the server's
+	// cleaning of the first.
+	// +optional
+	ReservationUID types.UID `json:"reservationUID,omitempty" protobuf:"bytes,13,opt,name=reservationUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 	// Cleaning is the latest handover cleaning asked of the agent, and its outcome.
 	// +optional
 	Cleaning *NodeCleaning `json:"cleaning,omitempty" protobuf:"bytes,9,opt,name=cleaning"`

@@ -118,6 +118,9 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 			errs = append(errs, field.Invalid(status.Child("reservation"), n.Status.Reservation, msg))
 		}
 	}
+	if n.Status.ReservationUID != "" && n.Status.Reservation == "" {
+		errs = append(errs, field.Invalid(status.Child("reservationUID"), n.Status.ReservationUID, "may only be set with status.reservation"))
+	}
 	if c := n.Status.Cleaning; c != nil {
 		errs = append(errs, validateCleaning(c, status.Child("cleaning"))...)
 	}

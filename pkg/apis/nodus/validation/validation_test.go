@@ -101,3 +101,14 @@ func TestReservedHostStatus(t *testing.T) {
 		t.Errorf("project outside its namespace: %q", got)
 	}
 }
+
+func TestANodeClaimsUIDGoesWithItsName(t *testing.T) {
+	n := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: nodusv1.NodeStatus{ReservationUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}
+	if got := fields(ValidateNodeStatus(n)); got != "status.reservationUID" {
+		t.Errorf("a claim's UID without its reservation: %q", got)
+	}
+	n.Status.Reservation = "r1"
+	if got := fields(ValidateNodeStatus(n)); got != "" {
+		t.Errorf("a claim with its UID: %q", got)
+	}
+}

@@ -9,6 +9,7 @@ package v1
 import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	apismetav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types "k8s.io/apimachinery/pkg/types"
 	metav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
@@ -36,6 +37,11 @@ type NodeStatusApplyConfiguration struct {
 	// reservation gives access, and clears it when the server's cleaning
 	// starts, so no two reservations hold one server at once.
 	Reservation *string `json:"reservation,omitempty"`
+	// ReservationUID is the UID of the reservation that holds this server,
+	// set with Reservation: a reservation deleted and made again under its
+	// name is another one, whose access begins only after the server's
+	// cleaning of the first.
+	ReservationUID *types.UID `json:"reservationUID,omitempty"`
 	// Cleaning is the latest handover cleaning asked of the agent, and its outcome.
 	Cleaning *NodeCleaningApplyConfiguration `json:"cleaning,omitempty"`
 	// AgentGeneration increases every time the server's agent is enrolled again.
@@ -119,6 +125,14 @@ func (b *NodeStatusApplyConfiguration) WithAllocation(value string) *NodeStatusA
 // If called multiple times, the Reservation field is set to the value of the last call.
 func (b *NodeStatusApplyConfiguration) WithReservation(value string) *NodeStatusApplyConfiguration {
 	b.Reservation = &value
+	return b
+}
+
+// WithReservationUID sets the ReservationUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReservationUID field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithReservationUID(value types.UID) *NodeStatusApplyConfiguration {
+	b.ReservationUID = &value
 	return b
 }
 
