@@ -1,7 +1,8 @@
 // Package cleaning resets a login account between tenants: it ends the
 // account's processes, removes what would outlive the tenant or let it back
-// in (crontab, at jobs, lingering user services, files left in shared
-// temporary directories, the whole home with ~/.ssh), recreates the home
+// in (crontab, at jobs, lingering user services, System V IPC objects, the
+// runtime directory's contents, files left in shared temporary
+// directories, the whole home with ~/.ssh), recreates the home
 // from /etc/skel, and runs the operator's own cleaning command. What it did
 // is the evidence nodusd reports; the node is available again only on it.
 package cleaning
@@ -38,16 +39,24 @@ type Paths struct {
 	LingerDir string
 	// TempDirs are shared directories where a user's top-level entries are removed.
 	TempDirs []string
+	// RuntimeDirs hold a directory per logged-in uid, named after the uid
+	// (systemd-logind's XDG_RUNTIME_DIR): its contents are removed.
+	RuntimeDirs string
+	// SysVIPC lists the System V IPC objects (/proc/sysvipc); the user's
+	// are removed. Empty: none are.
+	SysVIPC string
 }
 
 // DefaultPaths are a host's real ones.
 func DefaultPaths() Paths {
 	return Paths{
-		Skel:       "/etc/skel",
-		CronSpools: []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
-		AtSpools:   []string{"/var/spool/cron/atjobs", "/var/spool/at"},
-		LingerDir:  "/var/lib/systemd/linger",
-		TempDirs:   []string{"/tmp", "/var/tmp", "/dev/shm"},
+		Skel:        "/etc/skel",
+		CronSpools:  []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
+		AtSpools:    []string{"/var/spool/cron/atjobs", "/var/spool/at"},
+		LingerDir:   "/var/lib/systemd/linger",
+		TempDirs:    []string{"/tmp", "/var/tmp", "/dev/shm"},
+		RuntimeDirs: "/run/user",
+		SysVIPC:     "/proc/sysvipc",
 	}
 }
 
@@ -171,6 +180,20 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
 	}
 	steps = append(steps, "ended every process of "+name)
+	if c.Paths.SysVIPC != "" {
+		n, err := removeIPC(c.Paths.SysVIPC, uid)
+		if err != nil {
+			return steps, fmt.Errorf("removing System V IPC objects: %w", err)
+		}
+		steps = append(steps, fmt.Sprintf("removed %d System V IPC objects of %s", n, name))
+	}
+	if c.Paths.RuntimeDirs != "" {
+		n, err := emptyRuntimeDir(filepath.Join(c.Paths.RuntimeDirs, strconv.Itoa(uid)), uid)
+		if err != nil {
+			return steps, fmt.Errorf("emptying the runtime directory: %w", err)
+		}
+		steps = append(steps, fmt.Sprintf("removed %d entries of %s's runtime directory", n, name))
+	}
 	left := 0
 	for _, dir := range c.Paths.TempDirs {
 		n, err := removeOwned(dir, uid, true)
@@ -186,6 +209,31 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	steps = append(steps, fmt.Sprintf("reset %s (with ~/.ssh) from %s", home, c.Paths.Skel))
 	return steps, nil
+}
+
+// emptyRuntimeDir removes what is in dir, the uid's runtime directory, and
+// reports how many entries. The directory stays (logind mounts a tmpfs
+// there); one that is missing, or not a directory of uid's, is left alone.
+func emptyRuntimeDir(dir string, uid int) (int, error) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(dir, &st); errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	} else if err != nil {
+		return 0, err
+	}
+	if st.Mode&syscall.S_IFMT != syscall.S_IFDIR || int(st.Uid) != uid {
+		return 0, nil
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return 0, err
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return 0, err
+		}
+	}
+	return len(entries), nil
 }
 
 func removeIfExists(path string) error {

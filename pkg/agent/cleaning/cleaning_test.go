@@ -56,7 +56,15 @@ func newScratch(t *testing.T) *scratch {
 	uid := os.Getuid()
 	if uid == 0 {
 		uid = 4242
-		for _, owned := range []string{"at/a0001", "tmp/leftover", "tmp/.X11-unix/tenant-left"} {
+	}
+	runtimeDir := filepath.Join("run", strconv.Itoa(uid))
+	if err := os.MkdirAll(filepath.Join(root, runtimeDir, "gnupg"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write(filepath.Join(runtimeDir, "gnupg", "S.gpg-agent"), "tenant's\n", 0o600)
+	write(filepath.Join(runtimeDir, "bus"), "tenant's\n", 0o600)
+	if os.Getuid() == 0 {
+		for _, owned := range []string{"at/a0001", "tmp/leftover", "tmp/.X11-unix/tenant-left", runtimeDir} {
 			if err := os.Lchown(filepath.Join(root, owned), uid, uid); err != nil {
 				t.Fatal(err)
 			}
@@ -67,7 +75,8 @@ func newScratch(t *testing.T) *scratch {
 	s.cleaner = &Cleaner{
 		Procs: sessions.Procs{Root: filepath.Join(root, "proc")}, Grace: time.Second,
 		Paths: Paths{Skel: filepath.Join(root, "skel"), CronSpools: []string{filepath.Join(root, "cron")},
-			AtSpools: []string{filepath.Join(root, "at")}, LingerDir: filepath.Join(root, "linger"), TempDirs: []string{filepath.Join(root, "tmp")}},
+			AtSpools: []string{filepath.Join(root, "at")}, LingerDir: filepath.Join(root, "linger"), TempDirs: []string{filepath.Join(root, "tmp")},
+			RuntimeDirs: filepath.Join(root, "run")},
 		Lookup: func(name string) (*user.User, error) {
 			if name != "tenant" {
 				return nil, user.UnknownUserError(name)
@@ -89,11 +98,15 @@ func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 	if r.Err != nil {
 		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
 	}
+	runtimeDir := filepath.Join("run", strconv.Itoa(s.uid))
 	for _, gone := range []string{"home/tenant/.ssh", "home/tenant/work", "home/tenant/link", "cron/tenant", "at/a0001", "linger/tenant", "tmp/leftover",
-		"tmp/.X11-unix/tenant-left"} {
+		"tmp/.X11-unix/tenant-left", filepath.Join(runtimeDir, "gnupg"), filepath.Join(runtimeDir, "bus")} {
 		if s.exists(gone) {
 			t.Errorf("%s survived the cleaning", gone)
 		}
+	}
+	if !s.exists(runtimeDir) {
+		t.Error("the runtime directory itself was removed (logind mounts it)")
 	}
 	if os.Getuid() == 0 && !s.exists("tmp/.X11-unix/X0") {
 		t.Error("a file of root's in a shared directory was removed")
