@@ -77,6 +77,22 @@ func TestExecutionAdmission(t *testing.T) {
 			t.Errorf("%s: reason %s, want %s", name, env.Reason, tc.reason)
 		}
 	}
+	// A project learns nothing of a pool it may not borrow from: one that
+	// does not exist, one that does not lend and one that lends to others
+	// refuse it in the same words.
+	must(c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "others"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 4}}}}}, metav1.CreateOptions{}))
+	refusals := map[string]string{}
+	for _, pool := range []string{"nowhere", "fra1", "others"} {
+		r := submit(bea, execution(pool, 1, ""))
+		refusals[pool] = fmt.Sprintf("%d %s", r.code, r.body)
+		if r.code == http.StatusForbidden {
+			refusals[pool] = strings.ReplaceAll(envelopeOf(t, r).Message, pool, "POOL")
+		}
+	}
+	if refusals["nowhere"] != refusals["fra1"] || refusals["fra1"] != refusals["others"] {
+		t.Errorf("the refusals tell the pools apart:\n%q\n%q\n%q", refusals["nowhere"], refusals["fra1"], refusals["others"])
+	}
 	// Admission reads the pool as stored: closing or reopening its lending
 	// applies to the very next submission, and so does a pool created a
 	// moment ago (CI once refused that one from a stale cache).

@@ -41,19 +41,23 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	if !ok {
 		return nil
 	}
+	// A pool that does not exist, does not lend, or lends to others is
+	// refused in the same words: pools are the operator's, and a project
+	// learns of one only that it may borrow from it.
+	notOpen := fmt.Sprintf("project %q may not borrow from pool %q: there is no such pool open to it", a.GetNamespace(), e.Spec.Pool)
 	pool, err := p.Pools.GetPool(ctx, e.Spec.Pool)
 	if apierrors.IsNotFound(err) {
-		return refuse(ctx, a, fmt.Sprintf("there is no pool %q", e.Spec.Pool))
+		return refuse(ctx, a, notOpen)
 	}
 	if err != nil {
 		return err
 	}
 	if l := pool.Spec.Lending; l == nil || !l.Open {
-		return refuse(ctx, a, fmt.Sprintf("pool %q does not lend", e.Spec.Pool))
+		return refuse(ctx, a, notOpen)
 	}
 	maxGPUs, ok := lending.BorrowerCap(pool, a.GetNamespace())
 	if !ok {
-		return refuse(ctx, a, fmt.Sprintf("project %q may not borrow from pool %q", a.GetNamespace(), e.Spec.Pool))
+		return refuse(ctx, a, notOpen)
 	}
 	if e.Spec.GPUs > maxGPUs {
 		return refuse(ctx, a, fmt.Sprintf("project %q may borrow at most %d GPUs at once in pool %q; this execution wants %d", a.GetNamespace(), maxGPUs, e.Spec.Pool, e.Spec.GPUs))
