@@ -50,10 +50,27 @@ func newSSHCommand(g *Globals, s Streams) *cobra.Command {
   nodus ssh acme/gpu-001 --config-only && ssh gpu-001.acme.nodus`,
 		Args:              cobra.MinimumNArgs(1),
 		ValidArgsFunction: completeHosts(g),
-		RunE:              func(cmd *cobra.Command, args []string) error { return o.Run(cmd.Context(), args[0], args[1:]) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("output") {
+				// ssh's own -o, taken for nodus' --output, would be lost.
+				return usageError(fmt.Errorf("nodus ssh prints nothing to format, and takes no ssh options: to pass ssh options, run "+
+					"nodus ssh %s --config-only, then ssh -o OPTION %s", args[0], sshAliasOf(args[0])))
+			}
+			return o.Run(cmd.Context(), args[0], args[1:])
+		},
 	}
 	cmd.Flags().BoolVar(&o.ConfigOnly, "config-only", false, "install the SSH alias and credential, do not connect")
 	return cmd
+}
+
+// sshAliasOf is the alias nodus ssh installs for ref, for a hint; ALIAS
+// when ref is not a host's reference.
+func sshAliasOf(ref string) string {
+	project, name, err := splitRef(ref)
+	if err != nil {
+		return "ALIAS"
+	}
+	return sshentry.Alias(project, name)
 }
 
 // Run installs the alias, a pinned host key and a fresh certificate, then

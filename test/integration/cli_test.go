@@ -128,6 +128,12 @@ func TestCLIGolden(t *testing.T) {
 		t.Errorf("a customer's hosts list -A: %d %s", code, out)
 	}
 
+	// ssh's own -o would be nodus' --output, and be lost: it is refused,
+	// and the answer says how to pass ssh options.
+	if out, code := alice.run("", "ssh", "acme/gpu-001", "-o", "StrictHostKeyChecking=no"); code != cli.ExitUsage || !strings.Contains(out, "--config-only") {
+		t.Errorf("nodus ssh with -o: %d %s", code, out)
+	}
+
 	out, code = alice.run("wrong-name\n", "release", "acme/gpu-001")
 	if code != cli.ExitUsage || !strings.Contains(out, "not confirmed") {
 		t.Errorf("a release typed with another name must not happen: %d %s", code, out)
