@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -20,6 +21,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/failover"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
@@ -162,11 +164,52 @@ func loadConfig(path string) (*clientcmdapi.Config, error) {
 	return clientcmd.LoadFromFile(path)
 }
 
-func saveConfig(path string, cfg *clientcmdapi.Config) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+// updateConfig changes nodus' kubeconfig at path. It holds a lock on the
+// file's directory meanwhile, so that commands at once (a script logging in
+// to several servers) each change what the one before wrote, and it writes
+// through a rename, so that a command reading the file meanwhile finds it
+// whole. A link stays a link: the file it points to is replaced.
+func updateConfig(path string, change func(*clientcmdapi.Config) error) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return clientcmd.WriteToFile(*cfg, path)
+	unlock, err := lockDir(dir)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return err
+	}
+	if err := change(cfg); err != nil {
+		return err
+	}
+	data, err := clientcmd.Write(*cfg)
+	if err != nil {
+		return err
+	}
+	target := path
+	if resolved, err := filepath.EvalSymlinks(path); err == nil {
+		target = resolved
+	}
+	return atomicfile.Write(target, data, 0o600)
+}
+
+// lockDir takes an exclusive lock on dir; the function returned lets it go.
+// A lock on the directory leaves no file beside the user's (kubectl itself
+// creates and removes CONFIG.lock, and would find one of ours in its way).
+func lockDir(dir string) (func(), error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("locking %s: %w", dir, err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // clientFor splits PROJECT/NAME and returns a client for it.

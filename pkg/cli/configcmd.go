@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/spf13/cobra"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 func newConfigCommand(g *Globals, s Streams) *cobra.Command {
@@ -15,20 +16,19 @@ func newConfigCommand(g *Globals, s Streams) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(_ *cobra.Command, args []string) error {
 			path := g.ConfigPath()
-			cfg, err := loadConfig(path)
-			if err != nil {
-				return err
-			}
-			if _, ok := cfg.Contexts[args[0]]; !ok {
-				names := make([]string, 0, len(cfg.Contexts))
-				for n := range cfg.Contexts {
-					names = append(names, n)
+			err := updateConfig(path, func(cfg *clientcmdapi.Config) error {
+				if _, ok := cfg.Contexts[args[0]]; !ok {
+					names := make([]string, 0, len(cfg.Contexts))
+					for n := range cfg.Contexts {
+						names = append(names, n)
+					}
+					sort.Strings(names)
+					return usageError(fmt.Errorf("no context %q in %s; there are: %v", args[0], path, names))
 				}
-				sort.Strings(names)
-				return usageError(fmt.Errorf("no context %q in %s; there are: %v", args[0], path, names))
-			}
-			cfg.CurrentContext = args[0]
-			if err := saveConfig(path, cfg); err != nil {
+				cfg.CurrentContext = args[0]
+				return nil
+			})
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(s.Out, "current context: %s\n", args[0])

@@ -66,27 +66,44 @@ func (o *LoginOptions) Validate() error {
 // Run writes the context and makes it current.
 func (o *LoginOptions) Run() error {
 	path := o.ConfigPath()
-	cfg, err := loadConfig(path)
+	var name string
+	err := updateConfig(path, func(cfg *clientcmdapi.Config) error {
+		var err error
+		if name, err = o.addContext(cfg); err != nil {
+			return err
+		}
+		cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
+		cfg.CurrentContext = name
+		return nil
+	})
 	if err != nil {
 		return err
 	}
+	fmt.Fprintf(o.Out, "logged in: context %s in %s\n", name, path)
+	return nil
+}
+
+// addContext adds the cluster and user the login names to cfg, and
+// returns the context's name.
+func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 	var name string
+	var err error
 	if o.Adopt != "" {
 		src, err := clientcmd.LoadFromFile(o.Adopt)
 		if err != nil {
-			return usageError(err)
+			return "", usageError(err)
 		}
 		if err := clientcmdapi.FlattenConfig(src); err != nil {
-			return err
+			return "", err
 		}
 		ctx, ok := src.Contexts[src.CurrentContext]
 		if !ok {
-			return usageError(fmt.Errorf("%s has no current context", o.Adopt))
+			return "", usageError(fmt.Errorf("%s has no current context", o.Adopt))
 		}
 		name = src.CurrentContext
 		cluster, user := src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
 		if cluster == nil || user == nil {
-			return usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", o.Adopt, name, ctx.Cluster, ctx.AuthInfo))
+			return "", usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", o.Adopt, name, ctx.Cluster, ctx.AuthInfo))
 		}
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, user
 	} else {
@@ -95,20 +112,14 @@ func (o *LoginOptions) Run() error {
 		name = strings.ReplaceAll(u.Host, ":", "-")
 		cluster := &clientcmdapi.Cluster{}
 		if err := withServers(cluster, servers); err != nil {
-			return err
+			return "", err
 		}
 		if o.CAFile != "" {
 			if cluster.CertificateAuthorityData, err = os.ReadFile(o.CAFile); err != nil {
-				return usageError(err)
+				return "", usageError(err)
 			}
 		}
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, &clientcmdapi.AuthInfo{Token: o.Token}
 	}
-	cfg.Contexts[name] = &clientcmdapi.Context{Cluster: name, AuthInfo: name}
-	cfg.CurrentContext = name
-	if err := saveConfig(path, cfg); err != nil {
-		return err
-	}
-	fmt.Fprintf(o.Out, "logged in: context %s in %s\n", name, path)
-	return nil
+	return name, nil
 }

@@ -1,0 +1,87 @@
+package cli
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// run runs nodus with args on the configuration config, in process.
+func run(config string, args ...string) (string, int) {
+	var out bytes.Buffer
+	cmd, g := NewCommand(Streams{In: strings.NewReader(""), Out: &out, Err: &out})
+	cmd.SetArgs(append([]string{"--kubeconfig", config}, args...))
+	code := Report(cmd.Execute(), g.Output, &out)
+	return out.String(), code
+}
+
+// TestLoginsAtOnceKeepEachOthersContexts: logins at once (scripts logging
+// in to several servers) each read, change and write the one
+// configuration; none may drop another's context, and a command reading
+// the configuration meanwhile never finds it half written.
+func TestLoginsAtOnceKeepEachOthersContexts(t *testing.T) {
+	config := filepath.Join(t.TempDir(), "nodus", "config")
+	const logins = 16
+	var wg sync.WaitGroup
+	errs := make(chan string, 2*logins)
+	for i := range logins {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			if out, code := run(config, "login", "--server", fmt.Sprintf("https://h%d.example:8443", i), "--token", "t.secret"); code != 0 {
+				errs <- fmt.Sprintf("login %d: %d %s", i, code, out)
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			if out, code := run(config, "config", "get-contexts"); code != 0 {
+				errs <- fmt.Sprintf("get-contexts during the logins: %d %s", code, out)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		t.Error(e)
+	}
+	cfg, err := clientcmd.LoadFromFile(config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Contexts) != logins {
+		t.Errorf("%d contexts after %d logins: %v", len(cfg.Contexts), logins, cfg.Contexts)
+	}
+}
+
+// TestALoginLeavesALinkedConfigurationALink: a configuration that is a
+// dotfile manager's link stays one; the file it points to gets the login.
+func TestALoginLeavesALinkedConfigurationALink(t *testing.T) {
+	dir := t.TempDir()
+	target, link := filepath.Join(dir, "dotfiles", "nodus-config"), filepath.Join(dir, "nodus", "config")
+	for _, d := range []string{filepath.Dir(target), filepath.Dir(link)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(target, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, link); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(link, "login", "--server", "https://h.example:8443", "--token", "t.secret"); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	if info, err := os.Lstat(link); err != nil || info.Mode()&os.ModeSymlink == 0 {
+		t.Errorf("the link is no longer one: %v %v", info, err)
+	}
+	if cfg, err := clientcmd.LoadFromFile(target); err != nil || cfg.CurrentContext != "h.example-8443" {
+		t.Errorf("the linked file: %v %v", cfg, err)
+	}
+}
