@@ -92,6 +92,32 @@ func RoleIn(p *nodusv1.Project, u user.Info) (nodusv1.ProjectRole, bool) {
 	return best, found
 }
 
+// LosesSSH says whether changing a project's members from old to updated
+// takes SSH access (the member role, or admin) away from any entry, user
+// or group: removed, or made a viewer.
+func LosesSSH(old, updated []nodusv1.ProjectMember) bool {
+	ssh := func(members []nodusv1.ProjectMember) map[nodusv1.ProjectMember]bool {
+		out := map[nodusv1.ProjectMember]bool{}
+		for _, m := range members {
+			if Allows(m.Role, nodusv1.ProjectRoleMember) {
+				kind := m.Kind
+				if kind == "" {
+					kind = nodusv1.MemberKindUser
+				}
+				out[nodusv1.ProjectMember{Kind: kind, Name: m.Name}] = true
+			}
+		}
+		return out
+	}
+	now := ssh(updated)
+	for entry := range ssh(old) {
+		if !now[entry] {
+			return true
+		}
+	}
+	return false
+}
+
 // Allows says whether role includes want.
 func Allows(role, want nodusv1.ProjectRole) bool { return rank(role) >= rank(want) }
 

@@ -35,3 +35,31 @@ func TestRoleIn(t *testing.T) {
 		t.Error("role order must be viewer < member < admin")
 	}
 }
+
+func TestLosesSSH(t *testing.T) {
+	m := func(kind nodusv1.MemberKind, name string, role nodusv1.ProjectRole) nodusv1.ProjectMember {
+		return nodusv1.ProjectMember{Kind: kind, Name: name, Role: role}
+	}
+	alice, leads := m("", "alice", nodusv1.ProjectRoleMember), m(nodusv1.MemberKindGroup, "leads", nodusv1.ProjectRoleAdmin)
+	viewer := m("", "vic", nodusv1.ProjectRoleViewer)
+	before := []nodusv1.ProjectMember{alice, leads, viewer}
+	for name, tc := range map[string]struct {
+		after []nodusv1.ProjectMember
+		loses bool
+	}{
+		"nothing changed":                 {before, false},
+		"a member added":                  {append([]nodusv1.ProjectMember{m("", "bob", nodusv1.ProjectRoleMember)}, before...), false},
+		"a member made admin":             {[]nodusv1.ProjectMember{m("", "alice", nodusv1.ProjectRoleAdmin), leads, viewer}, false},
+		"the default kind written out":    {[]nodusv1.ProjectMember{m(nodusv1.MemberKindUser, "alice", nodusv1.ProjectRoleMember), leads, viewer}, false},
+		"a viewer removed":                {[]nodusv1.ProjectMember{alice, leads}, false},
+		"a member removed":                {[]nodusv1.ProjectMember{leads, viewer}, true},
+		"a group removed":                 {[]nodusv1.ProjectMember{alice, viewer}, true},
+		"a member made a viewer":          {[]nodusv1.ProjectMember{m("", "alice", nodusv1.ProjectRoleViewer), leads, viewer}, true},
+		"a group entry for a user's name": {[]nodusv1.ProjectMember{m(nodusv1.MemberKindGroup, "alice", nodusv1.ProjectRoleMember), leads, viewer}, true},
+		"every member removed":            {nil, true},
+	} {
+		if got := LosesSSH(before, tc.after); got != tc.loses {
+			t.Errorf("%s: loses SSH %v, want %v", name, got, tc.loses)
+		}
+	}
+}

@@ -38,12 +38,14 @@ type Step struct {
 }
 
 // Advance is a reservation's lifecycle as a function of (reservation, the
-// node its placement resolves to, the nodes it holds, now). The epoch rises
-// on every access change — activation, login-user change, reassignment to
-// another node, term end (a release is Release) — and never otherwise. No
-// access is given on a node before the reservation's claim on it is in the
-// store; a node the reservation no longer uses is handed over to cleaning.
-func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, now time.Time) Step {
+// node its placement resolves to, the nodes it holds, its project's access
+// revision, now). The epoch rises on every access change — activation,
+// login-user change, reassignment to another node, term end, a member of
+// the project losing SSH access (projectAccess moving on; a release is
+// Release) — and never otherwise. No access is given on a node before the
+// reservation's claim on it is in the store; a node the reservation no
+// longer uses is handed over to cleaning.
+func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, projectAccess int64, now time.Time) Step {
 	st := r.Status.DeepCopy()
 	step := Step{Status: st}
 	claimed := func() bool {
@@ -101,6 +103,17 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, now time
 		}
 	case nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded:
 		step.ReleaseAllocation = true
+	}
+	if projectAccess != st.ProjectAccessRevision && step.Claim == nil {
+		// Someone lost SSH access to the project: an active reservation's
+		// epoch rises once for it (unless it rose in this step anyway), so
+		// that no certificate issued before matches. Any other state
+		// records the revision: no certificate is issued before activation,
+		// whose epoch rises, nor after access ends.
+		if st.State == nodusv1.ReservationStateActive && r.Status.State == nodusv1.ReservationStateActive && st.Epoch == r.Status.Epoch {
+			st.Epoch++
+		}
+		st.ProjectAccessRevision = projectAccess
 	}
 	for _, n := range held {
 		if !keeps(st, n.Name, p.Node) {

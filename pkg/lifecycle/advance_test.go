@@ -77,6 +77,7 @@ func TestAdvance(t *testing.T) {
 		claim     string
 		waits     string
 		handovers string
+		access    int64 // how far the project's access revision moved
 	}{
 		"pending claims a free node first": {r: reservationAt("", 0, "", ""), p: at("n1", freeNode("n1")),
 			state: nodusv1.ReservationStatePending, claim: "n1"},
@@ -129,6 +130,14 @@ func TestAdvance(t *testing.T) {
 			p: at("n1", held("n1", "r1")), state: nodusv1.ReservationStatePending, waits: "NodeReserved"},
 		"an active reservation writes its UID into its claim without one": {r: withUID(reservationAt(nodusv1.ReservationStateActive, 3, "n1", "ubuntu"), "u2"),
 			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateActive, epoch: 3, claim: "n1"},
+		"a member losing SSH raises an active reservation's epoch": {r: reservationAt(nodusv1.ReservationStateActive, 3, "n1", "ubuntu"),
+			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, access: 1, state: nodusv1.ReservationStateActive, epoch: 4},
+		"a member losing SSH with a login-user change raises the epoch once": {r: reservationAt(nodusv1.ReservationStateActive, 3, "n1", "olduser"),
+			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, access: 2, state: nodusv1.ReservationStateActive, epoch: 4},
+		"a pending reservation records a member losing SSH": {r: reservationAt(nodusv1.ReservationStatePending, 0, "", ""), p: at("n1", held("n1", "r2")),
+			access: 1, state: nodusv1.ReservationStatePending, waits: "NodeReserved"},
+		"a releasing reservation records a member losing SSH": {r: reservationAt(nodusv1.ReservationStateReleasing, 4, "n1", "ubuntu"),
+			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, access: 1, state: nodusv1.ReservationStateReleasing, epoch: 4},
 		"an ended term hands its node over": {r: reservationAt(nodusv1.ReservationStateEnded, 4, "n1", "ubuntu"), p: at("n1", held("n1", "r1")),
 			held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateEnded, epoch: 4, handovers: "n1"},
 	}
@@ -137,9 +146,12 @@ func TestAdvance(t *testing.T) {
 		if now.IsZero() {
 			now = t0
 		}
-		step := Advance(tc.r, tc.p, tc.held, now)
+		step := Advance(tc.r, tc.p, tc.held, tc.r.Status.ProjectAccessRevision+tc.access, now)
 		if step.Status.State != tc.state || step.Status.Epoch != tc.epoch {
 			t.Errorf("%s: state %s epoch %d, want %s %d", name, step.Status.State, step.Status.Epoch, tc.state, tc.epoch)
+		}
+		if want := tc.r.Status.ProjectAccessRevision + tc.access; step.Claim == nil && step.Status.ProjectAccessRevision != want {
+			t.Errorf("%s: recorded project access revision %d, want %d", name, step.Status.ProjectAccessRevision, want)
 		}
 		claim := ""
 		if step.Claim != nil {

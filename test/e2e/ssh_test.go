@@ -266,6 +266,8 @@ spec:
 	if strings.Count(string(included), "# nodus begin cli-host.acme.nodus") != 1 {
 		t.Errorf("running nodus ssh twice must leave one managed block:\n%s", included)
 	}
+	removedMemberRun(t, s, home, nodus, rig.login)
+
 	out, err := nodus("ada", "release", "acme/cli-host", "--yes", "--wait", "--timeout", "60s")
 	if err != nil || !strings.Contains(out, "drained after") {
 		t.Fatalf("nodus release --wait: %v\n%s", err, out)
@@ -274,6 +276,32 @@ spec:
 	if err == nil || !strings.Contains(out, "no access now") {
 		t.Errorf("nodus ssh after the release must be refused clearly: %v %q", err, out)
 	}
+}
+
+// removedMemberRun removes mia from the project while she holds a
+// certificate for cli-host (an hour's): the certificate no longer opens the
+// host, through the system ssh alone, and nodus ssh gets her no new one; a
+// member who stays connects again. Then mia is a member again.
+func removedMemberRun(t *testing.T, s *serverProcess, home string, nodus func(string, ...string) (string, error), login string) {
+	plainSSH := func() ([]byte, error) {
+		// ssh reads the config of the account's home, not $HOME.
+		cmd := exec.Command("ssh", "-F", filepath.Join(home, ".ssh", "config"), "-o", "BatchMode=yes", "-o", "ConnectTimeout=5",
+			"cli-host.acme.nodus", "id", "-un")
+		return cmd.CombinedOutput()
+	}
+	if out, err := plainSSH(); err != nil || strings.TrimSpace(string(out)) != login {
+		t.Fatalf("the system ssh with mia's certificate, before her removal: %v %q", err, out)
+	}
+	members := `{"spec":{"members":[{"name":"mia","role":"member"},{"name":"ada","role":"admin"},{"name":"vic","role":"viewer"}]}}`
+	s.must(t, "patch", "projects.nodus.dev", "acme", "--type", "merge", "-p", strings.Replace(members, `{"name":"mia","role":"member"},`, "", 1))
+	waitFor(t, "mia's certificate to open the host no more", func() bool { _, err := plainSSH(); return err != nil })
+	if out, err := nodus("mia", "ssh", "acme/cli-host", "--", "true"); err == nil || !strings.Contains(out, "not a member") {
+		t.Errorf("nodus ssh by a removed member: %v %q", err, out)
+	}
+	if out, err := nodus("ada", "ssh", "acme/cli-host", "--", "id", "-un"); err != nil || strings.TrimSpace(out) != login {
+		t.Errorf("nodus ssh by a member who stays, after the epoch moved: %v %q", err, out)
+	}
+	s.must(t, "patch", "projects.nodus.dev", "acme", "--type", "merge", "-p", members)
 }
 
 // sshRig is the host side of the SSH test.

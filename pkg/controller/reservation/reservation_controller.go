@@ -144,6 +144,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if o.host, err = c.hosts.ReservedHosts(r.Spec.Project).Get(r.Name); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	if o.project, err = c.projects.Get(r.Spec.Project); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
 	d := reconcile(o)
 	if d.claim != nil {
 		// The claim is the store's: a conflict (another claim, or any change

@@ -31,6 +31,7 @@ type observed struct {
 	held        []*nodusv1.Node     // the nodes whose claim names this reservation
 	allocation  *nodusv1.Allocation // nil unless placement names or implies one
 	host        *nodusv1.ReservedHost
+	project     *nodusv1.Project // nil while unknown
 }
 
 // decision is what reconcile wants changed.
@@ -53,7 +54,11 @@ func reconcile(o observed) decision {
 	r := o.reservation
 	target := o.targetNode()
 	loginUser := effectiveLoginUser(r, target)
-	step := lifecycle.Advance(r, lifecycle.Placement{Node: placedNode(o), Target: target, LoginUser: loginUser}, o.held, o.now)
+	access := r.Status.ProjectAccessRevision // unchanged while the project is not in the cache
+	if o.project != nil {
+		access = o.project.Status.AccessRevision
+	}
+	step := lifecycle.Advance(r, lifecycle.Placement{Node: placedNode(o), Target: target, LoginUser: loginUser}, o.held, access, o.now)
 	st := step.Status
 	d := decision{claim: step.Claim, handovers: step.Handovers, releaseAlloc: step.ReleaseAllocation, requeue: step.Requeue}
 	blocker := step.Blocker

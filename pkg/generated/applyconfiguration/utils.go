@@ -72,6 +72,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &nodusv1.ProjectMemberApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ProjectSpec"):
 		return &nodusv1.ProjectSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("ProjectStatus"):
+		return &nodusv1.ProjectStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("Reservation"):
 		return &nodusv1.ReservationApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("ReservationLending"):

@@ -65,6 +65,7 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		v1.ProjectList{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_ProjectList(ref),
 		v1.ProjectMember{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ProjectMember(ref),
 		v1.ProjectSpec{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_ProjectSpec(ref),
+		v1.ProjectStatus{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_ProjectStatus(ref),
 		v1.Reservation{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_Reservation(ref),
 		v1.ReservationEvidence{}.OpenAPIModelName():           schema_pkg_apis_nodus_v1_ReservationEvidence(ref),
 		v1.ReservationLending{}.OpenAPIModelName():            schema_pkg_apis_nodus_v1_ReservationLending(ref),
@@ -2533,11 +2534,18 @@ func schema_pkg_apis_nodus_v1_Project(ref common.ReferenceCallback) common.OpenA
 							Ref:         ref(v1.ProjectSpec{}.OpenAPIModelName()),
 						},
 					},
+					"status": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Status is what the server records of the project; clients do not set it.",
+							Default:     map[string]interface{}{},
+							Ref:         ref(v1.ProjectStatus{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.ProjectSpec{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
+			v1.ProjectSpec{}.OpenAPIModelName(), v1.ProjectStatus{}.OpenAPIModelName(), metav1.ObjectMeta{}.OpenAPIModelName()},
 	}
 }
 
@@ -2663,6 +2671,26 @@ func schema_pkg_apis_nodus_v1_ProjectSpec(ref common.ReferenceCallback) common.O
 		},
 		Dependencies: []string{
 			v1.ProjectMember{}.OpenAPIModelName()},
+	}
+}
+
+func schema_pkg_apis_nodus_v1_ProjectStatus(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "ProjectStatus is what the server records of a project.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"accessRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AccessRevision rises every time an update of the members takes SSH access away from someone: a member removed, or made a viewer. The project's active reservations then raise their epoch, so that no certificate issued before opens a host.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+				},
+			},
+		},
 	}
 }
 
@@ -2998,6 +3026,13 @@ func schema_pkg_apis_nodus_v1_ReservationStatus(ref common.ReferenceCallback) co
 					"epoch": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Epoch fences connections after access changes. It increases on every access change and is never reused.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"projectAccessRevision": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ProjectAccessRevision is the project's status.accessRevision this reservation's epoch answers to: when the project's is higher (a member lost SSH access), an active reservation's epoch rises, and with it every certificate issued before stops matching.",
 							Type:        []string{"integer"},
 							Format:      "int64",
 						},

@@ -24,6 +24,9 @@ type Rules struct {
 	// CopyStatus copies old's status into obj, so that updates of the main
 	// resource never change status. Nil for kinds without status.
 	CopyStatus func(obj, old runtime.Object)
+	// PrepareForUpdate, after CopyStatus, sets what the server derives from
+	// the change of a main-resource update.
+	PrepareForUpdate func(obj, old runtime.Object)
 	// CopySpec copies old's spec into obj, so that status updates never
 	// change the spec. Nil for kinds without a status subresource.
 	CopySpec func(obj, old runtime.Object)
@@ -61,6 +64,9 @@ func (s Strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
 func (s Strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	if s.rules.CopyStatus != nil {
 		s.rules.CopyStatus(obj, old)
+	}
+	if s.rules.PrepareForUpdate != nil {
+		s.rules.PrepareForUpdate(obj, old)
 	}
 }
 

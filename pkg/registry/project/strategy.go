@@ -10,6 +10,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
@@ -18,10 +19,25 @@ var rules = base.Rules{
 	// Every project is finalized: its contents go before the name is free again.
 	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
 		p := obj.(*nodusv1.Project)
+		p.Status = nodusv1.ProjectStatus{}
 		if !slices.Contains(p.Finalizers, Finalizer) {
 			p.Finalizers = append(p.Finalizers, Finalizer)
 		}
 	},
+	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Project).Status = old.(*nodusv1.Project).Status },
+	// An SSH certificate lives up to an hour and a host checks only its
+	// principal: when an update takes SSH access away from anyone, the
+	// revision rises, and the project's active reservations raise their
+	// epoch on it (pkg/lifecycle), so that no certificate issued before
+	// opens a host. In the same write as the membership change: a revision
+	// a controller derived later could be missed across a failover.
+	PrepareForUpdate: func(obj, old runtime.Object) {
+		p, was := obj.(*nodusv1.Project), old.(*nodusv1.Project)
+		if auth.LosesSSH(was.Spec.Members, p.Spec.Members) {
+			p.Status.AccessRevision++
+		}
+	},
+	ResetFields: []string{"status"},
 }
 
 var table = base.Table{Columns: []base.Column{

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/sshca"
@@ -29,7 +30,7 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 // Storage returns the ReservedHost storages: the resource, its status, and
 // the release-capacity, lend and withdraw actions, which update reservations
 // as well, and the SSH certificate action.
-func Storage(hosts, reservations, nodes, pools, lendings base.Stores, ca *sshca.CA) map[string]rest.Storage {
+func Storage(hosts, reservations, nodes, pools, lendings base.Stores, projects auth.ProjectGetter, ca *sshca.CA) map[string]rest.Storage {
 	lend := func(withdraw bool) *LendREST {
 		return &LendREST{Withdraw: withdraw, Hosts: hosts.Main, Reservations: reservations.Status,
 			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings.Main}
@@ -38,7 +39,7 @@ func Storage(hosts, reservations, nodes, pools, lendings base.Stores, ca *sshca.
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},
 		"reservedhosts/status":           base.NewStatusREST(hosts.Status),
 		"reservedhosts/release-capacity": &ReleaseREST{Hosts: hosts.Status, Reservations: reservations.Status},
-		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, CA: ca},
+		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, Projects: projects, CA: ca},
 		"reservedhosts/lend":             lend(false),
 		"reservedhosts/withdraw":         lend(true),
 	}

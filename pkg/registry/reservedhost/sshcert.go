@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
@@ -29,13 +30,40 @@ const MaxCertificateLifetime = time.Hour
 type SSHCertificateREST struct {
 	Reservations *genericregistry.Store
 	Nodes        *genericregistry.Store
-	CA           *sshca.CA
+	// Projects reads the caller's project as stored, after the reservation:
+	// see stillMay.
+	Projects auth.ProjectGetter
+	CA       *sshca.CA
 }
 
 var _ rest.NamedCreater = &SSHCertificateREST{}
 
 func (r *SSHCertificateREST) New() runtime.Object { return &nodusv1.ReservedHostSSHCertificate{} }
 func (r *SSHCertificateREST) Destroy()            {}
+
+// stillMay refuses a caller who is no longer a member of the project as
+// stored now. The request was authorized from a cache: a member removed a
+// moment before may still pass it, and the reservation read after the
+// removal's epoch rise would give them a certificate of the new epoch.
+// Read after the reservation, the project shows any removal that rise
+// answered.
+func (r *SSHCertificateREST) stillMay(ctx context.Context, project, name string) error {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || auth.IsOperator(u) {
+		return nil
+	}
+	p, err := r.Projects.GetProject(ctx, project, true)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil {
+		if role, ok := auth.RoleIn(p, u); ok && auth.Allows(role, nodusv1.ProjectRoleMember) {
+			return nil
+		}
+	}
+	return apierrors.NewForbidden(nodusv1.Resource("reservedhosts"), name,
+		fmt.Errorf("user %q is no longer a member of project %q who may connect", u.GetName(), project))
+}
 
 // Create certifies the key.
 func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
@@ -70,6 +98,9 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 		return nil, apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name, fmt.Sprintf("reservedhost %q was released: no more access", name), "")
 	case res.Status.State != nodusv1.ReservationStateActive || !now.Before(res.Spec.EndsAt.Time):
 		return nil, apierror.New(ctx, apierror.ReasonTermEnded, gr, name, fmt.Sprintf("the term of reservedhost %q ended", name), "")
+	}
+	if err := r.stillMay(ctx, namespace, name); err != nil {
+		return nil, err
 	}
 	node, err := r.Nodes.Get(genericapirequest.WithNamespace(ctx, ""), res.Status.Node, &metav1.GetOptions{})
 	if err != nil {

@@ -4,6 +4,7 @@ import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 // +genclient
 // +genclient:nonNamespaced
+// +genclient:noStatus
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // Project is a customer project. Its name is also the namespace that holds the
@@ -16,6 +17,19 @@ type Project struct {
 	// Spec says who belongs to the project and with which role.
 	// +optional
 	Spec ProjectSpec `json:"spec,omitempty" protobuf:"bytes,2,opt,name=spec"`
+	// Status is what the server records of the project; clients do not set it.
+	// +optional
+	Status ProjectStatus `json:"status,omitempty" protobuf:"bytes,3,opt,name=status"`
+}
+
+// ProjectStatus is what the server records of a project.
+type ProjectStatus struct {
+	// AccessRevision rises every time an update of the members takes SSH
+	// access away from someone: a member removed, or made a viewer. The
+	// project's active reservations then raise their epoch, so that no
+	// certificate issued before opens a host.
+	// +optional
+	AccessRevision int64 `json:"accessRevision,omitempty" protobuf:"varint,1,opt,name=accessRevision"`
 }
 
 // ProjectSpec is the membership of a project.

@@ -89,6 +89,12 @@ type ReservationStatus struct {
 	// access change and is never reused.
 	// +optional
 	Epoch int64 `json:"epoch,omitempty" protobuf:"varint,2,opt,name=epoch"`
+	// ProjectAccessRevision is the project's status.accessRevision this
+	// reservation's epoch answers to: when the project's is higher (a member
+	// lost SSH access), an active reservation's epoch rises, and with it
+	// every certificate issued before stops matching.
+	// +optional
+	ProjectAccessRevision int64 `json:"projectAccessRevision,omitempty" protobuf:"varint,13,opt,name=projectAccessRevision"`
 	// Node is the server the reservation landed on.
 	// +optional
 	Node string `json:"node,omitempty" protobuf:"bytes,3,opt,name=node"`

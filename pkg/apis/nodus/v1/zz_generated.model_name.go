@@ -230,6 +230,11 @@ func (in ProjectSpec) OpenAPIModelName() string {
 }
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in ProjectStatus) OpenAPIModelName() string {
+	return "dev.nodus.v1.ProjectStatus"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in Reservation) OpenAPIModelName() string {
 	return "dev.nodus.v1.Reservation"
 }

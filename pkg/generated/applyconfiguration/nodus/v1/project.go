@@ -25,6 +25,8 @@ type ProjectApplyConfiguration struct {
 	*metav1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
 	// Spec says who belongs to the project and with which role.
 	Spec *ProjectSpecApplyConfiguration `json:"spec,omitempty"`
+	// Status is what the server records of the project; clients do not set it.
+	Status *ProjectStatusApplyConfiguration `json:"status,omitempty"`
 }
 
 // Project constructs a declarative configuration of the Project type for use with
@@ -236,6 +238,14 @@ func (b *ProjectApplyConfiguration) ensureObjectMetaApplyConfigurationExists() {
 // If called multiple times, the Spec field is set to the value of the last call.
 func (b *ProjectApplyConfiguration) WithSpec(value *ProjectSpecApplyConfiguration) *ProjectApplyConfiguration {
 	b.Spec = value
+	return b
+}
+
+// WithStatus sets the Status field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the Status field is set to the value of the last call.
+func (b *ProjectApplyConfiguration) WithStatus(value *ProjectStatusApplyConfiguration) *ProjectApplyConfiguration {
+	b.Status = value
 	return b
 }
 

@@ -22,6 +22,11 @@ type ReservationStatusApplyConfiguration struct {
 	// Epoch fences connections after access changes. It increases on every
 	// access change and is never reused.
 	Epoch *int64 `json:"epoch,omitempty"`
+	// ProjectAccessRevision is the project's status.accessRevision this
+	// reservation's epoch answers to: when the project's is higher (a member
+	// lost SSH access), an active reservation's epoch rises, and with it
+	// every certificate issued before stops matching.
+	ProjectAccessRevision *int64 `json:"projectAccessRevision,omitempty"`
 	// Node is the server the reservation landed on.
 	Node *string `json:"node,omitempty"`
 	// Allocation is the Allocation that holds the server.
@@ -72,6 +77,14 @@ func (b *ReservationStatusApplyConfiguration) WithState(value nodusv1.Reservatio
 // If called multiple times, the Epoch field is set to the value of the last call.
 func (b *ReservationStatusApplyConfiguration) WithEpoch(value int64) *ReservationStatusApplyConfiguration {
 	b.Epoch = &value
+	return b
+}
+
+// WithProjectAccessRevision sets the ProjectAccessRevision field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ProjectAccessRevision field is set to the value of the last call.
+func (b *ReservationStatusApplyConfiguration) WithProjectAccessRevision(value int64) *ReservationStatusApplyConfiguration {
+	b.ProjectAccessRevision = &value
 	return b
 }
 
