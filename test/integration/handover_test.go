@@ -456,8 +456,16 @@ func TestANameMadeAgainInheritsNoNode(t *testing.T) {
 // lead passing from one replica to another), so the controller never sees
 // the first reservation go. The node's claim names the first reservation
 // by UID as well: the second must find the node cleaned of the first
-// tenant before its access, and the first tenant's ReservedHost must go.
+// tenant before its access; the first tenant's ReservedHost goes when the
+// name is made again for another project (for the same one it becomes the
+// new reservation's).
 func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
+	for _, project := range []string{"other", "acme"} {
+		t.Run("for "+project, func(t *testing.T) { nameMadeAgainDuringAFailover(t, project) })
+	}
+}
+
+func nameMadeAgainDuringAFailover(t *testing.T, project string) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	c := s.Client.NodusV1()
@@ -472,7 +480,7 @@ func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
 	if err := c.Reservations().Delete(ctx(t), "gpu-7", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := testfleet.Reserve(ctx(t), s.Client, "gpu-7", "other", nodusv1.ReservationPlacement{Node: "gpu-7"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+	if err := testfleet.Reserve(ctx(t), s.Client, "gpu-7", project, nodusv1.ReservationPlacement{Node: "gpu-7"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	giveBack()
@@ -489,17 +497,19 @@ func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
 		}
 		cleaning = n
 		if r.Status.State == nodusv1.ReservationStateActive {
-			return false, fmt.Errorf("other's gpu-7 became active on a node no one cleaned of acme: %+v", r.Status)
+			return false, fmt.Errorf("%s's gpu-7 became active on a node no one cleaned of acme's: %+v", project, r.Status)
 		}
 		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "gpu-7", nil
 	}); err != nil {
 		t.Fatalf("the node was never handed over to cleaning: %v; node %+v", err, cleaning)
 	}
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		_, err := c.ReservedHosts("acme").Get(cx, "gpu-7", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Errorf("acme still sees the deleted reservation's ReservedHost: %v", err)
+	if project != "acme" {
+		if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+			_, err := c.ReservedHosts("acme").Get(cx, "gpu-7", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		}); err != nil {
+			t.Errorf("acme still sees the deleted reservation's ReservedHost: %v", err)
+		}
 	}
 
 	// Cleaned, the node is the new reservation's, under its own UID.
@@ -521,8 +531,11 @@ func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
 	if n.Status.Reservation != "gpu-7" || n.Status.ReservationUID != r.UID {
 		t.Errorf("the node's claim: %q %q, want gpu-7 %q", n.Status.Reservation, n.Status.ReservationUID, r.UID)
 	}
-	if _, err := c.ReservedHosts("other").Get(ctx(t), "gpu-7", metav1.GetOptions{}); err != nil {
-		t.Errorf("other's ReservedHost: %v", err)
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		h, err := c.ReservedHosts(project).Get(cx, "gpu-7", metav1.GetOptions{})
+		return err == nil && h.Status.Reservation.State == nodusv1.ReservationStateActive && h.Status.Reservation.Epoch == r.Status.Epoch, nil
+	}); err != nil {
+		t.Errorf("%s's ReservedHost never showed the new reservation: %v", project, err)
 	}
 }
 

@@ -23,10 +23,23 @@ const (
 	indexAllocation = "reservation.allocation"
 	// On allocations: the node they hold.
 	indexAllocationNode = "allocation.node"
+	// On allocations and ReservedHosts: the reservation their label names.
+	indexLabelReservation = "label.reservation"
 )
 
+// labelReservation indexes an object by the reservation its label names.
+func labelReservation(obj interface{}) ([]string, error) {
+	if m, ok := obj.(interface{ GetLabels() map[string]string }); ok {
+		return distinct(m.GetLabels()[LabelReservation]), nil
+	}
+	return nil, nil
+}
+
 // addIndexes adds the controller's indexes to the informers, before they start.
-func addIndexes(nodes, reservations, allocations cache.SharedIndexInformer) error {
+func addIndexes(nodes, reservations, allocations, hosts cache.SharedIndexInformer) error {
+	if err := hosts.AddIndexers(cache.Indexers{indexLabelReservation: labelReservation}); err != nil {
+		return err
+	}
 	if err := nodes.AddIndexers(cache.Indexers{
 		indexReservation:    nodeIndexFunc(func(n *nodusv1.Node) string { return n.Status.Reservation }),
 		indexNodeAllocation: nodeIndexFunc(func(n *nodusv1.Node) string { return n.Status.Allocation }),
@@ -57,6 +70,7 @@ func addIndexes(nodes, reservations, allocations cache.SharedIndexInformer) erro
 			}
 			return nil, nil
 		},
+		indexLabelReservation: labelReservation,
 	})
 }
 

@@ -34,6 +34,7 @@ type Controller struct {
 	// The informers' indexes answer "which reservations does this event
 	// concern" without a walk over every reservation (index.go).
 	nodeIndex        cache.Indexer
+	hostIndex        cache.Indexer
 	reservationIndex cache.Indexer
 	allocationIndex  cache.Indexer
 	allocations      listers.AllocationLister
@@ -58,9 +59,10 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "reservations"}),
 		now: time.Now,
 	}
-	if err := addIndexes(v1.Nodes().Informer(), v1.Reservations().Informer(), v1.Allocations().Informer()); err != nil {
+	if err := addIndexes(v1.Nodes().Informer(), v1.Reservations().Informer(), v1.Allocations().Informer(), v1.ReservedHosts().Informer()); err != nil {
 		return nil, err
 	}
+	c.hostIndex = v1.ReservedHosts().Informer().GetIndexer()
 	c.nodeIndex = v1.Nodes().Informer().GetIndexer()
 	c.reservationIndex = v1.Reservations().Informer().GetIndexer()
 	c.allocationIndex = v1.Allocations().Informer().GetIndexer()
@@ -240,7 +242,7 @@ func (c *Controller) handOver(ctx context.Context, nodes []*nodusv1.Node) error 
 // own allocation, and its claims, whose nodes go to cleaning as after a
 // release.
 func (c *Controller) forget(ctx context.Context, name string) error {
-	hosts, err := c.hosts.List(labels.SelectorFromSet(labels.Set{LabelReservation: name}))
+	hosts, err := c.hostsLabelled(name)
 	if err != nil {
 		return err
 	}
@@ -261,7 +263,7 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	}
 	// The allocation a class placement made for it would hold the node for
 	// ever: only a released or ended reservation lets it go otherwise.
-	owned, err := c.allocations.List(labels.SelectorFromSet(labels.Set{LabelReservation: name}))
+	owned, err := c.allocationsLabelled(name)
 	if err != nil {
 		return err
 	}
@@ -284,20 +286,21 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 // forgetEarlier retires what an earlier reservation of r's name left: one
 // deleted, and r made under its name, before this controller saw it go (the
 // lead passing between replicas in between), so that forget never ran for
-// it. Its claims name another UID; its ReservedHost and its own allocation
-// carry another UID's label or, made before that label, predate r. Its
-// nodes go to cleaning before r may claim them. It says whether it wrote
-// anything.
+// it. Its claims name another UID; its ReservedHost is in another project
+// (in r's, it is the one r projects to); its own allocation carries another
+// UID's label or, made before that label, predates r. Its nodes go to
+// cleaning before r may claim them. It says whether it wrote anything.
 func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) (bool, error) {
-	ofName := labels.SelectorFromSet(labels.Set{LabelReservation: r.Name})
-	hosts, err := c.hosts.List(ofName)
+	hosts, err := c.hostsLabelled(r.Name)
 	if err != nil {
 		return false, err
 	}
 	var users []string
 	var earlierHosts []*nodusv1.ReservedHost
 	for _, h := range hosts {
-		if earlier(h, r) {
+		// Another project's: the same project's host under the name is
+		// the one r projects to, the same tenant's.
+		if h.Namespace != r.Spec.Project {
 			users = append(users, h.Status.Reservation.LoginUser)
 			earlierHosts = append(earlierHosts, h)
 		}
@@ -318,12 +321,12 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 		return false, err
 	}
 	wrote := len(handovers) > 0
-	allocations, err := c.allocations.List(ofName)
+	allocations, err := c.allocationsLabelled(r.Name)
 	if err != nil {
 		return false, err
 	}
 	for _, a := range allocations {
-		if !earlier(a, r) {
+		if !earlierAllocation(a, r) {
 			continue
 		}
 		uid := a.UID
@@ -348,16 +351,40 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 	return wrote, nil
 }
 
-// earlier says whether obj, labelled with r's name, is an earlier
+// hostsLabelled are the ReservedHosts whose label names reservation.
+func (c *Controller) hostsLabelled(reservation string) ([]*nodusv1.ReservedHost, error) {
+	objs, err := c.hostIndex.ByIndex(indexLabelReservation, reservation)
+	if err != nil {
+		return nil, err
+	}
+	hosts := make([]*nodusv1.ReservedHost, 0, len(objs))
+	for _, obj := range objs {
+		hosts = append(hosts, obj.(*nodusv1.ReservedHost))
+	}
+	return hosts, nil
+}
+
+// allocationsLabelled are the allocations whose label names reservation.
+func (c *Controller) allocationsLabelled(reservation string) ([]*nodusv1.Allocation, error) {
+	objs, err := c.allocationIndex.ByIndex(indexLabelReservation, reservation)
+	if err != nil {
+		return nil, err
+	}
+	allocations := make([]*nodusv1.Allocation, 0, len(objs))
+	for _, obj := range objs {
+		allocations = append(allocations, obj.(*nodusv1.Allocation))
+	}
+	return allocations, nil
+}
+
+// earlierAllocation says whether a, labelled with r's name, is an earlier
 // reservation's of that name: its UID label says so, or, made before the
-// label existed, it predates r (what the controller makes for r it makes
-// after r).
-func earlier(obj metav1.Object, r *nodusv1.Reservation) bool {
-	if uid, ok := obj.GetLabels()[LabelReservationUID]; ok {
+// label existed, it predates r (the controller makes r's after r).
+func earlierAllocation(a *nodusv1.Allocation, r *nodusv1.Reservation) bool {
+	if uid, ok := a.Labels[LabelReservationUID]; ok {
 		return uid != string(r.UID)
 	}
-	made := obj.GetCreationTimestamp()
-	return made.Before(&r.CreationTimestamp)
+	return a.CreationTimestamp.Before(&r.CreationTimestamp)
 }
 
 // allocation returns the reservation's Allocation, creating it for a

@@ -114,30 +114,30 @@ func TestProjection(t *testing.T) {
 	}
 }
 
-// TestEarlier: what carries a reservation's name is an earlier one's when
-// its UID label names another UID or, without the label, when it predates
-// the reservation.
-func TestEarlier(t *testing.T) {
+// TestEarlierAllocation: an allocation labelled with a reservation's name
+// is an earlier one's when its UID label names another UID or, without the
+// label, when it predates the reservation.
+func TestEarlierAllocation(t *testing.T) {
 	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1", UID: "u2", CreationTimestamp: metav1.NewTime(t0)}}
-	host := func(uid string, made time.Time) *nodusv1.ReservedHost {
-		h := &nodusv1.ReservedHost{ObjectMeta: metav1.ObjectMeta{Name: "r1", Labels: map[string]string{LabelReservation: "r1"},
+	allocation := func(uid string, made time.Time) *nodusv1.Allocation {
+		a := &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "reservation-r1", Labels: map[string]string{LabelReservation: "r1"},
 			CreationTimestamp: metav1.NewTime(made)}}
 		if uid != "" {
-			h.Labels[LabelReservationUID] = uid
+			a.Labels[LabelReservationUID] = uid
 		}
-		return h
+		return a
 	}
 	for name, tc := range map[string]struct {
-		h    *nodusv1.ReservedHost
+		a    *nodusv1.Allocation
 		want bool
 	}{
-		"its own":                          {host("u2", t0), false},
-		"another UID's":                    {host("u1", t0.Add(time.Hour)), true},
-		"without the label, made before":   {host("", t0.Add(-time.Second)), true},
-		"without the label, made since":    {host("", t0.Add(time.Second)), false},
-		"without the label, the same time": {host("", t0), false},
+		"its own":                          {allocation("u2", t0), false},
+		"another UID's":                    {allocation("u1", t0.Add(time.Hour)), true},
+		"without the label, made before":   {allocation("", t0.Add(-time.Second)), true},
+		"without the label, made since":    {allocation("", t0.Add(time.Second)), false},
+		"without the label, the same time": {allocation("", t0), false},
 	} {
-		if got := earlier(tc.h, r); got != tc.want {
+		if got := earlierAllocation(tc.a, r); got != tc.want {
 			t.Errorf("%s: earlier %v, want %v", name, got, tc.want)
 		}
 	}
