@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -36,6 +37,14 @@ type Handler struct {
 type apiError struct {
 	code int
 	msg  string
+	// allow, for a 405, are the methods the resource allows (the Allow header).
+	allow []string
+}
+
+// notAllowed is the 405 for method on a resource that allows allow.
+func notAllowed(method, resource string, allow ...string) *apiError {
+	slices.Sort(allow)
+	return &apiError{code: http.StatusMethodNotAllowed, msg: fmt.Sprintf("The method %s is not allowed for %s", method, resource), allow: allow}
 }
 
 func (e *apiError) Error() string { return e.msg }
@@ -84,6 +93,9 @@ func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
 	var status apierrors.APIStatus
 	switch {
 	case errors.As(err, &ae):
+		if ae.code == http.StatusMethodNotAllowed {
+			w.Header().Set("Allow", strings.Join(ae.allow, ", "))
+		}
 		http.Error(w, ae.msg, ae.code)
 	case errors.As(err, &status):
 		s := status.Status()
@@ -126,6 +138,11 @@ func (c *call) route() error {
 		parts = nil
 	}
 	method := c.req.Method
+	if method == http.MethodHead {
+		// A GET without its body, as Ironic's web framework answers HEAD;
+		// the response writer drops the body.
+		method = http.MethodGet
+	}
 	switch {
 	case len(parts) == 0 && method == http.MethodGet:
 		return c.versionDocument()
@@ -135,14 +152,14 @@ func (c *call) route() error {
 		if !c.v.atLeast(allocationsSince) {
 			exchange.From(c.ctx()).SetFix(fmt.Sprintf("Allocations need API version %s or later: send %s: %s (or latest).", allocationsSince, headerVersion, maxVersion))
 			// As Ironic: reads are not found, writes not allowed.
-			if method == http.MethodGet || method == http.MethodHead {
+			if method == http.MethodGet {
 				return errorf(http.StatusNotFound, "The resource could not be found.")
 			}
-			return errorf(http.StatusMethodNotAllowed, "The API version does not allow allocations")
+			return &apiError{code: http.StatusMethodNotAllowed, msg: "The API version does not allow allocations", allow: []string{}}
 		}
 		return c.routeAllocations(method, parts[1:])
 	case len(parts) == 0:
-		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for /v1", method)
+		return notAllowed(method, "/v1", http.MethodGet, http.MethodHead)
 	}
 	return errorf(http.StatusNotFound, "The resource could not be found.")
 }
@@ -171,8 +188,14 @@ func (c *call) routeNodes(method string, rest []string) error {
 		return c.nodeAllocation(rest[0], false)
 	case len(rest) == 2 && rest[1] == "allocation" && c.v.atLeast(allocationsSince) && method == http.MethodDelete:
 		return c.nodeAllocation(rest[0], true)
-	case len(rest) == 0 || len(rest) == 1 || (len(rest) == 2 && rest[1] == "maintenance"):
-		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource", method)
+	case len(rest) == 0 || (len(rest) == 1 && rest[0] == "detail"):
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead)
+	case len(rest) == 1:
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead, http.MethodPatch)
+	case len(rest) == 2 && rest[1] == "maintenance":
+		return notAllowed(method, "this resource", http.MethodPut, http.MethodDelete)
+	case len(rest) == 2 && rest[1] == "allocation" && c.v.atLeast(allocationsSince):
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead, http.MethodDelete)
 	}
 	return errorf(http.StatusNotFound, "The resource could not be found.")
 }
@@ -189,8 +212,12 @@ func (c *call) routeAllocations(method string, rest []string) error {
 		return c.patchAllocation(rest[0])
 	case len(rest) == 1 && method == http.MethodDelete:
 		return c.deleteAllocation(rest[0])
-	case len(rest) <= 1:
-		return errorf(http.StatusMethodNotAllowed, "The method %s is not allowed for this resource", method)
+	case len(rest) == 0:
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead, http.MethodPost)
+	case len(rest) == 1 && c.v.atLeast(patchAllocSince):
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead, http.MethodDelete, http.MethodPatch)
+	case len(rest) == 1:
+		return notAllowed(method, "this resource", http.MethodGet, http.MethodHead, http.MethodDelete)
 	}
 	return errorf(http.StatusNotFound, "The resource could not be found.")
 }

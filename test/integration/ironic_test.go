@@ -277,6 +277,24 @@ func TestIronicRawHTTP(t *testing.T) {
 	fault(t, do(t, op, "PATCH", "/v1/allocations/anything", "application/json", strings.NewReader(`[]`), "X-OpenStack-Ironic-API-Version", "1.56"),
 		http.StatusMethodNotAllowed)
 	fault(t, do(t, op, "PUT", "/v1/allocations", "application/json", strings.NewReader("{}"), "X-OpenStack-Ironic-API-Version", "1.60"), http.StatusMethodNotAllowed)
+	// A 405 says what the resource allows (RFC 9110: Allow); HEAD is a GET
+	// without its body, as in Ironic.
+	for path, allow := range map[string]string{"/v1": "GET, HEAD", "/v1/nodes": "GET, HEAD", "/v1/allocations": "GET, HEAD, POST",
+		"/v1/allocations/anything": "DELETE, GET, HEAD, PATCH", "/v1/nodes/anything": "GET, HEAD, PATCH", "/v1/nodes/anything/maintenance": "DELETE, PUT"} {
+		method := "PUT"
+		if strings.Contains(allow, "PUT") {
+			method = "POST"
+		}
+		r := do(t, op, method, path, "application/json", strings.NewReader("{}"), "X-OpenStack-Ironic-API-Version", "1.60")
+		if r.code != http.StatusMethodNotAllowed || r.header.Get("Allow") != allow {
+			t.Errorf("%s %s: %d, Allow %q, want 405 and %q", method, path, r.code, r.header.Get("Allow"), allow)
+		}
+	}
+	for _, path := range []string{"/v1", "/v1/nodes", "/v1/allocations"} {
+		if r := do(t, op, "HEAD", path, "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusOK || len(r.body) != 0 {
+			t.Errorf("HEAD %s: %d %q", path, r.code, r.body)
+		}
+	}
 	fault(t, do(t, anonymous(s), "GET", "/v1/nodes", "", nil), http.StatusUnauthorized)
 	fault(t, do(t, f.admin, "GET", "/v1/nodes", "", nil), http.StatusForbidden)
 
