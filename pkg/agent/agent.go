@@ -109,6 +109,13 @@ type Agent struct {
 	evidence *nodusv1.CleaningEvidence
 	// ending holds the login users whose processes a beat is ending.
 	ending map[string]bool
+	// unrecorded are the reservations whose newest access state the state
+	// database did not take (a full or failing disk): none of their
+	// principals is served until it does, and recordAgain writes it again.
+	unrecorded map[string]bool
+	// applying makes one apply or retire at a time: the informer's and
+	// recordAgain's.
+	applying sync.Mutex
 }
 
 // New loads the agent's credential and state.
@@ -171,7 +178,7 @@ func New(opts Options) (*Agent, error) {
 		cleaning: &cleaning.Cleaner{Procs: procs, Grace: opts.Grace, Paths: paths,
 			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
 		cleanings: make(chan *nodusv1.NodeCleaning, 1),
-		interval:  10 * time.Second, beatNow: make(chan struct{}, 1),
+		interval:  10 * time.Second, beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{},
 	}, nil
 }
 
@@ -270,6 +277,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	// Reservations that left this node while the agent was down are retired now.
 	a.retireGone(ctx)
+	go a.recordAgain(ctx)
 	// Cleanings start only once the reservations are known and retired.
 	go a.cleaner(ctx, latestNode)
 	nodeFactory.Start(ctx.Done())
@@ -357,6 +365,8 @@ func (a *Agent) drainUnlent(ctx context.Context) {
 // refused from then on), then ends the login user's processes and drains
 // borrowers' executions, then asks for a heartbeat that acknowledges the epoch.
 func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
+	a.applying.Lock()
+	defer a.applying.Unlock()
 	// Its name becomes the principal sshd accepts: a name, one line.
 	if msgs := utilvalidation.IsDNS1123Subdomain(r.Name); len(msgs) > 0 {
 		klog.ErrorS(errors.New(strings.Join(msgs, "; ")), "refusing a reservation whose name is no name", "reservation", r.Name)
@@ -375,7 +385,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		LoginUser: loginUser, Project: r.Spec.Project}
 	previous, _, err := a.store.Applied(r.Name)
 	if err != nil {
-		klog.ErrorS(err, "reading applied access", "reservation", r.Name)
+		a.unrecordable(ctx, desired, fmt.Errorf("reading applied access: %w", err))
 		return
 	}
 	if desired.Granted() {
@@ -388,9 +398,10 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	}
 	applied, err := a.store.Apply(desired)
 	if err != nil {
-		klog.ErrorS(err, "recording access", "reservation", r.Name)
+		a.unrecordable(ctx, desired, err)
 		return
 	}
+	a.setUnrecorded(r.Name, false)
 	if !applied {
 		return // not newer: an old or repeated state never counts
 	}
@@ -420,6 +431,65 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		}
 	}
 	a.beatSoon()
+}
+
+// unrecordable handles an access state the state database did not take.
+// The agent fails closed: the reservation's principals are refused from now
+// on (servePrincipals), a retirement ends the login user's sessions as a
+// recorded one does, and recordAgain writes it again. Heartbeats report the
+// epoch recorded, so the server waits for the record.
+func (a *Agent) unrecordable(ctx context.Context, desired state.Access, err error) {
+	klog.ErrorS(err, "recording access failed: its principals are refused until it is recorded", "reservation", desired.Reservation,
+		"epoch", desired.Epoch, "state", desired.State)
+	a.setUnrecorded(desired.Reservation, true)
+	if !desired.Granted() && desired.LoginUser != "" && a.refuseLoginUser(desired.LoginUser) == nil && !a.userStillGranted(desired.LoginUser) {
+		a.procs.EndSessions(ctx, desired.LoginUser, a.opts.Grace)
+	}
+}
+
+func (a *Agent) setUnrecorded(reservation string, unrecorded bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if unrecorded {
+		a.unrecorded[reservation] = true
+	} else {
+		delete(a.unrecorded, reservation)
+	}
+}
+
+func (a *Agent) isUnrecorded(reservation string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.unrecorded[reservation]
+}
+
+// recordAgain writes again, every second, the access states the state
+// database did not take: the reservation's as the informer has it now, or
+// its retirement when it left this node.
+func (a *Agent) recordAgain(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Second):
+		}
+		a.mu.Lock()
+		names := make([]string, 0, len(a.unrecorded))
+		for name := range a.unrecorded {
+			names = append(names, name)
+		}
+		a.mu.Unlock()
+		for _, name := range names {
+			obj, ok, err := a.reservations.GetByKey(name)
+			switch {
+			case err != nil:
+			case ok:
+				a.apply(ctx, obj.(*nodusv1.Reservation))
+			default:
+				a.retire(ctx, name)
+			}
+		}
+	}
 }
 
 // heartbeats reports at the server's interval, starting with a jittered

@@ -10,6 +10,7 @@ import (
 
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
@@ -27,11 +28,16 @@ const forgetAfter = 24 * time.Hour
 // login user's processes; a heartbeat follows. The cleaning the server asks
 // for next resets the account.
 func (a *Agent) retire(ctx context.Context, reservation string) {
+	a.applying.Lock()
+	defer a.applying.Unlock()
 	before, err := a.store.Retire(reservation, 0, time.Now())
 	if err != nil {
-		klog.ErrorS(err, "retiring access", "reservation", reservation)
+		applied, _, _ := a.store.Applied(reservation)
+		a.unrecordable(ctx, state.Access{Reservation: reservation, LoginUser: applied.LoginUser, Epoch: applied.Epoch,
+			State: string(nodusv1.ReservationStateReleased)}, fmt.Errorf("retiring access: %w", err))
 		return
 	}
+	a.setUnrecorded(reservation, false)
 	klog.InfoS("retired access: the reservation left this node", "reservation", reservation)
 	if before.LoginUser != "" && !a.userStillGranted(before.LoginUser) {
 		a.procs.EndSessions(ctx, before.LoginUser, a.opts.Grace)
@@ -47,7 +53,7 @@ func (a *Agent) userStillGranted(user string) bool {
 		return true // when in doubt, keep sessions; the principals are gone anyway
 	}
 	for _, acc := range all {
-		if acc.Granted() && acc.LoginUser == user {
+		if acc.Granted() && acc.LoginUser == user && !a.isUnrecorded(acc.Reservation) {
 			return true
 		}
 	}
@@ -135,6 +141,9 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	if req.Reservation != "" {
 		before, err := a.store.Retire(req.Reservation, req.Epoch, time.Now())
 		if err != nil {
+			// Refused in memory meanwhile; the cleaning fails, and the
+			// node goes to maintenance rather than to the next tenant.
+			a.setUnrecorded(req.Reservation, true)
 			return &nodusv1.CleaningEvidence{Request: req.Request, Message: "recording the retirement: " + err.Error()}
 		}
 		if before.LoginUser != "" && !slices.Contains(users, before.LoginUser) {

@@ -162,7 +162,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 		for field, patch := range map[string]string{
 			"provisionState":    `{"status":{"provisionState":"enroll"}}`,
 			"reservation":       `{"status":{"reservation":"mine"}}`,
-			"reservationUID":    `{"status":{"reservationUID":"1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}`,
+			"reservationUID":    `{"status":{"reservation":"mine","reservationUID":"1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}`,
 			"cleaning":          `{"status":{"cleaning":{"request":1,"phase":"Succeeded","requestedAt":"2026-01-01T00:00:00Z"}}}`,
 			"appliedEpoch":      `{"status":{"appliedEpoch":99}}`,
 			"allocation":        `{"status":{"allocation":"a-1"}}`,
