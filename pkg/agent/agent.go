@@ -113,6 +113,10 @@ type Agent struct {
 	// database did not take (a full or failing disk): none of their
 	// principals is served until it does, and recordAgain writes it again.
 	unrecorded map[string]bool
+	// refused are the reservations whose newest access names a login user
+	// nodusd never grants (root, a system or a borrower account): the
+	// access it changed is not served either.
+	refused map[string]bool
 	// applying makes one apply or retire at a time: the informer's and
 	// recordAgain's.
 	applying sync.Mutex
@@ -179,6 +183,7 @@ func New(opts Options) (*Agent, error) {
 			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
 		cleanings: make(chan *nodusv1.NodeCleaning, 1),
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{},
+		refused: map[string]bool{},
 	}, nil
 }
 
@@ -393,6 +398,18 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
 			klog.ErrorS(err, "making the login user certificate-only; access not applied", "user", loginUser)
+			if previous.Granted() && desired.Epoch > previous.Epoch {
+				// The access this state changes ends all the same: its
+				// principal, of the old epoch, and its sessions must not
+				// outlive the change.
+				a.mu.Lock()
+				first := !a.refused[r.Name]
+				a.refused[r.Name] = true
+				a.mu.Unlock()
+				if first && a.refuseLoginUser(previous.LoginUser) == nil && !a.userStillGranted(previous.LoginUser) {
+					a.procs.EndSessions(ctx, previous.LoginUser, a.opts.Grace)
+				}
+			}
 			return
 		}
 	}
@@ -402,6 +419,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		return
 	}
 	a.setUnrecorded(r.Name, false)
+	a.mu.Lock()
+	delete(a.refused, r.Name)
+	a.mu.Unlock()
 	if !applied {
 		return // not newer: an old or repeated state never counts
 	}
@@ -457,10 +477,12 @@ func (a *Agent) setUnrecorded(reservation string, unrecorded bool) {
 	}
 }
 
-func (a *Agent) isUnrecorded(reservation string) bool {
+// withheld says whether the reservation's recorded access is not to be
+// served: its newest state is not recorded yet, or is refused.
+func (a *Agent) withheld(reservation string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.unrecorded[reservation]
+	return a.unrecorded[reservation] || a.refused[reservation]
 }
 
 // recordAgain writes again, every second, the access states the state

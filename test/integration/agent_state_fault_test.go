@@ -4,12 +4,14 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -78,5 +80,45 @@ func TestARetirementTheAgentCannotRecordStillRefusesLogins(t *testing.T) {
 	}
 	if p := principals(); p != "" {
 		t.Errorf("principals after the release: %q", p)
+	}
+}
+
+// TestALoginUserChangeTheAgentRefusesEndsTheOldAccess: a reservation's
+// login user changed to an account nodusd never grants (a system account)
+// raises the epoch; the agent grants nothing to the new account, and the
+// old account's principal, of the old epoch, must not stay served either.
+func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
+	if _, err := user.Lookup("daemon"); err != nil {
+		t.Skip("no system account daemon on this host")
+	}
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
+	socket := filepath.Join(dir, "p.sock")
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
+	principals := func(login string) string {
+		var out strings.Builder
+		_ = agent.Principals(socket, login, &out)
+		return strings.TrimSpace(out.String())
+	}
+	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals("nodus-test-login") != "", nil }); err != nil {
+		t.Fatalf("the agent never served the tenant's principal: %v", err)
+	}
+	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"daemon"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		r, err := s.Client.NodusV1().Reservations().Get(cx, "agent-1", metav1.GetOptions{})
+		return err == nil && r.Status.Epoch == 2, err
+	}); err != nil {
+		t.Fatalf("the login-user change never raised the epoch: %v", err)
+	}
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return principals("nodus-test-login") == "", nil }); err != nil {
+		t.Errorf("the old account's principal is still served after its access changed: %q", principals("nodus-test-login"))
+	}
+	if p := principals("daemon"); p != "" {
+		t.Errorf("the agent serves a principal for a system account: %q", p)
 	}
 }
