@@ -272,6 +272,58 @@ func TestOrphanedNodeClaimsAreRepaired(t *testing.T) {
 	}
 }
 
+// TestAClaimItsAllocationDidNotTakeIsRepaired: two allocation controllers
+// at once (an old leader that has not noticed yet) may each claim a node
+// for one allocation; the allocation ends active on one of them, and the
+// other node stays claimed by an allocation that is not on it. Such a
+// claim, which lands after the allocation settled, is freed, and the node
+// serves the next allocation.
+func TestAClaimItsAllocationDidNotTakeIsRepaired(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "taken-0")
+	c := s.Client.NodusV1()
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "once"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(ctx, "once", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "taken-0", nil
+	}); err != nil {
+		t.Fatal("the allocation never became active")
+	}
+	readyNodes(t, f, "stale-0")
+	// The other controller's claim, landing late.
+	n, err := c.Nodes().Get(ctx(t), "stale-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Allocation = "once"
+	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := c.Nodes().Get(ctx, "stale-0", metav1.GetOptions{})
+		return err == nil && n.Status.Allocation == "", nil
+	}); err != nil {
+		t.Fatal("the node still names an allocation that is active on another node")
+	}
+	if n, err := c.Nodes().Get(ctx(t), "taken-0", metav1.GetOptions{}); err != nil || n.Status.Allocation != "once" {
+		t.Errorf("the allocation's own node lost its claim: %v %q", err, n.Status.Allocation)
+	}
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "next"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(ctx, "next", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "stale-0", nil
+	}); err != nil {
+		t.Error("the freed node was not allocated again")
+	}
+}
+
 // ironicFault checks that r is an Ironic error of code and returns its
 // faultstring.
 func ironicFault(t *testing.T, r response, code int) string {

@@ -51,9 +51,30 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		index: newFreeIndex(),
 		rnd:   rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 	}
+	nodeInformer := v1.Nodes().Informer()
+	if err := nodeInformer.AddIndexers(cache.Indexers{indexClaims: func(obj interface{}) ([]string, error) {
+		if n, ok := obj.(*nodusv1.Node); ok && n.Status.Allocation != "" {
+			return []string{n.Status.Allocation}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	claims := nodeInformer.GetIndexer()
 	enqueue := func(obj interface{}) {
-		if a, ok := obj.(*nodusv1.Allocation); ok && allocating(a) {
+		a, ok := obj.(*nodusv1.Allocation)
+		if !ok {
+			return
+		}
+		if allocating(a) {
 			c.queue.Add(a.Name)
+		}
+		// Settled: a claim it did not take, landed before, is an orphan now.
+		nodes, _ := claims.ByIndex(indexClaims, a.Name)
+		for _, obj := range nodes {
+			if n := obj.(*nodusv1.Node); orphaned(n, a) {
+				c.queue.Add(nodeKeyPrefix + n.Name)
+			}
 		}
 	}
 	informer := v1.Allocations().Informer()
@@ -62,14 +83,15 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	}); err != nil {
 		return nil, err
 	}
-	// A node naming an allocation the cache does not have may be an
-	// orphan: its allocation was deleted while the claim was being written.
+	// A node naming an allocation the cache does not have, or has settled
+	// on another node, may be an orphan (see orphaned).
 	orphan := func(obj interface{}) {
 		n, ok := obj.(*nodusv1.Node)
 		if !ok || n.Status.Allocation == "" {
 			return
 		}
-		if _, err := c.allocations.Get(n.Status.Allocation); apierrors.IsNotFound(err) {
+		a, err := c.allocations.Get(n.Status.Allocation)
+		if apierrors.IsNotFound(err) || (err == nil && orphaned(n, a)) {
 			c.queue.Add(nodeKeyPrefix + n.Name)
 		}
 	}
@@ -79,7 +101,6 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			orphan(n)
 		}
 	}
-	nodeInformer := v1.Nodes().Informer()
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: indexed, UpdateFunc: func(_, obj interface{}) { indexed(obj) },
 		DeleteFunc: func(obj interface{}) {
@@ -97,12 +118,26 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	return c, nil
 }
 
+// indexClaims indexes nodes by the allocation their claim names.
+const indexClaims = "allocation-controller.claims"
+
 // nodeKeyPrefix marks a queue key that names a node to check for an orphaned
 // claim (allocation names have no "/").
 const nodeKeyPrefix = "node/"
 
+// orphaned says whether node n's claim of allocation a is one a did not
+// take: a settled (active, or failed) on no node or another one. Two
+// controllers at once (an old leader that has not noticed yet) may each
+// claim a node for one allocation; the one whose status write lost leaves
+// its claim behind, for ever unless freed.
+func orphaned(n *nodusv1.Node, a *nodusv1.Allocation) bool {
+	settled := a.Status.State == nodusv1.AllocationStateActive || a.Status.State == nodusv1.AllocationStateError
+	return settled && a.Status.Node != n.Name
+}
+
 // repairOrphan frees node when the allocation it names does not exist in
-// etcd: the cache may lag behind a creation, etcd does not.
+// etcd, or has settled on another node: the cache may lag behind, etcd does
+// not.
 func (c *Controller) repairOrphan(ctx context.Context, node string) error {
 	n, err := c.client.NodusV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && n.Status.Allocation == "") {
@@ -111,11 +146,17 @@ func (c *Controller) repairOrphan(ctx context.Context, node string) error {
 	if err != nil {
 		return err
 	}
-	_, err = c.client.NodusV1().Allocations().Get(ctx, n.Status.Allocation, metav1.GetOptions{})
-	if !apierrors.IsNotFound(err) {
-		return err // it exists (nil), or we cannot tell
+	a, err := c.client.NodusV1().Allocations().Get(ctx, n.Status.Allocation, metav1.GetOptions{})
+	switch {
+	case err == nil && orphaned(n, a):
+		klog.InfoS("freeing a node whose allocation settled on another", "node", node, "allocation", a.Name, "allocationNode", a.Status.Node)
+	case err == nil:
+		return nil // the allocation's own, or one still allocating
+	case !apierrors.IsNotFound(err):
+		return err // we cannot tell
+	default:
+		klog.InfoS("freeing a node whose allocation no longer exists", "node", node, "allocation", n.Status.Allocation)
 	}
-	klog.InfoS("freeing a node whose allocation no longer exists", "node", node, "allocation", n.Status.Allocation)
 	freed := n.DeepCopy()
 	freed.Status.Allocation = ""
 	// A conflict means the node changed meanwhile: the next event looks again.
