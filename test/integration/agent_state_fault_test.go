@@ -33,21 +33,8 @@ func TestARetirementTheAgentCannotRecordStillRefusesLogins(t *testing.T) {
 	if _, err := exec.LookPath("chattr"); err != nil {
 		t.Skip("chattr (e2fsprogs) is not installed")
 	}
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	dir := t.TempDir()
-	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
-	socket := filepath.Join(dir, "p.sock")
-	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
-	principals := func() string {
-		var out strings.Builder
-		_ = agent.Principals(socket, "nodus-test-login", &out)
-		return strings.TrimSpace(out.String())
-	}
-	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals() != "", nil }); err != nil {
-		t.Fatalf("the agent never served the tenant's principal: %v", err)
-	}
+	s, f, dir, principalsOf := servedAgent(t)
+	principals := func() string { return principalsOf("nodus-test-login") }
 
 	db := filepath.Join(dir, "state.db")
 	if out, err := exec.Command("chattr", "+i", db).CombinedOutput(); err != nil {
@@ -91,21 +78,7 @@ func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
 	if _, err := user.Lookup("daemon"); err != nil {
 		t.Skip("no system account daemon on this host")
 	}
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	dir := t.TempDir()
-	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
-	socket := filepath.Join(dir, "p.sock")
-	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
-	principals := func(login string) string {
-		var out strings.Builder
-		_ = agent.Principals(socket, login, &out)
-		return strings.TrimSpace(out.String())
-	}
-	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals("nodus-test-login") != "", nil }); err != nil {
-		t.Fatalf("the agent never served the tenant's principal: %v", err)
-	}
+	s, _, _, principals := servedAgent(t)
 	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"daemon"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -121,4 +94,28 @@ func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
 	if p := principals("daemon"); p != "" {
 		t.Errorf("the agent serves a principal for a system account: %q", p)
 	}
+}
+
+// servedAgent is a server with the fleet, the real agent of node agent-1
+// (login user nodus-test-login) in dir, and agent-1 reserved to acme, once
+// the agent serves the tenant's principal; principals asks the agent for a
+// login user's, as sshd does.
+func servedAgent(t *testing.T) (s *testserver.Server, f *fleet, dir string, principals func(login string) string) {
+	t.Helper()
+	s = testserver.StartTestServer(t)
+	f = newFleet(t, s)
+	dir = t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
+	socket := filepath.Join(dir, "p.sock")
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
+	principals = func(login string) string {
+		var out strings.Builder
+		_ = agent.Principals(socket, login, &out)
+		return strings.TrimSpace(out.String())
+	}
+	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals("nodus-test-login") != "", nil }); err != nil {
+		t.Fatalf("the agent never served the tenant's principal: %v", err)
+	}
+	return s, f, dir, principals
 }

@@ -216,15 +216,20 @@ func (c *Controller) node(name string) (*nodusv1.Node, error) {
 
 // heldBy lists the nodes whose claim names reservation.
 func (c *Controller) heldBy(reservation string) ([]*nodusv1.Node, error) {
-	objs, err := c.nodeIndex.ByIndex(indexReservation, reservation)
+	return byIndex[*nodusv1.Node](c.nodeIndex, indexReservation, reservation)
+}
+
+// byIndex lists the objects of indexer whose index holds value.
+func byIndex[T any](indexer cache.Indexer, index, value string) ([]T, error) {
+	objs, err := indexer.ByIndex(index, value)
 	if err != nil {
 		return nil, err
 	}
-	nodes := make([]*nodusv1.Node, 0, len(objs))
+	out := make([]T, 0, len(objs))
 	for _, obj := range objs {
-		nodes = append(nodes, obj.(*nodusv1.Node))
+		out = append(out, obj.(T))
 	}
-	return nodes, nil
+	return out, nil
 }
 
 // handOver writes the nodes a reservation let go, each with its cleaning
@@ -353,28 +358,12 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 
 // hostsLabelled are the ReservedHosts whose label names reservation.
 func (c *Controller) hostsLabelled(reservation string) ([]*nodusv1.ReservedHost, error) {
-	objs, err := c.hostIndex.ByIndex(indexLabelReservation, reservation)
-	if err != nil {
-		return nil, err
-	}
-	hosts := make([]*nodusv1.ReservedHost, 0, len(objs))
-	for _, obj := range objs {
-		hosts = append(hosts, obj.(*nodusv1.ReservedHost))
-	}
-	return hosts, nil
+	return byIndex[*nodusv1.ReservedHost](c.hostIndex, indexLabelReservation, reservation)
 }
 
 // allocationsLabelled are the allocations whose label names reservation.
 func (c *Controller) allocationsLabelled(reservation string) ([]*nodusv1.Allocation, error) {
-	objs, err := c.allocationIndex.ByIndex(indexLabelReservation, reservation)
-	if err != nil {
-		return nil, err
-	}
-	allocations := make([]*nodusv1.Allocation, 0, len(objs))
-	for _, obj := range objs {
-		allocations = append(allocations, obj.(*nodusv1.Allocation))
-	}
-	return allocations, nil
+	return byIndex[*nodusv1.Allocation](c.allocationIndex, indexLabelReservation, reservation)
 }
 
 // earlierAllocation says whether a, labelled with r's name, is an earlier
