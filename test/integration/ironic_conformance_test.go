@@ -244,14 +244,7 @@ func TestOrphanedNodeClaimsAreRepaired(t *testing.T) {
 	f := newFleet(t, s)
 	readyNodes(t, f, "orphan-0")
 	c := s.Client.NodusV1()
-	n, err := c.Nodes().Get(ctx(t), "orphan-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Allocation = "deleted-meanwhile"
-	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimFor(t, s, "orphan-0", "deleted-meanwhile")
 	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := c.Nodes().Get(ctx, "orphan-0", metav1.GetOptions{})
 		return err == nil && n.Status.Allocation == "", nil
@@ -294,15 +287,7 @@ func TestAClaimItsAllocationDidNotTakeIsRepaired(t *testing.T) {
 		t.Fatal("the allocation never became active")
 	}
 	readyNodes(t, f, "stale-0")
-	// The other controller's claim, landing late.
-	n, err := c.Nodes().Get(ctx(t), "stale-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Allocation = "once"
-	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	claimFor(t, s, "stale-0", "once") // the other controller's claim, landing late
 	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := c.Nodes().Get(ctx, "stale-0", metav1.GetOptions{})
 		return err == nil && n.Status.Allocation == "", nil
@@ -321,6 +306,21 @@ func TestAClaimItsAllocationDidNotTakeIsRepaired(t *testing.T) {
 		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "stale-0", nil
 	}); err != nil {
 		t.Error("the freed node was not allocated again")
+	}
+}
+
+// claimFor writes node's claim for allocation, as a controller that lost
+// track of it would have.
+func claimFor(t *testing.T, s *testserver.Server, node, allocation string) {
+	t.Helper()
+	c := s.Client.NodusV1()
+	n, err := c.Nodes().Get(ctx(t), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.Allocation = allocation
+	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
