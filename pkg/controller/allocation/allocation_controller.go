@@ -20,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
 	"github.com/nodus-dev/nodus/pkg/controller/worker"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
@@ -52,12 +53,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		rnd:   rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 	}
 	nodeInformer := v1.Nodes().Informer()
-	if err := nodeInformer.AddIndexers(cache.Indexers{indexClaims: func(obj interface{}) ([]string, error) {
-		if n, ok := obj.(*nodusv1.Node); ok && n.Status.Allocation != "" {
-			return []string{n.Status.Allocation}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := nodeindex.AddByAllocation(nodeInformer); err != nil {
 		return nil, err
 	}
 	claims := nodeInformer.GetIndexer()
@@ -70,7 +66,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			c.queue.Add(a.Name)
 		}
 		// Settled: a claim it did not take, landed before, is an orphan now.
-		nodes, _ := claims.ByIndex(indexClaims, a.Name)
+		nodes, _ := claims.ByIndex(nodeindex.ByAllocation, a.Name)
 		for _, obj := range nodes {
 			if n := obj.(*nodusv1.Node); orphaned(n, a) {
 				c.queue.Add(nodeKeyPrefix + n.Name)
@@ -117,9 +113,6 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	c.synced = []cache.InformerSynced{informer.HasSynced, nodeInformer.HasSynced}
 	return c, nil
 }
-
-// indexClaims indexes nodes by the allocation their claim names.
-const indexClaims = "allocation-controller.claims"
 
 // nodeKeyPrefix marks a queue key that names a node to check for an orphaned
 // claim (allocation names have no "/").

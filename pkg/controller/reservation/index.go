@@ -5,6 +5,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
 )
 
 // The indexes the controller adds to the shared informers. Each event of a
@@ -15,8 +16,6 @@ import (
 const (
 	// On nodes: the reservation their claim names.
 	indexReservation = "node.reservation"
-	// On nodes: the allocation their claim names.
-	indexNodeAllocation = "node.allocation"
 	// On reservations: the nodes they are placed on or hold.
 	indexNode = "reservation.node"
 	// On reservations: the allocation they are placed through.
@@ -41,9 +40,11 @@ func addIndexes(nodes, reservations, allocations, hosts cache.SharedIndexInforme
 		return err
 	}
 	if err := nodes.AddIndexers(cache.Indexers{
-		indexReservation:    nodeIndexFunc(func(n *nodusv1.Node) string { return n.Status.Reservation }),
-		indexNodeAllocation: nodeIndexFunc(func(n *nodusv1.Node) string { return n.Status.Allocation }),
+		indexReservation: nodeIndexFunc(func(n *nodusv1.Node) string { return n.Status.Reservation }),
 	}); err != nil {
+		return err
+	}
+	if err := nodeindex.AddByAllocation(nodes); err != nil {
 		return err
 	}
 	if err := reservations.AddIndexers(cache.Indexers{

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/fake"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 )
@@ -99,7 +100,7 @@ func TestIndexedKeysMatchAWalkOverEveryReservation(t *testing.T) {
 					holders = append(holders, n.Name)
 				}
 			}
-			objs, err := c.nodeIndex.ByIndex(indexNodeAllocation, a.Name)
+			objs, err := c.nodeIndex.ByIndex(nodeindex.ByAllocation, a.Name)
 			if err != nil || len(objs) != len(holders) {
 				t.Fatalf("seed %d: allocation %s is recorded by nodes %v, the index found %d (%v)", seed, a.Name, holders, len(objs), err)
 			}

@@ -18,6 +18,7 @@ import (
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
 	"github.com/nodus-dev/nodus/pkg/controller/worker"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
@@ -392,7 +393,7 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 	}
 	// An allocation of this name that was just deleted may still hold its
 	// node: a new one is made once that claim is gone.
-	holders, err := c.nodeIndex.ByIndex(indexNodeAllocation, name)
+	holders, err := c.nodeIndex.ByIndex(nodeindex.ByAllocation, name)
 	if err != nil {
 		return nil, err
 	}
