@@ -104,6 +104,14 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 	if err := testfleet.Eventually(ctx(t), 5*time.Second, func(context.Context) (bool, error) { return !runner.Active(), nil }); err != nil {
 		t.Fatalf("the runner still holds the execution 5 s after its final report was refused (%d refusals): %v", refusals.Load(), err)
 	}
+	// The server still shows the execution running; a change of it that
+	// the runner sees (here its annotations) is not an execution started
+	// before a restart, to report failed again.
+	if _, err := f.s.Client.NodusV1().Executions("beta").Patch(ctx(t), submitted.Name, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"example.com/touched":"yes"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // a second report, if any, is sent at once
 	if n := refusals.Load(); n != 1 {
 		t.Errorf("the runner sent its refused final report %d times, want once", n)
 	}

@@ -104,6 +104,11 @@ type Runner struct {
 	// orphans are the executions being reported AgentRestarted: one report
 	// each, however many watch events come while it is retried.
 	orphans map[types.UID]bool
+	// ended are the executions this runner ran and reported, the report
+	// taken or refused: one the server still shows running (its final
+	// report refused) was not started before a restart, and is not
+	// reported again as if it had been. Forgotten when it is deleted.
+	ended map[types.UID]bool
 	// placed lists the executions placed on this host, from the watch.
 	placed func() []*nodusv1.Execution
 }
@@ -138,7 +143,8 @@ func New(opts Options) *Runner {
 	if opts.LogEvery == 0 {
 		opts.LogEvery = 2 * time.Second
 	}
-	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}, orphans: map[types.UID]bool{}}
+	return &Runner{opts: opts, procs: sessions.Procs{Root: "/proc"}, runs: map[types.UID]*run{}, orphans: map[types.UID]bool{},
+		ended: map[types.UID]bool{}}
 }
 
 // Accounts are the borrower accounts executions run as.
@@ -191,6 +197,9 @@ func (r *Runner) Run(ctx context.Context) error {
 			}
 			if e, ok := obj.(*nodusv1.Execution); ok {
 				r.stopRun(e.UID, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "the execution was deleted"})
+				r.mu.Lock()
+				delete(r.ended, e.UID)
+				r.mu.Unlock()
 			}
 		},
 	}); err != nil {
@@ -302,8 +311,10 @@ func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 		// Started by this host before the agent restarted (whose start
 		// ended what the borrower account ran): say so.
 		r.mu.Lock()
-		reporting := r.orphans[e.UID]
-		r.orphans[e.UID] = true
+		reporting := r.orphans[e.UID] || r.ended[e.UID]
+		if !reporting {
+			r.orphans[e.UID] = true
+		}
 		r.mu.Unlock()
 		if reporting {
 			return
@@ -410,6 +421,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 		defer func() {
 			r.mu.Lock()
 			delete(r.runs, e.UID)
+			r.ended[e.UID] = true
 			r.mu.Unlock()
 			close(x.reported)
 			r.offerWaiting(ctx)
