@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -40,6 +41,19 @@ const (
 	fileCA     = "ca.crt"
 	fileConfig = "agent.json"
 	fileState  = "state.db"
+	// filePendingKey holds the key an enrollment asks for until it has its
+	// certificate: an enrollment token records the key it enrolled, so a
+	// `nodusd enroll` whose answer was lost asks again with this key, and
+	// gets that enrollment's answer.
+	filePendingKey = "enroll.key"
+)
+
+// enrollTries is how often one `nodusd enroll` sends its request when no
+// answer comes back, and enrollPause the pause before the first repeat,
+// doubled before each next.
+const (
+	enrollTries = 5
+	enrollPause = time.Second
 )
 
 // identity is what enrollment leaves in the state directory.
@@ -63,8 +77,11 @@ type EnrollOptions struct {
 	StateDir string
 }
 
-// Enroll creates a key, has the server sign it with the enrollment token,
-// and stores the credential (0600) in the state directory.
+// Enroll has the server sign the agent's key with the enrollment token,
+// and stores the credential (0600) in the state directory. The key is
+// kept there (enroll.key) from before the request until the credential is
+// stored: the token is bound to it, so a request whose answer was lost is
+// sent again, by this call or by the next `nodusd enroll`, and answered.
 func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if o.Server == "" || o.Token == "" || o.Node == "" || o.StateDir == "" {
 		return 0, errors.New("enroll needs --server, --token, a node name and --state-dir")
@@ -80,7 +97,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return 0, err
 	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	key, keyPEM, err := pendingKey(o.StateDir)
 	if err != nil {
 		return 0, err
 	}
@@ -94,29 +111,98 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	answer, err := client.NodusV1().Nodes().Enroll(ctx, o.Node, &nodusv1.NodeEnrollment{CertificateRequest: csr}, metav1.CreateOptions{})
+	answer, err := enrollAsking(ctx, func(ctx context.Context) (*nodusv1.NodeEnrollment, error) {
+		return client.NodusV1().Nodes().Enroll(ctx, o.Node, &nodusv1.NodeEnrollment{CertificateRequest: csr}, metav1.CreateOptions{})
+	}, enrollPause)
 	if err != nil {
-		return 0, fmt.Errorf("enrollment refused: %w", describe(err))
+		return 0, err
 	}
 	if _, err := checkIssued([]byte(answer.Certificate), key); err != nil {
 		return 0, fmt.Errorf("enrollment answer: %w", err)
 	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return 0, err
-	}
 	id, _ := json.Marshal(identity{Server: servers[0], Servers: servers, Node: o.Node, AgentGeneration: answer.AgentGeneration})
-	for name, content := range map[string][]byte{
-		fileKey:    pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}),
-		fileCert:   []byte(answer.Certificate),
-		fileCA:     caPEM,
-		fileConfig: id,
-	} {
-		if err := atomicfile.Write(filepath.Join(o.StateDir, name), content, 0o600); err != nil {
+	// The pending key goes last: until every file is written, the next
+	// `nodusd enroll` asks again with it.
+	for _, f := range []struct {
+		name    string
+		content []byte
+	}{{fileKey, keyPEM}, {fileCert, []byte(answer.Certificate)}, {fileCA, caPEM}, {fileConfig, id}} {
+		if err := atomicfile.Write(filepath.Join(o.StateDir, f.name), f.content, 0o600); err != nil {
 			return 0, err
 		}
 	}
+	if err := os.Remove(filepath.Join(o.StateDir, filePendingKey)); err != nil {
+		return 0, err
+	}
 	return answer.AgentGeneration, nil
+}
+
+// pendingKey is the key an enrollment in stateDir asks for: the one kept
+// from an earlier `nodusd enroll` that got no answer, or a new one, kept
+// (0600) before it is sent.
+func pendingKey(stateDir string) (*ecdsa.PrivateKey, []byte, error) {
+	path := filepath.Join(stateDir, filePendingKey)
+	if keyPEM, err := os.ReadFile(path); err == nil {
+		if block, _ := pem.Decode(keyPEM); block != nil && block.Type == "EC PRIVATE KEY" {
+			if key, err := x509.ParseECPrivateKey(block.Bytes); err == nil && key.Curve == elliptic.P256() {
+				return key, keyPEM, nil
+			}
+		}
+		// A key cut short by a crash was never sent: a new one replaces it.
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, nil, err
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, nil, err
+	}
+	der, err := x509.MarshalECPrivateKey(key)
+	if err != nil {
+		return nil, nil, err
+	}
+	keyPEM := pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})
+	if err := atomicfile.Write(path, keyPEM, 0o600); err != nil {
+		return nil, nil, err
+	}
+	return key, keyPEM, nil
+}
+
+// enrollAsking sends the enrollment until an answer comes back: a refusal,
+// or the credential. It sends it again when the answer may have been lost
+// on the way (no answer, a gateway's or an unavailable server's 5xx, 429):
+// the server answers the key its token enrolled with that enrollment.
+func enrollAsking(ctx context.Context, send func(context.Context) (*nodusv1.NodeEnrollment, error), pause time.Duration) (*nodusv1.NodeEnrollment, error) {
+	var err error
+	for try := 1; ; try++ {
+		var answer *nodusv1.NodeEnrollment
+		if answer, err = send(ctx); err == nil {
+			return answer, nil
+		}
+		if !answerMayBeLost(err) {
+			return nil, fmt.Errorf("enrollment refused: %w", describe(err))
+		}
+		if try == enrollTries {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("enrollment: %w (last: %v)", ctx.Err(), describe(err))
+		case <-time.After(pause):
+		}
+		pause *= 2
+	}
+	return nil, fmt.Errorf("enrollment: no answer after %d tries (last: %w); run the same `nodusd enroll` again on this host with the same --state-dir: it asks again with the key kept in %s, which the token is bound to", enrollTries, describe(err), filePendingKey)
+}
+
+// answerMayBeLost says whether err leaves open that the server enrolled
+// the node and its answer did not arrive.
+func answerMayBeLost(err error) bool {
+	var status apierrors.APIStatus
+	if !errors.As(err, &status) {
+		return true // no HTTP answer at all
+	}
+	code := status.Status().Code
+	return code >= 500 || code == http.StatusTooManyRequests
 }
 
 // describe renders an API refusal with its status code, reason and message.

@@ -104,6 +104,9 @@ const (
 	ReasonNodeAlreadyEnrolled metav1.StatusReason = "NodeAlreadyEnrolled"
 	// ReasonEnrollmentTokenPoolMismatch: a token of one pool used on a node of another.
 	ReasonEnrollmentTokenPoolMismatch metav1.StatusReason = "EnrollmentTokenPoolMismatch"
+	// ReasonEnrollmentTokenUsed: a used enrollment token presented by another agent key, for
+	// another node, or after the enrollment it made was superseded.
+	ReasonEnrollmentTokenUsed metav1.StatusReason = "EnrollmentTokenUsed"
 	// ReasonServerOwnedField: a node agent wrote a status field only the server writes.
 	ReasonServerOwnedField metav1.StatusReason = "ServerOwnedField"
 	// ReasonTooManyIdempotencyKeys: a caller keeps as many idempotent answers as it may.
@@ -303,6 +306,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonEnrollmentTokenPoolMismatch, http.StatusForbidden, "The node belongs to another pool than the enrollment token.",
 			func(r Request) string {
 				return "Use a token of the node's own pool (`kubectl get node.nodus.dev " + orDefault(r.Name, "NAME") + " -o jsonpath={.spec.pool}`): enrollment never moves a node. An operator moves a node by changing its spec.pool."
+			}},
+		{ReasonEnrollmentTokenUsed, http.StatusForbidden, "The enrollment token was used; it enrolls once, and only the agent key it enrolled may ask for that enrollment's answer again.",
+			func(r Request) string {
+				return "Have an operator issue a new token for this node (`nodus pools token POOL --node " + orDefault(r.Name, "NAME") + "`) and run the printed `nodusd enroll`. A `nodusd enroll` that lost its answer finishes when run again on the same host with the same --state-dir, which keeps its key (enroll.key) until enrolled."
 			}},
 		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a field of its Node the server or the operator owns.",
 			func(Request) string {

@@ -130,8 +130,11 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	}}, true, nil
 }
 
-// enrollment authenticates an unused, unexpired enrollment token as an
-// enroller, which may do nothing but enroll.
+// enrollment authenticates an unexpired enrollment token as an enroller,
+// which may do nothing but enroll. A used token authenticates too: the
+// enrollment decides, with the token's record, whether it is the agent it
+// enrolled asking again for an answer it lost (and otherwise refuses with
+// a reason, where an authentication failure could give none).
 func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	name, plain, ok := accesstoken.SplitToken(token)
 	if !ok {
@@ -146,9 +149,6 @@ func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*aut
 	}
 	if t.Status.TokenHash == "" || subtle.ConstantTimeCompare([]byte(t.Status.TokenHash), []byte(secretpkg.Hash(plain))) != 1 {
 		return nil, false, errInvalidToken
-	}
-	if t.Status.UsedAt != nil {
-		return nil, false, errors.New("the enrollment token was already used by node " + t.Status.UsedBy)
 	}
 	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
 		return nil, false, errors.New("the enrollment token expired at " + t.Spec.ExpiresAt.Format(time.RFC3339))

@@ -316,3 +316,12 @@ func (ca *CA) Fingerprint() string {
 	sum := sha256.Sum256(ca.Cert.Raw)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
+
+// KeyFingerprint is the SHA-256 fingerprint of the public key a
+// certificate request is for (of its DER SubjectPublicKeyInfo), as
+// "sha256:<hex>": what an enrollment token records of the agent key it
+// enrolled.
+func KeyFingerprint(csr *x509.CertificateRequest) string {
+	sum := sha256.Sum256(csr.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}

@@ -83,7 +83,7 @@ func TestAgentEnrollsReportsAndDrains(t *testing.T) {
 			t.Errorf("%s must be 0600: %v %v", name, err, info)
 		}
 	}
-	if _, err := enroll(tok.Status.Token); err == nil || !strings.Contains(err.Error(), "401") {
+	if _, err := enroll(tok.Status.Token); err == nil || !strings.Contains(err.Error(), "403 "+string(apierror.ReasonEnrollmentTokenUsed)) {
 		t.Errorf("a token works once: %v", err)
 	}
 	expired := enrollmentToken(t, s, "expired", time.Now().Add(-time.Minute))

@@ -250,6 +250,17 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	cases[apierror.ReasonEnrollmentTokenPoolMismatch] = func() response {
 		return enrollWith(nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "reporter"}, "reporter")
 	}
+	cases[apierror.ReasonEnrollmentTokenUsed] = func() response {
+		tok := issueToken(t, s, "", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"})
+		enroll := func() response { // a new key each time
+			return do(t, bearer(s, tok.Status.Token), "POST", "/apis/nodus.dev/v1/nodes/enrolled-once/enroll", "application/json",
+				strings.NewReader(fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t))))
+		}
+		if r := enroll(); r.code >= 300 {
+			t.Fatalf("the first enrollment: %d %s", r.code, r.body)
+		}
+		return enroll()
+	}
 	cases[apierror.ReasonServerOwnedField] = func() response {
 		return do(t, reporter.agent, "PATCH", "/apis/nodus.dev/v1/nodes/reporter/status", "application/merge-patch+json",
 			strings.NewReader(`{"status":{"provisionState":"available","appliedEpoch":42}}`))

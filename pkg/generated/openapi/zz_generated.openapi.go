@@ -834,6 +834,27 @@ func schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref common.ReferenceCallback
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},
+					"agentKeyFingerprint": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentKeyFingerprint is the SHA-256 fingerprint (sha256:HEX) of the public key the token enrolled. The agent holding that key may ask again, until the token expires, when the answer did not reach it.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"nodeUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "NodeUID is the Node object the enrollment finished on.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"agentGeneration": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AgentGeneration is the agent generation the enrollment gave the node; unset until it finished.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
 				},
 			},
 		},

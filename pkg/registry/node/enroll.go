@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
 	"time"
@@ -20,6 +21,11 @@ import (
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
+
+// AnnotationEnrollmentTokenUID is on a Node an enrollment created: the UID
+// of the token that created it, which may finish that enrollment after a
+// lost answer although the node exists then.
+const AnnotationEnrollmentTokenUID = "nodus.dev/enrollment-token-uid"
 
 // DefaultAgentCertificateValidity is how long an agent certificate is
 // valid; the agent renews it two thirds into that time.
@@ -48,7 +54,11 @@ var _ rest.NamedCreater = &EnrollREST{}
 func (e *EnrollREST) New() runtime.Object { return &nodusv1.NodeEnrollment{} }
 func (e *EnrollREST) Destroy()            {}
 
-// Create enrolls node name.
+// Create enrolls node name. A token enrolls one agent key once; the agent
+// holding that key may ask again for the same node, until the token
+// expires, when the answer did not reach it: an enrollment cut short is
+// finished, a finished one's certificate issued again for the generation
+// it gave the node. Nothing else gets anything from a used token.
 func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	req, ok := obj.(*nodusv1.NodeEnrollment)
 	if !ok {
@@ -70,58 +80,40 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, apierrors.NewBadRequest(err.Error())
 	}
+	key := pki.KeyFingerprint(csr)
 	current, err := e.Tokens.Get(ctx, tokenName, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	existing, err := e.Nodes.Get(ctx, name, &metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		existing = nil
-	case err != nil:
-		return nil, err
-	}
-	// A refusal leaves the token unused: the operator may have mistyped a name.
-	if err := mayEnroll(ctx, current.(*nodusv1.EnrollmentToken), name, asNode(existing), ""); err != nil {
-		return nil, err
-	}
-	// So does a node that could not be created (a hostname such as
-	// GPU-Node01 is no node name): it is checked as its create will be.
-	if existing == nil {
-		if errs := validation.ValidateNode(newNode(name, current.(*nodusv1.EnrollmentToken))); len(errs) > 0 {
-			return nil, apierrors.NewInvalid(nodusv1.Kind("Node"), name, errs)
+	token := current.(*nodusv1.EnrollmentToken)
+	if token.Status.UsedAt != nil {
+		if err := usedBySomeoneElse(ctx, token, name, key); err != nil {
+			return nil, err
 		}
-	}
-	// Use the token up first: of two enrollments with one token, one wins.
-	now := metav1.NewTime(time.Now().Truncate(time.Second))
-	used, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
-			if t.Status.UsedAt != nil {
-				return nil, apierrors.NewForbidden(nodusv1.Resource("enrollmenttokens"), tokenName, fmt.Errorf("the token was used by node %s", t.Status.UsedBy))
-			}
-			t.Status.UsedBy, t.Status.UsedAt = name, &now
-			return t, nil
-		}), nil, nil, false, &metav1.UpdateOptions{})
-	if err != nil {
+	} else if err := e.check(ctx, token, name); err != nil {
 		return nil, err
 	}
-	token := used.(*nodusv1.EnrollmentToken)
+	if token, err = e.use(ctx, token.Name, name, key); err != nil {
+		return nil, err
+	}
+	if token.Status.AgentGeneration != 0 {
+		return e.issueAgain(ctx, token, name, csr)
+	}
 
-	created, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
-	createdUID := types.UID("")
-	switch {
-	case err == nil:
-		createdUID = created.(*nodusv1.Node).UID
-	case !apierrors.IsAlreadyExists(err):
+	if _, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return nil, err
 	}
 	// The generation rises under the same rules, checked on the version
 	// written: a node created meanwhile by someone else is not this token's
-	// to take over.
+	// to take over. The node this token created (now, or before an answer
+	// was lost) is, as long as no enrollment finished on it since.
 	updated, _, err := e.NodeStatus.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			n := old.(*nodusv1.Node).DeepCopy()
+			createdUID := types.UID("")
+			if n.Annotations[AnnotationEnrollmentTokenUID] == string(token.UID) && n.Status.AgentGeneration == 0 {
+				createdUID = n.UID
+			}
 			if err := mayEnroll(ctx, token, name, n, createdUID); err != nil {
 				return nil, err
 			}
@@ -132,6 +124,95 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	n := updated.(*nodusv1.Node)
+	if err := e.finished(ctx, token.Name, n); err != nil {
+		return nil, err
+	}
+	return e.issue(csr, n)
+}
+
+// check refuses, before an unused token is used up, what it may not
+// enroll: the operator may have mistyped a name.
+func (e *EnrollREST) check(ctx context.Context, token *nodusv1.EnrollmentToken, name string) error {
+	existing, err := e.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		existing = nil
+	case err != nil:
+		return err
+	}
+	if err := mayEnroll(ctx, token, name, asNode(existing), ""); err != nil {
+		return err
+	}
+	// So does a node that could not be created (a hostname such as
+	// GPU-Node01 is no node name): it is checked as its create will be.
+	if existing == nil {
+		if errs := validation.ValidateNode(newNode(name, token)); len(errs) > 0 {
+			return apierrors.NewInvalid(nodusv1.Kind("Node"), name, errs)
+		}
+	}
+	return nil
+}
+
+// use records the token's use by key for node name, in one write: of two
+// enrollments with one token, one wins. The agent that used it already
+// finds its record unchanged.
+func (e *EnrollREST) use(ctx context.Context, tokenName, name, key string) (*nodusv1.EnrollmentToken, error) {
+	now := metav1.NewTime(time.Now().Truncate(time.Second))
+	used, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
+			if t.Status.UsedAt != nil {
+				return t, usedBySomeoneElse(ctx, t, name, key)
+			}
+			t.Status.UsedBy, t.Status.UsedAt, t.Status.AgentKeyFingerprint = name, &now, key
+			return t, nil
+		}), nil, nil, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return used.(*nodusv1.EnrollmentToken), nil
+}
+
+// finished records on the token the node object and the generation its
+// enrollment gave it: from then on, its key gets that generation's
+// certificate again and nothing more. A later generation wins over an
+// earlier one's record written late.
+func (e *EnrollREST) finished(ctx context.Context, tokenName string, n *nodusv1.Node) error {
+	_, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
+			if t.Status.AgentGeneration < n.Status.AgentGeneration {
+				t.Status.NodeUID, t.Status.AgentGeneration = n.UID, n.Status.AgentGeneration
+			}
+			return t, nil
+		}), nil, nil, false, &metav1.UpdateOptions{})
+	return err
+}
+
+// issueAgain signs key's certificate again for the enrollment token
+// finished, if the node is still the one it enrolled, at the generation
+// it gave it.
+func (e *EnrollREST) issueAgain(ctx context.Context, token *nodusv1.EnrollmentToken, name string, csr *x509.CertificateRequest) (runtime.Object, error) {
+	obj, err := e.Nodes.Get(ctx, name, &metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted since: a credential never comes back", token.Name, name))
+	case err != nil:
+		return nil, err
+	}
+	n := obj.(*nodusv1.Node)
+	if n.UID != token.Status.NodeUID {
+		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted and created again since: a credential never comes back", token.Name, name))
+	}
+	if n.Status.AgentGeneration != token.Status.AgentGeneration {
+		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q at agent generation %d; the node was enrolled again since (generation %d): a credential never comes back",
+			token.Name, name, token.Status.AgentGeneration, n.Status.AgentGeneration))
+	}
+	return e.issue(csr, n)
+}
+
+// issue signs the agent's key for node n's current generation.
+func (e *EnrollREST) issue(csr *x509.CertificateRequest, n *nodusv1.Node) (runtime.Object, error) {
 	cert, err := e.CA.SignCSR(csr, AgentSubject(n), validity(e.Validity))
 	if err != nil {
 		return nil, err
@@ -139,11 +220,28 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
 }
 
+// usedBySomeoneElse refuses a used token to all but the agent key it
+// enrolled, asking for the node it enrolled.
+func usedBySomeoneElse(ctx context.Context, token *nodusv1.EnrollmentToken, name, key string) error {
+	used := token.Status.UsedAt.UTC().Format(time.RFC3339)
+	switch {
+	case token.Status.UsedBy != name:
+		return tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q was used by node %q at %s; a token enrolls once", token.Name, token.Status.UsedBy, used))
+	case token.Status.AgentKeyFingerprint != key:
+		return tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q at %s with another agent key; a token enrolls once, and only that key may ask for its answer again", token.Name, name, used))
+	}
+	return nil
+}
+
+func tokenUsed(ctx context.Context, token *nodusv1.EnrollmentToken, name, message string) error {
+	return apierror.New(ctx, apierror.ReasonEnrollmentTokenUsed, nodusv1.Resource("nodes"), name, message, "")
+}
+
 // newNode is the Node a token enrolls under name when none has it: its
 // spec is the token's.
 func newNode(name string, token *nodusv1.EnrollmentToken) *nodusv1.Node {
 	return &nodusv1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{AnnotationEnrollmentTokenUID: string(token.UID)}},
 		Spec: nodusv1.NodeSpec{Pool: token.Spec.Pool, ResourceClass: token.Spec.ResourceClass,
 			Traits: token.Spec.Traits, LoginUser: token.Spec.LoginUser},
 	}

@@ -799,6 +799,19 @@ func (m *EnrollmentTokenStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i = encodeVarintGenerated(dAtA, i, uint64(m.AgentGeneration))
+	i--
+	dAtA[i] = 0x40
+	i -= len(m.NodeUID)
+	copy(dAtA[i:], m.NodeUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.NodeUID)))
+	i--
+	dAtA[i] = 0x3a
+	i -= len(m.AgentKeyFingerprint)
+	copy(dAtA[i:], m.AgentKeyFingerprint)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.AgentKeyFingerprint)))
+	i--
+	dAtA[i] = 0x32
 	if m.UsedAt != nil {
 		{
 			size, err := m.UsedAt.MarshalToSizedBuffer(dAtA[:i])
@@ -3668,6 +3681,11 @@ func (m *EnrollmentTokenStatus) Size() (n int) {
 		l = m.UsedAt.Size()
 		n += 1 + l + sovGenerated(uint64(l))
 	}
+	l = len(m.AgentKeyFingerprint)
+	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.NodeUID)
+	n += 1 + l + sovGenerated(uint64(l))
+	n += 1 + sovGenerated(uint64(m.AgentGeneration))
 	return n
 }
 
@@ -4810,6 +4828,9 @@ func (this *EnrollmentTokenStatus) String() string {
 		`CAFingerprint:` + fmt.Sprintf("%v", this.CAFingerprint) + `,`,
 		`UsedBy:` + fmt.Sprintf("%v", this.UsedBy) + `,`,
 		`UsedAt:` + strings.Replace(fmt.Sprintf("%v", this.UsedAt), "Time", "v1.Time", 1) + `,`,
+		`AgentKeyFingerprint:` + fmt.Sprintf("%v", this.AgentKeyFingerprint) + `,`,
+		`NodeUID:` + fmt.Sprintf("%v", this.NodeUID) + `,`,
+		`AgentGeneration:` + fmt.Sprintf("%v", this.AgentGeneration) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -7823,6 +7844,89 @@ func (m *EnrollmentTokenStatus) Unmarshal(dAtA []byte) error {
 				return err
 			}
 			iNdEx = postIndex
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AgentKeyFingerprint", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.AgentKeyFingerprint = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field NodeUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.NodeUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 8:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AgentGeneration", wireType)
+			}
+			m.AgentGeneration = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.AgentGeneration |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

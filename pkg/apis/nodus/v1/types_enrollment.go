@@ -1,6 +1,9 @@
 package v1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +genclient
 // +genclient:nonNamespaced
@@ -62,6 +65,18 @@ type EnrollmentTokenStatus struct {
 	// UsedAt is when it did.
 	// +optional
 	UsedAt *metav1.Time `json:"usedAt,omitempty" protobuf:"bytes,5,opt,name=usedAt"`
+	// AgentKeyFingerprint is the SHA-256 fingerprint (sha256:HEX) of the
+	// public key the token enrolled. The agent holding that key may ask
+	// again, until the token expires, when the answer did not reach it.
+	// +optional
+	AgentKeyFingerprint string `json:"agentKeyFingerprint,omitempty" protobuf:"bytes,6,opt,name=agentKeyFingerprint"`
+	// NodeUID is the Node object the enrollment finished on.
+	// +optional
+	NodeUID types.UID `json:"nodeUID,omitempty" protobuf:"bytes,7,opt,name=nodeUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
+	// AgentGeneration is the agent generation the enrollment gave the
+	// node; unset until it finished.
+	// +optional
+	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,8,opt,name=agentGeneration"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

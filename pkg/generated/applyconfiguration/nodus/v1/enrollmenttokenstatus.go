@@ -8,6 +8,7 @@ package v1
 
 import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types "k8s.io/apimachinery/pkg/types"
 )
 
 // EnrollmentTokenStatusApplyConfiguration represents a declarative configuration of the EnrollmentTokenStatus type for use
@@ -26,6 +27,15 @@ type EnrollmentTokenStatusApplyConfiguration struct {
 	UsedBy *string `json:"usedBy,omitempty"`
 	// UsedAt is when it did.
 	UsedAt *metav1.Time `json:"usedAt,omitempty"`
+	// AgentKeyFingerprint is the SHA-256 fingerprint (sha256:HEX) of the
+	// public key the token enrolled. The agent holding that key may ask
+	// again, until the token expires, when the answer did not reach it.
+	AgentKeyFingerprint *string `json:"agentKeyFingerprint,omitempty"`
+	// NodeUID is the Node object the enrollment finished on.
+	NodeUID *types.UID `json:"nodeUID,omitempty"`
+	// AgentGeneration is the agent generation the enrollment gave the
+	// node; unset until it finished.
+	AgentGeneration *int64 `json:"agentGeneration,omitempty"`
 }
 
 // EnrollmentTokenStatusApplyConfiguration constructs a declarative configuration of the EnrollmentTokenStatus type for use with
@@ -71,5 +81,29 @@ func (b *EnrollmentTokenStatusApplyConfiguration) WithUsedBy(value string) *Enro
 // If called multiple times, the UsedAt field is set to the value of the last call.
 func (b *EnrollmentTokenStatusApplyConfiguration) WithUsedAt(value metav1.Time) *EnrollmentTokenStatusApplyConfiguration {
 	b.UsedAt = &value
+	return b
+}
+
+// WithAgentKeyFingerprint sets the AgentKeyFingerprint field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AgentKeyFingerprint field is set to the value of the last call.
+func (b *EnrollmentTokenStatusApplyConfiguration) WithAgentKeyFingerprint(value string) *EnrollmentTokenStatusApplyConfiguration {
+	b.AgentKeyFingerprint = &value
+	return b
+}
+
+// WithNodeUID sets the NodeUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NodeUID field is set to the value of the last call.
+func (b *EnrollmentTokenStatusApplyConfiguration) WithNodeUID(value types.UID) *EnrollmentTokenStatusApplyConfiguration {
+	b.NodeUID = &value
+	return b
+}
+
+// WithAgentGeneration sets the AgentGeneration field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AgentGeneration field is set to the value of the last call.
+func (b *EnrollmentTokenStatusApplyConfiguration) WithAgentGeneration(value int64) *EnrollmentTokenStatusApplyConfiguration {
+	b.AgentGeneration = &value
 	return b
 }
