@@ -7,6 +7,7 @@ package liveness
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync"
@@ -71,15 +72,47 @@ func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err erro
 			return false, err
 		}
 	}
+	return t.revive(ctx, node)
+}
+
+// revive puts node's key on a new lease, unless another replica did since
+// this one found it gone: then it renews that lease. A key put over
+// another replica's would live on a lease that only this replica renews,
+// and the node would die a TTL later while its agent beats the other.
+func (t *Tracker) revive(ctx context.Context, node string) (revived bool, err error) {
 	grant, err := t.client.Grant(ctx, int64(t.ttl.Seconds()))
 	if err != nil {
 		return false, err
 	}
-	if _, err := t.client.Put(ctx, Prefix+node, strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID)); err != nil {
-		return false, err
+	key := Prefix + node
+	for range 3 {
+		resp, err := t.client.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID))).
+			Else(clientv3.OpGet(key)).Commit()
+		if err != nil {
+			return false, err
+		}
+		if resp.Succeeded {
+			t.remember(node, grant.ID)
+			return true, nil
+		}
+		kvs := resp.Responses[0].GetResponseRange().Kvs
+		if len(kvs) == 0 {
+			continue // it expired meanwhile
+		}
+		lease := clientv3.LeaseID(kvs[0].Lease)
+		if err := t.keepAlive(ctx, lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			continue
+		} else if err != nil {
+			return false, err
+		}
+		t.remember(node, lease)
+		// The grant is left to expire if the revoke fails: it holds no key.
+		_, _ = t.client.Revoke(ctx, grant.ID)
+		return false, nil
 	}
-	t.remember(node, grant.ID)
-	return true, nil
+	return false, fmt.Errorf("liveness of node %s: its key changed under three tries to revive it", node)
 }
 
 // keepAlive renews lease over the long-lived streams, and with

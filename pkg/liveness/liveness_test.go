@@ -167,3 +167,68 @@ func beatsWhenTheStreamsEndUnderThem(t *testing.T, _ *clientv3.Client, tr *Track
 		t.Fatalf("a broken stream answered its waiter %d", ttl)
 	}
 }
+
+// TestReplicasKeepTheLeaseTheKeyLivesOn: two replicas share the keys. One
+// remembers a lease that expired (its watch has not told it yet) while
+// the other revived the node with a lease of its own; the first one's next
+// beat must take that lease, not put the key on a third that only it
+// renews — the agent beating the second replica would then see its node
+// die a TTL later. Two replicas reviving a node at once must end on one
+// lease too.
+func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		client.Close()
+		etcd.Stop(context.Background())
+	})
+	a := New(client, LeaseService(client), 30*time.Second)
+	b := New(client, LeaseService(client), 30*time.Second)
+	onOneLease := func(node string, replicas ...*Tracker) {
+		t.Helper()
+		resp, err := client.Get(ctx, Prefix+node)
+		if err != nil || len(resp.Kvs) != 1 {
+			t.Fatalf("%s's key: %v %v", node, resp, err)
+		}
+		for i, tr := range replicas {
+			tr.mu.Lock()
+			lease := tr.leases[node]
+			tr.mu.Unlock()
+			if clientv3.LeaseID(resp.Kvs[0].Lease) != lease {
+				t.Errorf("%s: replica %d renews lease %x; the key lives on %x", node, i, lease, resp.Kvs[0].Lease)
+			}
+		}
+	}
+
+	if _, err := a.Beat(ctx, "gpu-1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Revoke(ctx, a.leases["gpu-1"]); err != nil { // it expired
+		t.Fatal(err)
+	}
+	if revived, err := b.Beat(ctx, "gpu-1"); err != nil || !revived {
+		t.Fatalf("the other replica's beat: revived %v, %v", revived, err)
+	}
+	if revived, err := a.Beat(ctx, "gpu-1"); err != nil || revived {
+		t.Fatalf("the beat on the replica that remembered the expired lease: revived %v (the node was alive), %v", revived, err)
+	}
+	onOneLease("gpu-1", a, b)
+
+	for i := range 20 {
+		node := fmt.Sprintf("both-%d", i)
+		var wg sync.WaitGroup
+		for _, tr := range []*Tracker{a, b} {
+			wg.Go(func() {
+				if _, err := tr.Beat(ctx, node); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		onOneLease(node, a, b)
+	}
+}
