@@ -117,6 +117,8 @@ type Agent struct {
 	// nodusd never grants (root, a system or a borrower account): the
 	// access it changed is not served either.
 	refused map[string]bool
+	// rootWarned are the login users warnOfRootAccess looked at (under applying).
+	rootWarned map[string]bool
 	// applying makes one apply or retire at a time: the informer's and
 	// recordAgain's.
 	applying sync.Mutex
@@ -183,7 +185,7 @@ func New(opts Options) (*Agent, error) {
 			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
 		cleanings: make(chan *nodusv1.NodeCleaning, 1),
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{},
-		refused: map[string]bool{},
+		refused: map[string]bool{}, rootWarned: map[string]bool{},
 	}, nil
 }
 
@@ -336,6 +338,23 @@ func (a *Agent) retireGone(ctx context.Context) {
 	}
 }
 
+// warnOfRootAccess tells the operator, once a process, when a login user
+// granted access can become root and no clean command is set: the cleaning
+// after its tenant will fail (cleaning.Cleaner.Clean), and the node go to
+// maintenance. Called under a.applying.
+func (a *Agent) warnOfRootAccess(user string) {
+	if a.opts.CleanCommand != "" || a.rootWarned[user] {
+		return
+	}
+	a.rootWarned[user] = true
+	ways, err := a.cleaning.RootAccess(user)
+	if err != nil || len(ways) == 0 {
+		return
+	}
+	klog.InfoS("WARNING: the login user can become root and no clean command is set; the cleaning after its tenant will fail and put the node in maintenance. Set --clean-command (a re-image) or take those rights away (docs/handover.md)",
+		"user", user, "ways", ways)
+}
+
 // manageAppliedUsers keeps the login users of granted access in the login
 // group (a drop-in installed after they were granted, or a group removed by hand).
 func (a *Agent) manageAppliedUsers() {
@@ -394,6 +413,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		return
 	}
 	if desired.Granted() {
+		a.warnOfRootAccess(loginUser)
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {

@@ -3,8 +3,10 @@
 // in (crontab, at jobs, lingering user services, System V IPC objects, the
 // runtime directory's contents, files left in shared temporary
 // directories, the whole home with ~/.ssh), recreates the home
-// from /etc/skel, and runs the operator's own cleaning command. What it did
-// is the evidence nodusd reports; the node is available again only on it.
+// from /etc/skel, and runs the operator's own cleaning command — without
+// which it calls no host clean after a login user that could become root.
+// What it did is the evidence nodusd reports; the node is available again
+// only on it.
 package cleaning
 
 import (
@@ -45,6 +47,9 @@ type Paths struct {
 	// SysVIPC lists the System V IPC objects (/proc/sysvipc); the user's
 	// are removed. Empty: none are.
 	SysVIPC string
+	// GroupFile, Sudoers and SudoersDir tell whether a login user can
+	// become root (RootAccess). Empty: not looked at.
+	GroupFile, Sudoers, SudoersDir string
 }
 
 // DefaultPaths are a host's real ones.
@@ -57,6 +62,9 @@ func DefaultPaths() Paths {
 		TempDirs:    []string{"/tmp", "/var/tmp", "/dev/shm"},
 		RuntimeDirs: "/run/user",
 		SysVIPC:     "/proc/sysvipc",
+		GroupFile:   "/etc/group",
+		Sudoers:     "/etc/sudoers",
+		SudoersDir:  "/etc/sudoers.d",
 	}
 }
 
@@ -89,6 +97,9 @@ type Report struct {
 
 // Clean resets every account in users, then runs the operator's command. It
 // stops at the first failure: a node whose cleaning failed is never handed on.
+// Without a command it fails for a login user that can become root: such a
+// tenant could have changed anything on the host, nodusd included, and
+// resetting its account proves nothing.
 func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Report {
 	var r Report
 	for _, name := range users {
@@ -98,6 +109,22 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Repo
 			r.Err = fmt.Errorf("resetting %s: %w", name, err)
 			return r
 		}
+	}
+	for _, name := range users {
+		ways, err := c.RootAccess(name)
+		if err != nil {
+			r.Err = fmt.Errorf("looking for ways %s can become root: %w", name, err)
+			return r
+		}
+		if len(ways) == 0 {
+			continue
+		}
+		if c.Command == "" {
+			r.Err = fmt.Errorf("login user %s can become root (%s): resetting its account cannot make the host clean; set a clean command that restores the host (--clean-command, a re-image), or take those rights from the login user",
+				name, strings.Join(ways, "; "))
+			return r
+		}
+		r.Steps = append(r.Steps, fmt.Sprintf("login user %s can become root (%s): the clean command restores the host", name, strings.Join(ways, "; ")))
 	}
 	if c.Command == "" {
 		return r
@@ -113,6 +140,29 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Repo
 		r.Steps = append(r.Steps, "clean command exited 0")
 	}
 	return r
+}
+
+// RootAccess lists the ways account name can become root; none for an
+// account that does not exist.
+func (c *Cleaner) RootAccess(name string) ([]string, error) {
+	lookup := c.Lookup
+	if lookup == nil {
+		lookup = user.Lookup
+	}
+	u, err := lookup(name)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	uid, err1 := strconv.Atoi(u.Uid)
+	gid, err2 := strconv.Atoi(u.Gid)
+	if err1 != nil || err2 != nil {
+		return nil, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
+	}
+	return c.Paths.RootAccess(name, uid, gid)
 }
 
 // ResetAccount ends name's processes and removes and recreates what it

@@ -1,0 +1,114 @@
+package cleaning
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// rootPaths is a host's account files in a scratch directory: group holds
+// /etc/group, sudoers /etc/sudoers, and dropIns the files of /etc/sudoers.d.
+func rootPaths(t *testing.T, group, sudoers string, dropIns map[string]string) Paths {
+	t.Helper()
+	dir := t.TempDir()
+	p := Paths{GroupFile: filepath.Join(dir, "group"), Sudoers: filepath.Join(dir, "sudoers"), SudoersDir: filepath.Join(dir, "sudoers.d")}
+	if err := os.Mkdir(p.SudoersDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{p.GroupFile: group, p.Sudoers: sudoers}
+	for name, content := range dropIns {
+		files[filepath.Join(p.SudoersDir, name)] = content
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o440); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// debianGroups and debianSudoers are a stock Debian host's, where the
+// tenant (uid and gid 4242) is an ordinary account.
+const (
+	debianGroups  = "root:x:0:\nadm:x:4:syslog\nsudo:x:27:ubuntu\ndocker:x:999:\ntenant:x:4242:\nvideo:x:44:tenant\n"
+	debianSudoers = `Defaults	env_reset
+Defaults	secure_path="/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# tenant ALL=(ALL) ALL is a comment
+root	ALL=(ALL:ALL) ALL
+%sudo	ALL=(ALL:ALL) ALL
+@includedir /etc/sudoers.d
+`
+)
+
+func TestRootAccess(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		group   string
+		sudoers string
+		dropIns map[string]string
+		want    string // a part of a way found; empty: none
+	}{
+		{name: "an ordinary account", group: debianGroups, sudoers: debianSudoers,
+			dropIns: map[string]string{"README": "# nothing\n", "tenant.dpkg-old": "tenant ALL=(ALL) NOPASSWD:ALL\n", "tenant~": "tenant ALL=(ALL) NOPASSWD:ALL\n"}},
+		{name: "group sudo", group: strings.Replace(debianGroups, "sudo:x:27:ubuntu", "sudo:x:27:ubuntu,tenant", 1), sudoers: debianSudoers, want: "member of group sudo"},
+		{name: "group docker", group: strings.Replace(debianGroups, "docker:x:999:", "docker:x:999:tenant", 1), sudoers: debianSudoers, want: "member of group docker"},
+		{name: "gid 0 under another name", group: debianGroups + "toor:x:0:tenant\n", sudoers: debianSudoers, want: "member of group toor: gid 0"},
+		{name: "cloud-init's rule", group: debianGroups, sudoers: debianSudoers,
+			dropIns: map[string]string{"90-cloud-init-users": "# Created by cloud-init\ntenant ALL=(ALL) NOPASSWD:ALL\n"}, want: `"tenant ALL=(ALL) NOPASSWD:ALL"`},
+		{name: "a rule for one command", group: debianGroups, sudoers: debianSudoers + "tenant ALL = /usr/bin/systemctl restart app # ok?\n", want: `"tenant ALL = /usr/bin/systemctl restart app"`},
+		{name: "a rule for its primary group", group: debianGroups, sudoers: debianSudoers + "%tenant ALL=(ALL) ALL\n", want: `"%tenant ALL=(ALL) ALL"`},
+		{name: "a rule for a group by gid", group: debianGroups, sudoers: debianSudoers + "%#44 ALL=(ALL) ALL\n", want: `"%#44 ALL=(ALL) ALL"`},
+		{name: "a rule by uid", group: debianGroups, sudoers: debianSudoers + "#4242 ALL=(ALL) ALL\n", want: `"#4242 ALL=(ALL) ALL"`},
+		{name: "a rule for everyone", group: debianGroups, sudoers: debianSudoers + "ALL ALL=(ALL) NOPASSWD: /usr/bin/less\n", want: "ALL ALL=(ALL)"},
+		{name: "a user alias over lines", group: debianGroups, sudoers: debianSudoers + "User_Alias OPS = alice, \\\n  tenant\nOPS ALL=(ALL) ALL\n", want: `"OPS ALL=(ALL) ALL"`},
+		{name: "rules for others", group: debianGroups, sudoers: debianSudoers + "alice,%adm ALL=(ALL) ALL\nUser_Alias OPS = alice\nOPS ALL=(ALL) ALL\nDefaults:tenant !lecture\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ways, err := rootPaths(t, tc.group, tc.sudoers, tc.dropIns).RootAccess("tenant", 4242, 4242)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case tc.want == "" && len(ways) > 0:
+				t.Errorf("found %q, want none", ways)
+			case tc.want != "" && !slicesContain(ways, tc.want):
+				t.Errorf("found %q, want a way with %q", ways, tc.want)
+			}
+		})
+	}
+}
+
+// TestALoginUserThatCanBecomeRootIsNotCleanWithoutACommand: resetting the
+// account of a tenant that could become root proves nothing about the
+// host; without a clean command the cleaning fails (after the reset), and
+// with one it says why the command matters.
+func TestALoginUserThatCanBecomeRootIsNotCleanWithoutACommand(t *testing.T) {
+	s := newScratch(t)
+	paths := rootPaths(t, debianGroups, debianSudoers, map[string]string{"90-cloud-init-users": "tenant ALL=(ALL) NOPASSWD:ALL\n"})
+	s.cleaner.Paths.GroupFile, s.cleaner.Paths.Sudoers, s.cleaner.Paths.SudoersDir = paths.GroupFile, paths.Sudoers, paths.SudoersDir
+
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"})
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "login user tenant can become root") || !strings.Contains(r.Err.Error(), "--clean-command") {
+		t.Fatalf("cleaning after a tenant with sudo and no clean command: %v", r.Err)
+	}
+	if s.exists("home/tenant/.ssh/authorized_keys") || s.exists("cron/tenant") {
+		t.Error("the account was not reset before the cleaning failed")
+	}
+
+	s.cleaner.Command = "true"
+	r = s.cleaner.Clean(context.Background(), 2, []string{"tenant"})
+	if r.Err != nil || !slicesContain(r.Steps, "login user tenant can become root") {
+		t.Errorf("with a clean command: %v %q", r.Err, r.Steps)
+	}
+}
+
+func slicesContain(steps []string, part string) bool {
+	for _, s := range steps {
+		if strings.Contains(s, part) {
+			return true
+		}
+	}
+	return false
+}
