@@ -191,6 +191,49 @@ func TestAnEnrollmentWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 			t.Errorf("gpu-007 after the refusal: %v generation %d, want 0", err, n.Status.AgentGeneration)
 		}
 	})
+
+	// A token for a node that exists, used and bound to the node's next
+	// generation, cut short before it raised it: asked again it raises it;
+	// but once another token enrolled the node meanwhile, it gets nothing.
+	t.Run("a bound enrollment cut short raises once, and never after another", func(t *testing.T) {
+		bound := func(tokenName, node string) (*nodusv1.EnrollmentToken, string) {
+			n, err := s.Client.NodusV1().Nodes().Get(ctx(t), node, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			tok := issueToken(t, s, tokenName, nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: node})
+			dir := t.TempDir()
+			key := newPendingKey(t, dir)
+			now := metav1.NewTime(time.Now().Truncate(time.Second))
+			used := tok.DeepCopy()
+			used.Status = nodusv1.EnrollmentTokenStatus{TokenHash: tok.Status.TokenHash, UsedBy: node, UsedAt: &now, AgentKeyFingerprint: key,
+				NodeUID: n.UID, AgentGeneration: n.Status.AgentGeneration + 1}
+			if _, err := s.Client.NodusV1().EnrollmentTokens().UpdateStatus(ctx(t), used, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			return tok, dir
+		}
+		for _, node := range []string{"gpu-010", "gpu-011"} {
+			if _, err := direct(issueToken(t, s, node+"-first", spec), node, t.TempDir()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tok, dir := bound("bound-gpu-010", "gpu-010")
+		if gen, err := direct(tok, "gpu-010", dir); err != nil || gen != 2 {
+			t.Fatalf("a bound enrollment cut short, asked again: %d %v", gen, err)
+		}
+		enrolledOnce(t, s, tok.Name, "gpu-010", dir, 2)
+
+		late, lateDir := bound("bound-gpu-011", "gpu-011")
+		other := t.TempDir()
+		if gen, err := direct(issueToken(t, s, "gpu-011-again", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "gpu-011"}), "gpu-011", other); err != nil || gen != 2 {
+			t.Fatalf("enrolling gpu-011 again: %d %v", gen, err)
+		}
+		if _, err := direct(late, "gpu-011", lateDir); err == nil || !strings.Contains(err.Error(), "403 "+string(apierror.ReasonEnrollmentTokenUsed)) {
+			t.Errorf("a bound enrollment cut short, asked again after another token enrolled the node: %v, want 403 %s", err, apierror.ReasonEnrollmentTokenUsed)
+		}
+		enrolledOnce(t, s, "gpu-011-again", "gpu-011", other, 2)
+	})
 }
 
 // enrolledOnce checks that the agent in dir holds a working credential of

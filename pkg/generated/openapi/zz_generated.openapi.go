@@ -843,14 +843,14 @@ func schema_pkg_apis_nodus_v1_EnrollmentTokenStatus(ref common.ReferenceCallback
 					},
 					"nodeUID": {
 						SchemaProps: spec.SchemaProps{
-							Description: "NodeUID is the Node object the enrollment finished on.",
+							Description: "NodeUID is the Node object the enrollment is bound to: the node as it was when the token was used, or the one the enrollment created.",
 							Type:        []string{"string"},
 							Format:      "",
 						},
 					},
 					"agentGeneration": {
 						SchemaProps: spec.SchemaProps{
-							Description: "AgentGeneration is the agent generation the enrollment gave the node; unset until it finished.",
+							Description: "AgentGeneration is the agent generation the enrollment gives that node: its generation then, plus one. The node carries the token's UID (annotation nodus.dev/enrollment-token-uid) once it has it.",
 							Type:        []string{"integer"},
 							Format:      "int64",
 						},

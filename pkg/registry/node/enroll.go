@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/x509"
 	"crypto/x509/pkix"
 	"fmt"
 	"time"
@@ -22,9 +21,10 @@ import (
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
-// AnnotationEnrollmentTokenUID is on a Node an enrollment created: the UID
-// of the token that created it, which may finish that enrollment after a
-// lost answer although the node exists then.
+// AnnotationEnrollmentTokenUID is on a Node an enrollment created or
+// raised: the UID of the token whose enrollment gave the node its current
+// agent generation (or, at generation 0, created it). An enrollment asked
+// again after a lost answer tells by it whether its step was done.
 const AnnotationEnrollmentTokenUID = "nodus.dev/enrollment-token-uid"
 
 // DefaultAgentCertificateValidity is how long an agent certificate is
@@ -56,9 +56,12 @@ func (e *EnrollREST) Destroy()            {}
 
 // Create enrolls node name. A token enrolls one agent key once; the agent
 // holding that key may ask again for the same node, until the token
-// expires, when the answer did not reach it: an enrollment cut short is
-// finished, a finished one's certificate issued again for the generation
-// it gave the node. Nothing else gets anything from a used token.
+// expires, when the answer did not reach it. Each step of an enrollment
+// is recorded where the next one can tell it was done — the token's use
+// and the node it is bound to on the token, the generation it raises on
+// the node with the token's UID beside it — so a request that asks again
+// does what is left, and gets the generation that enrollment gave the
+// node. Nothing else gets anything from a used token.
 func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
 	req, ok := obj.(*nodusv1.NodeEnrollment)
 	if !ok {
@@ -96,38 +99,18 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if token, err = e.use(ctx, token.Name, name, key); err != nil {
 		return nil, err
 	}
-	if token.Status.AgentGeneration != 0 {
-		return e.issueAgain(ctx, token, name, csr)
-	}
-
-	if _, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+	if token, err = e.bind(ctx, token, name); err != nil {
 		return nil, err
 	}
-	// The generation rises under the same rules, checked on the version
-	// written: a node created meanwhile by someone else is not this token's
-	// to take over. The node this token created (now, or before an answer
-	// was lost) is, as long as no enrollment finished on it since.
-	updated, _, err := e.NodeStatus.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			n := old.(*nodusv1.Node).DeepCopy()
-			createdUID := types.UID("")
-			if n.Annotations[AnnotationEnrollmentTokenUID] == string(token.UID) && n.Status.AgentGeneration == 0 {
-				createdUID = n.UID
-			}
-			if err := mayEnroll(ctx, token, name, n, createdUID); err != nil {
-				return nil, err
-			}
-			n.Status.AgentGeneration++
-			return n, nil
-		}), nil, nil, false, &metav1.UpdateOptions{})
+	n, err := e.raise(ctx, token, name)
 	if err != nil {
 		return nil, err
 	}
-	n := updated.(*nodusv1.Node)
-	if err := e.finished(ctx, token.Name, n); err != nil {
+	cert, err := e.CA.SignCSR(csr, AgentSubject(n), validity(e.Validity))
+	if err != nil {
 		return nil, err
 	}
-	return e.issue(csr, n)
+	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
 }
 
 // check refuses, before an unused token is used up, what it may not
@@ -173,51 +156,78 @@ func (e *EnrollREST) use(ctx context.Context, tokenName, name, key string) (*nod
 	return used.(*nodusv1.EnrollmentToken), nil
 }
 
-// finished records on the token the node object and the generation its
-// enrollment gave it: from then on, its key gets that generation's
-// certificate again and nothing more. A later generation wins over an
-// earlier one's record written late.
-func (e *EnrollREST) finished(ctx context.Context, tokenName string, n *nodusv1.Node) error {
-	_, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
-			if t.Status.AgentGeneration < n.Status.AgentGeneration {
-				t.Status.NodeUID, t.Status.AgentGeneration = n.UID, n.Status.AgentGeneration
-			}
-			return t, nil
-		}), nil, nil, false, &metav1.UpdateOptions{})
-	return err
-}
-
-// issueAgain signs key's certificate again for the enrollment token
-// finished, if the node is still the one it enrolled, at the generation
-// it gave it.
-func (e *EnrollREST) issueAgain(ctx context.Context, token *nodusv1.EnrollmentToken, name string, csr *x509.CertificateRequest) (runtime.Object, error) {
-	obj, err := e.Nodes.Get(ctx, name, &metav1.GetOptions{})
-	switch {
-	case apierrors.IsNotFound(err):
-		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted since: a credential never comes back", token.Name, name))
-	case err != nil:
-		return nil, err
+// bind records on the token the node it enrolls and the generation it
+// gives it, once: the node as it is (a token for a node that exists), or
+// the one it creates (or created, before an answer was lost, as long as no
+// enrollment raised it since). A node created meanwhile by someone else is
+// not a token's to take over unless the token names it.
+func (e *EnrollREST) bind(ctx context.Context, token *nodusv1.EnrollmentToken, name string) (*nodusv1.EnrollmentToken, error) {
+	if token.Status.NodeUID != "" {
+		return token, nil
 	}
-	n := obj.(*nodusv1.Node)
-	if n.UID != token.Status.NodeUID {
-		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted and created again since: a credential never comes back", token.Name, name))
+	obj, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		obj, err = e.Nodes.Get(ctx, name, &metav1.GetOptions{})
 	}
-	if n.Status.AgentGeneration != token.Status.AgentGeneration {
-		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q at agent generation %d; the node was enrolled again since (generation %d): a credential never comes back",
-			token.Name, name, token.Status.AgentGeneration, n.Status.AgentGeneration))
-	}
-	return e.issue(csr, n)
-}
-
-// issue signs the agent's key for node n's current generation.
-func (e *EnrollREST) issue(csr *x509.CertificateRequest, n *nodusv1.Node) (runtime.Object, error) {
-	cert, err := e.CA.SignCSR(csr, AgentSubject(n), validity(e.Validity))
 	if err != nil {
 		return nil, err
 	}
-	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
+	n := obj.(*nodusv1.Node)
+	createdUID := types.UID("")
+	if n.Annotations[AnnotationEnrollmentTokenUID] == string(token.UID) && n.Status.AgentGeneration == 0 {
+		createdUID = n.UID
+	}
+	if err := mayEnroll(ctx, token, name, n, createdUID); err != nil {
+		return nil, err
+	}
+	bound, _, err := e.Tokens.Update(ctx, token.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
+			if t.Status.NodeUID == "" { // else a request of the same agent bound it first
+				t.Status.NodeUID, t.Status.AgentGeneration = n.UID, n.Status.AgentGeneration+1
+			}
+			return t, nil
+		}), nil, nil, false, &metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return bound.(*nodusv1.EnrollmentToken), nil
+}
+
+// raise gives node name the generation the token is bound to, in one
+// write with the token's UID beside it (AnnotationEnrollmentTokenUID):
+// from the generation before it, or not at all when this token raised it
+// already. Anything else means the node was deleted or enrolled again
+// since the token was bound to it, and its key gets nothing: a credential
+// never comes back.
+func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, name string) (*nodusv1.Node, error) {
+	want := token.Status.AgentGeneration
+	updated, _, err := e.NodeStatus.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			n := old.(*nodusv1.Node).DeepCopy()
+			switch {
+			case n.UID != token.Status.NodeUID:
+				return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted and created again since: a credential never comes back", token.Name, name))
+			case n.Status.AgentGeneration == want && n.Annotations[AnnotationEnrollmentTokenUID] == string(token.UID):
+				return n, nil // raised by this token before its answer was lost
+			case n.Status.AgentGeneration != want-1:
+				return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolls node %q at agent generation %d; the node was enrolled again since (generation %d): a credential never comes back",
+					token.Name, name, want, n.Status.AgentGeneration))
+			}
+			n.Status.AgentGeneration = want
+			if n.Annotations == nil {
+				n.Annotations = map[string]string{}
+			}
+			n.Annotations[AnnotationEnrollmentTokenUID] = string(token.UID)
+			return n, nil
+		}), nil, nil, false, &metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, tokenUsed(ctx, token, name, fmt.Sprintf("enrollment token %q enrolled node %q, which was deleted since: a credential never comes back", token.Name, name))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return updated.(*nodusv1.Node), nil
 }
 
 // usedBySomeoneElse refuses a used token to all but the agent key it

@@ -70,11 +70,13 @@ type EnrollmentTokenStatus struct {
 	// again, until the token expires, when the answer did not reach it.
 	// +optional
 	AgentKeyFingerprint string `json:"agentKeyFingerprint,omitempty" protobuf:"bytes,6,opt,name=agentKeyFingerprint"`
-	// NodeUID is the Node object the enrollment finished on.
+	// NodeUID is the Node object the enrollment is bound to: the node as it
+	// was when the token was used, or the one the enrollment created.
 	// +optional
 	NodeUID types.UID `json:"nodeUID,omitempty" protobuf:"bytes,7,opt,name=nodeUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
-	// AgentGeneration is the agent generation the enrollment gave the
-	// node; unset until it finished.
+	// AgentGeneration is the agent generation the enrollment gives that
+	// node: its generation then, plus one. The node carries the token's
+	// UID (annotation nodus.dev/enrollment-token-uid) once it has it.
 	// +optional
 	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,8,opt,name=agentGeneration"`
 }

@@ -31,10 +31,12 @@ type EnrollmentTokenStatusApplyConfiguration struct {
 	// public key the token enrolled. The agent holding that key may ask
 	// again, until the token expires, when the answer did not reach it.
 	AgentKeyFingerprint *string `json:"agentKeyFingerprint,omitempty"`
-	// NodeUID is the Node object the enrollment finished on.
+	// NodeUID is the Node object the enrollment is bound to: the node as it
+	// was when the token was used, or the one the enrollment created.
 	NodeUID *types.UID `json:"nodeUID,omitempty"`
-	// AgentGeneration is the agent generation the enrollment gave the
-	// node; unset until it finished.
+	// AgentGeneration is the agent generation the enrollment gives that
+	// node: its generation then, plus one. The node carries the token's
+	// UID (annotation nodus.dev/enrollment-token-uid) once it has it.
 	AgentGeneration *int64 `json:"agentGeneration,omitempty"`
 }
 
