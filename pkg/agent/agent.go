@@ -117,7 +117,7 @@ type Agent struct {
 	// nodusd never grants (root, a system or a borrower account): the
 	// access it changed is not served either.
 	refused map[string]bool
-	// rootWarned are the login users warnOfRootAccess looked at (under applying).
+	// rootWarned are the login users recordRootAccess warned of (under applying).
 	rootWarned map[string]bool
 	// applying makes one apply or retire at a time: the informer's and
 	// recordAgain's.
@@ -338,21 +338,25 @@ func (a *Agent) retireGone(ctx context.Context) {
 	}
 }
 
-// warnOfRootAccess tells the operator, once a process, when a login user
-// granted access can become root and no clean command is set: the cleaning
-// after its tenant will fail (cleaning.Cleaner.Clean), and the node go to
-// maintenance. Called under a.applying.
-func (a *Agent) warnOfRootAccess(user string) {
-	if a.opts.CleanCommand != "" || a.rootWarned[user] {
-		return
-	}
-	a.rootWarned[user] = true
+// recordRootAccess keeps the ways login user can become root as the host
+// is before its tenant is let in: the cleaning after it fails without a
+// clean command if it could (cleaning.Cleaner.Clean), whatever the tenant
+// changed meanwhile. It tells the operator, once a process, when no clean
+// command is set. Called under a.applying.
+func (a *Agent) recordRootAccess(user string) error {
 	ways, err := a.cleaning.RootAccess(user)
-	if err != nil || len(ways) == 0 {
-		return
+	if err != nil {
+		return err
 	}
-	klog.InfoS("WARNING: the login user can become root and no clean command is set; the cleaning after its tenant will fail and put the node in maintenance. Set --clean-command (a re-image) or take those rights away (docs/handover.md)",
-		"user", user, "ways", ways)
+	if err := a.store.RecordRootAccess(user, ways); err != nil {
+		return err
+	}
+	if len(ways) > 0 && a.opts.CleanCommand == "" && !a.rootWarned[user] {
+		a.rootWarned[user] = true
+		klog.InfoS("WARNING: the login user can become root and no clean command is set; the cleaning after its tenant will fail and put the node in maintenance. Set --clean-command (a re-image) or take those rights away (docs/handover.md)",
+			"user", user, "ways", ways)
+	}
+	return nil
 }
 
 // manageAppliedUsers keeps the login users of granted access in the login
@@ -413,7 +417,6 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		return
 	}
 	if desired.Granted() {
-		a.warnOfRootAccess(loginUser)
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
@@ -430,6 +433,14 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 					a.procs.EndSessions(ctx, previous.LoginUser, a.opts.Grace)
 				}
 			}
+			return
+		}
+	}
+	if desired.Granted() {
+		// Before the tenant is let in: what it could change after is not
+		// what the cleaning may trust.
+		if err := a.recordRootAccess(loginUser); err != nil {
+			a.unrecordable(ctx, desired, fmt.Errorf("recording how the login user could become root: %w", err))
 			return
 		}
 	}

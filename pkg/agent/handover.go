@@ -166,8 +166,25 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 		keep = append(keep, u)
 	}
+	granted := map[string][]string{}
+	for _, u := range keep {
+		ways, err := a.store.RootAccess(u)
+		if err != nil {
+			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "reading how " + u + " could become root: " + err.Error()}
+		}
+		granted[u] = ways
+	}
 	klog.InfoS("cleaning", "request", req.Request, "reservation", req.Reservation, "users", keep)
-	r := a.cleaning.Clean(ctx, req.Request, keep)
+	r := a.cleaning.Clean(ctx, req.Request, keep, granted)
+	if r.Err == nil {
+		// Clean (with a command, for an account that could become root): the
+		// next tenant's grant looks again at the host as it is then.
+		for _, u := range keep {
+			if err := a.store.ForgetRootAccess(u); err != nil {
+				klog.ErrorS(err, "forgetting how a cleaned login user could become root", "user", u)
+			}
+		}
+	}
 	ev := &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Succeeded: r.Err == nil,
 		Steps: r.Steps, CommandExitCode: r.CommandExitCode, CommandOutput: r.CommandOutput}
 	if r.Err != nil {

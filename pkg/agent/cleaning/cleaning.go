@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,10 +98,11 @@ type Report struct {
 
 // Clean resets every account in users, then runs the operator's command. It
 // stops at the first failure: a node whose cleaning failed is never handed on.
-// Without a command it fails for a login user that can become root: such a
-// tenant could have changed anything on the host, nodusd included, and
-// resetting its account proves nothing.
-func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Report {
+// Without a command it fails for a login user that can become root, or
+// could when it was granted (granted, by user: the tenant could have taken
+// the rights away since): such a tenant could have changed anything on the
+// host, nodusd included, and resetting its account proves nothing.
+func (c *Cleaner) Clean(ctx context.Context, request int64, users []string, granted map[string][]string) Report {
 	var r Report
 	for _, name := range users {
 		steps, err := c.ResetAccount(ctx, name)
@@ -115,6 +117,11 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string) Repo
 		if err != nil {
 			r.Err = fmt.Errorf("looking for ways %s can become root: %w", name, err)
 			return r
+		}
+		for _, w := range granted[name] {
+			if !slices.Contains(ways, w) {
+				ways = append(ways, w+" (when it was granted)")
+			}
 		}
 		if len(ways) == 0 {
 			continue
@@ -162,7 +169,23 @@ func (c *Cleaner) RootAccess(name string) ([]string, error) {
 	if err1 != nil || err2 != nil {
 		return nil, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
 	}
-	return c.Paths.RootAccess(name, uid, gid)
+	groups, err := groupsOf(c.Paths.GroupFile, name, gid)
+	if err != nil {
+		return nil, err
+	}
+	// And the groups the system's name service knows (LDAP, SSSD), which
+	// the group file does not list.
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			g, err := user.LookupGroupId(id)
+			n, convErr := strconv.Atoi(id)
+			if err != nil || convErr != nil || slices.ContainsFunc(groups, func(known group) bool { return known.gid == n }) {
+				continue
+			}
+			groups = append(groups, group{name: g.Name, gid: n})
+		}
+	}
+	return c.Paths.rootWays(name, uid, groups)
 }
 
 // ResetAccount ends name's processes and removes and recreates what it

@@ -94,7 +94,7 @@ func (s *scratch) exists(path string) bool {
 
 func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 	s := newScratch(t)
-	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant", "nobody-here"})
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant", "nobody-here"}, nil)
 	if r.Err != nil {
 		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
 	}
@@ -153,7 +153,7 @@ func TestRefusesRoot(t *testing.T) {
 func TestCleanCommand(t *testing.T) {
 	run := func(command string, timeout time.Duration) Report {
 		c := &Cleaner{Command: command, CommandTimeout: timeout}
-		return c.Clean(context.Background(), 7, []string{})
+		return c.Clean(context.Background(), 7, []string{}, nil)
 	}
 	ok := run(`echo "request $NODUS_CLEAN_REQUEST"`, time.Minute)
 	if ok.Err != nil || ok.CommandExitCode == nil || *ok.CommandExitCode != 0 || !strings.Contains(ok.CommandOutput, "request 7") {

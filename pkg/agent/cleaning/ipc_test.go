@@ -70,7 +70,7 @@ func TestACleaningRemovesTheTenantsSystemVIPC(t *testing.T) {
 		}
 	}
 
-	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"})
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
 	if r.Err != nil {
 		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
 	}

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,6 +38,10 @@ func (p Paths) RootAccess(name string, uid, gid int) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return p.rootWays(name, uid, groups)
+}
+
+func (p Paths) rootWays(name string, uid int, groups []group) ([]string, error) {
 	var ways []string
 	for _, g := range groups {
 		if why, ok := rootGroups[g.name]; ok || g.gid == 0 {
@@ -46,16 +51,8 @@ func (p Paths) RootAccess(name string, uid, gid int) ([]string, error) {
 			ways = append(ways, fmt.Sprintf("member of group %s: %s", g.name, why))
 		}
 	}
-	for _, path := range p.sudoersFiles() {
-		rule, err := sudoersRuleFor(path, name, uid, groups)
-		if err != nil {
-			return nil, err
-		}
-		if rule != "" {
-			ways = append(ways, fmt.Sprintf("sudoers rule in %s: %q", path, rule))
-		}
-	}
-	return ways, nil
+	rules, err := p.sudoersRulesFor(name, uid, groups)
+	return append(ways, rules...), err
 }
 
 type group struct {
@@ -95,38 +92,82 @@ func groupsOf(path, name string, gid int) ([]group, error) {
 	return groups, scan.Err()
 }
 
-// sudoersFiles are the files sudo reads: the main file and, of the
-// drop-in directory, the names without a dot and not ending in ~ (sudo's
-// @includedir rule).
+// sudoersFiles are the files sudo reads: the main file, the files and
+// directories it includes (@include, @includedir and their #include forms,
+// relative to the including file's directory; of a directory, the names
+// without a dot and not ending in ~), and the drop-in directory whether
+// included or not.
 func (p Paths) sudoersFiles() []string {
 	var files []string
-	if p.Sudoers != "" {
-		files = append(files, p.Sudoers)
-	}
-	if p.SudoersDir != "" {
-		entries, _ := os.ReadDir(p.SudoersDir)
+	seen := map[string]bool{}
+	var add func(path string, depth int)
+	addDir := func(dir string, depth int) {
+		entries, _ := os.ReadDir(dir)
 		for _, e := range entries {
-			if e.Type().IsRegular() && !strings.Contains(e.Name(), ".") && !strings.HasSuffix(e.Name(), "~") {
-				files = append(files, filepath.Join(p.SudoersDir, e.Name()))
+			if !strings.Contains(e.Name(), ".") && !strings.HasSuffix(e.Name(), "~") {
+				add(filepath.Join(dir, e.Name()), depth)
 			}
 		}
+	}
+	add = func(path string, depth int) {
+		if seen[path] || depth > 8 {
+			return
+		}
+		seen[path] = true
+		info, err := os.Stat(path) // sudo follows a symlink
+		if err != nil || !info.Mode().IsRegular() {
+			return
+		}
+		files = append(files, path)
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		for _, line := range strings.Split(string(data), "\n") {
+			directive, target, ok := strings.Cut(strings.TrimSpace(line), " ")
+			target = strings.TrimSpace(target)
+			if !ok || target == "" {
+				continue
+			}
+			if !filepath.IsAbs(target) {
+				target = filepath.Join(filepath.Dir(path), target)
+			}
+			switch directive {
+			case "@include", "#include":
+				add(target, depth+1)
+			case "@includedir", "#includedir":
+				addDir(target, depth+1)
+			}
+		}
+	}
+	if p.Sudoers != "" {
+		add(p.Sudoers, 0)
+	}
+	if p.SudoersDir != "" {
+		addDir(p.SudoersDir, 1)
 	}
 	return files
 }
 
-// sudoersRuleFor is the first rule of a sudoers file that applies to user
-// name (uid, groups): its user list names the user, its uid, one of its
-// groups, ALL, or a User_Alias of one of those. Any rule counts: a rule
-// for one command is often a way to a shell. Empty when none does.
-func sudoersRuleFor(path, name string, uid int, groups []group) (string, error) {
-	data, err := os.ReadFile(path)
-	if errors.Is(err, fs.ErrNotExist) {
-		return "", nil
+// sudoersRulesFor lists, of each sudoers file, the first rule that applies
+// to user name (uid, groups): its user list names the user, its uid, one
+// of its groups, ALL, or a User_Alias of those (defined in any file). Any
+// rule counts: a rule for one command is often a way to a shell.
+func (p Paths) sudoersRulesFor(name string, uid int, groups []group) ([]string, error) {
+	files := p.sudoersFiles()
+	lines := make(map[string][]string, len(files))
+	for _, path := range files {
+		data, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		lines[path] = sudoersLines(string(data))
 	}
-	if err != nil {
-		return "", err
-	}
-	matches := func(entry string, aliases map[string]bool) bool {
+	aliases := map[string]bool{}
+	matches := func(entry string) bool {
 		switch {
 		case entry == "ALL", entry == name, entry == "#"+strconv.Itoa(uid), aliases[entry]:
 			return true
@@ -145,36 +186,69 @@ func sudoersRuleFor(path, name string, uid int, groups []group) (string, error) 
 		}
 		return false
 	}
-	aliases := map[string]bool{}
-	for _, line := range sudoersLines(string(data)) {
-		fields := strings.Fields(line)
-		if len(fields) < 2 || fields[0] == "Defaults" || strings.HasPrefix(fields[0], "Defaults") ||
-			fields[0] == "Host_Alias" || fields[0] == "Runas_Alias" || fields[0] == "Cmnd_Alias" || fields[0] == "Cmd_Alias" {
-			continue
-		}
-		if fields[0] == "User_Alias" {
-			// User_Alias NAME = a, b : NAME2 = c
-			for _, def := range strings.Split(strings.Join(fields[1:], " "), ":") {
-				alias, members, ok := strings.Cut(def, "=")
+	// User_Alias NAME = a, b : NAME2 = c; an alias may name another, in any
+	// file: look until no alias is added.
+	for changed := true; changed; {
+		changed = false
+		for _, path := range files {
+			for _, line := range lines[path] {
+				rest, ok := strings.CutPrefix(line, "User_Alias")
 				if !ok {
 					continue
 				}
-				for _, m := range strings.Split(members, ",") {
-					if matches(strings.TrimSpace(m), aliases) {
-						aliases[strings.TrimSpace(alias)] = true
+				for _, def := range strings.Split(rest, ":") {
+					alias, members, ok := strings.Cut(def, "=")
+					alias = strings.TrimSpace(alias)
+					if !ok || aliases[alias] {
+						continue
+					}
+					for _, m := range strings.Split(members, ",") {
+						if matches(strings.TrimSpace(m)) {
+							aliases[alias], changed = true, true
+							break
+						}
 					}
 				}
 			}
-			continue
 		}
-		for _, entry := range strings.Split(fields[0], ",") {
-			if matches(strings.TrimSpace(entry), aliases) {
-				return line, nil
+	}
+	var rules []string
+	for _, path := range files {
+		for _, line := range lines[path] {
+			if userList := sudoersUserList(line); userList != nil && slices.ContainsFunc(userList, matches) {
+				rules = append(rules, fmt.Sprintf("sudoers rule in %s: %q", path, line))
+				break
 			}
 		}
 	}
-	return "", nil
+	return rules, nil
 }
+
+// sudoersUserList is the user list of a rule ("alice, %ops HOST = …"), nil
+// for a line that is no rule (Defaults, an alias definition).
+func sudoersUserList(line string) []string {
+	spec, _, ok := strings.Cut(line, "=")
+	if !ok {
+		return nil
+	}
+	fields := strings.Fields(commaSpaces.ReplaceAllString(spec, ","))
+	if len(fields) < 2 {
+		return nil
+	}
+	switch first := fields[0]; {
+	case strings.HasPrefix(first, "Defaults"), strings.HasSuffix(first, "_Alias"):
+		return nil
+	}
+	var list []string
+	for _, entry := range strings.Split(fields[0], ",") {
+		if entry != "" {
+			list = append(list, entry)
+		}
+	}
+	return list
+}
+
+var commaSpaces = regexp.MustCompile(`\s*,\s*`)
 
 // sudoersLines are a sudoers file's lines with comments and include
 // directives left out and continued lines joined.
@@ -192,7 +266,7 @@ func sudoersLines(text string) []string {
 		if strings.HasPrefix(line, "#include") || strings.HasPrefix(line, "@include") {
 			continue
 		}
-		if i := strings.Index(line, "#"); i >= 0 && !strings.HasPrefix(line[i:], "#include") {
+		if i := strings.Index(line, "#"); i >= 0 {
 			// "#123" is a uid in a user list; a comment starts a word.
 			if i == 0 || line[i-1] == ' ' || line[i-1] == '\t' {
 				if i+1 >= len(line) || line[i+1] < '0' || line[i+1] > '9' {

@@ -21,6 +21,9 @@ func rootPaths(t *testing.T, group, sudoers string, dropIns map[string]string) P
 	for name, content := range dropIns {
 		files[filepath.Join(p.SudoersDir, name)] = content
 	}
+	if err := os.Mkdir(filepath.Join(dir, "extra"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for path, content := range files {
 		if err := os.WriteFile(path, []byte(content), 0o440); err != nil {
 			t.Fatal(err)
@@ -63,6 +66,13 @@ func TestRootAccess(t *testing.T) {
 		{name: "a rule by uid", group: debianGroups, sudoers: debianSudoers + "#4242 ALL=(ALL) ALL\n", want: `"#4242 ALL=(ALL) ALL"`},
 		{name: "a rule for everyone", group: debianGroups, sudoers: debianSudoers + "ALL ALL=(ALL) NOPASSWD: /usr/bin/less\n", want: "ALL ALL=(ALL)"},
 		{name: "a user alias over lines", group: debianGroups, sudoers: debianSudoers + "User_Alias OPS = alice, \\\n  tenant\nOPS ALL=(ALL) ALL\n", want: `"OPS ALL=(ALL) ALL"`},
+		{name: "a user list with spaces", group: debianGroups, sudoers: debianSudoers + "alice, tenant ALL = (ALL) ALL\n", want: `"alice, tenant ALL = (ALL) ALL"`},
+		{name: "a group list with spaces", group: strings.Replace(debianGroups, "video:x:44:tenant", "gpu:x:44:tenant", 1), sudoers: debianSudoers + "%ops , %gpu ALL=(ALL) ALL\n", want: `"%ops , %gpu ALL=(ALL) ALL"`},
+		{name: "an alias defined in the main file, used in a drop-in", group: debianGroups, sudoers: debianSudoers + "User_Alias OPS = tenant\n",
+			dropIns: map[string]string{"ops": "OPS ALL=(ALL) ALL\n"}, want: `"OPS ALL=(ALL) ALL"`},
+		{name: "an alias of an alias", group: debianGroups, sudoers: debianSudoers + "User_Alias INNER = tenant : OUTER = alice, INNER\nOUTER ALL=(ALL) ALL\n", want: `"OUTER ALL=(ALL) ALL"`},
+		{name: "an included file", group: debianGroups, sudoers: debianSudoers + "@include extra/more\n",
+			dropIns: map[string]string{"../extra/more": "tenant ALL=(ALL) ALL\n"}, want: `"tenant ALL=(ALL) ALL"`},
 		{name: "rules for others", group: debianGroups, sudoers: debianSudoers + "alice,%adm ALL=(ALL) ALL\nUser_Alias OPS = alice\nOPS ALL=(ALL) ALL\nDefaults:tenant !lecture\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,7 +99,7 @@ func TestALoginUserThatCanBecomeRootIsNotCleanWithoutACommand(t *testing.T) {
 	paths := rootPaths(t, debianGroups, debianSudoers, map[string]string{"90-cloud-init-users": "tenant ALL=(ALL) NOPASSWD:ALL\n"})
 	s.cleaner.Paths.GroupFile, s.cleaner.Paths.Sudoers, s.cleaner.Paths.SudoersDir = paths.GroupFile, paths.Sudoers, paths.SudoersDir
 
-	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"})
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
 	if r.Err == nil || !strings.Contains(r.Err.Error(), "login user tenant can become root") || !strings.Contains(r.Err.Error(), "--clean-command") {
 		t.Fatalf("cleaning after a tenant with sudo and no clean command: %v", r.Err)
 	}
@@ -97,8 +107,19 @@ func TestALoginUserThatCanBecomeRootIsNotCleanWithoutACommand(t *testing.T) {
 		t.Error("the account was not reset before the cleaning failed")
 	}
 
+	// A tenant with root takes its rights away before it leaves: what the
+	// host allowed it when it was granted still counts.
+	s.cleaner.Paths.GroupFile, s.cleaner.Paths.Sudoers, s.cleaner.Paths.SudoersDir = rootPaths(t, debianGroups, debianSudoers, nil).GroupFile, "", ""
+	r = s.cleaner.Clean(context.Background(), 2, []string{"tenant"}, map[string][]string{"tenant": {"member of group sudo: sudo's default rule for group sudo"}})
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "group sudo: sudo's default rule for group sudo (when it was granted)") {
+		t.Fatalf("cleaning after a tenant that had sudo when it was granted and gave it up: %v", r.Err)
+	}
+	if r = s.cleaner.Clean(context.Background(), 3, []string{"tenant"}, nil); r.Err != nil {
+		t.Fatalf("cleaning after a tenant that never could become root: %v", r.Err)
+	}
+
 	s.cleaner.Command = "true"
-	r = s.cleaner.Clean(context.Background(), 2, []string{"tenant"})
+	r = s.cleaner.Clean(context.Background(), 4, []string{"tenant"}, map[string][]string{"tenant": {"member of group sudo"}})
 	if r.Err != nil || !slicesContain(r.Steps, "login user tenant can become root") {
 		t.Errorf("with a clean command: %v %q", r.Err, r.Steps)
 	}
@@ -111,4 +132,21 @@ func slicesContain(steps []string, part string) bool {
 		}
 	}
 	return false
+}
+
+// TestRootAccessFollowsSymlinkedDropIns: sudo reads a drop-in that is a
+// symlink to a file elsewhere, so the look does too.
+func TestRootAccessFollowsSymlinkedDropIns(t *testing.T) {
+	p := rootPaths(t, debianGroups, debianSudoers, nil)
+	target := filepath.Join(filepath.Dir(p.SudoersDir), "extra", "tenant-rule")
+	if err := os.WriteFile(target, []byte("tenant ALL=(ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(target, filepath.Join(p.SudoersDir, "50-tenant")); err != nil {
+		t.Fatal(err)
+	}
+	ways, err := p.RootAccess("tenant", 4242, 4242)
+	if err != nil || !slicesContain(ways, "50-tenant") {
+		t.Errorf("a symlinked drop-in: %q %v", ways, err)
+	}
 }

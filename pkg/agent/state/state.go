@@ -3,13 +3,16 @@
 //
 // Schema (version 1): bucket "meta" holds key "version" = "1"; bucket
 // "access" maps a reservation name to the JSON of Access. Fields added since
-// (uid, retiredAt) are optional, so version-1 databases read as they are.
+// (uid, retiredAt) are optional, so version-1 databases read as they are;
+// so is bucket "rootaccess" (a login user's name to the JSON list of the
+// ways it could become root when it was granted), created where missing.
 package state
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,6 +23,7 @@ const schemaVersion = "1"
 var (
 	bucketMeta   = []byte("meta")
 	bucketAccess = []byte("access")
+	bucketRoot   = []byte("rootaccess")
 )
 
 // Access is the access state applied for one reservation.
@@ -77,7 +81,10 @@ func Open(path string) (*Store, error) {
 		default:
 			return fmt.Errorf("state schema version %s is newer than this nodusd understands (%s)", v, schemaVersion)
 		}
-		_, err = tx.CreateBucketIfNotExists(bucketAccess)
+		if _, err := tx.CreateBucketIfNotExists(bucketAccess); err != nil {
+			return err
+		}
+		_, err = tx.CreateBucketIfNotExists(bucketRoot)
 		return err
 	})
 	if err != nil {
@@ -216,4 +223,54 @@ func (s *Store) Forget(current func(reservation string) bool, keep time.Duration
 		return nil
 	})
 	return n, err
+}
+
+// RecordRootAccess keeps, durably, ways login user could become root, to
+// those recorded before: what the host allowed it when it was granted,
+// which its tenant could take away before the cleaning looks.
+func (s *Store) RecordRootAccess(user string, ways []string) error {
+	if len(ways) == 0 {
+		return nil
+	}
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketRoot)
+		var known []string
+		if data := b.Get([]byte(user)); data != nil {
+			if err := json.Unmarshal(data, &known); err != nil {
+				return err
+			}
+		}
+		changed := false
+		for _, w := range ways {
+			if !slices.Contains(known, w) {
+				known, changed = append(known, w), true
+			}
+		}
+		if !changed {
+			return nil
+		}
+		data, err := json.Marshal(known)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(user), data)
+	})
+}
+
+// RootAccess is what RecordRootAccess kept for user.
+func (s *Store) RootAccess(user string) ([]string, error) {
+	var known []string
+	err := s.db.View(func(tx *bolt.Tx) error {
+		if data := tx.Bucket(bucketRoot).Get([]byte(user)); data != nil {
+			return json.Unmarshal(data, &known)
+		}
+		return nil
+	})
+	return known, err
+}
+
+// ForgetRootAccess drops what was kept for user: a cleaning whose command
+// restored the host succeeded after it.
+func (s *Store) ForgetRootAccess(user string) error {
+	return s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketRoot).Delete([]byte(user)) })
 }

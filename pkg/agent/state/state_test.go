@@ -3,8 +3,11 @@ package state
 import (
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestApplyIsFencedByEpochAndSurvivesReopen(t *testing.T) {
@@ -108,5 +111,46 @@ func TestApplyLearnsTheUID(t *testing.T) {
 	}
 	if a, _, _ := s.Applied("r1"); a.State != "active" {
 		t.Errorf("an older epoch changed the access: %+v", a)
+	}
+}
+
+// TestRootAccessIsKeptUntilForgotten: the ways a login user could become
+// root when granted add up across grants and restarts, and stay until a
+// cleaning forgets them; a database without the bucket (older nodusd)
+// gets it on open.
+func TestRootAccessIsKeptUntilForgotten(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "state.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bucketRoot) }); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	for _, ways := range [][]string{{"member of group sudo"}, nil, {"member of group sudo", "member of group docker"}} {
+		if err := s.RecordRootAccess("ubuntu", ways); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.Close()
+	if s, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got, err := s.RootAccess("ubuntu"); err != nil || !slices.Equal(got, []string{"member of group sudo", "member of group docker"}) {
+		t.Errorf("kept: %q %v", got, err)
+	}
+	if got, err := s.RootAccess("other"); err != nil || got != nil {
+		t.Errorf("kept for a user never recorded: %q %v", got, err)
+	}
+	if err := s.ForgetRootAccess("ubuntu"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.RootAccess("ubuntu"); err != nil || got != nil {
+		t.Errorf("after forgetting: %q %v", got, err)
 	}
 }
