@@ -79,16 +79,26 @@ func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err erro
 // this one found it gone: then it renews that lease. A key put over
 // another replica's would live on a lease that only this replica renews,
 // and the node would die a TTL later while its agent beats the other.
+// A key on no lease, or on one that is gone, is replaced — only as it was
+// read.
 func (t *Tracker) revive(ctx context.Context, node string) (revived bool, err error) {
 	grant, err := t.client.Grant(ctx, int64(t.ttl.Seconds()))
 	if err != nil {
 		return false, err
 	}
+	adopted := false
+	defer func() {
+		if adopted || err != nil {
+			// The grant holds no key; if the revoke fails it expires.
+			_, _ = t.client.Revoke(ctx, grant.ID)
+		}
+	}()
 	key := Prefix + node
+	value := strconv.FormatInt(int64(grant.ID), 16)
+	absent := clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
 	for range 3 {
-		resp, err := t.client.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, strconv.FormatInt(int64(grant.ID), 16), clientv3.WithLease(grant.ID))).
+		resp, err := t.client.Txn(ctx).If(absent).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(grant.ID))).
 			Else(clientv3.OpGet(key)).Commit()
 		if err != nil {
 			return false, err
@@ -97,20 +107,27 @@ func (t *Tracker) revive(ctx context.Context, node string) (revived bool, err er
 			t.remember(node, grant.ID)
 			return true, nil
 		}
-		kvs := resp.Responses[0].GetResponseRange().Kvs
-		if len(kvs) == 0 {
-			continue // it expired meanwhile
+		kv := resp.Responses[0].GetResponseRange().Kvs[0]
+		if kv.Lease != 0 {
+			err := t.keepAlive(ctx, clientv3.LeaseID(kv.Lease))
+			if err == nil {
+				t.remember(node, clientv3.LeaseID(kv.Lease))
+				adopted = true
+				return false, nil
+			}
+			if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+				return false, err
+			}
 		}
-		lease := clientv3.LeaseID(kvs[0].Lease)
-		if err := t.keepAlive(ctx, lease); errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			continue
-		} else if err != nil {
+		replaced, err := t.client.Txn(ctx).If(clientv3.Compare(clientv3.ModRevision(key), "=", kv.ModRevision)).
+			Then(clientv3.OpPut(key, value, clientv3.WithLease(grant.ID))).Commit()
+		if err != nil {
 			return false, err
 		}
-		t.remember(node, lease)
-		// The grant is left to expire if the revoke fails: it holds no key.
-		_, _ = t.client.Revoke(ctx, grant.ID)
-		return false, nil
+		if replaced.Succeeded {
+			t.remember(node, grant.ID)
+			return true, nil
+		}
 	}
 	return false, fmt.Errorf("liveness of node %s: its key changed under three tries to revive it", node)
 }

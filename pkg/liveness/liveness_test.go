@@ -218,6 +218,16 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 	}
 	onOneLease("gpu-1", a, b)
 
+	// A key on no lease (written by hand, or restored from a snapshot)
+	// renews nothing: the beat replaces it with one on a lease.
+	if _, err := client.Put(ctx, Prefix+"gpu-2", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if revived, err := b.Beat(ctx, "gpu-2"); err != nil || !revived {
+		t.Fatalf("a beat on a key without a lease: revived %v, %v", revived, err)
+	}
+	onOneLease("gpu-2", b)
+
 	for i := range 20 {
 		node := fmt.Sprintf("both-%d", i)
 		var wg sync.WaitGroup
