@@ -73,6 +73,10 @@ func TestRootAccess(t *testing.T) {
 		{name: "an alias of an alias", group: debianGroups, sudoers: debianSudoers + "User_Alias INNER = tenant : OUTER = alice, INNER\nOUTER ALL=(ALL) ALL\n", want: `"OUTER ALL=(ALL) ALL"`},
 		{name: "an included file", group: debianGroups, sudoers: debianSudoers + "@include extra/more\n",
 			dropIns: map[string]string{"../extra/more": "tenant ALL=(ALL) ALL\n"}, want: `"tenant ALL=(ALL) ALL"`},
+		{name: "Red Hat's wheel", group: "root:x:0:\nwheel:x:10:tenant\ntenant:x:4242:\n",
+			sudoers: "## Allows people in group wheel to run all commands\n%wheel\tALL=(ALL)\tALL\n#includedir /nonexistent/sudoers.d\n", want: "member of group wheel"},
+		{name: "Red Hat's defaults for others", group: "root:x:0:\nwheel:x:10:\ntenant:x:4242:\n",
+			sudoers: "## Allow root to run any commands anywhere\nroot\tALL=(ALL) \tALL\n## %sys ALL = NETWORKING\n%wheel\tALL=(ALL)\tALL\n# %wheel ALL=(ALL) NOPASSWD: ALL\n"},
 		{name: "rules for others", group: debianGroups, sudoers: debianSudoers + "alice,%adm ALL=(ALL) ALL\nUser_Alias OPS = alice\nOPS ALL=(ALL) ALL\nDefaults:tenant !lecture\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
