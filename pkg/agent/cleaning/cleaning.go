@@ -149,25 +149,34 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string, gran
 	return r
 }
 
-// RootAccess lists the ways account name can become root; none for an
-// account that does not exist.
-func (c *Cleaner) RootAccess(name string) ([]string, error) {
+// account looks name up: nil when the host has no such account.
+func (c *Cleaner) account(name string) (u *user.User, uid, gid int, err error) {
 	lookup := c.Lookup
 	if lookup == nil {
 		lookup = user.Lookup
 	}
-	u, err := lookup(name)
+	u, err = lookup(name)
 	var unknown user.UnknownUserError
 	if errors.As(err, &unknown) {
-		return nil, nil
+		return nil, 0, 0, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	uid, err1 := strconv.Atoi(u.Uid)
 	gid, err2 := strconv.Atoi(u.Gid)
 	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
+		return nil, 0, 0, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
+	}
+	return u, uid, gid, nil
+}
+
+// RootAccess lists the ways account name can become root; none for an
+// account that does not exist.
+func (c *Cleaner) RootAccess(name string) ([]string, error) {
+	u, uid, gid, err := c.account(name)
+	if u == nil || err != nil {
+		return nil, err
 	}
 	groups, err := groupsOf(c.Paths.GroupFile, name, gid)
 	if err != nil {
@@ -193,22 +202,12 @@ func (c *Cleaner) RootAccess(name string) ([]string, error) {
 // accounts it must never touch: uid 0 and homes that are not a directory of
 // their own.
 func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, error) {
-	lookup := c.Lookup
-	if lookup == nil {
-		lookup = user.Lookup
-	}
-	u, err := lookup(name)
-	var unknown user.UnknownUserError
-	if errors.As(err, &unknown) {
-		return []string{"no account " + name + " on this host: nothing to reset"}, nil
-	}
+	u, uid, gid, err := c.account(name)
 	if err != nil {
 		return nil, err
 	}
-	uid, err1 := strconv.Atoi(u.Uid)
-	gid, err2 := strconv.Atoi(u.Gid)
-	if err1 != nil || err2 != nil {
-		return nil, fmt.Errorf("account %s has uid %q, gid %q", name, u.Uid, u.Gid)
+	if u == nil {
+		return []string{"no account " + name + " on this host: nothing to reset"}, nil
 	}
 	if uid == 0 {
 		return nil, fmt.Errorf("account %s is uid 0: a login user must be unprivileged", name)
