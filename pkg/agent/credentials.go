@@ -186,13 +186,17 @@ func enrollAsking(ctx context.Context, send func(context.Context) (*nodusv1.Node
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("enrollment: %w (last: %v)", ctx.Err(), describe(err))
+			return nil, fmt.Errorf("enrollment: %w (last: %v)%s", ctx.Err(), describe(err), askAgain)
 		case <-time.After(pause):
 		}
 		pause *= 2
 	}
-	return nil, fmt.Errorf("enrollment: no answer after %d tries (last: %w); run the same `nodusd enroll` again on this host with the same --state-dir: it asks again with the key kept in %s, which the token is bound to", enrollTries, describe(err), filePendingKey)
+	return nil, fmt.Errorf("enrollment: no answer after %d tries (last: %w)%s", enrollTries, describe(err), askAgain)
 }
+
+// askAgain tells an operator whose enrollment got no answer what to do.
+const askAgain = "; run the same `nodusd enroll` again on this host with the same --state-dir: it asks again with the key kept in " +
+	filePendingKey + ", which the token is bound to"
 
 // answerMayBeLost says whether err leaves open that the server enrolled
 // the node and its answer did not arrive.
