@@ -150,7 +150,10 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if u, err := user.Current(); err == nil && filepath.Clean(u.HomeDir) != filepath.Clean(o.Home) {
 		args = append(args, "-F", filepath.Join(o.Home, ".ssh", "config"))
 	}
-	return syscall.Exec(binary, append(append(args, alias), command...), os.Environ())
+	// "--" ends ssh's options: ssh takes options after the host name too,
+	// so a command word such as -oProxyCommand=… would otherwise be ssh's
+	// own (a local command run, the host key unpinned).
+	return syscall.Exec(binary, append(append(args, "--", alias), command...), os.Environ())
 }
 
 // certificate returns the host's SSH address after making sure certFile

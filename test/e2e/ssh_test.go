@@ -258,6 +258,13 @@ spec:
 			t.Fatalf("nodus ssh (%d): %v %q", i, err, out)
 		}
 	}
+	// A command word that looks like an option stays the remote command's:
+	// ssh takes options after the host name too, and one there could unpin
+	// the host key or run a local ProxyCommand (here -V would print ssh's
+	// version and connect nowhere).
+	if out, err := nodus("mia", "ssh", "acme/cli-host", "--", "-V"); err == nil || strings.Contains(out, "OpenSSH_") {
+		t.Errorf("nodus ssh HOST -- -V: the remote command became an option of the local ssh: %v %q", err, out)
+	}
 	config, _ := os.ReadFile(filepath.Join(home, ".ssh", "config"))
 	if !strings.HasSuffix(string(config), own) || strings.Count(string(config), "# nodus begin include") != 1 {
 		t.Errorf("~/.ssh/config must keep the user's lines and hold one nodus block:\n%s", config)
