@@ -98,6 +98,12 @@ type Runner struct {
 	procs sessions.Procs
 	// draining is held while a drain runs: one at a time.
 	draining sync.Mutex
+	// drainStarted says that StartDrain's goroutine runs, and drainAgain
+	// (under mu) why it must drain once more: a drain asked for while one
+	// runs is not lost, as an execution started after that one's listing
+	// would run on (the host withdrawn, lent again, withdrawn again).
+	drainStarted bool
+	drainAgain   string
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
@@ -260,14 +266,29 @@ func (r *Runner) Drain(ctx context.Context, message string) {
 	r.drain(ctx, message)
 }
 
-// StartDrain drains in the background, unless a drain is under way already.
+// StartDrain drains in the background; asked for while its drain runs, it
+// drains once more after it.
 func (r *Runner) StartDrain(ctx context.Context, message string) {
-	if !r.draining.TryLock() {
+	r.mu.Lock()
+	if r.drainStarted {
+		r.drainAgain = message
+		r.mu.Unlock()
 		return
 	}
+	r.drainStarted = true
+	r.mu.Unlock()
 	go func() {
-		defer r.draining.Unlock()
-		r.drain(ctx, message)
+		for {
+			r.Drain(ctx, message)
+			r.mu.Lock()
+			if r.drainAgain == "" || ctx.Err() != nil {
+				r.drainStarted, r.drainAgain = false, ""
+				r.mu.Unlock()
+				return
+			}
+			message, r.drainAgain = r.drainAgain, ""
+			r.mu.Unlock()
+		}
 	}()
 }
 

@@ -10,6 +10,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
@@ -151,5 +152,41 @@ func TestFitMessageKeepsReportsAcceptable(t *testing.T) {
 		if !utf8.ValidString(got) || (len(m) <= validation.MaxReportText && got != m) {
 			t.Errorf("fitMessage(%d bytes) = %q", len(m), got)
 		}
+	}
+}
+
+// TestADrainAskedForDuringAnotherIsNotLost: the host is withdrawn (a drain
+// runs, waiting for its reports), lent again, an execution starts, and the
+// host is withdrawn again before the first drain ends. The second drain
+// must still happen: the execution started after the first one's listing.
+func TestADrainAskedForDuringAnotherIsNotLost(t *testing.T) {
+	r := New(Options{User: "nodus-no-such-borrower", Grace: 10 * time.Millisecond})
+	r.procs = sessions.Procs{Root: t.TempDir()}
+	closed := func() chan struct{} { c := make(chan struct{}); close(c); return c }
+	add := func(x *run) {
+		r.mu.Lock()
+		r.runs[x.uid] = x
+		r.mu.Unlock()
+	}
+	waitStopped := func(x *run) *outcome {
+		deadline := time.Now().Add(5 * time.Second)
+		for x.stopped() == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		return x.stopped()
+	}
+	// The first drain waits for the report of what it stopped.
+	early := &run{namespace: "borrower", name: "early", uid: "early", started: closed(), done: closed(), reported: make(chan struct{})}
+	add(early)
+	r.StartDrain(context.Background(), "withdrawn")
+	if o := waitStopped(early); o == nil {
+		t.Fatal("the first drain did not stop the execution")
+	}
+	late := &run{namespace: "borrower", name: "late", uid: "late", started: closed(), done: closed(), reported: closed()}
+	add(late)
+	r.StartDrain(context.Background(), "withdrawn again")
+	close(early.reported)
+	if o := waitStopped(late); o == nil || o.phase != nodusv1.ExecutionDrained || o.message != "withdrawn again" {
+		t.Fatalf("the execution started during a drain, after a second withdrawal: stopped %+v, want drained", o)
 	}
 }
