@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"k8s.io/klog/v2"
 
@@ -186,7 +187,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 	}
 	ev := &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Succeeded: r.Err == nil,
-		Steps: r.Steps, CommandExitCode: r.CommandExitCode, CommandOutput: r.CommandOutput}
+		Steps: r.Steps, CommandExitCode: r.CommandExitCode, CommandOutput: fitOutput(r.CommandOutput)}
 	if r.Err != nil {
 		ev.Message = r.Err.Error()
 		klog.ErrorS(r.Err, "cleaning failed", "request", req.Request)
@@ -204,7 +205,19 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	return ev
 }
 
+// fitOutput is the clean command's output tail as the server records it:
+// control characters replaced, cut to its bound from the start.
+func fitOutput(s string) string {
+	s = validation.WithoutTerminalControls(s)
+	for len(s) > validation.MaxCleaningOutput {
+		_, size := utf8.DecodeRuneInString(s)
+		s = s[size:]
+	}
+	return s
+}
+
 func truncate(s string) string {
+	s = validation.WithoutTerminalControls(s)
 	if len(s) <= validation.MaxCleaningText {
 		return s
 	}

@@ -9,9 +9,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/yaml"
+
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
 
 // Exit codes, one per class of failure.
@@ -47,12 +52,12 @@ func Report(err error, output string, w io.Writer) int {
 	}
 	var u usage
 	if errors.As(err, &u) {
-		fmt.Fprintf(w, "error: %v\n", u.error)
+		fmt.Fprintf(w, "error: %s\n", terminalSafe(u.error.Error()))
 		return ExitUsage
 	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		fmt.Fprintf(w, "error: %v\n", err)
+		fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
 		if fix := unreached(err); fix != "" {
 			fmt.Fprintf(w, "  fix:     %s\n", fix)
 			return ExitServer
@@ -64,19 +69,19 @@ func Report(err error, output string, w io.Writer) int {
 	raw := lastErrorBody.get()
 	_ = json.Unmarshal(raw, &env)
 	if output == "json" && len(raw) > 0 {
-		fmt.Fprintln(w, string(raw))
+		fmt.Fprintln(w, jsonTerminalSafe(string(raw)))
 	} else {
 		// err, not only the server's message: the CLI may have said more
 		// around it (what it did, which name to look up).
-		fmt.Fprintf(w, "error: %v\n", err)
+		fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
 		if env.Fix != "" {
-			fmt.Fprintf(w, "  fix:     %s\n", env.Fix)
+			fmt.Fprintf(w, "  fix:     %s\n", terminalSafe(env.Fix))
 		}
 		if env.Docs != "" {
-			fmt.Fprintf(w, "  docs:    %s\n", env.Docs)
+			fmt.Fprintf(w, "  docs:    %s\n", terminalSafe(env.Docs))
 		}
 		if env.RequestID != "" {
-			fmt.Fprintf(w, "  request: %s\n", env.RequestID)
+			fmt.Fprintf(w, "  request: %s\n", terminalSafe(env.RequestID))
 		}
 	}
 	switch code := int(s.Code); {
@@ -151,4 +156,68 @@ func (t keepErrorBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 	lastErrorBody.set(body)
 	resp.Body = io.NopCloser(bytes.NewReader(body))
 	return resp, nil
+}
+
+// terminalSafe is text from the server (or an agent, through it) as nodus
+// prints it: the control characters a terminal would act on (escape
+// sequences that rewrite lines, set the clipboard, retitle the window)
+// shown escaped, as \x1b, and invalid UTF-8 replaced. Newlines and tabs
+// stay.
+func terminalSafe(s string) string { return escapeControls(s, `\x%02x`) }
+
+// jsonTerminalSafe is terminalSafe for JSON nodus prints: a control
+// character can stand only inside a string there, where \u00XX means it.
+func jsonTerminalSafe(s string) string { return escapeControls(s, `\u%04x`) }
+
+func escapeControls(s, format string) string {
+	if !strings.ContainsFunc(s, validation.IsTerminalControl) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		if validation.IsTerminalControl(r) {
+			fmt.Fprintf(&b, format, r)
+		} else {
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// printableAs renders the JSON of an object as output (json or yaml) asks,
+// every string in it terminalSafe: an object with control characters in
+// it prints (YAML takes none), and none reaches the terminal.
+func printableAs(output string, data []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var tree interface{}
+	if err := dec.Decode(&tree); err != nil {
+		return nil, err
+	}
+	data, err := json.Marshal(safeStrings(tree))
+	if err != nil || output != "yaml" {
+		return data, err
+	}
+	return yaml.JSONToYAML(data)
+}
+
+// safeStrings is a decoded JSON value with its strings, keys too, made
+// terminalSafe.
+func safeStrings(v interface{}) interface{} {
+	switch v := v.(type) {
+	case string:
+		return terminalSafe(v)
+	case []interface{}:
+		for i := range v {
+			v[i] = safeStrings(v[i])
+		}
+		return v
+	case map[string]interface{}:
+		out := make(map[string]interface{}, len(v))
+		for k, x := range v {
+			out[terminalSafe(k)] = safeStrings(x)
+		}
+		return out
+	}
+	return v
 }

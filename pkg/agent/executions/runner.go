@@ -846,6 +846,7 @@ func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.
 // server takes, at a character boundary: a report refused for its length
 // would not be sent again.
 func fitMessage(m string) string {
+	m = validation.WithoutTerminalControls(m)
 	if len(m) <= validation.MaxReportText {
 		return m
 	}

@@ -174,13 +174,48 @@ func ValidateCleaningReport(steps []string, message, output string, path *field.
 		errs = append(errs, field.TooMany(path.Child("steps"), len(steps), MaxCleaningSteps))
 	}
 	for i, step := range steps {
-		errs = append(errs, validateFreeText(step, path.Child("steps").Index(i))...)
+		errs = append(errs, validateReportedMessage(step, maxFreeTextBytes, path.Child("steps").Index(i))...)
 	}
-	errs = append(errs, validateFreeText(message, path.Child("message"))...)
-	if len(output) > MaxCleaningOutput {
-		errs = append(errs, field.TooLong(path.Child("commandOutput"), "", MaxCleaningOutput))
-	}
+	errs = append(errs, validateReportedMessage(message, maxFreeTextBytes, path.Child("message"))...)
+	errs = append(errs, validateReportedMessage(output, MaxCleaningOutput, path.Child("commandOutput"))...)
 	return errs
+}
+
+// validateReportedMessage bounds a text an agent reports that others read
+// in a terminal: at most max bytes of UTF-8, and no control character but
+// newline and tab (an escape sequence in another tenant's or the
+// operator's terminal could rewrite what it shows).
+func validateReportedMessage(s string, max int, path *field.Path) field.ErrorList {
+	if len(s) > max {
+		return field.ErrorList{field.TooLong(path, "", max)}
+	}
+	if !utf8.ValidString(s) {
+		return field.ErrorList{field.Invalid(path, "", "must be UTF-8")}
+	}
+	for _, r := range s {
+		if IsTerminalControl(r) {
+			return field.ErrorList{field.Invalid(path, "", fmt.Sprintf("must hold no control character but newline and tab (found %U)", r))}
+		}
+	}
+	return nil
+}
+
+// WithoutTerminalControls is s as an agent may report it: invalid UTF-8
+// and control characters (IsTerminalControl) replaced by U+FFFD.
+func WithoutTerminalControls(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	return strings.Map(func(r rune) rune {
+		if IsTerminalControl(r) {
+			return utf8.RuneError
+		}
+		return r
+	}, s)
+}
+
+// IsTerminalControl says whether r is a control character a terminal acts
+// on (C0 but newline and tab, DEL, C1): what reported text may not hold.
+func IsTerminalControl(r rune) bool {
+	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
 }
 
 // ValidateAllocation checks an Allocation request.
@@ -776,7 +811,7 @@ func ValidateExecutionReport(r *nodusv1.ExecutionReport) field.ErrorList {
 	if r.Reason != "" && !reportReason.MatchString(r.Reason) {
 		errs = append(errs, field.Invalid(field.NewPath("reason"), r.Reason, "must be one CamelCase word of at most 64 letters and digits"))
 	}
-	errs = append(errs, validateFreeText(r.Message, field.NewPath("message"))...)
+	errs = append(errs, validateReportedMessage(r.Message, MaxReportText, field.NewPath("message"))...)
 	if r.LogDroppedBytes < 0 {
 		errs = append(errs, field.Invalid(field.NewPath("logDroppedBytes"), r.LogDroppedBytes, "must not be negative"))
 	}

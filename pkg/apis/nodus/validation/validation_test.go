@@ -67,6 +67,15 @@ func TestValidate(t *testing.T) {
 			"spec.members[0].role spec.members[1].kind spec.members[1].name spec.members[2]"},
 		"project name with dot": {ValidateProject(&nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "a.b"}}), "metadata.name"},
 		"token needs a user":    {ValidateAccessToken(&nodusv1.AccessToken{ObjectMeta: meta}), "spec.user"},
+		// What an agent reports lands in another tenant's (or the
+		// operator's) terminal: no escape sequence gets through.
+		"report with lines and tabs": {ValidateExecutionReport(&nodusv1.ExecutionReport{Message: "exit 1:\n\tout of memory — é"}), ""},
+		"report with an escape":      {ValidateExecutionReport(&nodusv1.ExecutionReport{Message: "done\x1b]52;c;cm0gLXJmIH4=\x07"}), "message"},
+		"report with a C1 CSI":       {ValidateExecutionReport(&nodusv1.ExecutionReport{Message: "done\u009b2J"}), "message"},
+		"report not UTF-8":           {ValidateExecutionReport(&nodusv1.ExecutionReport{Message: "done\xff"}), "message"},
+		"cleaning with escapes": {ValidateCleaningReport([]string{"ok", "reset\x1b[2K"}, "a\rb", "wiped\x1b[31m\n", field.NewPath("c")),
+			"c.commandOutput c.message c.steps[1]"},
+		"cleaning output too long": {ValidateCleaningReport(nil, "", strings.Repeat("x", MaxCleaningOutput+1), field.NewPath("c")), "c.commandOutput"},
 	}
 	for name, tc := range cases {
 		if got := fields(tc.errs); got != tc.want {
@@ -110,5 +119,17 @@ func TestANodeClaimsUIDGoesWithItsName(t *testing.T) {
 	n.Status.Reservation = "r1"
 	if got := fields(ValidateNodeStatus(n)); got != "" {
 		t.Errorf("a claim with its UID: %q", got)
+	}
+}
+
+func TestWithoutTerminalControlsMakesReportsAcceptable(t *testing.T) {
+	for _, in := range []string{"\x1b[2J\x1b]0;owned\x07", "a\rb\x7f\u009b", "bad \xff utf-8", "fine\n\tline"} {
+		out := WithoutTerminalControls(in)
+		if errs := ValidateExecutionReport(&nodusv1.ExecutionReport{Message: out}); len(errs) > 0 {
+			t.Errorf("WithoutTerminalControls(%q) = %q: still refused: %v", in, out, errs)
+		}
+	}
+	if got := WithoutTerminalControls("fine\n\tline"); got != "fine\n\tline" {
+		t.Errorf("newlines and tabs must stay: %q", got)
 	}
 }
