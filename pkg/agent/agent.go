@@ -218,11 +218,16 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		return false
 	}
+	box, boxErr := a.sandbox()
+	// Borrowers' executions an earlier agent left end before anything else,
+	// the server reachable or not: none runs past its limits, a withdrawal
+	// or its host's release while nodusd cannot start.
+	executions.New(executions.Options{Sandbox: box, User: a.opts.BorrowerUser, Slots: a.opts.BorrowerSlots,
+		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace}).Sweep(ctx)
 	node, err := a.client.NodusV1().Nodes().Get(ctx, a.id.Node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", a.id.Node, err)
 	}
-	box, boxErr := a.sandbox()
 	a.runner = executions.New(executions.Options{
 		Sandbox: box, SandboxError: boxErr,
 		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser, Slots: a.opts.BorrowerSlots,
@@ -292,6 +297,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	go a.reportStatus(ctx)
 	go a.renewCertificate(ctx)
 	a.heartbeats(ctx)
+	// The executions were told to stop with ctx; none outlives the agent.
+	a.runner.Shutdown(2*a.opts.Grace + 5*time.Second)
 	factory.Shutdown()
 	nodeFactory.Shutdown()
 	return nil

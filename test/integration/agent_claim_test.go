@@ -14,8 +14,10 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -23,6 +25,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/agent/executions"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -348,4 +351,55 @@ func borrowerAccount(t *testing.T) string {
 		_ = exec.Command("userdel", name).Run()
 	})
 	return name
+}
+
+// TestAnAgentThatCannotReachTheServerStillEndsWhatABorrowerLeft: a
+// borrower's process left by an earlier agent (killed, or stopped with a
+// sandbox that outlived it) must end when nodusd starts again, before it
+// asks the server anything: an agent that cannot reach the server exits
+// and is restarted, again and again, and the borrower would run past its
+// limits, a withdrawal or its host's release meanwhile.
+func TestAnAgentThatCannotReachTheServerStillEndsWhatABorrowerLeft(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a borrower account of its own, whose processes the agent ends (CI runs as root)")
+	}
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "lonely", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}, dir)
+	borrower := borrowerAccount(t)
+	u, err := user.Lookup(borrower)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	left := exec.Command("sleep", "300")
+	left.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = left.Process.Kill() })
+	exited := make(chan error, 1)
+	go func() { exited <- left.Wait() }()
+
+	down := agentProxy(t, s, dir, func(w http.ResponseWriter, _ *http.Request, _ http.Handler) bool {
+		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is down")
+		return true
+	})
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{down},
+		BorrowerUser: borrower, Sandbox: agent.SandboxNone, ExecutionsDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithTimeout(ctx(t), 30*time.Second)
+	defer cancel()
+	if err := a.Run(runCtx); err == nil {
+		t.Fatal("an agent whose server answers nothing but 503 ran")
+	}
+	select {
+	case <-exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the borrower's process an earlier agent left still runs after an agent that could not reach the server started")
+	}
 }

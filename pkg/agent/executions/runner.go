@@ -169,13 +169,16 @@ func (r *Runner) Accounts() []string {
 // whose start could not be reported is tried again.
 const resync = 30 * time.Second
 
-// Run watches the executions placed on this host until ctx ends. What the
-// borrower account still runs, and the work directories, from before are
-// removed first: this agent did not start them and cannot account for them.
-func (r *Runner) Run(ctx context.Context) error {
+// Sweep removes what executions left on this host: the sandboxes, every
+// process of the borrower accounts, and the work directories. The agent
+// sweeps when it starts, before it asks the server anything — what an
+// earlier agent left must not outlive it, whether the server answers or
+// not — and when it stops, after its executions had their grace. It needs
+// no server: Options without a Client do.
+func (r *Runner) Sweep(ctx context.Context) {
 	if r.opts.Sandbox != nil {
 		if err := r.opts.Sandbox.RemoveAll(); err != nil {
-			klog.ErrorS(err, "removing the sandboxes of a previous agent")
+			klog.ErrorS(err, "removing the executions' sandboxes")
 		}
 	}
 	r.endBorrowerProcesses(ctx)
@@ -184,6 +187,36 @@ func (r *Runner) Run(ctx context.Context) error {
 			_ = os.RemoveAll(filepath.Join(r.opts.WorkRoot, e.Name()))
 		}
 	}
+}
+
+// Shutdown waits, once ctx (Run's) has ended, for the executions to end
+// (each is stopped: SIGTERM, SIGKILL after the grace), at most wait, then
+// sweeps what is left: nothing of a borrower outlives the agent.
+func (r *Runner) Shutdown(wait time.Duration) {
+	r.mu.Lock()
+	runs := make([]*run, 0, len(r.runs))
+	for _, x := range r.runs {
+		runs = append(runs, x)
+	}
+	r.mu.Unlock()
+	deadline := time.After(wait)
+	for _, x := range runs {
+		select {
+		case <-x.reported:
+		case <-deadline:
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*r.opts.Grace+10*time.Second)
+	defer cancel()
+	r.Sweep(ctx)
+}
+
+// Run watches the executions placed on this host until ctx ends. What the
+// borrower account still runs, and the work directories, from before are
+// removed first (Sweep): this agent did not start them and cannot account
+// for them.
+func (r *Runner) Run(ctx context.Context) error {
+	r.Sweep(ctx)
 	factory := externalversions.NewSharedInformerFactoryWithOptions(r.opts.Client, resync,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "status.host=" + r.opts.Alias }))
 	informer := factory.Nodus().V1().Executions().Informer()
