@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,6 +80,10 @@ type Runtime struct {
 	StateDir string
 	// DevDir is where GPU device nodes are looked up; "/dev" but in tests.
 	DevDir string
+	// DriverDir is the NVIDIA driver's list of GPUs, one directory per PCI
+	// bus id with an "information" file; "/proc/driver/nvidia/gpus" but in
+	// tests. It maps a GPU's index to its device node.
+	DriverDir string
 	// CgroupParent is the cgroup under which every sandbox gets its own.
 	CgroupParent string
 	// ImagesDir holds the OCI images executions may name: layout
@@ -221,7 +227,11 @@ func (rt *Runtime) cgroupParent() string {
 func (rt *Runtime) gpuDevices(gpus []int32) ([]specs.LinuxDevice, []specs.LinuxDeviceCgroup, error) {
 	var names []string
 	for _, g := range gpus {
-		names = append(names, "nvidia"+strconv.Itoa(int(g)))
+		minor, err := rt.gpuMinor(g)
+		if err != nil {
+			return nil, nil, err
+		}
+		names = append(names, "nvidia"+strconv.Itoa(minor))
 	}
 	if len(gpus) > 0 {
 		names = append(names, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -265,6 +275,48 @@ func isGPUNode(name string) bool {
 	}
 	_, err := strconv.Atoi(n)
 	return err == nil
+}
+
+// gpuMinor is the device minor number of the GPU of index (its
+// /dev/nvidiaN), which the driver assigns in the order it probed the GPUs —
+// not necessarily the index's, the PCI bus order NVML and nvidia-smi count
+// in. The driver's list, by bus id, says it ("Device Minor:"); without the
+// list (no driver loaded) the index is taken for the minor, and the device
+// node's check that follows decides.
+func (rt *Runtime) gpuMinor(index int32) (int, error) {
+	dir := rt.DriverDir
+	if dir == "" {
+		dir = "/proc/driver/nvidia/gpus"
+	}
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return int(index), nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var buses []string
+	for _, e := range entries {
+		buses = append(buses, e.Name())
+	}
+	slices.SortFunc(buses, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
+	if index < 0 || int(index) >= len(buses) {
+		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(buses))
+	}
+	info, err := os.ReadFile(filepath.Join(dir, buses[index], "information"))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(info), "\n") {
+		if value, ok := strings.CutPrefix(line, "Device Minor:"); ok {
+			minor, err := strconv.Atoi(strings.TrimSpace(value))
+			if err != nil || minor < 0 {
+				return 0, fmt.Errorf("GPU %d (%s): the driver's minor %q is no number", index, buses[index], value)
+			}
+			return minor, nil
+		}
+	}
+	return 0, fmt.Errorf("GPU %d (%s): the driver names no device minor", index, buses[index])
 }
 
 func (rt *Runtime) devDir() string {

@@ -186,6 +186,7 @@ func TestSandboxGPUs(t *testing.T) {
 	mknod(filepath.Join(dev, "nvidia1"), 1)
 	mknod(filepath.Join(dev, "nvidiactl"), 255)
 	rt.DevDir = dev
+	rt.DriverDir = filepath.Join(dev, "no-driver") // indices are minors
 	work := workDir(t)
 	// A node of the unassigned GPU where the sandbox can reach it (only a
 	// host's root can put one there): the cgroup, not its absence, refuses.
@@ -203,8 +204,66 @@ func TestSandboxGPUs(t *testing.T) {
 	case !strings.Contains(out, "/work/nvidia1: Operation not permitted"):
 		t.Errorf("the device cgroup must refuse the unassigned GPU with EPERM: %q", out)
 	}
-	if _, err := (&Runtime{DevDir: dev}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs", "", ""); err == nil {
+	if _, err := (&Runtime{DevDir: dev, DriverDir: rt.DriverDir}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs", "", ""); err == nil {
 		t.Error("a GPU the host does not have was accepted")
+	}
+}
+
+// TestSandboxGPUsByTheDriversMinor: the driver numbers its device nodes in
+// the order it probed the GPUs, which need not be the PCI bus order the
+// GPUs' indices count in: GPU 0 (the lowest bus id) may be /dev/nvidia1.
+// The sandbox gets, and its device cgroup allows, the node of the GPU
+// assigned, by the driver's own list.
+func TestSandboxGPUsByTheDriversMinor(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to make device nodes (CI runs as root)")
+	}
+	dev, driver := t.TempDir(), t.TempDir()
+	for _, n := range []struct {
+		node  string
+		minor uint32
+	}{{"nvidia0", 0}, {"nvidia1", 1}, {"nvidiactl", 255}} {
+		if err := testhost.MakeNVIDIANode(filepath.Join(dev, n.node), n.minor); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for bus, minor := range map[string]string{"0000:1a:00.0": "1", "0000:3B:00.0": "0"} {
+		if err := os.MkdirAll(filepath.Join(driver, bus), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		info := "Model: \t\t NVIDIA H100 80GB HBM3\nIRQ:   \t\t 0\nGPU UUID: \t GPU-x\nDevice Minor: \t " + minor + "\nBus Location: \t " + bus + "\n"
+		if err := os.WriteFile(filepath.Join(driver, bus, "information"), []byte(info), 0o444); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rt := &Runtime{DevDir: dev, DriverDir: driver}
+	for index, want := range map[int32]int64{0: 1, 1: 0} {
+		cfg, err := rt.Config(Spec{UID: nobody, GPUs: []int32{index}}, "/rootfs", "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var nodes []string
+		var minors []int64
+		for _, d := range cfg.Linux.Devices {
+			if isGPUNode(strings.TrimPrefix(d.Path, "/dev/")) {
+				nodes, minors = append(nodes, d.Path), append(minors, d.Minor)
+			}
+		}
+		allowed := false
+		for _, r := range cfg.Linux.Resources.Devices {
+			if r.Allow && r.Minor != nil && *r.Minor == want && r.Major != nil && *r.Major == nvidiaMajor {
+				allowed = true
+			}
+			if r.Allow && r.Minor != nil && *r.Minor == 1-want && r.Major != nil && *r.Major == nvidiaMajor {
+				t.Errorf("GPU %d: the other GPU's minor %d is allowed too", index, 1-want)
+			}
+		}
+		if len(minors) != 1 || minors[0] != want || !allowed {
+			t.Errorf("GPU %d: device nodes %v minors %v (allowed %v), want /dev/nvidia%d", index, nodes, minors, allowed, want)
+		}
+	}
+	if _, err := rt.Config(Spec{UID: nobody, GPUs: []int32{2}}, "/rootfs", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Errorf("a GPU the driver does not list: %v", err)
 	}
 }
 
