@@ -229,5 +229,13 @@ func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *n
 		return nil, nil, err
 	}
 	h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
-	return c, h, err
+	if err != nil {
+		return c, h, err
+	}
+	// What nodus does next (release, lend, ssh) names the host it got:
+	// it must be the one asked for.
+	if h.Namespace != project || h.Name != name {
+		return nil, nil, fmt.Errorf("refusing %s: the server answered for %s/%s", ref, h.Namespace, h.Name)
+	}
+	return c, h, nil
 }

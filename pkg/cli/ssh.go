@@ -80,15 +80,9 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return err
 	}
-	// The host's names make file names: they are the ones asked for, and
-	// valid names, before anything is written.
-	project, name, err := splitRef(ref)
-	if err != nil {
-		return err
-	}
-	if h.Namespace != project || h.Name != name {
-		return fmt.Errorf("refusing to connect to %s: the server answered for %s/%s", ref, h.Namespace, h.Name)
-	}
+	// The host's names make file names: they are the ones asked for
+	// (o.host checked), and valid names, before anything is written.
+	project, name := h.Namespace, h.Name
 	if err := sshentry.CheckNames(project, name); err != nil {
 		return fmt.Errorf("refusing to connect to %s: %w", ref, err)
 	}

@@ -470,6 +470,7 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("gpu-007"), "203.0.113.10:22"
 	})
 	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
+	f.host(t, "gpu-008", time.Now().Add(-time.Hour), time.Now().Add(time.Hour)) // the host a lie names
 	for what, lie := range map[string]struct{ path, from, to, refusal string }{
 		"another host":            {"/reservedhosts/gpu-007", `"name":"gpu-007","namespace":"acme"`, `"name":"gpu-008","namespace":"acme"`, "answered for acme/gpu-008"},
 		"a key for a certificate": {"/ssh-certificate", `"certificate":"[^"]*"`, `"certificate":"` + testfleet.HostKey("a-key") + `"`, "not a certificate"},
@@ -503,6 +504,23 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 			certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub"))
 			if _, err := os.Stat(filepath.Join(home, ".ssh", "config")); err == nil || len(certs) > 0 {
 				t.Errorf("files written for a refused answer: %v, %v", certs, err)
+			}
+			if what != "another host" {
+				return
+			}
+			// Release and lend act on the host they got: an answer about
+			// another must not release or lend that one.
+			alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+			if out, code := alice.run("", "login", "--server", proxy.Host, "--token", f.admin.BearerToken, "--ca-file", ca); code != 0 {
+				t.Fatalf("login: %d %s", code, out)
+			}
+			for _, args := range [][]string{{"release", "acme/gpu-007", "--yes"}, {"lend", "acme/gpu-007", "--gpus", "1"}} {
+				if out, code := alice.run("", args...); code == 0 || !strings.Contains(out, lie.refusal) {
+					t.Errorf("nodus %s through an answer about another host: exit %d, want a refusal saying %q:\n%s", strings.Join(args, " "), code, lie.refusal, out)
+				}
+			}
+			if st := f.reservation(t, "gpu-008").Status; st.State != nodusv1.ReservationStateActive || st.Epoch != 1 || st.Lending != nil {
+				t.Errorf("gpu-008, which nobody asked for, changed: %+v", st)
 			}
 		})
 	}
