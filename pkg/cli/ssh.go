@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -307,15 +308,44 @@ func includeFrom(userConfig, included string) error {
 	}
 	block := beginMarker + "include\nInclude \"" + included + "\"\n" + endMarker + "include\n"
 	text := string(old)
-	if strings.Contains(text, block) {
+	if strings.Contains(text, block) || includes(text, included) {
 		return nil
+	}
+	write := func(data []byte) error {
+		err := atomicfile.Write(userConfig, data, 0o600)
+		if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) {
+			// A configuration a dotfile manager keeps read-only (home-manager,
+			// nix) takes the line from its owner's own source.
+			return fmt.Errorf("%s cannot be written (%w): add this line at its top, where you keep it, and run nodus ssh again:\n  Include \"%s\"", userConfig, err, included)
+		}
+		return err
 	}
 	// An earlier nodus block (an older form, another path) is replaced where it stands.
 	if start := strings.Index(text, beginMarker+"include\n"); start >= 0 {
 		if end := strings.Index(text[start:], endMarker+"include\n"); end >= 0 {
 			text = text[:start] + block + text[start+end+len(endMarker+"include\n"):]
-			return atomicfile.Write(userConfig, []byte(text), 0o600)
+			return write([]byte(text))
 		}
 	}
-	return atomicfile.Write(userConfig, append([]byte(block), old...), 0o600)
+	return write(append([]byte(block), old...))
+}
+
+// includes says whether an ssh_config text has a line of its own that
+// includes path before any Host or Match (there, an Include applies to
+// every host): a line its owner wrote, as a read-only configuration has it.
+func includes(text, path string) bool {
+	for _, line := range strings.Split(text, "\n") {
+		fields := strings.Fields(strings.TrimSpace(line))
+		if len(fields) == 0 || strings.HasPrefix(fields[0], "#") {
+			continue
+		}
+		keyword := strings.ToLower(fields[0])
+		if keyword == "host" || keyword == "match" {
+			return false
+		}
+		if keyword == "include" && len(fields) == 2 && strings.Trim(fields[1], `"`) == path {
+			return true
+		}
+	}
+	return false
 }
