@@ -162,7 +162,7 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 		// Only a certificate of the key used now: one replaced by hand, or
 		// by another run, has a certificate of its own to get.
 		if data, err := os.ReadFile(certFile); err == nil {
-			if _, err := userCertificate(string(data), pub, cached.Principal); err == nil {
+			if cert, err := userCertificate(string(data), pub, cached.Principal); err == nil && validFor(cert, time.Minute) {
 				return cached.Address, nil
 			}
 		}
@@ -199,6 +199,16 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 type certificateRecord struct {
 	nodusv1.ReservedHostSSHCertificate
 	Host types.UID `json:"reservedHostUID"`
+}
+
+// validFor says whether cert itself is valid now and for at least d more:
+// its own times, not what an answer said of them, are what sshd checks.
+func validFor(cert *ssh.Certificate, d time.Duration) bool {
+	now := time.Now()
+	if cert.ValidAfter > uint64(now.Unix()) {
+		return false
+	}
+	return cert.ValidBefore == ssh.CertTimeInfinity || cert.ValidBefore > uint64(now.Add(d).Unix())
 }
 
 // userCertificate parses text as the one user certificate of key for

@@ -2,6 +2,8 @@ package integration
 
 import (
 	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
 	"encoding/json"
 	"flag"
 	"net/http"
@@ -750,5 +752,66 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	}
 	if out, _ := mary.run("", "executions", "get", "acme/e1"); !strings.Contains(out, `\x1b]52`) {
 		t.Errorf("the escape is not shown for what it is: %q", out)
+	}
+}
+
+// TestCLISSHRenewsACertificateThatExpired: the certificate nodus ssh keeps
+// is reused by its own times, not by what the answer that brought it said:
+// one that expired (a clock, an answer that claimed more) is renewed, not
+// presented to sshd again and again.
+func TestCLISSHRenewsACertificateThatExpired(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "gpu-007", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
+		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("gpu-007"), "203.0.113.10:22"
+	})
+	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	mary := loggedIn(t, s, f.member)
+	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh: %d %s", code, out)
+	}
+	certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub"))
+	if len(certs) != 1 {
+		t.Fatalf("certificates kept: %v", certs)
+	}
+	read := func() *ssh.Certificate {
+		data, err := os.ReadFile(certs[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		key, _, _, _, err := ssh.ParseAuthorizedKey(data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return key.(*ssh.Certificate)
+	}
+	issued := read()
+	// The same key and principal, expired an hour ago; the record beside
+	// it still says the first one's end.
+	_, caKey, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := ssh.NewSignerFromKey(caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expired := &ssh.Certificate{Key: issued.Key, CertType: ssh.UserCert, KeyId: "expired", ValidPrincipals: issued.ValidPrincipals,
+		ValidAfter: uint64(time.Now().Add(-2 * time.Hour).Unix()), ValidBefore: uint64(time.Now().Add(-time.Hour).Unix())}
+	if err := expired.SignCert(rand.Reader, ca); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(certs[0], ssh.MarshalAuthorizedKey(expired), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh again: %d %s", code, out)
+	}
+	if got := read(); got.KeyId == "expired" || got.ValidBefore <= uint64(time.Now().Unix()) {
+		t.Errorf("nodus ssh kept an expired certificate: %q valid before %s", got.KeyId, time.Unix(int64(got.ValidBefore), 0))
 	}
 }
