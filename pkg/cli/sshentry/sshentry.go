@@ -9,7 +9,6 @@
 package sshentry
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -82,13 +81,16 @@ func Make(h Host) (Entry, error) {
 }
 
 // CheckPath refuses a local path ssh_config cannot hold as one quoted
-// argument: quotes, control characters, or '%' (ssh expands tokens).
+// argument naming that very file: a relative one (ssh resolves it against
+// ~/.ssh, or the directory it runs in), quotes, control characters, '%'
+// (ssh expands tokens), '$' (environment variables), '*', '?', '['
+// (Include takes a pattern), or a leading '~'.
 func CheckPath(path string) error {
-	if path == "" {
-		return errors.New("is empty")
+	if !strings.HasPrefix(path, "/") {
+		return fmt.Errorf("%q is not an absolute path (is $HOME or $XDG_CONFIG_HOME set, and absolute?)", path)
 	}
 	for _, r := range path {
-		if r < 0x20 || r == 0x7f || r == '"' || r == '%' {
+		if r < 0x20 || r == 0x7f || strings.ContainsRune(`"%$*?[`, r) {
 			return fmt.Errorf("holds %q, which ssh_config cannot take in a path", r)
 		}
 	}
