@@ -99,11 +99,12 @@ type Runner struct {
 	// draining is held while a drain runs: one at a time.
 	draining sync.Mutex
 	// drainStarted says that StartDrain's goroutine runs, and drainAgain
-	// (under mu) why it must drain once more: a drain asked for while one
-	// runs is not lost, as an execution started after that one's listing
-	// would run on (the host withdrawn, lent again, withdrawn again).
-	drainStarted bool
-	drainAgain   string
+	// (under mu) that it must drain once more, with againMessage: a drain
+	// asked for while one runs is not lost, as an execution started after
+	// that one's listing would run on (the host withdrawn, lent again,
+	// withdrawn again).
+	drainStarted, drainAgain bool
+	againMessage             string
 
 	mu   sync.Mutex
 	runs map[types.UID]*run
@@ -304,7 +305,7 @@ func (r *Runner) Drain(ctx context.Context, message string) {
 func (r *Runner) StartDrain(ctx context.Context, message string) {
 	r.mu.Lock()
 	if r.drainStarted {
-		r.drainAgain = message
+		r.drainAgain, r.againMessage = true, message
 		r.mu.Unlock()
 		return
 	}
@@ -314,12 +315,12 @@ func (r *Runner) StartDrain(ctx context.Context, message string) {
 		for {
 			r.Drain(ctx, message)
 			r.mu.Lock()
-			if r.drainAgain == "" || ctx.Err() != nil {
-				r.drainStarted, r.drainAgain = false, ""
+			if !r.drainAgain || ctx.Err() != nil {
+				r.drainStarted, r.drainAgain = false, false
 				r.mu.Unlock()
 				return
 			}
-			message, r.drainAgain = r.drainAgain, ""
+			message, r.drainAgain = r.againMessage, false
 			r.mu.Unlock()
 		}
 	}()
