@@ -642,3 +642,54 @@ func sshCertificateRequest(t *testing.T) string {
 	body, _ := json.Marshal(map[string]string{"publicKey": strings.TrimSpace(string(ssh.MarshalAuthorizedKey(sshPub)))})
 	return string(body)
 }
+
+// TestAClassReservationWaitsForItsNodeToBeFree: a reservation placed by
+// resource class while every node of the class is busy (here the only one
+// is being cleaned after its previous tenant) waits for one: its
+// allocation must not fail for good at its first look, as an Ironic
+// client's allocation does, or the reservation never activates. (CI saw
+// TestADeletedClassReservationFreesItsNode fail so, once, under load: the
+// next reservation's allocation looked before the cleaned node was free.)
+func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.node(t, "only")
+	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	if err := c.Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cleaning := waitNode(t, s, "only", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
+	})
+	f.reserve(t, "second", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	var waiting *nodusv1.Allocation
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(cx, "reservation-second", metav1.GetOptions{})
+		waiting = a
+		return err == nil && a.Status.LastError != "", nil
+	}); err != nil {
+		t.Fatalf("the allocation never said why it waits: %+v", waiting)
+	}
+	if waiting.Status.State != nodusv1.AllocationStateAllocating || !strings.Contains(waiting.Status.LastError, "clean") {
+		t.Errorf("a reservation's allocation while the only node is cleaned: %+v, want allocating, saying why", waiting.Status)
+	}
+	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
+		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "second", metav1.GetOptions{})
+		return err == nil && r.Status.State == nodusv1.ReservationStateActive && r.Status.Node == "only", nil
+	}); err != nil {
+		a, _ := c.Allocations().Get(ctx(t), "reservation-second", metav1.GetOptions{})
+		t.Fatalf("the class reservation never got the node once it was free: its allocation %+v", a.Status)
+	}
+}

@@ -39,7 +39,21 @@ type Controller struct {
 	index       *freeIndex
 	rndMu       sync.Mutex
 	rnd         *rand.Rand
+	// waiting are the reservations' allocations no node is free for, by
+	// name, with their class: a node of it that becomes free takes them
+	// back to the queue.
+	waitMu  sync.Mutex
+	waiting map[string]string
 }
+
+// LabelReservation is on an allocation a reservation placed by resource
+// class made (the reservation controller's): it waits for a free node,
+// where an allocation an Ironic client made fails, as Ironic's does.
+const LabelReservation = "nodus.dev/reservation"
+
+// waitRecheck is how often an allocation that waits looks again, should a
+// node's becoming free not reach it.
+const waitRecheck = 30 * time.Second
 
 // New wires the controller to factory's informers.
 func New(client versioned.Interface, factory externalversions.SharedInformerFactory) (*Controller, error) {
@@ -49,8 +63,9 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		allocations: v1.Allocations().Lister(),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "allocations"}),
-		index: newFreeIndex(),
-		rnd:   rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
+		index:   newFreeIndex(),
+		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
+		waiting: map[string]string{},
 	}
 	nodeInformer := v1.Nodes().Informer()
 	if err := nodeindex.AddByAllocation(nodeInformer); err != nil {
@@ -95,6 +110,9 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		if n, ok := obj.(*nodusv1.Node); ok {
 			c.index.update(n)
 			orphan(n)
+			if claimable(n) {
+				c.wake(n.Spec.ResourceClass)
+			}
 		}
 	}
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -221,6 +239,9 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if node == nil && lastError == "" {
 			return fmt.Errorf("allocation %s: the free nodes of class %q are being claimed", a.Name, a.Spec.ResourceClass)
 		}
+		if node == nil && a.Labels[LabelReservation] != "" {
+			return c.wait(ctx, a, lastError)
+		}
 		if node == nil {
 			return c.finish(ctx, a, "", lastError)
 		}
@@ -322,6 +343,35 @@ func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodu
 		}
 	}
 	return node, lastError
+}
+
+// wait keeps a reservation's allocation allocating while no node is free
+// for it, saying why (status.lastError): the reservation waits for a node
+// of its class, the next one that is cleaned or leaves maintenance.
+func (c *Controller) wait(ctx context.Context, a *nodusv1.Allocation, why string) error {
+	c.waitMu.Lock()
+	c.waiting[a.Name] = a.Spec.ResourceClass
+	c.waitMu.Unlock()
+	c.queue.AddAfter(a.Name, waitRecheck)
+	if a.Status.State == nodusv1.AllocationStateAllocating && a.Status.LastError == why {
+		return nil
+	}
+	next := a.DeepCopy()
+	next.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateAllocating, LastError: why}
+	_, err := c.client.NodusV1().Allocations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	return err
+}
+
+// wake takes the allocations waiting for a node of class back to the queue.
+func (c *Controller) wake(class string) {
+	c.waitMu.Lock()
+	defer c.waitMu.Unlock()
+	for name, waitsFor := range c.waiting {
+		if waitsFor == class {
+			delete(c.waiting, name)
+			c.queue.Add(name)
+		}
+	}
 }
 
 func (c *Controller) finish(ctx context.Context, a *nodusv1.Allocation, node, lastError string) error {

@@ -9,13 +9,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/allocation"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 )
 
 // LabelReservation names, on a ReservedHost, the Reservation it projects
 // (and, on an Allocation the controller made, the Reservation it serves).
-const LabelReservation = "nodus.dev/reservation"
+const LabelReservation = allocation.LabelReservation
 
 // LabelReservationUID is, on an Allocation the controller made, the UID of
 // the Reservation it serves: a reservation deleted and made again under its
