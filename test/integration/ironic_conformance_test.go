@@ -192,12 +192,21 @@ func TestIronicAllocationCandidatesAreResolved(t *testing.T) {
 		t.Errorf("an unknown candidate: %d %s, want 400", r.code, r.body)
 	}
 	// A UUID names a node in any case and form, as it names an allocation
-	// (Ironic's is_uuid_like).
+	// (Ironic's is_uuid_like). The node looked up is one no allocation
+	// takes (its agent never beat): the allocations above may land on
+	// either candidate, whenever the controller gets to them.
+	f.node(t, "idle")
+	idle, err := s.Client.NodusV1().Nodes().Get(ctx(t), "idle", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, form := range []string{strings.ToUpper(string(n0.UID)), "{" + string(n0.UID) + "}"} {
 		r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["` + form + `"]}`)
 		if json.Unmarshal(r.body, &created); r.code != http.StatusCreated || len(created.CandidateNodes) != 1 || created.CandidateNodes[0] != string(n0.UID) {
 			t.Errorf("a candidate as %s: %d %s", form, r.code, r.body)
 		}
+	}
+	for _, form := range []string{strings.ToUpper(string(idle.UID)), "{" + string(idle.UID) + "}"} {
 		if r := do(t, op, "GET", "/v1/nodes/"+form+"/allocation", "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusNotFound ||
 			!strings.Contains(string(r.body), "has no allocation") && !strings.Contains(string(r.body), "allocation") {
 			t.Errorf("the allocation of node %s: %d %s, want 404 (found, no allocation)", form, r.code, r.body)
