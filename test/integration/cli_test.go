@@ -467,11 +467,7 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	f.host(t, "gpu-007", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
-		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("gpu-007"), "203.0.113.10:22"
-	})
-	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
+	sshableHost(t, s, f, "gpu-007")
 	f.host(t, "gpu-008", time.Now().Add(-time.Hour), time.Now().Add(time.Hour)) // the host a lie names
 	for what, lie := range map[string]struct{ path, from, to, refusal string }{
 		"another host":            {"/reservedhosts/gpu-007", `"name":"gpu-007","namespace":"acme"`, `"name":"gpu-008","namespace":"acme"`, "answered for acme/gpu-008"},
@@ -526,6 +522,17 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sshableHost is an active host of acme whose node shows an SSH endpoint
+// (written underneath the API: no agent runs), as nodus ssh needs one.
+func sshableHost(t *testing.T, s *testserver.Server, f *fleet, name string) {
+	t.Helper()
+	f.host(t, name, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	forgeNodeInEtcd(t, s, name, func(n *nodusv1.Node) {
+		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey(name), "203.0.113.10:22"
+	})
+	f.waitHost(t, name, func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
 }
 
 // forgeNodeInEtcd changes node's stored object underneath the API, past
@@ -762,11 +769,7 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 func TestCLISSHRenewsACertificateThatExpired(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	f.host(t, "gpu-007", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
-		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("gpu-007"), "203.0.113.10:22"
-	})
-	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect != nil && h.Status.Connect.HostKey != "" })
+	sshableHost(t, s, f, "gpu-007")
 	home := t.TempDir()
 	t.Setenv("HOME", home)
 	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))

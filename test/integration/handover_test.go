@@ -544,24 +544,9 @@ func nameMadeAgainDuringAFailover(t *testing.T, project string) {
 // (by an operator, or with its project), it must let the allocation go
 // too: the node, once cleaned, serves the next class placement.
 func TestADeletedClassReservationFreesItsNode(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
+	s, f, cleaning := classNodeBeingCleaned(t)
 	c := s.Client.NodusV1()
 	now := time.Now()
-	f.node(t, "only")
-	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
-		t.Fatalf("heartbeat: %d %s", r.code, r.body)
-	}
-	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
-		return h.Status.Reservation.State == nodusv1.ReservationStateActive
-	})
-	if err := c.Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cleaning := waitNode(t, s, "only", func(n *nodusv1.Node) bool {
-		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
-	})
 	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
 		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
 		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
@@ -651,24 +636,9 @@ func sshCertificateRequest(t *testing.T) string {
 // TestADeletedClassReservationFreesItsNode fail so, once, under load: the
 // next reservation's allocation looked before the cleaned node was free.)
 func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
+	s, f, cleaning := classNodeBeingCleaned(t)
 	c := s.Client.NodusV1()
 	now := time.Now()
-	f.node(t, "only")
-	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
-		t.Fatalf("heartbeat: %d %s", r.code, r.body)
-	}
-	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
-		return h.Status.Reservation.State == nodusv1.ReservationStateActive
-	})
-	if err := c.Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cleaning := waitNode(t, s, "only", func(n *nodusv1.Node) bool {
-		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
-	})
 	f.reserve(t, "second", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
 	var waiting *nodusv1.Allocation
 	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
@@ -692,4 +662,28 @@ func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
 		a, _ := c.Allocations().Get(ctx(t), "reservation-second", metav1.GetOptions{})
 		t.Fatalf("the class reservation never got the node once it was free: its allocation %+v", a.Status)
 	}
+}
+
+// classNodeBeingCleaned is a fleet whose only ready node of its class,
+// "only", held a class-placed reservation "first" that was deleted: the
+// node as it is being cleaned after it.
+func classNodeBeingCleaned(t *testing.T) (*testserver.Server, *fleet, *nodusv1.Node) {
+	t.Helper()
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.node(t, "only")
+	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.reserve(t, "first", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return s, f, waitNode(t, s, "only", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
+	})
 }
