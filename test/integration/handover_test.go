@@ -629,27 +629,45 @@ func sshCertificateRequest(t *testing.T) string {
 }
 
 // TestAClassReservationWaitsForItsNodeToBeFree: a reservation placed by
-// resource class while every node of the class is busy (here the only one
-// is being cleaned after its previous tenant) waits for one: its
+// resource class while every node of the class is busy waits for one: its
 // allocation must not fail for good at its first look, as an Ironic
 // client's allocation does, or the reservation never activates. (CI saw
 // TestADeletedClassReservationFreesItsNode fail so, once, under load: the
 // next reservation's allocation looked before the cleaned node was free.)
+// While it waits it says why as things are now, not as they were at its
+// first look (CI saw "already allocated or in use" stay while the node was
+// cleaned).
 func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
-	s, f, cleaning := classNodeBeingCleaned(t)
+	s, f := classNodeInUse(t)
 	c := s.Client.NodusV1()
 	now := time.Now()
 	f.reserve(t, "second", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	var waiting *nodusv1.Allocation
-	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
-		a, err := c.Allocations().Get(cx, "reservation-second", metav1.GetOptions{})
-		waiting = a
-		return err == nil && a.Status.LastError != "", nil
-	}); err != nil {
-		t.Fatalf("the allocation never said why it waits: %+v", waiting)
+	waitsSaying := func(what, why string) {
+		t.Helper()
+		var waiting nodusv1.Allocation
+		if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
+			a, err := c.Allocations().Get(cx, "reservation-second", metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			waiting = *a
+			return strings.Contains(a.Status.LastError, why), nil
+		}); err != nil || waiting.Status.State != nodusv1.AllocationStateAllocating {
+			t.Fatalf("a reservation's allocation while the only node is %s: %+v, want allocating, saying %q", what, waiting.Status, why)
+		}
 	}
-	if waiting.Status.State != nodusv1.AllocationStateAllocating || !strings.Contains(waiting.Status.LastError, "clean") {
-		t.Errorf("a reservation's allocation while the only node is cleaned: %+v, want allocating, saying why", waiting.Status)
+	waitsSaying("in use", "already allocated or in use")
+	cleaning := cleanedAfterDeletion(t, s, "first")
+	waitsSaying("cleaned", "being cleaned")
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
+		r, err := c.Reservations().Get(cx, "second", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return placed != nil && strings.Contains(placed.Message, "being cleaned"), nil
+	}); err != nil {
+		t.Error("the waiting reservation's Placed condition never said why its allocation waits")
 	}
 	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
 		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
@@ -669,6 +687,14 @@ func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
 // node as it is being cleaned after it.
 func classNodeBeingCleaned(t *testing.T) (*testserver.Server, *fleet, *nodusv1.Node) {
 	t.Helper()
+	s, f := classNodeInUse(t)
+	return s, f, cleanedAfterDeletion(t, s, "first")
+}
+
+// classNodeInUse is a fleet whose only ready node of its class, "only",
+// holds the active class-placed reservation "first".
+func classNodeInUse(t *testing.T) (*testserver.Server, *fleet) {
+	t.Helper()
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	now := time.Now()
@@ -680,10 +706,17 @@ func classNodeBeingCleaned(t *testing.T) (*testserver.Server, *fleet, *nodusv1.N
 	f.waitHost(t, "first", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Reservation.State == nodusv1.ReservationStateActive
 	})
-	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), "first", metav1.DeleteOptions{}); err != nil {
+	return s, f
+}
+
+// cleanedAfterDeletion deletes reservation name, active on node "only", and
+// returns the node once it is being cleaned after it.
+func cleanedAfterDeletion(t *testing.T, s *testserver.Server, name string) *nodusv1.Node {
+	t.Helper()
+	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	return s, f, waitNode(t, s, "only", func(n *nodusv1.Node) bool {
-		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == "first"
+	return waitNode(t, s, "only", func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == name
 	})
 }

@@ -91,6 +91,16 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	informer := v1.Allocations().Informer()
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: enqueue, UpdateFunc: func(_, obj interface{}) { enqueue(obj) },
+		DeleteFunc: func(obj interface{}) {
+			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = tomb.Obj
+			}
+			if a, ok := obj.(*nodusv1.Allocation); ok {
+				c.waitMu.Lock()
+				delete(c.waiting, a.Name)
+				c.waitMu.Unlock()
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -106,23 +116,39 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 			c.queue.Add(nodeKeyPrefix + n.Name)
 		}
 	}
-	indexed := func(obj interface{}) {
-		if n, ok := obj.(*nodusv1.Node); ok {
-			c.index.update(n)
-			orphan(n)
-			if claimable(n) {
+	// A waiting allocation looks again whenever a node of its class
+	// changes its standing: one that became free ends the wait, any other
+	// change may change why it waits (status.lastError must say the
+	// reason of now, not of its first look).
+	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj interface{}) {
+			if n, ok := obj.(*nodusv1.Node); ok {
+				c.index.update(n)
+				orphan(n)
 				c.wake(n.Spec.ResourceClass)
 			}
-		}
-	}
-	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: indexed, UpdateFunc: func(_, obj interface{}) { indexed(obj) },
+		},
+		UpdateFunc: func(oldObj, obj interface{}) {
+			n, ok := obj.(*nodusv1.Node)
+			if !ok {
+				return
+			}
+			c.index.update(n)
+			orphan(n)
+			if old, ok := oldObj.(*nodusv1.Node); !ok || old.Spec.ResourceClass != n.Spec.ResourceClass || standing(old) != standing(n) {
+				if ok {
+					c.wake(old.Spec.ResourceClass)
+				}
+				c.wake(n.Spec.ResourceClass)
+			}
+		},
 		DeleteFunc: func(obj interface{}) {
 			if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = tomb.Obj
 			}
 			if n, ok := obj.(*nodusv1.Node); ok {
 				c.index.remove(n.Name)
+				c.wake(n.Spec.ResourceClass)
 			}
 		},
 	}); err != nil {

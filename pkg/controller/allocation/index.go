@@ -43,12 +43,36 @@ func newFreeIndex() *freeIndex {
 		holder: map[string]string{}, taken: map[string]uint64{}, unanswered: map[string]*nodusv1.Node{}}
 }
 
+// nodeStanding is where a node stands for an allocation by class: the
+// first of choose's rules, after class and traits, that it fails, or free.
+type nodeStanding int
+
+const (
+	standingInMaintenance nodeStanding = iota
+	standingNotReady
+	standingInUse
+	standingCleaning
+	standingFree
+)
+
+func standing(n *nodusv1.Node) nodeStanding {
+	switch {
+	case n.Spec.Maintenance:
+		return standingInMaintenance
+	case !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady):
+		return standingNotReady
+	case n.Status.Allocation != "" || n.Status.Reservation != "" || n.Status.ProvisionState == nodusv1.ProvisionStateActive:
+		return standingInUse
+	case n.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
+		return standingCleaning
+	}
+	return standingFree
+}
+
 // claimable says whether an allocation by class may claim n now: the rules
 // of choose, in one test.
 func claimable(n *nodusv1.Node) bool {
-	return !n.Spec.Maintenance && meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) &&
-		n.Status.Allocation == "" && n.Status.Reservation == "" &&
-		n.Status.ProvisionState != nodusv1.ProvisionStateActive && n.Status.ProvisionState != nodusv1.ProvisionStateCleaning
+	return standing(n) == standingFree
 }
 
 // update records the node as the cache now shows it.

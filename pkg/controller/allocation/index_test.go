@@ -183,12 +183,25 @@ func TestClaimableAgreesWithChoose(t *testing.T) {
 		"cleaning":    func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateCleaning },
 		"enroll":      func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateEnroll },
 	}
+	// A waiting allocation looks again only when a node's standing
+	// changes: so each standing must be one reason of choose's, and
+	// each reason one standing.
+	reasonOf := map[nodeStanding]string{}
+	standingOf := map[string]nodeStanding{}
 	for name, change := range variants {
 		n := readyNode("n1", "gpu", 10)
 		change(n)
-		chosen, _ := choose(allocationOf("a", "gpu"), []*nodusv1.Node{n}, rnd)
+		chosen, why := choose(allocationOf("a", "gpu"), []*nodusv1.Node{n}, rnd)
 		if claimable(n) != (chosen != nil) {
 			t.Errorf("%s: claimable says %v, choose took %v", name, claimable(n), chosen != nil)
 		}
+		st := standing(n)
+		if seen, ok := reasonOf[st]; ok && seen != why {
+			t.Errorf("%s: standing %d is both %q and %q", name, st, seen, why)
+		}
+		if seen, ok := standingOf[why]; ok && seen != st {
+			t.Errorf("%s: reason %q is both standing %d and %d", name, why, seen, st)
+		}
+		reasonOf[st], standingOf[why] = why, st
 	}
 }

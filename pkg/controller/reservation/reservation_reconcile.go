@@ -135,6 +135,14 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 		placed.Message = "no node is placed yet"
 		if r.Spec.Placement.Allocation != "" || r.Spec.Placement.ResourceClass != "" {
 			placed.Message = "waiting for allocation " + allocationName(r) + " to become active"
+			switch a := o.allocation; {
+			case a != nil && a.Status.State == nodusv1.AllocationStateError:
+				placed.Message = fmt.Sprintf("allocation %s failed: %s", a.Name, a.Status.LastError)
+			case a != nil && a.Status.LastError != "":
+				// The allocation's reason, so that an operator looking at
+				// the reservation learns why it waits.
+				placed.Message += ": " + a.Status.LastError
+			}
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, placed)

@@ -79,6 +79,19 @@ func TestPlacedCondition(t *testing.T) {
 			t.Errorf("%s: Placed %+v, want %s %s", name, c, tc.status, tc.reason)
 		}
 	}
+	byClass := pending()
+	byClass.Spec.Placement = nodusv1.ReservationPlacement{ResourceClass: "gpu"}
+	for state, want := range map[nodusv1.AllocationState]string{
+		nodusv1.AllocationStateAllocating: "waiting for allocation reservation-r1 to become active: every matching node is in maintenance",
+		nodusv1.AllocationStateError:      "allocation reservation-r1 failed: every matching node is in maintenance",
+	} {
+		a := &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "reservation-r1"},
+			Status: nodusv1.AllocationStatus{State: state, LastError: "every matching node is in maintenance"}}
+		d := reconcile(observed{now: t0, reservation: byClass, allocation: a})
+		if c := meta.FindStatusCondition(d.status.Conditions, "Placed"); c == nil || c.Message != want {
+			t.Errorf("a reservation whose allocation is %s: Placed %+v, want the message %q", state, c, want)
+		}
+	}
 	d := reconcile(observed{now: t0, reservation: pending(), node: freeNode("n1")})
 	if d.claim == nil || d.claim.Name != "n1" || d.status == nil || d.status.State != nodusv1.ReservationStatePending {
 		t.Errorf("a free node is claimed before anything else: %+v", d)
