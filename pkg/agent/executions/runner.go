@@ -415,13 +415,23 @@ func (r *Runner) stop(x *run, o outcome) {
 	go func() {
 		<-x.started
 		x.signal(syscall.SIGTERM)
-		select {
-		case <-x.done:
-		case <-time.After(r.opts.Grace):
-			x.signal(syscall.SIGKILL)
+		// KILL after the grace, and again until it has ended: a signal
+		// that could not be sent (see signal) must not leave it running.
+		wait := r.opts.Grace
+		for {
+			select {
+			case <-x.done:
+				return
+			case <-time.After(wait):
+				x.signal(syscall.SIGKILL)
+				wait = max(r.opts.Grace, killRetry)
+			}
 		}
 	}()
 }
+
+// killRetry is the least time between two SIGKILLs of one execution.
+const killRetry = time.Second
 
 // signal sends sig to every process of the execution: its sandbox, or its
 // process group while it is its own (once the group is gone, its id may

@@ -31,6 +31,7 @@ import (
 	"github.com/moby/profiles/seccomp"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+	"k8s.io/klog/v2"
 )
 
 // NVIDIA's character device major number: /dev/nvidiaN is 195:N,
@@ -466,13 +467,93 @@ func (sb *Sandbox) Pid() int { return sb.cmd.Process.Pid }
 // execution's own status.
 func (sb *Sandbox) Wait() error { return sb.cmd.Wait() }
 
-// Signal sends sig to every process of the sandbox.
+// Signal sends sig to every process of the sandbox. A SIGKILL that runc
+// fails to send is sent by the agent itself to every process of the
+// sandbox's cgroup: a stop (a maximum runtime, a cancel) must not depend on
+// runc's state being readable.
 func (sb *Sandbox) Signal(sig syscall.Signal) error {
 	out, err := exec.Command(sb.rt.Binary, "--root", sb.rt.runcRoot(), "kill", "--all", sb.id, strconv.Itoa(int(sig))).CombinedOutput()
-	if err != nil && !bytes.Contains(out, []byte("not exist")) && !bytes.Contains(out, []byte("not running")) {
-		return fmt.Errorf("runc kill: %v: %s", err, bytes.TrimSpace(out))
+	if err == nil || bytes.Contains(out, []byte("not exist")) || bytes.Contains(out, []byte("not running")) {
+		return nil
+	}
+	err = fmt.Errorf("runc kill: %v: %s", err, bytes.TrimSpace(out))
+	if sig != syscall.SIGKILL {
+		return err
+	}
+	if kerr := sb.killCgroup(); kerr != nil {
+		return fmt.Errorf("%w; killing its cgroup's processes: %v", err, kerr)
+	}
+	klog.ErrorS(err, "runc could not kill a sandbox; its cgroup's processes were killed instead", "sandbox", sb.id)
+	return nil
+}
+
+// killCgroup sends SIGKILL to every process in the sandbox's cgroup. Each
+// is signalled through a pidfd opened while it is still seen in the cgroup,
+// so that a pid reused meanwhile by a process outside it is never hit. The
+// sandbox's init is among them, and its end ends its PID namespace.
+func (sb *Sandbox) killCgroup() error {
+	pids, dir, err := sb.cgroupProcs()
+	if err != nil {
+		return err
+	}
+	var failed []string
+	for _, pid := range pids {
+		fd, err := unix.PidfdOpen(pid, 0)
+		if err != nil {
+			continue // gone already
+		}
+		if inCgroup(pid, dir) {
+			if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				failed = append(failed, fmt.Sprintf("%d: %v", pid, err))
+			}
+		}
+		unix.Close(fd)
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("SIGKILL refused for %s", strings.Join(failed, ", "))
 	}
 	return nil
+}
+
+// cgroupProcs lists the pids in the sandbox's cgroup, from the unified
+// hierarchy or the first v1 controller that has it, and the cgroup's path
+// as /proc/PID/cgroup names it.
+func (sb *Sandbox) cgroupProcs() ([]int, string, error) {
+	var firstErr error
+	for _, root := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/pids", "/sys/fs/cgroup/memory", "/sys/fs/cgroup/unified"} {
+		data, err := os.ReadFile(filepath.Join(root, sb.cgroup, "cgroup.procs"))
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 0 {
+				pids = append(pids, pid)
+			}
+		}
+		return pids, sb.cgroup, nil
+	}
+	return nil, "", fmt.Errorf("the sandbox's cgroup %s: %w", sb.cgroup, firstErr)
+}
+
+// inCgroup says whether pid's /proc/PID/cgroup puts it in the cgroup path
+// (or below it) in some hierarchy.
+func inCgroup(pid int, path string) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// hierarchy-ID:controllers:path
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) == 3 && (parts[2] == path || strings.HasPrefix(parts[2], path+"/")) {
+			return true
+		}
+	}
+	return false
 }
 
 // OOMKilled says whether the kernel killed a process of the sandbox for its

@@ -307,6 +307,48 @@ func TestSandboxEndsEverything(t *testing.T) {
 	}
 }
 
+// TestSandboxIsKilledWhenRuncCannotKill: runc's kill fails (here a wrapper
+// around the real runc refuses it; a damaged state directory does the
+// same): a SIGKILL must still end every process of the sandbox, or an
+// execution outlives its maximum runtime and its cancel.
+func TestSandboxIsKilledWhenRuncCannotKill(t *testing.T) {
+	rt := runtimeForTest(t)
+	wrapper := filepath.Join(t.TempDir(), "runc")
+	script := "#!/bin/sh\nfor a in \"$@\"; do if [ \"$a\" = kill ]; then echo 'injected: runc kill fails' >&2; exit 1; fi; done\nexec " + rt.Binary + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rt.Binary = wrapper
+	marker := fmt.Sprintf("%d", 100000+time.Now().UnixNano()%100000)
+	out := &safeBuffer{}
+	sb, err := rt.Start(Spec{ID: fmt.Sprintf("t-nokill-%d", time.Now().UnixNano()), Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
+		Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t)}, out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	time.Sleep(500 * time.Millisecond)
+	if n := processesWith("sleep " + marker); n != 2 {
+		t.Fatalf("%d processes run, want 2: %s", n, out.String())
+	}
+	if err := sb.Signal(syscall.SIGTERM); err == nil {
+		t.Error("a SIGTERM runc failed to send is reported sent")
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- sb.Wait() }()
+	if err := sb.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("SIGKILL with runc's kill failing: %v", err)
+	}
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a killed sandbox did not end")
+	}
+	if n := processesWith("sleep " + marker); n != 0 {
+		t.Errorf("%d processes outlived the kill", n)
+	}
+}
+
 // processesWith counts the host's processes whose command line is cmdline.
 func processesWith(cmdline string) int {
 	out, _ := exec.Command("pgrep", "-c", "-f", "^"+cmdline+"$").Output()
