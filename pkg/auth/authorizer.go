@@ -259,6 +259,20 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 	return authorizer.DecisionDeny, "node " + node + "'s agent may only use its own node, the reservations on it and the executions placed on it", nil
 }
 
+// AgentRetired says why agent u's credential is not that of the current
+// agent of n, its own node read by name ("" when it is, or when u is no
+// agent). The authorizer checks it
+// against the watch cache; an action that changes what the server decides
+// on an agent's word checks it again against n read from etcd, as a cache
+// that has not seen a re-enrollment yet still shows the old generation.
+func AgentRetired(u user.Info, n *nodusv1.Node) string {
+	node, generation, ok := NodeOf(u)
+	if !ok {
+		return ""
+	}
+	return retired(n, node, generation, NodeUIDOf(u))
+}
+
 // retired says why an agent credential for node, of generation and bound
 // to the Node object uid, no longer authorizes anything; "" when it does.
 // n is nil when no node of that name exists.

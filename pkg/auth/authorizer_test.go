@@ -145,3 +145,29 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 		})
 	}
 }
+
+// TestAgentRetiredJudgesTheNodeAsRead: an action that reads the node from
+// etcd asks again whether the credential is the current agent's, as the
+// authorizer may have let it past a cache behind a re-enrollment.
+func TestAgentRetiredJudgesTheNodeAsRead(t *testing.T) {
+	agent := &user.DefaultInfo{Name: NodeUserPrefix + "n1", Groups: []string{GroupNodes, GroupAuthenticated},
+		Extra: map[string][]string{ExtraAgentGeneration: {"1"}, ExtraNodeUID: {"uid-1"}}}
+	operator := &user.DefaultInfo{Name: "admin", Groups: []string{GroupAuthenticated}}
+	cases := []struct {
+		name string
+		u    user.Info
+		n    *nodusv1.Node
+		ok   bool
+	}{
+		{"the current agent", agent, nodeAt(1), true},
+		{"enrolled again", agent, nodeAt(2), false},
+		{"deleted and created again", agent, recreatedAt(1), false},
+		{"deleted", agent, nil, false},
+		{"no agent", operator, nodeAt(7), true},
+	}
+	for _, tc := range cases {
+		if why := AgentRetired(tc.u, tc.n); (why == "") != tc.ok {
+			t.Errorf("%s: AgentRetired = %q, want current: %v", tc.name, why, tc.ok)
+		}
+	}
+}

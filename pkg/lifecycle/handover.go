@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"slices"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -176,14 +177,23 @@ func RecordCleaning(node *nodusv1.Node, ev nodusv1.CleaningEvidence, generation 
 	return out
 }
 
+// maxMaintenanceReason is the most bytes of a failed cleaning's message the
+// node's maintenance reason keeps.
+const maxMaintenanceReason = 200
+
 // MaintenanceReason is the node's maintenance reason after a failed cleaning.
 func MaintenanceReason(c *nodusv1.NodeCleaning) string {
 	msg := fmt.Sprintf("cleaning request %d failed", c.Request)
 	if c.Message != "" {
 		msg += ": " + c.Message
 	}
-	if len(msg) > 200 {
-		msg = msg[:200]
+	if len(msg) > maxMaintenanceReason {
+		// Whole characters only: the agent's message may be any UTF-8.
+		cut := maxMaintenanceReason
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut]
 	}
 	return msg
 }

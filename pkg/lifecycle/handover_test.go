@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -158,5 +159,16 @@ func TestDrainNeedsCurrentEvidence(t *testing.T) {
 	}
 	if r := releasing(); r.Status.Epoch != 2 || r.Status.Release == nil {
 		t.Errorf("a release raises the epoch once and records the request: %+v", r.Status)
+	}
+}
+
+// TestMaintenanceReasonKeepsWholeCharacters: the reason is cut to its
+// bound on a character's edge, whatever the agent's message is.
+func TestMaintenanceReasonKeepsWholeCharacters(t *testing.T) {
+	for _, m := range []string{strings.Repeat("é", 150), strings.Repeat("x", 1) + strings.Repeat("€", 100), "short"} {
+		got := MaintenanceReason(&nodusv1.NodeCleaning{Request: 3, Message: m})
+		if !utf8.ValidString(got) || len(got) > maxMaintenanceReason || !strings.HasPrefix(got, "cleaning request 3 failed") {
+			t.Errorf("the reason for a message of %d bytes: %d bytes, valid UTF-8 %v: %q", len(m), len(got), utf8.ValidString(got), got)
+		}
 	}
 }

@@ -49,6 +49,16 @@ func TestDrainedAtNeedsCurrentEvidence(t *testing.T) {
 		}
 		notDrained(why)
 	}
+	// An epoch the server never issued is no agent's evidence: it counts
+	// for nothing, not even as the node's applied epoch (the beat itself
+	// is heard: refusing it would cost the node its liveness).
+	if r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 1000, 0, 0)}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	notDrained("an epoch never issued")
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-drain", metav1.GetOptions{}); err != nil || n.Status.AppliedEpoch > 2 {
+		t.Errorf("evidence of an epoch never issued (1000, the reservation's is 2) became the node's applied epoch: %v %v", n.Status.AppliedEpoch, err)
+	}
 	// Evidence about this reservation from another node never counts.
 	f.node(t, "elsewhere")
 	f.heartbeat(t, "elsewhere", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})

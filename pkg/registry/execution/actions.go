@@ -154,19 +154,27 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, apierrors.NewForbidden(gr, name, fmt.Errorf("only the agent of the host an execution runs on reports it"))
 	}
 	cluster := genericapirequest.WithNamespace(ctx, "")
-	// From the watch cache: the alias comes from the node's UID, which never
-	// changes, and the authorizer has checked the agent's generation.
-	nodeObj, err := r.Nodes.Get(cluster, nodeName, &metav1.GetOptions{ResourceVersion: "0"})
-	if err != nil {
-		return nil, err
-	}
-	node := nodeObj.(*nodusv1.Node)
-	alias := lending.HostAlias(node)
+	// From the watch cache for a report that changes no phase (output);
+	// from etcd for a start or an end, and whenever the cached node is not the
+	// credential's: the authorizer checked the credential against the
+	// cache, which may not show a re-enrollment or the node's deletion
+	// yet, and the alias comes from the node object's UID.
 	current, err := r.Executions.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
 	placed := current.(*nodusv1.Execution)
+	node, err := r.node(cluster, nodeName, placed.Status.Phase != report.Phase)
+	if err == nil && auth.AgentRetired(u, node) != "" {
+		node, err = r.node(cluster, nodeName, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if why := auth.AgentRetired(u, node); why != "" {
+		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, gr, name, why, "")
+	}
+	alias := lending.HostAlias(node)
 	if placed.Status.Host != alias {
 		// Not placed here: to this agent, it does not exist.
 		return nil, apierrors.NewNotFound(gr, name)
@@ -232,6 +240,19 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	return updated, nil
+}
+
+// node reads the Node an agent reports for, from etcd when fresh.
+func (r *ReportREST) node(ctx context.Context, name string, fresh bool) (*nodusv1.Node, error) {
+	opts := &metav1.GetOptions{ResourceVersion: "0"}
+	if fresh {
+		opts = &metav1.GetOptions{}
+	}
+	obj, err := r.Nodes.Get(ctx, name, opts)
+	if err != nil {
+		return nil, err
+	}
+	return obj.(*nodusv1.Node), nil
 }
 
 // lent says whether a reservation on node lends it now, from etcd when

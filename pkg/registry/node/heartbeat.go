@@ -10,12 +10,15 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apiserver/pkg/authentication/user"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/liveness"
 )
@@ -65,9 +68,9 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if err != nil {
 		return nil, err
 	}
-	if beat.AgentGeneration != node.Status.AgentGeneration {
-		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
-			fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, name, node.Status.AgentGeneration), "")
+	u, _ := genericapirequest.UserFrom(ctx)
+	if why := staleBeat(u, beat, node); why != "" {
+		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name, why, "")
 	}
 	if c := beat.Cleaning; c != nil {
 		if errs := validation.ValidateCleaningReport(c.Steps, c.Message, c.CommandOutput, field.NewPath("cleaning")); len(errs) > 0 {
@@ -107,7 +110,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				n := old.(*nodusv1.Node).DeepCopy()
-				if n.Status.AgentGeneration != beat.AgentGeneration {
+				if n.Status.AgentGeneration != beat.AgentGeneration || n.UID != node.UID {
 					return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 						fmt.Sprintf("node %q was re-enrolled during the heartbeat", name), "")
 				}
@@ -127,6 +130,26 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		}
 	}
 	return answer, nil
+}
+
+// staleBeat says why beat, sent by u, is not heard as node's current
+// agent's; "" when it is. The generation the beat names must be node's,
+// and, from an agent, its credential's too: a cache that has not seen a
+// re-enrollment yet lets the old credential past the authorizer, and its
+// beat must not count by naming the new generation.
+func staleBeat(u user.Info, beat *nodusv1.NodeHeartbeat, node *nodusv1.Node) string {
+	if u != nil {
+		if _, generation, isAgent := auth.NodeOf(u); isAgent && beat.AgentGeneration != generation {
+			return fmt.Sprintf("the heartbeat names agent generation %d; its credential is of generation %d", beat.AgentGeneration, generation)
+		}
+		if why := auth.AgentRetired(u, node); why != "" {
+			return why
+		}
+	}
+	if beat.AgentGeneration != node.Status.AgentGeneration {
+		return fmt.Sprintf("agent generation %d is not node %q's current generation %d", beat.AgentGeneration, node.Name, node.Status.AgentGeneration)
+	}
+	return ""
 }
 
 // node reads the Node from the watch cache, or with fresh from etcd.
@@ -178,6 +201,14 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 	}
 	res := obj.(*nodusv1.Reservation)
 	if res.Status.Node != node || lifecycle.Final(res.Status.State) {
+		return false, nil
+	}
+	if e.AppliedEpoch > res.Status.Epoch {
+		// No agent applies an epoch the server has not issued: this is
+		// about a deleted namesake (the agent has not seen the deletion
+		// yet) or made up. It counts for nothing, not even the node's
+		// applied epoch; refusing the beat would cost the node its
+		// liveness.
 		return false, nil
 	}
 	if !lifecycle.Drain(res.DeepCopy(), node, e, now.Time) {
