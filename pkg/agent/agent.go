@@ -588,7 +588,12 @@ func (a *Agent) beat(ctx context.Context) error {
 		if !a.current(acc.Reservation) {
 			continue // only reservations on this node now are reported
 		}
-		sessions := a.procs.Count(acc.LoginUser)
+		// An account the agent never grants has no tenant's sessions: its
+		// processes are a service's, and must not hold a release up.
+		sessions := 0
+		if acc.LoginUser != "" && a.refuseLoginUser(acc.LoginUser) == nil {
+			sessions = a.procs.Count(acc.LoginUser)
+		}
 		if sessions > 0 && !acc.Granted() {
 			a.endLeftSessions(ctx, acc.LoginUser, applied)
 		}

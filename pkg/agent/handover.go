@@ -40,7 +40,9 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 	}
 	a.setUnrecorded(reservation, false)
 	klog.InfoS("retired access: the reservation left this node", "reservation", reservation)
-	if before.LoginUser != "" && !a.userStillGranted(before.LoginUser) {
+	// Only a login user's sessions: not a service's, whatever the server
+	// named.
+	if before.LoginUser != "" && a.refuseLoginUser(before.LoginUser) == nil && !a.userStillGranted(before.LoginUser) {
 		a.procs.EndSessions(ctx, before.LoginUser, a.opts.Grace)
 	}
 	a.beatSoon()

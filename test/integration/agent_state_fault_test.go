@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,4 +120,56 @@ func servedAgent(t *testing.T) (s *testserver.Server, f *fleet, dir string, prin
 		t.Fatalf("the agent never served the tenant's principal: %v", err)
 	}
 	return s, f, dir, principals
+}
+
+// TestARetiredSystemAccountKeepsItsProcesses: the server names a system
+// account as the login user (here daemon, after the tenant's), the
+// reservation is released and then deleted. The agent never granted the
+// account: its processes are a service's, not a tenant's sessions, and
+// neither hold the release up nor end with the reservation's retirement.
+func TestARetiredSystemAccountKeepsItsProcesses(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it runs a process as the system account daemon (CI runs as root)")
+	}
+	daemon, err := user.Lookup("daemon")
+	if err != nil {
+		t.Skip("no system account daemon on this host")
+	}
+	uid, _ := strconv.Atoi(daemon.Uid)
+	gid, _ := strconv.Atoi(daemon.Gid)
+	service := exec.Command("sleep", "600")
+	service.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := service.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = service.Process.Kill(); _, _ = service.Process.Wait() })
+	ended := make(chan struct{})
+	go func() { _, _ = service.Process.Wait(); close(ended) }()
+
+	s, f, _, _ := servedAgent(t)
+	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"daemon"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The login-user change raised the epoch to 2.
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.Epoch == 2 })
+	if r := f.release(t, f.admin, "agent-1", `{"agreed":true,"epoch":2}`, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	// The account's processes are no tenant's sessions: the release drains.
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateReleased
+	})
+	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), "agent-1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The node is cleaned after the deleted reservation once the agent has
+	// retired it.
+	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
+		return n.Status.Cleaning != nil && n.Status.Cleaning.Phase != nodusv1.CleaningPending
+	})
+	select {
+	case <-ended:
+		t.Error("retiring the reservation ended a process of the system account daemon")
+	case <-time.After(time.Second):
+	}
 }

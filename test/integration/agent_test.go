@@ -258,6 +258,7 @@ func TestAnAgentNeverGrantsRootOrABorrowerAccount(t *testing.T) {
 	for what, lie := range map[string]struct{ from, to, login string }{
 		"root":                          {`"loginUser":"[^"]*"`, `"loginUser":"root"`, "root"},
 		"a borrower account":            {`"loginUser":"[^"]*"`, `"loginUser":"nodus-borrower"`, "nodus-borrower"},
+		"nobody, above UID_MAX":         {`"loginUser":"[^"]*"`, `"loginUser":"nobody"`, "nobody"},
 		"a name with a line of its own": {`("metadata":\{"name":")agent-1"`, `${1}agent-1\nnodus-forged-epoch-1"`, "ubuntu"},
 		"a UID with a line of its own":  {`("uid":"[0-9a-f-]{36})"`, `${1}\nnodus-forged-epoch-1"`, "ubuntu"},
 	} {
