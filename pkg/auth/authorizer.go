@@ -8,6 +8,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/selection"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -135,6 +136,12 @@ func (a *Authorizer) nonResource(u user.Info, attrs authorizer.Attributes) (auth
 func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string, want nodusv1.ProjectRole) (authorizer.Decision, string, error) {
 	if project == "" {
 		return authorizer.DecisionDeny, "across all projects only operators may read", nil
+	}
+	if len(utilvalidation.IsDNS1123Label(project)) > 0 {
+		// No project has such a name (a project's is its namespace's): the
+		// store would refuse to read it, an error the caller must not get
+		// as a 500.
+		return authorizer.DecisionDeny, notMember(u, project), nil
 	}
 	p, err := a.Projects.GetProject(ctx, project, false)
 	if apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want)) {

@@ -37,6 +37,7 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	host := `{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":"h"},"status":{"inventory":{"cpu":1,"memoryMiB":1,"diskGiB":1},` +
 		`"reservation":{"project":"acme","startsAt":"2026-01-01T00:00:00Z","endsAt":"2026-02-01T00:00:00Z","loginUser":"ubuntu","epoch":%EPOCH%,"state":"active"}}}`
 
+	alice := tokenFor(t, s, "alice")
 	cases := []struct {
 		name, method, path, ctype, body string
 		cfg                             *rest.Config
@@ -71,6 +72,13 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"bad label selector", "GET", nodus + "/pools?labelSelector=a%20b%20c", "", "", nil, 400},
 		{"bad limit", "GET", nodus + "/pools?limit=abc", "", "", nil, 400},
 		{"unknown path", "GET", "/apis/nodus.dev/v2/pools", "", "", nil, 404},
+		// A customer's namespace that can be no project's name is refused
+		// as one the caller is not in (the store's key check answered 500).
+		{"a customer's namespace that is no name", "GET", nodus + "/namespaces/%25/reservedhosts", "", "", alice, 403},
+		{"a customer's namespace of dots", "GET", nodus + "/namespaces/../reservedhosts", "", "", alice, 403},
+		{"a customer's namespace read", "GET", "/api/v1/namespaces/%25", "", "", alice, 403},
+		{"a customer's project read", "GET", nodus + "/projects/%25", "", "", alice, 403},
+		{"a customer's certificate request", "POST", nodus + "/namespaces/%25/reservedhosts/h/ssh-certificate", "application/json", `{"publicKey":"x"}`, alice, 403},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
