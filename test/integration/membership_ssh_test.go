@@ -116,3 +116,25 @@ func TestARemovedMemberLosesSSHAccessAtOnce(t *testing.T) {
 		t.Errorf("removing a viewer moved the epoch to %d", e)
 	}
 }
+
+// TestACertificateForAHostWhoseNodeIsGoneNamesNoNode: an operator deleted
+// the node under an active reservation. A member's certificate request is
+// refused as the provider's trouble, naming the host, never the node: node
+// names are the supplier's, and a customer never sees them.
+func TestACertificateForAHostWhoseNodeIsGoneNamesNoNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "supplier-rack7-n3")
+	f.reserve(t, "web", nodusv1.ReservationPlacement{Node: "supplier-rack7-n3"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	f.waitHost(t, "web", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), "supplier-rack7-n3", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/web/ssh-certificate", "application/json",
+		strings.NewReader(sshCertificateRequest(t)))
+	if r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "supplier-rack7") {
+		t.Errorf("a certificate for a host whose node is gone: %d %s, want 503 naming no node", r.code, r.body)
+	}
+}

@@ -103,6 +103,11 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 		return nil, err
 	}
 	node, err := r.Nodes.Get(genericapirequest.WithNamespace(ctx, ""), res.Status.Node, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		// The operator removed the machine. The store's NotFound would
+		// name the node, which is the supplier's and never the customer's.
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider removed it", name))
+	}
 	if err != nil {
 		return nil, err
 	}
