@@ -147,3 +147,39 @@ func TestDeletingAnEmptyProject(t *testing.T) {
 		t.Fatal("the empty project was never finalized")
 	}
 }
+
+// TestAReservationNeedsALiveProject: a reservation for a project that does
+// not exist, or is being deleted, is refused at its creation. It was taken:
+// it activated on its node, and a project made later under the name (a
+// deleted project's successor, another customer) inherited the host.
+func TestAReservationNeedsALiveProject(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	f.node(t, "n1")
+	reserve := func(name, project string) error {
+		return testfleet.Reserve(ctx(t), s.Client, name, project, nodusv1.ReservationPlacement{Node: "n1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	}
+	err := reserve("for-ghost", "ghost")
+	if status, ok := err.(apierrors.APIStatus); !ok || status.Status().Reason != apierror.ReasonProjectNotFound {
+		t.Errorf("a reservation for a project that does not exist: %v, want %s", err, apierror.ReasonProjectNotFound)
+	}
+	// Held in its deletion by a finalizer of someone else's.
+	if _, err := c.Projects().Patch(ctx(t), "other", types.MergePatchType, []byte(`{"metadata":{"finalizers":["nodus.dev/project","example.com/hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = c.Projects().Patch(context.Background(), "other", types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`), metav1.PatchOptions{})
+	})
+	if err := c.Projects().Delete(ctx(t), "other", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := reserve("for-deleted", "other"); !apierrors.IsForbidden(err) {
+		t.Errorf("a reservation for a project being deleted: %v, want forbidden", err)
+	}
+	for _, name := range []string{"for-ghost", "for-deleted"} {
+		if _, err := c.Reservations().Get(ctx(t), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the refused reservation %s was stored: %v", name, err)
+		}
+	}
+}

@@ -27,18 +27,29 @@ func New() *Plugin {
 
 var _ admission.ValidationInterface = &Plugin{}
 
-// Validate rejects a create in a namespace that is no Project.
+// Validate rejects a create in a namespace that is no Project, or being
+// deleted, and a Reservation for such a project (spec.project: a
+// Reservation is cluster-scoped, its project is the ReservedHost's
+// namespace). The project is read from etcd: a create the cache lets
+// through while the project's deletion empties it would outlive the
+// project, and a project made later under the name would inherit it.
 func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
-	if a.GetNamespace() == "" || a.GetResource().Group != nodusv1.GroupName || a.GetSubresource() != "" {
+	if a.GetResource().Group != nodusv1.GroupName || a.GetSubresource() != "" {
 		return nil
 	}
-	project, err := p.Projects.GetProject(ctx, a.GetNamespace(), false)
-	if apierrors.IsNotFound(err) {
-		// Maybe created a moment ago and not in the cache yet.
-		project, err = p.Projects.GetProject(ctx, a.GetNamespace(), true)
+	name := a.GetNamespace()
+	if r, ok := a.GetObject().(*nodusv1.Reservation); ok && name == "" {
+		name = r.Spec.Project
+		if name == "" {
+			return nil // validation refuses it, saying so
+		}
 	}
+	if name == "" {
+		return nil
+	}
+	project, err := p.Projects.GetProject(ctx, name, true)
 	if apierrors.IsNotFound(err) {
-		return apierror.ProjectNotFound(ctx, a.GetNamespace())
+		return apierror.ProjectNotFound(ctx, name)
 	}
 	if err != nil {
 		return err

@@ -16,7 +16,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -32,9 +31,8 @@ import (
 
 // Controller finalizes deleted projects.
 type Controller struct {
-	client       versioned.Interface
-	projects     listers.ProjectLister
-	reservations listers.ReservationLister
+	client   versioned.Interface
+	projects listers.ProjectLister
 	// Prefixes are the etcd key prefixes of a project's data kept outside
 	// its objects (execution logs, idempotency records); the project's name
 	// and "/" follow each.
@@ -48,7 +46,7 @@ type Controller struct {
 func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string) (*Controller, error) {
 	v1 := factory.Nodus().V1()
 	c := &Controller{
-		client: client, projects: v1.Projects().Lister(), reservations: v1.Reservations().Lister(), Etcd: etcd, Prefixes: prefixes,
+		client: client, projects: v1.Projects().Lister(), Etcd: etcd, Prefixes: prefixes,
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "projects"}),
 	}
@@ -63,7 +61,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	}); err != nil {
 		return nil, err
 	}
-	c.synced = []cache.InformerSynced{informer.HasSynced, v1.Reservations().Informer().HasSynced}
+	c.synced = []cache.InformerSynced{informer.HasSynced}
 	return c, nil
 }
 
@@ -123,12 +121,14 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // ("" when nothing is).
 func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	api := c.client.NodusV1()
-	reservations, err := c.reservations.List(labels.Everything())
+	// From etcd, not the cache: a reservation created a moment before the
+	// deletion began must not be missed, or it outlives the project.
+	reservations, err := api.Reservations().List(ctx, metav1.ListOptions{FieldSelector: "spec.project=" + name})
 	if err != nil {
 		return "", err
 	}
 	left := 0
-	for _, r := range reservations {
+	for _, r := range reservations.Items {
 		if r.Spec.Project != name {
 			continue
 		}
