@@ -268,10 +268,10 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 
 // AgentRetired says why agent u's credential is not that of the current
 // agent of n, its own node read by name ("" when it is, or when u is no
-// agent). The authorizer checks it
-// against the watch cache; an action that changes what the server decides
-// on an agent's word checks it again against n read from etcd, as a cache
-// that has not seen a re-enrollment yet still shows the old generation.
+// agent). The authorizer checks it against the watch cache; an action that
+// changes what the server decides on an agent's word checks it again
+// against n read from etcd, as a cache that has not seen a re-enrollment
+// yet still shows the old generation.
 func AgentRetired(u user.Info, n *nodusv1.Node) string {
 	node, generation, ok := NodeOf(u)
 	if !ok {

@@ -56,19 +56,20 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeHeartbeat, got %T", obj))
 	}
 	// The watch cache answers a beat that carries no evidence, as the
-	// authorizer's agent check does; a generation the cache does not
-	// confirm is checked against etcd. A beat with evidence reads etcd:
-	// the evidence is judged against the Node as it is (a cleaning request
-	// made a moment ago), and counts only from the current generation.
+	// authorizer's agent check does; a beat the cache does not confirm
+	// (its generation, its credential) is checked against etcd. A beat
+	// with evidence reads etcd: the evidence is judged against the Node as
+	// it is (a cleaning request made a moment ago), and counts only from
+	// the current generation.
 	withEvidence := beat.Cleaning != nil || len(beat.Reservations) > 0
+	u, _ := genericapirequest.UserFrom(ctx)
 	node, err := h.node(ctx, name, withEvidence)
-	if err == nil && !withEvidence && beat.AgentGeneration != node.Status.AgentGeneration {
+	if err == nil && !withEvidence && staleBeat(u, beat, node) != "" {
 		node, err = h.node(ctx, name, true)
 	}
 	if err != nil {
 		return nil, err
 	}
-	u, _ := genericapirequest.UserFrom(ctx)
 	if why := staleBeat(u, beat, node); why != "" {
 		return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name, why, "")
 	}
