@@ -14,10 +14,8 @@ import (
 	"os/user"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
@@ -368,20 +366,7 @@ func TestAnAgentThatCannotReachTheServerStillEndsWhatABorrowerLeft(t *testing.T)
 	dir := t.TempDir()
 	enrollAgent(t, s, "lonely", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}, dir)
 	borrower := borrowerAccount(t)
-	u, err := user.Lookup(borrower)
-	if err != nil {
-		t.Fatal(err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	left := exec.Command("sleep", "300")
-	left.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	if err := left.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = left.Process.Kill() })
-	exited := make(chan error, 1)
-	go func() { exited <- left.Wait() }()
+	exited := sleepAs(t, borrower)
 
 	down := agentProxy(t, s, dir, func(w http.ResponseWriter, _ *http.Request, _ http.Handler) bool {
 		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is down")

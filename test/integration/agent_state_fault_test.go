@@ -6,9 +6,7 @@ import (
 	"os/exec"
 	"os/user"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -131,20 +129,10 @@ func TestARetiredSystemAccountKeepsItsProcesses(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it runs a process as the system account daemon (CI runs as root)")
 	}
-	daemon, err := user.Lookup("daemon")
-	if err != nil {
+	if _, err := user.Lookup("daemon"); err != nil {
 		t.Skip("no system account daemon on this host")
 	}
-	uid, _ := strconv.Atoi(daemon.Uid)
-	gid, _ := strconv.Atoi(daemon.Gid)
-	service := exec.Command("sleep", "600")
-	service.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	if err := service.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = service.Process.Kill(); _, _ = service.Process.Wait() })
-	ended := make(chan struct{})
-	go func() { _, _ = service.Process.Wait(); close(ended) }()
+	ended := sleepAs(t, "daemon")
 
 	s, f, _, _ := servedAgent(t)
 	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"daemon"}}`), metav1.PatchOptions{}); err != nil {

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os/exec"
+	"os/user"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -142,4 +146,25 @@ func reservedHost(ns, name string) *nodusv1.ReservedHost {
 				LoginUser: "ubuntu", Epoch: 1, State: nodusv1.ReservationStateActive},
 		},
 	}
+}
+
+// sleepAs runs a sleep as account (the test is root) until the test ends;
+// the channel is closed once it has ended, by whatever ended it.
+func sleepAs(t *testing.T, account string) <-chan struct{} {
+	t.Helper()
+	u, err := user.Lookup(account)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	sleep := exec.Command("sleep", "600")
+	sleep.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := sleep.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() { _ = sleep.Wait(); close(ended) }()
+	t.Cleanup(func() { _ = sleep.Process.Kill(); <-ended })
+	return ended
 }

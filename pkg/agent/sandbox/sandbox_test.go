@@ -281,21 +281,34 @@ func TestSandboxEndsEverything(t *testing.T) {
 		t.Errorf("%d processes the execution left behind still run", n)
 	}
 
+	endsOnKill(t, sleepers(t, rt, "t-signal", marker), marker)
+}
+
+// sleepers starts a sandbox of two sleeps of marker, one in a session of
+// its own, and returns it once both run.
+func sleepers(t *testing.T, rt *Runtime, id, marker string) *Sandbox {
+	t.Helper()
 	out := &safeBuffer{}
-	sb, err := rt.Start(Spec{ID: "t-signal", Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
+	sb, err := rt.Start(Spec{ID: id, Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
 		Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t)}, out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sb.Close()
+	t.Cleanup(func() { _ = sb.Close() })
 	time.Sleep(500 * time.Millisecond)
 	if n := processesWith("sleep " + marker); n != 2 {
 		t.Fatalf("%d processes run, want 2: %s", n, out.String())
 	}
+	return sb
+}
+
+// endsOnKill sends sb SIGKILL and wants it ended, no sleep of marker left.
+func endsOnKill(t *testing.T, sb *Sandbox, marker string) {
+	t.Helper()
 	waited := make(chan error, 1)
 	go func() { waited <- sb.Wait() }()
 	if err := sb.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+		t.Fatalf("SIGKILL: %v", err)
 	}
 	select {
 	case <-waited:
@@ -320,33 +333,11 @@ func TestSandboxIsKilledWhenRuncCannotKill(t *testing.T) {
 	}
 	rt.Binary = wrapper
 	marker := fmt.Sprintf("%d", 100000+time.Now().UnixNano()%100000)
-	out := &safeBuffer{}
-	sb, err := rt.Start(Spec{ID: fmt.Sprintf("t-nokill-%d", time.Now().UnixNano()), Args: []string{"/bin/sh", "-c", "setsid sleep " + marker + " & sleep " + marker},
-		Env: []string{"PATH=/usr/bin:/bin"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t)}, out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sb.Close()
-	time.Sleep(500 * time.Millisecond)
-	if n := processesWith("sleep " + marker); n != 2 {
-		t.Fatalf("%d processes run, want 2: %s", n, out.String())
-	}
+	sb := sleepers(t, rt, fmt.Sprintf("t-nokill-%d", time.Now().UnixNano()), marker)
 	if err := sb.Signal(syscall.SIGTERM); err == nil {
 		t.Error("a SIGTERM runc failed to send is reported sent")
 	}
-	waited := make(chan error, 1)
-	go func() { waited <- sb.Wait() }()
-	if err := sb.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("SIGKILL with runc's kill failing: %v", err)
-	}
-	select {
-	case <-waited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("a killed sandbox did not end")
-	}
-	if n := processesWith("sleep " + marker); n != 0 {
-		t.Errorf("%d processes outlived the kill", n)
-	}
+	endsOnKill(t, sb, marker)
 }
 
 // processesWith counts the host's processes whose command line is cmdline.
