@@ -1,0 +1,66 @@
+package executions
+
+import (
+	"context"
+	"errors"
+	"time"
+	"unicode/utf8"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	apioutcome "github.com/nodus-dev/nodus/pkg/outcome"
+)
+
+// report sends the final outcome, retrying while the server cannot be
+// reached or fails (a 5xx, a 408, a 429), until it takes the report or refuses it
+// (the execution moved on, or the report is not acceptable). A refusal is
+// final: the same report would be refused again, and the run, with its
+// GPUs on this host, is held until report returns.
+func (r *Runner) report(ctx context.Context, namespace, name string, uid types.UID, o outcome, log string, dropped int64) {
+	rep := &nodusv1.ExecutionReport{Phase: o.phase, Reason: o.reason, Message: fitMessage(o.message), ExitCode: o.exit, Log: log, LogDroppedBytes: dropped}
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		_, err := r.post(ctx, namespace, name, rep)
+		if err == nil || apioutcome.Final(err) {
+			if err != nil {
+				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
+			}
+			return
+		}
+		klog.ErrorS(err, "reporting execution", "execution", namespace+"/"+name)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+	}
+}
+
+func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
+	return r.opts.Client.NodusV1().Executions(namespace).Report(ctx, name, rep, metav1.CreateOptions{})
+}
+
+// fitMessage cuts a report's message (an error's text, say) to what the
+// server takes, at a character boundary: a report refused for its length
+// would not be sent again.
+func fitMessage(m string) string {
+	m = validation.WithoutTerminalControls(m)
+	if len(m) <= validation.MaxReportText {
+		return m
+	}
+	const cut = " …"
+	m = m[:validation.MaxReportText-len(cut)]
+	for !utf8.ValidString(m) {
+		m = m[:len(m)-1]
+	}
+	return m + cut
+}
+
+func isReason(err error, reason string) bool {
+	var status apierrors.APIStatus
+	return errors.As(err, &status) && string(status.Status().Reason) == reason
+}
