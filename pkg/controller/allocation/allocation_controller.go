@@ -40,8 +40,8 @@ type Controller struct {
 	rndMu       sync.Mutex
 	rnd         *rand.Rand
 	// waiting are the reservations' allocations no node is free for, by
-	// name, with their class: a node of it that becomes free takes them
-	// back to the queue.
+	// name, with their class: a node of it whose standing changes takes
+	// them back to the queue.
 	waitMu  sync.Mutex
 	waiting map[string]string
 }
@@ -373,7 +373,7 @@ func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodu
 
 // wait keeps a reservation's allocation allocating while no node is free
 // for it, saying why (status.lastError): the reservation waits for a node
-// of its class, the next one that is cleaned or leaves maintenance.
+// of its class, and looks again when one changes its standing.
 func (c *Controller) wait(ctx context.Context, a *nodusv1.Allocation, why string) error {
 	c.waitMu.Lock()
 	c.waiting[a.Name] = a.Spec.ResourceClass

@@ -127,17 +127,12 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	left := 0
 	for _, r := range reservations.Items {
-		if r.Spec.Project != name {
-			continue
-		}
-		left++
 		if err := api.Reservations().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			return "", err
 		}
 	}
-	if left > 0 {
+	if left := len(reservations.Items); left > 0 {
 		// Their ReservedHosts and HostLendings are removed by their own
 		// controllers; what is left after is removed below.
 		return fmt.Sprintf("%d reservations", left), nil
