@@ -94,24 +94,24 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 				// The namespace storage filters to the caller's projects.
 				return authorizer.DecisionAllow, "", nil
 			case "get":
-				return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer)
+				return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer, cachedMembership)
 			}
 		}
 	case nodusv1.GroupName:
 		if attrs.GetResource() == "projects" && attrs.GetSubresource() == "" && attrs.GetVerb() == "get" {
-			return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer)
+			return a.inProject(ctx, u, attrs.GetName(), nodusv1.ProjectRoleViewer, cachedMembership)
 		}
 		if attrs.GetNamespace() != "" && projectReadable[attrs.GetResource()] && readVerbs[attrs.GetVerb()] &&
 			(attrs.GetSubresource() == "" || attrs.GetSubresource() == "status" ||
 				projectReadableSubresources[attrs.GetResource()+"/"+attrs.GetSubresource()]) {
-			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer)
+			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleViewer, cachedMembership)
 		}
 		if attrs.GetNamespace() != "" && projectWritable[attrs.GetResource()] && attrs.GetSubresource() == "" &&
 			(attrs.GetVerb() == "create" || attrs.GetVerb() == "delete") {
-			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleMember)
+			return a.inProject(ctx, u, attrs.GetNamespace(), nodusv1.ProjectRoleMember, latestMembership)
 		}
 		if role, ok := projectActions[attrs.GetResource()+"/"+attrs.GetSubresource()]; ok && attrs.GetVerb() == "create" && attrs.GetNamespace() != "" {
-			return a.inProject(ctx, u, attrs.GetNamespace(), role)
+			return a.inProject(ctx, u, attrs.GetNamespace(), role, latestMembership)
 		}
 	}
 	return authorizer.DecisionDeny, "only operators may " + attrs.GetVerb() + " " + resourceName(attrs), nil
@@ -133,7 +133,22 @@ func (a *Authorizer) nonResource(u user.Info, attrs authorizer.Attributes) (auth
 	return authorizer.DecisionDeny, "only operators may read " + path, nil
 }
 
-func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string, want nodusv1.ProjectRole) (authorizer.Decision, string, error) {
+// membershipRead says which version of a project decides a request.
+type membershipRead bool
+
+const (
+	// cachedMembership decides a read on the watch cache: a member removed
+	// a moment ago reads on for the milliseconds the cache lags, as with
+	// Kubernetes RBAC.
+	cachedMembership membershipRead = false
+	// latestMembership decides a write on the project as stored: releasing
+	// capacity cannot be undone and lending lets another project in, so
+	// once a removal is stored, no write of the removed member passes. One
+	// quorum read per tenant write; operators and reads never pay it.
+	latestMembership membershipRead = true
+)
+
+func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string, want nodusv1.ProjectRole, read membershipRead) (authorizer.Decision, string, error) {
 	if project == "" {
 		return authorizer.DecisionDeny, "across all projects only operators may read", nil
 	}
@@ -143,8 +158,8 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 		// as a 500.
 		return authorizer.DecisionDeny, notMember(u, project), nil
 	}
-	p, err := a.Projects.GetProject(ctx, project, false)
-	if apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want)) {
+	p, err := a.Projects.GetProject(ctx, project, bool(read))
+	if read == cachedMembership && (apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want))) {
 		// Before refusing, make sure the cache is not just behind a project
 		// or membership created a moment ago.
 		p, err = a.Projects.GetProject(ctx, project, true)

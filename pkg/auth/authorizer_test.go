@@ -63,7 +63,8 @@ func recreatedAt(generation int64) *nodusv1.Node {
 
 // TestAuthorizerLooksPastALaggingCache: a refusal is decided on the latest
 // objects, so a project, membership or enrollment made a moment ago counts
-// at once; an allowed request never pays for a fresh read.
+// at once; an allowed read never pays for a fresh read, and a project's
+// write is decided on the latest membership, so a removal counts at once.
 func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	alice := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}}
 	agent := func(generation int64) user.Info {
@@ -72,6 +73,10 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	}
 	readHosts := authorizer.AttributesRecord{Verb: "list", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Namespace: "acme", ResourceRequest: true}
 	readOwnNode := authorizer.AttributesRecord{Verb: "get", APIGroup: nodusv1.GroupName, Resource: "nodes", Name: "n1", ResourceRequest: true}
+	release := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "release-capacity", Namespace: "acme", Name: "h1", ResourceRequest: true}
+	lend := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "lend", Namespace: "acme", Name: "h1", ResourceRequest: true}
+	deleteExecution := authorizer.AttributesRecord{Verb: "delete", APIGroup: nodusv1.GroupName, Resource: "executions", Namespace: "acme", Name: "e1", ResourceRequest: true}
+	aliceAdmin := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleAdmin}
 	aliceMember := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleViewer}
 	bob := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "bob", Role: nodusv1.ProjectRoleAdmin}
 
@@ -106,6 +111,28 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceMember)},
 				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
 			user: alice, attrs: readHosts, allowed: true, freshReads: 0,
+		},
+		"admin removed, cache behind: no release": {
+			// Releasing capacity cannot be undone, and lending lets another
+			// project in: once the removal is stored, neither passes.
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
+			user: alice, attrs: release, allowed: false, freshReads: 1,
+		},
+		"admin made a viewer, cache behind: no lending": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceMember)}},
+			user: alice, attrs: lend, allowed: false, freshReads: 1,
+		},
+		"member removed, cache behind: no delete": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleMember})},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
+			user: alice, attrs: deleteExecution, allowed: false, freshReads: 1,
+		},
+		"an admin releases on one fresh read": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)}},
+			user: alice, attrs: release, allowed: true, freshReads: 1,
 		},
 		"agent enrolled a moment ago": {
 			store: laggingStore{cachedNodes: map[string]*nodusv1.Node{"n1": nodeAt(0)}, latestNodes: map[string]*nodusv1.Node{"n1": nodeAt(1)}},
