@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -55,16 +56,22 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if !ok {
 		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected a NodeHeartbeat, got %T", obj))
 	}
-	// The watch cache answers a beat that carries no evidence, as the
-	// authorizer's agent check does; a beat the cache does not confirm
-	// (its generation, its credential) is checked against etcd. A beat
-	// with evidence reads etcd: the evidence is judged against the Node as
-	// it is (a cleaning request made a moment ago), and counts only from
-	// the current generation.
-	withEvidence := beat.Cleaning != nil || len(beat.Reservations) > 0
+	// All of the evidence is checked before any of it counts.
+	if errs := validation.ValidateHeartbeatReservations(beat.Reservations, field.NewPath("reservations")); len(errs) > 0 {
+		return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
+	}
+	// The watch cache answers a beat whose evidence cannot change anything
+	// (a reserved node's every beat names its reservation at the epoch it
+	// applied), as the authorizer's agent check does; a beat the cache
+	// does not confirm (its generation, its credential) is checked against
+	// etcd. Evidence that may count reads etcd: it is judged against the
+	// Node as it is (a cleaning request made a moment ago), and counts only
+	// from the current generation.
+	settled := h.settledEvidence(ctx, name, beat.Reservations)
+	fresh := beat.Cleaning != nil || slices.Contains(settled, false)
 	u, _ := genericapirequest.UserFrom(ctx)
-	node, err := h.node(ctx, name, withEvidence)
-	if err == nil && !withEvidence && staleBeat(u, beat, node) != "" {
+	node, err := h.node(ctx, name, fresh)
+	if err == nil && !fresh && staleBeat(u, beat, node) != "" {
 		node, err = h.node(ctx, name, true)
 	}
 	if err != nil {
@@ -78,10 +85,6 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 			return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
 		}
 	}
-	// All of the evidence is checked before any of it counts.
-	if errs := validation.ValidateHeartbeatReservations(beat.Reservations, field.NewPath("reservations")); len(errs) > 0 {
-		return nil, apierrors.NewInvalid(nodusv1.Kind("NodeHeartbeat"), name, errs)
-	}
 	answer := beat.DeepCopy()
 	answer.IntervalSeconds = int32(h.Interval.Seconds())
 	if len(options.DryRun) > 0 {
@@ -94,10 +97,12 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// The node's applied epoch is that of its current (not yet final)
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
-	for _, e := range beat.Reservations {
-		live, err := h.drain(ctx, name, e, now)
-		if err != nil {
-			return nil, err
+	for i, e := range beat.Reservations {
+		live := settled[i]
+		if !live {
+			if live, err = h.drain(ctx, name, e, now); err != nil {
+				return nil, err
+			}
 		}
 		if live && (!haveCurrent || e.AppliedEpoch > applied) {
 			applied, haveCurrent = e.AppliedEpoch, true
@@ -186,6 +191,37 @@ func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error
 			return n, nil
 		}), nil, nil, false, &metav1.UpdateOptions{FieldManager: "nodus-handover"})
 	return err
+}
+
+// settledEvidence reads the reservations the beat names from the watch
+// cache and marks, by index, those whose evidence no version of the
+// reservation newer than the cached one could make count: each is live (on
+// this node, not final). The others are judged on etcd.
+func (h *HeartbeatREST) settledEvidence(ctx context.Context, node string, evidence []nodusv1.ReservationEvidence) []bool {
+	settled := make([]bool, len(evidence))
+	for i, e := range evidence {
+		obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{ResourceVersion: "0"})
+		if err != nil {
+			continue
+		}
+		settled[i] = settledByCache(obj.(*nodusv1.Reservation), node, e)
+	}
+	return settled
+}
+
+// settledByCache says whether evidence e about cached, a reservation as the
+// watch cache holds it, changes nothing whatever etcd holds now. A
+// reservation enters releasing or ending only with a new epoch, so when
+// the cached version is on node, not final, at least at the epoch the agent
+// applied, and does not drain on e, no later version drains on it either:
+// a later one is at a higher epoch than e names. Anything else — drained,
+// missing, elsewhere, final, or behind the agent — may be the cache lagging,
+// and is judged on the reservation as stored.
+func settledByCache(cached *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence) bool {
+	if cached == nil || cached.Status.Node != node || lifecycle.Final(cached.Status.State) || e.AppliedEpoch > cached.Status.Epoch {
+		return false
+	}
+	return !lifecycle.Drain(cached.DeepCopy(), node, e, time.Time{})
 }
 
 // drain turns evidence into a final state: a releasing (ending) reservation

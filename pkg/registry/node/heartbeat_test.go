@@ -43,3 +43,42 @@ func TestAnOldCredentialsBeatIsNotHeard(t *testing.T) {
 		}
 	}
 }
+
+// TestEvidenceTheCacheCannotSettleGoesToEtcd: a beat's evidence is answered
+// from the watch cache only when no later version of the reservation could
+// make it count (drain it); anything that may change state, and anything
+// the cache may merely be behind on, is judged on the reservation as stored.
+func TestEvidenceTheCacheCannotSettleGoesToEtcd(t *testing.T) {
+	at := func(state nodusv1.ReservationState, node string, epoch int64) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1"}}
+		r.Status.State, r.Status.Node, r.Status.Epoch = state, node, epoch
+		if state == nodusv1.ReservationStateReleasing {
+			r.Status.Release = &nodusv1.ReservedHostReleaseStatus{}
+		}
+		return r
+	}
+	applied := func(epoch int64, sessions int32) nodusv1.ReservationEvidence {
+		return nodusv1.ReservationEvidence{Name: "r1", AppliedEpoch: epoch, OwnerSessions: sessions}
+	}
+	cases := []struct {
+		name     string
+		cached   *nodusv1.Reservation
+		evidence nodusv1.ReservationEvidence
+		settled  bool
+	}{
+		{"active, its epoch applied", at(nodusv1.ReservationStateActive, "n1", 3), applied(3, 0), true},
+		{"active, the agent behind", at(nodusv1.ReservationStateActive, "n1", 3), applied(2, 0), true},
+		{"releasing, someone logged in", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 1), true},
+		{"releasing, drained", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 0), false},
+		{"ending, drained", at(nodusv1.ReservationStateEnding, "n1", 4), applied(4, 0), false},
+		{"the cache behind the agent", at(nodusv1.ReservationStateActive, "n1", 3), applied(4, 0), false},
+		{"not in the cache", nil, applied(3, 0), false},
+		{"on another node in the cache", at(nodusv1.ReservationStateActive, "n2", 3), applied(3, 0), false},
+		{"final in the cache", at(nodusv1.ReservationStateReleased, "n1", 4), applied(4, 0), false},
+	}
+	for _, tc := range cases {
+		if got := settledByCache(tc.cached, "n1", tc.evidence); got != tc.settled {
+			t.Errorf("%s: settledByCache = %v, want %v", tc.name, got, tc.settled)
+		}
+	}
+}
