@@ -97,6 +97,8 @@ type Agent struct {
 	procs     sessions.Procs
 	runner    *executions.Runner
 	lent      func() bool
+	// agreement is the owner's lending agreement while the host is lent.
+	agreement func() *nodusv1.ReservationLending
 	cleaning  *cleaning.Cleaner
 	// reservations is the informer's store of this node's reservations.
 	reservations cache.Store
@@ -210,14 +212,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	nodeFactory := externalversions.NewSharedInformerFactoryWithOptions(a.client, 0,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
 	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
-	a.lent = func() bool {
+	a.agreement = func() *nodusv1.ReservationLending {
 		for _, obj := range informer.GetStore().List() {
-			if lending.Lent(obj.(*nodusv1.Reservation)) {
-				return true
+			if r := obj.(*nodusv1.Reservation); lending.Lent(r) {
+				return r.Status.Lending
 			}
 		}
-		return false
+		return nil
 	}
+	a.lent = func() bool { return a.agreement() != nil }
 	box, boxErr := a.sandbox()
 	// Borrowers' executions an earlier agent left end before anything else,
 	// the server reachable or not: none runs past its limits, a withdrawal
@@ -231,7 +234,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.runner = executions.New(executions.Options{
 		Sandbox: box, SandboxError: boxErr,
 		Client: a.client, Alias: lending.HostAlias(node), User: a.opts.BorrowerUser, Slots: a.opts.BorrowerSlots,
-		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lent: a.lent,
+		WorkRoot: a.opts.ExecutionsDir, Grace: a.opts.Grace, Lending: a.agreement,
 		OwnerUsers: func() []string {
 			var users []string
 			for _, obj := range informer.GetStore().List() {

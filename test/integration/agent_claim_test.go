@@ -176,13 +176,15 @@ func TestAnExecutionRunningBeforeARestartIsReportedOnce(t *testing.T) {
 }
 
 // TestAPlacementTheAgentCannotTrustIsRefused: nodusd runs as root and
-// turns what the server says of an execution into paths, a command line
-// and devices. A server that lies (compromised, or a proxy in between
+// turns what the server says of an execution into paths, a command line,
+// devices and limits. A server that lies (compromised, or a proxy in between
 // that is) must not make it do more than run the borrower's command in
 // its sandbox: an execution UID that is a path ("../victim") must not
 // become a work directory beside the work root (whose failed creation
 // then removed the victim, as root); an empty command must not crash the
-// agent; more GPUs than the execution asked for must not be exposed. The
+// agent; more GPUs than the execution asked for must not be exposed; its
+// memory and CPU limits must stay within its share of what the owner
+// lends (the owner's own work runs beside it). The
 // runner here reads its executions through a proxy that rewrites them;
 // each placement must end failed, InvalidPlacement, and nothing of the
 // host be touched.
@@ -201,6 +203,12 @@ func TestAPlacementTheAgentCannotTrustIsRefused(t *testing.T) {
 		"a UID that is a path": {`("name":"job-lie","namespace":"beta","uid":")[0-9a-f-]{36}"`, `${1}../` + filepath.Base(victim) + `"`},
 		"an empty command":     {`"command":\["true"\]`, `"command":[]`},
 		"more GPUs than asked": {`"gpuIndices":\[\d\]`, `"gpuIndices":[0,1,2,3,4,5,6,7]`},
+		// The owner lends a share of the host's memory and CPUs; a limit
+		// of 0 is none, and one of 2^44 MiB is 0 bytes once shifted.
+		"no memory limit":       {`"memoryLimitMiB":\d+`, `"memoryLimitMiB":0`},
+		"more memory than lent": {`"memoryLimitMiB":\d+`, `"memoryLimitMiB":17592186044416`},
+		"no CPU limit":          {`"milliCPUs":\d+`, `"milliCPUs":0`},
+		"more CPUs than lent":   {`"milliCPUs":\d+`, `"milliCPUs":224000`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			f := lentHost(t)
@@ -292,6 +300,7 @@ func startRunner(t *testing.T, f *lendingFleet, config *rest.Config) *executions
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
+	agreement := f.reservation(t, lentNode).Status.Lending
 	runner := executions.New(executions.Options{
 		Client:     versioned.NewForConfigOrDie(config),
 		Alias:      f.aliases[lentNode],
@@ -299,7 +308,7 @@ func startRunner(t *testing.T, f *lendingFleet, config *rest.Config) *executions
 		WorkRoot:   workRoot,
 		Grace:      time.Second,
 		LogEvery:   time.Second,
-		Lent:       func() bool { return true },
+		Lending:    func() *nodusv1.ReservationLending { return agreement },
 		OwnerUsers: func() []string { return []string{"ubuntu"} },
 	})
 	runCtx, stop := context.WithCancel(context.Background())

@@ -31,6 +31,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/lending"
 	apioutcome "github.com/nodus-dev/nodus/pkg/outcome"
 )
 
@@ -76,8 +77,10 @@ type Options struct {
 	Grace time.Duration
 	// LogEvery is how often fresh output is uploaded while an execution runs.
 	LogEvery time.Duration
-	// Lent says whether the host is lent now.
-	Lent func() bool
+	// Lending is the owner's lending agreement while the host is lent, nil
+	// while it is not. Without it (a runner tried alone) the host counts
+	// as lent with no caps.
+	Lending func() *nodusv1.ReservationLending
 	// OwnerUsers are the login users of the reservations on the host:
 	// executions never run as one of them.
 	OwnerUsers func() []string
@@ -555,10 +558,11 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	defer markStarted()
 
 	notLent := &outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the host stopped being lent before the execution started"}
-	if r.opts.Lent != nil && !r.opts.Lent() {
+	agreement, lent := r.agreement()
+	if !lent {
 		return notLent
 	}
-	if err := checkPlacement(e); err != nil {
+	if err := checkPlacement(e, agreement); err != nil {
 		klog.ErrorS(err, "refusing an execution's placement", "execution", e.Namespace+"/"+e.Name)
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonInvalidPlacement, message: "the host agent refused the placement: " + err.Error()}
 	}
@@ -605,7 +609,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		x.mu.Unlock()
 		return x.stop
 	}
-	if r.opts.Lent != nil && !r.opts.Lent() {
+	if _, lent := r.agreement(); !lent {
 		x.mu.Unlock()
 		return notLent
 	}
@@ -798,10 +802,20 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 	return nil
 }
 
+// agreement is the owner's lending agreement, and whether the host is lent.
+func (r *Runner) agreement() (*nodusv1.ReservationLending, bool) {
+	if r.opts.Lending == nil {
+		return nil, true
+	}
+	a := r.opts.Lending()
+	return a, a != nil
+}
+
 // checkPlacement refuses what the server says of an execution that this
 // agent, as root, would otherwise turn unchecked into a path (the UID names
-// the work directory and the sandbox), a command line, or devices.
-func checkPlacement(e *nodusv1.Execution) error {
+// the work directory and the sandbox), a command line, devices, or limits
+// looser than the execution's share of what the owner lends (agreement).
+func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending) error {
 	if id, err := uuid.Parse(string(e.UID)); err != nil || id.String() != string(e.UID) {
 		return fmt.Errorf("its UID %q is not a UUID", e.UID)
 	}
@@ -817,6 +831,23 @@ func checkPlacement(e *nodusv1.Execution) error {
 			return fmt.Errorf("its GPU indices %v are not distinct GPUs", e.Status.GPUIndices)
 		}
 		seen[g] = true
+	}
+	if agreement != nil && e.Spec.GPUs > agreement.MaxGPUs {
+		return fmt.Errorf("it asks for %d GPUs, and the owner lends %d", e.Spec.GPUs, agreement.MaxGPUs)
+	}
+	memoryMiB, milliCPUs := lending.ExecutionLimits(agreement, e.Spec.GPUs)
+	for _, l := range []struct {
+		what         string
+		limit, share int64
+	}{
+		{"memory limit (MiB)", e.Status.MemoryLimitMiB, memoryMiB},
+		{"CPU limit (thousandths of a CPU)", e.Status.MilliCPUs, milliCPUs},
+	} {
+		// A share of 0 is an agreement without that cap; a limit of 0 is
+		// no limit at all.
+		if l.share > 0 && (l.limit <= 0 || l.limit > l.share) {
+			return fmt.Errorf("its %s %d is not within its share of what the owner lends, %d", l.what, l.limit, l.share)
+		}
 	}
 	return nil
 }
