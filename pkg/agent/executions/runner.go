@@ -837,15 +837,20 @@ func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending)
 	}
 	memoryMiB, milliCPUs := lending.ExecutionLimits(agreement, e.Spec.GPUs)
 	for _, l := range []struct {
-		what         string
-		limit, share int64
+		what                string
+		limit, share, bound int64
 	}{
-		{"memory limit (MiB)", e.Status.MemoryLimitMiB, memoryMiB},
-		{"CPU limit (thousandths of a CPU)", e.Status.MilliCPUs, milliCPUs},
+		// The bounds keep the limits from overflowing once turned into
+		// bytes and a CFS quota (0 is no limit to the sandbox).
+		{"memory limit (MiB)", e.Status.MemoryLimitMiB, memoryMiB, 1 << 40},
+		{"CPU limit (thousandths of a CPU)", e.Status.MilliCPUs, milliCPUs, 1 << 40},
 	} {
+		if l.limit < 0 || l.limit > l.bound {
+			return fmt.Errorf("its %s %d is out of range", l.what, l.limit)
+		}
 		// A share of 0 is an agreement without that cap; a limit of 0 is
 		// no limit at all.
-		if l.share > 0 && (l.limit <= 0 || l.limit > l.share) {
+		if l.share > 0 && (l.limit == 0 || l.limit > l.share) {
 			return fmt.Errorf("its %s %d is not within its share of what the owner lends, %d", l.what, l.limit, l.share)
 		}
 	}

@@ -190,3 +190,41 @@ func TestADrainAskedForDuringAnotherIsNotLost(t *testing.T) {
 		t.Fatalf("the execution started during a drain, after a second withdrawal: stopped %+v, want drained", o)
 	}
 }
+
+// TestLimitsAreCheckedEvenWithoutCaps: an agreement without memory or CPU
+// caps (one made before they existed) takes any limit the server sets, but
+// not one that turns into no limit or a negative one on its way to the
+// sandbox (MiB shifted to bytes, thousandths of a CPU to a CFS quota).
+func TestLimitsAreCheckedEvenWithoutCaps(t *testing.T) {
+	uncapped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8}
+	capped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
+	placed := func(memoryMiB, milliCPUs int64) *nodusv1.Execution {
+		e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Command: []string{"true"}, GPUs: 1}}
+		e.UID = "0b6a5b0e-4f7c-4f57-9a4e-3c9d0a1e2f30"
+		e.Status.GPUIndices = []int32{3}
+		e.Status.MemoryLimitMiB, e.Status.MilliCPUs = memoryMiB, milliCPUs
+		return e
+	}
+	cases := []struct {
+		name      string
+		e         *nodusv1.Execution
+		agreement *nodusv1.ReservationLending
+		ok        bool
+	}{
+		{"uncapped, no limits", placed(0, 0), uncapped, true},
+		{"uncapped, large limits", placed(1<<30, 1<<30), uncapped, true},
+		{"uncapped, memory that overflows as bytes", placed(1<<44, 0), uncapped, false},
+		{"uncapped, CPUs that overflow as a quota", placed(0, 1<<60), uncapped, false},
+		{"uncapped, a negative limit", placed(-1, 0), uncapped, false},
+		{"capped, its share", placed(1<<10, 1000), capped, true},
+		{"capped, below its share", placed(512, 500), capped, true},
+		{"capped, no memory limit", placed(0, 1000), capped, false},
+		{"capped, twice its CPU share", placed(1<<10, 2000), capped, false},
+		{"more GPUs than lent", placed(1<<10, 1000), &nodusv1.ReservationLending{Lent: true, MaxGPUs: 0, MaxExecutions: 1}, false},
+	}
+	for _, tc := range cases {
+		if err := checkPlacement(tc.e, tc.agreement); (err == nil) != tc.ok {
+			t.Errorf("%s: checkPlacement = %v, want accepted %v", tc.name, err, tc.ok)
+		}
+	}
+}
