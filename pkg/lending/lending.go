@@ -90,10 +90,11 @@ func ExecutionLimits(l *nodusv1.ReservationLending, gpus int32) (memoryMiB, mill
 		if total <= 0 {
 			return 0
 		}
+		// Never 0 once there is a cap: to the sandbox 0 is no limit.
 		if gpus > 0 && l.MaxGPUs > 0 {
-			return total * int64(gpus) / int64(l.MaxGPUs)
+			return max(total*int64(gpus)/int64(l.MaxGPUs), 1)
 		}
-		return total / int64(max(l.MaxExecutions, 1))
+		return max(total/int64(max(l.MaxExecutions, 1)), 1)
 	}
 	return share(l.MemoryMiB), share(l.MilliCPUs)
 }
