@@ -600,6 +600,12 @@ func (a *Agent) beat(ctx context.Context) error {
 		if sessions > 0 && !acc.Granted() {
 			a.endLeftSessions(ctx, acc.LoginUser, applied)
 		}
+		if a.final(acc.Reservation) {
+			// A final reservation stays on the node's list until deleted:
+			// named in every beat, a long-lived node's beats would grow
+			// past what the server takes.
+			continue
+		}
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
 			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(sessions),
 			BorrowerExecutions: borrowers,

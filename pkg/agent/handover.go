@@ -14,6 +14,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // DefaultLoginGroup is the group of the login users Nodus manages, for
@@ -240,4 +241,14 @@ func (a *Agent) current(reservation string) bool {
 	}
 	_, exists, err := a.reservations.GetByKey(reservation)
 	return err != nil || exists
+}
+
+// final says whether reservation is released or ended as the agent sees
+// it: the server saw that first, and its evidence no longer counts.
+func (a *Agent) final(reservation string) bool {
+	if a.reservations == nil {
+		return false
+	}
+	obj, exists, err := a.reservations.GetByKey(reservation)
+	return err == nil && exists && lifecycle.Final(obj.(*nodusv1.Reservation).Status.State)
 }

@@ -67,7 +67,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// etcd. Evidence that may count reads etcd: it is judged against the
 	// Node as it is (a cleaning request made a moment ago), and counts only
 	// from the current generation.
-	settled := h.settledEvidence(ctx, name, beat.Reservations)
+	cachedLive, settled := h.settledEvidence(ctx, name, beat.Reservations)
 	fresh := beat.Cleaning != nil || slices.Contains(settled, false)
 	u, _ := genericapirequest.UserFrom(ctx)
 	node, err := h.node(ctx, name, fresh)
@@ -98,8 +98,8 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
 	for i, e := range beat.Reservations {
-		live := settled[i]
-		if !live {
+		live := cachedLive[i]
+		if !settled[i] {
 			if live, err = h.drain(ctx, name, e, now); err != nil {
 				return nil, err
 			}
@@ -194,34 +194,39 @@ func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error
 }
 
 // settledEvidence reads the reservations the beat names from the watch
-// cache and marks, by index, those whose evidence no version of the
-// reservation newer than the cached one could make count: each is live (on
-// this node, not final). The others are judged on etcd.
-func (h *HeartbeatREST) settledEvidence(ctx context.Context, node string, evidence []nodusv1.ReservationEvidence) []bool {
-	settled := make([]bool, len(evidence))
+// cache and returns, by index, those whose evidence no version of the
+// reservation newer than the cached one could make count, and whether each
+// of those is live (on this node, not final). The others are judged on etcd.
+func (h *HeartbeatREST) settledEvidence(ctx context.Context, node string, evidence []nodusv1.ReservationEvidence) (live, settled []bool) {
+	live, settled = make([]bool, len(evidence)), make([]bool, len(evidence))
 	for i, e := range evidence {
 		obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{ResourceVersion: "0"})
-		if err != nil {
-			continue
+		if err == nil {
+			live[i], settled[i] = judgedByCache(obj.(*nodusv1.Reservation), node, e)
 		}
-		settled[i] = settledByCache(obj.(*nodusv1.Reservation), node, e)
 	}
-	return settled
+	return live, settled
 }
 
-// settledByCache says whether evidence e about cached, a reservation as the
-// watch cache holds it, changes nothing whatever etcd holds now. A
-// reservation enters releasing or ending only with a new epoch, so when
+// judgedByCache judges evidence e about cached, a reservation as the watch
+// cache holds it, where nothing etcd holds now could judge it otherwise
+// (settled), and says whether it is live. A final reservation stays final.
+// A reservation enters releasing or ending only with a new epoch, so when
 // the cached version is on node, not final, at least at the epoch the agent
-// applied, and does not drain on e, no later version drains on it either:
-// a later one is at a higher epoch than e names. Anything else — drained,
-// missing, elsewhere, final, or behind the agent — may be the cache lagging,
-// and is judged on the reservation as stored.
-func settledByCache(cached *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence) bool {
-	if cached == nil || cached.Status.Node != node || lifecycle.Final(cached.Status.State) || e.AppliedEpoch > cached.Status.Epoch {
-		return false
+// applied, and does not drain on e, no later version drains on it either: a
+// later one is at a higher epoch than e names. Anything else — drained,
+// missing, elsewhere, or behind the agent — may be the cache lagging, and
+// is judged on the reservation as stored.
+func judgedByCache(cached *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence) (live, settled bool) {
+	switch {
+	case cached == nil || cached.Status.Node != node:
+		return false, false
+	case lifecycle.Final(cached.Status.State):
+		return false, true
+	case e.AppliedEpoch > cached.Status.Epoch || lifecycle.Drain(cached.DeepCopy(), node, e, time.Time{}):
+		return false, false
 	}
-	return !lifecycle.Drain(cached.DeepCopy(), node, e, time.Time{})
+	return true, true
 }
 
 // drain turns evidence into a final state: a releasing (ending) reservation

@@ -61,24 +61,25 @@ func TestEvidenceTheCacheCannotSettleGoesToEtcd(t *testing.T) {
 		return nodusv1.ReservationEvidence{Name: "r1", AppliedEpoch: epoch, OwnerSessions: sessions}
 	}
 	cases := []struct {
-		name     string
-		cached   *nodusv1.Reservation
-		evidence nodusv1.ReservationEvidence
-		settled  bool
+		name          string
+		cached        *nodusv1.Reservation
+		evidence      nodusv1.ReservationEvidence
+		live, settled bool
 	}{
-		{"active, its epoch applied", at(nodusv1.ReservationStateActive, "n1", 3), applied(3, 0), true},
-		{"active, the agent behind", at(nodusv1.ReservationStateActive, "n1", 3), applied(2, 0), true},
-		{"releasing, someone logged in", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 1), true},
-		{"releasing, drained", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 0), false},
-		{"ending, drained", at(nodusv1.ReservationStateEnding, "n1", 4), applied(4, 0), false},
-		{"the cache behind the agent", at(nodusv1.ReservationStateActive, "n1", 3), applied(4, 0), false},
-		{"not in the cache", nil, applied(3, 0), false},
-		{"on another node in the cache", at(nodusv1.ReservationStateActive, "n2", 3), applied(3, 0), false},
-		{"final in the cache", at(nodusv1.ReservationStateReleased, "n1", 4), applied(4, 0), false},
+		{"active, its epoch applied", at(nodusv1.ReservationStateActive, "n1", 3), applied(3, 0), true, true},
+		{"active, the agent behind", at(nodusv1.ReservationStateActive, "n1", 3), applied(2, 0), true, true},
+		{"releasing, someone logged in", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 1), true, true},
+		{"final in the cache", at(nodusv1.ReservationStateReleased, "n1", 4), applied(4, 0), false, true},
+		{"releasing, drained", at(nodusv1.ReservationStateReleasing, "n1", 4), applied(4, 0), false, false},
+		{"ending, drained", at(nodusv1.ReservationStateEnding, "n1", 4), applied(4, 0), false, false},
+		{"the cache behind the agent", at(nodusv1.ReservationStateActive, "n1", 3), applied(4, 0), false, false},
+		{"not in the cache", nil, applied(3, 0), false, false},
+		{"on another node in the cache", at(nodusv1.ReservationStateActive, "n2", 3), applied(3, 0), false, false},
 	}
 	for _, tc := range cases {
-		if got := settledByCache(tc.cached, "n1", tc.evidence); got != tc.settled {
-			t.Errorf("%s: settledByCache = %v, want %v", tc.name, got, tc.settled)
+		live, settled := judgedByCache(tc.cached, "n1", tc.evidence)
+		if live != tc.live || settled != tc.settled {
+			t.Errorf("%s: judgedByCache = live %v, settled %v; want %v, %v", tc.name, live, settled, tc.live, tc.settled)
 		}
 	}
 }
