@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -80,6 +81,17 @@ func TestDrainedAtNeedsCurrentEvidence(t *testing.T) {
 		}
 		notDrained("a heartbeat with " + why)
 	}
+	// A beat makes the server read at most 8 reservations its cache does
+	// not settle: an agent naming made-up ones costs no more than that,
+	// and what it names beyond counts for nothing in that beat.
+	var made []nodusv1.ReservationEvidence
+	for i := range 8 {
+		made = append(made, evidence(fmt.Sprintf("made-up-%d", i), 2, 0, 0))
+	}
+	if r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: append(made, evidence("h-drain", 2, 0, 0))}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	notDrained("evidence past 8 reservations read in one beat")
 
 	r := f.heartbeat(t, "h-drain", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-drain", 2, 0, 0)}})
 	if r.code != 200 {

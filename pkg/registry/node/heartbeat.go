@@ -97,9 +97,13 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// The node's applied epoch is that of its current (not yet final)
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
+	reads := 0
 	for i, e := range beat.Reservations {
 		live := cachedLive[i]
 		if !settled[i] {
+			if reads++; reads > maxEvidenceReads {
+				continue
+			}
 			if live, err = h.drain(ctx, name, e, now); err != nil {
 				return nil, err
 			}
@@ -192,6 +196,12 @@ func (h *HeartbeatREST) maintain(ctx context.Context, name, reason string) error
 		}), nil, nil, false, &metav1.UpdateOptions{FieldManager: "nodus-handover"})
 	return err
 }
+
+// maxEvidenceReads bounds the reservations one beat makes the server read
+// from etcd: an agent names the few on its node, which the watch cache
+// mostly settles; one naming made-up reservations costs no more than this,
+// and what it names beyond counts for nothing in that beat.
+const maxEvidenceReads = 8
 
 // settledEvidence reads the reservations the beat names from the watch
 // cache and returns, by index, those whose evidence no version of the

@@ -761,8 +761,9 @@ func noNewFinalizers(finalizers, old []string) field.ErrorList {
 }
 
 // MaxHeartbeatReservations bounds the reservations one heartbeat reports:
-// an agent reports those it applied in the last day (a node holds one at a
-// time), and each costs the server a read.
+// an agent reports those on its node not yet released or ended (a node
+// holds one at a time, two across a handover); the server reads each from
+// its watch cache, and at most a few from etcd.
 const MaxHeartbeatReservations = 256
 
 // ValidateHeartbeatReservations checks a heartbeat's evidence before any
