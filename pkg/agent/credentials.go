@@ -117,7 +117,11 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	if _, err := checkIssued([]byte(answer.Certificate), key); err != nil {
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return 0, errors.New("the server's CA is not a PEM certificate")
+	}
+	if _, err := checkIssued([]byte(answer.Certificate), key, roots); err != nil {
 		return 0, fmt.Errorf("enrollment answer: %w", err)
 	}
 	id, _ := json.Marshal(identity{Server: servers[0], Servers: servers, Node: o.Node, AgentGeneration: answer.AgentGeneration})
@@ -228,8 +232,9 @@ func certificateRequest(key *ecdsa.PrivateKey) (string, error) {
 }
 
 // checkIssued parses a certificate the server issued for key: the agent
-// stores nothing it would fail with at its next call.
-func checkIssued(certPEM []byte, key *ecdsa.PrivateKey) (*x509.Certificate, error) {
+// stores nothing it would fail with at its next call, so the certificate
+// must be a client certificate of the server's CA (roots).
+func checkIssued(certPEM []byte, key *ecdsa.PrivateKey, roots *x509.CertPool) (*x509.Certificate, error) {
 	block, _ := pem.Decode(certPEM)
 	if block == nil || block.Type != "CERTIFICATE" {
 		return nil, errors.New("the certificate is not PEM")
@@ -240,6 +245,12 @@ func checkIssued(certPEM []byte, key *ecdsa.PrivateKey) (*x509.Certificate, erro
 	}
 	if pub, ok := cert.PublicKey.(*ecdsa.PublicKey); !ok || !pub.Equal(&key.PublicKey) {
 		return nil, errors.New("the certificate is not for this agent's key")
+	}
+	// Checked at its start: whether it is valid now is the server's to
+	// judge, by the server's clock, not this host's.
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: roots, CurrentTime: cert.NotBefore,
+		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}); err != nil {
+		return nil, fmt.Errorf("the certificate is not a client certificate of the server's CA: %w", err)
 	}
 	return cert, nil
 }

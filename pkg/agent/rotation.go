@@ -33,6 +33,7 @@ import (
 type credential struct {
 	stateDir, node string
 	key            *ecdsa.PrivateKey
+	roots          *x509.CertPool // the server's CA
 	current        atomic.Pointer[tls.Certificate]
 	dialer         *connrotation.Dialer
 	transport      *http.Transport
@@ -60,7 +61,7 @@ func loadCredential(stateDir, node string) (*credential, error) {
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return nil, fmt.Errorf("%s holds no CA certificate", filepath.Join(stateDir, fileCA))
 	}
-	c := &credential{stateDir: stateDir, node: node, key: key,
+	c := &credential{stateDir: stateDir, node: node, key: key, roots: roots,
 		dialer: connrotation.NewDialer((&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext)}
 	c.current.Store(&pair)
 	c.transport = utilnet.SetTransportDefaults(&http.Transport{
@@ -93,7 +94,7 @@ func (c *credential) renew(ctx context.Context, client versioned.Interface) erro
 	if err != nil {
 		return describe(err)
 	}
-	leaf, err := checkIssued([]byte(answer.Certificate), c.key)
+	leaf, err := checkIssued([]byte(answer.Certificate), c.key, c.roots)
 	if err != nil {
 		return fmt.Errorf("the renewed certificate: %w", err)
 	}
