@@ -92,7 +92,14 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 			// Errors and the like pass unchanged.
 			return in, true
 		}
-		if in.Type != watch.Bookmark && !visible(p) {
+		if in.Type == watch.Bookmark {
+			// A bookmark is a resourceVersion and its annotations, among
+			// them the end of a watch-list's initial events, which the
+			// client's informer waits for.
+			return watch.Event{Type: watch.Bookmark, Object: &corev1.Namespace{TypeMeta: namespaceType,
+				ObjectMeta: metav1.ObjectMeta{ResourceVersion: p.ResourceVersion, Annotations: p.Annotations}}}, true
+		}
+		if !visible(p) {
 			return in, false
 		}
 		return watch.Event{Type: in.Type, Object: toNamespace(p)}, true
@@ -123,13 +130,15 @@ func visibleTo(ctx context.Context) (func(*nodusv1.Project) bool, bool) {
 	}, false
 }
 
+var namespaceType = metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}
+
 func toNamespace(p *nodusv1.Project) *corev1.Namespace {
 	labels := map[string]string{"kubernetes.io/metadata.name": p.Name}
 	for k, v := range p.Labels {
 		labels[k] = v
 	}
 	ns := &corev1.Namespace{
-		TypeMeta: metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"},
+		TypeMeta: namespaceType,
 		ObjectMeta: metav1.ObjectMeta{
 			Name:              p.Name,
 			UID:               p.UID,
