@@ -48,7 +48,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "execution %s/%s submitted (%s)\n", project, created.Name, created.Status.Phase)
+			fmt.Fprintf(s.Out, "execution %s/%s submitted (%s)\n", project, oneLine(created.Name), oneLine(created.Status.Phase))
 			return nil
 		},
 	}
@@ -205,8 +205,7 @@ func printExecutions(s Streams, items []nodusv1.Execution) error {
 	w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
 	fmt.Fprintln(w, "EXECUTION\tPHASE\tPOOL\tGPUS\tHOST\tCOMMAND")
 	for _, e := range items {
-		fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d\t%s\t%s\n", e.Namespace, e.Name, e.Status.Phase, e.Spec.Pool, e.Spec.GPUs,
-			dash(e.Status.Host), strings.Join(e.Spec.Command, " "))
+		writeRow(w, e.Namespace+"/"+e.Name, e.Status.Phase, e.Spec.Pool, e.Spec.GPUs, dash(e.Status.Host), strings.Join(e.Spec.Command, " "))
 	}
 	return w.Flush()
 }

