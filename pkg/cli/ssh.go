@@ -184,6 +184,11 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	if err != nil {
 		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err)
 	}
+	// The address is kept beside the certificate and used for as long as
+	// it is: checked before either is written.
+	if _, _, err := sshvalue.ParseAddress(answer.Address); err != nil {
+		return "", fmt.Errorf("refusing to connect to %s/%s: the server sent SSH address %q: %w", h.Namespace, h.Name, oneLine(answer.Address), err)
+	}
 	if err := atomicfile.Write(certFile, ssh.MarshalAuthorizedKey(cert), 0o600); err != nil {
 		return "", err
 	}

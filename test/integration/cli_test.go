@@ -472,6 +472,7 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 	for what, lie := range map[string]struct{ path, from, to, refusal string }{
 		"another host":            {"/reservedhosts/gpu-007", `"name":"gpu-007","namespace":"acme"`, `"name":"gpu-008","namespace":"acme"`, "answered for acme/gpu-008"},
 		"a key for a certificate": {"/ssh-certificate", `"certificate":"[^"]*"`, `"certificate":"` + testfleet.HostKey("a-key") + `"`, "not a certificate"},
+		"an address that is none": {"/ssh-certificate", `"address":"[^"]*"`, `"address":"evil host:22"`, "SSH address"},
 	} {
 		t.Run(what, func(t *testing.T) {
 			from := regexp.MustCompile(lie.from)
