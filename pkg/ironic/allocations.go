@@ -62,6 +62,10 @@ func (c *call) createAllocation() error {
 		return errorf(http.StatusBadRequest, "owner needs API version %s or later", ownerSince)
 	case deref(body.ResourceClass) == "" && deref(body.Node) == "":
 		return errorf(http.StatusBadRequest, "resource_class is required unless node is given")
+	case deref(body.Node) != "" && len(body.CandidateNodes) > 0:
+		// As Ironic: a backfill names its node, and nothing else.
+		exchange.From(ctx).SetFix("Send either node (to record a node already in use) or candidate_nodes (to choose among them), not both.")
+		return errorf(http.StatusBadRequest, "Cannot use candidate_nodes when backfilling")
 	}
 	extra, err := stringMap(body.Extra)
 	if err != nil {
@@ -82,13 +86,20 @@ func (c *call) createAllocation() error {
 		}
 	}
 	// As Ironic: candidates are resolved to UUIDs now, in their order, and
-	// one that names no node is a 400.
-	for i, ident := range a.Spec.CandidateNodes {
+	// one that names no node is a 400. A node named twice (by name and by
+	// UUID) is one candidate.
+	resolved := make([]string, 0, len(a.Spec.CandidateNodes))
+	for _, ident := range a.Spec.CandidateNodes {
 		n, err := c.findNamedNode(ident, "Node %s could not be found.")
 		if err != nil {
 			return err
 		}
-		a.Spec.CandidateNodes[i] = string(n.UID)
+		if !slices.Contains(resolved, string(n.UID)) {
+			resolved = append(resolved, string(n.UID))
+		}
+	}
+	if a.Spec.CandidateNodes != nil {
+		a.Spec.CandidateNodes = resolved
 	}
 	// The object name is the Ironic name where that is a valid object
 	// name and free; otherwise (and for an unnamed allocation) a generated
@@ -140,8 +151,12 @@ func (c *call) listAllocations() error {
 		return err
 	}
 	var views []map[string]interface{}
+	var marker map[string]interface{}
 	for i := range all {
 		a := &all[i]
+		if p.marker != "" && string(a.UID) == p.marker {
+			marker = atVersion(allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)), allocationFieldSince, c.v)
+		}
 		if nodeFilter != "" && a.Status.Node != nodeFilter {
 			continue
 		}
@@ -151,7 +166,7 @@ func (c *call) listAllocations() error {
 		}
 		views = append(views, atVersion(allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)), allocationFieldSince, c.v))
 	}
-	out, next, err := p.apply(views, "allocations", c.base, q)
+	out, next, err := p.apply(views, marker, "allocations", c.base, q)
 	if err != nil {
 		return err
 	}
@@ -243,24 +258,26 @@ func (c *call) patchAllocation(ident string) error {
 			return errorf(http.StatusBadRequest, "Cannot update allocation with invalid name '%s'", strings.Trim(string(op.Value), `"`))
 		}
 	}
-	view, err := c.allocationView(a)
-	if err != nil {
-		return err
-	}
-	var patched struct {
-		Name  *string                `json:"name"`
-		Extra map[string]interface{} `json:"extra"`
-	}
-	if err := applyPatch(view, ops, &patched); err != nil {
-		return err
-	}
-	extra, err := stringMap(patched.Extra)
-	if err != nil {
-		return err
-	}
+	// The patch applies to the allocation as stored at each try of the
+	// update: a change made meanwhile is kept unless the patch changes it.
 	obj, _, err := c.h.Allocations.Update(c.ctx(), a.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			next := old.(*nodusv1.Allocation).DeepCopy()
+			cur := old.(*nodusv1.Allocation)
+			if cur.UID != a.UID {
+				return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)
+			}
+			var patched struct {
+				Name  *string                `json:"name"`
+				Extra map[string]interface{} `json:"extra"`
+			}
+			if err := applyPatch(allocationView("", cur, ""), ops, &patched); err != nil {
+				return nil, err
+			}
+			extra, err := stringMap(patched.Extra)
+			if err != nil {
+				return nil, err
+			}
+			next := cur.DeepCopy()
 			next.Spec.IronicName = deref(patched.Name)
 			next.Spec.Extra = extra
 			return next, nil
@@ -268,7 +285,7 @@ func (c *call) patchAllocation(ident string) error {
 	if err != nil {
 		return err
 	}
-	view, err = c.allocationView(obj.(*nodusv1.Allocation))
+	view, err := c.allocationView(obj.(*nodusv1.Allocation))
 	if err != nil {
 		return err
 	}
@@ -286,7 +303,16 @@ func (c *call) deleteAllocation(ident string) error {
 // removeAllocation deletes with the Ironic rule: 409 while the node is
 // active and not in maintenance.
 func (c *call) removeAllocation(a *nodusv1.Allocation) error {
-	_, _, err := c.h.Allocations.Delete(c.ctx(), a.Name, rest.ValidateAllObjectFunc, &metav1.DeleteOptions{})
+	// This allocation, not one made since under its name.
+	_, _, err := c.h.Allocations.Delete(c.ctx(), a.Name, rest.ValidateAllObjectFunc, metav1.NewPreconditionDeleteOptions(string(a.UID)))
+	if apierrors.IsConflict(err) {
+		// The precondition's conflict, or the Ironic rule's: an object of
+		// another UID under the name is the precondition's.
+		if now, getErr := c.h.Allocations.Get(c.ctx(), a.Name, &metav1.GetOptions{}); apierrors.IsNotFound(getErr) ||
+			(getErr == nil && now.(*nodusv1.Allocation).UID != a.UID) {
+			return errorf(http.StatusNotFound, "Allocation %s could not be found.", a.UID)
+		}
+	}
 	if err != nil {
 		return err
 	}

@@ -310,9 +310,19 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 			return nil, err
 		}
 		for i := range nodes {
-			if string(nodes[i].UID) == uid {
-				return c.findNode(nodes[i].Name)
+			if string(nodes[i].UID) != uid {
+				continue
 			}
+			// By its object name, never by findNode again: a name may
+			// look like a UUID, another node's.
+			obj, err := c.h.Nodes.Get(c.ctx(), nodes[i].Name, &metav1.GetOptions{})
+			if err != nil && !apierrors.IsNotFound(err) {
+				return nil, err
+			}
+			if err == nil && string(obj.(*nodusv1.Node).UID) == uid {
+				return obj.(*nodusv1.Node), nil
+			}
+			break // gone, or its name is another node's now: ask etcd
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
@@ -365,9 +375,18 @@ func (c *call) findAllocationBy(ident string, match func(*nodusv1.Allocation) bo
 			return nil, err
 		}
 		for i := range all {
-			if match(&all[i]) {
-				return c.getAllocation(all[i].Name)
+			if !match(&all[i]) {
+				continue
 			}
+			a, err := c.getAllocation(all[i].Name)
+			var ae *apiError
+			if err != nil && !errors.As(err, &ae) {
+				return nil, err
+			}
+			if err == nil && match(a) {
+				return a, nil
+			}
+			break // gone, or its name is another allocation's now: ask etcd
 		}
 	}
 	return nil, errorf(http.StatusNotFound, "Allocation %s could not be found.", ident)

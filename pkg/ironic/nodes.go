@@ -63,9 +63,13 @@ func (c *call) listNodes(detail bool) error {
 		return err
 	}
 	var views []map[string]interface{}
+	var marker map[string]interface{}
 	for i := range nodes {
 		n := &nodes[i]
 		view := nodeView(c.base, n, allocationUIDs[n.Status.Allocation])
+		if p.marker != "" && view["uuid"] == p.marker {
+			marker = atVersion(view, nodeFieldSince, c.v)
+		}
 		ok, err := matchNode(q, view)
 		if err != nil {
 			return err
@@ -78,7 +82,7 @@ func (c *call) listNodes(detail bool) error {
 	if detail {
 		collection = "nodes/detail"
 	}
-	out, next, err := p.apply(views, collection, c.base, q)
+	out, next, err := p.apply(views, marker, collection, c.base, q)
 	if err != nil {
 		return err
 	}
@@ -153,13 +157,34 @@ func (c *call) patchNode(ident string) error {
 			return errorf(http.StatusBadRequest, "Cannot patch %s: only %s may change", op.Path, "resource_class, traits, maintenance, maintenance_reason, extra and owner")
 		}
 	}
-	view, err := c.nodeView(n)
+	// The patch applies to the node as stored at each try of the update,
+	// as Ironic applies it to the node it locked: a change made meanwhile
+	// (maintenance set by another call) is kept unless the patch changes
+	// it too.
+	obj, _, err := c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
+		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			cur := old.(*nodusv1.Node)
+			if cur.UID != n.UID {
+				return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+			}
+			return patchedNode(cur, ops)
+		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
 	if err != nil {
 		return err
 	}
-	var patched map[string]interface{}
-	if err := applyPatch(view, ops, &patched); err != nil {
+	view, err := c.nodeView(obj.(*nodusv1.Node))
+	if err != nil {
 		return err
+	}
+	return c.reply(http.StatusOK, view)
+}
+
+// patchedNode is cur with the operator's fields of its Ironic view patched.
+// The view's allocation is left out: no patch may touch it.
+func patchedNode(cur *nodusv1.Node, ops []patchOp) (*nodusv1.Node, error) {
+	var patched map[string]interface{}
+	if err := applyPatch(nodeView("", cur, ""), ops, &patched); err != nil {
+		return nil, err
 	}
 	var upd struct {
 		ResourceClass     *string                `json:"resource_class"`
@@ -170,34 +195,23 @@ func (c *call) patchNode(ident string) error {
 		Owner             *string                `json:"owner"`
 	}
 	if err := remarshal(patched, &upd); err != nil {
-		return err
+		return nil, err
 	}
 	extra, err := stringMap(upd.Extra)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	obj, _, err := c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
-			next := old.(*nodusv1.Node).DeepCopy()
-			next.Spec.ResourceClass = deref(upd.ResourceClass)
-			next.Spec.Traits = upd.Traits
-			next.Spec.Maintenance = upd.Maintenance
-			next.Spec.MaintenanceReason = deref(upd.MaintenanceReason)
-			if !next.Spec.Maintenance {
-				next.Spec.MaintenanceReason = ""
-			}
-			next.Spec.Extra = extra
-			next.Spec.Owner = deref(upd.Owner)
-			return next, nil
-		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
-	if err != nil {
-		return err
+	next := cur.DeepCopy()
+	next.Spec.ResourceClass = deref(upd.ResourceClass)
+	next.Spec.Traits = upd.Traits
+	next.Spec.Maintenance = upd.Maintenance
+	next.Spec.MaintenanceReason = deref(upd.MaintenanceReason)
+	if !next.Spec.Maintenance {
+		next.Spec.MaintenanceReason = ""
 	}
-	view, err = c.nodeView(obj.(*nodusv1.Node))
-	if err != nil {
-		return err
-	}
-	return c.reply(http.StatusOK, view)
+	next.Spec.Extra = extra
+	next.Spec.Owner = deref(upd.Owner)
+	return next, nil
 }
 
 // setMaintenance puts a node in maintenance (with an optional reason) or

@@ -40,6 +40,9 @@ func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
 	if p.marker = q.Get("marker"); p.marker != "" && !looksLikeUUID(p.marker) {
 		return p, errorf(http.StatusBadRequest, "Invalid marker %q: expected a UUID", p.marker)
 	}
+	if p.marker != "" {
+		p.marker, _ = canonicalUUID(p.marker) // a UUID in capitals is the same one
+	}
 	if key := q.Get("sort_key"); key != "" {
 		if !contains(sortKeys, key) {
 			return p, errorf(http.StatusBadRequest, "The sort_key value %q is an invalid field for sorting; use one of %s", key, strings.Join(sortKeys, ", "))
@@ -67,26 +70,23 @@ func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
 
 // apply sorts views, starts after the marker and cuts a page. It returns the
 // page and the link to the next one, which exists only when the page is full.
-func (p page) apply(views []map[string]interface{}, collection, base string, q url.Values) ([]map[string]interface{}, string, error) {
-	sort.SliceStable(views, func(i, j int) bool {
-		a, b := sortable(views[i][p.sortKey]), sortable(views[j][p.sortKey])
+// marker is the view of the object p.marker names, whether or not it passes
+// the list's filters (it may have changed since the page it ended), nil
+// when there is none.
+func (p page) apply(views []map[string]interface{}, marker map[string]interface{}, collection, base string, q url.Values) ([]map[string]interface{}, string, error) {
+	less := func(x, y map[string]interface{}) bool {
+		a, b := sortable(x[p.sortKey]), sortable(y[p.sortKey])
 		if a == b {
-			a, b = sortable(views[i]["uuid"]), sortable(views[j]["uuid"])
+			a, b = sortable(x["uuid"]), sortable(y["uuid"])
 		}
 		if p.desc {
 			return a > b
 		}
 		return a < b
-	})
+	}
+	sort.SliceStable(views, func(i, j int) bool { return less(views[i], views[j]) })
 	if p.marker != "" {
-		at := -1
-		for i, v := range views {
-			if v["uuid"] == p.marker {
-				at = i
-				break
-			}
-		}
-		if at < 0 {
+		if marker == nil {
 			// As Ironic, which looks the marker up first: not found.
 			kind := "Node"
 			if strings.HasPrefix(collection, "allocations") {
@@ -94,7 +94,8 @@ func (p page) apply(views []map[string]interface{}, collection, base string, q u
 			}
 			return nil, "", errorf(http.StatusNotFound, "%s %s could not be found.", kind, p.marker)
 		}
-		views = views[at+1:]
+		// The page goes on where the marker sorts, as Ironic's does.
+		views = views[sort.Search(len(views), func(i int) bool { return less(marker, views[i]) }):]
 	}
 	next := ""
 	if len(views) > p.limit {
