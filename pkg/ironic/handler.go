@@ -255,6 +255,11 @@ func (c *call) decode(v interface{}) error {
 	if err := dec.Decode(v); err != nil {
 		return errorf(http.StatusBadRequest, "Invalid request body: %v", err)
 	}
+	// One document, as Ironic's JSON parser takes: whatever follows it
+	// would otherwise be dropped unseen.
+	if _, err := dec.Token(); err != io.EOF {
+		return errorf(http.StatusBadRequest, "Invalid request body: something follows the JSON document")
+	}
 	return nil
 }
 

@@ -165,3 +165,21 @@ func TestIronicAllocationCandidatesOnceEach(t *testing.T) {
 		t.Errorf("a node named twice among the candidates: %d %s", r.code, r.body)
 	}
 }
+
+// TestIronicABodyIsOneJSONDocument: what follows the JSON document of a
+// request (a second document, a stray word) is a 400, as Ironic's parser
+// answers, not dropped unseen.
+func TestIronicABodyIsOneJSONDocument(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	for _, body := range []string{`{"resource_class":"none-such"} {"resource_class":"other"}`, `{"resource_class":"none-such"} junk`} {
+		r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", ironicVersion)
+		if r.code != http.StatusBadRequest {
+			t.Errorf("a body of %q: %d %s, want 400", body, r.code, r.body)
+		}
+	}
+	if r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader("{\"resource_class\":\"none-such\"}\n\n"),
+		"X-OpenStack-Ironic-API-Version", ironicVersion); r.code != http.StatusCreated {
+		t.Errorf("a body with white space after it: %d %s, want 201", r.code, r.body)
+	}
+}
