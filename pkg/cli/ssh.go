@@ -36,6 +36,8 @@ type SSHOptions struct {
 	*Globals
 	Streams
 	ConfigOnly bool
+	// Replace takes over an alias installed for another server's host.
+	Replace bool
 	// Home is the user's home, whose .ssh/config includes nodus' ssh config.
 	Home string
 }
@@ -61,6 +63,7 @@ func newSSHCommand(g *Globals, s Streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&o.ConfigOnly, "config-only", false, "install the SSH alias and credential, do not connect")
+	cmd.Flags().BoolVar(&o.Replace, "replace", false, "take over the alias where it is installed for another server's host of the same project and name")
 	return cmd
 }
 
@@ -102,6 +105,13 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 		return err
 	}
 	defer unlock()
+	_, cfg, err := o.Client()
+	if err != nil {
+		return err
+	}
+	if err := claimAlias(dir, sshentry.Alias(project, name), cfg.Host, ref, o.Replace); err != nil {
+		return err
+	}
 	key, pub, err := userKey(filepath.Join(dir, "id_ed25519"))
 	if err != nil {
 		return err

@@ -1,0 +1,73 @@
+package integration
+
+import (
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestCLISSHAliasIsOneServers: the alias nodus ssh installs,
+// NAME.PROJECT.nodus, names no server, and two servers (two providers) may
+// each have a host acme/gpu-007. nodus ssh of the second server's used to
+// replace the first one's block, pinned key and certificate without a
+// word, and `ssh gpu-007.acme.nodus` (and scp, and editors that read
+// ssh_config) then reached the second server's host. The second server is
+// the same one here, through a proxy, under another URL: it must be told
+// apart, refused until the user asks for the alias with --replace.
+func TestCLISSHAliasIsOneServers(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(http.ResponseWriter, *http.Request, http.Handler) bool { return false })
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	login := func(server string, caData []byte) nodusCLI {
+		t.Helper()
+		ca := filepath.Join(t.TempDir(), "ca.crt")
+		if err := os.WriteFile(ca, caData, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		n := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
+		if out, code := n.run("", "login", "--server", server, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
+			t.Fatalf("login to %s: %d %s", server, code, out)
+		}
+		return n
+	}
+	first, second := login(s.Config.Host, s.Config.CAData), login(proxy.Host, proxy.CAData)
+	dir := filepath.Join(home, ".config", "nodus", "ssh")
+	files := func() map[string]string {
+		out := map[string]string{}
+		for _, name := range []string{"config", "known_hosts", "acme_gpu-007-cert.pub", "acme_gpu-007-cert.pub.json"} {
+			data, _ := os.ReadFile(filepath.Join(dir, name))
+			out[name] = string(data)
+		}
+		return out
+	}
+	if out, code := first.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh of the first server: %d %s", code, out)
+	}
+	before := files()
+	out, code := second.run("", "ssh", "acme/gpu-007", "--config-only")
+	if code == 0 || !strings.Contains(out, "--replace") || !strings.Contains(out, s.Config.Host) {
+		t.Errorf("nodus ssh of a second server's host under the first's alias: exit %d, want a refusal naming the first server and --replace:\n%s", code, out)
+	}
+	for name, was := range before {
+		if now := files()[name]; now != was {
+			t.Errorf("%s changed for a refused alias:\n%s\nbecame\n%s", name, was, now)
+		}
+	}
+	if out, code := second.run("", "ssh", "acme/gpu-007", "--config-only", "--replace"); code != 0 {
+		t.Fatalf("nodus ssh --replace: %d %s", code, out)
+	}
+	if out, code := first.run("", "ssh", "acme/gpu-007", "--config-only"); code == 0 || !strings.Contains(out, proxy.Host) {
+		t.Errorf("nodus ssh of the first server once the second took the alias: exit %d, want a refusal naming the second:\n%s", code, out)
+	}
+}
