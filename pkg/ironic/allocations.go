@@ -62,10 +62,6 @@ func (c *call) createAllocation() error {
 		return errorf(http.StatusBadRequest, "owner needs API version %s or later", ownerSince)
 	case deref(body.ResourceClass) == "" && deref(body.Node) == "":
 		return errorf(http.StatusBadRequest, "resource_class is required unless node is given")
-	case deref(body.Node) != "" && len(body.CandidateNodes) > 0:
-		// As Ironic: a backfill names its node, and nothing else.
-		exchange.From(ctx).SetFix("Send either node (to record a node already in use) or candidate_nodes (to choose among them), not both.")
-		return errorf(http.StatusBadRequest, "Cannot use candidate_nodes when backfilling")
 	}
 	extra, err := stringMap(body.Extra)
 	if err != nil {

@@ -156,6 +156,11 @@ func (c *call) patchNode(ident string) error {
 		if !nodePatchable[field] {
 			return errorf(http.StatusBadRequest, "Cannot patch %s: only %s may change", op.Path, "resource_class, traits, maintenance, maintenance_reason, extra and owner")
 		}
+		// As Ironic: a field the request's version does not show cannot
+		// be changed at it either.
+		if since, ok := nodeFieldSince[field]; ok && !c.v.atLeast(since) {
+			return errorf(http.StatusNotAcceptable, "Patching %s needs API version %s or later; this request is at %s", field, since, c.v)
+		}
 	}
 	// The patch applies to the node as stored at each try of the update,
 	// as Ironic applies it to the node it locked: a change made meanwhile
@@ -176,7 +181,7 @@ func (c *call) patchNode(ident string) error {
 	if err != nil {
 		return err
 	}
-	return c.reply(http.StatusOK, view)
+	return c.reply(http.StatusOK, atVersion(view, nodeFieldSince, c.v))
 }
 
 // patchedNode is cur with the operator's fields of its Ironic view patched.

@@ -55,8 +55,10 @@ func TestAnEnrollmentWhoseAnswerWasLostIsAnsweredAgain(t *testing.T) {
 			forward.ServeHTTP(httptest.NewRecorder(), req) // the server enrolls…
 			panic(http.ErrAbortHandler)                    // …and the answer is lost
 		})
+	// The agent trusts the proxy it talks to, and the server's CA, which
+	// signs its certificate: a bundle, as --ca-file takes.
 	proxyCA := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(proxyCA, proxy.CAData, 0o600); err != nil {
+	if err := os.WriteFile(proxyCA, append(append([]byte(nil), proxy.CAData...), s.Config.CAData...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	throughProxy := func(ctx context.Context, tok *nodusv1.EnrollmentToken, node, dir string) (int64, error) {

@@ -1,13 +1,16 @@
 package integration
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -138,14 +141,15 @@ func TestIronicADeleteRepeatedAfterTheNameWasTakenAgain(t *testing.T) {
 	}
 }
 
-// TestIronicAllocationCandidatesOnceEach: a backfill names its node and no
-// candidates (400, as Ironic's "Cannot use candidate_nodes when
-// backfilling"); a node named twice among the candidates, by name and by
-// UUID, is one candidate.
+// TestIronicAllocationCandidatesOnceEach: a node named twice among the
+// candidates, by name and by UUID, is one candidate. A backfill may name
+// candidates, as Ironic's may: one whose node is not among them fails,
+// "Candidate nodes must be empty or contain the target node", as Ironic's
+// backfill does.
 func TestIronicAllocationCandidatesOnceEach(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	f.node(t, "c-0")
+	readyNodes(t, f, "c-0", "c-1")
 	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "c-0", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -154,15 +158,27 @@ func TestIronicAllocationCandidatesOnceEach(t *testing.T) {
 	post := func(body string) response {
 		return do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", ironicVersion)
 	}
-	if fault := ironicFault(t, post(`{"node":"c-0","candidate_nodes":["c-0"]}`), http.StatusBadRequest); !strings.Contains(fault, "candidate_nodes") {
-		t.Errorf("a backfill with candidates: %q", fault)
-	}
 	r := post(`{"resource_class":"gpu-h100x8","candidate_nodes":["c-0","` + strings.ToUpper(string(n.UID)) + `"]}`)
 	var created struct {
+		UUID           string
 		CandidateNodes []string `json:"candidate_nodes"`
 	}
 	if json.Unmarshal(r.body, &created); r.code != http.StatusCreated || len(created.CandidateNodes) != 1 || created.CandidateNodes[0] != string(n.UID) {
 		t.Errorf("a node named twice among the candidates: %d %s", r.code, r.body)
+	}
+	r = post(`{"node":"c-1","candidate_nodes":["c-0"]}`)
+	if json.Unmarshal(r.body, &created); r.code != http.StatusCreated {
+		t.Fatalf("a backfill with candidates: %d %s", r.code, r.body)
+	}
+	var a struct {
+		State     string `json:"state"`
+		LastError string `json:"last_error"`
+	}
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		r := do(t, op, "GET", "/v1/allocations/"+created.UUID, "", nil, "X-OpenStack-Ironic-API-Version", ironicVersion)
+		return r.code == http.StatusOK && json.Unmarshal(r.body, &a) == nil && a.State != "allocating", nil
+	}); err != nil || a.State != "error" || !strings.Contains(a.LastError, "contain the target node") {
+		t.Errorf("a backfill of a node not among its candidates: %+v (%v)", a, err)
 	}
 }
 
@@ -181,5 +197,38 @@ func TestIronicABodyIsOneJSONDocument(t *testing.T) {
 	if r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader("{\"resource_class\":\"none-such\"}\n\n"),
 		"X-OpenStack-Ironic-API-Version", ironicVersion); r.code != http.StatusCreated {
 		t.Errorf("a body with white space after it: %d %s, want 201", r.code, r.body)
+	}
+}
+
+// TestIronicNodePatchKeepsToItsVersion: a field a request's microversion
+// does not show (owner before 1.50, traits before 1.37) cannot be patched
+// at it (406, as Ironic), and the patched node is answered at the
+// request's version, as every other answer.
+func TestIronicNodePatchKeepsToItsVersion(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "p-0")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	patch := func(version, body string) response {
+		return do(t, op, "PATCH", "/v1/nodes/p-0", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", version)
+	}
+	if r := patch("1.49", `[{"op":"replace","path":"/owner","value":"acme"}]`); r.code != http.StatusNotAcceptable {
+		t.Errorf("owner patched at 1.49: %d %s, want 406", r.code, r.body)
+	}
+	if r := patch("1.36", `[{"op":"add","path":"/traits/-","value":"CUSTOM_X"}]`); r.code != http.StatusNotAcceptable {
+		t.Errorf("traits patched at 1.36: %d %s, want 406", r.code, r.body)
+	}
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "p-0", metav1.GetOptions{}); err != nil || n.Spec.Owner != "" || len(n.Spec.Traits) != 0 {
+		t.Errorf("a refused patch changed the node: %v %+v", err, n.Spec)
+	}
+	r := patch("1.20", `[{"op":"add","path":"/extra/rack","value":"r1"}]`)
+	var view map[string]any
+	if r.code != http.StatusOK || json.Unmarshal(r.body, &view) != nil {
+		t.Fatalf("extra patched at 1.20: %d %s", r.code, r.body)
+	}
+	for _, field := range []string{"resource_class", "traits", "owner", "allocation_uuid"} {
+		if _, shown := view[field]; shown {
+			t.Errorf("the answer at 1.20 shows %s, a field of a later version", field)
+		}
 	}
 }

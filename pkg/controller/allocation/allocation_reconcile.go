@@ -89,6 +89,10 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 		if !hasAll(n.Spec.Traits, a.Spec.Traits) {
 			return nil, fmt.Sprintf("node %s lacks some of the traits %s", n.Name, strings.Join(a.Spec.Traits, ", "))
 		}
+		if len(a.Spec.CandidateNodes) > 0 && !slices.Contains(a.Spec.CandidateNodes, n.Name) && !slices.Contains(a.Spec.CandidateNodes, string(n.UID)) {
+			// As Ironic's backfill (_do_backfill_allocation).
+			return nil, fmt.Sprintf("candidate nodes must be empty or contain the target node %s, but got %s", n.Name, strings.Join(a.Spec.CandidateNodes, ", "))
+		}
 		return n, ""
 	}
 	return nil, fmt.Sprintf("node %s does not exist", a.Spec.Node)
