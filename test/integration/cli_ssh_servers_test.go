@@ -26,22 +26,9 @@ func TestCLISSHAliasIsOneServers(t *testing.T) {
 	sshableHost(t, s, f, "gpu-007")
 	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
 		func(http.ResponseWriter, *http.Request, http.Handler) bool { return false })
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-	login := func(server string, caData []byte) nodusCLI {
-		t.Helper()
-		ca := filepath.Join(t.TempDir(), "ca.crt")
-		if err := os.WriteFile(ca, caData, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		n := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-		if out, code := n.run("", "login", "--server", server, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
-			t.Fatalf("login to %s: %d %s", server, code, out)
-		}
-		return n
-	}
-	first, second := login(s.Config.Host, s.Config.CAData), login(proxy.Host, proxy.CAData)
+	home := ownHome(t)
+	first := loggedInTo(t, s.Config.Host, s.Config.CAData, f.member.BearerToken)
+	second := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
 	dir := filepath.Join(home, ".config", "nodus", "ssh")
 	files := func() map[string]string {
 		out := map[string]string{}

@@ -2,17 +2,13 @@ package integration
 
 import (
 	"net/http"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"sync/atomic"
 	"testing"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
-	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -28,16 +24,7 @@ func TestCLITablesShowNoEscapeSequenceTheServerSends(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	sshableHost(t, s, f, "gpu-007")
-	c := s.Client.NodusV1()
-	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
-		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	pendingExecution(t, s)
 	// Names too, but not where the CLI checks the answer is about the host
 	// it asked for (release refuses such an answer before it prompts).
 	everything := regexp.MustCompile(`("(?:state|phase|host|command|pool|loginUser|username|gitVersion|name)":")`)
@@ -57,17 +44,8 @@ func TestCLITablesShowNoEscapeSequenceTheServerSends(t *testing.T) {
 			forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(planted)}, req)
 			return true
 		})
-	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, proxy.CAData, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-	alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := alice.run("", "login", "--server", proxy.Host, "--token", f.admin.BearerToken, "--ca-file", ca); code != 0 {
-		t.Fatalf("login: %d %s", code, out)
-	}
+	ownHome(t)
+	alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
 	for _, args := range [][]string{{"hosts", "list", "-n", "acme"}, {"hosts", "list", "-n", "acme", "-o", "wide"},
 		{"executions", "list", "-n", "acme"}, {"executions", "get", "acme/e1"}, {"lending", "-n", "acme"}, {"whoami"}, {"version"},
 		{"release", "acme/gpu-007"}} {

