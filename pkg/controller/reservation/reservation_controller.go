@@ -150,6 +150,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if o.project, err = c.projects.Get(r.Spec.Project); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	if o.project == nil {
+		if gone, err := c.retireOrphan(ctx, r); err != nil || gone {
+			return err
+		}
+	}
 	d := reconcile(o)
 	if d.claim != nil {
 		// The claim is the store's: a conflict (another claim, or any change
@@ -410,6 +415,28 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 		return nil, fmt.Errorf("allocation %s exists but is not in the cache yet", name)
 	}
 	return created, err
+}
+
+// retireOrphan deletes r when its project is gone from etcd (the cache
+// may only be behind a project made a moment ago), as the project's
+// deletion deletes its reservations: r was admitted a moment before that
+// deletion and stored after the project controller listed them, or stored
+// before reservations needed a live project. Kept, it would hold its node
+// for its term for nobody. It says whether r was deleted.
+func (c *Controller) retireOrphan(ctx context.Context, r *nodusv1.Reservation) (bool, error) {
+	if r.DeletionTimestamp != nil {
+		return false, nil
+	}
+	_, err := c.client.NodusV1().Projects().Get(ctx, r.Spec.Project, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		return false, err
+	}
+	klog.InfoS("deleting a reservation whose project is gone", "reservation", r.Name, "project", r.Spec.Project)
+	err = c.client.NodusV1().Reservations().Delete(ctx, r.Name, *metav1.NewPreconditionDeleteOptions(string(r.UID)))
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return true, nil // gone already, or another under the name now: its own sync judges it
+	}
+	return err == nil, err
 }
 
 func (c *Controller) writeHost(ctx context.Context, current, desired *nodusv1.ReservedHost) error {
