@@ -109,7 +109,8 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return err
 	}
-	if err := claimAlias(dir, sshentry.Alias(project, name), cfg.Host, ref, o.Replace); err != nil {
+	recordServer, err := claimAlias(dir, sshentry.Alias(project, name), cfg.Host, ref, o.Replace)
+	if err != nil {
 		return err
 	}
 	key, pub, err := userKey(filepath.Join(dir, "id_ed25519"))
@@ -135,6 +136,9 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	}
 	sshConfig := filepath.Join(dir, "config")
 	if err := replaceBlock(sshConfig, alias, entry.Config); err != nil {
+		return err
+	}
+	if err := recordServer(); err != nil {
 		return err
 	}
 	if err := includeFrom(filepath.Join(o.Home, ".ssh", "config"), sshConfig); err != nil {
