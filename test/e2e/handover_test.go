@@ -81,14 +81,15 @@ spec:
 
 // handoverRun is the handover as two tenants meet it, through the CLI on a
 // stock Debian sshd with nodusd's drop-in: tenant A plants a key, a crontab
-// entry, an at job, a file and a process that leaves its session, and
+// entry, an at job, a file, keys in the kernel's keyrings of its uid and a
+// process that leaves its session, and
 // releases; then all of it is refused or gone, and tenant B, reserved on the
 // same node, becomes active only after the cleaning evidence and finds a
 // fresh home.
 func handoverRun(t *testing.T, s *serverProcess, rig sshRig) {
-	for _, tool := range []string{"crontab", "at", "atq"} {
+	for _, tool := range []string{"crontab", "at", "atq", "keyctl"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs cron and at)", tool)
+			t.Skipf("%s is not installed (.ci/run installs cron, at and keyutils)", tool)
 		}
 	}
 	s.apply(t, `apiVersion: nodus.dev/v1
@@ -111,6 +112,8 @@ mkdir -p ~/.ssh && chmod 700 ~/.ssh && echo '` + strings.TrimSpace(string(plante
 echo '* * * * * touch /tmp/nodus-cron-ran' | crontab -
 echo 'touch /tmp/nodus-at-ran' | at now + 1 hour 2>/dev/null
 echo tenant-a-secret > ~/a-file
+keyctl add user nodus-tenant-a tenant-a-secret @u >/dev/null
+keyctl add user nodus-tenant-a-persistent tenant-a-secret "$(keyctl get_persistent @s)" >/dev/null
 setsid nohup sleep 1001 >/dev/null 2>&1 < /dev/null &
 echo planted`
 	if out, err := people.run("mia", "ssh", "acme/tenant-a", "--", script); err != nil || !strings.Contains(out, "planted") {
@@ -185,6 +188,12 @@ echo planted`
 		if !strings.Contains(out, e.Name()) {
 			t.Errorf("tenant B's home lacks %s from /etc/skel:\n%s", e.Name(), out)
 		}
+	}
+	// The same uid as tenant A's: the kernel kept its user and persistent keyrings.
+	keys, err := people.run("gus", "ssh", "gamma/tenant-b", "--",
+		`keyctl search @u user nodus-tenant-a; keyctl search "$(keyctl get_persistent @s)" user nodus-tenant-a-persistent; echo searched`)
+	if err != nil || !strings.Contains(keys, "searched") || strings.Count(keys, "Required key not available") != 2 {
+		t.Errorf("tenant B finds tenant A's keys in the kernel's keyrings: %v\n%s", err, keys)
 	}
 	if log, _ := os.ReadFile(filepath.Join(rig.agentDir, "clean.log")); !strings.Contains(string(log), "request") {
 		t.Errorf("the operator's clean command did not run: %q", log)

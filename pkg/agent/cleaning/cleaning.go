@@ -1,7 +1,7 @@
 // Package cleaning resets a login account between tenants: it ends the
 // account's processes, removes what would outlive the tenant or let it back
-// in (crontab, at jobs, lingering user services, System V IPC objects, the
-// runtime directory's contents, files left in shared temporary
+// in (crontab, at jobs, lingering user services, System V IPC objects, keys
+// in the kernel's keyrings, the runtime directory's contents, files left in shared temporary
 // directories, the whole home with ~/.ssh), recreates the home
 // from /etc/skel, and runs the operator's own cleaning command — without
 // which it calls no host clean after a login user that could become root.
@@ -48,6 +48,10 @@ type Paths struct {
 	// SysVIPC lists the System V IPC objects (/proc/sysvipc); the user's
 	// are removed. Empty: none are.
 	SysVIPC string
+	// KernelKeyrings: the keys in the keyrings the kernel keeps for the
+	// user's uid past its processes (user, user session, persistent) are
+	// removed. False: they are not looked at.
+	KernelKeyrings bool
 	// GroupFile, Sudoers and SudoersDir tell whether a login user can
 	// become root (RootAccess). Empty: not looked at.
 	GroupFile, Sudoers, SudoersDir string
@@ -56,16 +60,17 @@ type Paths struct {
 // DefaultPaths are a host's real ones.
 func DefaultPaths() Paths {
 	return Paths{
-		Skel:        "/etc/skel",
-		CronSpools:  []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
-		AtSpools:    []string{"/var/spool/cron/atjobs", "/var/spool/at"},
-		LingerDir:   "/var/lib/systemd/linger",
-		TempDirs:    []string{"/tmp", "/var/tmp", "/dev/shm"},
-		RuntimeDirs: "/run/user",
-		SysVIPC:     "/proc/sysvipc",
-		GroupFile:   "/etc/group",
-		Sudoers:     "/etc/sudoers",
-		SudoersDir:  "/etc/sudoers.d",
+		Skel:           "/etc/skel",
+		CronSpools:     []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
+		AtSpools:       []string{"/var/spool/cron/atjobs", "/var/spool/at"},
+		LingerDir:      "/var/lib/systemd/linger",
+		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm"},
+		RuntimeDirs:    "/run/user",
+		SysVIPC:        "/proc/sysvipc",
+		KernelKeyrings: true,
+		GroupFile:      "/etc/group",
+		Sudoers:        "/etc/sudoers",
+		SudoersDir:     "/etc/sudoers.d",
 	}
 }
 
@@ -258,6 +263,13 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 			return steps, fmt.Errorf("removing System V IPC objects: %w", err)
 		}
 		steps = append(steps, fmt.Sprintf("removed %d System V IPC objects of %s", n, name))
+	}
+	if c.Paths.KernelKeyrings {
+		n, err := removeKeys(uid)
+		if err != nil {
+			return steps, fmt.Errorf("removing keys from the kernel keyrings: %w", err)
+		}
+		steps = append(steps, fmt.Sprintf("removed %d keys from the kernel keyrings of %s", n, name))
 	}
 	if c.Paths.RuntimeDirs != "" {
 		n, err := emptyRuntimeDir(filepath.Join(c.Paths.RuntimeDirs, strconv.Itoa(uid)), uid)

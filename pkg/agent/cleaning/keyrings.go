@@ -1,0 +1,135 @@
+package cleaning
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+
+	"golang.org/x/sys/unix"
+)
+
+// removeKeys removes every key from the keyrings the kernel keeps for uid
+// after its last process ended: its user keyring (for as long as the
+// system runs), its user session keyring and its persistent keyring (for
+// days). The next tenant of the account is the same uid and would find
+// there what the last one kept (keyctl add user secret … @u). The user
+// session keyring keeps its link to the user keyring, as the kernel made
+// it. It reports how many keys were removed; a kernel without keyrings has
+// none.
+//
+// Key permissions do not yield to root: the work is done as uid, on a
+// thread of its own that never runs anything else.
+func removeKeys(uid int) (int, error) {
+	type result struct {
+		removed int
+		err     error
+	}
+	done := make(chan result, 1)
+	go func() {
+		// Never unlocked: the runtime ends the thread with the goroutine,
+		// so no other goroutine ever runs as uid.
+		runtime.LockOSThread()
+		// The raw system call changes this thread's credentials only (Go's
+		// own changes every thread's); with all three ids uid's, the thread
+		// has no capability left.
+		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {
+			done <- result{err: fmt.Errorf("taking on uid %d: %w", uid, errno)}
+			return
+		}
+		n, err := removeOwnKeys()
+		done <- result{n, err}
+	}()
+	r := <-done
+	return r.removed, r.err
+}
+
+// removeOwnKeys empties the calling thread's user keyring, user session
+// keyring (but for its link to the user keyring) and persistent keyring.
+func removeOwnKeys() (int, error) {
+	user, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_KEYRING, true)
+	if errors.Is(err, unix.ENOSYS) {
+		return 0, nil // no keyrings in this kernel: nothing kept
+	}
+	if err != nil {
+		return 0, fmt.Errorf("finding the user keyring: %w", err)
+	}
+	userSession, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_SESSION_KEYRING, true)
+	if err != nil {
+		return 0, fmt.Errorf("finding the user session keyring: %w", err)
+	}
+	removed := 0
+	for _, ring := range []struct {
+		name string
+		id   int
+		keep int
+	}{{"user", user, 0}, {"user session", userSession, user}} {
+		n, err := unlinkAll(ring.id, ring.keep)
+		removed += n
+		if err != nil {
+			return removed, fmt.Errorf("emptying the %s keyring: %w", ring.name, err)
+		}
+	}
+	// Linked into this thread's own keyring, which ends with the thread.
+	persistent, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_THREAD_KEYRING, 0, 0)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		return removed, nil // no persistent keyrings in this kernel
+	}
+	if err != nil {
+		return removed, fmt.Errorf("finding the persistent keyring: %w", err)
+	}
+	n, err := unlinkAll(persistent, 0)
+	removed += n
+	if err != nil {
+		return removed, fmt.Errorf("emptying the persistent keyring: %w", err)
+	}
+	return removed, nil
+}
+
+// unlinkAll unlinks every key of keyring ring but keep (0: none), and
+// reports how many. A key (or a keyring, with what it holds) that no
+// keyring links any more is destroyed by the kernel.
+func unlinkAll(ring, keep int) (int, error) {
+	ids, err := keyringContents(ring)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		if id == keep {
+			continue
+		}
+		_, err := unix.KeyctlInt(unix.KEYCTL_UNLINK, id, ring, 0, 0)
+		switch {
+		case err == nil:
+			n++
+		case !errors.Is(err, unix.ENOENT): // ENOENT: unlinked since it was listed
+			return n, fmt.Errorf("unlinking key %d: %w", id, err)
+		}
+	}
+	return n, nil
+}
+
+// keyringContents lists the ids of the keys keyring ring links.
+func keyringContents(ring int) ([]int, error) {
+	size, err := unix.KeyctlBuffer(unix.KEYCTL_READ, ring, nil, 0)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		buf := make([]byte, size)
+		n, err := unix.KeyctlBuffer(unix.KEYCTL_READ, ring, buf, 0)
+		if err != nil {
+			return nil, err
+		}
+		if n > len(buf) {
+			size = n // links were added meanwhile
+			continue
+		}
+		ids := make([]int, 0, n/4)
+		for i := 0; i+4 <= n; i += 4 {
+			ids = append(ids, int(int32(binary.NativeEndian.Uint32(buf[i:]))))
+		}
+		return ids, nil
+	}
+}
