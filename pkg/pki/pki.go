@@ -5,8 +5,10 @@ package pki
 
 import (
 	"crypto/ecdsa"
+	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
@@ -284,7 +286,35 @@ func ParseCSR(csrPEM []byte) (*x509.CertificateRequest, error) {
 	if err := csr.CheckSignature(); err != nil {
 		return nil, fmt.Errorf("the certificate request's signature is invalid: %w", err)
 	}
+	if err := strongEnough(csr.PublicKey); err != nil {
+		return nil, fmt.Errorf("the certificate request's key: %w", err)
+	}
 	return csr, nil
+}
+
+// minRSABits is the smallest RSA key the CA certifies: the strength of
+// its own P-256 key is about that of 3,072 bits, and 2,048 is what
+// Kubernetes' and most CAs' policies still accept.
+const minRSABits = 2048
+
+// strongEnough refuses a key that would be the weakest link of the
+// credential it is certified into: RSA under minRSABits, an elliptic curve
+// under P-256, or a kind the CA does not issue for.
+func strongEnough(key any) error {
+	switch k := key.(type) {
+	case *ecdsa.PublicKey:
+		if k.Curve.Params().BitSize < 256 {
+			return fmt.Errorf("an ECDSA key on %s is too weak; use P-256 or larger (nodusd makes P-256 keys)", k.Curve.Params().Name)
+		}
+	case ed25519.PublicKey:
+	case *rsa.PublicKey:
+		if k.N.BitLen() < minRSABits {
+			return fmt.Errorf("a %d-bit RSA key is too weak; use %d bits or more, or a P-256 key (nodusd makes P-256 keys)", k.N.BitLen(), minRSABits)
+		}
+	default:
+		return fmt.Errorf("a %T key is not certified; use ECDSA P-256 (what nodusd makes), Ed25519 or RSA of %d bits or more", key, minRSABits)
+	}
+	return nil
 }
 
 // SignCSR issues a client certificate valid for validity for the key of a

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
@@ -550,4 +553,53 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	}
 
 	stillOpen("alice, still an admin", alice)
+}
+
+// TestAnAgentKeyTooWeakIsRefused: the server signs an agent's certificate
+// for the key in its request, and that key then speaks for the node. A key
+// weaker than the server's own (RSA under 2,048 bits, a curve under P-256)
+// is refused at enrollment, leaving the token unused, and at renewal.
+func TestAnAgentKeyTooWeakIsRefused(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	request := func(key crypto.Signer) string {
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf(`{"certificateRequest":%q}`, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	}
+	rsa1024, err := rsa.GenerateKey(rand.Reader, 1024)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p224, err := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	weak := map[string]crypto.Signer{"a 1024-bit RSA key": rsa1024, "a P-224 key": p224}
+	tok := issueToken(t, s, "", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "weakling"})
+	for what, key := range weak {
+		r := do(t, bearer(s, tok.Status.Token), "POST", "/apis/nodus.dev/v1/nodes/weakling/enroll", "application/json", strings.NewReader(request(key)))
+		if r.code != http.StatusBadRequest || envelopeOf(t, r).Reason != metav1.StatusReasonBadRequest || !strings.Contains(string(r.body), "key") {
+			t.Errorf("enrolling with %s: %d %s", what, r.code, r.body)
+		}
+	}
+	if current, err := s.Client.NodusV1().EnrollmentTokens().Get(ctx(t), tok.Name, metav1.GetOptions{}); err != nil || current.Status.UsedAt != nil {
+		t.Fatalf("a refused enrollment used the token up: %v %+v", err, current.Status)
+	}
+	agentConfig := enrollAgent(t, s, "weakling", tok.Spec, t.TempDir())
+	for what, key := range weak {
+		r := do(t, agentConfig, "POST", "/apis/nodus.dev/v1/nodes/weakling/renew", "application/json", strings.NewReader(request(key)))
+		if r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "key") {
+			t.Errorf("renewing with %s: %d %s", what, r.code, r.body)
+		}
+	}
+	p384, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, agentConfig, "POST", "/apis/nodus.dev/v1/nodes/weakling/renew", "application/json", strings.NewReader(request(p384))); r.code != http.StatusOK {
+		t.Errorf("renewing with a P-384 key: %d %s", r.code, r.body)
+	}
 }
