@@ -3,6 +3,7 @@ package ironic
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -32,13 +33,24 @@ type allocationRequest struct {
 	CandidateNodes []string               `json:"candidate_nodes"`
 	Extra          map[string]interface{} `json:"extra"`
 	Node           *string                `json:"node"`
-	Owner          *string                `json:"owner"`
+	// Owner is raw: Ironic refuses the key itself below 1.60, even as null.
+	Owner json.RawMessage `json:"owner"`
 }
 
 func (c *call) createAllocation() error {
 	var body allocationRequest
 	if err := c.decode(&body); err != nil {
 		return err
+	}
+	if body.Owner != nil && !c.v.atLeast(ownerSince) {
+		exchange.From(c.ctx()).SetFix(fmt.Sprintf("Send %s: %s or later with an owner, or leave owner out.", headerVersion, ownerSince))
+		return errorf(http.StatusNotAcceptable, "owner needs API version %s or later", ownerSince)
+	}
+	var owner *string
+	if body.Owner != nil {
+		if err := json.Unmarshal(body.Owner, &owner); err != nil {
+			return errorf(http.StatusBadRequest, "Invalid request body: owner must be a string or null")
+		}
 	}
 	ctx := c.ctx()
 	if uuid := deref(body.UUID); uuid != "" {
@@ -58,8 +70,6 @@ func (c *call) createAllocation() error {
 		return errorf(http.StatusBadRequest, "Cannot create allocation with invalid name '%s'", name)
 	case body.Node != nil && !c.v.atLeast(backfillSince):
 		return errorf(http.StatusBadRequest, "node (backfilling) needs API version %s or later", backfillSince)
-	case body.Owner != nil && !c.v.atLeast(ownerSince):
-		return errorf(http.StatusBadRequest, "owner needs API version %s or later", ownerSince)
 	case deref(body.ResourceClass) == "" && deref(body.Node) == "":
 		return errorf(http.StatusBadRequest, "resource_class is required unless node is given")
 	}
@@ -69,7 +79,7 @@ func (c *call) createAllocation() error {
 	}
 	a := &nodusv1.Allocation{Spec: nodusv1.AllocationSpec{
 		IronicName: name, ResourceClass: deref(body.ResourceClass), Traits: body.Traits, CandidateNodes: body.CandidateNodes,
-		Extra: extra, Owner: deref(body.Owner),
+		Extra: extra, Owner: deref(owner),
 	}}
 	if body.Node != nil {
 		n, err := c.findNamedNode(*body.Node, "Node %s could not be found")
