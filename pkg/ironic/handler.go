@@ -96,6 +96,11 @@ func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
 		if ae.code == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", strings.Join(ae.allow, ", "))
 		}
+		// Ironic's 406 is a microversion's, not a media type's (the
+		// registered NotAcceptable fix).
+		if ex := exchange.From(req.Context()); ae.code == http.StatusNotAcceptable && ex.Fix() == "" {
+			ex.SetFix(fmt.Sprintf("What the message names needs a later microversion: send %s: %s (or latest), or leave it out.", headerVersion, maxVersion))
+		}
 		http.Error(w, ae.msg, ae.code)
 	case errors.As(err, &status):
 		s := status.Status()
@@ -165,13 +170,19 @@ func (c *call) route() error {
 }
 
 func (c *call) routeNodes(method string, rest []string) error {
-	if len(rest) == 2 {
-		// As Ironic's node _lookup, before any subresource: the node must
-		// be named by a UUID or a logical name.
-		if _, isUUID := canonicalUUID(rest[0]); !isUUID && !isValidLogicalName(rest[0]) {
-			exchange.From(c.ctx()).SetFix("Name the node by its UUID or its name (A-Z a-z 0-9 - . _ ~): `openstack baremetal node list` shows both.")
-			return errorf(http.StatusBadRequest, "Expected UUID or name for node: %s", rest[0])
-		}
+	// As Ironic's node controller, before anything is looked up: the node
+	// must be named by a UUID or a logical name (its _lookup checks the
+	// ident of a subresource, get_one and patch their node_ident).
+	argument := ""
+	switch {
+	case len(rest) == 2:
+		argument = "node"
+	case len(rest) == 1 && rest[0] != "detail" && (method == http.MethodGet || method == http.MethodPatch):
+		argument = "node_ident"
+	}
+	if argument != "" && !isValidLogicalName(rest[0]) && !isUUIDLike(rest[0]) {
+		exchange.From(c.ctx()).SetFix("Name the node by its UUID or its name (A-Z a-z 0-9 - . _ ~): `openstack baremetal node list` shows both.")
+		return errorf(http.StatusBadRequest, "Expected UUID or name for %s: %s", argument, rest[0])
 	}
 	switch {
 	case len(rest) == 0 && method == http.MethodGet:
@@ -297,6 +308,10 @@ func (c *call) listAllocationsWith(opts *metainternalversion.ListOptions) ([]nod
 // findNode resolves a node by UUID or name, with a consistent read.
 func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 	uid, isUUID := canonicalUUID(ident)
+	if !isUUID && !c.v.atLeast(nodeNamesSince) {
+		// As Ironic's get_rpc_node: before 1.5 a node has no name to be found by.
+		return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+	}
 	if !isUUID {
 		obj, err := c.h.Nodes.Get(c.ctx(), ident, &metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {

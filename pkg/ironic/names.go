@@ -26,3 +26,6 @@ func canonicalUUID(s string) (string, bool) {
 	}
 	return hex[:8] + "-" + hex[8:12] + "-" + hex[12:16] + "-" + hex[16:20] + "-" + hex[20:], true
 }
+
+// isUUIDLike is Ironic's uuidutils.is_uuid_like.
+func isUUIDLike(s string) bool { _, ok := canonicalUUID(s); return ok }

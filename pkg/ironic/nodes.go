@@ -103,14 +103,15 @@ func (c *call) showNode(ident string) error {
 	if err != nil {
 		return err
 	}
+	// As Ironic's get_one: the node is looked up before the fields are checked.
+	n, err := c.findNode(ident)
+	if err != nil {
+		return err
+	}
 	if len(p.fields) > 0 && !c.v.atLeast(fieldsSince) {
 		return errorf(http.StatusNotAcceptable, "The fields parameter needs API version %s or later; this request is at %s", fieldsSince, c.v)
 	}
 	if err := checkFields(p.fields, ironicNodeFields, nodeFieldSince, c.v); err != nil {
-		return err
-	}
-	n, err := c.findNode(ident)
-	if err != nil {
 		return err
 	}
 	view, err := c.nodeView(n)

@@ -21,6 +21,7 @@ var (
 	// PATCH (1.57), backfill (1.58) and allocation owner (1.60).
 	maxVersion = version{60}
 
+	nodeNamesSince   = version{5}
 	fieldsSince      = version{8}
 	allocationsSince = version{52}
 	patchAllocSince  = version{57}

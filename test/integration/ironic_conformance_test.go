@@ -92,8 +92,13 @@ func TestIronicFieldsByMicroversion(t *testing.T) {
 	f := newFleet(t, s)
 	readyNodes(t, f, "fv-0")
 	op := tokenFor(t, s, "ops", "nodus:operators")
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "fv-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	show := func(version, query string) (int, map[string]interface{}) {
-		r := do(t, op, "GET", "/v1/nodes/fv-0"+query, "", nil, "X-OpenStack-Ironic-API-Version", version)
+		// By UUID: below 1.5 a node has no name to be found by.
+		r := do(t, op, "GET", "/v1/nodes/"+string(n.UID)+query, "", nil, "X-OpenStack-Ironic-API-Version", version)
 		var node map[string]interface{}
 		_ = json.Unmarshal(r.body, &node)
 		return r.code, node
@@ -378,6 +383,52 @@ func TestIronicNodeAllocationOfUnknownNode(t *testing.T) {
 	}
 	if msg := ironicFault(t, call("GET", "/v1/nodes/bad%20name/allocation"), http.StatusBadRequest); msg != "Expected UUID or name for node: bad name" {
 		t.Errorf("a node ident that is no name: %q", msg)
+	}
+}
+
+// TestIronicNodeIdentsAsIronicChecksThem: as Ironic's node controller, an
+// ident that is neither a UUID nor a logical name is a 400 before anything
+// is looked up; a node is looked up before the fields asked for are checked
+// (an unknown node is a 404 whatever the fields); and below 1.5, which has
+// no node names, a name finds nothing while the UUID does.
+func TestIronicNodeIdentsAsIronicChecksThem(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "named")
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "named", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	call := func(method, path, version string) response {
+		var body io.Reader
+		if method == "PATCH" {
+			body = strings.NewReader(`[{"op":"add","path":"/extra/k","value":"v"}]`)
+		}
+		return do(t, op, method, path, "application/json", body, "X-OpenStack-Ironic-API-Version", version)
+	}
+	for _, method := range []string{"GET", "PATCH"} {
+		if msg := ironicFault(t, call(method, "/v1/nodes/bad%20name", "1.60"), http.StatusBadRequest); msg != "Expected UUID or name for node_ident: bad name" {
+			t.Errorf("%s a node ident that is no name: %q", method, msg)
+		}
+	}
+	if msg := ironicFault(t, call("GET", "/v1/nodes/no-such-node?fields=owner", "1.49"), http.StatusNotFound); msg != "Node no-such-node could not be found." {
+		t.Errorf("an unknown node with a field of a later version: %q", msg)
+	}
+	later := call("GET", "/v1/nodes/named?fields=owner", "1.49")
+	var fix struct{ Fix string }
+	if msg := ironicFault(t, later, http.StatusNotAcceptable); msg == "" || json.Unmarshal(later.body, &fix) != nil ||
+		!strings.Contains(fix.Fix, "X-OpenStack-Ironic-API-Version: 1.60") {
+		t.Errorf("a field of a later version: %q, fix %q (want the microversion to send)", msg, fix.Fix)
+	}
+	if msg := ironicFault(t, call("GET", "/v1/nodes/named", "1.4"), http.StatusNotFound); msg != "Node named could not be found." {
+		t.Errorf("a node name below 1.5: %q", msg)
+	}
+	if r := call("GET", "/v1/nodes/"+string(n.UID), "1.4"); r.code != http.StatusOK {
+		t.Errorf("a node UUID below 1.5: %d %s", r.code, r.body)
+	}
+	if r := call("GET", "/v1/nodes/named", "1.5"); r.code != http.StatusOK {
+		t.Errorf("a node name at 1.5: %d %s", r.code, r.body)
 	}
 }
 
