@@ -411,7 +411,7 @@ func TestDeleteAllocationOfActiveNode(t *testing.T) {
 	}
 	k8s := do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/allocations/busy", "", nil)
 	expectReason(t, k8s, http.StatusConflict, "NodeActive")
-	if r := do(t, op, "PUT", "/v1/nodes/busy/maintenance", "application/json", strings.NewReader(`{"reason":"rma"}`)); r.code != http.StatusAccepted {
+	if r := do(t, op, "PUT", "/v1/nodes/busy/maintenance", "application/json", strings.NewReader(`{"reason":"rma"}`), "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusAccepted {
 		t.Fatalf("maintenance: %d %s", r.code, r.body)
 	}
 	if r := do(t, op, "DELETE", "/v1/nodes/busy/allocation", "", nil, "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusNoContent {
