@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -8,6 +9,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -56,5 +60,82 @@ func TestANamespacesWatchListEndsItsInitialEvents(t *testing.T) {
 		case <-timeout:
 			t.Fatalf("no bookmark ended the initial events (%v) within 15 s", initial)
 		}
+	}
+}
+
+// TestAMemberRemovedSeesItsNamespaceDeleted: a member's namespaces are its
+// projects; removed from one while it keeps another (so its watch stays
+// authorized), its watch says DELETED (kubectl get ns -w, an informer's
+// cache), also a watch that starts from a list made before the removal;
+// added again, ADDED. A change to a project it never belonged to reaches it
+// in no form: not even the name.
+func TestAMemberRemovedSeesItsNamespaceDeleted(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	projects := s.Client.NodusV1().Projects()
+	members := func(project string, change func([]nodusv1.ProjectMember) []nodusv1.ProjectMember) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := projects.Get(ctx(t), project, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.Members = change(p.Spec.Members)
+			_, err = projects.Update(ctx(t), p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := projects.Create(ctx(t), &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "secret-plans"},
+		Spec: nodusv1.ProjectSpec{Members: []nodusv1.ProjectMember{{Name: "oscar", Role: nodusv1.ProjectRoleAdmin}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mary := nodusv1.ProjectMember{Name: "mary", Role: nodusv1.ProjectRoleViewer}
+	members("other", func(m []nodusv1.ProjectMember) []nodusv1.ProjectMember { return append(m, mary) })
+
+	client := kubernetes.NewForConfigOrDie(tokenFor(t, s, "mary"))
+	list, err := client.CoreV1().Namespaces().List(ctx(t), metav1.ListOptions{})
+	if err != nil || len(list.Items) != 2 {
+		t.Fatalf("mary's namespaces: %v %+v", err, list)
+	}
+	watchFrom := func() watch.Interface {
+		w, err := client.CoreV1().Namespaces().Watch(ctx(t), metav1.ListOptions{ResourceVersion: list.ResourceVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(w.Stop)
+		return w
+	}
+	next := func(w watch.Interface, want watch.EventType) {
+		t.Helper()
+		select {
+		case e := <-w.ResultChan():
+			ns, ok := e.Object.(*corev1.Namespace)
+			if !ok || e.Type != want || ns.Name != "acme" {
+				t.Fatalf("got a %s event of %+v, want %s of namespace acme", e.Type, e.Object, want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("no %s event of acme within 15 s", want)
+		}
+	}
+	w := watchFrom()
+	members("secret-plans", func(m []nodusv1.ProjectMember) []nodusv1.ProjectMember {
+		return append(m, nodusv1.ProjectMember{Name: "someone", Role: nodusv1.ProjectRoleViewer})
+	})
+	members("acme", func(m []nodusv1.ProjectMember) []nodusv1.ProjectMember {
+		return slices.DeleteFunc(m, func(p nodusv1.ProjectMember) bool { return p.Name == "mary" })
+	})
+	next(w, watch.Deleted)
+	// From the same list: the removal happened after it.
+	replayed := watchFrom()
+	next(replayed, watch.Deleted)
+	members("acme", func(m []nodusv1.ProjectMember) []nodusv1.ProjectMember { return append(m, mary) })
+	next(w, watch.Added)
+	next(replayed, watch.Added)
+	select {
+	case e := <-w.ResultChan():
+		t.Errorf("an event mary should not see: %s %+v", e.Type, e.Object)
+	case <-time.After(time.Second):
 	}
 }

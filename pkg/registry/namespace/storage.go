@@ -80,17 +80,29 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	return list, nil
 }
 
+// Watch projects the projects' watch. For a non-operator it keeps which
+// namespaces it has shown the watcher: a project it is removed from is
+// then DELETED (and one it is added to ADDED), as the namespace left (or
+// entered) its list; a project it was never shown passes in no form, not
+// even its name.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	visible, all := visibleTo(ctx)
+	shown := map[string]bool{}
+	if !all {
+		var err error
+		if shown, err = r.shownAtStart(ctx, options, visible); err != nil {
+			return nil, err
+		}
+	}
 	w, err := r.projects.Watch(ctx, options)
 	if err != nil {
 		return nil, err
 	}
-	visible, _ := visibleTo(ctx)
 	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
-		p, ok := in.Object.(*nodusv1.Project)
+		p, ok := projectOf(in.Object)
 		if !ok {
-			// Errors and the like pass unchanged.
-			return in, true
+			// An error passes; nothing else but projects may.
+			return in, in.Type == watch.Error
 		}
 		if in.Type == watch.Bookmark {
 			// A bookmark is a resourceVersion and its annotations, among
@@ -99,11 +111,59 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 			return watch.Event{Type: watch.Bookmark, Object: &corev1.Namespace{TypeMeta: namespaceType,
 				ObjectMeta: metav1.ObjectMeta{ResourceVersion: p.ResourceVersion, Annotations: p.Annotations}}}, true
 		}
-		if !visible(p) {
-			return in, false
+		if all {
+			return watch.Event{Type: in.Type, Object: toNamespace(p)}, true
 		}
-		return watch.Event{Type: in.Type, Object: toNamespace(p)}, true
+		was := shown[p.Name]
+		switch {
+		case in.Type == watch.Deleted:
+			delete(shown, p.Name)
+			return watch.Event{Type: watch.Deleted, Object: toNamespace(p)}, was
+		case visible(p):
+			shown[p.Name] = true
+			if !was {
+				return watch.Event{Type: watch.Added, Object: toNamespace(p)}, true
+			}
+			return watch.Event{Type: in.Type, Object: toNamespace(p)}, true
+		case was:
+			delete(shown, p.Name)
+			return watch.Event{Type: watch.Deleted, Object: toNamespace(p)}, true
+		}
+		return in, false
 	}), nil
+}
+
+// shownAtStart is what the watcher was shown before its watch starts: its
+// namespaces at the resourceVersion the watch starts from (read from etcd,
+// as of then), or none when the watch itself starts with them.
+func (r *REST) shownAtStart(ctx context.Context, options *metainternalversion.ListOptions, visible func(*nodusv1.Project) bool) (map[string]bool, error) {
+	shown := map[string]bool{}
+	if options == nil || options.ResourceVersion == "" || options.ResourceVersion == "0" ||
+		(options.SendInitialEvents != nil && *options.SendInitialEvents) {
+		return shown, nil
+	}
+	obj, err := r.projects.List(ctx, &metainternalversion.ListOptions{ResourceVersion: options.ResourceVersion,
+		ResourceVersionMatch: metav1.ResourceVersionMatchExact})
+	if err != nil {
+		return nil, err
+	}
+	list := obj.(*nodusv1.ProjectList)
+	for i := range list.Items {
+		if visible(&list.Items[i]) {
+			shown[list.Items[i].Name] = true
+		}
+	}
+	return shown, nil
+}
+
+// projectOf is the project an event carries, also inside the watch
+// cache's wrapper that shares its serializations between watchers.
+func projectOf(obj runtime.Object) (*nodusv1.Project, bool) {
+	if cached, ok := obj.(runtime.CacheableObject); ok {
+		obj = cached.GetObject()
+	}
+	p, ok := obj.(*nodusv1.Project)
+	return p, ok
 }
 
 func (r *REST) ConvertToTable(ctx context.Context, object runtime.Object, tableOptions runtime.Object) (*metav1.Table, error) {
