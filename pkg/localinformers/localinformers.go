@@ -15,7 +15,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"sync"
 	"time"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -30,6 +29,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions/internalinterfaces"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions/nodus"
+	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
 
 // Source lists and watches one resource in every namespace: a registry
@@ -102,46 +102,8 @@ func ListerWatcher(source Source) cache.ListerWatcher {
 			if err != nil {
 				return nil, err
 			}
-			return ownObjects(w), nil
+			return watchfilter.Filter(w, func(e watch.Event) (watch.Event, bool) { return unwrapped(e), true }), nil
 		},
-	}
-}
-
-// ownedWatch passes on source's events with their objects unwrapped.
-type ownedWatch struct {
-	source watch.Interface
-	result chan watch.Event
-	stop   chan struct{}
-	once   sync.Once
-}
-
-// ownObjects starts passing source's events on. Unlike watch.Filter, it
-// stops even while an event waits for a reader: a reflector stops its watch
-// and reads no more, and an informer's shutdown would leave the goroutine
-// behind.
-func ownObjects(source watch.Interface) watch.Interface {
-	w := &ownedWatch{source: source, result: make(chan watch.Event), stop: make(chan struct{})}
-	go w.pass()
-	return w
-}
-
-func (w *ownedWatch) ResultChan() <-chan watch.Event { return w.result }
-
-func (w *ownedWatch) Stop() {
-	w.once.Do(func() {
-		close(w.stop)
-		w.source.Stop()
-	})
-}
-
-func (w *ownedWatch) pass() {
-	defer close(w.result)
-	for event := range w.source.ResultChan() {
-		select {
-		case w.result <- unwrapped(event):
-		case <-w.stop:
-			return
-		}
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
+	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
 
 // REST is the namespaces storage.
@@ -98,7 +99,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 	if err != nil {
 		return nil, err
 	}
-	return watch.Filter(w, func(in watch.Event) (watch.Event, bool) {
+	return watchfilter.Filter(w, func(in watch.Event) (watch.Event, bool) {
 		p, ok := projectOf(in.Object)
 		if !ok {
 			// An error passes; nothing else but projects may.
