@@ -44,46 +44,64 @@ func removeKeys(uid int) (int, error) {
 	return r.removed, r.err
 }
 
-// removeOwnKeys empties the calling thread's user keyring, user session
-// keyring (but for its link to the user keyring) and persistent keyring.
+// removeOwnKeys empties the calling thread's persistent keyring, user
+// keyring and user session keyring (but for its link to the user keyring).
+//
+// It makes no key the uid's quota is charged for: a tenant may have used
+// all of it. The persistent keyring comes first, linked into the thread's
+// own keyring (which the kernel makes beyond the quota, and which ends
+// with the thread); a user or user session keyring that cannot be made is
+// one the uid never had: a keyring that exists is found without a key made.
 func removeOwnKeys() (int, error) {
-	user, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_KEYRING, true)
-	if errors.Is(err, unix.ENOSYS) {
-		return 0, nil // no keyrings in this kernel: nothing kept
-	}
-	if err != nil {
-		return 0, fmt.Errorf("finding the user keyring: %w", err)
-	}
-	userSession, err := unix.KeyctlGetKeyringID(unix.KEY_SPEC_USER_SESSION_KEYRING, true)
-	if err != nil {
-		return 0, fmt.Errorf("finding the user session keyring: %w", err)
-	}
 	removed := 0
+	persistent, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_THREAD_KEYRING, 0, 0)
+	switch {
+	case errors.Is(err, unix.ENOSYS):
+		return 0, nil // no keyrings in this kernel: nothing kept
+	case errors.Is(err, unix.EOPNOTSUPP):
+		// no persistent keyrings in this kernel
+	case err != nil:
+		return 0, fmt.Errorf("finding the persistent keyring: %w", err)
+	default:
+		n, err := unlinkAll(persistent, 0)
+		removed += n
+		if err != nil {
+			return removed, fmt.Errorf("emptying the persistent keyring: %w", err)
+		}
+	}
+	user, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING)
+	if err != nil {
+		return removed, fmt.Errorf("finding the user keyring: %w", err)
+	}
+	userSession, err := existingKeyring(unix.KEY_SPEC_USER_SESSION_KEYRING)
+	if err != nil {
+		return removed, fmt.Errorf("finding the user session keyring: %w", err)
+	}
 	for _, ring := range []struct {
-		name string
-		id   int
-		keep int
+		name     string
+		id, keep int
 	}{{"user", user, 0}, {"user session", userSession, user}} {
+		if ring.id == 0 {
+			continue
+		}
 		n, err := unlinkAll(ring.id, ring.keep)
 		removed += n
 		if err != nil {
 			return removed, fmt.Errorf("emptying the %s keyring: %w", ring.name, err)
 		}
 	}
-	// Linked into this thread's own keyring, which ends with the thread.
-	persistent, err := unix.KeyctlInt(unix.KEYCTL_GET_PERSISTENT, -1, unix.KEY_SPEC_THREAD_KEYRING, 0, 0)
-	if errors.Is(err, unix.EOPNOTSUPP) {
-		return removed, nil // no persistent keyrings in this kernel
-	}
-	if err != nil {
-		return removed, fmt.Errorf("finding the persistent keyring: %w", err)
-	}
-	n, err := unlinkAll(persistent, 0)
-	removed += n
-	if err != nil {
-		return removed, fmt.Errorf("emptying the persistent keyring: %w", err)
-	}
 	return removed, nil
+}
+
+// existingKeyring is the id of the special keyring, or 0 when the uid has
+// none and none can be made for it (its key quota is full: so it had none,
+// and nothing in it to remove).
+func existingKeyring(special int) (int, error) {
+	id, err := unix.KeyctlGetKeyringID(special, true)
+	if errors.Is(err, unix.ENOKEY) || errors.Is(err, unix.EDQUOT) {
+		return 0, nil
+	}
+	return id, err
 }
 
 // unlinkAll unlinks every key of keyring ring but keep (0: none), and
