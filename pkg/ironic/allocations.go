@@ -20,7 +20,9 @@ import (
 )
 
 var (
-	allocationSortKeys = []string{"uuid", "name", "created_at", "state", "resource_class", "owner"}
+	// allocationSortKeys are the columns of Ironic's allocation table an
+	// allocation shows with a text value (Ironic refuses its JSON columns).
+	allocationSortKeys = []string{"uuid", "name", "created_at", "updated_at", "state", "last_error", "resource_class", "owner"}
 	allocationFields   = keysOf(allocationView("", &nodusv1.Allocation{}, ""))
 )
 

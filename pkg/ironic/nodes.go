@@ -18,7 +18,11 @@ import (
 	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
-var nodeSortKeys = []string{"uuid", "name", "created_at", "provision_state", "resource_class", "maintenance", "owner"}
+// nodeSortKeys are the columns of Ironic's node table a node shows with a
+// text or boolean value (Ironic refuses its JSON columns; updated_at and
+// power_state, always null here, leave the order to the UUID).
+var nodeSortKeys = []string{"uuid", "name", "created_at", "updated_at", "provision_state", "power_state", "resource_class",
+	"maintenance", "maintenance_reason", "instance_uuid", "driver", "conductor_group", "owner"}
 
 func (c *call) listNodes(detail bool) error {
 	q := c.req.URL.Query()

@@ -667,3 +667,35 @@ func TestIronicAllocationOwnerIsAskedForFrom160(t *testing.T) {
 		}
 	}
 }
+
+// TestIronicSortsByItsColumns: Ironic sorts by any column of its table but
+// the few it lists as invalid (JSON ones: extra, traits, properties, …);
+// clients sort by updated_at, power_state or driver as readily as by name.
+// Those Nodus shows sort too (their null sorts first, then the UUID
+// decides); the JSON ones stay a 400, as Ironic's.
+func TestIronicSortsByItsColumns(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "sort-0", "sort-1")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	if r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"resource_class":"gpu-h100x8"}`),
+		"X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	list := func(path string) response {
+		return do(t, op, "GET", path, "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	for _, key := range []string{"updated_at", "power_state", "instance_uuid", "driver", "maintenance_reason", "conductor_group"} {
+		if r := list("/v1/nodes?sort_key=" + key); r.code != http.StatusOK || strings.Count(string(r.body), `"uuid"`) != 2 {
+			t.Errorf("nodes by %s: %d %s", key, r.code, r.body)
+		}
+	}
+	for _, key := range []string{"updated_at", "last_error"} {
+		if r := list("/v1/allocations?sort_key=" + key); r.code != http.StatusOK || strings.Count(string(r.body), `"uuid"`) != 1 {
+			t.Errorf("allocations by %s: %d %s", key, r.code, r.body)
+		}
+	}
+	for _, path := range []string{"/v1/nodes?sort_key=properties", "/v1/nodes?sort_key=extra", "/v1/allocations?sort_key=candidate_nodes"} {
+		ironicFault(t, list(path), http.StatusBadRequest)
+	}
+}
