@@ -27,6 +27,29 @@ func TestReleaseCapacity(t *testing.T) {
 		return f.host(t, name, now.Add(-time.Hour), now.Add(720*time.Hour))
 	}
 
+	// A client's User-Agent names the release's manager when it sends no
+	// fieldManager. One with a control character is kept as Kubernetes
+	// keeps it (without the character): a manager name Kubernetes refuses
+	// would fail every write of the host, and the handover after it.
+	t.Run("a user agent with a control character", func(t *testing.T) {
+		term("h-agent")
+		r := f.release(t, f.admin, "h-agent", agreed, "", "User-Agent", "evil\tclient\u200b/1.0")
+		if r.code != http.StatusOK {
+			t.Fatalf("got %d: %s", r.code, r.body)
+		}
+		f.waitHost(t, "h-agent", func(h *nodusv1.ReservedHost) bool {
+			for _, m := range h.ManagedFields {
+				if m.Subresource == "release-capacity" {
+					if m.Manager != "evilclient" {
+						t.Fatalf("the release's manager is %q, want evilclient", m.Manager)
+					}
+					return h.Status.Release != nil
+				}
+			}
+			return false
+		})
+	})
+
 	t.Run("success", func(t *testing.T) {
 		before := term("h-ok")
 		r := f.release(t, f.admin, "h-ok", agreed, "fieldManager=nodus-cli")

@@ -7,6 +7,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apivalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/allocation"
@@ -160,8 +161,10 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	}
 	host.Labels[LabelReservation] = r.Name
 	reservedhost.ApplyReservation(host, r)
-	if m := r.Status.ReleaseFieldManager; m != "" && r.Status.Release != nil {
-		// The release request's fieldManager, as the spec wants it on the host.
+	// The release request's fieldManager, as the spec wants it on the host;
+	// one Kubernetes refuses (stored before the release endpoint cleaned
+	// user agents) would fail every write of the host, so it is left out.
+	if m := r.Status.ReleaseFieldManager; m != "" && r.Status.Release != nil && len(apivalidation.ValidateFieldManager(m, nil)) == 0 {
 		reservedhost.RecordRelease(host, m, r.Status.Release.RequestedAt)
 	}
 	if host.Status.Reservation.LoginUser == "" {

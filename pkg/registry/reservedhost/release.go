@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apivalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 	"k8s.io/apimachinery/pkg/runtime"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -190,19 +193,30 @@ func RecordRelease(h *nodusv1.ReservedHost, manager string, at metav1.Time) bool
 	return true
 }
 
-// managerName is the fieldManager, or, as Kubernetes does, the client's
-// user agent up to its first '/'.
+// managerName is the fieldManager (which the library validated), or, as
+// Kubernetes makes it, the client's user agent up to its first '/', its
+// printable characters only, within a manager name's length. A manager
+// name Kubernetes refuses would fail every later write of the host, the
+// handover after the release with it.
 func managerName(fieldManager, userAgent string) string {
 	if fieldManager != "" {
 		return fieldManager
 	}
-	if name, _, _ := strings.Cut(userAgent, "/"); name != "" {
-		if len(name) > 128 {
-			name = name[:128]
+	prefix, _, _ := strings.Cut(userAgent, "/")
+	var name strings.Builder
+	for _, r := range prefix {
+		if !unicode.IsPrint(r) {
+			continue
 		}
-		return name
+		if name.Len()+utf8.RuneLen(r) > apivalidation.FieldManagerMaxLength {
+			break
+		}
+		name.WriteRune(r)
 	}
-	return "unknown"
+	if name.Len() == 0 {
+		return "unknown"
+	}
+	return name.String()
 }
 
 func (r *ReleaseREST) now() time.Time {
