@@ -4,7 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"runtime"
+	"strconv"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,11 +73,12 @@ func removeOwnKeys() (int, error) {
 			return removed, fmt.Errorf("emptying the persistent keyring: %w", err)
 		}
 	}
-	user, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING)
+	uid := unix.Getuid() // this thread's
+	user, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING, fmt.Sprintf("_uid.%d", uid))
 	if err != nil {
 		return removed, fmt.Errorf("finding the user keyring: %w", err)
 	}
-	userSession, err := existingKeyring(unix.KEY_SPEC_USER_SESSION_KEYRING)
+	userSession, err := existingKeyring(unix.KEY_SPEC_USER_SESSION_KEYRING, fmt.Sprintf("_uid_ses.%d", uid))
 	if err != nil {
 		return removed, fmt.Errorf("finding the user session keyring: %w", err)
 	}
@@ -93,15 +98,44 @@ func removeOwnKeys() (int, error) {
 	return removed, nil
 }
 
-// existingKeyring is the id of the special keyring, or 0 when the uid has
-// none and none can be made for it (its key quota is full: so it had none,
-// and nothing in it to remove).
-func existingKeyring(special int) (int, error) {
+// existingKeyring is the id of the special keyring, named description. The
+// kernel finds it (or makes it) only while the user keyring is searchable:
+// a tenant may have taken every permission on that away (keyctl setperm @u
+// 0), and the user session keyring is then found in /proc/keys (what this
+// thread may view). 0: the uid has none, and none can be made for it (its
+// key quota is full: so it had none, and nothing in it to remove).
+func existingKeyring(special int, description string) (int, error) {
 	id, err := unix.KeyctlGetKeyringID(special, true)
-	if errors.Is(err, unix.ENOKEY) || errors.Is(err, unix.EDQUOT) {
+	if !errors.Is(err, unix.ENOKEY) && !errors.Is(err, unix.EDQUOT) && !errors.Is(err, unix.EACCES) {
+		return id, err
+	}
+	return listedKeyring(description)
+}
+
+// listedKeyring finds the keyring named description, of this thread's uid,
+// in /proc/keys; 0 when it lists none.
+func listedKeyring(description string) (int, error) {
+	data, err := os.ReadFile("/proc/keys")
+	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
-	return id, err
+	if err != nil {
+		return 0, err
+	}
+	uid := strconv.Itoa(unix.Getuid())
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID FLAGS USAGE EXPIRY PERM UID GID TYPE DESCRIPTION: SUMMARY
+		f := strings.Fields(line)
+		if len(f) < 9 || f[5] != uid || f[7] != "keyring" || f[8] != description+":" {
+			continue
+		}
+		id, err := strconv.ParseInt(f[0], 16, 32)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/keys lists key %q", f[0])
+		}
+		return int(id), nil
+	}
+	return 0, nil
 }
 
 // unlinkAll unlinks every key of keyring ring but keep (0: none), and
@@ -109,6 +143,11 @@ func existingKeyring(special int) (int, error) {
 // keyring links any more is destroyed by the kernel.
 func unlinkAll(ring, keep int) (int, error) {
 	ids, err := keyringContents(ring)
+	if errors.Is(err, unix.EACCES) {
+		// Locked by the tenant against its own uid: the next tenant, the
+		// same uid, cannot reach anything through it either.
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -38,20 +38,12 @@ func TestACleaningEmptiesTheKeyringsThatOutliveTheTenant(t *testing.T) {
 			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
 		}
 	}
-	s := newScratch(t)
-	s.cleaner.Paths.KernelKeyrings = true
+	s := keyringScratch(t, 0)
 	const plant = `keyctl add user nodus-test-user tenant-secret @u >/dev/null
 keyctl add user nodus-test-user-session tenant-secret @us >/dev/null
 nested=$(keyctl newring nodus-test-nested @u)
 keyctl add user nodus-test-in-nested tenant-secret "$nested" >/dev/null
 keyctl add user nodus-test-persistent tenant-secret "$(keyctl get_persistent @s)" >/dev/null`
-	if out, err := keyctlAs(s.uid, "keyctl describe @u"); err != nil {
-		t.Skipf("this kernel keeps no keyrings (no CONFIG_KEYS, or a seccomp filter): %v: %s", err, out)
-	}
-	// What an earlier run left, so that the count below is this run's.
-	if out, err := keyctlAs(s.uid, `keyctl clear @u; keyctl clear "$(keyctl get_persistent @s)"; keyctl clear @us; keyctl link @u @us`); err != nil {
-		t.Fatalf("emptying the tenant's keyrings before the test: %v: %s", err, out)
-	}
 	if out, err := keyctlAs(s.uid, plant); err != nil {
 		t.Fatalf("planting the tenant's keys: %v: %s", err, out)
 	}
@@ -106,32 +98,19 @@ func TestATenantsFullKeyQuotaDoesNotStopTheCleaning(t *testing.T) {
 			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
 		}
 	}
-	// A uid new to the kernel has no user keyring yet, and with its quota
-	// full none can be made for it.
-	fresh := 300000 + os.Getpid()%100000
-	for _, tc := range []struct{ keyring, fill string }{
+	for i, tc := range []struct{ keyring, fill string }{
 		{"persistent, of a uid that never had a user keyring", `keyctl session - /bin/sh -c 'p=$(keyctl get_persistent @s); while keyctl add user k$((i=i+1)) v "$p" >/dev/null 2>&1; do :; done'`},
 		{"persistent", `p=$(keyctl get_persistent @us); while keyctl add user k$((i=i+1)) v "$p" >/dev/null 2>&1; do :; done`},
 		{"user", `while keyctl add user k$((i=i+1)) v @u >/dev/null 2>&1; do :; done`},
 	} {
 		t.Run(tc.keyring, func(t *testing.T) {
-			s := newScratch(t)
-			s.cleaner.Paths.KernelKeyrings = true
-			if strings.Contains(tc.keyring, "never") {
-				s.uid = fresh
-				home := s.home
-				s.cleaner.Lookup = func(name string) (*user.User, error) {
-					return &user.User{Username: name, Uid: strconv.Itoa(fresh), Gid: strconv.Itoa(fresh), HomeDir: home}, nil
-				}
-			} else {
+			// A uid new to the kernel has no user keyring yet, and with its
+			// quota full none can be made for it.
+			s := keyringScratch(t, 10+i)
+			if !strings.Contains(tc.keyring, "never") {
 				if out, err := keyctlAs(s.uid, "keyctl describe @u"); err != nil {
-					t.Skipf("this kernel keeps no keyrings (no CONFIG_KEYS, or a seccomp filter): %v: %s", err, out)
+					t.Fatalf("making the user keyring: %v: %s", err, out)
 				}
-				// What an earlier test left.
-				if r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil); r.Err != nil {
-					t.Fatalf("emptying the keyrings before the test: %v", r.Err)
-				}
-				waitForKeysOf(t, s.uid, 10)
 			}
 			// The tenant's keys, up to its quota.
 			id := strconv.Itoa(s.uid)
@@ -187,4 +166,70 @@ func keysOf(t *testing.T, uid int) int {
 		}
 	}
 	return 0
+}
+
+// keyringScratch is a scratch account of a uid new to this kernel (one per
+// test process and n): the kernel keeps a uid's keyrings as long as it
+// runs, whatever an earlier test did to them. It skips where the kernel
+// keeps none.
+func keyringScratch(t *testing.T, n int) *scratch {
+	t.Helper()
+	s := newScratch(t)
+	s.cleaner.Paths.KernelKeyrings = true
+	s.uid = 300000 + (os.Getpid()%10000)*20 + n
+	uid, home := strconv.Itoa(s.uid), s.home
+	s.cleaner.Lookup = func(name string) (*user.User, error) {
+		if name != "tenant" {
+			return nil, user.UnknownUserError(name)
+		}
+		return &user.User{Username: name, Uid: uid, Gid: uid, HomeDir: home}, nil
+	}
+	if out, err := exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "keyctl", "show", "@s").CombinedOutput(); err != nil {
+		t.Skipf("this kernel keeps no keyrings (no CONFIG_KEYS, or a seccomp filter): %v: %s", err, out)
+	}
+	return s
+}
+
+// TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning: a keyring's owner
+// may take every permission on its user keyring away, its own too
+// (keyctl setperm @u 0; on the persistent keyring it may not):
+// then no process of the uid, the cleaning's nor the next tenant's, can read
+// or search it again. The cleaning does not fail on it (which would hold
+// the node in maintenance for good), and the next tenant finds nothing.
+func TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the tenant's keys are made as another uid (CI runs as root)")
+	}
+	for _, tool := range []string{"setpriv", "keyctl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
+		}
+	}
+	s := keyringScratch(t, 5)
+	const lock = `keyctl add user locked-away tenant-secret @u >/dev/null
+p=$(keyctl get_persistent @s)
+keyctl add user locked-away tenant-secret "$p" >/dev/null
+keyctl add user locked-away tenant-secret @us >/dev/null
+keyctl setperm @u 0`
+	if out, err := keyctlAs(s.uid, lock); err != nil {
+		t.Fatalf("locking the tenant's keyrings: %v: %s", err, out)
+	}
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
+	if r.Err != nil {
+		t.Fatalf("clean after the tenant locked its keyrings: %v (steps %v)", r.Err, r.Steps)
+	}
+	for _, ring := range []string{"@u", "@us", `"$(keyctl get_persistent @s)"`} {
+		if out, err := keyctlAs(s.uid, "keyctl search "+ring+" user locked-away"); err == nil {
+			t.Errorf("the next tenant finds the key in %s: %s", ring, out)
+		}
+	}
+	// Nor by its id (/proc/keys lists what the uid may view), from a
+	// process without a session keyring, which searches the user session
+	// keyring, as a cron job of the next tenant's is.
+	id := strconv.Itoa(s.uid)
+	out, _ := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "/bin/sh", "-c",
+		`for key in $(grep locked-away /proc/keys | cut -d' ' -f1); do keyctl print 0x$key; done`).CombinedOutput()
+	if strings.Contains(string(out), "tenant-secret") {
+		t.Errorf("the next tenant reads a key of the last one by its id: %s", out)
+	}
 }
