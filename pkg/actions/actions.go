@@ -18,6 +18,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
 	"k8s.io/klog/v2"
@@ -49,6 +50,13 @@ type Options struct {
 	BodyLimits map[string]int64
 	// KeysPerCaller bounds each caller's stored answers (0: DefaultKeysPerCaller).
 	KeysPerCaller int
+	// ProjectsOf says whether a caller is a member of the projects its
+	// paths name, whose records are kept (and bounded) per project. Any
+	// other caller (a node's agent, which names the project of any
+	// execution on its host, or an enrollment token) keeps its records
+	// under one prefix, bounded once, whatever projects its paths name.
+	// Nil: every caller is.
+	ProjectsOf func(user.Info) bool
 }
 
 // WithActions wraps handler for the action subresources of opts. It must
@@ -106,18 +114,24 @@ func WithActions(handler http.Handler, store *idempotency.Store, opts Options) h
 		if keysPerCaller <= 0 {
 			keysPerCaller = DefaultKeysPerCaller
 		}
-		serveOnce(w, req, handler, store, info, key, body, keysPerCaller)
+		prefixPath := req.URL.Path
+		if u, ok := request.UserFrom(req.Context()); ok && opts.ProjectsOf != nil && !opts.ProjectsOf(u) {
+			prefixPath = ""
+		}
+		serveOnce(w, req, handler, store, info, key, body, keysPerCaller, prefixPath)
 	})
 }
 
+// serveOnce serves a request with an Idempotency-Key. Its record is kept
+// under the caller's prefix for prefixPath's project (CallerPrefix).
 func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, store *idempotency.Store, info *request.RequestInfo, key string,
-	body []byte, keysPerCaller int) {
+	body []byte, keysPerCaller int, prefixPath string) {
 	ctx := req.Context()
 	user := ""
 	if u, ok := request.UserFrom(ctx); ok {
 		user = u.GetName()
 	}
-	scope := ScopeKey(user, req.Method, req.URL.Path, key)
+	scope := CallerPrefix(user, prefixPath) + digest(user, req.Method, req.URL.Path, key)
 	fingerprint := Fingerprint(req.URL.RawQuery, body)
 
 	// A retry of a kept answer is always served; a new key only while the
@@ -129,7 +143,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		return
 	}
 	if existing == nil {
-		kept, err := store.Count(ctx, CallerPrefix(user, req.URL.Path))
+		kept, err := store.Count(ctx, CallerPrefix(user, prefixPath))
 		if err != nil {
 			writeError(w, apierrors.NewInternalError(err))
 			return

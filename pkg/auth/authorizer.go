@@ -74,8 +74,10 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		return a.agent(ctx, attrs, node, generation)
 	}
 	if slices.Contains(u.GetGroups(), GroupEnrollers) {
+		// Nodes are cluster-scoped: a path that names a namespace is no
+		// node's (and would scope its records to a name of the caller's).
 		if attrs.IsResourceRequest() && attrs.GetAPIGroup() == nodusv1.GroupName && attrs.GetResource() == "nodes" &&
-			attrs.GetSubresource() == "enroll" && attrs.GetVerb() == "create" {
+			attrs.GetNamespace() == "" && attrs.GetSubresource() == "enroll" && attrs.GetVerb() == "create" {
 			return authorizer.DecisionAllow, "enrollment", nil
 		}
 		return authorizer.DecisionDeny, "an enrollment token may only enroll a node", nil
@@ -253,19 +255,20 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		return authorizer.DecisionDeny, "node agents only use nodus.dev", nil
 	}
 	verb, sub := attrs.GetVerb(), attrs.GetSubresource()
+	clusterScoped := attrs.GetNamespace() == ""
 	switch attrs.GetResource() {
 	case "nodes":
-		own := attrs.GetName() == node
+		own := attrs.GetName() == node && clusterScoped
 		switch {
 		case own && sub == "" && verb == "get",
 			own && sub == "status" && (verb == "get" || verb == "update" || verb == "patch"),
 			own && sub == "heartbeat" && verb == "create",
 			own && sub == "renew" && verb == "create",
-			sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "metadata.name", node):
+			sub == "" && (verb == "list" || verb == "watch") && clusterScoped && selects(attrs, "metadata.name", node):
 			return authorizer.DecisionAllow, "own node", nil
 		}
 	case "reservations":
-		if sub == "" && (verb == "list" || verb == "watch") && selects(attrs, "status.node", node) {
+		if sub == "" && (verb == "list" || verb == "watch") && clusterScoped && selects(attrs, "status.node", node) {
 			return authorizer.DecisionAllow, "reservations on own node", nil
 		}
 	case "executions":
@@ -274,7 +277,9 @@ func (a *Authorizer) agent(ctx context.Context, attrs authorizer.Attributes, nod
 		if sub == "" && (verb == "list" || verb == "watch") && attrs.GetNamespace() == "" && selects(attrs, "status.host", lending.HostAlias(n)) {
 			return authorizer.DecisionAllow, "executions on own host", nil
 		}
-		if sub == "report" && verb == "create" {
+		// A project's name: anything else names no execution (and "..",
+		// as a storage key, failed as a 500).
+		if sub == "report" && verb == "create" && len(utilvalidation.IsDNS1123Label(attrs.GetNamespace())) == 0 {
 			return authorizer.DecisionAllow, "reports executions on own host", nil
 		}
 	}

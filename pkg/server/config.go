@@ -7,6 +7,7 @@ import (
 	"maps"
 	"net/http"
 	"os"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
 	"k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -267,7 +269,11 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller}))
+		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
+			ProjectsOf: func(u user.Info) bool {
+				_, _, agent := auth.NodeOf(u)
+				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
+			}}))
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/crypto/ssh"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,6 +21,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -225,6 +227,40 @@ func TestNoCallerCanFillEtcd(t *testing.T) {
 	}
 	if r := do(t, f.viewer, "GET", "/apis/nodus.dev/v1/namespaces/acme/executions", "", nil); r.code != 200 {
 		t.Errorf("others are not held back by one caller's bound: %d", r.code)
+	}
+
+	// 3b. An agent's and an enrollment token's requests name no project of
+	// theirs: under made-up namespaces they are refused, and whatever
+	// namespace they name, a caller keeps 30 answers, not 30 per name.
+	enroller := bearer(s, issueToken(t, s, "", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}).Status.Token)
+	for i := range 40 {
+		key := []string{"Idempotency-Key", fmt.Sprintf("a-%d", i)}
+		for _, r := range []response{
+			do(t, agentCfg, "POST", fmt.Sprintf("/apis/nodus.dev/v1/namespaces/junk-%d/nodes/reporter/heartbeat", i), "application/json", strings.NewReader(`{"agentGeneration":1}`), key...),
+			do(t, enroller, "POST", fmt.Sprintf("/apis/nodus.dev/v1/namespaces/junk-%d/nodes/x/enroll", i), "application/json", strings.NewReader(`{}`), key...),
+		} {
+			if r.code != http.StatusForbidden {
+				t.Fatalf("a node path under namespace junk-%d: %d %s", i, r.code, r.body)
+			}
+		}
+		if r := do(t, agentCfg, "POST", fmt.Sprintf("/apis/nodus.dev/v1/namespaces/junk-%d/executions/x/report", i), "application/json",
+			strings.NewReader(`{"phase":"running"}`), key...); r.code >= 500 || r.code < 400 {
+			t.Fatalf("a report under namespace junk-%d: %d %s", i, r.code, r.body)
+		}
+	}
+	for _, ns := range []string{"..", ".", "UPPER"} {
+		if r := do(t, agentCfg, "POST", "/apis/nodus.dev/v1/namespaces/"+ns+"/executions/x/report", "application/json",
+			strings.NewReader(`{"phase":"running"}`)); r.code != http.StatusForbidden {
+			t.Errorf("a report under namespace %q: %d %s, want 403", ns, r.code, r.body)
+		}
+	}
+	kept, err := etcd.Get(ctx(t), idempotency.Prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The member's 30 above, and at most the agent's 30.
+	if kept.Count > 60 {
+		t.Errorf("%d Idempotency-Key answers kept: an agent filled etcd through namespaces of its choosing", kept.Count)
 	}
 
 	// 4. Public keys to certify: one key of an accepted type and size.
