@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -34,7 +35,11 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 		return err
 	}
 	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		login := req.URL.Query().Get("user")
+		logins := req.URL.Query()["user"]
+		if len(logins) != 1 {
+			return // no principal for a question that names no one account
+		}
+		login := logins[0]
 		if a.refuseLoginUser(login) != nil {
 			return // no principal: sshd lets nobody in as root, a service or a borrower
 		}
@@ -69,7 +74,9 @@ func Principals(socket, login string, out io.Writer) error {
 			return (&net.Dialer{}).DialContext(ctx, "unix", socket)
 		},
 	}}
-	resp, err := client.Get("http://nodusd/principals?user=" + login)
+	// Escaped: sshd names the account as it is, and a name such as
+	// "ubuntu#x" or "ub%75ntu" must not be read as "ubuntu".
+	resp, err := client.Get("http://nodusd/principals?" + url.Values{"user": {login}}.Encode())
 	if err != nil {
 		return err
 	}

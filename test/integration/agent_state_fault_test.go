@@ -161,3 +161,17 @@ func TestARetiredSystemAccountKeepsItsProcesses(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 }
+
+// TestPrincipalsAreOfTheLoginNamedExactly: sshd asks for the principals of
+// the account a connection names, whatever characters its name has (names
+// from LDAP or useradd --badname): an account whose name a URL would read
+// as the login user's (login#x, login&y, an escaped letter) gets none of
+// its principals.
+func TestPrincipalsAreOfTheLoginNamedExactly(t *testing.T) {
+	_, _, _, principals := servedAgent(t)
+	for _, other := range []string{"nodus-test-login#x", "nodus-test-login&user=x", "nodus%2Dtest-login", "nodus-test-login?", "nodus-test-login "} {
+		if got := principals(other); got != "" {
+			t.Errorf("account %q gets the principals of nodus-test-login: %q", other, got)
+		}
+	}
+}
