@@ -150,8 +150,12 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 			a.setUnrecorded(req.Reservation, true)
 			return &nodusv1.CleaningEvidence{Request: req.Request, Message: "recording the retirement: " + err.Error()}
 		}
-		if before.LoginUser != "" && !slices.Contains(users, before.LoginUser) {
-			users = append(users, before.LoginUser)
+		// Every account it granted: one it left for another was reset then,
+		// but that reset may have failed or been cut short by a restart.
+		for _, u := range append(slices.Clone(before.FormerLoginUsers), before.LoginUser) {
+			if u != "" && !slices.Contains(users, u) {
+				users = append(users, u)
+			}
 		}
 		applied = max(before.Epoch, req.Epoch)
 	}

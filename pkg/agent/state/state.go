@@ -34,7 +34,11 @@ type Access struct {
 	// anything else retires it.
 	State     string `json:"state"`
 	LoginUser string `json:"loginUser"`
-	Project   string `json:"project"`
+	// FormerLoginUsers are the accounts this reservation granted before
+	// LoginUser, the one left last at the end: the cleaning after it resets them too,
+	// whether or not the reset at the change went through.
+	FormerLoginUsers []string `json:"formerLoginUsers,omitempty"`
+	Project          string   `json:"project"`
 	// UID is the reservation object's; a reservation deleted and made again
 	// under the same name is another one, whose epochs start anew.
 	UID string `json:"uid,omitempty"`
@@ -134,12 +138,16 @@ func (s *Store) Apply(a Access) (bool, error) {
 	applied := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
+		a.FormerLoginUsers = nil
 		if data := b.Get([]byte(a.Reservation)); data != nil {
 			var old Access
 			if err := json.Unmarshal(data, &old); err != nil {
 				return err
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
+			if sameObject {
+				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
+			}
 			if sameObject && a.Epoch <= old.Epoch {
 				if old.UID != "" || a.UID == "" || a.Epoch != old.Epoch {
 					return nil
@@ -162,6 +170,28 @@ func (s *Store) Apply(a Access) (bool, error) {
 		return b.Put([]byte(a.Reservation), data)
 	})
 	return applied, err
+}
+
+// maxFormerLoginUsers bounds what an access remembers of its login users
+// (each change is an operator's): past it the oldest are dropped, whose
+// accounts were reset when the login user changed.
+const maxFormerLoginUsers = 32
+
+// formerLoginUsers are old's former login users and its own, as the access
+// of loginUser that follows it remembers them.
+func formerLoginUsers(old Access, loginUser string) []string {
+	former := slices.Clone(old.FormerLoginUsers)
+	if old.LoginUser != "" && !slices.Contains(former, old.LoginUser) {
+		former = append(former, old.LoginUser)
+	}
+	former = slices.DeleteFunc(former, func(u string) bool { return u == loginUser })
+	if len(former) > maxFormerLoginUsers {
+		former = former[len(former)-maxFormerLoginUsers:]
+	}
+	if len(former) == 0 {
+		return nil
+	}
+	return former
 }
 
 // Retire ends the access of a reservation that left this node, whatever its

@@ -154,3 +154,41 @@ func TestRootAccessIsKeptUntilForgotten(t *testing.T) {
 		t.Errorf("after forgetting: %q %v", got, err)
 	}
 }
+
+// A reservation whose login user changed names its former accounts until
+// it is forgotten: the cleaning after it resets them too, whether or not
+// the reset at the change went through.
+func TestAppliedAccessKeepsItsFormerLoginUsers(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for _, a := range []Access{
+		{Reservation: "r1", UID: "u1", Epoch: 1, State: "active", LoginUser: "bob"},
+		{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "alice"},
+		{Reservation: "r1", UID: "u1", Epoch: 3, State: "active", LoginUser: "bob"},
+		{Reservation: "r1", UID: "u1", Epoch: 4, State: "active", LoginUser: "carol"},
+	} {
+		if _, err := s.Apply(a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, err := s.Retire("r1", 5, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.LoginUser != "carol" || !slices.Equal(before.FormerLoginUsers, []string{"alice", "bob"}) {
+		t.Errorf("before the retirement: login user %q, former %v, want carol and [alice bob]", before.LoginUser, before.FormerLoginUsers)
+	}
+	if a, _, _ := s.Applied("r1"); !slices.Equal(a.FormerLoginUsers, []string{"alice", "bob"}) {
+		t.Errorf("the retirement dropped the former login users: %v", a.FormerLoginUsers)
+	}
+	// Another reservation under the same name is another object: nothing of the old one's.
+	if _, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active", LoginUser: "dave"}); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, _ := s.Applied("r1"); len(a.FormerLoginUsers) != 0 {
+		t.Errorf("a new reservation under the name inherits former login users %v", a.FormerLoginUsers)
+	}
+}
