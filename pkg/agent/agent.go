@@ -588,6 +588,20 @@ func (a *Agent) beat(ctx context.Context) error {
 	a.mu.Unlock()
 	borrowers := int32(a.runner.Running())
 	for _, acc := range applied {
+		// Whether or not the reservation is on this node still: sshd may
+		// have let a login in on a principal it read just before the
+		// access ended, whose first process runs after every sweep (its
+		// PAM session takes seconds), and a deleted or moved reservation
+		// has no release to wait for its sessions.
+		left := slices.Clone(acc.FormerLoginUsers)
+		if !acc.Granted() {
+			left = append(left, acc.LoginUser)
+		}
+		for _, u := range left {
+			if u != "" && a.refuseLoginUser(u) == nil && a.procs.Count(u) > 0 {
+				a.endLeftSessions(ctx, u, applied)
+			}
+		}
 		if !a.current(acc.Reservation) {
 			continue // only reservations on this node now are reported
 		}
@@ -596,9 +610,6 @@ func (a *Agent) beat(ctx context.Context) error {
 		sessions := 0
 		if acc.LoginUser != "" && a.refuseLoginUser(acc.LoginUser) == nil {
 			sessions = a.procs.Count(acc.LoginUser)
-		}
-		if sessions > 0 && !acc.Granted() {
-			a.endLeftSessions(ctx, acc.LoginUser, applied)
 		}
 		if a.final(acc.Reservation) {
 			// A final reservation stays on the node's list until deleted:

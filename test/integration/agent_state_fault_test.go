@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"os"
 	"os/exec"
 	"os/user"
@@ -173,5 +175,58 @@ func TestPrincipalsAreOfTheLoginNamedExactly(t *testing.T) {
 		if got := principals(other); got != "" {
 			t.Errorf("account %q gets the principals of nodus-test-login: %q", other, got)
 		}
+	}
+}
+
+// TestALoginThatStartsAfterTheCleaningIsEnded: sshd lets a connection in
+// on a principal it read just before the reservation's retirement, and
+// its PAM session may take seconds before the login's first process runs
+// as the account: after the agent's sweeps and the cleaning's. The agent's
+// heartbeats end it, as they end what a release left, although the
+// reservation (here deleted) is no longer on the node.
+func TestALoginThatStartsAfterTheCleaningIsEnded(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a login account of its own, whose processes the agent ends (CI runs as root)")
+	}
+	suffix := make([]byte, 3)
+	_, _ = rand.Read(suffix)
+	login := "nodusl" + hex.EncodeToString(suffix)
+	home := filepath.Join(t.TempDir(), login)
+	if out, err := exec.Command("useradd", "--no-create-home", "--home-dir", home, "--shell", "/usr/sbin/nologin", login).CombinedOutput(); err != nil {
+		t.Fatalf("useradd %s: %v\n%s", login, err, out)
+	}
+	t.Cleanup(func() {
+		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
+		_ = exec.Command("userdel", login).Run()
+	})
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "late", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
+	socket := filepath.Join(dir, "p.sock")
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
+	principals := func() string {
+		var out strings.Builder
+		_ = agent.Principals(socket, login, &out)
+		return strings.TrimSpace(out.String())
+	}
+	f.reserve(t, "late", nodusv1.ReservationPlacement{Node: "late"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals() != "", nil }); err != nil {
+		t.Fatalf("the agent never served the tenant's principal: %v", err)
+	}
+	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), "late", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 60*time.Second, func(cx context.Context) (bool, error) {
+		n, err := s.Client.NodusV1().Nodes().Get(cx, "late", metav1.GetOptions{})
+		return err == nil && n.Status.Cleaning != nil && n.Status.Cleaning.Phase == nodusv1.CleaningSucceeded, nil
+	}); err != nil {
+		t.Fatalf("the cleaning after the deletion never succeeded: %v", err)
+	}
+	ended := sleepAs(t, login) // the late login's first process
+	select {
+	case <-ended:
+	case <-time.After(45 * time.Second):
+		t.Error("a process of the account whose reservation was deleted still runs after three heartbeats")
 	}
 }
