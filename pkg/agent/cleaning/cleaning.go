@@ -52,6 +52,9 @@ type Paths struct {
 	// user's uid past its processes (user, user session, persistent) are
 	// removed. False: they are not looked at.
 	KernelKeyrings bool
+	// SubUIDFile lists the subordinate uids of accounts (subuid(5)): what
+	// they own is the account's. Empty: not looked at.
+	SubUIDFile string
 	// GroupFile, Sudoers and SudoersDir tell whether a login user can
 	// become root (RootAccess). Empty: not looked at.
 	GroupFile, Sudoers, SudoersDir string
@@ -68,6 +71,7 @@ func DefaultPaths() Paths {
 		RuntimeDirs:    "/run/user",
 		SysVIPC:        "/proc/sysvipc",
 		KernelKeyrings: true,
+		SubUIDFile:     "/etc/subuid",
 		GroupFile:      "/etc/group",
 		Sudoers:        "/etc/sudoers",
 		SudoersDir:     "/etc/sudoers.d",
@@ -222,6 +226,10 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		return nil, fmt.Errorf("account %s has home %q, which is not a directory of its own", name, u.HomeDir)
 	}
 
+	owns, err := owner(c.Paths.SubUIDFile, name, uid)
+	if err != nil {
+		return nil, fmt.Errorf("reading the subordinate uids of %s: %w", name, err)
+	}
 	var steps []string
 	// Bounded: a process that survives SIGKILL (stuck in the kernel) fails
 	// the cleaning instead of holding it for ever.
@@ -237,7 +245,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	steps = append(steps, "removed the crontab of "+name)
 	jobs := 0
 	for _, dir := range c.Paths.AtSpools {
-		n, err := removeOwned(dir, uid, false)
+		n, err := removeOwned(dir, owns, false)
 		if err != nil {
 			return steps, fmt.Errorf("removing at jobs: %w", err)
 		}
@@ -258,7 +266,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	steps = append(steps, "ended every process of "+name)
 	if c.Paths.SysVIPC != "" {
-		n, err := removeIPC(c.Paths.SysVIPC, uid)
+		n, err := removeIPC(c.Paths.SysVIPC, owns)
 		if err != nil {
 			return steps, fmt.Errorf("removing System V IPC objects: %w", err)
 		}
@@ -280,7 +288,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	left := 0
 	for _, dir := range c.Paths.TempDirs {
-		n, err := removeOwned(dir, uid, true)
+		n, err := removeOwned(dir, owns, true)
 		if err != nil {
 			return steps, fmt.Errorf("removing files in %s: %w", dir, err)
 		}
@@ -327,19 +335,19 @@ func removeIfExists(path string) error {
 	return nil
 }
 
-// removeOwned removes the entries of dir owned by uid (whole trees when
+// removeOwned removes the entries of dir the account owns (whole trees when
 // trees), and reports how many. A missing dir has none. With trees it looks
 // inside the directories of others too: a shared directory such as
 // /tmp/.X11-unix (root's, 1777) holds the tenant's files as well. Nothing is
 // followed.
-func removeOwned(dir string, uid int, trees bool) (int, error) {
-	return removeOwnedBelow(dir, uid, trees, maxSharedDepth)
+func removeOwned(dir string, owns ownedBy, trees bool) (int, error) {
+	return removeOwnedBelow(dir, owns, trees, maxSharedDepth)
 }
 
 // maxSharedDepth bounds how deep removeOwned looks into others' directories.
 const maxSharedDepth = 16
 
-func removeOwnedBelow(dir string, uid int, trees bool, depth int) (int, error) {
+func removeOwnedBelow(dir string, owns ownedBy, trees bool, depth int) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -354,9 +362,9 @@ func removeOwnedBelow(dir string, uid int, trees bool, depth int) (int, error) {
 		if err := syscall.Lstat(path, &st); err != nil {
 			continue
 		}
-		if int(st.Uid) != uid {
+		if !owns(int(st.Uid)) {
 			if trees && depth > 0 && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-				below, err := removeOwnedBelow(path, uid, trees, depth-1)
+				below, err := removeOwnedBelow(path, owns, trees, depth-1)
 				n += below
 				if err != nil {
 					return n, err

@@ -38,13 +38,13 @@ func errnoErr(errno unix.Errno) error {
 	return errno
 }
 
-// removeIPC removes the System V IPC objects that uid owns or created, as
+// removeIPC removes the System V IPC objects that the account owns or created, as
 // listed under dir (/proc/sysvipc), and reports how many. An object gone
 // meanwhile is not an error.
-func removeIPC(dir string, uid int) (int, error) {
+func removeIPC(dir string, owns ownedBy) (int, error) {
 	removed := 0
 	for _, kind := range ipcKinds {
-		ids, err := ipcObjectsOf(filepath.Join(dir, kind.file), kind.idColumn, uid)
+		ids, err := ipcObjectsOf(filepath.Join(dir, kind.file), kind.idColumn, owns)
 		if err != nil {
 			return removed, err
 		}
@@ -64,9 +64,9 @@ func removeIPC(dir string, uid int) (int, error) {
 }
 
 // ipcObjectsOf reads one /proc/sysvipc table and returns the ids of the
-// objects whose owner (uid) or creator (cuid) is uid. The columns are found
+// objects the account owns (uid) or created (cuid). The columns are found
 // by the header's names; a missing table (no System V IPC) lists none.
-func ipcObjectsOf(path, idColumn string, uid int) ([]int, error) {
+func ipcObjectsOf(path, idColumn string, owns ownedBy) ([]int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
@@ -89,11 +89,18 @@ func ipcObjectsOf(path, idColumn string, uid int) ([]int, error) {
 	if !ok1 || !ok2 || !ok3 {
 		return nil, fmt.Errorf("%s: no %s, uid and cuid columns in %q", path, idColumn, lines.Text())
 	}
-	want := strconv.Itoa(uid)
 	var ids []int
 	for lines.Scan() {
 		fields := strings.Fields(lines.Text())
-		if len(fields) <= max(idAt, uidAt, cuidAt) || (fields[uidAt] != want && fields[cuidAt] != want) {
+		if len(fields) <= max(idAt, uidAt, cuidAt) {
+			continue
+		}
+		owner, err1 := strconv.Atoi(fields[uidAt])
+		creator, err2 := strconv.Atoi(fields[cuidAt])
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%s: uid %q, cuid %q", path, fields[uidAt], fields[cuidAt])
+		}
+		if !owns(owner) && !owns(creator) {
 			continue
 		}
 		id, err := strconv.Atoi(fields[idAt])
