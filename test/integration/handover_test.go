@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -257,11 +258,28 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 	c := s.Client.NodusV1()
 	now := time.Now()
 	f.host(t, "gone", now.Add(-time.Hour), now.Add(time.Hour))
+	// A member removed: the epoch rises to 2. The cleaning request names
+	// the deleted reservation's final epoch, which the agent retires it at:
+	// the rise, reaching the agent after the cleaning request, must not
+	// grant the reservation again.
+	p, err := c.Projects().Get(ctx(t), "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Members = slices.DeleteFunc(p.Spec.Members, func(m nodusv1.ProjectMember) bool { return m.Name == "mary" })
+	if _, err := c.Projects().Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) {
+		return f.reservation(t, "gone").Status.Epoch == 2, nil
+	}); err != nil {
+		t.Fatal("removing a member never raised the epoch")
+	}
 	if err := c.Reservations().Delete(ctx(t), "gone", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	n := waitNode(t, s, "gone", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning })
-	if cl := n.Status.Cleaning; n.Status.Reservation != "" || cl.Reservation != "gone" || cl.Epoch != 0 || strings.Join(cl.Users, ",") != "ubuntu" {
+	if cl := n.Status.Cleaning; n.Status.Reservation != "" || cl.Reservation != "gone" || cl.Epoch != 2 || strings.Join(cl.Users, ",") != "ubuntu" {
 		t.Errorf("the deleted reservation's node: %+v", n.Status)
 	}
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {

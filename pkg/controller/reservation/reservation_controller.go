@@ -6,6 +6,7 @@ package reservation
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -44,6 +45,13 @@ type Controller struct {
 	synced           []cache.InformerSynced
 	queue            workqueue.TypedRateLimitingInterface[string]
 	now              func() time.Time
+
+	// finalEpochs are the highest epochs reservations had, by name, until
+	// forget hands a deleted one's nodes over: the cleaning request names it, and the
+	// agent retires the reservation at it, so that an epoch rise that
+	// reaches the agent after the request grants nothing again.
+	finalMu     sync.Mutex
+	finalEpochs map[string]int64
 }
 
 // New wires the controller to the informers of factory.
@@ -71,7 +79,14 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		informer cache.SharedIndexInformer
 		keys     func(obj interface{}) []string
 	}{
-		{v1.Reservations().Informer(), func(obj interface{}) []string { return []string{objectName(obj)} }},
+		{v1.Reservations().Informer(), func(obj interface{}) []string {
+			// For a delete too: the epoch is kept before the name is
+			// queued, and the highest counts.
+			if r, ok := tombstone(obj).(*nodusv1.Reservation); ok {
+				c.noteEpoch(r)
+			}
+			return []string{objectName(obj)}
+		}},
 		{v1.Nodes().Informer(), c.nodeKeys},
 		{v1.Allocations().Informer(), func(obj interface{}) []string { return c.reservationsBy(indexAllocation, objectName(obj)) }},
 		{v1.Projects().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return r.Spec.Project == name })},
@@ -258,8 +273,12 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 		return err
 	}
 	var users []string
+	epoch := c.finalEpoch(name)
 	for _, h := range hosts {
 		users = append(users, h.Status.Reservation.LoginUser)
+		// What it showed last: the final epoch, or near it, also for a
+		// controller that took the lead after the deletion.
+		epoch = max(epoch, h.Status.Reservation.Epoch)
 	}
 	held, err := c.heldBy(name)
 	if err != nil {
@@ -267,11 +286,14 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	}
 	var handovers []*nodusv1.Node
 	for _, n := range held {
-		handovers = append(handovers, lifecycle.Handover(n, name, 0, users, c.now()))
+		handovers = append(handovers, lifecycle.Handover(n, name, epoch, users, c.now()))
 	}
 	if err := c.handOver(ctx, handovers); err != nil {
 		return err
 	}
+	c.finalMu.Lock()
+	delete(c.finalEpochs, name)
+	c.finalMu.Unlock()
 	// The allocation a class placement made for it would hold the node for
 	// ever: only a released or ended reservation lets it go otherwise.
 	owned, err := c.allocationsLabelled(name)
@@ -542,6 +564,23 @@ func (c *Controller) reservationsOf(match func(*nodusv1.Reservation, string) boo
 		}
 		return keys
 	}
+}
+
+// noteEpoch keeps the highest epoch seen of the reservation r's name.
+func (c *Controller) noteEpoch(r *nodusv1.Reservation) {
+	c.finalMu.Lock()
+	defer c.finalMu.Unlock()
+	if c.finalEpochs == nil {
+		c.finalEpochs = map[string]int64{}
+	}
+	c.finalEpochs[r.Name] = max(c.finalEpochs[r.Name], r.Status.Epoch)
+}
+
+// finalEpoch is the highest epoch seen of a reservation of that name.
+func (c *Controller) finalEpoch(name string) int64 {
+	c.finalMu.Lock()
+	defer c.finalMu.Unlock()
+	return c.finalEpochs[name]
 }
 
 func tombstone(obj interface{}) interface{} {
