@@ -30,14 +30,6 @@ func keyctlAs(uid int, script string) (string, error) {
 // keyctl. The cleaning removes every key from them, and leaves another
 // uid's.
 func TestACleaningEmptiesTheKeyringsThatOutliveTheTenant(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: the tenant's keys are made as another uid (CI runs as root)")
-	}
-	for _, tool := range []string{"setpriv", "keyctl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
-		}
-	}
 	s := keyringScratch(t, 0)
 	const plant = `keyctl add user nodus-test-user tenant-secret @u >/dev/null
 keyctl add user nodus-test-user-session tenant-secret @us >/dev/null
@@ -90,14 +82,6 @@ keyctl add user nodus-test-persistent tenant-secret "$(keyctl get_persistent @s)
 // cleaning still removes them, and the node is not held in maintenance by
 // the tenant it is taken from.
 func TestATenantsFullKeyQuotaDoesNotStopTheCleaning(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: the tenant's keys are made as another uid (CI runs as root)")
-	}
-	for _, tool := range []string{"setpriv", "keyctl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
-		}
-	}
 	for i, tc := range []struct{ keyring, fill string }{
 		{"persistent, of a uid that never had a user keyring", `keyctl session - /bin/sh -c 'p=$(keyctl get_persistent @s); while keyctl add user k$((i=i+1)) v "$p" >/dev/null 2>&1; do :; done'`},
 		{"persistent", `p=$(keyctl get_persistent @us); while keyctl add user k$((i=i+1)) v "$p" >/dev/null 2>&1; do :; done`},
@@ -174,6 +158,14 @@ func keysOf(t *testing.T, uid int) int {
 // keeps none.
 func keyringScratch(t *testing.T, n int) *scratch {
 	t.Helper()
+	if os.Getuid() != 0 {
+		t.Skip("needs root: the tenant's keys are made as another uid (CI runs as root)")
+	}
+	for _, tool := range []string{"setpriv", "keyctl"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
+		}
+	}
 	s := newScratch(t)
 	s.cleaner.Paths.KernelKeyrings = true
 	s.uid = 300000 + (os.Getpid()%10000)*20 + n
@@ -197,14 +189,6 @@ func keyringScratch(t *testing.T, n int) *scratch {
 // or search it again. The cleaning does not fail on it (which would hold
 // the node in maintenance for good), and the next tenant finds nothing.
 func TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root: the tenant's keys are made as another uid (CI runs as root)")
-	}
-	for _, tool := range []string{"setpriv", "keyctl"} {
-		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs util-linux and keyutils): %v", tool, err)
-		}
-	}
 	s := keyringScratch(t, 5)
 	const lock = `keyctl add user locked-away tenant-secret @u >/dev/null
 p=$(keyctl get_persistent @s)
