@@ -34,6 +34,17 @@ func removeKeys(uid int) (int, error) {
 		// Never unlocked: the runtime ends the thread with the goroutine,
 		// so no other goroutine ever runs as uid.
 		runtime.LockOSThread()
+		if unix.Gettid() == unix.Getpid() {
+			// The main thread, which the runtime never ends: as uid, it
+			// would leave the whole process signalled (kill -1 of the
+			// tenant's next sweep) and owned as uid. Another thread does
+			// the work; this goroutine holds the main thread meanwhile,
+			// so that one is not it.
+			n, err := removeKeys(uid)
+			runtime.UnlockOSThread()
+			done <- result{n, err}
+			return
+		}
 		// The raw system call changes this thread's credentials only (Go's
 		// own changes every thread's); with all three ids uid's, the thread
 		// has no capability left.

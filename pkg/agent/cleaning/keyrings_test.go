@@ -217,3 +217,26 @@ keyctl setperm @u 0`
 		t.Errorf("the next tenant reads a key of the last one by its id: %s", out)
 	}
 }
+
+// TestTheKeyringWorkLeavesTheProcessRoots: the keyrings are emptied on a
+// thread that takes on the tenant's uid. Were that the main thread, which
+// the runtime never ends, the process would stay the tenant's to signal
+// (its next kill -1 ended nodusd) and to own in /proc. Run many times, the
+// work lands on the main thread at times; the process stays root's.
+func TestTheKeyringWorkLeavesTheProcessRoots(t *testing.T) {
+	s := keyringScratch(t, 6)
+	for range 200 {
+		if _, err := removeKeys(s.uid); err != nil {
+			t.Fatal(err)
+		}
+		status, err := os.ReadFile("/proc/self/status") // of the main thread
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if strings.HasPrefix(line, "Uid:") && strings.Join(strings.Fields(line)[1:], " ") != "0 0 0 0" {
+				t.Fatalf("the process is no longer root's: %s", line)
+			}
+		}
+	}
+}
