@@ -532,7 +532,7 @@ func nameMadeAgainDuringAFailover(t *testing.T, project string) {
 
 	// Cleaned, the node is the new reservation's, under its own UID.
 	if r := f.heartbeat(t, "gpu-7", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
-		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		Request: cleaning.Status.Cleaning.Request, AppliedEpoch: cleaning.Status.Cleaning.Epoch, Succeeded: true}}); r.code != 200 {
 		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
 	}
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
@@ -566,7 +566,7 @@ func TestADeletedClassReservationFreesItsNode(t *testing.T) {
 	c := s.Client.NodusV1()
 	now := time.Now()
 	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
-		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		Request: cleaning.Status.Cleaning.Request, AppliedEpoch: cleaning.Status.Cleaning.Epoch, Succeeded: true}}); r.code != 200 {
 		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
 	}
 	f.reserve(t, "second", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
@@ -688,7 +688,7 @@ func TestAClassReservationWaitsForItsNodeToBeFree(t *testing.T) {
 		t.Error("the waiting reservation's Placed condition never said why its allocation waits")
 	}
 	if r := f.heartbeat(t, "only", nodusv1.NodeHeartbeat{AgentGeneration: 1, Cleaning: &nodusv1.CleaningEvidence{
-		Request: cleaning.Status.Cleaning.Request, Succeeded: true}}); r.code != 200 {
+		Request: cleaning.Status.Cleaning.Request, AppliedEpoch: cleaning.Status.Cleaning.Epoch, Succeeded: true}}); r.code != 200 {
 		t.Fatalf("cleaning evidence: %d %s", r.code, r.body)
 	}
 	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(cx context.Context) (bool, error) {
