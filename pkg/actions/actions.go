@@ -50,13 +50,13 @@ type Options struct {
 	BodyLimits map[string]int64
 	// KeysPerCaller bounds each caller's stored answers (0: DefaultKeysPerCaller).
 	KeysPerCaller int
-	// ProjectsOf says whether a caller is a member of the projects its
-	// paths name, whose records are kept (and bounded) per project. Any
-	// other caller (a node's agent, which names the project of any
-	// execution on its host, or an enrollment token) keeps its records
-	// under one prefix, bounded once, whatever projects its paths name.
-	// Nil: every caller is.
-	ProjectsOf func(user.Info) bool
+	// PerProject says whether a caller's records are kept (and bounded)
+	// per project its paths name: a member's, whom the authorizer holds to
+	// its projects. Any other caller (a node's agent, which names the
+	// project of any execution on its host, or an enrollment token) keeps
+	// its records under one prefix, bounded once, whatever its paths name.
+	// Nil: every caller's are.
+	PerProject func(user.Info) bool
 }
 
 // WithActions wraps handler for the action subresources of opts. It must
@@ -115,7 +115,7 @@ func WithActions(handler http.Handler, store *idempotency.Store, opts Options) h
 			keysPerCaller = DefaultKeysPerCaller
 		}
 		prefixPath := req.URL.Path
-		if u, ok := request.UserFrom(req.Context()); ok && opts.ProjectsOf != nil && !opts.ProjectsOf(u) {
+		if u, ok := request.UserFrom(req.Context()); ok && opts.PerProject != nil && !opts.PerProject(u) {
 			prefixPath = ""
 		}
 		serveOnce(w, req, handler, store, info, key, body, keysPerCaller, prefixPath)

@@ -587,29 +587,35 @@ func (a *Agent) beat(ctx context.Context) error {
 	hb.Cleaning = a.evidence.DeepCopy()
 	a.mu.Unlock()
 	borrowers := int32(a.runner.Running())
+	// An account the agent never grants has no tenant's sessions: its
+	// processes are a service's, and must not hold a release up.
+	sessionsOf := func(user string) int {
+		if user == "" || a.refuseLoginUser(user) != nil {
+			return 0
+		}
+		return a.procs.Count(user)
+	}
 	for _, acc := range applied {
+		current := a.current(acc.Reservation)
 		// Whether or not the reservation is on this node still: sshd may
 		// have let a login in on a principal it read just before the
 		// access ended, whose first process runs after every sweep (its
 		// PAM session takes seconds), and a deleted or moved reservation
 		// has no release to wait for its sessions.
-		left := slices.Clone(acc.FormerLoginUsers)
-		if !acc.Granted() {
-			left = append(left, acc.LoginUser)
+		sessions := 0
+		if current || !acc.Granted() {
+			sessions = sessionsOf(acc.LoginUser)
 		}
-		for _, u := range left {
-			if u != "" && a.refuseLoginUser(u) == nil && a.procs.Count(u) > 0 {
-				a.endLeftSessions(ctx, u, applied)
+		if sessions > 0 && !acc.Granted() {
+			a.endLeftSessions(ctx, acc.LoginUser, applied)
+		}
+		for _, former := range acc.FormerLoginUsers {
+			if sessionsOf(former) > 0 {
+				a.endLeftSessions(ctx, former, applied)
 			}
 		}
-		if !a.current(acc.Reservation) {
+		if !current {
 			continue // only reservations on this node now are reported
-		}
-		// An account the agent never grants has no tenant's sessions: its
-		// processes are a service's, and must not hold a release up.
-		sessions := 0
-		if acc.LoginUser != "" && a.refuseLoginUser(acc.LoginUser) == nil {
-			sessions = a.procs.Count(acc.LoginUser)
 		}
 		if a.final(acc.Reservation) {
 			// A final reservation stays on the node's list until deleted:

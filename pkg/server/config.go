@@ -270,7 +270,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
-			ProjectsOf: func(u user.Info) bool {
+			PerProject: func(u user.Info) bool {
 				_, _, agent := auth.NodeOf(u)
 				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
 			}}))

@@ -31,8 +31,6 @@ func removeKeys(uid int) (int, error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		// Never unlocked: the runtime ends the thread with the goroutine,
-		// so no other goroutine ever runs as uid.
 		runtime.LockOSThread()
 		if unix.Gettid() == unix.Getpid() {
 			// The main thread, which the runtime never ends: as uid, it
@@ -45,7 +43,9 @@ func removeKeys(uid int) (int, error) {
 			done <- result{n, err}
 			return
 		}
-		// The raw system call changes this thread's credentials only (Go's
+		// Never unlocked from here on: the runtime ends this thread with
+		// the goroutine, so no other goroutine ever runs as uid. The raw
+		// system call changes this thread's credentials only (Go's
 		// own changes every thread's); with all three ids uid's, the thread
 		// has no capability left.
 		if _, _, errno := unix.RawSyscall(unix.SYS_SETRESUID, uintptr(uid), uintptr(uid), uintptr(uid)); errno != 0 {

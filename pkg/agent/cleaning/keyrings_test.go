@@ -17,10 +17,14 @@ import (
 // pam_keyinit has: the session keyring ends with the script, the keyrings
 // it names stay.
 func keyctlAs(uid int, script string) (string, error) {
-	id := strconv.Itoa(uid)
-	out, err := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups",
-		"keyctl", "session", "-", "/bin/sh", "-ec", "keyctl link @u @s\n"+script).CombinedOutput()
+	out, err := as(uid, "keyctl", "session", "-", "/bin/sh", "-ec", "keyctl link @u @s\n"+script).CombinedOutput()
 	return strings.TrimSpace(string(out)), err
+}
+
+// as is the command args, run as uid (and its gid) with no other group.
+func as(uid int, args ...string) *exec.Cmd {
+	id := strconv.Itoa(uid)
+	return exec.Command("setpriv", append([]string{"--reuid=" + id, "--regid=" + id, "--clear-groups"}, args...)...)
 }
 
 // TestACleaningEmptiesTheKeyringsThatOutliveTheTenant: the kernel keeps a
@@ -97,8 +101,7 @@ func TestATenantsFullKeyQuotaDoesNotStopTheCleaning(t *testing.T) {
 				}
 			}
 			// The tenant's keys, up to its quota.
-			id := strconv.Itoa(s.uid)
-			if out, err := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "/bin/sh", "-c", tc.fill).CombinedOutput(); err != nil {
+			if out, err := as(s.uid, "/bin/sh", "-c", tc.fill).CombinedOutput(); err != nil {
 				t.Fatalf("filling the quota: %v: %s", err, out)
 			}
 			if out := keysOf(t, s.uid); out < 190 {
@@ -176,7 +179,7 @@ func keyringScratch(t *testing.T, n int) *scratch {
 		}
 		return &user.User{Username: name, Uid: uid, Gid: uid, HomeDir: home}, nil
 	}
-	if out, err := exec.Command("setpriv", "--reuid="+uid, "--regid="+uid, "--clear-groups", "keyctl", "show", "@s").CombinedOutput(); err != nil {
+	if out, err := as(s.uid, "keyctl", "show", "@s").CombinedOutput(); err != nil {
 		t.Skipf("this kernel keeps no keyrings (no CONFIG_KEYS, or a seccomp filter): %v: %s", err, out)
 	}
 	return s
@@ -210,9 +213,7 @@ keyctl setperm @u 0`
 	// Nor by its id (/proc/keys lists what the uid may view), from a
 	// process without a session keyring, which searches the user session
 	// keyring, as a cron job of the next tenant's is.
-	id := strconv.Itoa(s.uid)
-	out, _ := exec.Command("setpriv", "--reuid="+id, "--regid="+id, "--clear-groups", "/bin/sh", "-c",
-		`for key in $(grep locked-away /proc/keys | cut -d' ' -f1); do keyctl print 0x$key; done`).CombinedOutput()
+	out, _ := as(s.uid, "/bin/sh", "-c", `for key in $(grep locked-away /proc/keys | cut -d' ' -f1); do keyctl print 0x$key; done`).CombinedOutput()
 	if strings.Contains(string(out), "tenant-secret") {
 		t.Errorf("the next tenant reads a key of the last one by its id: %s", out)
 	}
