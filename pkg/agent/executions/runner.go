@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/agent/sandbox"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -90,6 +91,9 @@ type Options struct {
 	// SandboxError, when Sandbox is nil, is why there is none: every
 	// execution then fails to start with it.
 	SandboxError error
+	// GPUDriverDir is the NVIDIA driver's list of GPUs, which names them
+	// to CUDA by UUID; "" is nvidiagpus.DriverDir.
+	GPUDriverDir string
 }
 
 // Runner runs the executions placed on this host.
@@ -617,7 +621,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	if r.opts.Sandbox != nil {
 		x.box, err = r.opts.Sandbox.Start(sandbox.Spec{
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
-			Env: Environment(e, x.account, sandbox.WorkDir), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
+			Env: Environment(e, x.account, sandbox.WorkDir, r.hostGPUs()), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
 			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
 			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs, Image: e.Spec.Image,
 		}, x.out)
@@ -633,7 +637,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	} else {
 		cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}
 		cmd.Dir = dir
-		cmd.Env = Environment(e, x.account, dir)
+		cmd.Env = Environment(e, x.account, dir, r.hostGPUs())
 		cmd.Stdout, cmd.Stderr = x.out, x.out
 		// A process it leaves behind (setsid, nohup) may hold its output open:
 		// the execution still ends when its own process does.
@@ -734,15 +738,29 @@ func exitOutcome(err error) *outcome {
 }
 
 // Environment is what an execution sees: a clean environment with the
-// borrower's variables and only its assigned GPUs, numbered as NVML numbers
-// them (PCI bus order). HOME is the work directory (dir, as the execution
-// sees it): nothing an execution writes outlives it.
-func Environment(e *nodusv1.Execution, account, dir string) []string {
-	gpus := make([]string, len(e.Status.GPUIndices))
+// borrower's variables and only its assigned GPUs. HOME is the work
+// directory (dir, as the execution sees it): nothing an execution writes
+// outlives it.
+//
+// CUDA is told the GPUs by UUID, from the driver's list (host, in PCI bus
+// order): in a sandbox, CUDA and NVML count only the GPUs whose device nodes
+// are there, so the host's indices would name other GPUs, or none. Where the
+// driver names no UUIDs (no driver loaded), the indices are all there is.
+// NODUS_GPU_INDICES are always the host's indices, as the execution's
+// status shows them.
+func Environment(e *nodusv1.Execution, account, dir string, host []nvidiagpus.GPU) []string {
+	indices := make([]string, len(e.Status.GPUIndices))
+	uuids := make([]string, 0, len(e.Status.GPUIndices))
 	for i, g := range e.Status.GPUIndices {
-		gpus[i] = strconv.Itoa(int(g))
+		indices[i] = strconv.Itoa(int(g))
+		if g >= 0 && int(g) < len(host) && host[g].UUID != "" {
+			uuids = append(uuids, host[g].UUID)
+		}
 	}
-	visible := strings.Join(gpus, ",")
+	visible := strings.Join(indices, ",")
+	if len(uuids) == len(indices) {
+		visible = strings.Join(uuids, ",")
+	}
 	nvidia := visible
 	if nvidia == "" {
 		nvidia = "void" // the NVIDIA container runtime's "no GPU"
@@ -752,9 +770,23 @@ func Environment(e *nodusv1.Execution, account, dir string) []string {
 		env = append(env, v.Name+"="+v.Value)
 	}
 	// Last, so that the borrower's env cannot override them. In a sandbox
-	// the device cgroup enforces them; these only number the GPUs.
-	return append(env, "NODUS_EXECUTION="+e.Name, "CUDA_DEVICE_ORDER=PCI_BUS_ID",
-		"CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
+	// the device cgroup enforces them; these only name the GPUs.
+	return append(env, "NODUS_EXECUTION="+e.Name, "NODUS_GPU_INDICES="+strings.Join(indices, ","),
+		"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
+}
+
+// hostGPUs is the driver's list of this host's GPUs, nil where there is
+// none: the GPUs are then named by index.
+func (r *Runner) hostGPUs() []nvidiagpus.GPU {
+	dir := r.opts.GPUDriverDir
+	if dir == "" {
+		dir = nvidiagpus.DriverDir
+	}
+	gpus, err := nvidiagpus.List(dir)
+	if err != nil && !errors.Is(err, nvidiagpus.ErrNoDriver) {
+		klog.ErrorS(err, "reading the NVIDIA driver's GPU list; executions get their GPUs by index")
+	}
+	return gpus
 }
 
 // account resolves the borrower account. Running as it needs root, unless

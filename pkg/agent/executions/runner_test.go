@@ -2,6 +2,7 @@ package executions
 
 import (
 	"context"
+	"fmt"
 	"os/exec"
 	"slices"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
@@ -17,25 +19,47 @@ import (
 
 func TestEnvironmentShowsOnlyAssignedGPUs(t *testing.T) {
 	e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Env: []nodusv1.ExecutionEnv{
-		{Name: "EPOCHS", Value: "3"}, {Name: "CUDA_VISIBLE_DEVICES", Value: "0,1,2,3,4,5,6,7"}}}}
+		{Name: "EPOCHS", Value: "3"}, {Name: "CUDA_VISIBLE_DEVICES", Value: "0,1,2,3,4,5,6,7"},
+		{Name: "NODUS_GPU_INDICES", Value: "0"}}}}
 	e.Name = "job-1"
 	e.Status.GPUIndices = []int32{2, 5}
-	env := Environment(e, "nodus-borrower", "/work/x")
-	last := map[string]string{}
-	for _, kv := range env {
-		k, v, _ := strings.Cut(kv, "=")
-		last[k] = v // exec uses the last value of a repeated name
+	var host []nvidiagpus.GPU
+	for i := range 8 {
+		host = append(host, nvidiagpus.GPU{Bus: fmt.Sprintf("0000:%02x:00.0", 0x10+i), Minor: 7 - i,
+			UUID: fmt.Sprintf("GPU-%08d-0000-0000-0000-000000000000", i)})
 	}
-	want := map[string]string{"CUDA_VISIBLE_DEVICES": "2,5", "NVIDIA_VISIBLE_DEVICES": "2,5", "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
-		"EPOCHS": "3", "HOME": "/work/x", "TMPDIR": "/work/x", "USER": "nodus-borrower", "NODUS_EXECUTION": "job-1"}
-	for k, v := range want {
-		if last[k] != v {
-			t.Errorf("%s=%q, want %q (env %v)", k, last[k], v, env)
+	lastValues := func(env []string) map[string]string {
+		last := map[string]string{}
+		for _, kv := range env {
+			k, v, _ := strings.Cut(kv, "=")
+			last[k] = v // exec uses the last value of a repeated name
+		}
+		return last
+	}
+	byUUID := "GPU-00000002-0000-0000-0000-000000000000,GPU-00000005-0000-0000-0000-000000000000"
+	for name, c := range map[string]struct {
+		host    []nvidiagpus.GPU
+		visible string
+	}{
+		// In a sandbox CUDA counts only the GPUs whose nodes it has: the
+		// host's indices 2 and 5 would be no GPU there.
+		"the driver's list": {host, byUUID},
+		"no driver":         {nil, "2,5"},
+		"a UUID hidden":     {append(slices.Clone(host[:5]), nvidiagpus.GPU{Bus: "0000:15:00.0", Minor: 2}), "2,5"},
+	} {
+		env := Environment(e, "nodus-borrower", "/work/x", c.host)
+		last := lastValues(env)
+		want := map[string]string{"CUDA_VISIBLE_DEVICES": c.visible, "NVIDIA_VISIBLE_DEVICES": c.visible, "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+			"NODUS_GPU_INDICES": "2,5", "EPOCHS": "3", "HOME": "/work/x", "TMPDIR": "/work/x", "USER": "nodus-borrower", "NODUS_EXECUTION": "job-1"}
+		for k, v := range want {
+			if last[k] != v {
+				t.Errorf("%s: %s=%q, want %q (env %v)", name, k, last[k], v, env)
+			}
 		}
 	}
 	e.Status.GPUIndices = nil
-	env = Environment(e, "nodus-borrower", "/work/x")
-	if !slices.Contains(env, "CUDA_VISIBLE_DEVICES=") || !slices.Contains(env, "NVIDIA_VISIBLE_DEVICES=void") {
+	env := Environment(e, "nodus-borrower", "/work/x", host)
+	if last := lastValues(env); last["CUDA_VISIBLE_DEVICES"] != "" || last["NVIDIA_VISIBLE_DEVICES"] != "void" || last["NODUS_GPU_INDICES"] != "" {
 		t.Errorf("an execution without GPUs must see none: %v", env)
 	}
 }

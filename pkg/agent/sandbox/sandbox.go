@@ -18,11 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,6 +30,8 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 	"k8s.io/klog/v2"
+
+	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 )
 
 // NVIDIA's character device major number: /dev/nvidiaN is 195:N,
@@ -247,6 +247,10 @@ func (rt *Runtime) gpuDevices(gpus []int32) ([]specs.LinuxDevice, []specs.LinuxD
 		var st unix.Stat_t
 		if err := unix.Stat(path, &st); err != nil {
 			switch {
+			case errors.Is(err, unix.ENOENT) && name == "nvidia-uvm":
+				// CUDA fails without it (cuInit 999); nvidia-smi does not.
+				klog.InfoS("the host has no /dev/nvidia-uvm: CUDA in executions fails until the driver loads it (nvidia-modprobe -u -c=0)", "dir", rt.devDir())
+				continue
 			case errors.Is(err, unix.ENOENT) && !required:
 				continue
 			case errors.Is(err, unix.ENOENT):
@@ -279,45 +283,26 @@ func isGPUNode(name string) bool {
 }
 
 // gpuMinor is the device minor number of the GPU of index (its
-// /dev/nvidiaN), which the driver assigns in the order it probed the GPUs —
-// not necessarily the index's, the PCI bus order NVML and nvidia-smi count
-// in. The driver's list, by bus id, says it ("Device Minor:"); without the
-// list (no driver loaded) the index is taken for the minor, and the device
-// node's check that follows decides.
+// /dev/nvidiaN), by the driver's own list: the driver numbers its nodes in
+// the order it probed the GPUs, not necessarily the PCI bus order the
+// index counts in. Without the list (no driver loaded) the index is taken
+// for the minor, and the device node's check that follows decides.
 func (rt *Runtime) gpuMinor(index int32) (int, error) {
 	dir := rt.DriverDir
 	if dir == "" {
-		dir = "/proc/driver/nvidia/gpus"
+		dir = nvidiagpus.DriverDir
 	}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
+	gpus, err := nvidiagpus.List(dir)
+	if errors.Is(err, nvidiagpus.ErrNoDriver) {
 		return int(index), nil
 	}
 	if err != nil {
 		return 0, err
 	}
-	var buses []string
-	for _, e := range entries {
-		buses = append(buses, e.Name())
+	if index < 0 || int(index) >= len(gpus) {
+		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(gpus))
 	}
-	slices.SortFunc(buses, func(a, b string) int { return strings.Compare(strings.ToLower(a), strings.ToLower(b)) })
-	if index < 0 || int(index) >= len(buses) {
-		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(buses))
-	}
-	info, err := os.ReadFile(filepath.Join(dir, buses[index], "information"))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(info), "\n") {
-		if value, ok := strings.CutPrefix(line, "Device Minor:"); ok {
-			minor, err := strconv.Atoi(strings.TrimSpace(value))
-			if err != nil || minor < 0 {
-				return 0, fmt.Errorf("GPU %d (%s): the driver's minor %q is no number", index, buses[index], value)
-			}
-			return minor, nil
-		}
-	}
-	return 0, fmt.Errorf("GPU %d (%s): the driver names no device minor", index, buses[index])
+	return gpus[index].Minor, nil
 }
 
 func (rt *Runtime) devDir() string {

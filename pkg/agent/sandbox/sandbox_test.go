@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
@@ -192,13 +193,20 @@ func TestSandboxGPUs(t *testing.T) {
 	// host's root can put one there): the cgroup, not its absence, refuses.
 	mknod(filepath.Join(work, "nvidia1"), 1)
 
+	// Opening the assigned GPU reaches the driver: without one the kernel
+	// answers ENXIO; a loaded driver refuses a plain read with EINVAL.
+	reached := "/dev/nvidia0: No such device or address"
+	if _, err := nvidiagpus.List(nvidiagpus.DriverDir); err == nil {
+		reached = "/dev/nvidia0: Invalid argument"
+	}
+
 	out, _, _ := run(t, rt, Spec{GPUs: []int32{0}, HostWorkDir: work},
 		"ls /dev; cat /dev/nvidia0 2>&1; cat /dev/nvidia1 2>&1; cat /work/nvidia1 2>&1; true")
 	switch {
 	case !strings.Contains(out, "nvidia0") || !strings.Contains(out, "nvidiactl"):
 		t.Errorf("the assigned GPU is missing: %q", out)
-	case !strings.Contains(out, "/dev/nvidia0: No such device or address"):
-		t.Errorf("opening the assigned GPU must reach the (absent) driver, not a refusal: %q", out)
+	case !strings.Contains(out, reached):
+		t.Errorf("opening the assigned GPU must reach the driver (%q), not a refusal: %q", reached, out)
 	case !strings.Contains(out, "/dev/nvidia1: No such file or directory"):
 		t.Errorf("the unassigned GPU's node is in the sandbox: %q", out)
 	case !strings.Contains(out, "/work/nvidia1: Operation not permitted"):

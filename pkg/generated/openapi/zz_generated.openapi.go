@@ -1201,7 +1201,7 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.",
+							Description: "GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them on the host (PCI bus order). The execution is told them by UUID.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1490,7 +1490,7 @@ func schema_pkg_apis_nodus_v1_HostLendingStatus(ref common.ReferenceCallback) co
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and CUDA_VISIBLE_DEVICES number them: the owner's own work should use the others.",
+							Description: "GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi numbers them (with CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA too): the owner's own work should use the others.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{

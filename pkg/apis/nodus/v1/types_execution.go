@@ -82,7 +82,8 @@ type ExecutionStatus struct {
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	// +optional
 	Host string `json:"host,omitempty" protobuf:"bytes,2,opt,name=host"`
-	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
+	// GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them
+	// on the host (PCI bus order). The execution is told them by UUID.
 	// +optional
 	// +listType=atomic
 	GPUIndices []int32 `json:"gpuIndices,omitempty" protobuf:"varint,3,rep,name=gpuIndices"`

@@ -77,8 +77,8 @@ type HostLendingStatus struct {
 	MilliCPUs int64 `json:"milliCPUs,omitempty" protobuf:"varint,7,opt,name=milliCPUs"`
 	// BorrowedGPUs is how many GPUs borrowers hold now.
 	BorrowedGPUs int32 `json:"borrowedGPUs" protobuf:"varint,8,opt,name=borrowedGPUs"`
-	// GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi and
-	// CUDA_VISIBLE_DEVICES number them: the owner's own work should use the others.
+	// GPUIndices are the host's GPUs borrowers hold now, as nvidia-smi numbers
+	// them (with CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA too): the owner's own work should use the others.
 	// +optional
 	// +listType=atomic
 	GPUIndices []int32 `json:"gpuIndices,omitempty" protobuf:"varint,9,rep,name=gpuIndices"`

@@ -20,7 +20,8 @@ type ExecutionStatusApplyConfiguration struct {
 	Phase *nodusv1.ExecutionPhase `json:"phase,omitempty"`
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	Host *string `json:"host,omitempty"`
-	// GPUIndices are the host's GPUs assigned to it, as CUDA_VISIBLE_DEVICES numbers them.
+	// GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them
+	// on the host (PCI bus order). The execution is told them by UUID.
 	GPUIndices []int32 `json:"gpuIndices,omitempty"`
 	// MemoryLimitMiB is the memory its sandbox may use: its share of what the
 	// host's owner lends. 0 is no limit.
