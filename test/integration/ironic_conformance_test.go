@@ -279,6 +279,43 @@ func TestOrphanedNodeClaimsAreRepaired(t *testing.T) {
 	}
 }
 
+// TestANodeWhoseAllocationWasDeletedAloneIsFreed: a server that stopped
+// between an allocation's delete and the clear of its node's claim (or
+// whose clear failed) leaves the node naming an allocation that no longer
+// exists, and nothing about the node changes to show it. The allocation's
+// deletion alone frees the node, at once rather than at the next resync.
+func TestANodeWhoseAllocationWasDeletedAloneIsFreed(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "cut-0")
+	c := s.Client.NodusV1()
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "cut"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		a, err := c.Allocations().Get(ctx, "cut", metav1.GetOptions{})
+		return err == nil && a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "cut-0", nil
+	}); err != nil {
+		t.Fatal("the allocation never became active")
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	// The delete's first write, without its second.
+	if resp, err := etcd.Delete(ctx(t), "/registry/nodus.dev/allocations/cut"); err != nil || resp.Deleted != 1 {
+		t.Fatalf("deleting the allocation from etcd: %v %+v", err, resp)
+	}
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(ctx context.Context) (bool, error) {
+		n, err := c.Nodes().Get(ctx, "cut-0", metav1.GetOptions{})
+		return err == nil && n.Status.Allocation == "", nil
+	}); err != nil {
+		t.Fatal("the node still names its deleted allocation")
+	}
+}
+
 // TestAClaimItsAllocationDidNotTakeIsRepaired: two allocation controllers
 // at once (an old leader that has not noticed yet) may each claim a node
 // for one allocation; the allocation ends active on one of them, and the

@@ -99,6 +99,13 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 				c.waitMu.Lock()
 				delete(c.waiting, a.Name)
 				c.waitMu.Unlock()
+				// Its delete clears its node's claim, but a server that
+				// stopped between the two writes did not, and the node
+				// shows no change to wake the check below.
+				nodes, _ := claims.ByIndex(nodeindex.ByAllocation, a.Name)
+				for _, obj := range nodes {
+					c.queue.Add(nodeKeyPrefix + obj.(*nodusv1.Node).Name)
+				}
 			}
 		},
 	}); err != nil {

@@ -235,10 +235,13 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 			}
 			return n, nil
 		}), nil, nil, false, &metav1.UpdateOptions{})
-	if apierrors.IsNotFound(err) {
-		err = nil
+	if err != nil && !apierrors.IsNotFound(err) {
+		// The allocation is gone: answering an error would have the caller
+		// retry a delete that took effect. The allocation controller frees
+		// a node whose allocation no longer exists.
+		klog.FromContext(ctx).Error(err, "clearing a deleted allocation's node; the allocation controller frees it", "allocation", name, "node", node.Name)
 	}
-	return out, deleted, err
+	return out, deleted, nil
 }
 
 // holds says, from etcd, whether the allocation o names holds the claim
