@@ -66,6 +66,54 @@ func TestAStartWhoseAnswerWasLostStillRuns(t *testing.T) {
 	}
 }
 
+// TestAStartThatLandedUnansweredDoesNotStayRunning: the start report lands
+// but its answer is lost, and every retry fails (an etcd election longer
+// than the retries). The runner gives up without running it, while the
+// server shows it running: its GPUs, slot and the borrower's cap would stay
+// taken for ever, past the withdrawal and the reservation's end. The runner
+// reports it failed (StartFailed) instead.
+func TestAStartThatLandedUnansweredDoesNotStayRunning(t *testing.T) {
+	f := lentHost(t)
+
+	var starts atomic.Int32
+	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
+			return false
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			t.Error(err)
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		var report nodusv1.ExecutionReport
+		if err := json.Unmarshal(body, &report); err != nil || report.Phase != nodusv1.ExecutionRunning {
+			return false
+		}
+		if starts.Add(1) == 1 {
+			if code := loseAnswer(w, req, forward); code != http.StatusOK {
+				t.Errorf("the first start report: %d", code)
+			}
+			return true
+		}
+		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "etcd has no leader")
+		return true
+	})
+
+	runner := startRunner(t, f, proxy)
+	submitted := submitTrue(t, f, "")
+	final := f.waitExecution(t, "beta", submitted.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+	if final.Status.Phase != nodusv1.ExecutionFailed || final.Status.Reason != "StartFailed" {
+		t.Errorf("the execution whose start the server took unanswered ended %s (%s: %s), want failed StartFailed",
+			final.Status.Phase, final.Status.Reason, final.Status.Message)
+	}
+	if n := starts.Load(); n < 2 {
+		t.Errorf("the runner sent its start %d times, want it retried", n)
+	}
+	if runner.Active() {
+		t.Error("the runner still holds the execution")
+	}
+}
+
 // TestARefusedFinalReportIsNotSentAgain runs the host agent's execution
 // runner against the real server through a proxy that refuses its final
 // report with 422 Invalid, a refusal the server does not send today (a

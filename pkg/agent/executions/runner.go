@@ -574,9 +574,13 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	switch {
 	case isReason(err, "HostNotLent"):
 		return notLent
+	case err != nil && !apioutcome.Final(err):
+		// The server stayed unreachable, but a start whose answer was lost
+		// may have landed.
+		klog.InfoS("not starting execution: its start is unconfirmed", "execution", e.Namespace+"/"+e.Name, "err", err)
+		return r.unconfirmedStart(ctx, e)
 	case err != nil:
-		// Cancelled or deleted meanwhile, or the server stayed unreachable:
-		// it did not start here; the informer's resync offers it again.
+		// Cancelled or deleted meanwhile: it did not start here.
 		klog.InfoS("not starting execution", "execution", e.Namespace+"/"+e.Name, "err", err)
 		return nil
 	}
@@ -904,6 +908,34 @@ func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unconfirmedStart settles a start that the server may have taken without
+// its answer arriving: it asks the server, until it answers, what it shows.
+// Shown running, the execution did not run here and is reported failed:
+// else the server would hold its GPUs, the slot and the borrower's cap for
+// ever, past a withdrawal and the reservation's end (the runner reports as
+// orphans only what a former agent started). Shown scheduled, it was not
+// taken, and the informer's resync offers it again.
+func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *outcome {
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		// An agent may list only the executions placed on its host.
+		list, err := r.opts.Client.NodusV1().Executions("").List(ctx, metav1.ListOptions{FieldSelector: "status.host=" + r.opts.Alias})
+		if err == nil {
+			for _, got := range list.Items {
+				if got.UID == e.UID && got.Status.Phase == nodusv1.ExecutionRunning {
+					return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed,
+						message: "the server took the host agent's start but did not confirm it in time; the execution did not run"}
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
 		case <-time.After(wait):
 		}
 	}
