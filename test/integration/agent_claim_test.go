@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
@@ -318,6 +319,57 @@ func TestAReportIsCheckedBeforeAnythingIsWritten(t *testing.T) {
 	if r := do(t, f.borrowers["beta"], "GET", "/apis/nodus.dev/v1/namespaces/beta/executions/"+submitted.Name+"/log", "", nil); r.code != http.StatusOK ||
 		string(r.body) != "the output\n" {
 		t.Errorf("the kept output after a refused report: %d %q", r.code, r.body)
+	}
+}
+
+// TestAReportOfAnEarlierExecutionOfTheNameIsRefused: the agent's final
+// report of an execution lands, its answer is lost, and the agent sends it
+// again after the borrower deleted the execution and made another of the
+// same name, placed on the same host. The late report names the execution
+// it is about by UID: it moves nothing of the new one, nor replaces its
+// output.
+func TestAReportOfAnEarlierExecutionOfTheNameIsRefused(t *testing.T) {
+	f := lentHost(t)
+	first := submitTrue(t, f, "reused")
+	f.waitExecution(t, "beta", "reused", func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	report := func(rep nodusv1.ExecutionReport) response {
+		return f.report(t, lentNode, "beta", "reused", rep)
+	}
+	if r := report(nodusv1.ExecutionReport{UID: first.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
+		t.Fatalf("the first one's start: %d %s", r.code, r.body)
+	}
+	end := nodusv1.ExecutionReport{UID: first.UID, Phase: nodusv1.ExecutionSucceeded, Reason: "Exited", Log: "the first one's output\n"}
+	if r := report(end); r.code != http.StatusOK {
+		t.Fatalf("the first one's end: %d %s", r.code, r.body)
+	}
+	beta := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
+	if err := beta.Delete(ctx(t), "reused", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(c context.Context) (bool, error) {
+		_, err := beta.Get(c, "reused", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the first execution was not deleted")
+	}
+	second := submitTrue(t, f, "reused")
+	f.waitExecution(t, "beta", "reused", func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := report(nodusv1.ExecutionReport{UID: first.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusNotFound {
+		t.Errorf("the first one's start again, on the second: %d %s", r.code, r.body)
+	}
+	if r := report(nodusv1.ExecutionReport{UID: second.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started", Log: "the second one's output\n"}); r.code != http.StatusOK {
+		t.Fatalf("the second one's start: %d %s", r.code, r.body)
+	}
+	if r := report(end); r.code != http.StatusNotFound {
+		t.Errorf("the first one's end again, on the second: %d %s", r.code, r.body)
+	}
+	got, err := beta.Get(ctx(t), "reused", metav1.GetOptions{})
+	if err != nil || got.UID != second.UID || got.Status.Phase != nodusv1.ExecutionRunning {
+		t.Errorf("the second execution after the first one's late reports: %v %+v", err, got.Status)
+	}
+	if r := do(t, f.borrowers["beta"], "GET", "/apis/nodus.dev/v1/namespaces/beta/executions/reused/log", "", nil); r.code != http.StatusOK ||
+		string(r.body) != "the second one's output\n" {
+		t.Errorf("the second one's output after the first one's late end: %d %q", r.code, r.body)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -24,7 +25,7 @@ import (
 func (r *Runner) report(ctx context.Context, namespace, name string, uid types.UID, o outcome, log string, dropped int64) {
 	rep := &nodusv1.ExecutionReport{Phase: o.phase, Reason: o.reason, Message: fitMessage(o.message), ExitCode: o.exit, Log: log, LogDroppedBytes: dropped}
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		_, err := r.post(ctx, namespace, name, rep)
+		_, err := r.post(ctx, namespace, name, uid, rep)
 		if err == nil || apioutcome.Final(err) {
 			if err != nil {
 				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
@@ -40,7 +41,14 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 	}
 }
 
-func (r *Runner) post(ctx context.Context, namespace, name string, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
+func (r *Runner) post(ctx context.Context, namespace, name string, uid types.UID, rep *nodusv1.ExecutionReport) (*nodusv1.Execution, error) {
+	// The report is about this execution, not one made since under its
+	// name. A UID that is no UUID (a placement refused for it) was never
+	// the execution's: that refusal goes by name.
+	rep.UID = ""
+	if id, err := uuid.Parse(string(uid)); err == nil && id.String() == string(uid) {
+		rep.UID = uid
+	}
 	return r.opts.Client.NodusV1().Executions(namespace).Report(ctx, name, rep, metav1.CreateOptions{})
 }
 

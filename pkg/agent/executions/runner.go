@@ -696,7 +696,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		case <-upload.C:
 			text, dropped, version := x.out.Snapshot()
 			if version != sent {
-				if _, err := r.post(ctx, e.Namespace, e.Name, &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Log: text, LogDroppedBytes: dropped}); err == nil {
+				if _, err := r.post(ctx, e.Namespace, e.Name, e.UID, &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Log: text, LogDroppedBytes: dropped}); err == nil {
 					sent = version
 				}
 			}
@@ -901,7 +901,7 @@ func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
 	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
 	const attempts = 5
 	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
-		_, err := r.post(ctx, e.Namespace, e.Name, rep)
+		_, err := r.post(ctx, e.Namespace, e.Name, e.UID, rep)
 		if err == nil || apioutcome.Final(err) || attempt == attempts {
 			return err
 		}

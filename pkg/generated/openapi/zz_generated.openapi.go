@@ -1080,6 +1080,13 @@ func schema_pkg_apis_nodus_v1_ExecutionReport(ref common.ReferenceCallback) comm
 							Format:      "int64",
 						},
 					},
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID is the execution's metadata.uid: a report is about that execution only, not another made since under its name (404). Empty, as agents before it send, the report is about the execution of the name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"phase"},
 			},

@@ -164,6 +164,11 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	placed := current.(*nodusv1.Execution)
+	if report.UID != "" && report.UID != placed.UID {
+		// A late report of an execution deleted since, whose name another
+		// now has: to this agent, the one it reports does not exist.
+		return nil, apierrors.NewNotFound(gr, name)
+	}
 	node, err := r.node(cluster, nodeName, placed.Status.Phase != report.Phase)
 	if err == nil && auth.AgentRetired(u, node) != "" {
 		node, err = r.node(cluster, nodeName, true)

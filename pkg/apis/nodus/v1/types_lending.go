@@ -1,6 +1,9 @@
 package v1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // ReservationLending is the owner's lending agreement for a reserved host:
 // while Lent and the reservation is active, the scheduler may place
@@ -187,6 +190,12 @@ type ExecutionReport struct {
 	// LogDroppedBytes is how much output before Log was dropped.
 	// +optional
 	LogDroppedBytes int64 `json:"logDroppedBytes,omitempty" protobuf:"varint,6,opt,name=logDroppedBytes"`
+	// UID is the execution's metadata.uid: a report is about that
+	// execution only, not another made since under its name (404). Empty,
+	// as agents before it send, the report is about the execution of the
+	// name.
+	// +optional
+	UID types.UID `json:"uid,omitempty" protobuf:"bytes,7,opt,name=uid,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // MaxExecutionLogBytes bounds the output kept of one execution.
