@@ -27,7 +27,7 @@ func postHostAction(ctx context.Context, h *nodusv1.ReservedHost, action string,
 		if !retriable(err) || attempt >= attempts {
 			return err
 		}
-		fmt.Fprintf(progress, "retrying %s (%v)\n", action, err)
+		fmt.Fprintf(progress, "retrying %s (%s)\n", action, oneLine(err))
 		select {
 		case <-ctx.Done():
 			return err

@@ -72,16 +72,17 @@ func Report(err error, output string, w io.Writer) int {
 		fmt.Fprintln(w, jsonTerminalSafe(string(raw)))
 	} else {
 		// err, not only the server's message: the CLI may have said more
-		// around it (what it did, which name to look up).
-		fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
+		// around it (what it did, which name to look up). One line each: a
+		// line break in the server's text must not forge a line of ours.
+		fmt.Fprintf(w, "error: %s\n", oneLine(err.Error()))
 		if env.Fix != "" {
-			fmt.Fprintf(w, "  fix:     %s\n", terminalSafe(env.Fix))
+			fmt.Fprintf(w, "  fix:     %s\n", oneLine(env.Fix))
 		}
 		if env.Docs != "" {
-			fmt.Fprintf(w, "  docs:    %s\n", terminalSafe(env.Docs))
+			fmt.Fprintf(w, "  docs:    %s\n", oneLine(env.Docs))
 		}
 		if env.RequestID != "" {
-			fmt.Fprintf(w, "  request: %s\n", terminalSafe(env.RequestID))
+			fmt.Fprintf(w, "  request: %s\n", oneLine(env.RequestID))
 		}
 	}
 	switch code := int(s.Code); {

@@ -4,14 +4,18 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"regexp"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -120,7 +124,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			return nil
 		},
 	}
-	var follow bool
+	var follow, raw bool
 	logs := &cobra.Command{
 		Use: "logs PROJECT/NAME [-f]", Short: "Print an execution's output (its last 256 KiB)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -128,12 +132,54 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return followLogs(cmd.Context(), c, s, p, name, follow)
+			out := s
+			if !raw {
+				out.Out = &outputSafe{w: s.Out}
+			}
+			return followLogs(cmd.Context(), c, out, p, name, follow)
 		},
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the execution ends")
+	logs.Flags().BoolVar(&raw, "raw", false, "print the output's bytes as kept, escape sequences included (for a file, not a terminal)")
 	cmd.AddCommand(run, list, get, cancel, logs)
 	return cmd
+}
+
+// outputSafe writes an execution's output for a terminal. The output comes
+// from the agent of the host it ran on, another tenant's machine: every
+// control character is shown as \xNN, but line breaks, tabs, carriage
+// returns (progress bars) and colours (SGR sequences, which only style
+// text). A sequence cut between two writes is shown escaped.
+type outputSafe struct{ w io.Writer }
+
+// sgr is one Select Graphic Rendition sequence: ESC [ parameters m.
+var sgr = regexp.MustCompile(`^\x1b\[[0-9;]{0,32}m`)
+
+func (o *outputSafe) Write(p []byte) (int, error) {
+	var b bytes.Buffer
+	for i := 0; i < len(p); {
+		if m := sgr.Find(p[i:]); m != nil {
+			b.Write(m)
+			i += len(m)
+			continue
+		}
+		r, size := utf8.DecodeRune(p[i:])
+		switch {
+		case r == '\n' || r == '\t' || r == '\r':
+			b.WriteByte(byte(r))
+		case r == utf8.RuneError && size == 1:
+			fmt.Fprintf(&b, `\x%02x`, p[i])
+		case validation.IsTerminalControl(r):
+			fmt.Fprintf(&b, `\x%02x`, r)
+		default:
+			b.Write(p[i : i+size])
+		}
+		i += size
+	}
+	if _, err := o.w.Write(b.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // followLogs prints the log, and with follow the output that comes after it

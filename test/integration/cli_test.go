@@ -26,6 +26,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
+	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -756,6 +757,23 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	}
 	if out, _ := mary.run("", "executions", "get", "acme/e1"); !strings.Contains(out, `\x1b]52`) {
 		t.Errorf("the escape is not shown for what it is: %q", out)
+	}
+
+	// The output is the agent's to report, and reports may hold anything
+	// a program writes: the lender's host (another tenant's machine) can
+	// put an escape sequence in it. Colours stay; --raw is the bytes.
+	const colours = "\x1b[1;31mloss 0.12\x1b[0m\tstep 7\r\n"
+	logs := executionlog.NewStore(etcd)
+	if err := logs.Put(ctx(t), "acme", "e1", e.UID, executionlog.Log{Data: []byte(colours + hostile + "\n")}); err != nil {
+		t.Fatal(err)
+	}
+	out, code := mary.run("", "executions", "logs", "acme/e1")
+	if code != 0 || strings.ContainsAny(out, "\x07\u009b") || strings.Contains(out, "\x1b]") || strings.Contains(out, "\x1b[2K") ||
+		!strings.HasPrefix(out, colours) || !strings.Contains(out, `done\x1b]52;c;`) {
+		t.Errorf("nodus executions logs: exit %d, want the colours kept and every other escape shown for what it is: %q", code, out)
+	}
+	if out, code := mary.run("", "executions", "logs", "acme/e1", "--raw"); code != 0 || out != colours+hostile+"\n" {
+		t.Errorf("nodus executions logs --raw: exit %d, want the bytes as kept: %q", code, out)
 	}
 }
 
