@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -242,6 +244,12 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The command is run as root on a host: nothing of the
+			// server's answer goes into it unchecked.
+			if !enrollmentTokenShape.MatchString(t.Status.Token) || !caHashShape.MatchString(t.Status.CAFingerprint) {
+				return fmt.Errorf("refusing the server's answer: its token %s or CA hash %s is not of the form a nodus-server gives",
+					oneLine(strconv.Quote(t.Status.Token)), oneLine(strconv.Quote(t.Status.CAFingerprint)))
+			}
 			name := "" // nodusd enroll defaults to the host name
 			if nodeName != "" {
 				name = " --name " + nodeName
@@ -419,6 +427,11 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			// The command is handed to a person to run: nothing of the
+			// server's answer goes into it unchecked.
+			if !accessTokenShape.MatchString(t.Status.Token) {
+				return fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives", oneLine(strconv.Quote(t.Status.Token)))
+			}
 			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with:\n  nodus login --server %s --token %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host, t.Status.Token)
 			return nil
 		},
@@ -445,3 +458,12 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 	cmd.AddCommand(listCmd[0], create, revoke)
 	return cmd
 }
+
+// The forms of what a server answers for a new token: NAME.SECRET, the
+// secret unpadded URL-safe base64, an enrollment token's name after
+// "enroll_"; a CA's hash is sha256: and hex.
+var (
+	accessTokenShape     = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,252}\.[A-Za-z0-9_-]{16,128}$`)
+	enrollmentTokenShape = regexp.MustCompile(`^enroll_[a-z0-9][a-z0-9.-]{0,252}\.[A-Za-z0-9_-]{16,128}$`)
+	caHashShape          = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+)

@@ -153,16 +153,30 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	if err != nil {
 		return errors.New("the system ssh client is not installed")
 	}
+	return syscall.Exec(binary, sshArgs(entry, o.Home, command), os.Environ())
+}
+
+// sshArgs is the ssh command line that reaches entry's host and runs
+// command there.
+func sshArgs(entry sshentry.Entry, home string, command []string) []string {
 	args := []string{"ssh"}
 	// ssh reads the config of the account's home, not $HOME; follow $HOME
 	// as the rest of nodus does when the two differ.
-	if u, err := user.Current(); err == nil && filepath.Clean(u.HomeDir) != filepath.Clean(o.Home) {
-		args = append(args, "-F", filepath.Join(o.Home, ".ssh", "config"))
+	if u, err := user.Current(); err == nil && filepath.Clean(u.HomeDir) != filepath.Clean(home) {
+		args = append(args, "-F", filepath.Join(home, ".ssh", "config"))
+	}
+	// The entry's own settings, before every config file's: the address,
+	// user, pinned host key and certificate stay ours even where the
+	// user's config does not include nodus' where ssh reads it (after a
+	// Host line) or sets them for the alias first. Its other settings
+	// (a ProxyJump, keep-alives) still apply.
+	for _, option := range entry.Options {
+		args = append(args, "-o", option)
 	}
 	// "--" ends ssh's options: ssh takes options after the host name too,
 	// so a command word such as -oProxyCommand=… would otherwise be ssh's
 	// own (a local command run, the host key unpinned).
-	return syscall.Exec(binary, append(append(args, "--", alias), command...), os.Environ())
+	return append(append(args, "--", entry.Alias), command...)
 }
 
 // certificate returns the host's SSH address after making sure certFile
@@ -337,7 +351,7 @@ func includeFrom(userConfig, included string) error {
 	}
 	block := beginMarker + "include\nInclude \"" + included + "\"\n" + endMarker + "include\n"
 	text := string(old)
-	if strings.Contains(text, block) || includes(text, included) {
+	if includes(text, included) {
 		return nil
 	}
 	write := func(data []byte) error {
@@ -349,14 +363,15 @@ func includeFrom(userConfig, included string) error {
 		}
 		return err
 	}
-	// An earlier nodus block (an older form, another path) is replaced where it stands.
+	// An earlier nodus block (an older form, another path, or one that
+	// came to stand after a Host line, where it applies to that host
+	// only) is taken out, and the block goes at the top.
 	if start := strings.Index(text, beginMarker+"include\n"); start >= 0 {
 		if end := strings.Index(text[start:], endMarker+"include\n"); end >= 0 {
-			text = text[:start] + block + text[start+end+len(endMarker+"include\n"):]
-			return write([]byte(text))
+			text = text[:start] + text[start+end+len(endMarker+"include\n"):]
 		}
 	}
-	return write(append([]byte(block), old...))
+	return write([]byte(block + text))
 }
 
 // includes says whether an ssh_config text has a line of its own that

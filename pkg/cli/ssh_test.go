@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/nodus-dev/nodus/pkg/cli/sshentry"
 )
 
 // readOnly makes dir unwritable, for root too (chattr +i), or skips: what a
@@ -62,5 +65,79 @@ func TestAReadOnlySSHConfigIsNotWritten(t *testing.T) {
 		if got, _ := os.ReadFile(filepath.Join(store, name)); string(got) != text {
 			t.Errorf("%s changed:\n%s", name, got)
 		}
+	}
+}
+
+// TestNodusSSHPinsTheHostWhateverTheUsersConfigSays: a user's ssh_config
+// that sets the alias's address, user, host keys or checking first (a
+// Host *.nodus block above the Include, or no Include where ssh reads it)
+// does not unpin the host: ssh, asked what it would do (ssh -G), uses the
+// entry's settings.
+func TestNodusSSHPinsTheHostWhateverTheUsersConfigSays(t *testing.T) {
+	if _, err := exec.LookPath("ssh"); err != nil {
+		t.Skip("needs the OpenSSH client (CI installs it)")
+	}
+	dir := t.TempDir()
+	entry, err := sshentry.Make(sshentry.Host{Project: "acme", Name: "gpu-001", Address: "203.0.113.10:2201", LoginUser: "ubuntu",
+		HostKey:    "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBbVjsVzBH2uEj7iKtGEpEJyGYJvC1T9RyqT5K1hPFcY",
+		KnownHosts: filepath.Join(dir, "known hosts"), IdentityFile: filepath.Join(dir, "id"), CertificateFile: filepath.Join(dir, "id-cert.pub")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	userConfig := filepath.Join(dir, ".ssh", "config")
+	hostile := "Host *.nodus\n  HostName evil.example\n  Port 22\n  User root\n  HostKeyAlias evil\n  UserKnownHostsFile /dev/null\n" +
+		"  StrictHostKeyChecking no\n  CertificateFile /tmp/other\n\nInclude \"" + filepath.Join(dir, "nodus") + "\"\n"
+	if err := os.MkdirAll(filepath.Dir(userConfig), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(userConfig, []byte(hostile), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	args := sshArgs(entry, dir, nil) // dir is not this account's home: ssh -F dir/.ssh/config
+	if !slices.Contains(args, userConfig) {
+		t.Fatalf("ssh does not read the config of $HOME: %v", args)
+	}
+	// ssh's answer of what it would do, instead of a connection.
+	out, err := exec.Command("ssh", append([]string{"-G"}, args[1:]...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("ssh -G %v: %v %s", args[1:], err, out)
+	}
+	got := map[string][]string{}
+	for _, line := range strings.Split(string(out), "\n") {
+		if k, v, ok := strings.Cut(line, " "); ok {
+			got[k] = append(got[k], v)
+		}
+	}
+	for key, want := range map[string]string{"hostname": "203.0.113.10", "port": "2201", "user": "ubuntu", "hostkeyalias": entry.Alias,
+		"userknownhostsfile": filepath.Join(dir, "known hosts"), "stricthostkeychecking": "true", "identitiesonly": "yes"} {
+		if len(got[key]) == 0 || got[key][0] != want {
+			t.Errorf("ssh uses %s %q, want %q", key, got[key], want)
+		}
+	}
+	if len(got["certificatefile"]) == 0 || got["certificatefile"][0] != filepath.Join(dir, "id-cert.pub") {
+		t.Errorf("ssh offers the certificates %q first, want %s", got["certificatefile"], filepath.Join(dir, "id-cert.pub"))
+	}
+}
+
+// TestAnIncludeThatCameAfterAHostLineIsMovedToTheTop: nodus' Include block
+// below a Host line (moved there by hand, or an editor) applies to that
+// host only; it is taken out and written at the top again.
+func TestAnIncludeThatCameAfterAHostLineIsMovedToTheTop(t *testing.T) {
+	dir := t.TempDir()
+	included := filepath.Join(dir, "nodus", "ssh", "config")
+	userConfig := filepath.Join(dir, ".ssh", "config")
+	if err := os.MkdirAll(filepath.Dir(userConfig), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	block := beginMarker + "include\nInclude \"" + included + "\"\n" + endMarker + "include\n"
+	if err := os.WriteFile(userConfig, []byte("Host build\n  User ci\n"+block), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := includeFrom(userConfig, included); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(userConfig)
+	if string(got) != block+"Host build\n  User ci\n" {
+		t.Errorf("the config:\n%s", got)
 	}
 }

