@@ -373,6 +373,35 @@ func TestAReportOfAnEarlierExecutionOfTheNameIsRefused(t *testing.T) {
 	}
 }
 
+// TestAWithdrawalTheAgentMissesStillDrains: the owner withdraws and lends
+// again at once, while its host's agent does not see the moment between
+// (its watch broken, or its handler late): it never learns of the
+// withdrawal, and borrowers' executions would run on under the new
+// agreement. The withdrawal drains them itself, on the server.
+func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
+	f := lentHost(t)
+	running := submitTrue(t, f, "")
+	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := f.report(t, lentNode, "beta", running.Name, nodusv1.ExecutionReport{UID: running.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
+		t.Fatalf("the start: %d %s", r.code, r.body)
+	}
+	epoch := f.reservation(t, lentNode).Status.Epoch
+	if r := f.lend(t, f.admin, "withdraw", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
+		t.Fatalf("withdraw: %d %s", r.code, r.body)
+	}
+	if r := f.lend(t, f.admin, "lend", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend again: %d %s", r.code, r.body)
+	}
+	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+	if got.Status.Phase != nodusv1.ExecutionDrained {
+		t.Errorf("the execution running at the withdrawal ended %s (%s)", got.Status.Phase, got.Status.Message)
+	}
+	// The agent's own report of the drain, when it comes, is taken.
+	if r := f.report(t, lentNode, "beta", running.Name, nodusv1.ExecutionReport{UID: running.UID, Phase: nodusv1.ExecutionDrained, Reason: "Drained", Log: "stopped\n"}); r.code != http.StatusOK {
+		t.Errorf("the agent's drained report after the server's: %d %s", r.code, r.body)
+	}
+}
+
 // lentNode is the one host of lentHost's fleet.
 const lentNode = "gpu-00"
 

@@ -7,7 +7,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -19,6 +21,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
 // LendREST serves POST reservedhosts/{name}/lend and …/withdraw: the owner
@@ -34,6 +37,7 @@ type LendREST struct {
 	Nodes        *genericregistry.Store
 	Pools        *genericregistry.Store
 	Lendings     *genericregistry.Store // hostlendings, read for the answer
+	Executions   base.Stores            // a withdrawal drains the host's
 	Now          func() time.Time
 }
 
@@ -147,10 +151,60 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	if replayed {
 		actions.MarkReplayed(ctx)
 	}
+	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" {
+		if err := r.drain(cluster, res.Status.Node, now); err != nil {
+			// Withdrawn; a retry with the same Idempotency-Key drains again.
+			return nil, err
+		}
+	}
 	if pool == nil && res.Status.Node != "" {
 		_, pool, _ = r.nodeAndPool(ctx, res.Status.Node)
 	}
 	return r.answer(ctx, namespace, name, res, pool)
+}
+
+// drain ends the borrowers' executions placed on node that have not ended:
+// drained, as the host's agent reports them when it sees the withdrawal.
+// The agent may not see it: a lend that follows at once, while its watch is
+// broken, shows it the host lent throughout, and its executions would run
+// on under the new agreement. The agent stops an execution it runs once it
+// sees it drained, and its own drained report is taken as a repeat.
+func (r *LendREST) drain(ctx context.Context, nodeName string, now metav1.Time) error {
+	obj, err := r.Nodes.Get(ctx, nodeName, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	alias := lending.HostAlias(obj.(*nodusv1.Node))
+	// From etcd: an execution the watch cache does not show yet is one
+	// the scheduler may have just placed.
+	list, err := r.Executions.Main.List(ctx, &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.host", alias)})
+	if err != nil {
+		return err
+	}
+	for _, e := range list.(*nodusv1.ExecutionList).Items {
+		if e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning {
+			continue
+		}
+		placed := e.UID
+		_, _, err := r.Executions.Status.Update(genericapirequest.WithNamespace(ctx, e.Namespace), e.Name, rest.DefaultUpdatedObjectInfo(nil,
+			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+				d := old.(*nodusv1.Execution).DeepCopy()
+				if d.UID != placed || d.Status.Host != alias ||
+					(d.Status.Phase != nodusv1.ExecutionScheduled && d.Status.Phase != nodusv1.ExecutionRunning) {
+					return d, nil // ended, or another since
+				}
+				d.Status.Phase, d.Status.FinishedAt = nodusv1.ExecutionDrained, &now
+				d.Status.Reason, d.Status.Message = "Drained", "the owner withdrew the host"
+				return d, nil
+			}), nil, nil, false, &metav1.UpdateOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
 }
 
 // tookEffect says whether the request of key lent or withdrew reservation

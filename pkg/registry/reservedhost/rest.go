@@ -30,10 +30,10 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 // Storage returns the ReservedHost storages: the resource, its status, and
 // the release-capacity, lend and withdraw actions, which update reservations
 // as well, and the SSH certificate action.
-func Storage(hosts, reservations, nodes, pools, lendings base.Stores, projects auth.ProjectGetter, ca *sshca.CA) map[string]rest.Storage {
+func Storage(hosts, reservations, nodes, pools, lendings, executions base.Stores, projects auth.ProjectGetter, ca *sshca.CA) map[string]rest.Storage {
 	lend := func(withdraw bool) *LendREST {
 		return &LendREST{Withdraw: withdraw, Hosts: hosts.Main, Reservations: reservations.Status,
-			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings.Main}
+			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings.Main, Executions: executions}
 	}
 	return map[string]rest.Storage{
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},
