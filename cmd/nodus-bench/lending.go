@@ -64,6 +64,9 @@ func lendingBench(s *server, c config) error {
 			if err != nil {
 				return err
 			}
+			// The memory and CPUs a lend shares out; the enrolled hosts
+			// report no inventory of their own.
+			n.Status.Inventory.CPU, n.Status.Inventory.MemoryMiB = 224, 2<<20
 			n.Status.Inventory.GPUs = nil
 			for g := 0; g < 8; g++ {
 				n.Status.Inventory.GPUs = append(n.Status.Inventory.GPUs, nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559})

@@ -562,6 +562,33 @@ func sortedKeys[V any](m map[string]V) []string {
 	return keys
 }
 
+// TestAHostWithoutItsInventoryIsNotLentUnbounded: a host whose agent has
+// not reported its memory and CPUs (0, as a new or an older agent leaves
+// them) would lend a default share of 0, which a sandbox takes for no
+// limit: borrowers would run unbounded beside the owner's work. Such a
+// lend is refused (422), whatever the owner names: no more than the host
+// reported, and no less than one execution needs.
+func TestAHostWithoutItsInventoryIsNotLentUnbounded(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	forgeNodeInEtcd(t, s, "gpu-00", func(n *nodusv1.Node) { n.Status.Inventory.MemoryMiB, n.Status.Inventory.CPU = 0, 0 })
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	for what, body := range map[string]string{
+		"by default":      fmt.Sprintf(`{"epoch":%d}`, epoch),
+		"memory named":    fmt.Sprintf(`{"epoch":%d,"memoryMiB":65536}`, epoch),
+		"CPUs named":      fmt.Sprintf(`{"epoch":%d,"milliCPUs":16000}`, epoch),
+		"both named as 0": fmt.Sprintf(`{"epoch":%d,"memoryMiB":0,"milliCPUs":0}`, epoch),
+	} {
+		r := f.lend(t, f.admin, "lend", "gpu-00", body)
+		if r.code != http.StatusUnprocessableEntity {
+			t.Errorf("lending a host without its inventory %s: %d %s", what, r.code, r.body)
+		}
+	}
+	if l := f.reservation(t, "gpu-00").Status.Lending; l != nil && l.Lent {
+		t.Errorf("the host was lent: %+v", l)
+	}
+}
+
 // TestLendingSharesMemoryAndCPUs: what an owner lends bounds its borrowers'
 // sandboxes. By default a host lends memory and CPUs in proportion to the
 // GPUs lent; an owner may say how much, never more than the host has; each

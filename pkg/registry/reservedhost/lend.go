@@ -259,6 +259,12 @@ func agreementFor(node *nodusv1.Node, maxGPUs, maxExecutions *int32, memoryMiB, 
 	}{{"memoryMiB", memoryMiB, hostMemory, lending.MinExecutionMemoryMiB, &a.MemoryMiB, "MiB of memory"},
 		{"milliCPUs", milliCPUs, hostMilliCPUs, lending.MinExecutionMilliCPUs, &a.MilliCPUs, "thousandths of a CPU"}} {
 		if asked.value == nil {
+			// 0, a sandbox's "no limit", is what a host that has not
+			// reported its inventory would lend by default.
+			if *asked.into < asked.floor {
+				errs = append(errs, field.Invalid(field.NewPath(asked.name), *asked.into,
+					fmt.Sprintf("the host's share is less than one execution needs (%d %s): its agent has not reported the host's inventory, or the host has too little", asked.floor, asked.unit)))
+			}
 			continue
 		}
 		if *asked.value < asked.floor || *asked.value > asked.host {
