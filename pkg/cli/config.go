@@ -86,8 +86,25 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 	}
 	// Innermost: what the wrappers below see is the replica that answered.
 	cfg.Wrap(failover.Wrap(servers))
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return refuseRedirects{rt} })
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{contextHeaders{rt}} })
 	return cfg, nil
+}
+
+// refuseRedirects turns a redirect into an error before the HTTP client
+// follows it: the client would send the user's token to the address it
+// names (in clear text, for an http one) and take that answer for the
+// server's. A nodus-server never redirects an API request.
+type refuseRedirects struct{ http.RoundTripper }
+
+func (r refuseRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := r.RoundTripper.RoundTrip(req)
+	if err != nil || resp.StatusCode < 300 || resp.StatusCode > 399 || resp.StatusCode == http.StatusNotModified {
+		return resp, err
+	}
+	_ = resp.Body.Close()
+	return nil, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there",
+		resp.StatusCode, oneLine(resp.Header.Get("Location")))
 }
 
 // Client is the typed client of the current context.

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/cli/sshentry"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
@@ -211,6 +212,11 @@ func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string,
 		hosts, _ := yourHosts(cmd.Context(), c)
 		var out []string
 		for _, h := range hosts {
+			// The shell gets what is offered, and may run what a name holds
+			// where it does not quote it: only names that are host names.
+			if sshentry.CheckNames(h.Namespace, h.Name) != nil {
+				continue
+			}
 			if ref := h.Namespace + "/" + h.Name; strings.HasPrefix(ref, prefix) {
 				out = append(out, ref)
 			}

