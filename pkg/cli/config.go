@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -54,12 +55,27 @@ func (g *Globals) ConfigPath() string {
 // DataDir holds nodus' SSH files.
 func DataDir() string { return filepath.Join(configHome(), "nodus") }
 
+// configHome is XDG_CONFIG_HOME, else ~/.config. A relative path is none
+// (the XDG spec says to ignore it): nodus' files, its SSH key among them,
+// would land wherever the command runs.
 func configHome() string {
-	if d := os.Getenv("XDG_CONFIG_HOME"); d != "" {
+	if d := os.Getenv("XDG_CONFIG_HOME"); filepath.IsAbs(d) {
 		return d
 	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".config")
+	return filepath.Join(homeDir(), ".config")
+}
+
+// homeDir is $HOME where it is absolute, else the account's home.
+func homeDir() string {
+	if home, err := os.UserHomeDir(); err == nil && filepath.IsAbs(home) {
+		return home
+	}
+	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
+		return u.HomeDir
+	}
+	// No home at all: a path that is no directory, so that writing fails
+	// rather than landing in the working directory.
+	return "/nonexistent"
 }
 
 // RESTConfig loads the client configuration of the current (or chosen) context.

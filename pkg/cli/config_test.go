@@ -85,3 +85,26 @@ func TestALoginLeavesALinkedConfigurationALink(t *testing.T) {
 		t.Errorf("the linked file: %v %v", cfg, err)
 	}
 }
+
+// TestARelativeConfigHomeIsNotUsed: an XDG_CONFIG_HOME that is not
+// absolute is no configuration home (the XDG spec: ignore it), and a HOME
+// that is not absolute is not one either: nodus' files, its SSH key among
+// them, would land in whatever directory the command runs in. The
+// account's own home is used instead.
+func TestARelativeConfigHomeIsNotUsed(t *testing.T) {
+	for name, env := range map[string][2]string{
+		"a relative XDG_CONFIG_HOME": {"config", "/home/someone"},
+		"no HOME":                    {"", ""},
+		"a relative HOME":            {"", "home"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv("XDG_CONFIG_HOME", env[0])
+			t.Setenv("HOME", env[1])
+			for _, dir := range []string{DataDir(), (&Globals{}).ConfigPath()} {
+				if !filepath.IsAbs(dir) {
+					t.Errorf("XDG_CONFIG_HOME=%q HOME=%q: nodus uses %q", env[0], env[1], dir)
+				}
+			}
+		})
+	}
+}

@@ -43,8 +43,7 @@ type SSHOptions struct {
 }
 
 func newSSHCommand(g *Globals, s Streams) *cobra.Command {
-	home, _ := os.UserHomeDir()
-	o := &SSHOptions{Globals: g, Streams: s, Home: home}
+	o := &SSHOptions{Globals: g, Streams: s, Home: homeDir()}
 	cmd := &cobra.Command{
 		Use:   "ssh PROJECT/NAME [-- COMMAND...]",
 		Short: "Open a shell (or run a command) on a reserved host with your system's ssh",

@@ -487,15 +487,21 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 	r.runs[e.UID] = x
 	r.mu.Unlock()
 	go func() {
+		var final *outcome
 		defer func() {
 			r.mu.Lock()
 			delete(r.runs, e.UID)
-			r.ended[e.UID] = true
+			// Only an end reported here: one the server shows running
+			// after a start that never ran (a claim that landed late) is
+			// still reported as an orphan.
+			if final != nil {
+				r.ended[e.UID] = true
+			}
 			r.mu.Unlock()
 			close(x.reported)
 			r.offerWaiting(ctx)
 		}()
-		final := r.execute(ctx, e, x)
+		final = r.execute(ctx, e, x)
 		if final == nil {
 			return
 		}
