@@ -78,16 +78,7 @@ func TestAStartThatLandedUnansweredDoesNotStayRunning(t *testing.T) {
 
 	var starts atomic.Int32
 	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
-		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
-			return false
-		}
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			t.Error(err)
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		var report nodusv1.ExecutionReport
-		if err := json.Unmarshal(body, &report); err != nil || report.Phase != nodusv1.ExecutionRunning {
+		if report, ok := reportIn(t, req); !ok || report.Phase != nodusv1.ExecutionRunning {
 			return false
 		}
 		if starts.Add(1) == 1 {
@@ -127,16 +118,7 @@ func TestARefusedFinalReportIsNotSentAgain(t *testing.T) {
 
 	var refusals atomic.Int32
 	proxy := lossyProxy(t, f.agents[lentNode], func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
-		if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
-			return false
-		}
-		body, err := io.ReadAll(req.Body)
-		if err != nil {
-			t.Error(err)
-		}
-		req.Body = io.NopCloser(bytes.NewReader(body))
-		var report nodusv1.ExecutionReport
-		if err := json.Unmarshal(body, &report); err != nil || !report.Phase.Finished() {
+		if report, ok := reportIn(t, req); !ok || !report.Phase.Finished() {
 			return false
 		}
 		refusals.Add(1)
@@ -400,6 +382,21 @@ func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
 	if r := f.report(t, lentNode, "beta", running.Name, nodusv1.ExecutionReport{UID: running.UID, Phase: nodusv1.ExecutionDrained, Reason: "Drained", Log: "stopped\n"}); r.code != http.StatusOK {
 		t.Errorf("the agent's drained report after the server's: %d %s", r.code, r.body)
 	}
+}
+
+// reportIn is the execution report req posts, if it posts one; req's body
+// stays for the server to read.
+func reportIn(t *testing.T, req *http.Request) (nodusv1.ExecutionReport, bool) {
+	var report nodusv1.ExecutionReport
+	if req.Method != http.MethodPost || !strings.HasSuffix(req.URL.Path, "/report") {
+		return report, false
+	}
+	body, err := io.ReadAll(req.Body)
+	if err != nil {
+		t.Error(err)
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	return report, json.Unmarshal(body, &report) == nil
 }
 
 // lentNode is the one host of lentHost's fleet.

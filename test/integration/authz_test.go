@@ -53,6 +53,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		t.Fatal("the reserved node never became active")
 	}
 	// r1 is lent, so that its HostLending exists; e1 waits for a ready host.
+	// A lend shares out the memory and CPUs the host's agent reported.
+	forgeNodeInEtcd(t, s, "gpu-001", func(n *nodusv1.Node) { n.Status.Inventory.CPU, n.Status.Inventory.MemoryMiB = 224, 2<<20 })
 	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/lend", "application/json", strings.NewReader(`{"epoch":1}`)); r.code != 200 {
 		t.Fatalf("lend r1: %d %s", r.code, r.body)
 	}

@@ -151,7 +151,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	if replayed {
 		actions.MarkReplayed(ctx)
 	}
-	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" {
+	// Not lent: a replay of a withdrawal the owner has lent again since
+	// drains nothing of the new agreement's.
+	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" && !lending.Lent(res) {
 		if err := r.drain(cluster, res.Status.Node, now); err != nil {
 			// Withdrawn; a retry with the same Idempotency-Key drains again.
 			return nil, err
