@@ -73,8 +73,8 @@ func homeDir() string {
 	if u, err := user.Current(); err == nil && filepath.IsAbs(u.HomeDir) {
 		return u.HomeDir
 	}
-	// No home at all: a path that is no directory, so that writing fails
-	// rather than landing in the working directory.
+	// No home at all (no HOME, no account entry): the conventional
+	// "no home" path, never the working directory.
 	return "/nonexistent"
 }
 

@@ -247,8 +247,15 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			// The command is run as root on a host: nothing of the
 			// server's answer goes into it unchecked.
 			if !enrollmentTokenShape.MatchString(t.Status.Token) || !caHashShape.MatchString(t.Status.CAFingerprint) {
-				return fmt.Errorf("refusing the server's answer: its token %s or CA hash %s is not of the form a nodus-server gives",
-					oneLine(strconv.Quote(t.Status.Token)), oneLine(strconv.Quote(t.Status.CAFingerprint)))
+				// Made, but never shown: it must not stay usable.
+				revoked := "it was deleted"
+				if !strings.HasPrefix(t.Name, prefix) {
+					revoked = fmt.Sprintf("the answer names token %s, which nodus did not ask for: delete the one it made", oneLine(strconv.Quote(t.Name)))
+				} else if err := c.NodusV1().EnrollmentTokens().Delete(cmd.Context(), t.Name, metav1.DeleteOptions{}); err != nil {
+					revoked = fmt.Sprintf("deleting it failed (%s): delete enrollment token %s", oneLine(err), t.Name)
+				}
+				return fmt.Errorf("refusing the server's answer: its token %s or CA hash %s is not of the form a nodus-server gives; %s",
+					oneLine(strconv.Quote(t.Status.Token)), oneLine(strconv.Quote(t.Status.CAFingerprint)), revoked)
 			}
 			name := "" // nodusd enroll defaults to the host name
 			if nodeName != "" {
@@ -430,7 +437,13 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 			// The command is handed to a person to run: nothing of the
 			// server's answer goes into it unchecked.
 			if !accessTokenShape.MatchString(t.Status.Token) {
-				return fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives", oneLine(strconv.Quote(t.Status.Token)))
+				// Made, but never shown: it must not stay usable.
+				revoked := "it was revoked"
+				if err := c.NodusV1().AccessTokens().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+					revoked = fmt.Sprintf("revoking it failed (%s): run nodus tokens revoke %s", oneLine(err), args[0])
+				}
+				return fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives; %s",
+					oneLine(strconv.Quote(t.Status.Token)), revoked)
 			}
 			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with:\n  nodus login --server %s --token %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host, t.Status.Token)
 			return nil

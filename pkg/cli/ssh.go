@@ -141,7 +141,12 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 		return err
 	}
 	if err := includeFrom(filepath.Join(o.Home, ".ssh", "config"), sshConfig); err != nil {
-		return err
+		if o.ConfigOnly {
+			return err
+		}
+		// nodus ssh gives ssh the host's settings itself; only a plain
+		// `ssh ALIAS` needs the Include.
+		fmt.Fprintf(o.Err, "warning: %s\n", terminalSafe(err.Error()))
 	}
 	unlock()
 	if o.ConfigOnly {
@@ -210,6 +215,12 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	cert, err := userCertificate(answer.Certificate, pub, answer.Principal)
 	if err != nil {
 		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err)
+	}
+	// Not validFor: a certificate valid from the server's now may not be
+	// yet by this clock, a little behind; one that expired is none.
+	if cert.ValidBefore != ssh.CertTimeInfinity && cert.ValidBefore <= uint64(time.Now().Unix()) {
+		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: it expired at %s (is this machine's clock right?)",
+			h.Namespace, h.Name, time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))
 	}
 	// The address is kept beside the certificate and used for as long as
 	// it is: checked before either is written.

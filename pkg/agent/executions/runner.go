@@ -389,6 +389,9 @@ func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 		}()
 	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.CancelRequestedAt != nil:
 		r.stop(x, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "cancelled by the borrower while it ran"})
+	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.DrainRequestedAt != nil:
+		// The owner withdrew the host, whether or not this agent saw it.
+		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: "the owner withdrew the host"})
 	case known && (e.Status.Phase == nodusv1.ExecutionCancelled || e.Status.Phase == nodusv1.ExecutionDrained):
 		r.stop(x, outcome{phase: e.Status.Phase, reason: e.Status.Reason, message: e.Status.Message})
 	}
@@ -466,7 +469,10 @@ func (x *run) stopped() *outcome {
 // one whose GPUs are still held here waits until they are free.
 func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 	r.mu.Lock()
-	if _, ok := r.runs[e.UID]; ok {
+	// One this runner ran and reported is never run again: a cache that
+	// still shows it scheduled (the watch behind the run's own reports)
+	// offers it again, and the server takes a repeated start as a repeat.
+	if _, ok := r.runs[e.UID]; ok || r.ended[e.UID] {
 		r.mu.Unlock()
 		return
 	}
@@ -930,6 +936,12 @@ func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *ou
 	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
 		// An agent may list only the executions placed on its host.
 		list, err := r.opts.Client.NodusV1().Executions("").List(ctx, metav1.ListOptions{FieldSelector: "status.host=" + r.opts.Alias})
+		if apioutcome.Final(err) {
+			// Refused (this agent's credential retired, say): asking again
+			// changes nothing, and the run holds its GPUs meanwhile.
+			klog.ErrorS(err, "cannot tell whether an unconfirmed start landed", "execution", e.Namespace+"/"+e.Name)
+			return nil
+		}
 		if err == nil {
 			for _, got := range list.Items {
 				if got.UID == e.UID && got.Status.Phase == nodusv1.ExecutionRunning {

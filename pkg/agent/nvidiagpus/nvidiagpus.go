@@ -30,11 +30,14 @@ type GPU struct {
 	Bus string
 	// Minor is the minor number of its device node, /dev/nvidia<Minor>.
 	// The driver assigns it in the order it probed the GPUs, which need
-	// not be the bus order.
+	// not be the bus order. -1 where its file names none (Err says why).
 	Minor int
 	// UUID is the GPU's UUID (GPU-…), or "" where the driver shows none
 	// or hides it (GPU-????????-…).
 	UUID string
+	// Err is why its information could not be read: only this GPU is
+	// unusable, not the others.
+	Err error
 }
 
 // uuidPattern is a GPU UUID as CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES take it.
@@ -42,7 +45,9 @@ var uuidPattern = regexp.MustCompile(`^GPU-[0-9a-fA-F]{8}(-[0-9a-fA-F]{4}){3}-[0
 
 // List returns the GPUs of dir (DriverDir but in tests) in PCI bus order,
 // the order NVML, nvidia-smi and CUDA with CUDA_DEVICE_ORDER=PCI_BUS_ID
-// number them in. A dir that does not exist is ErrNoDriver.
+// number them in. GPUs the driver excluded (NVreg_ExcludedGpus) are left
+// out, as NVML and CUDA leave them out. A dir that does not exist is
+// ErrNoDriver.
 func List(dir string) ([]GPU, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -61,20 +66,21 @@ func List(dir string) ([]GPU, error) {
 	for _, bus := range buses {
 		data, err := os.ReadFile(filepath.Join(dir, bus, "information"))
 		if err != nil {
-			return nil, err
+			gpus = append(gpus, GPU{Bus: bus, Minor: -1, Err: err})
+			continue
 		}
-		gpu, err := parseInformation(bus, string(data))
-		if err != nil {
-			return nil, err
+		gpu, excluded := parseInformation(bus, string(data))
+		if !excluded {
+			gpus = append(gpus, gpu)
 		}
-		gpus = append(gpus, gpu)
 	}
 	return gpus, nil
 }
 
-// parseInformation reads one GPU's "information" file: "Key: \t value" lines.
-func parseInformation(bus, info string) (GPU, error) {
-	gpu := GPU{Bus: bus, Minor: -1}
+// parseInformation reads one GPU's "information" file: "Key: \t value"
+// lines. excluded says the driver excluded the GPU.
+func parseInformation(bus, info string) (gpu GPU, excluded bool) {
+	gpu = GPU{Bus: bus, Minor: -1}
 	for _, line := range strings.Split(info, "\n") {
 		key, value, ok := strings.Cut(line, ":")
 		if !ok {
@@ -85,17 +91,20 @@ func parseInformation(bus, info string) (GPU, error) {
 		case "Device Minor":
 			minor, err := strconv.Atoi(value)
 			if err != nil || minor < 0 {
-				return GPU{}, fmt.Errorf("GPU %s: the driver's device minor %q is no number", bus, value)
+				gpu.Err = fmt.Errorf("GPU %s: the driver's device minor %q is no number", bus, value)
+				continue
 			}
 			gpu.Minor = minor
 		case "GPU UUID":
 			if uuidPattern.MatchString(value) {
 				gpu.UUID = value
 			}
+		case "GPU Excluded":
+			excluded = strings.EqualFold(value, "yes")
 		}
 	}
-	if gpu.Minor < 0 {
-		return GPU{}, fmt.Errorf("GPU %s: the driver names no device minor", bus)
+	if gpu.Minor < 0 && gpu.Err == nil {
+		gpu.Err = fmt.Errorf("GPU %s: the driver names no device minor", bus)
 	}
-	return gpu, nil
+	return gpu, excluded
 }

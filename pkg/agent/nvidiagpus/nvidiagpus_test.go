@@ -79,20 +79,35 @@ func TestListRefusesWhatIsNoList(t *testing.T) {
 	if _, err := List(filepath.Join(t.TempDir(), "absent")); !errors.Is(err, ErrNoDriver) {
 		t.Errorf("no driver: %v", err)
 	}
+	good := information("GPU-3b3b3b3b-0000-1111-2222-333333333333", "0", "0000:3b:00.0")
 	for name, info := range map[string]string{
 		"no minor":     "Model: \t NVIDIA H100\nGPU UUID: \t GPU-1a1a1a1a-0000-1111-2222-333333333333\n",
 		"a word minor": information("GPU-1a1a1a1a-0000-1111-2222-333333333333", "zero", "0000:1a:00.0"),
 		"a minus":      information("GPU-1a1a1a1a-0000-1111-2222-333333333333", "-1", "0000:1a:00.0"),
 	} {
-		if gpus, err := List(driverList(t, map[string]string{"0000:1a:00.0": info})); err == nil {
-			t.Errorf("%s: listed %+v", name, gpus)
+		// Only the GPU whose file is broken is unusable.
+		gpus, err := List(driverList(t, map[string]string{"0000:1a:00.0": info, "0000:3b:00.0": good}))
+		if err != nil || len(gpus) != 2 || gpus[0].Err == nil || gpus[0].Minor != -1 || gpus[1].Err != nil || gpus[1].Minor != 0 {
+			t.Errorf("%s: listed %+v, %v", name, gpus, err)
 		}
 	}
-	dir := driverList(t, nil)
+	dir := driverList(t, map[string]string{"0000:3b:00.0": good})
 	if err := os.Mkdir(filepath.Join(dir, "0000:1a:00.0"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := List(dir); err == nil {
-		t.Error("a GPU without its information file was listed")
+	if gpus, err := List(dir); err != nil || len(gpus) != 2 || gpus[0].Err == nil || gpus[1].Err != nil {
+		t.Errorf("a GPU without its information file: %+v, %v", gpus, err)
+	}
+}
+
+// A GPU the driver excluded (NVreg_ExcludedGpus) is no GPU to NVML or
+// CUDA: counting it would shift every index after it to the next GPU.
+func TestListLeavesOutExcludedGPUs(t *testing.T) {
+	excluded := strings.Replace(information("GPU-1a1a1a1a-0000-1111-2222-333333333333", "1", "0000:1a:00.0"),
+		"GPU Excluded:\t No", "GPU Excluded:\t Yes", 1)
+	gpus, err := List(driverList(t, map[string]string{"0000:1a:00.0": excluded,
+		"0000:3b:00.0": information("GPU-3b3b3b3b-0000-1111-2222-333333333333", "0", "0000:3b:00.0")}))
+	if err != nil || len(gpus) != 1 || gpus[0].Bus != "0000:3b:00.0" {
+		t.Errorf("listed %+v, %v", gpus, err)
 	}
 }

@@ -302,6 +302,9 @@ func (rt *Runtime) gpuMinor(index int32) (int, error) {
 	if index < 0 || int(index) >= len(gpus) {
 		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(gpus))
 	}
+	if err := gpus[index].Err; err != nil {
+		return 0, err
+	}
 	return gpus[index].Minor, nil
 }
 

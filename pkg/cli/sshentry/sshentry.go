@@ -98,7 +98,7 @@ func Make(h Host) (Entry, error) {
 // (Include takes a pattern), or a leading '~'.
 func CheckPath(path string) error {
 	if !strings.HasPrefix(path, "/") {
-		return fmt.Errorf("%q is not an absolute path (is $HOME or $XDG_CONFIG_HOME set, and absolute?)", path)
+		return fmt.Errorf("%q is not an absolute path", path)
 	}
 	for _, r := range path {
 		if r < 0x20 || r == 0x7f || strings.ContainsRune(`"%$*?[`, r) {

@@ -1208,7 +1208,7 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them on the host (PCI bus order). The execution is told them by UUID.",
+							Description: "GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them on the host (PCI bus order). The execution is told them by UUID where the host's driver lists UUIDs.",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -1250,6 +1250,12 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 					"cancelRequestedAt": {
 						SchemaProps: spec.SchemaProps{
 							Description: "CancelRequestedAt is when a borrower asked to cancel it while it ran.",
+							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
+						},
+					},
+					"drainRequestedAt": {
+						SchemaProps: spec.SchemaProps{
+							Description: "DrainRequestedAt is when the owner withdrew the host while it ran: the host's agent stops it and reports it drained, whether or not it saw the withdrawal itself.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},

@@ -151,9 +151,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	if replayed {
 		actions.MarkReplayed(ctx)
 	}
-	// Not lent: a replay of a withdrawal the owner has lent again since
-	// drains nothing of the new agreement's.
-	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" && !lending.Lent(res) {
+	// Withdrawn, not lent again nor ended: a replay of a withdrawal drains
+	// nothing of a later agreement's, nor of the node's next tenant's.
+	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" && lending.State(res) == nodusv1.HostLendingWithdrawn {
 		if err := r.drain(cluster, res.Status.Node, now); err != nil {
 			// Withdrawn; a retry with the same Idempotency-Key drains again.
 			return nil, err
@@ -165,12 +165,13 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	return r.answer(ctx, namespace, name, res, pool)
 }
 
-// drain ends the borrowers' executions placed on node that have not ended:
-// drained, as the host's agent reports them when it sees the withdrawal.
-// The agent may not see it: a lend that follows at once, while its watch is
-// broken, shows it the host lent throughout, and its executions would run
-// on under the new agreement. The agent stops an execution it runs once it
-// sees it drained, and its own drained report is taken as a repeat.
+// drain ends the borrowers' executions placed on node, as the host's agent
+// does when it sees the withdrawal. The agent may not see it: a lend that
+// follows at once, while its watch is broken, shows it the host lent
+// throughout. A scheduled execution, which nothing runs yet, is drained
+// here (a start the agent reports after it is refused); a running one is
+// asked to drain (status.drainRequestedAt): the agent stops it and reports
+// it drained, and until then it holds its GPUs, its output still to come.
 func (r *LendREST) drain(ctx context.Context, nodeName string, now metav1.Time) error {
 	obj, err := r.Nodes.Get(ctx, nodeName, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
@@ -187,19 +188,22 @@ func (r *LendREST) drain(ctx context.Context, nodeName string, now metav1.Time) 
 		return err
 	}
 	for _, e := range list.(*nodusv1.ExecutionList).Items {
-		if e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning {
+		if e.Status.Phase != nodusv1.ExecutionScheduled && (e.Status.Phase != nodusv1.ExecutionRunning || e.Status.DrainRequestedAt != nil) {
 			continue
 		}
 		placed := e.UID
 		_, _, err := r.Executions.Status.Update(genericapirequest.WithNamespace(ctx, e.Namespace), e.Name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				d := old.(*nodusv1.Execution).DeepCopy()
-				if d.UID != placed || d.Status.Host != alias ||
-					(d.Status.Phase != nodusv1.ExecutionScheduled && d.Status.Phase != nodusv1.ExecutionRunning) {
-					return d, nil // ended, or another since
+				switch {
+				case d.UID != placed || d.Status.Host != alias:
+					// Another since.
+				case d.Status.Phase == nodusv1.ExecutionScheduled:
+					d.Status.Phase, d.Status.FinishedAt = nodusv1.ExecutionDrained, &now
+					d.Status.Reason, d.Status.Message = "Drained", "the owner withdrew the host before the execution started"
+				case d.Status.Phase == nodusv1.ExecutionRunning && d.Status.DrainRequestedAt == nil:
+					d.Status.DrainRequestedAt = &now
 				}
-				d.Status.Phase, d.Status.FinishedAt = nodusv1.ExecutionDrained, &now
-				d.Status.Reason, d.Status.Message = "Drained", "the owner withdrew the host"
 				return d, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {

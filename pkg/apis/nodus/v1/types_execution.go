@@ -83,7 +83,8 @@ type ExecutionStatus struct {
 	// +optional
 	Host string `json:"host,omitempty" protobuf:"bytes,2,opt,name=host"`
 	// GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them
-	// on the host (PCI bus order). The execution is told them by UUID.
+	// on the host (PCI bus order). The execution is told them by UUID where
+	// the host's driver lists UUIDs.
 	// +optional
 	// +listType=atomic
 	GPUIndices []int32 `json:"gpuIndices,omitempty" protobuf:"varint,3,rep,name=gpuIndices"`
@@ -103,6 +104,11 @@ type ExecutionStatus struct {
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
 	// +optional
 	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty" protobuf:"bytes,8,opt,name=cancelRequestedAt"`
+	// DrainRequestedAt is when the owner withdrew the host while it ran:
+	// the host's agent stops it and reports it drained, whether or not it
+	// saw the withdrawal itself.
+	// +optional
+	DrainRequestedAt *metav1.Time `json:"drainRequestedAt,omitempty" protobuf:"bytes,14,opt,name=drainRequestedAt"`
 	// StartedAt is when it started.
 	// +optional
 	StartedAt *metav1.Time `json:"startedAt,omitempty" protobuf:"bytes,9,opt,name=startedAt"`

@@ -532,6 +532,10 @@ func (in *ExecutionStatus) DeepCopyInto(out *ExecutionStatus) {
 		in, out := &in.CancelRequestedAt, &out.CancelRequestedAt
 		*out = (*in).DeepCopy()
 	}
+	if in.DrainRequestedAt != nil {
+		in, out := &in.DrainRequestedAt, &out.DrainRequestedAt
+		*out = (*in).DeepCopy()
+	}
 	if in.StartedAt != nil {
 		in, out := &in.StartedAt, &out.StartedAt
 		*out = (*in).DeepCopy()

@@ -21,7 +21,8 @@ type ExecutionStatusApplyConfiguration struct {
 	// Host is an alias of where it runs, never the owner's project or the node's name.
 	Host *string `json:"host,omitempty"`
 	// GPUIndices are the host's GPUs assigned to it, as NVML and nvidia-smi number them
-	// on the host (PCI bus order). The execution is told them by UUID.
+	// on the host (PCI bus order). The execution is told them by UUID where
+	// the host's driver lists UUIDs.
 	GPUIndices []int32 `json:"gpuIndices,omitempty"`
 	// MemoryLimitMiB is the memory its sandbox may use: its share of what the
 	// host's owner lends. 0 is no limit.
@@ -34,6 +35,10 @@ type ExecutionStatusApplyConfiguration struct {
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
 	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty"`
+	// DrainRequestedAt is when the owner withdrew the host while it ran:
+	// the host's agent stops it and reports it drained, whether or not it
+	// saw the withdrawal itself.
+	DrainRequestedAt *metav1.Time `json:"drainRequestedAt,omitempty"`
 	// StartedAt is when it started.
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
 	// FinishedAt is when it ended.
@@ -115,6 +120,14 @@ func (b *ExecutionStatusApplyConfiguration) WithScheduledAt(value metav1.Time) *
 // If called multiple times, the CancelRequestedAt field is set to the value of the last call.
 func (b *ExecutionStatusApplyConfiguration) WithCancelRequestedAt(value metav1.Time) *ExecutionStatusApplyConfiguration {
 	b.CancelRequestedAt = &value
+	return b
+}
+
+// WithDrainRequestedAt sets the DrainRequestedAt field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DrainRequestedAt field is set to the value of the last call.
+func (b *ExecutionStatusApplyConfiguration) WithDrainRequestedAt(value metav1.Time) *ExecutionStatusApplyConfiguration {
+	b.DrainRequestedAt = &value
 	return b
 }
 
