@@ -72,3 +72,57 @@ func isReason(err error, reason string) bool {
 	var status apierrors.APIStatus
 	return errors.As(err, &status) && string(status.Status().Reason) == reason
 }
+
+// claim reports the execution running, retrying while the server cannot be
+// reached or fails (a 5xx, a 408, a 429); the server's refusals (cancelled,
+// withdrawn, gone) are final. A start whose answer was lost may have
+// landed: the server takes the same report again.
+func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
+	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
+	const attempts = 5
+	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
+		_, err := r.post(ctx, e.Namespace, e.Name, e.UID, rep)
+		if err == nil || apioutcome.Final(err) || attempt == attempts {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+	}
+}
+
+// unconfirmedStart settles a start that the server may have taken without
+// its answer arriving: it asks the server, until it answers, what it shows.
+// Shown running, the execution did not run here and is reported failed:
+// else the server would hold its GPUs, the slot and the borrower's cap for
+// ever, past a withdrawal and the reservation's end (the runner reports as
+// orphans only what a former agent started). Shown scheduled, it was not
+// taken, and the informer's resync offers it again.
+func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *outcome {
+	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
+		// An agent may list only the executions placed on its host.
+		list, err := r.opts.Client.NodusV1().Executions("").List(ctx, metav1.ListOptions{FieldSelector: "status.host=" + r.opts.Alias})
+		if apioutcome.Final(err) {
+			// Refused (this agent's credential retired, say): asking again
+			// changes nothing, and the run holds its GPUs meanwhile.
+			klog.ErrorS(err, "cannot tell whether an unconfirmed start landed", "execution", e.Namespace+"/"+e.Name)
+			return nil
+		}
+		if err == nil {
+			for _, got := range list.Items {
+				if got.UID == e.UID && got.Status.Phase == nodusv1.ExecutionRunning {
+					return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed,
+						message: "the server took the host agent's start but did not confirm it in time; the execution did not run"}
+				}
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(wait):
+		}
+	}
+}

@@ -26,7 +26,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/agent/sandbox"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -753,58 +752,6 @@ func exitOutcome(err error) *outcome {
 	return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonExited, message: err.Error()}
 }
 
-// Environment is what an execution sees: a clean environment with the
-// borrower's variables and only its assigned GPUs. HOME is the work
-// directory (dir, as the execution sees it): nothing an execution writes
-// outlives it.
-//
-// CUDA is told the GPUs by UUID, from the driver's list (host, in PCI bus
-// order): in a sandbox, CUDA and NVML count only the GPUs whose device nodes
-// are there, so the host's indices would name other GPUs, or none. Where the
-// driver names no UUIDs (no driver loaded), the indices are all there is.
-// NODUS_GPU_INDICES are always the host's indices, as the execution's
-// status shows them.
-func Environment(e *nodusv1.Execution, account, dir string, host []nvidiagpus.GPU) []string {
-	indices := make([]string, len(e.Status.GPUIndices))
-	uuids := make([]string, 0, len(e.Status.GPUIndices))
-	for i, g := range e.Status.GPUIndices {
-		indices[i] = strconv.Itoa(int(g))
-		if g >= 0 && int(g) < len(host) && host[g].UUID != "" {
-			uuids = append(uuids, host[g].UUID)
-		}
-	}
-	visible := strings.Join(indices, ",")
-	if len(uuids) == len(indices) {
-		visible = strings.Join(uuids, ",")
-	}
-	nvidia := visible
-	if nvidia == "" {
-		nvidia = "void" // the NVIDIA container runtime's "no GPU"
-	}
-	env := []string{"PATH=" + childPath, "HOME=" + dir, "USER=" + account, "LOGNAME=" + account, "TMPDIR=" + dir}
-	for _, v := range e.Spec.Env {
-		env = append(env, v.Name+"="+v.Value)
-	}
-	// Last, so that the borrower's env cannot override them. In a sandbox
-	// the device cgroup enforces them; these only name the GPUs.
-	return append(env, "NODUS_EXECUTION="+e.Name, "NODUS_GPU_INDICES="+strings.Join(indices, ","),
-		"CUDA_DEVICE_ORDER=PCI_BUS_ID", "CUDA_VISIBLE_DEVICES="+visible, "NVIDIA_VISIBLE_DEVICES="+nvidia)
-}
-
-// hostGPUs is the driver's list of this host's GPUs, nil where there is
-// none: the GPUs are then named by index.
-func (r *Runner) hostGPUs() []nvidiagpus.GPU {
-	dir := r.opts.GPUDriverDir
-	if dir == "" {
-		dir = nvidiagpus.DriverDir
-	}
-	gpus, err := nvidiagpus.List(dir)
-	if err != nil && !errors.Is(err, nvidiagpus.ErrNoDriver) {
-		klog.ErrorS(err, "reading the NVIDIA driver's GPU list; executions get their GPUs by index")
-	}
-	return gpus
-}
-
 // account resolves the borrower account. Running as it needs root, unless
 // the agent itself runs as that account (a development setup).
 func (r *Runner) account(name string) (*syscall.Credential, error) {
@@ -903,60 +850,6 @@ func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending)
 		}
 	}
 	return nil
-}
-
-// claim reports the execution running, retrying while the server cannot be
-// reached or fails (a 5xx, a 408, a 429); the server's refusals (cancelled,
-// withdrawn, gone) are final. A start whose answer was lost may have
-// landed: the server takes the same report again.
-func (r *Runner) claim(ctx context.Context, e *nodusv1.Execution) error {
-	rep := &nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Started", Message: "running on " + r.opts.Alias}
-	const attempts = 5
-	for attempt, wait := 1, 500*time.Millisecond; ; attempt, wait = attempt+1, 2*wait {
-		_, err := r.post(ctx, e.Namespace, e.Name, e.UID, rep)
-		if err == nil || apioutcome.Final(err) || attempt == attempts {
-			return err
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(wait):
-		}
-	}
-}
-
-// unconfirmedStart settles a start that the server may have taken without
-// its answer arriving: it asks the server, until it answers, what it shows.
-// Shown running, the execution did not run here and is reported failed:
-// else the server would hold its GPUs, the slot and the borrower's cap for
-// ever, past a withdrawal and the reservation's end (the runner reports as
-// orphans only what a former agent started). Shown scheduled, it was not
-// taken, and the informer's resync offers it again.
-func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *outcome {
-	for wait := time.Second; ; wait = min(2*wait, 30*time.Second) {
-		// An agent may list only the executions placed on its host.
-		list, err := r.opts.Client.NodusV1().Executions("").List(ctx, metav1.ListOptions{FieldSelector: "status.host=" + r.opts.Alias})
-		if apioutcome.Final(err) {
-			// Refused (this agent's credential retired, say): asking again
-			// changes nothing, and the run holds its GPUs meanwhile.
-			klog.ErrorS(err, "cannot tell whether an unconfirmed start landed", "execution", e.Namespace+"/"+e.Name)
-			return nil
-		}
-		if err == nil {
-			for _, got := range list.Items {
-				if got.UID == e.UID && got.Status.Phase == nodusv1.ExecutionRunning {
-					return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed,
-						message: "the server took the host agent's start but did not confirm it in time; the execution did not run"}
-				}
-			}
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-time.After(wait):
-		}
-	}
 }
 
 // lookPath finds name in the PATH executions get, not the agent's own.
