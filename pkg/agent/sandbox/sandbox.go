@@ -227,12 +227,22 @@ func (rt *Runtime) cgroupParent() string {
 // found under DevDir, with the device cgroup rules that allow exactly them.
 func (rt *Runtime) gpuDevices(gpus []int32) ([]specs.LinuxDevice, []specs.LinuxDeviceCgroup, error) {
 	var names []string
-	for _, g := range gpus {
-		minor, err := rt.gpuMinor(g)
-		if err != nil {
+	if len(gpus) > 0 {
+		dir := rt.DriverDir
+		if dir == "" {
+			dir = nvidiagpus.DriverDir
+		}
+		listed, err := nvidiagpus.List(dir)
+		if err != nil && !errors.Is(err, nvidiagpus.ErrNoDriver) {
 			return nil, nil, err
 		}
-		names = append(names, "nvidia"+strconv.Itoa(minor))
+		for _, g := range gpus {
+			minor, err := gpuMinor(listed, g)
+			if err != nil {
+				return nil, nil, err
+			}
+			names = append(names, "nvidia"+strconv.Itoa(minor))
+		}
 	}
 	if len(gpus) > 0 {
 		names = append(names, "nvidiactl", "nvidia-uvm", "nvidia-uvm-tools", "nvidia-modeset")
@@ -285,27 +295,18 @@ func isGPUNode(name string) bool {
 // gpuMinor is the device minor number of the GPU of index (its
 // /dev/nvidiaN), by the driver's own list: the driver numbers its nodes in
 // the order it probed the GPUs, not necessarily the PCI bus order the
-// index counts in. Without the list (no driver loaded) the index is taken
-// for the minor, and the device node's check that follows decides.
-func (rt *Runtime) gpuMinor(index int32) (int, error) {
-	dir := rt.DriverDir
-	if dir == "" {
-		dir = nvidiagpus.DriverDir
-	}
-	gpus, err := nvidiagpus.List(dir)
-	if errors.Is(err, nvidiagpus.ErrNoDriver) {
+// index counts in. Without the list (nil: no driver loaded) the index is
+// taken for the minor, and the device node's check that follows decides.
+func gpuMinor(listed []nvidiagpus.GPU, index int32) (int, error) {
+	switch {
+	case listed == nil:
 		return int(index), nil
+	case index < 0 || int(index) >= len(listed):
+		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(listed))
+	case listed[index].Err != nil:
+		return 0, listed[index].Err
 	}
-	if err != nil {
-		return 0, err
-	}
-	if index < 0 || int(index) >= len(gpus) {
-		return 0, fmt.Errorf("GPU %d does not exist on this host (the driver lists %d)", index, len(gpus))
-	}
-	if err := gpus[index].Err; err != nil {
-		return 0, err
-	}
-	return gpus[index].Minor, nil
+	return listed[index].Minor, nil
 }
 
 func (rt *Runtime) devDir() string {
