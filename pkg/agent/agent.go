@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -97,9 +98,13 @@ type Agent struct {
 	procs     sessions.Procs
 	runner    *executions.Runner
 	lent      func() bool
-	// agreement is the owner's lending agreement while the host is lent.
+	// agreement is the owner's lending agreement while the host is lent,
+	// its missing caps filled from hostInventory.
 	agreement func() *nodusv1.ReservationLending
-	cleaning  *cleaning.Cleaner
+	// hostInventory is the host as this agent last read it: its own
+	// figures, not the server's copy of them.
+	hostInventory atomic.Pointer[nodusv1.NodeInventory]
+	cleaning      *cleaning.Cleaner
 	// reservations is the informer's store of this node's reservations.
 	reservations cache.Store
 	cleanings    chan *nodusv1.NodeCleaning
@@ -199,6 +204,20 @@ const (
 	DefaultExecutionsDir = "/var/lib/nodus-executions"
 )
 
+// lentAgreement is the agreement of the lent one of reservations, if one
+// is, with the caps it leaves out filled from the host's inventory inv, as
+// a lend fills them now (lending.WithHostShare): no cap is no limit to a
+// sandbox. Until inv is read (nil) such an agreement stays uncapped, and
+// the runner starts nothing under it.
+func lentAgreement(reservations []interface{}, inv *nodusv1.NodeInventory) *nodusv1.ReservationLending {
+	for _, obj := range reservations {
+		if r := obj.(*nodusv1.Reservation); lending.Lent(r) {
+			return lending.WithHostShare(r.Status.Lending, inv)
+		}
+	}
+	return nil
+}
+
 // Node is the node this agent is enrolled as.
 func (a *Agent) Node() string { return a.id.Node }
 
@@ -213,12 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
 	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
 	a.agreement = func() *nodusv1.ReservationLending {
-		for _, obj := range informer.GetStore().List() {
-			if r := obj.(*nodusv1.Reservation); lending.Lent(r) {
-				return r.Status.Lending
-			}
-		}
-		return nil
+		return lentAgreement(informer.GetStore().List(), a.hostInventory.Load())
 	}
 	a.lent = func() bool { return a.agreement() != nil }
 	box, boxErr := a.sandbox()
@@ -709,6 +723,7 @@ func (a *Agent) report(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.hostInventory.Store(&inv)
 	hostKey := ""
 	if a.opts.SSHHostKey != "" {
 		if hostKey, err = inventory.HostKey(a.opts.SSHHostKey); err != nil {

@@ -79,6 +79,33 @@ func DefaultShare(total int64, lentGPUs, hostGPUs int32) int64 {
 	return total * int64(max(lentGPUs, 1)) / int64(hostGPUs)
 }
 
+// WithHostShare is l with the memory and CPUs it leaves uncapped (a lend
+// made before every lend had to cap them, from a host that had not reported
+// its inventory) capped at the default share of the host inv describes, as
+// a lend would cap them now. l itself is not changed. A cap stays 0 where
+// inv does not know the host's figure: the caller must then refuse to run
+// anything, as 0 is no limit to the sandbox.
+func WithHostShare(l *nodusv1.ReservationLending, inv *nodusv1.NodeInventory) *nodusv1.ReservationLending {
+	if l == nil || (l.MemoryMiB > 0 && l.MilliCPUs > 0) || inv == nil {
+		return l
+	}
+	out := *l
+	hostGPUs := int32(len(inv.GPUs))
+	if out.MemoryMiB <= 0 {
+		out.MemoryMiB = hostShare(inv.MemoryMiB, out.MaxGPUs, hostGPUs)
+	}
+	if out.MilliCPUs <= 0 {
+		out.MilliCPUs = hostShare(int64(inv.CPU)*1000, out.MaxGPUs, hostGPUs)
+	}
+	return &out
+}
+
+// hostShare is DefaultShare never above the host's total (an agreement that
+// lends more GPUs than the host reports now) nor below 0.
+func hostShare(total int64, lentGPUs, hostGPUs int32) int64 {
+	return max(min(DefaultShare(total, lentGPUs, hostGPUs), total), 0)
+}
+
 // ExecutionLimits is an execution's share of what l lends: by its GPUs of
 // the GPUs lent, or, for an execution without GPUs (or where none are
 // lent), one execution's share of MaxExecutions. 0 where l lends no limit.

@@ -30,3 +30,38 @@ func TestAnExecutionsShareIsNeverNoLimit(t *testing.T) {
 		}
 	}
 }
+
+// TestAnAgreementWithoutCapsIsCappedAtTheHostsShare: a lend from before
+// every lend had to cap memory and CPUs left them 0, no limit to a
+// sandbox; the scheduler and the agent cap them at the share a lend would
+// give now, each from the inventory it knows, and leave them 0 only where
+// that inventory does not know the host's figure.
+func TestAnAgreementWithoutCapsIsCappedAtTheHostsShare(t *testing.T) {
+	eightGPUs := &nodusv1.NodeInventory{CPU: 64, MemoryMiB: 512 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
+	cases := []struct {
+		name              string
+		l                 *nodusv1.ReservationLending
+		inv               *nodusv1.NodeInventory
+		memoryMiB, milliC int64
+	}{
+		{"no caps, 2 of 8 GPUs lent", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 2, MaxExecutions: 2}, eightGPUs, 128 << 10, 16000},
+		{"a memory cap kept, CPUs capped", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 1024}, eightGPUs, 1024, 64000},
+		{"more GPUs lent than the host reports now", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 16, MaxExecutions: 8}, eightGPUs, 512 << 10, 64000},
+		{"a host without GPUs", &nodusv1.ReservationLending{Lent: true, MaxExecutions: 4}, &nodusv1.NodeInventory{CPU: 4, MemoryMiB: 8192}, 8192, 4000},
+		{"an inventory not known", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 2, MaxExecutions: 2}, nil, 0, 0},
+		{"an inventory without memory", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 2, MaxExecutions: 2}, &nodusv1.NodeInventory{CPU: 8}, 0, 8000},
+	}
+	for _, tc := range cases {
+		before := *tc.l
+		got := WithHostShare(tc.l, tc.inv)
+		if got.MemoryMiB != tc.memoryMiB || got.MilliCPUs != tc.milliC {
+			t.Errorf("%s: capped at %d MiB, %d thousandths; want %d, %d", tc.name, got.MemoryMiB, got.MilliCPUs, tc.memoryMiB, tc.milliC)
+		}
+		if *tc.l != before {
+			t.Errorf("%s: the agreement itself changed: %+v", tc.name, *tc.l)
+		}
+	}
+	if WithHostShare(nil, eightGPUs) != nil {
+		t.Error("no agreement got caps")
+	}
+}

@@ -196,22 +196,28 @@ func sshableHost(t *testing.T, s *testserver.Server, f *fleet, name string) {
 // every check of the server.
 func forgeNodeInEtcd(t *testing.T, s *testserver.Server, name string, forge func(*nodusv1.Node)) {
 	t.Helper()
+	forgeInEtcd(t, s, "/registry/nodus.dev/nodes/"+name, forge)
+}
+
+// forgeInEtcd changes the object stored (as JSON) at key underneath the
+// API, past every check of the server.
+func forgeInEtcd[T any](t *testing.T, s *testserver.Server, key string, forge func(*T)) {
+	t.Helper()
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
-	key := "/registry/nodus.dev/nodes/" + name
 	got, err := etcd.Get(ctx(t), key)
 	if err != nil || len(got.Kvs) != 1 {
 		t.Fatalf("reading %s from etcd: %v", key, err)
 	}
-	var n nodusv1.Node
-	if err := json.Unmarshal(got.Kvs[0].Value, &n); err != nil {
-		t.Fatalf("node %s in etcd is not JSON: %v", name, err)
+	var obj T
+	if err := json.Unmarshal(got.Kvs[0].Value, &obj); err != nil {
+		t.Fatalf("%s in etcd is not JSON: %v", key, err)
 	}
-	forge(&n)
-	data, err := json.Marshal(&n)
+	forge(&obj)
+	data, err := json.Marshal(&obj)
 	if err != nil {
 		t.Fatal(err)
 	}

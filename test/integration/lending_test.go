@@ -589,6 +589,54 @@ func TestAHostWithoutItsInventoryIsNotLentUnbounded(t *testing.T) {
 	}
 }
 
+// TestALendWithoutCapsIsPlacedWithinTheHostsShare: a lend made before
+// every lend had to cap memory and CPUs has caps of 0, which a sandbox
+// takes for no limit. The scheduler places under it with the share a lend
+// would give now, from the node's inventory, and places nothing on such a
+// host whose inventory does not say its memory and CPUs.
+func TestALendWithoutCapsIsPlacedWithinTheHostsShare(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	if r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d,"maxGPUs":4}`, epoch)); r.code != 200 {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	// The agreement as an older server stored it.
+	forgeInEtcd(t, s, "/registry/nodus.dev/reservations/gpu-00", func(r *nodusv1.Reservation) {
+		r.Status.Lending.MemoryMiB, r.Status.Lending.MilliCPUs = 0, 0
+	})
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		r, err := s.Client.NodusV1().Reservations().Get(c, "gpu-00", metav1.GetOptions{})
+		return err == nil && r.Status.Lending != nil && r.Status.Lending.MemoryMiB == 0, err
+	}); err != nil {
+		t.Fatalf("the forged agreement never showed: %v", err)
+	}
+	// Four GPUs of eight lend half the node's 2 TiB and 224 CPUs; a
+	// one-GPU execution gets a quarter of that.
+	e := f.submit(t, "beta", 1, 60)
+	placed := f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if placed.Status.MemoryLimitMiB != 256<<10 || placed.Status.MilliCPUs != 28000 {
+		t.Errorf("a one-GPU execution under an agreement without caps: %d MiB, %d milli-CPUs, want %d, 28000",
+			placed.Status.MemoryLimitMiB, placed.Status.MilliCPUs, 256<<10)
+	}
+	// The node's memory and CPUs unknown: nothing more is placed there.
+	forgeNodeInEtcd(t, s, "gpu-00", func(n *nodusv1.Node) { n.Status.Inventory.MemoryMiB, n.Status.Inventory.CPU = 0, 0 })
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		n, err := s.Client.NodusV1().Nodes().Get(c, "gpu-00", metav1.GetOptions{})
+		return err == nil && n.Status.Inventory.MemoryMiB == 0, err
+	}); err != nil {
+		t.Fatalf("the forged inventory never showed: %v", err)
+	}
+	waiting := f.submit(t, "beta", 1, 60)
+	got := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool {
+		return e.Status.Reason == "Waiting" || e.Status.Phase != nodusv1.ExecutionPending
+	})
+	if got.Status.Phase != nodusv1.ExecutionPending {
+		t.Errorf("an execution on a host lent without caps whose inventory is unknown: %s, limits %d MiB, %d milli-CPUs",
+			got.Status.Phase, got.Status.MemoryLimitMiB, got.Status.MilliCPUs)
+	}
+}
+
 // TestLendingSharesMemoryAndCPUs: what an owner lends bounds its borrowers'
 // sandboxes. By default a host lends memory and CPUs in proportion to the
 // GPUs lent; an owner may say how much, never more than the host has; each

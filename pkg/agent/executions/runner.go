@@ -843,9 +843,16 @@ func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending)
 		if l.limit < 0 || l.limit > l.bound {
 			return fmt.Errorf("its %s %d is out of range", l.what, l.limit)
 		}
-		// A share of 0 is an agreement without that cap; a limit of 0 is
-		// no limit at all.
-		if l.share > 0 && (l.limit == 0 || l.limit > l.share) {
+		if agreement == nil {
+			continue
+		}
+		// A limit of 0 is no limit at all; so is a share of 0, an agreement
+		// without that cap on a host whose figures this agent has not read
+		// (the agent fills in the caps a lend leaves out).
+		if l.share == 0 {
+			return fmt.Errorf("the owner's agreement sets no %s, and this agent has not read the host's yet", l.what)
+		}
+		if l.limit == 0 || l.limit > l.share {
 			return fmt.Errorf("its %s %d is not within its share of what the owner lends, %d", l.what, l.limit, l.share)
 		}
 	}

@@ -215,11 +215,14 @@ func TestADrainAskedForDuringAnotherIsNotLost(t *testing.T) {
 	}
 }
 
-// TestLimitsAreCheckedEvenWithoutCaps: an agreement without memory or CPU
-// caps (one made before they existed) takes any limit the server sets, but
-// not one that turns into no limit or a negative one on its way to the
-// sandbox (MiB shifted to bytes, thousandths of a CPU to a CFS quota).
-func TestLimitsAreCheckedEvenWithoutCaps(t *testing.T) {
+// TestAnExecutionRunsOnlyWithinItsShare: the limits the server sets must be
+// within the execution's share of what the owner lends, and never turn into
+// no limit, or a negative one, on their way to the sandbox (MiB shifted to
+// bytes, thousandths of a CPU to a CFS quota). An agreement without caps
+// (one made before they existed) whose caps this agent could not fill from
+// the host's figures (lending.WithHostShare) runs nothing: its share is no
+// limit at all.
+func TestAnExecutionRunsOnlyWithinItsShare(t *testing.T) {
 	uncapped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8}
 	capped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
 	placed := func(memoryMiB, milliCPUs int64) *nodusv1.Execution {
@@ -235,11 +238,12 @@ func TestLimitsAreCheckedEvenWithoutCaps(t *testing.T) {
 		agreement *nodusv1.ReservationLending
 		ok        bool
 	}{
-		{"uncapped, no limits", placed(0, 0), uncapped, true},
-		{"uncapped, large limits", placed(1<<30, 1<<30), uncapped, true},
-		{"uncapped, memory that overflows as bytes", placed(1<<44, 0), uncapped, false},
-		{"uncapped, CPUs that overflow as a quota", placed(0, 1<<60), uncapped, false},
-		{"uncapped, a negative limit", placed(-1, 0), uncapped, false},
+		{"uncapped, no limits", placed(0, 0), uncapped, false},
+		{"uncapped, limits", placed(1<<10, 1000), uncapped, false},
+		{"uncapped memory only", placed(1<<10, 1000), &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MilliCPUs: 8000}, false},
+		{"memory that overflows as bytes", placed(1<<44, 1000), capped, false},
+		{"CPUs that overflow as a quota", placed(1<<10, 1<<60), capped, false},
+		{"a negative limit", placed(-1, 1000), capped, false},
 		{"capped, its share", placed(1<<10, 1000), capped, true},
 		{"capped, below its share", placed(512, 500), capped, true},
 		{"capped, no memory limit", placed(0, 1000), capped, false},

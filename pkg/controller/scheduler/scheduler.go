@@ -160,13 +160,16 @@ type host struct {
 	alias       string
 	pool        string
 	reservation *nodusv1.Reservation
-	placeable   bool // lent, agent ready, not in maintenance
-	maxGPUs     int32
-	maxExec     int32
-	gpuUsed     []bool // by index; len is the host's GPU count
-	usedGPUs    int32
-	executions  int32
-	usage       lending.Usage
+	// agreement is the reservation's lending agreement, its missing caps
+	// filled from the node's inventory (lending.WithHostShare).
+	agreement  *nodusv1.ReservationLending
+	placeable  bool // lent, agent ready, not in maintenance, its share known
+	maxGPUs    int32
+	maxExec    int32
+	gpuUsed    []bool // by index; len is the host's GPU count
+	usedGPUs   int32
+	executions int32
+	usage      lending.Usage
 }
 
 func (h *host) freeIndices(n int32) []int32 {
@@ -362,7 +365,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		w := e.DeepCopy()
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
 		// Its sandbox's limits: its share of what the owner lends.
-		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.reservation.Status.Lending, e.Spec.GPUs)
+		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.agreement, e.Spec.GPUs)
 		w.Status.Network = network(pool)
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
@@ -538,16 +541,20 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		if err != nil {
 			continue
 		}
+		agreement := lending.WithHostShare(r.Status.Lending, &node.Status.Inventory)
 		h := &host{
-			alias: c.alias(node), pool: node.Spec.Pool, reservation: r,
+			alias: c.alias(node), pool: node.Spec.Pool, reservation: r, agreement: agreement,
 			maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions,
 			gpuUsed: make([]bool, lending.GPUCount(node)), usage: lending.Usage{},
 		}
 		if slots := node.Status.ExecutionSlots; slots > 0 {
 			h.maxExec = min(h.maxExec, slots) // the agent's slots may have shrunk since the lend
 		}
+		// A share still 0 (an agreement without caps, on a host whose agent
+		// has not reported its inventory) would be no limit to the sandbox.
 		h.placeable = lending.Lent(r) && !node.Spec.Maintenance &&
-			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady)
+			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady) &&
+			agreement.MemoryMiB > 0 && agreement.MilliCPUs > 0
 		all = append(all, h)
 		// Of two reservations of one node (a former owner's, ended, and
 		// the next owner's), the one that counts is the node's holder,

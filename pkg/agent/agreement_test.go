@@ -1,0 +1,39 @@
+package agent
+
+import (
+	"testing"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+)
+
+// TestTheAgentCapsAnAgreementWithoutCapsFromItsOwnInventory: a lend from
+// before every lend had to cap memory and CPUs reaches the agent with caps
+// of 0, no limit to a sandbox. The agent caps it at the host's share from
+// the inventory it read itself, whatever the server stored of it, and
+// leaves it uncapped (the runner then starts nothing) until it has read it.
+func TestTheAgentCapsAnAgreementWithoutCapsFromItsOwnInventory(t *testing.T) {
+	reservation := func(state nodusv1.ReservationState, l *nodusv1.ReservationLending) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{}
+		r.Status.State, r.Status.Lending = state, l
+		return r
+	}
+	uncapped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 4, MaxExecutions: 4}
+	reservations := []interface{}{
+		reservation(nodusv1.ReservationStateReleased, &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 1 << 20, MilliCPUs: 1 << 20}),
+		reservation(nodusv1.ReservationStateActive, uncapped),
+	}
+	inv := &nodusv1.NodeInventory{CPU: 32, MemoryMiB: 256 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
+	got := lentAgreement(reservations, inv)
+	if got == nil || got.MaxGPUs != 4 || got.MemoryMiB != 128<<10 || got.MilliCPUs != 16000 {
+		t.Errorf("the lent agreement, capped from a host of 8 GPUs, 256 GiB and 32 CPUs: %+v, want 4 GPUs, 128 GiB, 16 CPUs", got)
+	}
+	if uncapped.MemoryMiB != 0 || uncapped.MilliCPUs != 0 {
+		t.Errorf("the informer's copy changed: %+v", uncapped)
+	}
+	if got := lentAgreement(reservations, nil); got == nil || got.MemoryMiB != 0 || got.MilliCPUs != 0 {
+		t.Errorf("the lent agreement before the inventory is read: %+v, want it uncapped", got)
+	}
+	if got := lentAgreement(reservations[:1], inv); got != nil {
+		t.Errorf("a released reservation's agreement was taken as lent: %+v", got)
+	}
+}
