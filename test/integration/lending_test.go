@@ -637,6 +637,27 @@ func TestALendWithoutCapsIsPlacedWithinTheHostsShare(t *testing.T) {
 	}
 }
 
+// TestLendingAHostWhoseNodeWasDeletedSaysSo: an operator deleted the node
+// under an owner's reservation. Lending it again cannot work, and the
+// answer says why: not "reservedhost not found" of a host the owner still
+// sees, but the node's deletion, with its registered reason and a fix.
+func TestLendingAHostWhoseNodeWasDeletedSaysSo(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), "gpu-00", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch))
+	env := envelopeOf(t, r)
+	if r.code != http.StatusConflict || env.Reason != apierror.ReasonNodeNotFound || !strings.Contains(env.Message, "deleted") || env.Fix == "" {
+		t.Errorf("lending a host whose node was deleted: %d %s", r.code, r.body)
+	}
+	if l := f.reservation(t, "gpu-00").Status.Lending; l != nil && l.Lent {
+		t.Errorf("the host was lent: %+v", l)
+	}
+}
+
 // TestLendingSharesMemoryAndCPUs: what an owner lends bounds its borrowers'
 // sandboxes. By default a host lends memory and CPUs in proportion to the
 // GPUs lent; an owner may say how much, never more than the host has; each

@@ -127,7 +127,15 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 			}
 			var node *nodusv1.Node
 			var err error
-			if node, pool, err = r.nodeAndPool(ctx, res.Status.Node); err != nil {
+			node, pool, err = r.nodeAndPool(ctx, res.Status.Node)
+			if apierrors.IsNotFound(err) {
+				// Not the host's NotFound, which the answer's would become
+				// below: the owner still sees the host.
+				return nil, apierror.New(ctx, apierror.ReasonNodeNotFound, gr, name,
+					fmt.Sprintf("the node of reservedhost %q was deleted by an operator: nothing can run on it", name),
+					fmt.Sprintf("Ask your operator about the host's machine; release the host (`nodus release %s/%s`) if it is gone for good.", namespace, name))
+			}
+			if err != nil {
 				return nil, err
 			}
 			if pool == nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
