@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -178,6 +179,33 @@ func TestCLISSHRefusesAnExpiredCertificate(t *testing.T) {
 	}
 	if certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub")); len(certs) > 0 {
 		t.Errorf("an expired certificate was written: %v", certs)
+	}
+}
+
+// TestCLISSHTakesAHostOfTheLongestName: a reservation's name labels its
+// ReservedHost, so it is at most 63 characters; a longer one (a DNS
+// subdomain's 253 passed before) got no host, ever, and said nothing. It is
+// refused when made, and a host of the longest name is one nodus ssh
+// reaches, its certificate in a file named after the project and the host.
+func TestCLISSHTakesAHostOfTheLongestName(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "gpu-long")
+	err := testfleet.Reserve(ctx(t), s.Client, strings.Repeat("a", 64), "acme", nodusv1.ReservationPlacement{Node: "gpu-long"},
+		time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "63") {
+		t.Errorf("a reservation of a 64-character name: %v, want it refused as too long", err)
+	}
+	longest := strings.Repeat("a", 30) + "." + strings.Repeat("b", 32)
+	sshableHost(t, s, f, longest)
+	home := ownHome(t)
+	mary := loggedIn(t, s, f.member)
+	if out, code := mary.run("", "ssh", "acme/"+longest, "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh to a host of a %d-character name: exit %d\n%s", len(longest), code, out)
+	}
+	certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "acme_"+longest+"-cert.pub"))
+	if len(certs) != 1 {
+		t.Errorf("no certificate kept for the host of the longest name")
 	}
 }
 

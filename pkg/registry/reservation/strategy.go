@@ -15,7 +15,7 @@ import (
 
 var rules = base.Rules{
 	Validate: func(obj runtime.Object) field.ErrorList {
-		return validation.ValidateReservation(obj.(*nodusv1.Reservation))
+		return validation.ValidateNewReservation(obj.(*nodusv1.Reservation))
 	},
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validation.ValidateReservationUpdate(obj.(*nodusv1.Reservation), old.(*nodusv1.Reservation))

@@ -309,6 +309,22 @@ func ValidateReservation(r *nodusv1.Reservation) field.ErrorList {
 	return errs
 }
 
+// MaxReservationNameLength is the longest reservation name: a label value's
+// (the ReservedHost's and the class allocation's nodus.dev/reservation label
+// name it), not a DNS subdomain's 253.
+const MaxReservationNameLength = utilvalidation.LabelValueMaxLength
+
+// ValidateNewReservation checks a reservation being created: its own
+// fields, and a name that its host's labels can carry. Stored ones are not
+// refused their updates for a name they were once given.
+func ValidateNewReservation(r *nodusv1.Reservation) field.ErrorList {
+	errs := ValidateReservation(r)
+	if len(r.Name) > MaxReservationNameLength {
+		errs = append(errs, field.TooLong(field.NewPath("metadata", "name"), r.Name, MaxReservationNameLength))
+	}
+	return errs
+}
+
 // ValidateReservationUpdate keeps the contract's parties fixed. The term may
 // be extended or changed by the operator, never the project or the placement.
 func ValidateReservationUpdate(r, old *nodusv1.Reservation) field.ErrorList {

@@ -48,6 +48,12 @@ func TestValidate(t *testing.T) {
 		"root login":        {reservation(func(r *nodusv1.Reservation) { r.Spec.LoginUser = "root" }), "spec.loginUser"},
 		"bad login":         {reservation(func(r *nodusv1.Reservation) { r.Spec.LoginUser = "Bad User" }), "spec.loginUser"},
 		"project not label": {reservation(func(r *nodusv1.Reservation) { r.Spec.Project = "a.b" }), "spec.project"},
+		// Its ReservedHost's label names it: a longer name would never
+		// get a host.
+		"a name too long to label its host": {ValidateNewReservation(&nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 64)},
+			Spec: nodusv1.ReservationSpec{Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: jan, EndsAt: dec}}), "metadata.name"},
+		"a name as long as a label": {ValidateNewReservation(&nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: strings.Repeat("a", 63)},
+			Spec: nodusv1.ReservationSpec{Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-001"}, StartsAt: jan, EndsAt: dec}}), ""},
 		"node traits": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
 			Traits: []string{"CUSTOM_A", "lower", "CUSTOM_A"}}}), "spec.traits[1] spec.traits[2]"},
 		"node class and pool missing": {ValidateNode(&nodusv1.Node{ObjectMeta: meta}), "spec.pool spec.resourceClass"},
