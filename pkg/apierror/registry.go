@@ -92,6 +92,8 @@ const (
 	ReasonProjectHasReservations metav1.StatusReason = "ProjectHasReservations"
 	// ReasonNodeReserved: the node is held by another live reservation.
 	ReasonNodeReserved metav1.StatusReason = "NodeReserved"
+	// ReasonNodeAllocated: the node is held by an allocation that is not the reservation's.
+	ReasonNodeAllocated metav1.StatusReason = "NodeAllocated"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
 	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
 	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
@@ -282,6 +284,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeReserved, http.StatusConflict, "The node is held by another live reservation.",
 			func(r Request) string {
 				return "Place the reservation on another node (`nodus nodes list` shows which are available), give it a resource class instead of a node, or wait until the node's reservation ends and its cleaning is done; the reservation's Placed condition names the holder."
+			}},
+		{ReasonNodeAllocated, http.StatusConflict, "The node is held by an allocation that is not the reservation's.",
+			func(r Request) string {
+				return "Place the reservation on the allocation instead (`spec.placement.allocation`), on another node, or by resource class; or delete the allocation (`openstack baremetal allocation delete NAME`) if it is no longer used. The reservation stays pending until the node is free."
 			}},
 		{ReasonNodeNotFound, http.StatusConflict, "The reservation's node does not exist.",
 			func(r Request) string {

@@ -48,6 +48,10 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 			node.Name, r.Name)}
 	case node.Status.Reservation != "":
 		return &Blocker{apierror.ReasonNodeReserved, fmt.Sprintf("node %s is held by reservation %s", node.Name, node.Status.Reservation)}
+	case node.Status.Allocation != "" && node.Status.Allocation != AllocationName(r):
+		// An Ironic client's allocation, or another reservation's: its
+		// owner believes the node its own.
+		return &Blocker{apierror.ReasonNodeAllocated, fmt.Sprintf("node %s is held by allocation %s", node.Name, node.Status.Allocation)}
 	case node.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
 		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))}
 	case node.Spec.Maintenance:
@@ -58,6 +62,19 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 		return &Blocker{apierror.ReasonNodeInMaintenance, msg}
 	}
 	return nil
+}
+
+// AllocationName is the Allocation reservation r uses: the one it names,
+// or the one the reservation controller makes for a resource-class
+// placement; "" for a placement by node.
+func AllocationName(r *nodusv1.Reservation) string {
+	if r.Spec.Placement.Allocation != "" {
+		return r.Spec.Placement.Allocation
+	}
+	if r.Spec.Placement.ResourceClass != "" {
+		return "reservation-" + r.Name
+	}
+	return ""
 }
 
 // Holds says whether node's claim is reservation r's: its name and UID. A

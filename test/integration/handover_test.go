@@ -93,6 +93,51 @@ func TestOneLiveReservationPerNode(t *testing.T) {
 	t.Logf("%d of 20 created (the rest refused with NodeReserved), %s active", len(names), active)
 }
 
+// TestANodeAnAllocationHoldsIsNotReserved: an Ironic client's allocation
+// (here a backfill) holds a node; a reservation placed on that node by
+// name must not claim it too and give a tenant a machine the allocation's
+// owner believes its own. It waits, pending, with the registered reason
+// naming the allocation, and activates once the allocation is deleted.
+func TestANodeAnAllocationHoldsIsNotReserved(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "allocated")
+	c := s.Client.NodusV1()
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "ironic-claim"},
+		Spec: nodusv1.AllocationSpec{Node: "allocated"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitAllocation(t, s, "ironic-claim"); a.Status.State != nodusv1.AllocationStateActive {
+		t.Fatalf("the backfill: %+v", a.Status)
+	}
+	now := time.Now()
+	f.reserve(t, "by-name", nodusv1.ReservationPlacement{Node: "allocated"}, now.Add(-time.Hour), now.Add(time.Hour))
+	var r *nodusv1.Reservation
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		var err error
+		r, err = c.Reservations().Get(cx, "by-name", metav1.GetOptions{})
+		if err != nil || r.Status.State != nodusv1.ReservationStatePending {
+			return err == nil && r.Status.State != "", err
+		}
+		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return placed != nil && placed.Reason == string(apierror.ReasonNodeAllocated), nil
+	}); err != nil || r.Status.State != nodusv1.ReservationStatePending {
+		t.Fatalf("a reservation of a node an allocation holds: %v %+v", err, r.Status)
+	}
+	if placed := meta.FindStatusCondition(r.Status.Conditions, "Placed"); !strings.Contains(placed.Message, "ironic-claim") {
+		t.Errorf("the reservation's Placed condition does not name the allocation: %+v", placed)
+	}
+	if n := waitNode(t, s, "allocated", func(*nodusv1.Node) bool { return true }); n.Status.Reservation != "" || n.Status.Allocation != "ironic-claim" {
+		t.Errorf("the node's claims: reservation %q, allocation %q", n.Status.Reservation, n.Status.Allocation)
+	}
+	if err := c.Allocations().Delete(ctx(t), "ironic-claim", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitHost(t, "by-name", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
+}
+
 // TestHandoverWaitsForCleaningEvidence follows one node from tenant to
 // tenant: the next reservation never activates before the node's current
 // agent reports the cleaning, a failed cleaning puts the node in

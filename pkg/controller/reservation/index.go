@@ -6,6 +6,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // The indexes the controller adds to the shared informers. Each event of a
@@ -57,7 +58,7 @@ func addIndexes(nodes, reservations, allocations, hosts cache.SharedIndexInforme
 		},
 		indexAllocation: func(obj interface{}) ([]string, error) {
 			if r, ok := obj.(*nodusv1.Reservation); ok {
-				return distinct(allocationName(r)), nil
+				return distinct(lifecycle.AllocationName(r)), nil
 			}
 			return nil, nil
 		},

@@ -12,6 +12,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/controller/nodeindex"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned/fake"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // The indexed lookups must find exactly the reservations a walk over all of
@@ -73,7 +74,7 @@ func TestIndexedKeysMatchAWalkOverEveryReservation(t *testing.T) {
 			var want []string
 			for _, r := range reservations {
 				if r.Status.Node == n.Name || r.Spec.Placement.Node == n.Name ||
-					(allocationName(r) != "" && allocationNode[allocationName(r)] == n.Name) {
+					(lifecycle.AllocationName(r) != "" && allocationNode[lifecycle.AllocationName(r)] == n.Name) {
 					want = append(want, r.Name)
 				}
 			}
@@ -87,7 +88,7 @@ func TestIndexedKeysMatchAWalkOverEveryReservation(t *testing.T) {
 		for _, a := range allocations {
 			var want []string
 			for _, r := range reservations {
-				if allocationName(r) == a.Name {
+				if lifecycle.AllocationName(r) == a.Name {
 					want = append(want, r.Name)
 				}
 			}

@@ -407,7 +407,7 @@ func earlierAllocation(a *nodusv1.Allocation, r *nodusv1.Reservation) bool {
 // allocation returns the reservation's Allocation, creating it for a
 // resource-class placement.
 func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*nodusv1.Allocation, error) {
-	name := allocationName(r)
+	name := lifecycle.AllocationName(r)
 	if name == "" {
 		return nil, nil
 	}

@@ -135,7 +135,7 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
 		placed.Message = "no node is placed yet"
 		if r.Spec.Placement.Allocation != "" || r.Spec.Placement.ResourceClass != "" {
-			placed.Message = "waiting for allocation " + allocationName(r) + " to become active"
+			placed.Message = "waiting for allocation " + lifecycle.AllocationName(r) + " to become active"
 			switch a := o.allocation; {
 			case a != nil && a.Status.State == nodusv1.AllocationStateError:
 				placed.Message = fmt.Sprintf("allocation %s failed: %s", a.Name, a.Status.LastError)
@@ -235,16 +235,4 @@ func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {
 		c.Reason, c.Message = "TermEnded", "the term ended at "+r.Spec.EndsAt.UTC().Format(time.RFC3339)
 	}
 	return c
-}
-
-// allocationName is the Allocation a reservation uses: the one it names,
-// or the one the controller makes for a resource-class placement.
-func allocationName(r *nodusv1.Reservation) string {
-	if r.Spec.Placement.Allocation != "" {
-		return r.Spec.Placement.Allocation
-	}
-	if r.Spec.Placement.ResourceClass != "" {
-		return "reservation-" + r.Name
-	}
-	return ""
 }
