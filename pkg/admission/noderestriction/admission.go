@@ -7,7 +7,9 @@
 // Those come from the server's own controllers and from evidence the
 // heartbeat handler checks. Nor may it change the Node's metadata: a
 // finalizer would keep a node the operator deleted, and the credentials
-// that name it, alive; labels and annotations are the operator's.
+// that name it, alive; labels and annotations are the operator's. And only
+// the node's current agent writes at all: the credential is checked again
+// against the node the write lands on.
 package noderestriction
 
 import (
@@ -74,6 +76,12 @@ func (p *Plugin) Validate(ctx context.Context, a admission.Attributes, _ admissi
 	old, ok2 := a.GetOldObject().(*nodusv1.Node)
 	if !ok1 || !ok2 {
 		return nil
+	}
+	// The authorizer judged the credential by the watch cache, which may
+	// still show the node before it was enrolled again or made anew; old
+	// is the node the write lands on.
+	if why := auth.AgentRetired(a.GetUserInfo(), old); why != "" {
+		return apierror.New(ctx, apierror.ReasonAgentCredentialRetired, a.GetResource().GroupResource(), a.GetName(), why, "")
 	}
 	var changed []string
 	for _, f := range operatorOwned {

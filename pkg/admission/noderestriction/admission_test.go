@@ -5,20 +5,22 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 )
 
 func TestAgentsWriteOnlyTheirOwnFacts(t *testing.T) {
-	old := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: nodusv1.NodeStatus{
+	old := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: "5f0c6f8e-2f6b-4c43-9a9e-1f2d3c4b5a69"}, Status: nodusv1.NodeStatus{
 		ProvisionState: nodusv1.ProvisionStateCleaning, AgentGeneration: 2, AppliedEpoch: 4,
 		Cleaning: &nodusv1.NodeCleaning{Request: 1, Phase: nodusv1.CleaningPending}}}
 	agent := &user.DefaultInfo{Name: auth.NodeUserPrefix + "n1", Groups: []string{auth.GroupNodes},
-		Extra: map[string][]string{auth.ExtraAgentGeneration: {"2"}}}
+		Extra: map[string][]string{auth.ExtraAgentGeneration: {"2"}, auth.ExtraNodeUID: {"5f0c6f8e-2f6b-4c43-9a9e-1f2d3c4b5a69"}}}
 	operator := &user.DefaultInfo{Name: "nodus-admin", Groups: []string{"nodus:operators"}}
 	cases := map[string]struct {
 		change  func(*nodusv1.NodeStatus)
@@ -50,6 +52,41 @@ func TestAgentsWriteOnlyTheirOwnFacts(t *testing.T) {
 			t.Errorf("%s: refused: %v", name, err)
 		case tc.refused != "" && (err == nil || !strings.Contains(err.Error(), tc.refused)):
 			t.Errorf("%s: got %v, want a refusal naming %s", name, err, tc.refused)
+		}
+	}
+}
+
+// TestARetiredAgentWritesNothingWhileTheCacheLags: the authorizer checks an
+// agent's credential against the watch cache, which may still show the
+// node before it was enrolled again (or deleted and made anew). The write
+// itself lands on etcd's current node: there a credential of an older
+// generation, or of another Node object, is refused, so that a retired
+// agent cannot set, say, the SSH host key customers pin.
+func TestARetiredAgentWritesNothingWhileTheCacheLags(t *testing.T) {
+	const uid = "5f0c6f8e-2f6b-4c43-9a9e-1f2d3c4b5a69"
+	current := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1", UID: uid}, Status: nodusv1.NodeStatus{AgentGeneration: 3}}
+	agent := func(generation, nodeUID string) user.Info {
+		return &user.DefaultInfo{Name: auth.NodeUserPrefix + "n1", Groups: []string{auth.GroupNodes},
+			Extra: map[string][]string{auth.ExtraAgentGeneration: {generation}, auth.ExtraNodeUID: {nodeUID}}}
+	}
+	for name, tc := range map[string]struct {
+		who     user.Info
+		refused bool
+	}{
+		"the current agent":                         {agent("3", uid), false},
+		"an agent of the generation before":         {agent("2", uid), true},
+		"an agent of a node deleted and made again": {agent("3", "0e6f7a1b-9c2d-4e3f-8a5b-6c7d8e9f0a1b"), true},
+	} {
+		next := current.DeepCopy()
+		next.Status.SSHHostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEXxFgGqQ8L9Y2pGk6n2V3p5cS0m4Cq5ZrM0tBq2mB7e"
+		attrs := admission.NewAttributesRecord(next, current, nodusv1.SchemeGroupVersion.WithKind("Node"), "", "n1",
+			nodusv1.SchemeGroupVersion.WithResource("nodes"), "status", admission.Update, &metav1.UpdateOptions{}, false, tc.who)
+		err := New().Validate(context.Background(), attrs, nil)
+		switch {
+		case tc.refused && apierrors.ReasonForError(err) != apierror.ReasonAgentCredentialRetired:
+			t.Errorf("%s: got %v, want a refusal of the retired credential", name, err)
+		case !tc.refused && err != nil:
+			t.Errorf("%s: refused: %v", name, err)
 		}
 	}
 }
