@@ -261,7 +261,13 @@ func (c *call) reply(code int, body interface{}) error {
 
 // decode reads a JSON body into v, refusing unknown fields.
 func (c *call) decode(v interface{}) error {
-	dec := json.NewDecoder(io.LimitReader(c.req.Body, maxBody))
+	return decodeStrictly(io.LimitReader(c.req.Body, maxBody), v)
+}
+
+// decodeStrictly decodes the one JSON document of r into v, refusing
+// unknown fields.
+func decodeStrictly(r io.Reader, v interface{}) error {
+	dec := json.NewDecoder(r)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return errorf(http.StatusBadRequest, "Invalid request body: %v", err)

@@ -1,12 +1,15 @@
 package ironic
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 
 	jsonpatch "gopkg.in/evanphx/json-patch.v4"
@@ -235,14 +238,19 @@ func (c *call) setMaintenance(ident string, on bool) error {
 		Reason string `json:"reason"`
 	}
 	if on {
+		// The body is optional; one that is sent is checked as every other.
 		if data, _ := io.ReadAll(io.LimitReader(c.req.Body, maxBody)); len(strings.TrimSpace(string(data))) > 0 {
-			if err := json.Unmarshal(data, &body); err != nil {
-				return errorf(http.StatusBadRequest, "Invalid request body: %v", err)
+			if err := decodeStrictly(bytes.NewReader(data), &body); err != nil {
+				return err
 			}
 		}
 	}
 	_, _, err = c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+			// The node looked up, not another made under its name since.
+			if old.(*nodusv1.Node).UID != n.UID {
+				return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+			}
 			next := old.(*nodusv1.Node).DeepCopy()
 			next.Spec.Maintenance, next.Spec.MaintenanceReason = on, ""
 			if on {
@@ -334,16 +342,65 @@ func (c *call) readPatch() ([]patchOp, error) {
 		default:
 			return nil, errorf(http.StatusBadRequest, "Invalid patch operation %q: use add, replace or remove", op.Op)
 		}
-		if !strings.HasPrefix(op.Path, "/") {
-			return nil, errorf(http.StatusBadRequest, "Invalid patch path %q", op.Path)
+		// Ironic's JsonPatchType: its path pattern, and a value for add and
+		// replace (a missing one would be applied as null, clearing the
+		// field; an explicit null is a value).
+		if !patchPath.MatchString(op.Path) {
+			return nil, errorf(http.StatusBadRequest, "Invalid patch path %q: a path is /-separated names of letters, digits, _ and -", op.Path)
+		}
+		if op.Op != "remove" && op.Value == nil {
+			return nil, errorf(http.StatusBadRequest, "'add' and 'replace' operations need a value")
 		}
 	}
 	return ops, nil
 }
 
+// patchPath is the pattern of Ironic's JsonPatchType.path, `^(/[\w-]+)+$`
+// (ASCII: no name of a patchable field or key needs more).
+var patchPath = regexp.MustCompile(`^(/[A-Za-z0-9_-]+)+$`)
+
+// arrayIndex is an index RFC 6901 allows into an array: no sign, no leading
+// zero. json-patch v4 would take -1 as the last element and 01 as 1.
+var arrayIndex = regexp.MustCompile(`^(0|[1-9][0-9]*)$`)
+
+// checkIndexes refuses an op whose path indexes an array of doc other than
+// as RFC 6901 (and python-jsonpointer, which Ironic uses) allows: "-" only
+// as the end of an add's path.
+func checkIndexes(doc []byte, ops []patchOp) error {
+	var root interface{}
+	if err := json.Unmarshal(doc, &root); err != nil {
+		return err
+	}
+	for _, op := range ops {
+		segments := strings.Split(strings.TrimPrefix(op.Path, "/"), "/")
+		at := root
+		for i, seg := range segments {
+			switch v := at.(type) {
+			case map[string]interface{}:
+				at = v[seg]
+			case []interface{}:
+				last := i == len(segments)-1
+				if !arrayIndex.MatchString(seg) && !(seg == "-" && last && op.Op == "add") {
+					return errorf(http.StatusBadRequest, "Invalid patch path %q: %q is not an index of the list", op.Path, seg)
+				}
+				at = nil
+				if n, err := strconv.Atoi(seg); err == nil && n < len(v) {
+					at = v[n]
+				}
+			default:
+				at = nil
+			}
+		}
+	}
+	return nil
+}
+
 func applyPatch(view map[string]interface{}, ops []patchOp, out interface{}) error {
 	doc, err := json.Marshal(view)
 	if err != nil {
+		return err
+	}
+	if err := checkIndexes(doc, ops); err != nil {
 		return err
 	}
 	raw, err := json.Marshal(ops)

@@ -379,6 +379,51 @@ func TestIronicRawHTTP(t *testing.T) {
 	}
 	// As Ironic, only name and extra may change.
 	fault(t, patch("/v1/allocations/raw-a", `[{"op":"replace","path":"/resource_class","value":"other"}]`), http.StatusBadRequest)
+	// As Ironic: add and replace need a value (a missing one is no null),
+	// a path is made of [\w-] segments, and an array index is one RFC 6901
+	// allows (no sign, no leading zero). Each is refused before anything
+	// changes.
+	if r := do(t, op, "PUT", "/v1/nodes/raw-0/maintenance", "application/json", strings.NewReader(`{"reason":"rma"}`), "X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusAccepted {
+		t.Fatalf("maintenance: %d %s", r.code, r.body)
+	}
+	if r := patch("/v1/nodes/raw-0", `[{"op":"add","path":"/traits","value":["CUSTOM_A","CUSTOM_B","CUSTOM_C"]},{"op":"add","path":"/extra/k","value":"v"}]`); r.code != 200 {
+		t.Fatalf("node PATCH of traits and extra: %d %s", r.code, r.body)
+	}
+	for _, body := range []string{
+		`[{"op":"replace","path":"/maintenance"}]`,
+		`[{"op":"replace","path":"/traits"}]`,
+		`[{"op":"add","path":"/extra"}]`,
+		`[{"op":"remove","path":"/traits/-1"}]`,
+		`[{"op":"remove","path":"/traits/01"}]`,
+		`[{"op":"replace","path":"/traits/+1","value":"CUSTOM_X"}]`,
+		`[{"op":"add","path":"/extra/a~1b","value":"x"}]`,
+		`[{"op":"add","path":"/extra/k","value":"w"},{"op":"replace","path":"/owner"}]`,
+	} {
+		fault(t, patch("/v1/nodes/raw-0", body), http.StatusBadRequest)
+	}
+	fault(t, patch("/v1/allocations/raw-a", `[{"op":"replace","path":"/extra"}]`), http.StatusBadRequest)
+	var node struct {
+		Maintenance       bool              `json:"maintenance"`
+		MaintenanceReason string            `json:"maintenance_reason"`
+		Traits            []string          `json:"traits"`
+		Extra             map[string]string `json:"extra"`
+	}
+	if r := get("/v1/nodes/raw-0"); json.Unmarshal(r.body, &node) != nil || !node.Maintenance || node.MaintenanceReason != "rma" ||
+		strings.Join(node.Traits, ",") != "CUSTOM_A,CUSTOM_B,CUSTOM_C" || len(node.Extra) != 1 || node.Extra["k"] != "v" {
+		t.Errorf("the node after refused patches: %s", r.body)
+	}
+	var alloc struct {
+		Extra map[string]string `json:"extra"`
+	}
+	if r := get("/v1/allocations/raw-a"); json.Unmarshal(r.body, &alloc) != nil || alloc.Extra["k"] != "v" {
+		t.Errorf("the allocation after a refused patch: %s", r.body)
+	}
+	// A null value is a value: it clears, as in Ironic.
+	if r := patch("/v1/nodes/raw-0", `[{"op":"replace","path":"/maintenance_reason","value":null}]`); r.code != 200 {
+		t.Errorf("a null maintenance reason: %d %s", r.code, r.body)
+	}
+	// The maintenance body is checked as every other: an unknown field is a 400.
+	fault(t, do(t, op, "PUT", "/v1/nodes/raw-0/maintenance", "application/json", strings.NewReader(`{"reasn":"typo"}`), "X-OpenStack-Ironic-API-Version", "1.60"), http.StatusBadRequest)
 	fault(t, do(t, op, "PATCH", "/v1/allocations/raw-a", "application/json", strings.NewReader(`[]`), "X-OpenStack-Ironic-API-Version", "1.56"), http.StatusMethodNotAllowed)
 }
 
