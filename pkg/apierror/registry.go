@@ -92,6 +92,8 @@ const (
 	ReasonProjectHasReservations metav1.StatusReason = "ProjectHasReservations"
 	// ReasonNodeReserved: the node is held by another live reservation.
 	ReasonNodeReserved metav1.StatusReason = "NodeReserved"
+	// ReasonNodeOwesCleaning: a node held by a reservation, or whose cleaning is not done, was to be deleted.
+	ReasonNodeOwesCleaning metav1.StatusReason = "NodeOwesCleaning"
 	// ReasonNodeAllocated: the node is held by an allocation that is not the reservation's.
 	ReasonNodeAllocated metav1.StatusReason = "NodeAllocated"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
@@ -284,6 +286,15 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeReserved, http.StatusConflict, "The node is held by another live reservation.",
 			func(r Request) string {
 				return "Place the reservation on another node (`nodus nodes list` shows which are available), give it a resource class instead of a node, or wait until the node's reservation ends and its cleaning is done; the reservation's Placed condition names the holder."
+			}},
+		{ReasonNodeOwesCleaning, http.StatusConflict, "The node still owes its cleaning after a tenant.",
+			func(r Request) string {
+				name := r.Name
+				if name == "" {
+					name = "NAME"
+				}
+				return fmt.Sprintf("Let the reservation end or be released and the node's cleaning finish (`nodus nodes get %s` shows status.cleaning; after a failed one, fix it and `nodus nodes clean %s`), then delete it. If the machine is re-imaged, or gone for good, before it is enrolled again: `kubectl annotate node %s %s=true`, then delete it.",
+					name, name, name, "nodus.dev/delete-uncleaned")
 			}},
 		{ReasonNodeAllocated, http.StatusConflict, "The node is held by an allocation that is not the reservation's.",
 			func(r Request) string {

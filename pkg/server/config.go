@@ -28,6 +28,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/admission/executionlimit"
 	"github.com/nodus-dev/nodus/pkg/admission/lendingpolicy"
 	"github.com/nodus-dev/nodus/pkg/admission/nodeclaim"
+	"github.com/nodus-dev/nodus/pkg/admission/nodedeletion"
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
 	"github.com/nodus-dev/nodus/pkg/auth"
@@ -247,7 +248,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 	generic.Authorization.Authorizer = authz
 	projects := projectexists.New()
 	projects.Projects = getters
-	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(),
+	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(),
 		executionlimit.New(getters, o.MaxExecutionsPerProject))
 	return &revocation.Watches{Authorizer: authz, Tokens: getters}, nil
 }

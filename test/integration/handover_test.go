@@ -138,6 +138,61 @@ func TestANodeAnAllocationHoldsIsNotReserved(t *testing.T) {
 	})
 }
 
+// TestANodeThatOwesACleaningIsNotDeleted: a node's cleaning obligation
+// lives on its Node (the claim, the cleaning request). Deleting that Node
+// and enrolling the same machine again made a fresh Node, available at its
+// first heartbeat, with the former tenant's cron jobs, files and account
+// still on it. A node held by a reservation, being cleaned, or whose
+// cleaning failed is therefore not deleted (409 NodeOwesCleaning), unless
+// the operator says the machine will not come back as it is
+// (nodus.dev/delete-uncleaned); a node that owes nothing is deleted.
+func TestANodeThatOwesACleaningIsNotDeleted(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	nodes := s.Client.NodusV1().Nodes()
+	refused := func(name, what string) {
+		t.Helper()
+		err := nodes.Delete(ctx(t), name, metav1.DeleteOptions{})
+		if apierrors.ReasonForError(err) != apierror.ReasonNodeOwesCleaning || !strings.Contains(err.Error(), "nodus.dev/delete-uncleaned") {
+			t.Errorf("deleting a node %s: %v, want NodeOwesCleaning", what, err)
+		}
+		if _, err := nodes.Get(ctx(t), name, metav1.GetOptions{}); err != nil {
+			t.Errorf("the node %s is gone: %v", what, err)
+		}
+	}
+	now := time.Now()
+	f.host(t, "held", now.Add(-time.Hour), now.Add(time.Hour))
+	refused("held", "a reservation holds")
+	for what, st := range map[string]nodusv1.NodeStatus{
+		"being cleaned": {ProvisionState: nodusv1.ProvisionStateCleaning,
+			Cleaning: &nodusv1.NodeCleaning{Request: 1, Reservation: "gone", Phase: nodusv1.CleaningPending}},
+		"whose cleaning failed": {ProvisionState: nodusv1.ProvisionStateAvailable,
+			Cleaning: &nodusv1.NodeCleaning{Request: 1, Reservation: "gone", Phase: nodusv1.CleaningFailed}},
+	} {
+		name := strings.ReplaceAll(what, " ", "-")
+		f.node(t, name)
+		forgeNodeInEtcd(t, s, name, func(n *nodusv1.Node) { n.Status.ProvisionState, n.Status.Cleaning = st.ProvisionState, st.Cleaning })
+		waitNode(t, s, name, func(n *nodusv1.Node) bool { return n.Status.Cleaning != nil })
+		refused(name, what)
+	}
+	// The operator's word: the machine is re-imaged before it comes back.
+	annotated, err := nodes.Get(ctx(t), "held", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	annotated.Annotations = map[string]string{nodusv1.AnnotationDeleteUncleaned: "true"}
+	if _, err := nodes.Update(ctx(t), annotated, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(ctx(t), "held", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting a node the operator marked: %v", err)
+	}
+	f.node(t, "clean")
+	if err := nodes.Delete(ctx(t), "clean", metav1.DeleteOptions{}); err != nil {
+		t.Errorf("deleting a node that owes nothing: %v", err)
+	}
+}
+
 // TestHandoverWaitsForCleaningEvidence follows one node from tenant to
 // tenant: the next reservation never activates before the node's current
 // agent reports the cleaning, a failed cleaning puts the node in

@@ -16,6 +16,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/envelope"
@@ -167,4 +168,29 @@ func sleepAs(t *testing.T, account string) <-chan struct{} {
 	go func() { _ = sleep.Wait(); close(ended) }()
 	t.Cleanup(func() { _ = sleep.Process.Kill(); <-ended })
 	return ended
+}
+
+// deleteGoneNode deletes node name as an operator does a machine that is
+// gone for good (or re-imaged before it comes back): with the annotation
+// that lets a node owing a cleaning go.
+func deleteGoneNode(t *testing.T, s *testserver.Server, name string) {
+	t.Helper()
+	nodes := s.Client.NodusV1().Nodes()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := nodes.Get(ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[nodusv1.AnnotationDeleteUncleaned] = "true"
+		_, err = nodes.Update(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := nodes.Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -496,9 +496,7 @@ func TestLendingCapsNeverDoubleBook(t *testing.T) {
 	if r := f.report(t, node, "b5", last.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
 		t.Fatalf("report running: %d %s", r.code, r.body)
 	}
-	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), node, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteGoneNode(t, s, node)
 	lost := f.waitExecution(t, "b5", last.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionFailed })
 	if lost.Status.Reason != "HostLost" || lost.Status.FinishedAt == nil {
 		t.Errorf("an execution on a deleted node: %+v", lost.Status)
@@ -645,9 +643,7 @@ func TestLendingAHostWhoseNodeWasDeletedSaysSo(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
 	epoch := f.reservation(t, "gpu-00").Status.Epoch
-	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), "gpu-00", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteGoneNode(t, s, "gpu-00")
 	r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch))
 	env := envelopeOf(t, r)
 	if r.code != http.StatusConflict || env.Reason != apierror.ReasonNodeNotFound || !strings.Contains(env.Message, "deleted") || env.Fix == "" {

@@ -129,9 +129,7 @@ func TestACertificateForAHostWhoseNodeIsGoneNamesNoNode(t *testing.T) {
 	f.waitHost(t, "web", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.Reservation.State == nodusv1.ReservationStateActive
 	})
-	if err := s.Client.NodusV1().Nodes().Delete(ctx(t), "supplier-rack7-n3", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	deleteGoneNode(t, s, "supplier-rack7-n3")
 	r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/web/ssh-certificate", "application/json",
 		strings.NewReader(sshCertificateRequest(t)))
 	if r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "supplier-rack7") {
