@@ -159,6 +159,16 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 		applied = max(before.Epoch, req.Epoch)
 	}
+	// Borrowers' executions ran under the reservation whose access ended:
+	// none may outlive its cleaning into the next tenant's time. A deleted
+	// or moved reservation's node comes here without drain evidence, while
+	// the drain its retirement started may still be in its grace.
+	if a.runner != nil && a.runner.Active() {
+		a.runner.Drain(ctx, "the host was handed over: the access of the reservation that lent it ended")
+		if a.runner.Active() {
+			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "borrowers' executions still run on the host"}
+		}
+	}
 	var keep []string
 	for _, u := range users {
 		if err := a.refuseLoginUser(u); err != nil {

@@ -328,6 +328,41 @@ spec:
 	if out, _ := nodus("ada", "lending", "-n", "acme"); !strings.Contains(out, " ended ") {
 		t.Errorf("lending after the release: %s", out)
 	}
+
+	// A reservation deleted while a borrower runs hands its node to
+	// cleaning at once, with no release to wait for: the cleaning waits
+	// until the borrowers' executions ended, or the next tenant gets a host
+	// they still run on. With a grace long enough to tell (8 s), an
+	// execution that ignores SIGTERM outlives a cleaning that does not wait.
+	rig.agent.stop()
+	rig.agent.start(t, "--grace", "8s")
+	defer func() { rig.agent.stop(); rig.agent.start(t) }()
+	s.apply(t, `apiVersion: nodus.dev/v1
+kind: Reservation
+metadata: {name: lent-again}
+spec:
+  project: acme
+  placement: {node: e2e-node}
+  startsAt: "`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"
+  endsAt: "`+time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)+`"
+`, "create")
+	people.waitConnected(t, "mia", "acme/lent-again")
+	if out, err := nodus("ada", "lend", "acme/lent-again", "--max-executions", "2"); err != nil {
+		t.Fatalf("nodus lend acme/lent-again: %v %s", err, out)
+	}
+	stubborn := submit(`trap "" TERM; echo started; sleep 600`)
+	waitOr(t, "the execution that ignores SIGTERM to run", func() bool {
+		return phase(stubborn) == "running" && borrowerProcs(rig, "sleep") != ""
+	}, func() string { return dump(stubborn) })
+	s.must(t, "delete", "reservation", "lent-again", "--wait=false")
+	waitOr(t, "e2e-node to be available after the deletion", func() bool {
+		out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.provisionState}")
+		return out == "available"
+	}, nodeDump(s, rig))
+	if out := borrowerProcs(rig, "sleep"); out != "" {
+		t.Errorf("a borrower's execution outlived the cleaning of its host: %s\nnodusd: %s", out, rig.agentLog.String())
+	}
+	waitOr(t, "the stubborn execution to end drained", func() bool { return phase(stubborn) == "drained" }, func() string { return dump(stubborn) })
 }
 
 // waitOr waits like waitFor and says what dump shows when it times out.
