@@ -191,7 +191,7 @@ func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, 
 		if err != nil {
 			return err
 		}
-		raw, err := c.NodusV1().RESTClient().Get().Namespace(project).Resource("executions").Name(name).SubResource("log").DoRaw(ctx)
+		raw, err := readLog(ctx, c, project, name)
 		if err != nil {
 			return err
 		}
@@ -215,6 +215,29 @@ func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// maxLogAnswer bounds a log answer: the output a server keeps, its note on
+// output it dropped, and room to spare. A server that sends more is not
+// one to believe (or read into memory).
+const maxLogAnswer = nodusv1.MaxExecutionLogBytes + 4<<10
+
+// readLog reads the execution's log as the server keeps it, at most
+// maxLogAnswer bytes of it.
+func readLog(ctx context.Context, c versioned.Interface, project, name string) ([]byte, error) {
+	stream, err := c.NodusV1().RESTClient().Get().Namespace(project).Resource("executions").Name(name).SubResource("log").Stream(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer stream.Close()
+	raw, err := io.ReadAll(io.LimitReader(stream, maxLogAnswer+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(raw) > maxLogAnswer {
+		return nil, fmt.Errorf("refusing the log of %s/%s: the server sent more output than it keeps (%d KiB)", project, name, nodusv1.MaxExecutionLogBytes>>10)
+	}
+	return raw, nil
 }
 
 // splitDropped separates the server's note on dropped output from the log.

@@ -524,6 +524,29 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	if out, code := mary.run("", "executions", "logs", "acme/e1", "--raw"); code != 0 || out != colours+hostile+"\n" {
 		t.Errorf("nodus executions logs --raw: exit %d, want the bytes as kept: %q", code, out)
 	}
+
+	// A server keeps at most the last 256 KiB of output; one that sends
+	// without end (a compromised one, or a party in between) is refused
+	// once past that, not read until the laptop runs out of memory.
+	endless := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+			if !strings.HasSuffix(req.URL.Path, "/log") {
+				return false
+			}
+			w.Header().Set("Content-Type", "text/plain")
+			line := bytes.Repeat([]byte("x"), 1023)
+			for i := 0; i < 64<<10 && req.Context().Err() == nil; i++ { // 64 MiB
+				if _, err := w.Write(append(line, '\n')); err != nil {
+					break
+				}
+			}
+			return true
+		})
+	mary = loggedInTo(t, endless.Host, endless.CAData, f.member.BearerToken)
+	out, code = mary.run("", "executions", "logs", "acme/e1", "--raw")
+	if code == 0 || len(out) > 1<<20 || !strings.Contains(out, "more output than") {
+		t.Errorf("nodus executions logs from a server that sends without end: exit %d, %d bytes printed: %.300q", code, len(out), out)
+	}
 }
 
 // pendingExecution makes pool lends, open to project acme, and an
