@@ -124,6 +124,9 @@ type Agent struct {
 	// nodusd never grants (root, a system or a borrower account): the
 	// access it changed is not served either.
 	refused map[string]bool
+	// termEnded are the reservations whose term ended by this host's
+	// clock while the server still showed them active (watchTerms).
+	termEnded map[string]bool
 	// rootWarned are the login users recordRootAccess warned of (under applying).
 	rootWarned map[string]bool
 	// applying makes one apply or retire at a time: the informer's and
@@ -192,7 +195,7 @@ func New(opts Options) (*Agent, error) {
 			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
 		cleanings: make(chan *nodusv1.NodeCleaning, 1),
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{},
-		refused: map[string]bool{}, rootWarned: map[string]bool{},
+		refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{},
 	}, nil
 }
 
@@ -204,14 +207,16 @@ const (
 	DefaultExecutionsDir = "/var/lib/nodus-executions"
 )
 
-// lentAgreement is the agreement of the lent one of reservations, if one
-// is, with the caps it leaves out filled from the host's inventory inv, as
+// lentAgreement is the agreement of the lent one of reservations whose term
+// has not ended by now, if one is, with the caps it leaves out filled from the host's inventory inv, as
 // a lend fills them now (lending.WithHostShare): no cap is no limit to a
 // sandbox. Until inv is read (nil) such an agreement stays uncapped, and
 // the runner starts nothing under it.
-func lentAgreement(reservations []interface{}, inv *nodusv1.NodeInventory) *nodusv1.ReservationLending {
+func lentAgreement(reservations []interface{}, inv *nodusv1.NodeInventory, now time.Time) *nodusv1.ReservationLending {
 	for _, obj := range reservations {
-		if r := obj.(*nodusv1.Reservation); lending.Lent(r) {
+		// A term that ended by this host's clock lends nothing more
+		// (watchTerms), whatever the server shows yet.
+		if r := obj.(*nodusv1.Reservation); lending.Lent(r) && !termOver(r, now) {
 			return lending.WithHostShare(r.Status.Lending, inv)
 		}
 	}
@@ -232,7 +237,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
 	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
 	a.agreement = func() *nodusv1.ReservationLending {
-		return lentAgreement(informer.GetStore().List(), a.hostInventory.Load())
+		return lentAgreement(informer.GetStore().List(), a.hostInventory.Load(), time.Now())
 	}
 	a.lent = func() bool { return a.agreement() != nil }
 	box, boxErr := a.sandbox()
@@ -307,6 +312,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Reservations that left this node while the agent was down are retired now.
 	a.retireGone(ctx)
 	go a.recordAgain(ctx)
+	go a.watchTerms(ctx)
 	// Cleanings start only once the reservations are known and retired.
 	go a.cleaner(ctx, latestNode)
 	nodeFactory.Start(ctx.Done())
@@ -537,7 +543,7 @@ func (a *Agent) setUnrecorded(reservation string, unrecorded bool) {
 func (a *Agent) withheld(reservation string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.unrecorded[reservation] || a.refused[reservation]
+	return a.unrecorded[reservation] || a.refused[reservation] || a.termEnded[reservation]
 }
 
 // recordAgain writes again, every second, the access states the state

@@ -2,6 +2,9 @@ package agent
 
 import (
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -23,17 +26,24 @@ func TestTheAgentCapsAnAgreementWithoutCapsFromItsOwnInventory(t *testing.T) {
 		reservation(nodusv1.ReservationStateActive, uncapped),
 	}
 	inv := &nodusv1.NodeInventory{CPU: 32, MemoryMiB: 256 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
-	got := lentAgreement(reservations, inv)
+	got := lentAgreement(reservations, inv, time.Now())
 	if got == nil || got.MaxGPUs != 4 || got.MemoryMiB != 128<<10 || got.MilliCPUs != 16000 {
 		t.Errorf("the lent agreement, capped from a host of 8 GPUs, 256 GiB and 32 CPUs: %+v, want 4 GPUs, 128 GiB, 16 CPUs", got)
 	}
 	if uncapped.MemoryMiB != 0 || uncapped.MilliCPUs != 0 {
 		t.Errorf("the informer's copy changed: %+v", uncapped)
 	}
-	if got := lentAgreement(reservations, nil); got == nil || got.MemoryMiB != 0 || got.MilliCPUs != 0 {
+	if got := lentAgreement(reservations, nil, time.Now()); got == nil || got.MemoryMiB != 0 || got.MilliCPUs != 0 {
 		t.Errorf("the lent agreement before the inventory is read: %+v, want it uncapped", got)
 	}
-	if got := lentAgreement(reservations[:1], inv); got != nil {
+	if got := lentAgreement(reservations[:1], inv, time.Now()); got != nil {
 		t.Errorf("a released reservation's agreement was taken as lent: %+v", got)
+	}
+	// A term over by this host's clock lends nothing more, before the
+	// server says so.
+	over := reservation(nodusv1.ReservationStateActive, uncapped)
+	over.Spec.EndsAt = metav1.NewTime(time.Now().Add(-time.Second))
+	if got := lentAgreement([]interface{}{over}, inv, time.Now()); got != nil {
+		t.Errorf("the agreement of a reservation whose term ended was taken as lent: %+v", got)
 	}
 }
