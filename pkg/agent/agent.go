@@ -207,11 +207,12 @@ const (
 	DefaultExecutionsDir = "/var/lib/nodus-executions"
 )
 
-// lentAgreement is the agreement of the lent one of reservations whose term
-// has not ended by now, if one is, with the caps it leaves out filled from the host's inventory inv, as
-// a lend fills them now (lending.WithHostShare): no cap is no limit to a
-// sandbox. Until inv is read (nil) such an agreement stays uncapped, and
-// the runner starts nothing under it.
+// lentAgreement is the agreement of the lent one of reservations whose
+// term has not ended by now, if one is, with the caps it leaves out filled
+// from the host's inventory inv, as a lend fills them now
+// (lending.WithHostShare): no cap is no limit to a sandbox. Until inv is
+// read (nil) such an agreement stays uncapped, and the runner starts
+// nothing under it.
 func lentAgreement(reservations []interface{}, inv *nodusv1.NodeInventory, now time.Time) *nodusv1.ReservationLending {
 	for _, obj := range reservations {
 		// A term that ended by this host's clock lends nothing more
