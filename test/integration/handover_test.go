@@ -680,6 +680,54 @@ func TestADeletedClassReservationFreesItsNode(t *testing.T) {
 	}
 }
 
+// TestAClassReservationTakesNoAllocationItDidNotMake: a reservation placed
+// by class makes the allocation reservation-NAME and uses it. One of that
+// name made by someone else (an Ironic client, an operator) is not its own:
+// adopting it would give the tenant the node of another's allocation, and
+// the reservation's end would delete that allocation. The reservation
+// waits, saying why, and leaves it alone; once it is gone, it makes its own.
+func TestAClassReservationTakesNoAllocationItDidNotMake(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "class-node")
+	c := s.Client.NodusV1()
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "reservation-by-class"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	theirs := waitAllocation(t, s, "reservation-by-class")
+	if theirs.Status.State != nodusv1.AllocationStateActive {
+		t.Fatalf("the other allocation: %+v", theirs.Status)
+	}
+	now := time.Now()
+	f.reserve(t, "by-class", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	var r *nodusv1.Reservation
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		var err error
+		r, err = c.Reservations().Get(cx, "by-class", metav1.GetOptions{})
+		if err != nil || r.Status.State != nodusv1.ReservationStatePending {
+			return err == nil && r.Status.State != "", err
+		}
+		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return placed != nil && placed.Reason == string(apierror.ReasonAllocationNameTaken), nil
+	}); err != nil || r.Status.State != nodusv1.ReservationStatePending {
+		t.Fatalf("a class reservation whose allocation name another allocation has: %v %+v", err, r.Status)
+	}
+	if n := waitNode(t, s, "class-node", func(*nodusv1.Node) bool { return true }); n.Status.Reservation != "" {
+		t.Errorf("the other allocation's node was claimed by the reservation: %+v", n.Status)
+	}
+	if a, err := c.Allocations().Get(ctx(t), "reservation-by-class", metav1.GetOptions{}); err != nil || a.UID != theirs.UID {
+		t.Errorf("the other allocation: %v %v", err, a)
+	}
+	if err := c.Allocations().Delete(ctx(t), "reservation-by-class", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitHost(t, "by-class", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	if a, err := c.Allocations().Get(ctx(t), "reservation-by-class", metav1.GetOptions{}); err != nil || a.UID == theirs.UID || a.Labels["nodus.dev/reservation-uid"] != string(r.UID) {
+		t.Errorf("the reservation's own allocation: %v %+v", err, a)
+	}
+}
+
 // TestAnEndedReservationLeavesALaterAllocationOfItsNameAlone: a
 // reservation placed on a named allocation lets that allocation go when it
 // ends. An allocation made later under the same name is someone else's:

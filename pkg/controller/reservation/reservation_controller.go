@@ -5,6 +5,7 @@ package reservation
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -142,7 +143,11 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	o := observed{now: c.now(), reservation: r}
-	if o.allocation, err = c.allocation(ctx, r); err != nil {
+	o.allocation, err = c.allocation(ctx, r)
+	if errors.Is(err, errAllocationNotOwn) {
+		o.allocationTaken, err = true, nil
+	}
+	if err != nil {
 		return err
 	}
 	if o.node, err = c.node(r.Status.Node); err != nil {
@@ -404,6 +409,10 @@ func earlierAllocation(a *nodusv1.Allocation, r *nodusv1.Reservation) bool {
 	return a.CreationTimestamp.Before(&r.CreationTimestamp)
 }
 
+// errAllocationNotOwn: the allocation a resource-class placement would make
+// exists, and was not made for this reservation.
+var errAllocationNotOwn = errors.New("the allocation of the name was not made for this reservation")
+
 // allocation returns the reservation's Allocation, creating it for a
 // resource-class placement.
 func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*nodusv1.Allocation, error) {
@@ -412,6 +421,13 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 		return nil, nil
 	}
 	a, err := c.allocations.Get(name)
+	if err == nil && r.Spec.Placement.ResourceClass != "" && (a.Labels[LabelReservation] != r.Name || earlierAllocation(a, r)) {
+		// Made by someone else (an Ironic client, an operator), or for an
+		// earlier reservation of the name (forgetEarlier deletes that):
+		// adopted, it would give the tenant another's node, and the
+		// reservation's end would delete it.
+		return nil, errAllocationNotOwn
+	}
 	if err == nil || !apierrors.IsNotFound(err) {
 		return a, err
 	}

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	apivalidation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/allocation"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
@@ -35,8 +36,11 @@ type observed struct {
 	target      *nodusv1.Node       // the node the placement resolves to now, when it differs from node
 	held        []*nodusv1.Node     // the nodes whose claim names this reservation
 	allocation  *nodusv1.Allocation // nil unless placement names or implies one
-	host        *nodusv1.ReservedHost
-	project     *nodusv1.Project // nil while unknown
+	// allocationTaken: the allocation a class placement makes exists, not
+	// made for this reservation (allocation is then nil).
+	allocationTaken bool
+	host            *nodusv1.ReservedHost
+	project         *nodusv1.Project // nil while unknown
 }
 
 // decision is what reconcile wants changed.
@@ -131,6 +135,10 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 	case st.Node == "" && placedNode(o) != "" && effectiveLoginUser(r, o.targetNode()) == "":
 		placed.Status, placed.Reason = metav1.ConditionFalse, "LoginUserUnknown"
 		placed.Message = "neither the reservation nor node " + placedNode(o) + " names a loginUser"
+	case st.Node == "" && o.allocationTaken:
+		name := lifecycle.AllocationName(r)
+		placed.Status, placed.Reason = metav1.ConditionFalse, string(apierror.ReasonAllocationNameTaken)
+		placed.Message = fmt.Sprintf("allocation %s, which this reservation would make, exists and was not made for it; it waits until that allocation is deleted (`openstack baremetal allocation delete %s`) or renamed", name, name)
 	case st.Node == "":
 		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
 		placed.Message = "no node is placed yet"
