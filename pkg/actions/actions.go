@@ -203,7 +203,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	// (electing a leader), the answer waits for the release, at most until
 	// the in-flight record's lease ends it.
 	done := context.WithoutCancel(ctx)
-	if held.code == 0 || held.code >= 500 || held.passed {
+	if held.code == 0 || retryLater(held.code) || held.passed {
 		if err := store.Abandon(done, scope); err != nil {
 			klog.ErrorS(err, "releasing an idempotency key after a failed action", "path", req.URL.Path)
 		}
@@ -225,6 +225,16 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		klog.ErrorS(err, "storing an idempotent answer", "path", req.URL.Path)
 		_ = store.Abandon(done, scope)
 	}
+}
+
+// retryLater says whether an answer of code tells the client to try again
+// rather than what became of its request: a server error, a timeout, or a
+// 429 (a watch cache still filling, a limit for now). Such an answer is not
+// the key's: kept, every retry would get it for 24 hours and the action
+// never finish, even one whose first part took effect (the retry runs it
+// again and the action recognises that part as its own).
+func retryLater(code int) bool {
+	return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
 }
 
 type requestKeyContext struct{}
