@@ -77,12 +77,27 @@ func (o *Options) openStorage(ctx context.Context) (st *storage, err error) {
 		st.stores = &inProcessStores{member: st.embedded}
 		return st, nil
 	}
-	st.client, err = etcdclient.New(etcdclient.Config{Endpoints: st.servers, TLS: tlsConfig, DialTimeout: 10 * time.Second, Logger: zap.NewNop()})
+	st.client, err = newEtcdClient(st.servers, tlsConfig)
 	if err != nil {
 		return st, fmt.Errorf("etcd client: %w", err)
 	}
 	st.leases = liveness.LeaseService(st.client)
 	return st, nil
+}
+
+// The keep-alive of Nodus' own etcd client, as the apiserver's storage
+// client has it (storagebackend/factory): without pings, a connection to a
+// member that hangs without closing it (stopped, powered off, cut off by a
+// firewall that drops) is never given up, and every call the client sends
+// there (a beat's lease keep-alive, an idempotency record, the election)
+// waits for its own deadline, or for ever. Variables for the test.
+var etcdKeepAliveTime, etcdKeepAliveTimeout = 30 * time.Second, 10 * time.Second
+
+// newEtcdClient is Nodus' own client of an external etcd: liveness leases,
+// idempotency records, leader election, replica registration.
+func newEtcdClient(endpoints []string, tlsConfig *tls.Config) (*etcdclient.Client, error) {
+	return etcdclient.New(etcdclient.Config{Endpoints: endpoints, TLS: tlsConfig, DialTimeout: 10 * time.Second,
+		DialKeepAliveTime: etcdKeepAliveTime, DialKeepAliveTimeout: etcdKeepAliveTimeout, Logger: zap.NewNop()})
 }
 
 // applyTo makes the generic server keep its objects in this etcd.
