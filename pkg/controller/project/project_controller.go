@@ -79,13 +79,14 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 const fieldManager = "nodus-project-controller"
 
 func (c *Controller) sync(ctx context.Context, name string) error {
-	p, err := c.projects.Get(name)
+	cached, err := c.projects.Get(name)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
+	p := cached
 	if p.DeletionTimestamp == nil {
 		if slices.Contains(p.Finalizers, project.Finalizer) {
 			return nil
@@ -97,6 +98,18 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		return err
 	}
 	if !slices.Contains(p.Finalizers, project.Finalizer) {
+		return nil
+	}
+	// The cache may show a project that another leader finalized since (this
+	// replica paused), and whose name a new project has now: emptying it
+	// would delete the new project's contents. What is emptied is the
+	// project etcd has, being deleted, with the cache's UID.
+	if p, err = c.client.NodusV1().Projects().Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if p.UID != cached.UID || p.DeletionTimestamp == nil || !slices.Contains(p.Finalizers, project.Finalizer) {
 		return nil
 	}
 	left, err := c.empty(ctx, name)
