@@ -209,12 +209,19 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		}
 		return
 	}
+	ex := exchange.From(ctx)
 	record := idempotency.Record{
 		Fingerprint: fingerprint, Code: held.code, Body: held.body.Bytes(),
-		RequestID: exchange.From(ctx).RequestID(), Header: map[string]string{},
+		RequestID: ex.RequestID(), Header: map[string]string{}, Fix: ex.Fix(),
 	}
+	// What the action set through the exchange (an ETag) reaches the
+	// response only when it is written, after this: it is taken from there.
+	set := http.Header{}
+	ex.CopyResponseHeaders(set)
 	for _, h := range []string{"Content-Type", "ETag", "Retry-After", headerReplayed} {
 		if v := w.Header().Get(h); v != "" {
+			record.Header[h] = v
+		} else if v := set.Get(h); v != "" {
 			record.Header[h] = v
 		}
 	}
@@ -262,6 +269,8 @@ func replay(w http.ResponseWriter, req *http.Request, r *idempotency.Record) {
 	}
 	w.Header().Set(headerReplayed, "true")
 	exchange.From(req.Context()).SetRequestID(r.RequestID)
+	// The first answer's own fix, not the reason's general one.
+	exchange.From(req.Context()).SetFix(r.Fix)
 	w.WriteHeader(r.Code)
 	_, _ = w.Write(r.Body)
 }

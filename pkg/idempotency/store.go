@@ -39,6 +39,10 @@ type Record struct {
 	Header      map[string]string `json:"header,omitempty"`
 	Body        []byte            `json:"body,omitempty"`
 	RequestID   string            `json:"requestId,omitempty"`
+	// Fix is the first answer's fix for the caller, when it failed with
+	// one of its own (the error body's fix comes from the request's
+	// exchange as the answer is written).
+	Fix string `json:"fix,omitempty"`
 	// Owner is the replica process running an in-flight request: its
 	// replica ID and its boot, as Register put them.
 	Owner string `json:"owner,omitempty"`

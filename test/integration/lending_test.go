@@ -644,10 +644,15 @@ func TestLendingAHostWhoseNodeWasDeletedSaysSo(t *testing.T) {
 	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
 	epoch := f.reservation(t, "gpu-00").Status.Epoch
 	deleteGoneNode(t, s, "gpu-00")
-	r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch))
+	r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch), "Idempotency-Key", "lend-gone")
 	env := envelopeOf(t, r)
-	if r.code != http.StatusConflict || env.Reason != apierror.ReasonNodeNotFound || !strings.Contains(env.Message, "deleted") || env.Fix == "" {
+	if r.code != http.StatusConflict || env.Reason != apierror.ReasonNodeNotFound || !strings.Contains(env.Message, "deleted") || !strings.Contains(env.Fix, "release") {
 		t.Errorf("lending a host whose node was deleted: %d %s", r.code, r.body)
+	}
+	// Its answer replayed is the same, its fix with it.
+	replay := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d}`, epoch), "Idempotency-Key", "lend-gone")
+	if again := envelopeOfReplay(t, replay); replay.header.Get("Idempotent-Replayed") != "true" || again.Fix != env.Fix {
+		t.Errorf("the replayed answer's fix: %q, first %q", again.Fix, env.Fix)
 	}
 	if l := f.reservation(t, "gpu-00").Status.Lending; l != nil && l.Lent {
 		t.Errorf("the host was lent: %+v", l)

@@ -250,6 +250,10 @@ func TestReleaseCapacity(t *testing.T) {
 		if replay.header.Get("Idempotent-Replayed") != "true" || first.header.Get("Idempotent-Replayed") != "" {
 			t.Errorf("only the replay is marked: first %q, replay %q", first.header.Get("Idempotent-Replayed"), replay.header.Get("Idempotent-Replayed"))
 		}
+		// The answer replayed is the first one, its ETag with it.
+		if first.header.Get("ETag") == "" || replay.header.Get("ETag") != first.header.Get("ETag") {
+			t.Errorf("the ETag of the answer: first %q, replay %q", first.header.Get("ETag"), replay.header.Get("ETag"))
+		}
 		if f.reservation(t, "h-idem").Status.Epoch != 2 {
 			t.Errorf("a replay must not release again")
 		}
