@@ -90,7 +90,8 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	if len(options.DryRun) > 0 {
 		return answer, nil
 	}
-	if _, err := h.Liveness.Beat(ctx, name); err != nil {
+	revived, err := h.Liveness.Beat(ctx, name)
+	if err != nil {
 		return nil, apierrors.NewServiceUnavailable("recording the heartbeat: " + err.Error())
 	}
 	now := metav1.NewTime(h.now().Truncate(time.Second))
@@ -116,7 +117,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		applied = node.Status.AppliedEpoch
 	}
 	cleaning := h.cleaning(node, beat)
-	if h.nodeChanged(node, applied, now) || cleaning.Node != nil {
+	if h.nodeChanged(node, applied, now, revived) || cleaning.Node != nil {
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				n := old.(*nodusv1.Node).DeepCopy()
@@ -127,7 +128,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 				if c := h.cleaning(n, beat); c.Node != nil {
 					n = c.Node
 				}
-				h.applyBeat(n, applied, now)
+				h.applyBeat(n, applied, now, revived)
 				return n, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
 		if err != nil {
@@ -275,21 +276,31 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 	return true, err
 }
 
-func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, now metav1.Time) bool {
+// nodeChanged says whether the beat changes node n. A beat that revived
+// the node's lease always does: the liveness controller may have read the
+// node, Ready in the cache as in etcd, and found the lease gone a moment
+// before, and its NotReady, written under what it read, would land after
+// this beat and hold until the next. The beat's write moves the node on,
+// so that that write conflicts and the controller looks again.
+func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, now metav1.Time, revived bool) bool {
 	c := n.DeepCopy()
-	h.applyBeat(c, applied, now)
+	h.applyBeat(c, applied, now, revived)
 	return c.Status.AppliedEpoch != n.Status.AppliedEpoch ||
 		!meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) ||
 		!c.Status.LastHeartbeatTime.Equal(n.Status.LastHeartbeatTime)
 }
 
-func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, now metav1.Time) {
+// applyBeat is what a beat writes to node n: Ready, the applied epoch, and
+// the beat's time when the last one written is PersistEvery old, or the
+// beat revived the lease (nodeChanged).
+func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, now metav1.Time, revived bool) {
 	n.Status.AppliedEpoch = applied
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
 		Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived",
 		Message: "the agent reports on time", LastTransitionTime: now,
 	})
-	if n.Status.LastHeartbeatTime == nil || now.Sub(n.Status.LastHeartbeatTime.Time) >= h.PersistEvery {
+	if n.Status.LastHeartbeatTime == nil || now.Sub(n.Status.LastHeartbeatTime.Time) >= h.PersistEvery ||
+		(revived && !now.Equal(n.Status.LastHeartbeatTime)) {
 		n.Status.LastHeartbeatTime = &now
 	}
 	if n.Status.ProvisionState == nodusv1.ProvisionStateEnroll {

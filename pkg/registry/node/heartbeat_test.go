@@ -3,6 +3,7 @@ package node
 import (
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
@@ -81,5 +82,30 @@ func TestEvidenceTheCacheCannotSettleGoesToEtcd(t *testing.T) {
 		if live != tc.live || settled != tc.settled {
 			t.Errorf("%s: judgedByCache = live %v, settled %v; want %v, %v", tc.name, live, settled, tc.live, tc.settled)
 		}
+	}
+}
+
+// TestABeatThatRevivedTheLeaseWritesTheNode: the liveness controller read
+// a node (Ready) and found its lease gone; a beat then revives the lease.
+// Were the beat to write nothing (the node as it read it is Ready, its
+// last beat time recent enough), the controller's NotReady would land after
+// it, under what it read, and hold until the next beat. A beat that revived
+// the lease writes the node, so that that NotReady conflicts.
+func TestABeatThatRevivedTheLeaseWritesTheNode(t *testing.T) {
+	h := &HeartbeatREST{PersistEvery: time.Minute}
+	now := metav1.NewTime(time.Date(2026, 12, 4, 10, 0, 30, 0, time.UTC))
+	recent := metav1.NewTime(now.Add(-20 * time.Second))
+	ready := &nodusv1.Node{Status: nodusv1.NodeStatus{AppliedEpoch: 3, LastHeartbeatTime: &recent,
+		Conditions: []metav1.Condition{{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived"}}}}
+	if h.nodeChanged(ready, 3, now, false) {
+		t.Error("a beat of a Ready node with a recent beat time, its lease alive, writes the node")
+	}
+	if !h.nodeChanged(ready, 3, now, true) {
+		t.Fatal("a beat that revived the lease does not write the node")
+	}
+	written := ready.DeepCopy()
+	h.applyBeat(written, 3, now, true)
+	if !written.Status.LastHeartbeatTime.Equal(&now) {
+		t.Errorf("the beat that revived the lease wrote beat time %v, want %v", written.Status.LastHeartbeatTime, now)
 	}
 }
