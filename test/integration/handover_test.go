@@ -722,7 +722,9 @@ func TestAClassReservationTakesNoAllocationItDidNotMake(t *testing.T) {
 	if err := c.Allocations().Delete(ctx(t), "reservation-by-class", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.waitHost(t, "by-class", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	f.waitHost(t, "by-class", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 	if a, err := c.Allocations().Get(ctx(t), "reservation-by-class", metav1.GetOptions{}); err != nil || a.UID == theirs.UID || a.Labels["nodus.dev/reservation-uid"] != string(r.UID) {
 		t.Errorf("the reservation's own allocation: %v %+v", err, a)
 	}
