@@ -5,6 +5,13 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// AnnotationDeleteUncleaned on a Node lets it be deleted while it still owes
+// a cleaning (a reservation holds it, its cleaning is pending or failed):
+// the operator's word that the machine is re-imaged, or gone for good,
+// before it is enrolled again. A Node enrolled anew owes nothing, so
+// without it such a deletion is refused.
+const AnnotationDeleteUncleaned = "nodus.dev/delete-uncleaned"
+
 // +genclient
 // +genclient:nonNamespaced
 // +genclient:method=Enroll,verb=create,subresource=enroll,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeEnrollment
@@ -12,13 +19,6 @@ import (
 // +genclient:method=Heartbeat,verb=create,subresource=heartbeat,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeHeartbeat,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeHeartbeat
 // +genclient:method=Clean,verb=create,subresource=clean,input=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.NodeCleanRequest,result=github.com/nodus-dev/nodus/pkg/apis/nodus/v1.Node
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
-
-// AnnotationDeleteUncleaned on a Node lets it be deleted while it still owes
-// a cleaning (a reservation holds it, its cleaning is pending or failed):
-// the operator's word that the machine is re-imaged, or gone for good,
-// before it is enrolled again. A Node enrolled anew owes nothing, so
-// without it such a deletion is refused.
-const AnnotationDeleteUncleaned = "nodus.dev/delete-uncleaned"
 
 // Node is one physical server, created by enrollment of its nodusd agent.
 type Node struct {
