@@ -317,6 +317,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Cleanings start only once the reservations are known and retired.
 	go a.cleaner(ctx, latestNode)
 	nodeFactory.Start(ctx.Done())
+	// The runner fills an agreement's missing caps from the host's own
+	// figures: read before it starts, or an execution placed under such an
+	// agreement would fail for want of them (reportStatus reads them again).
+	if inv, err := a.inventory.Collect(ctx); err == nil {
+		a.hostInventory.Store(&inv)
+	} else {
+		klog.ErrorS(err, "reading the host's inventory before running executions")
+	}
 	go func() { _ = a.runner.Run(ctx) }()
 	go a.reportStatus(ctx)
 	go a.renewCertificate(ctx)
@@ -547,6 +555,14 @@ func (a *Agent) withheld(reservation string) bool {
 	return a.unrecorded[reservation] || a.refused[reservation] || a.termEnded[reservation]
 }
 
+// termEndedHere says whether the reservation's term ended by this host's
+// clock while the server still showed it active (watchTerms).
+func (a *Agent) termEndedHere(reservation string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.termEnded[reservation]
+}
+
 // recordAgain writes again, every second, the access states the state
 // database did not take: the reservation's as the informer has it now, or
 // its retirement when it left this node.
@@ -665,13 +681,16 @@ func (a *Agent) beat(ctx context.Context) error {
 }
 
 // endLeftSessions ends, in the background, the processes of a login user
-// whose access is retired but who still runs some: the ending apply started
-// was cut short (nodusd stopped within the grace period, and apply does not
-// run again for an epoch already recorded), or a process outlived it. A
-// user some access still grants is left alone; one ending per user at a time.
+// whose access is retired, or whose term ended on this host (watchTerms),
+// but who still runs some: the ending apply started was cut short (nodusd
+// stopped within the grace period, and apply does not run again for an
+// epoch already recorded), or a process outlived it. A user some access
+// still grants is left alone; one ending per user at a time.
 func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []state.Access) {
 	if user == "" || a.refuseLoginUser(user) != nil ||
-		slices.ContainsFunc(applied, func(acc state.Access) bool { return acc.Granted() && acc.LoginUser == user }) {
+		slices.ContainsFunc(applied, func(acc state.Access) bool {
+			return acc.Granted() && acc.LoginUser == user && !a.termEndedHere(acc.Reservation)
+		}) {
 		return
 	}
 	a.mu.Lock()

@@ -51,14 +51,25 @@ func (a *Agent) endTerms(ctx context.Context, now time.Time) {
 			delete(a.termEnded, r.Name)
 		}
 		a.mu.Unlock()
-		if !over || was {
+		if !over {
 			continue
 		}
-		klog.InfoS("the term ended by this host's clock before the server ended it: access ends here now", "reservation", r.Name, "endsAt", r.Spec.EndsAt.UTC())
 		login := r.Status.LoginUser
 		if login == "" {
 			login = r.Spec.LoginUser
 		}
+		if was {
+			// A login sshd let in on a principal it read just before the
+			// end starts its first process after that: ended as it comes,
+			// for as long as the server has not ended the term.
+			if login != "" && a.procs.Count(login) > 0 {
+				if applied, err := a.store.All(); err == nil {
+					a.endLeftSessions(ctx, login, applied)
+				}
+			}
+			continue
+		}
+		klog.InfoS("the term ended by this host's clock before the server ended it: access ends here now", "reservation", r.Name, "endsAt", r.Spec.EndsAt.UTC())
 		if login != "" && a.refuseLoginUser(login) == nil && !a.userStillGranted(login) {
 			a.procs.EndSessions(ctx, login, a.opts.Grace)
 		}

@@ -63,6 +63,9 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 			break
 		}
 	}
+	if failed == 0 {
+		t.Fatal("no call went to the member that hangs: the test tested nothing")
+	}
 	// The calls sent to the hanging connection before the pings gave it
 	// up fail; after that, none.
 	for i := range 20 {

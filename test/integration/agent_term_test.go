@@ -26,7 +26,9 @@ import (
 // opening shells over it) would run on. The agent ends the access itself
 // when the term it saw ends by its own clock: the principal is no longer
 // served and the tenant's processes end. Here the agent's reservation
-// watch is cut just before the end, so it never sees the server end it.
+// watch is cut just before the end, so it never sees the server end it; a
+// process that starts after the end (a login let in on a principal read
+// just before it) ends too.
 func TestATermEndsOnTheHostWithoutTheServer(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: it runs a process as the tenant's account (CI runs as root)")
@@ -82,6 +84,14 @@ func TestATermEndsOnTheHostWithoutTheServer(t *testing.T) {
 	case <-session:
 	case <-time.After(10 * time.Second):
 		t.Error("the tenant's process outlived its term on a host cut off from the server")
+	}
+	// A login sshd let in just before the end starts its first process
+	// after it: that one ends too, while the host stays cut off.
+	late := sleepAs(t, login)
+	select {
+	case <-late:
+	case <-time.After(10 * time.Second):
+		t.Error("a process of the tenant's that started after its term ended runs on a host cut off from the server")
 	}
 }
 

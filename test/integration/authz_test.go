@@ -54,7 +54,13 @@ func TestAuthorizationMatrix(t *testing.T) {
 	}
 	// r1 is lent, so that its HostLending exists; e1 waits for a ready host.
 	// A lend shares out the memory and CPUs the host's agent reported.
-	forgeNodeInEtcd(t, s, "gpu-001", func(n *nodusv1.Node) { n.Status.Inventory.CPU, n.Status.Inventory.MemoryMiB = 224, 2<<20 })
+	// The matrix asks who may delete gpu-001, not whether its tenant's
+	// cleaning is owed (TestANodeThatOwesACleaningIsNotDeleted): the
+	// operator's annotation lets its (dry-run) deletion through.
+	forgeNodeInEtcd(t, s, "gpu-001", func(n *nodusv1.Node) {
+		n.Status.Inventory.CPU, n.Status.Inventory.MemoryMiB = 224, 2<<20
+		n.Annotations = map[string]string{nodusv1.AnnotationDeleteUncleaned: "true"}
+	})
 	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/r1/lend", "application/json", strings.NewReader(`{"epoch":1}`)); r.code != 200 {
 		t.Fatalf("lend r1: %d %s", r.code, r.body)
 	}

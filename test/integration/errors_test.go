@@ -275,6 +275,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	cases[apierror.ReasonProjectHasReservations] = func() response {
 		return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/projects/acme", "", nil)
 	}
+	cases[apierror.ReasonNodeOwesCleaning] = func() response {
+		return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/nodes/handed-over", "", nil)
+	}
 	cases[apierror.ReasonNodeReserved] = func() response {
 		body, _ := json.Marshal(&nodusv1.Reservation{TypeMeta: metav1.TypeMeta{APIVersion: "nodus.dev/v1", Kind: "Reservation"},
 			ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: nodusv1.ReservationSpec{Project: "acme",
@@ -342,12 +345,22 @@ func waitingReservations(t *testing.T, f *fleet, now time.Time) map[metav1.Statu
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// An Ironic client's backfill holds a node.
+	f.node(t, "backfilled")
+	if _, err := c.Allocations().Create(ctx, &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "ironic-backfill"},
+		Spec: nodusv1.AllocationSpec{Node: "backfilled"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitAllocation(t, f.s, "ironic-backfill"); a.Status.State != nodusv1.AllocationStateActive {
+		t.Fatalf("the backfill: %+v", a.Status)
+	}
 	term("wants-missing", "missing")
 	term("wants-fixing", "fixing")
 	term("wants-cleaning", "handed-over")
+	term("wants-allocated", "backfilled")
 	return map[metav1.StatusReason]string{
 		apierror.ReasonNodeNotFound: "wants-missing", apierror.ReasonNodeInMaintenance: "wants-fixing",
-		apierror.ReasonNodeCleaning: "wants-cleaning",
+		apierror.ReasonNodeCleaning: "wants-cleaning", apierror.ReasonNodeAllocated: "wants-allocated",
 	}
 }
 

@@ -138,7 +138,7 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 	case st.Node == "" && o.allocationTaken:
 		name := lifecycle.AllocationName(r)
 		placed.Status, placed.Reason = metav1.ConditionFalse, string(apierror.ReasonAllocationNameTaken)
-		placed.Message = fmt.Sprintf("allocation %s, which this reservation would make, exists and was not made for it; it waits until that allocation is deleted (`openstack baremetal allocation delete %s`) or renamed", name, name)
+		placed.Message = fmt.Sprintf("allocation %s, which this reservation would make, exists and was not made for it; it waits until that allocation is deleted (`kubectl delete allocation %s`; an Ironic rename leaves its object name)", name, name)
 	case st.Node == "":
 		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
 		placed.Message = "no node is placed yet"
