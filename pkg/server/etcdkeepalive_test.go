@@ -39,12 +39,15 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
+	put := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		defer cancel()
+		_, err := client.Put(ctx, "k", "v")
+		return err
+	}
 	// Both connections up and used.
 	for i := range 4 {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		_, err := client.Put(ctx, "k", "v")
-		cancel()
-		if err != nil {
+		if err := put(); err != nil {
 			t.Fatalf("put %d before the hang: %v", i, err)
 		}
 	}
@@ -52,10 +55,7 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 	deadline := time.Now().Add(30 * time.Second)
 	failed := 0
 	for i := 0; time.Now().Before(deadline); i++ {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := client.Put(ctx, "k", "v")
-		cancel()
-		if err != nil {
+		if put() != nil {
 			failed++
 			continue
 		}
@@ -69,10 +69,7 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 	// The calls sent to the hanging connection before the pings gave it
 	// up fail; after that, none.
 	for i := range 20 {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := client.Put(ctx, "k", "v")
-		cancel()
-		if err != nil {
+		if err := put(); err != nil {
 			t.Fatalf("put %d after the client had 30 s to learn of the hang: %v (it still sends calls to the member that hangs)", i, err)
 		}
 	}

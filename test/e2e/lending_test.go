@@ -46,15 +46,7 @@ spec: {user: bob}
 
 	people := newCustomers(t, s, filepath.Join(rig.dir, "lending-home"), map[string]string{"mia": rig.tokens["mia"], "ada": rig.tokens["ada"], "bob": bobToken})
 	nodus := people.run
-	s.apply(t, `apiVersion: nodus.dev/v1
-kind: Reservation
-metadata: {name: lent-host}
-spec:
-  project: acme
-  placement: {node: e2e-node}
-  startsAt: "`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"
-  endsAt: "`+time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)+`"
-`, "create")
+	reserve(t, s, "lent-host", "acme", "{node: e2e-node}")
 	people.waitConnected(t, "mia", "acme/lent-host")
 	if out, err := nodus("mia", "ssh", "acme/lent-host", "--", "id", "-un"); err != nil || strings.TrimSpace(out) != rig.login {
 		t.Fatalf("the owner's ssh before lending: %v %q", err, out)
@@ -337,15 +329,7 @@ spec:
 	rig.agent.stop()
 	rig.agent.start(t, "--grace", "8s")
 	defer func() { rig.agent.stop(); rig.agent.start(t) }()
-	s.apply(t, `apiVersion: nodus.dev/v1
-kind: Reservation
-metadata: {name: lent-again}
-spec:
-  project: acme
-  placement: {node: e2e-node}
-  startsAt: "`+time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)+`"
-  endsAt: "`+time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)+`"
-`, "create")
+	reserve(t, s, "lent-again", "acme", "{node: e2e-node}")
 	people.waitConnected(t, "mia", "acme/lent-again")
 	if out, err := nodus("ada", "lend", "acme/lent-again", "--max-executions", "2"); err != nil {
 		t.Fatalf("nodus lend acme/lent-again: %v %s", err, out)

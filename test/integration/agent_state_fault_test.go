@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"os"
 	"os/exec"
 	"os/user"
@@ -188,17 +186,7 @@ func TestALoginThatStartsAfterTheCleaningIsEnded(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a login account of its own, whose processes the agent ends (CI runs as root)")
 	}
-	suffix := make([]byte, 3)
-	_, _ = rand.Read(suffix)
-	login := "nodusl" + hex.EncodeToString(suffix)
-	home := filepath.Join(t.TempDir(), login)
-	if out, err := exec.Command("useradd", "--no-create-home", "--home-dir", home, "--shell", "/usr/sbin/nologin", login).CombinedOutput(); err != nil {
-		t.Fatalf("useradd %s: %v\n%s", login, err, out)
-	}
-	t.Cleanup(func() {
-		_ = exec.Command("pkill", "-KILL", "-u", login).Run()
-		_ = exec.Command("userdel", login).Run()
-	})
+	login := loginAccount(t)
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	dir := t.TempDir()

@@ -347,13 +347,7 @@ func waitingReservations(t *testing.T, f *fleet, now time.Time) map[metav1.Statu
 	}
 	// An Ironic client's backfill holds a node.
 	f.node(t, "backfilled")
-	if _, err := c.Allocations().Create(ctx, &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "ironic-backfill"},
-		Spec: nodusv1.AllocationSpec{Node: "backfilled"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if a := waitAllocation(t, f.s, "ironic-backfill"); a.Status.State != nodusv1.AllocationStateActive {
-		t.Fatalf("the backfill: %+v", a.Status)
-	}
+	backfill(t, f.s, "ironic-backfill", "backfilled")
 	term("wants-missing", "missing")
 	term("wants-fixing", "fixing")
 	term("wants-cleaning", "handed-over")

@@ -103,27 +103,10 @@ func TestANodeAnAllocationHoldsIsNotReserved(t *testing.T) {
 	f := newFleet(t, s)
 	f.node(t, "allocated")
 	c := s.Client.NodusV1()
-	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "ironic-claim"},
-		Spec: nodusv1.AllocationSpec{Node: "allocated"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if a := waitAllocation(t, s, "ironic-claim"); a.Status.State != nodusv1.AllocationStateActive {
-		t.Fatalf("the backfill: %+v", a.Status)
-	}
+	backfill(t, s, "ironic-claim", "allocated")
 	now := time.Now()
 	f.reserve(t, "by-name", nodusv1.ReservationPlacement{Node: "allocated"}, now.Add(-time.Hour), now.Add(time.Hour))
-	var r *nodusv1.Reservation
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		var err error
-		r, err = c.Reservations().Get(cx, "by-name", metav1.GetOptions{})
-		if err != nil || r.Status.State != nodusv1.ReservationStatePending {
-			return err == nil && r.Status.State != "", err
-		}
-		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
-		return placed != nil && placed.Reason == string(apierror.ReasonNodeAllocated), nil
-	}); err != nil || r.Status.State != nodusv1.ReservationStatePending {
-		t.Fatalf("a reservation of a node an allocation holds: %v %+v", err, r.Status)
-	}
+	r := waitingWith(t, s, "by-name", apierror.ReasonNodeAllocated)
 	if placed := meta.FindStatusCondition(r.Status.Conditions, "Placed"); !strings.Contains(placed.Message, "ironic-claim") {
 		t.Errorf("the reservation's Placed condition does not name the allocation: %+v", placed)
 	}
@@ -701,18 +684,7 @@ func TestAClassReservationTakesNoAllocationItDidNotMake(t *testing.T) {
 	}
 	now := time.Now()
 	f.reserve(t, "by-class", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	var r *nodusv1.Reservation
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		var err error
-		r, err = c.Reservations().Get(cx, "by-class", metav1.GetOptions{})
-		if err != nil || r.Status.State != nodusv1.ReservationStatePending {
-			return err == nil && r.Status.State != "", err
-		}
-		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
-		return placed != nil && placed.Reason == string(apierror.ReasonAllocationNameTaken), nil
-	}); err != nil || r.Status.State != nodusv1.ReservationStatePending {
-		t.Fatalf("a class reservation whose allocation name another allocation has: %v %+v", err, r.Status)
-	}
+	r := waitingWith(t, s, "by-class", apierror.ReasonAllocationNameTaken)
 	if n := waitNode(t, s, "class-node", func(*nodusv1.Node) bool { return true }); n.Status.Reservation != "" {
 		t.Errorf("the other allocation's node was claimed by the reservation: %+v", n.Status)
 	}
@@ -887,4 +859,38 @@ func cleanedAfterDeletion(t *testing.T, s *testserver.Server, name string) *nodu
 	return waitNode(t, s, "only", func(n *nodusv1.Node) bool {
 		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil && n.Status.Cleaning.Reservation == name
 	})
+}
+
+// waitingWith waits until reservation name is pending with Placed reason
+// reason, and fails the test if it becomes anything else.
+func waitingWith(t *testing.T, s *testserver.Server, name string, reason metav1.StatusReason) *nodusv1.Reservation {
+	t.Helper()
+	var r *nodusv1.Reservation
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		var err error
+		r, err = s.Client.NodusV1().Reservations().Get(cx, name, metav1.GetOptions{})
+		if err != nil || r.Status.State != nodusv1.ReservationStatePending {
+			return err == nil && r.Status.State != "", err
+		}
+		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return placed != nil && placed.Reason == string(reason), nil
+	}); err != nil || r.Status.State != nodusv1.ReservationStatePending {
+		t.Fatalf("reservation %s, to wait with %s: %v %+v", name, reason, err, r.Status)
+	}
+	return r
+}
+
+// backfill makes allocation name of node, as an Ironic client's backfill,
+// and waits until it is active.
+func backfill(t *testing.T, s *testserver.Server, name, node string) *nodusv1.Allocation {
+	t.Helper()
+	if _, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: nodusv1.AllocationSpec{Node: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := waitAllocation(t, s, name)
+	if a.Status.State != nodusv1.AllocationStateActive {
+		t.Fatalf("the backfill of %s: %+v", node, a.Status)
+	}
+	return a
 }
