@@ -189,8 +189,7 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 	meta := certFile + ".json"
 	epoch := h.Status.Reservation.Epoch
 	var cached certificateRecord
-	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.Host == h.UID &&
-		sshvalue.IsPrincipalOf(cached.Principal, h.Name, epoch) && cached.ValidBefore != nil && time.Until(cached.ValidBefore.Time) > time.Minute {
+	if data, err := os.ReadFile(meta); err == nil && json.Unmarshal(data, &cached) == nil && cached.serves(h, time.Now()) {
 		// Only a certificate of the key used now: one replaced by hand, or
 		// by another run, has a certificate of its own to get.
 		if data, err := os.ReadFile(certFile); err == nil {
@@ -242,6 +241,15 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 type certificateRecord struct {
 	nodusv1.ReservedHostSSHCertificate
 	Host types.UID `json:"reservedHostUID"`
+}
+
+// serves says whether the kept certificate's record is one for host h as
+// it is now: the same ReservedHost (a record without its UID, of an older
+// nodus, or a host answered without one, is of no known host), its current
+// principal, and a minute to spare.
+func (r certificateRecord) serves(h *nodusv1.ReservedHost, now time.Time) bool {
+	return r.Host != "" && r.Host == h.UID && sshvalue.IsPrincipalOf(r.Principal, h.Name, h.Status.Reservation.Epoch) &&
+		r.ValidBefore != nil && r.ValidBefore.Time.Sub(now) > time.Minute
 }
 
 // validFor says whether cert itself is valid now and for at least d more:

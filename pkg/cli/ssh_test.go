@@ -7,8 +7,14 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli/sshentry"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // readOnly makes dir unwritable, for root too (chattr +i), or skips: what a
@@ -139,5 +145,43 @@ func TestAnIncludeThatCameAfterAHostLineIsMovedToTheTop(t *testing.T) {
 	got, _ := os.ReadFile(userConfig)
 	if string(got) != block+"Host build\n  User ci\n" {
 		t.Errorf("the config:\n%s", got)
+	}
+}
+
+// TestAKeptCertificateServesOnlyItsOwnHost: nodus ssh reuses the
+// certificate it keeps for a host only while the host is the same
+// ReservedHost at the same epoch, with a minute to spare. A record without
+// the host's UID (an older nodus wrote none) matched any host answered
+// without one, as a server that leaves it out does: it serves none.
+func TestAKeptCertificateServesOnlyItsOwnHost(t *testing.T) {
+	now := time.Now()
+	const uid, other = "3f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+	host := func(uid types.UID, epoch int64) *nodusv1.ReservedHost {
+		h := &nodusv1.ReservedHost{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7", UID: uid}}
+		h.Status.Reservation.Epoch = epoch
+		return h
+	}
+	record := func(host types.UID, epoch int64, left time.Duration) certificateRecord {
+		r := certificateRecord{Host: host}
+		r.Principal = sshvalue.Principal("gpu-7", "5f0c6f8e-2f6b-4c43-9a9e-1f2d3c4b5a69", epoch)
+		until := metav1.NewTime(now.Add(left))
+		r.ValidBefore = &until
+		return r
+	}
+	for name, tc := range map[string]struct {
+		r      certificateRecord
+		h      *nodusv1.ReservedHost
+		serves bool
+	}{
+		"its host, its epoch":                       {record(uid, 3, time.Hour), host(uid, 3), true},
+		"another host of the name":                  {record(other, 3, time.Hour), host(uid, 3), false},
+		"a later epoch":                             {record(uid, 3, time.Hour), host(uid, 4), false},
+		"less than a minute left":                   {record(uid, 3, 30*time.Second), host(uid, 3), false},
+		"a record without the host's UID":           {record("", 3, time.Hour), host(uid, 3), false},
+		"neither the record nor the host has a UID": {record("", 3, time.Hour), host("", 3), false},
+	} {
+		if got := tc.r.serves(tc.h, now); got != tc.serves {
+			t.Errorf("%s: serves = %v, want %v", name, got, tc.serves)
+		}
 	}
 }
