@@ -619,12 +619,7 @@ func TestALendWithoutCapsIsPlacedWithinTheHostsShare(t *testing.T) {
 	}
 	// The node's memory and CPUs unknown: nothing more is placed there.
 	forgeNodeInEtcd(t, s, "gpu-00", func(n *nodusv1.Node) { n.Status.Inventory.MemoryMiB, n.Status.Inventory.CPU = 0, 0 })
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
-		n, err := s.Client.NodusV1().Nodes().Get(c, "gpu-00", metav1.GetOptions{})
-		return err == nil && n.Status.Inventory.MemoryMiB == 0, err
-	}); err != nil {
-		t.Fatalf("the forged inventory never showed: %v", err)
-	}
+	waitNode(t, s, "gpu-00", func(n *nodusv1.Node) bool { return n.Status.Inventory.MemoryMiB == 0 })
 	waiting := f.submit(t, "beta", 1, 60)
 	got := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool {
 		return e.Status.Reason == "Waiting" || e.Status.Phase != nodusv1.ExecutionPending
