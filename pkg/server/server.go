@@ -157,6 +157,9 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 	storage["nodes/heartbeat"] = heartbeats
 	c.beats.filter.Serve(heartbeats)
+	if err := everyResourceReportsReadiness(storage); err != nil {
+		return nil, err
+	}
 	group.VersionedResourcesStorageMap[nodusv1.SchemeGroupVersion.Version] = storage
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
@@ -200,6 +203,14 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	c.paths.set(generic.ListedPaths())
 	// The loopback reaches the same handler chain the secure port serves.
 	c.loopbackHandler = generic.Handler
+	// Until every watch cache is filled, a watch (an agent's, an informer's)
+	// is answered 429 and a list with a selector waits: /readyz stays 503 until
+	// then, so that a balancer sends nothing to a replica that would turn it
+	// away. kube-apiserver registers the same hook; the generic server only
+	// collects the checks (InstallAPIGroup).
+	if err := generic.AddPostStartHook("storage-readiness", generic.StorageReadinessHook.Hook); err != nil {
+		return nil, err
+	}
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
 	}
@@ -221,6 +232,22 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		return nil, err
 	}
 	return &Server{generic: generic, config: c.Config}, nil
+}
+
+// everyResourceReportsReadiness refuses a resource whose storage would be
+// left out of the storage-readiness hook: a registry that wraps its store
+// without passing its ReadinessCheck on would make /readyz answer before that
+// resource's watch cache serves.
+func everyResourceReportsReadiness(storage map[string]rest.Storage) error {
+	for path, s := range storage {
+		if strings.Contains(path, "/") {
+			continue // a subresource: its resource's check covers the cache
+		}
+		if _, reports := s.(rest.StorageWithReadiness); !reports {
+			return fmt.Errorf("the storage of %s (%T) has no ReadinessCheck", path, s)
+		}
+	}
+	return nil
 }
 
 // Run serves until ctx is done, then stops the API server and, after it,
