@@ -108,6 +108,12 @@ func (st *storage) applyTo(generic *genericapiserver.Config, scheme *runtime.Sch
 	t.CertFile, t.KeyFile, t.TrustedCAFile = st.tls.CertFile, st.tls.KeyFile, st.tls.TrustedCAFile
 	etcdOpts.StorageConfig.EncodeVersioner = runtime.NewMultiGroupVersioner(nodusv1.SchemeGroupVersion,
 		schema.GroupKind{Group: nodusv1.GroupName})
+	// No garbage collector runs here: with collection on, a delete asking to
+	// orphan dependents or delete them first (kubectl --cascade=orphan or
+	// foreground) left a finalizer that only a collector removes, and the
+	// object deleting for ever (a borrower's execution still placed, a
+	// reservation still granting access).
+	etcdOpts.EnableGarbageCollection = false
 	if err := etcdOpts.ApplyTo(generic); err != nil {
 		return fmt.Errorf("etcd: %w", err)
 	}
