@@ -2,7 +2,7 @@
 // etcd, outside the Execution objects so that lists and watches stay small.
 // Each log lives on the lease of its first write, for two weeks: executions
 // run at most a week, so every log is kept at least a week after its
-// execution ended, whether or not the Execution is still there.
+// execution ended, and goes with its Execution when that is deleted.
 package executionlog
 
 import (
@@ -79,4 +79,21 @@ func (s *Store) Get(ctx context.Context, namespace, name string, uid types.UID) 
 	var log Log
 	err = json.Unmarshal(resp.Kvs[0].Value, &log)
 	return log, err
+}
+
+// Delete removes the log of the execution with this UID, with its
+// Execution: a borrower that deletes its ended executions and runs new
+// ones must not pile up their outputs for two weeks.
+func (s *Store) Delete(ctx context.Context, namespace, name string, uid types.UID) error {
+	_, err := s.Client.Delete(ctx, s.key(namespace, name, uid))
+	return err
+}
+
+// Count counts the logs kept for a project's executions, as etcd has them now.
+func (s *Store) Count(ctx context.Context, namespace string) (int, error) {
+	resp, err := s.Client.Get(ctx, s.Prefix+namespace+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return int(resp.Count), nil
 }

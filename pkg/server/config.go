@@ -163,7 +163,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
-	watches, err := o.applyAccess(generic, id.ca, stores.getters())
+	logs := executionlog.NewStore(st.client)
+	watches, err := o.applyAccess(generic, id.ca, stores.getters(), logs)
 	if err != nil {
 		return nil, err
 	}
@@ -187,7 +188,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
-		executionLogs: executionlog.NewStore(st.client), watches: watches,
+		executionLogs: logs, watches: watches,
 		liveness: liveness.New(st.client, st.leases, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
 		agentCertValidity: o.AgentCertificateValidity, ca: id.ca, sshCA: id.sshCA,
 	}, nil
@@ -233,7 +234,7 @@ var libraryFeatureDefaults = map[string]bool{
 // applyAccess sets who a request is (the cluster CA's client certificates,
 // access tokens, agents), what it may do and the admission plugins; the
 // watches it returns end those whose access ended.
-func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, getters storeGetters) (*revocation.Watches, error) {
+func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, getters storeGetters, logs *executionlog.Store) (*revocation.Watches, error) {
 	clientCAs := x509.NewCertPool()
 	clientCAs.AddCert(ca.Cert)
 	caContent, err := dynamiccertificates.NewStaticCAContent("nodus-ca", ca.CertPEM)
@@ -249,7 +250,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 	projects := projectexists.New()
 	projects.Projects = getters
 	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(),
-		executionlimit.New(getters, o.MaxExecutionsPerProject))
+		executionlimit.New(keptExecutions{getters, logs}, o.MaxExecutionsPerProject))
 	return &revocation.Watches{Authorizer: authz, Tokens: getters}, nil
 }
 

@@ -13,6 +13,7 @@ import (
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/localinformers"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -86,6 +87,26 @@ func (g storeGetters) CountExecutions(ctx context.Context, project string) (int,
 		return 0, err
 	}
 	return len(obj.(*nodusv1.ExecutionList).Items), nil
+}
+
+// keptExecutions counts what a project keeps of its executions: its
+// Executions, or the outputs kept for them where those are more (an output
+// whose Execution's delete did not reach it stays on its lease).
+type keptExecutions struct {
+	storeGetters
+	logs *executionlog.Store
+}
+
+func (k keptExecutions) CountExecutions(ctx context.Context, project string) (int, error) {
+	executions, err := k.storeGetters.CountExecutions(ctx, project)
+	if err != nil {
+		return 0, err
+	}
+	logs, err := k.logs.Count(ctx, project)
+	if err != nil {
+		return 0, err
+	}
+	return max(executions, logs), nil
 }
 
 // GetReservation reads from the watch cache or, when fresh, from etcd.

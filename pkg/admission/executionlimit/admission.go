@@ -1,7 +1,9 @@
 // Package executionlimit bounds how many Executions a project keeps: each
-// is at most validation.MaxExecutionBytes, so a borrower cannot make the
-// server store more than the product of the two. Executions that ended
-// count until they are deleted: the bound is on what is stored.
+// is at most validation.MaxExecutionBytes, and its kept output at most
+// nodusv1.MaxExecutionLogBytes, so a borrower cannot make the server store
+// more than the product. Executions that ended count until they are
+// deleted: the bound is on what is stored (outputs included, which the
+// counter counts where they outlived their Executions).
 package executionlimit
 
 import (

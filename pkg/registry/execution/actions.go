@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -12,9 +13,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -31,7 +34,7 @@ var gr = nodusv1.Resource("executions")
 // borrower's cancel action, the agent's report action and the log.
 func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Store) map[string]rest.Storage {
 	storage := executions.Storage("executions", "exec")
-	storage["executions"] = &REST{REST: storage["executions"].(*base.REST)}
+	storage["executions"] = &REST{REST: storage["executions"].(*base.REST), Logs: logs}
 	storage["executions/cancel"] = &CancelREST{Executions: executions.Status}
 	storage["executions/report"] = &ReportREST{Executions: executions.Status, Reservations: reservations.Main, Nodes: nodes.Main, Logs: logs}
 	storage["executions/log"] = &LogREST{Executions: executions.Main, Logs: logs}
@@ -39,19 +42,63 @@ func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Sto
 }
 
 // REST keeps an execution while it holds a host: deleting it then would
-// free its GPUs for others while its processes may still run.
+// free its GPUs for others while its processes may still run. A deleted
+// execution's kept output goes with it.
 type REST struct {
 	*base.REST
+	Logs *executionlog.Store
 }
 
 // Delete refuses executions that are scheduled or running.
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
-	return r.REST.Delete(ctx, name, notPlaced(deleteValidation), options)
+	var deleting *nodusv1.Execution
+	deleted, immediately, err := r.REST.Delete(ctx, name, recording(notPlaced(deleteValidation), func(e *nodusv1.Execution) { deleting = e }), options)
+	if err == nil && immediately && deleting != nil {
+		r.deleteLog(ctx, options, deleting)
+	}
+	return deleted, immediately, err
 }
 
-// DeleteCollection refuses, one by one, executions that are scheduled or running.
+// DeleteCollection refuses, one by one, executions that are scheduled or
+// running. Of those it let through, the outputs of the ones gone go too.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
-	return r.REST.DeleteCollection(ctx, notPlaced(deleteValidation), options, listOptions)
+	var mu sync.Mutex
+	let := map[types.UID]*nodusv1.Execution{}
+	deleted, err := r.REST.DeleteCollection(ctx, recording(notPlaced(deleteValidation), func(e *nodusv1.Execution) {
+		mu.Lock()
+		defer mu.Unlock()
+		let[e.UID] = e
+	}), options, listOptions)
+	for _, e := range let {
+		current, getErr := r.REST.Get(genericapirequest.WithNamespace(ctx, e.Namespace), e.Name, &metav1.GetOptions{})
+		if apierrors.IsNotFound(getErr) || (getErr == nil && current.(*nodusv1.Execution).UID != e.UID) {
+			r.deleteLog(ctx, options, e)
+		}
+	}
+	return deleted, err
+}
+
+// recording calls seen with each execution next lets be deleted.
+func recording(next rest.ValidateObjectFunc, seen func(*nodusv1.Execution)) rest.ValidateObjectFunc {
+	return func(ctx context.Context, obj runtime.Object) error {
+		if err := next(ctx, obj); err != nil {
+			return err
+		}
+		seen(obj.(*nodusv1.Execution))
+		return nil
+	}
+}
+
+// deleteLog removes a deleted execution's output. A failure leaves it on
+// its lease, counted against the project's bound (executionlimit) until
+// the lease ends; the delete itself is done and answered as such.
+func (r *REST) deleteLog(ctx context.Context, options *metav1.DeleteOptions, e *nodusv1.Execution) {
+	if options != nil && len(options.DryRun) > 0 {
+		return
+	}
+	if err := r.Logs.Delete(ctx, e.Namespace, e.Name, e.UID); err != nil {
+		klog.ErrorS(err, "deleting a deleted execution's output", "namespace", e.Namespace, "execution", e.Name, "uid", e.UID)
+	}
 }
 
 // notPlaced runs against the stored object inside the delete, so a
@@ -206,8 +253,10 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 			fmt.Sprintf("execution %q is %s: it cannot become %s", name, placed.Status.Phase, report.Phase), "")
 	}
 	// The output is kept before the phase changes: whoever sees the end
-	// also finds the last output.
-	if len(options.DryRun) == 0 && (report.Log != "" || report.LogDroppedBytes > 0) {
+	// also finds the last output. An ended execution's output is final: its
+	// end report wrote it, and a repeated one (a lost answer's retry) writes
+	// nothing, so no agent rewrites what the borrower has read.
+	if len(options.DryRun) == 0 && !placed.Status.Phase.Finished() && (report.Log != "" || report.LogDroppedBytes > 0) {
 		ns, _ := genericapirequest.NamespaceFrom(ctx)
 		if err := r.Logs.Put(ctx, ns, name, placed.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes}); err != nil {
 			return nil, err
