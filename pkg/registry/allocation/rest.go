@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -189,6 +190,11 @@ func (u *renaming) UpdatedObject(ctx context.Context, oldObj runtime.Object) (ru
 	}
 	u.taken = append(u.taken, to)
 	return obj, nil
+}
+
+// DeleteCollection deletes each allocation as Delete does.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return base.DeleteEach(ctx, r.Store, r, deleteValidation, options, listOptions)
 }
 
 // Delete refuses to take the allocation of an active node that is not in

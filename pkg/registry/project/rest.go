@@ -63,6 +63,11 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	return r.Store.Delete(ctx, name, deleteValidation, options)
 }
 
+// DeleteCollection checks each project as Delete does.
+func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
+	return base.DeleteEach(ctx, r.Store, r, deleteValidation, options, listOptions)
+}
+
 // liveReservations names the project's reservations that are not over.
 func (r *REST) liveReservations(ctx context.Context, project string) ([]string, error) {
 	// A consistent read: a reservation created a moment ago counts.
