@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -69,10 +70,23 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 			w.mu.Lock()
 			open.token = tokens[0]
 			w.mu.Unlock()
-			if t, err := w.Tokens.GetAccessToken(ctx, open.token, false); err == nil && t.Spec.ExpiresAt != nil {
+			t, err := w.Tokens.GetAccessToken(ctx, open.token, false)
+			if apierrors.IsNotFound(err) {
+				// The cache may not have a token made a moment ago.
+				t, err = w.Tokens.GetAccessToken(ctx, open.token, true)
+			}
+			switch {
+			case apierrors.IsNotFound(err):
+				klog.V(2).InfoS("cutting a watch whose access token was deleted as it started", "user", attrs.GetUser().GetName())
+				open.cancel()
+			case err == nil && t.Spec.ExpiresAt != nil:
 				w.expireAt(open, t.Spec.ExpiresAt.Time)
 			}
 		}
+		// A change that ended this access after the request was authorized,
+		// and before the watch was registered, found no watch to cut: authorize
+		// it once more, now that the next change finds it.
+		w.recheck([]*watch{open})
 		handler.ServeHTTP(rw, req.WithContext(ctx))
 	})
 }
@@ -124,12 +138,14 @@ func (w *Watches) Count() int {
 func (w *Watches) recheck(watches []*watch) {
 	for _, open := range watches {
 		decision, reason, err := w.Authorizer.Authorize(open.ctx, open.attrs)
-		if err != nil || decision == authorizer.DecisionAllow {
-			// An error is no refusal: the watch goes on, as a request would not start.
+		if err == nil && decision == authorizer.DecisionAllow {
 			continue
 		}
+		// An error cuts it too: no request starts on one, and a watch left
+		// open on it would not be looked at again until the next change.
+		// The client's next watch is authorized afresh.
 		klog.V(2).InfoS("cutting a watch whose access ended", "user", open.attrs.GetUser().GetName(),
-			"namespace", open.attrs.GetNamespace(), "resource", open.attrs.GetResource(), "reason", reason)
+			"namespace", open.attrs.GetNamespace(), "resource", open.attrs.GetResource(), "reason", reason, "err", err)
 		open.cancel()
 	}
 }

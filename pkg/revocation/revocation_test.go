@@ -1,0 +1,101 @@
+package revocation
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/endpoints/request"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
+)
+
+// decide answers every authorization with what it holds now.
+type decide struct {
+	decision authorizer.Decision
+	err      error
+}
+
+func (d *decide) authorizer() authorizer.Authorizer {
+	return authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+		return d.decision, "test", d.err
+	})
+}
+
+// tokens holds the AccessTokens that exist.
+type tokens map[string]*nodusv1.AccessToken
+
+func (t tokens) GetAccessToken(_ context.Context, name string, _ bool) (*nodusv1.AccessToken, error) {
+	if token, ok := t[name]; ok {
+		return token, nil
+	}
+	return nil, apierrors.NewNotFound(nodusv1.Resource("accesstokens"), name)
+}
+
+// serveWatch runs one watch of alice's (through token t1) through w's
+// filter and reports whether the watch's context was cut before it was
+// served, and a way to see it cut later.
+func serveWatch(t *testing.T, w *Watches) (cutAtStart bool, cut <-chan struct{}, release func()) {
+	t.Helper()
+	ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Extra: map[string][]string{auth.ExtraAccessToken: {"t1"}}})
+	ctx = request.WithRequestInfo(ctx, &request.RequestInfo{IsResourceRequest: true, Verb: "watch", APIGroup: nodusv1.GroupName,
+		APIVersion: "v1", Namespace: "acme", Resource: "executions"})
+	started, done, stop := make(chan bool, 1), make(chan struct{}), make(chan struct{})
+	go w.Filter(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		started <- req.Context().Err() != nil
+		select {
+		case <-req.Context().Done():
+			close(done)
+		case <-stop:
+		}
+	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/apis/nodus.dev/v1/namespaces/acme/executions?watch=1", nil).WithContext(ctx))
+	select {
+	case cutAtStart = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was never served")
+	}
+	return cutAtStart, done, func() { close(stop) }
+}
+
+// TestAWatchWhoseRecheckFailsIsCut: a re-authorization that errs (etcd
+// unreachable while the cache says "not a member") left the watch open,
+// and nothing looked at it again until the project's next change.
+func TestAWatchWhoseRecheckFailsIsCut(t *testing.T) {
+	authz := &decide{decision: authorizer.DecisionAllow}
+	w := &Watches{Authorizer: authz.authorizer(), Tokens: tokens{"t1": {}}}
+	cutAtStart, cut, release := serveWatch(t, w)
+	defer release()
+	if cutAtStart {
+		t.Fatal("an allowed watch was cut as it started")
+	}
+	authz.decision, authz.err = authorizer.DecisionNoOpinion, errors.New("etcd: context deadline exceeded")
+	w.ProjectChanged("acme")
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a watch whose re-authorization failed was left open")
+	}
+}
+
+// TestAWatchWhoseAccessEndedAsItStartedIsCut: a token deleted, or a
+// membership removed, between the request's authorization and the watch's
+// registration found no watch to cut.
+func TestAWatchWhoseAccessEndedAsItStartedIsCut(t *testing.T) {
+	for name, w := range map[string]*Watches{
+		"token deleted":      {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{}},
+		"membership removed": {Authorizer: (&decide{decision: authorizer.DecisionDeny}).authorizer(), Tokens: tokens{"t1": {}}},
+	} {
+		cutAtStart, _, release := serveWatch(t, w)
+		release()
+		if !cutAtStart {
+			t.Errorf("%s: the watch was served uncut", name)
+		}
+	}
+}
