@@ -2,6 +2,7 @@ package base
 
 import (
 	"fmt"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
@@ -12,6 +13,8 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
 // Kind describes one resource for NewStore.
@@ -34,6 +37,9 @@ type Stores struct {
 
 // NewStore builds the genericregistry.Store of kind on the server's storage.
 func NewStore(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, kind Kind) (Stores, error) {
+	if err := selectorsAcceptEveryField(scheme, kind); err != nil {
+		return Stores{}, err
+	}
 	strategy := NewStrategy(scheme, kind.Rules)
 	attrs := func(obj runtime.Object) (labels.Set, fields.Set, error) {
 		m, err := meta.Accessor(obj)
@@ -79,4 +85,29 @@ func NewStore(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, kind
 		stores.Status = &statusStore
 	}
 	return stores, nil
+}
+
+// selectorsAcceptEveryField refuses a kind whose stores select on fields
+// the field selectors refuse, or the other way round (nodusv1's
+// SelectableFields, which the scheme's conversions accept): a field only
+// the store knows is refused with 400 "not supported", one only the
+// selectors know never matches.
+func selectorsAcceptEveryField(scheme *runtime.Scheme, kind Kind) error {
+	kinds, _, err := scheme.ObjectKinds(kind.New())
+	if err != nil {
+		return err
+	}
+	var stored []string
+	if kind.Fields != nil {
+		for f := range kind.Fields(kind.New()) {
+			stored = append(stored, f)
+		}
+	}
+	accepted := slices.Clone(nodusv1.SelectableFields(kinds[0].Kind))
+	slices.Sort(stored)
+	slices.Sort(accepted)
+	if !slices.Equal(stored, accepted) {
+		return fmt.Errorf("%s: the store selects on %v, field selectors accept %v", kinds[0].Kind, stored, accepted)
+	}
+	return nil
 }

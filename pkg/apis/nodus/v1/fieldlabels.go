@@ -9,7 +9,7 @@ import (
 // selectableFields lists, per kind, the fields beyond metadata.name and
 // metadata.namespace that list and watch accept in a field selector.
 var selectableFields = map[string][]string{
-	"Node":         {"spec.pool", "spec.resourceClass", "status.provisionState"},
+	"Node":         {"spec.pool", "spec.resourceClass", "status.provisionState", "status.reservation"},
 	"Allocation":   {"status.state", "status.node"},
 	"Reservation":  {"spec.project", "status.state", "status.node"},
 	"ReservedHost": {"status.reservation.state", "status.pool"},
