@@ -51,11 +51,13 @@ func (r *RenewREST) Create(ctx context.Context, name string, obj runtime.Object,
 	// The authorizer read the node from a cache; the certificate is signed
 	// only against what etcd holds now.
 	obj, err = r.Nodes.Get(ctx, name, &metav1.GetOptions{})
-	if err != nil {
+	if err != nil && !apierrors.IsNotFound(err) {
 		return nil, err
 	}
-	n := obj.(*nodusv1.Node)
-	if n.Status.AgentGeneration != generation || string(n.UID) != auth.NodeUIDOf(u) {
+	// A node deleted since the authorizer's read retired the credential as a
+	// re-enrollment does: the agent is told so, not "not found".
+	n, _ := obj.(*nodusv1.Node)
+	if n == nil || n.Status.AgentGeneration != generation || string(n.UID) != auth.NodeUIDOf(u) {
 		return nil, apierror.New(ctx, apierror.ReasonAgentCredentialRetired, nodusv1.Resource("nodes"), name,
 			fmt.Sprintf("this credential of node %s was retired (enrolled again or deleted); it cannot be renewed", name), "")
 	}

@@ -23,8 +23,9 @@ var rules = base.Rules{
 	},
 	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Node).Status = old.(*nodusv1.Node).Status },
 	CopySpec:   func(obj, old runtime.Object) { obj.(*nodusv1.Node).Spec = old.(*nodusv1.Node).Spec },
-	ValidateStatus: func(obj, _ runtime.Object) field.ErrorList {
-		return validation.ValidateNodeStatus(obj.(*nodusv1.Node))
+	ValidateStatus: func(obj, old runtime.Object) field.ErrorList {
+		before, _ := old.(*nodusv1.Node)
+		return validation.ValidateNodeStatusUpdate(obj.(*nodusv1.Node), before)
 	},
 	ResetFields:       []string{"status"},
 	StatusResetFields: []string{"spec"},

@@ -100,6 +100,19 @@ func ValidateNode(n *nodusv1.Node) field.ErrorList {
 	return errs
 }
 
+// ValidateNodeStatusUpdate checks a status written over old: on top of
+// ValidateNodeStatus, the agent generation never goes back, since every
+// generation below the current one names a retired agent credential
+// (a status applied from an old manifest would make it valid again).
+func ValidateNodeStatusUpdate(n, old *nodusv1.Node) field.ErrorList {
+	errs := ValidateNodeStatus(n)
+	if old != nil && n.Status.AgentGeneration < old.Status.AgentGeneration {
+		errs = append(errs, field.Invalid(field.NewPath("status", "agentGeneration"), n.Status.AgentGeneration,
+			fmt.Sprintf("must not decrease (was %d): a lower generation names a retired agent credential", old.Status.AgentGeneration)))
+	}
+	return errs
+}
+
 // ValidateNodeStatus checks what an agent or controller reports.
 func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 	status := field.NewPath("status")

@@ -117,6 +117,23 @@ func TestReservedHostStatus(t *testing.T) {
 	}
 }
 
+// TestANodesAgentGenerationNeverGoesBack: a status written from an old
+// manifest lowered it, and the retired credential of that generation was
+// accepted again.
+func TestANodesAgentGenerationNeverGoesBack(t *testing.T) {
+	node := func(generation int64) *nodusv1.Node {
+		return &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"}, Status: nodusv1.NodeStatus{AgentGeneration: generation}}
+	}
+	if got := fields(ValidateNodeStatusUpdate(node(3), node(4))); got != "status.agentGeneration" {
+		t.Errorf("lowered: %q", got)
+	}
+	for _, next := range []int64{4, 5} {
+		if errs := ValidateNodeStatusUpdate(node(next), node(4)); len(errs) != 0 {
+			t.Errorf("%d over 4: %v", next, errs)
+		}
+	}
+}
+
 func TestANodeClaimsUIDGoesWithItsName(t *testing.T) {
 	n := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: nodusv1.NodeStatus{ReservationUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}
 	if got := fields(ValidateNodeStatus(n)); got != "status.reservationUID" {
