@@ -39,6 +39,8 @@ import (
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
+	"github.com/nodus-dev/nodus/pkg/projecthistory"
+	"github.com/nodus-dev/nodus/pkg/resourceversion"
 	"github.com/nodus-dev/nodus/pkg/revocation"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 	"github.com/nodus-dev/nodus/pkg/stackgrow"
@@ -176,7 +178,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	idempotent := idempotency.NewStore(st.client)
 	paths := &pathIndex{}
 	beats := &leanBeats{}
-	o.applyHandlerChain(generic, scheme, idempotent, watches, paths, beats)
+	o.applyHandlerChain(generic, scheme, idempotent, watches, projectBirths{st.client}, paths, beats)
 
 	out := func(format string, args ...interface{}) {
 		if o.Out != nil {
@@ -249,7 +251,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 	generic.Authorization.Authorizer = authz
 	projects := projectexists.New()
 	projects.Projects = getters
-	generic.AdmissionControl = admission.NewChainHandler(projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(),
+	generic.AdmissionControl = admission.NewChainHandler(resourceversion.NewPlugin(), projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(),
 		executionlimit.New(keptExecutions{getters, logs}, o.MaxExecutionsPerProject))
 	return &revocation.Watches{Authorizer: authz, Tokens: getters}, nil
 }
@@ -267,15 +269,15 @@ func applyOpenAPI(generic *genericapiserver.Config, scheme *runtime.Scheme) {
 // Ironic's error format on /v1) outside, the action contract and watch
 // revocation inside, after authentication.
 func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *runtime.Scheme, idempotent *idempotency.Store, watches *revocation.Watches,
-	paths *pathIndex, beats *leanBeats) {
+	births projecthistory.Births, paths *pathIndex, beats *leanBeats) {
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
+		apiHandler = projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
 			PerProject: func(u user.Info) bool {
 				_, _, agent := auth.NodeOf(u)
 				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
-			}}))
+			}}))), births, auth.IsOperator)
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)

@@ -147,3 +147,18 @@ func storageCodec(scheme *runtime.Scheme, codecs serializer.CodecFactory) runtim
 	return versioning.NewDefaultingCodecForScheme(scheme, stored, recognizer.NewDecoder(stored, codecs.UniversalDeserializer()),
 		nodusv1.SchemeGroupVersion, runtime.InternalGroupVersioner)
 }
+
+// projectBirths tells when a project was made: its key's create revision
+// (package projecthistory).
+type projectBirths struct{ kv etcdclient.KV }
+
+func (b projectBirths) ProjectMadeAt(ctx context.Context, project string) (int64, error) {
+	resp, err := b.kv.Get(ctx, etcdPrefix+"/"+nodusv1.GroupName+"/projects/"+project, etcdclient.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	return resp.Kvs[0].CreateRevision, nil
+}

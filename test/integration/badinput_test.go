@@ -72,6 +72,18 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"bad label selector", "GET", nodus + "/pools?labelSelector=a%20b%20c", "", "", nil, 400},
 		{"bad limit", "GET", nodus + "/pools?limit=abc", "", "", nil, 400},
 		{"unknown path", "GET", "/apis/nodus.dev/v2/pools", "", "", nil, 404},
+		// The watch cache answered these with a bare storage error: 500.
+		{"bad resourceVersion on a get", "GET", nodus + "/projects/acme?resourceVersion=abc", "", "", nil, 400},
+		{"bad resourceVersion on a watch", "GET", nodus + "/pools?watch=1&resourceVersion=abc", "", "", nil, 400},
+		{"negative resourceVersion on a watch", "GET", nodus + "/pools?watch=1&resourceVersion=-1", "", "", nil, 400},
+		{"bad resourceVersion on a list", "GET", nodus + "/pools?resourceVersion=1x", "", "", nil, 400},
+		{"bad resourceVersion on a namespace", "GET", "/api/v1/namespaces/acme?resourceVersion=abc", "", "", nil, 400},
+		{"bad resourceVersion on a namespace watch", "GET", "/api/v1/namespaces?watch=1&resourceVersion=abc", "", "", nil, 400},
+		{"bad resourceVersion in a create", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p","resourceVersion":"abc"}}`, nil, 400},
+		{"resourceVersion in a create", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p","resourceVersion":"7"}}`, nil, 400},
+		{"bad resourceVersion in a patch", "PATCH", nodus + "/projects/acme", "application/merge-patch+json", `{"metadata":{"resourceVersion":"abc"}}`, nil, 400},
+		{"bad resourceVersion in a delete's preconditions", "DELETE", nodus + "/projects/acme", "application/json", `{"preconditions":{"resourceVersion":"abc"}}`, nil, 409},
+		{"bad resourceVersion in an update", "PUT", nodus + "/projects/acme", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"acme","resourceVersion":"abc"}}`, nil, 400},
 		// A customer's namespace that can be no project's name is refused
 		// as one the caller is not in (the store's key check answered 500).
 		{"a customer's namespace that is no name", "GET", nodus + "/namespaces/%25/reservedhosts", "", "", alice, 403},

@@ -56,4 +56,3 @@ func TestDeletingACollectionKeepsEachDeletesChecks(t *testing.T) {
 		t.Errorf("the empty project was not deleted: %+v", p)
 	}
 }
-

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -77,6 +78,12 @@ func TestDeletingAProject(t *testing.T) {
 	if _, err := c.Projects().Patch(ctx(t), "acme", types.MergePatchType, []byte(`{"metadata":{"annotations":{"nodus.dev/retire-reservations":"true"}}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Where the old project's objects are in etcd's history: a list's
+	// revision, and a continue token of a paginated list.
+	before, err := c.ReservedHosts("acme").List(ctx(t), metav1.ListOptions{Limit: 1})
+	if err != nil || before.Continue == "" {
+		t.Fatalf("a first page of the old project's hosts: %v %+v", err, before)
+	}
 	if err := c.Projects().Delete(ctx(t), "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -119,6 +126,18 @@ func TestDeletingAProject(t *testing.T) {
 		r := do(t, zed, "GET", path, "", nil)
 		if r.code != 200 || strings.Contains(string(r.body), `"name":"p-`) || strings.Contains(string(r.body), `"name":"e1"`) {
 			t.Errorf("the new acme sees the old one's objects at %s: %d %s", path, r.code, r.body)
+		}
+	}
+	// Nor through etcd's history, or the watch cache's: a list at the old
+	// project's revision, its continue token, a watch from that revision.
+	rv := before.ResourceVersion
+	for _, path := range []string{"/apis/nodus.dev/v1/namespaces/acme/reservedhosts?resourceVersionMatch=Exact&resourceVersion=" + rv,
+		"/apis/nodus.dev/v1/namespaces/acme/executions?resourceVersionMatch=Exact&resourceVersion=" + rv,
+		"/apis/nodus.dev/v1/namespaces/acme/reservedhosts?limit=1&continue=" + url.QueryEscape(before.Continue),
+		"/apis/nodus.dev/v1/namespaces/acme/executions?watch=1&timeoutSeconds=1&resourceVersion=" + rv} {
+		r := do(t, zed, "GET", path, "", nil)
+		if r.code != http.StatusGone || envelopeOf(t, r).Reason != metav1.StatusReasonExpired {
+			t.Errorf("the new acme reads the old one's history at %s: %d %.400s", path, r.code, r.body)
 		}
 	}
 	if r := f.release(t, zed, "p-released", agreed, "", "Idempotency-Key", "release-once"); r.code != http.StatusNotFound {
