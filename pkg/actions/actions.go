@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -81,7 +80,7 @@ func WithActions(handler http.Handler, store *idempotency.Store, opts Options) h
 		// Refuse an oversized body before reading it, or as soon as it is
 		// known to be one: nothing of it is kept or decoded.
 		tooLarge := func() {
-			writeError(w, apierror.New(req.Context(), metav1.StatusReasonRequestEntityTooLarge, gr(info), info.Name,
+			apierror.Write(w, apierror.New(req.Context(), metav1.StatusReasonRequestEntityTooLarge, gr(info), info.Name,
 				fmt.Sprintf("the body of %s/%s takes at most %d bytes", info.Resource, info.Subresource, limit), ""))
 		}
 		if req.ContentLength > limit {
@@ -90,7 +89,7 @@ func WithActions(handler http.Handler, store *idempotency.Store, opts Options) h
 		}
 		body, err := io.ReadAll(io.LimitReader(req.Body, limit+1))
 		if err != nil {
-			writeError(w, apierrors.NewBadRequest("reading the request body: "+err.Error()))
+			apierror.Write(w, apierrors.NewBadRequest("reading the request body: "+err.Error()))
 			return
 		}
 		if int64(len(body)) > limit {
@@ -106,7 +105,7 @@ func WithActions(handler http.Handler, store *idempotency.Store, opts Options) h
 		}
 		key, ok := parseKey(keys)
 		if !ok {
-			writeError(w, apierror.New(req.Context(), apierror.ReasonIdempotencyKeyInvalid, gr(info), info.Name,
+			apierror.Write(w, apierror.New(req.Context(), apierror.ReasonIdempotencyKeyInvalid, gr(info), info.Name,
 				"Idempotency-Key must be one key of 1 to 255 visible ASCII characters, as a token or a quoted string", ""))
 			return
 		}
@@ -139,33 +138,33 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	// burst of concurrent new keys may pass the bound by its size).
 	existing, err := store.Get(ctx, scope)
 	if err != nil {
-		writeError(w, apierrors.NewInternalError(err))
+		apierror.Write(w, apierrors.NewInternalError(err))
 		return
 	}
 	if existing == nil {
 		kept, err := store.Count(ctx, CallerPrefix(user, prefixPath))
 		if err != nil {
-			writeError(w, apierrors.NewInternalError(err))
+			apierror.Write(w, apierrors.NewInternalError(err))
 			return
 		}
 		if kept >= int64(keysPerCaller) {
 			// No Retry-After: the bound frees up as the oldest answers
 			// expire, not at a time the server keeps, and client-go waits
 			// out a 429's Retry-After and sends again, ten times over.
-			writeError(w, apierror.New(ctx, apierror.ReasonTooManyIdempotencyKeys, gr(info), info.Name,
+			apierror.Write(w, apierror.New(ctx, apierror.ReasonTooManyIdempotencyKeys, gr(info), info.Name,
 				fmt.Sprintf("%s keeps %d answers of Idempotency-Keys here, the most a caller may; they are kept 24 hours", user, kept), ""))
 			return
 		}
 		existing, err = store.Begin(ctx, scope, fingerprint)
 	}
 	if err != nil {
-		writeError(w, apierrors.NewInternalError(err))
+		apierror.Write(w, apierrors.NewInternalError(err))
 		return
 	}
 	switch {
 	case existing == nil:
 	case existing.Fingerprint != fingerprint:
-		writeError(w, apierror.New(ctx, apierror.ReasonIdempotencyKeyReused, gr(info), info.Name,
+		apierror.Write(w, apierror.New(ctx, apierror.ReasonIdempotencyKeyReused, gr(info), info.Name,
 			"Idempotency-Key "+quote(key)+" was used for a different request (other body or query)", ""))
 		return
 	case existing.InFlight():
@@ -173,7 +172,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		// still running elsewhere is waited for.
 		taken, err := store.TakeOver(ctx, scope, existing)
 		if err != nil {
-			writeError(w, apierrors.NewInternalError(err))
+			apierror.Write(w, apierrors.NewInternalError(err))
 			return
 		}
 		if taken {
@@ -183,7 +182,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		inFlight := apierror.New(ctx, apierror.ReasonIdempotencyKeyInFlight, gr(info), info.Name,
 			"the first request with Idempotency-Key "+quote(key)+" is still running", "")
 		inFlight.ErrStatus.Details.RetryAfterSeconds = 1
-		writeError(w, inFlight)
+		apierror.Write(w, inFlight)
 		return
 	default:
 		replay(w, req, existing)
@@ -350,15 +349,6 @@ func quote(k string) string { return `"` + k + `"` }
 
 func gr(info *request.RequestInfo) schema.GroupResource {
 	return schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}
-}
-
-// writeError writes a Status; the envelope outside completes it.
-func writeError(w http.ResponseWriter, err *apierrors.StatusError) {
-	status := err.Status()
-	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(status.Code))
-	_ = json.NewEncoder(w).Encode(status)
 }
 
 // okWriter answers 200 where the generic create handler says 201: an action

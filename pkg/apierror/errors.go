@@ -2,6 +2,7 @@ package apierror
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 
@@ -34,4 +35,15 @@ func New(ctx context.Context, reason metav1.StatusReason, qualified schema.Group
 func ProjectNotFound(ctx context.Context, namespace string) *apierrors.StatusError {
 	return New(ctx, ReasonProjectNotFound, schema.GroupResource{Group: "nodus.dev", Resource: "projects"}, namespace,
 		fmt.Sprintf("namespace %q is not a project: there is no Project named %q", namespace, namespace), "")
+}
+
+// Write answers err as a JSON Status from a filter outside the generic
+// handlers, which have no serializer there; the envelope around the handler
+// chain completes it (docs link, fix) as it does every Status.
+func Write(w http.ResponseWriter, err *apierrors.StatusError) {
+	status := err.Status()
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(int(status.Code))
+	_ = json.NewEncoder(w).Encode(status)
 }

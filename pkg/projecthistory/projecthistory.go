@@ -19,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
 )
 
 // Births tells the etcd revision at which a project was made, 0 when
@@ -45,11 +47,11 @@ func Filter(handler http.Handler, births Births, trusted func(user.Info) bool) h
 		}
 		made, err := births.ProjectMadeAt(req.Context(), info.Namespace)
 		if err != nil {
-			writeStatus(w, apierrors.NewServiceUnavailable("reading when project "+info.Namespace+" was made: "+err.Error()))
+			apierror.Write(w, apierrors.NewServiceUnavailable("reading when project "+info.Namespace+" was made: "+err.Error()))
 			return
 		}
 		if made > read {
-			writeStatus(w, apierrors.NewResourceExpired(fmt.Sprintf(
+			apierror.Write(w, apierrors.NewResourceExpired(fmt.Sprintf(
 				"resourceVersion %d is older than project %q: list again without a resourceVersion or continue token", read, info.Namespace)))
 			return
 		}
@@ -92,13 +94,4 @@ func continuedAt(token string) int64 {
 		return 0
 	}
 	return c.RV
-}
-
-// writeStatus writes a Status in JSON; the envelope outside completes it.
-func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
-	status := err.Status()
-	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(status.Code))
-	_ = json.NewEncoder(w).Encode(status)
 }

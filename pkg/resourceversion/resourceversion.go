@@ -6,16 +6,16 @@ package resourceversion
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/endpoints/request"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
 )
 
 // Check says why rv is no resourceVersion a read may name: "" (the
@@ -37,21 +37,12 @@ func Filter(handler http.Handler) http.Handler {
 		info, ok := request.RequestInfoFrom(req.Context())
 		if ok && info.IsResourceRequest && (info.Verb == "get" || info.Verb == "list" || info.Verb == "watch") {
 			if err := Check(req.URL.Query().Get("resourceVersion")); err != nil {
-				writeStatus(w, apierrors.NewBadRequest(err.Error()))
+				apierror.Write(w, apierrors.NewBadRequest(err.Error()))
 				return
 			}
 		}
 		handler.ServeHTTP(w, req)
 	})
-}
-
-// writeStatus writes a Status in JSON; the envelope outside completes it.
-func writeStatus(w http.ResponseWriter, err *apierrors.StatusError) {
-	status := err.Status()
-	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(int(status.Code))
-	_ = json.NewEncoder(w).Encode(status)
 }
 
 // Plugin refuses a written object whose metadata.resourceVersion is no

@@ -31,6 +31,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/admission/nodedeletion"
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
+	"github.com/nodus-dev/nodus/pkg/applycheck"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
@@ -73,6 +74,9 @@ type Config struct {
 	paths *pathIndex
 	// beats is the lean heartbeat path, given its storage once New made it.
 	beats *leanBeats
+	// schemas check server-side apply patches (package applycheck), once
+	// the API group is installed.
+	schemas *applycheck.Schemas
 	// executionLogs keeps the bounded output of executions.
 	executionLogs *executionlog.Store
 
@@ -178,7 +182,8 @@ func (o *Options) Config() (cfg *Config, err error) {
 	idempotent := idempotency.NewStore(st.client)
 	paths := &pathIndex{}
 	beats := &leanBeats{}
-	o.applyHandlerChain(generic, scheme, idempotent, watches, projectBirths{st.client}, paths, beats)
+	schemas := &applycheck.Schemas{}
+	o.applyHandlerChain(generic, scheme, idempotent, watches, projectBirths{st.client}, schemas, paths, beats)
 
 	out := func(format string, args ...interface{}) {
 		if o.Out != nil {
@@ -187,7 +192,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	}
 	join, _ := o.JoinCommand()
 	return &Config{
-		joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
+		schemas: schemas, joinCommand: join, replicaID: replica, replicaAddress: o.peerAddress(listener), idempotent: idempotent, leaderLease: o.LeaderElectLeaseDuration, paths: paths, beats: beats,
 		Generic: generic, Scheme: scheme, Codecs: codecs, Stores: stores,
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: logs, watches: watches,
@@ -269,15 +274,15 @@ func applyOpenAPI(generic *genericapiserver.Config, scheme *runtime.Scheme) {
 // Ironic's error format on /v1) outside, the action contract and watch
 // revocation inside, after authentication.
 func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *runtime.Scheme, idempotent *idempotency.Store, watches *revocation.Watches,
-	births projecthistory.Births, paths *pathIndex, beats *leanBeats) {
+	births projecthistory.Births, schemas *applycheck.Schemas, paths *pathIndex, beats *leanBeats) {
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
+		apiHandler = applycheck.Filter(projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
 			PerProject: func(u user.Info) bool {
 				_, _, agent := auth.NodeOf(u)
 				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
-			}}))), births, auth.IsOperator)
+			}}))), births, auth.IsOperator), schemas, c.MaxRequestBodyBytes)
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)

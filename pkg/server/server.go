@@ -12,6 +12,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/managedfields"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
@@ -164,6 +165,12 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	if err := generic.InstallAPIGroup(&group); err != nil {
 		return nil, err
 	}
+	// The converter the field manager uses, from the spec it was built on.
+	converter, err := managedfields.NewTypeConverter(group.StaticOpenAPISpec, false)
+	if err != nil {
+		return nil, err
+	}
+	c.schemas.Set(converter)
 
 	legacy := genericapiserver.NewDefaultAPIGroupInfo("", c.Scheme, metav1.ParameterCodec, c.Codecs)
 	legacy.NegotiatedSerializer = c.Codecs

@@ -83,6 +83,16 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"resourceVersion in a create", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p","resourceVersion":"7"}}`, nil, 400},
 		{"bad resourceVersion in a patch", "PATCH", nodus + "/projects/acme", "application/merge-patch+json", `{"metadata":{"resourceVersion":"abc"}}`, nil, 400},
 		{"bad resourceVersion in a delete's preconditions", "DELETE", nodus + "/projects/acme", "application/json", `{"preconditions":{"resourceVersion":"abc"}}`, nil, 409},
+		// Server-side apply's typed patch is built before validation, and
+		// its errors were plain: 500.
+		{"apply: a duplicate map key in a list", "PATCH", nodus + "/pools/p?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":{"lending":{"open":true,"borrowers":[{"project":"a","maxGPUs":1},{"project":"a","maxGPUs":2}]}}}`, nil, 422},
+		{"apply: a wrong field type", "PATCH", nodus + "/pools/p?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":{"supplier":42}}`, nil, 422},
+		{"apply: an unknown field", "PATCH", nodus + "/pools/p?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":{"bogus":1}}`, nil, 422},
+		{"apply: duplicate traits", "PATCH", nodus + "/nodes/n?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"nodus.dev/v1","kind":"Node","metadata":{"name":"n"},"spec":{"pool":"p","resourceClass":"c","traits":["CUSTOM_A","CUSTOM_A"]}}`, nil, 422},
 		{"bad resourceVersion in an update", "PUT", nodus + "/projects/acme", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"acme","resourceVersion":"abc"}}`, nil, 400},
 		// A customer's namespace that can be no project's name is refused
 		// as one the caller is not in (the store's key check answered 500).
@@ -111,6 +121,12 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	pools, err := s.Client.NodusV1().Pools().List(ctx(t), metav1.ListOptions{})
 	if err != nil || len(pools.Items) != 0 {
 		t.Errorf("bad input must write nothing; pools: %v %d", err, len(pools.Items))
+	}
+	// The apply check reads the body and gives it back whole: a patch that
+	// fits is applied.
+	if r := do(t, s.Config, "PATCH", nodus+"/pools/fits?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(
+		`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fits"},"spec":{"supplier":"`+strings.Repeat("x", 1000)+`"}}`)); r.code != http.StatusCreated {
+		t.Errorf("an apply patch that fits: %d %.300s", r.code, r.body)
 	}
 	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK || r.header.Get("X-Request-Id") == "" {
 		t.Errorf("server unhealthy after bad input, or a success without X-Request-Id: %d %v", r.code, r.header)
