@@ -23,6 +23,13 @@ var rules = base.Rules{
 	Validate: func(obj runtime.Object) field.ErrorList {
 		return validation.ValidateEnrollmentToken(obj.(*nodusv1.EnrollmentToken))
 	},
+	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+		return validation.ValidateEnrollmentTokenUpdate(obj.(*nodusv1.EnrollmentToken), old.(*nodusv1.EnrollmentToken))
+	},
+	ValidateStatus: func(obj, old runtime.Object) field.ErrorList {
+		before, _ := old.(*nodusv1.EnrollmentToken)
+		return validation.ValidateEnrollmentTokenStatus(obj.(*nodusv1.EnrollmentToken), before)
+	},
 	PrepareForCreate: func(ctx context.Context, obj runtime.Object) {
 		t := obj.(*nodusv1.EnrollmentToken)
 		t.Status = nodusv1.EnrollmentTokenStatus{TokenHash: secret.HashFrom(ctx)}
@@ -36,7 +43,8 @@ var rules = base.Rules{
 	CopySpec: func(obj, old runtime.Object) {
 		obj.(*nodusv1.EnrollmentToken).Spec = old.(*nodusv1.EnrollmentToken).Spec
 	},
-	ResetFields: []string{"status"},
+	ResetFields:       []string{"status"},
+	StatusResetFields: []string{"spec"},
 }
 
 var table = base.Table{Columns: []base.Column{

@@ -653,6 +653,44 @@ func validateFreeText(s string, path *field.Path) field.ErrorList {
 	return nil
 }
 
+// ValidateEnrollmentTokenUpdate keeps what a token enrolls as it was
+// issued: the node it may be used for, its pool, class, traits and login
+// user; only its expiry may move.
+func ValidateEnrollmentTokenUpdate(t, old *nodusv1.EnrollmentToken) field.ErrorList {
+	errs := ValidateEnrollmentToken(t)
+	issued, changed := old.Spec.DeepCopy(), t.Spec.DeepCopy()
+	issued.ExpiresAt, changed.ExpiresAt = nil, nil
+	errs = append(errs, apimachineryvalidation.ValidateImmutableField(changed, issued, field.NewPath("spec"))...)
+	return errs
+}
+
+// ValidateEnrollmentTokenStatus keeps what the server recorded of a token:
+// its hash, and each record of its use once written. A status write that
+// cleared the use would make a used token enroll again.
+func ValidateEnrollmentTokenStatus(t, old *nodusv1.EnrollmentToken) field.ErrorList {
+	if old == nil {
+		return nil
+	}
+	status := field.NewPath("status")
+	errs := apimachineryvalidation.ValidateImmutableField(t.Status.TokenHash, old.Status.TokenHash, status.Child("tokenHash"))
+	for _, f := range []struct {
+		name     string
+		now, was interface{}
+		set      bool
+	}{
+		{"usedBy", t.Status.UsedBy, old.Status.UsedBy, old.Status.UsedBy != ""},
+		{"usedAt", t.Status.UsedAt, old.Status.UsedAt, old.Status.UsedAt != nil},
+		{"agentKeyFingerprint", t.Status.AgentKeyFingerprint, old.Status.AgentKeyFingerprint, old.Status.AgentKeyFingerprint != ""},
+		{"nodeUID", t.Status.NodeUID, old.Status.NodeUID, old.Status.NodeUID != ""},
+		{"agentGeneration", t.Status.AgentGeneration, old.Status.AgentGeneration, old.Status.AgentGeneration != 0},
+	} {
+		if f.set {
+			errs = append(errs, apimachineryvalidation.ValidateImmutableField(f.now, f.was, status.Child(f.name))...)
+		}
+	}
+	return errs
+}
+
 // ValidateEnrollmentToken checks an EnrollmentToken. Its name is part of the
 // token, so it must be a DNS label.
 func ValidateEnrollmentToken(t *nodusv1.EnrollmentToken) field.ErrorList {

@@ -134,6 +134,51 @@ func TestANodesAgentGenerationNeverGoesBack(t *testing.T) {
 	}
 }
 
+// TestAnEnrollmentTokenKeepsWhatItWasIssuedFor: an update moved a used
+// token to another node or pool, and a status write cleared its use, so it
+// enrolled again.
+func TestAnEnrollmentTokenKeepsWhatItWasIssuedFor(t *testing.T) {
+	issued := &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "t"},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "fra1", NodeName: "n1", ResourceClass: "gpu", ExpiresAt: &dec},
+		Status: nodusv1.EnrollmentTokenStatus{TokenHash: "h", UsedBy: "n1", UsedAt: &jan, NodeUID: "u", AgentGeneration: 2}}
+	if errs := ValidateEnrollmentTokenUpdate(issued, issued); len(errs) != 0 {
+		t.Fatalf("unchanged: %v", errs)
+	}
+	sooner := issued.DeepCopy()
+	sooner.Spec.ExpiresAt = &jan
+	if errs := ValidateEnrollmentTokenUpdate(sooner, issued); len(errs) != 0 {
+		t.Errorf("a new expiry: %v", errs)
+	}
+	for name, change := range map[string]func(*nodusv1.EnrollmentToken){
+		"node": func(t *nodusv1.EnrollmentToken) { t.Spec.NodeName = "n2" },
+		"pool": func(t *nodusv1.EnrollmentToken) { t.Spec.Pool = "other" },
+	} {
+		moved := issued.DeepCopy()
+		change(moved)
+		if got := fields(ValidateEnrollmentTokenUpdate(moved, issued)); got != "spec" {
+			t.Errorf("another %s: %q", name, got)
+		}
+	}
+	for want, change := range map[string]func(*nodusv1.EnrollmentToken){
+		"status.usedAt":          func(t *nodusv1.EnrollmentToken) { t.Status.UsedAt = nil },
+		"status.usedBy":          func(t *nodusv1.EnrollmentToken) { t.Status.UsedBy = "" },
+		"status.tokenHash":       func(t *nodusv1.EnrollmentToken) { t.Status.TokenHash = "mine" },
+		"status.nodeUID":         func(t *nodusv1.EnrollmentToken) { t.Status.NodeUID = "other" },
+		"status.agentGeneration": func(t *nodusv1.EnrollmentToken) { t.Status.AgentGeneration = 1 },
+	} {
+		reset := issued.DeepCopy()
+		change(reset)
+		if got := fields(ValidateEnrollmentTokenStatus(reset, issued)); got != want {
+			t.Errorf("%s changed: %q", want, got)
+		}
+	}
+	fresh := issued.DeepCopy()
+	fresh.Status = nodusv1.EnrollmentTokenStatus{TokenHash: "h"}
+	if errs := ValidateEnrollmentTokenStatus(issued, fresh); len(errs) != 0 {
+		t.Errorf("the first use recorded: %v", errs)
+	}
+}
+
 func TestANodeClaimsUIDGoesWithItsName(t *testing.T) {
 	n := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: nodusv1.NodeStatus{ReservationUID: "1b4e28ba-2fa1-11d2-883f-0016d3cca427"}}
 	if got := fields(ValidateNodeStatus(n)); got != "status.reservationUID" {
