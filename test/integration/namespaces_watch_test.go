@@ -139,3 +139,57 @@ func TestAMemberRemovedSeesItsNamespaceDeleted(t *testing.T) {
 	case <-time.After(time.Second):
 	}
 }
+
+// TestNamespacesAreSelectedByTheirNameLabel selects namespaces by the
+// kubernetes.io/metadata.name label each of them shows, as `kubectl get ns
+// -l` and network policies' namespace selectors do: the selector went to
+// the projects' own labels, and matched none. A project's own label of that
+// key does not replace the name.
+func TestNamespacesAreSelectedByTheirNameLabel(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	if _, err := s.Client.NodusV1().Projects().Create(ctx(t), &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "pretender",
+		Labels: map[string]string{corev1.LabelMetadataName: "acme", "tier": "gold"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	client := kubernetes.NewForConfigOrDie(s.Config)
+	names := func(selector string) []string {
+		t.Helper()
+		list, err := client.CoreV1().Namespaces().List(ctx(t), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			t.Fatalf("%s: %v", selector, err)
+		}
+		var out []string
+		for _, ns := range list.Items {
+			if ns.Labels[corev1.LabelMetadataName] != ns.Name {
+				t.Errorf("namespace %s is labelled %q", ns.Name, ns.Labels[corev1.LabelMetadataName])
+			}
+			out = append(out, ns.Name)
+		}
+		slices.Sort(out)
+		return out
+	}
+	for selector, want := range map[string][]string{
+		corev1.LabelMetadataName + "=acme":                {"acme"},
+		corev1.LabelMetadataName + " in (acme,other)":     {"acme", "other"},
+		corev1.LabelMetadataName + "=pretender,tier=gold": {"pretender"},
+		corev1.LabelMetadataName + "=acme,tier=gold":      nil,
+	} {
+		if got := names(selector); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", selector, got, want)
+		}
+	}
+	w, err := client.CoreV1().Namespaces().Watch(ctx(t), metav1.ListOptions{LabelSelector: corev1.LabelMetadataName + "=other"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	select {
+	case e := <-w.ResultChan():
+		if ns, ok := e.Object.(*corev1.Namespace); !ok || ns.Name != "other" || e.Type != watch.Added {
+			t.Errorf("the selected watch's first event: %s %+v", e.Type, e.Object)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the selected watch showed nothing")
+	}
+}

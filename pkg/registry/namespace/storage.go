@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -64,6 +65,8 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 		options = options.DeepCopy()
 		options.Limit, options.Continue = 0, ""
 	}
+	options, named := byNameLabel(options)
+	visible = both(visible, named)
 	obj, err := r.projects.List(ctx, options)
 	if err != nil {
 		return nil, err
@@ -72,6 +75,9 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	list := &corev1.NamespaceList{ListMeta: projects.ListMeta}
 	if !all {
 		list.ListMeta = metav1.ListMeta{ResourceVersion: projects.ResourceVersion}
+	}
+	if named != nil {
+		list.RemainingItemCount = nil // it counted projects of every name
 	}
 	for i := range projects.Items {
 		if visible(&projects.Items[i]) {
@@ -88,6 +94,12 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 // even its name.
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	visible, all := visibleTo(ctx)
+	options, named := byNameLabel(options)
+	if named != nil {
+		// A namespace's name label never changes: an event of one it does
+		// not match is of no namespace this watch shows, in any form.
+		visible, all = both(visible, named), false
+	}
 	shown := map[string]bool{}
 	if !all {
 		var err error
@@ -193,11 +205,16 @@ func visibleTo(ctx context.Context) (func(*nodusv1.Project) bool, bool) {
 
 var namespaceType = metav1.TypeMeta{Kind: "Namespace", APIVersion: "v1"}
 
+// nameLabel is the label every namespace has, its name, set by the
+// server (a project's own label of that key does not replace it).
+const nameLabel = corev1.LabelMetadataName
+
 func toNamespace(p *nodusv1.Project) *corev1.Namespace {
-	labels := map[string]string{"kubernetes.io/metadata.name": p.Name}
+	labels := map[string]string{}
 	for k, v := range p.Labels {
 		labels[k] = v
 	}
+	labels[nameLabel] = p.Name
 	ns := &corev1.Namespace{
 		TypeMeta: namespaceType,
 		ObjectMeta: metav1.ObjectMeta{
@@ -217,4 +234,40 @@ func toNamespace(p *nodusv1.Project) *corev1.Namespace {
 		ns.Annotations = map[string]string{"nodus.dev/display-name": p.Spec.DisplayName}
 	}
 	return ns
+}
+
+// byNameLabel takes the requirements on nameLabel out of options' label
+// selector, which the projects' store would match against the projects' own
+// labels, and returns them as a test of a project's name; nil when there
+// are none.
+func byNameLabel(options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, func(*nodusv1.Project) bool) {
+	if options == nil || options.LabelSelector == nil {
+		return options, nil
+	}
+	requirements, selectable := options.LabelSelector.Requirements()
+	if !selectable {
+		return options, nil
+	}
+	rest, names := labels.NewSelector(), labels.NewSelector()
+	for _, req := range requirements {
+		if req.Key() == nameLabel {
+			names = names.Add(req)
+		} else {
+			rest = rest.Add(req)
+		}
+	}
+	if names.Empty() {
+		return options, nil
+	}
+	options = options.DeepCopy()
+	options.LabelSelector = rest
+	return options, func(p *nodusv1.Project) bool { return names.Matches(labels.Set{nameLabel: p.Name}) }
+}
+
+// both is visible narrowed by also, when there is one.
+func both(visible, also func(*nodusv1.Project) bool) func(*nodusv1.Project) bool {
+	if also == nil {
+		return visible
+	}
+	return func(p *nodusv1.Project) bool { return visible(p) && also(p) }
 }
