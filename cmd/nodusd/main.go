@@ -129,10 +129,22 @@ func principalsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "principals LOGIN-USER",
 		Short: "Print the SSH principals LOGIN-USER may log in with now (sshd's AuthorizedPrincipalsCommand)",
-		Example: `  # /etc/ssh/sshd_config.d/nodus.conf
+		Example: `  # Let nodusd write this with --sshd-drop-in: the Match block makes Nodus
+  # certificates the only way in for login users, so that a key a tenant
+  # added to ~/.ssh/authorized_keys does not outlive its access.
+  # /etc/ssh/sshd_config.d/nodus.conf
   TrustedUserCAKeys /etc/ssh/nodus_user_ca.pub
   AuthorizedPrincipalsCommand /usr/local/bin/nodusd principals %u
-  AuthorizedPrincipalsCommandUser root`,
+  AuthorizedPrincipalsCommandUser root
+  Match Group nodus-login
+  	AuthorizedKeysFile none
+  	AuthorizedKeysCommand none
+  	PasswordAuthentication no
+  	KbdInteractiveAuthentication no
+  	HostbasedAuthentication no
+  	GSSAPIAuthentication no
+  	AuthenticationMethods publickey
+  Match all`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return agent.Principals(socket, args[0], cmd.OutOrStdout())

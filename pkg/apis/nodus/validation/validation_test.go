@@ -139,7 +139,7 @@ func TestANodesAgentGenerationNeverGoesBack(t *testing.T) {
 // enrolled again.
 func TestAnEnrollmentTokenKeepsWhatItWasIssuedFor(t *testing.T) {
 	issued := &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "t"},
-		Spec: nodusv1.EnrollmentTokenSpec{Pool: "fra1", NodeName: "n1", ResourceClass: "gpu", ExpiresAt: &dec},
+		Spec:   nodusv1.EnrollmentTokenSpec{Pool: "fra1", NodeName: "n1", ResourceClass: "gpu", ExpiresAt: &dec},
 		Status: nodusv1.EnrollmentTokenStatus{TokenHash: "h", UsedBy: "n1", UsedAt: &jan, NodeUID: "u", AgentGeneration: 2}}
 	if errs := ValidateEnrollmentTokenUpdate(issued, issued); len(errs) != 0 {
 		t.Fatalf("unchanged: %v", errs)
