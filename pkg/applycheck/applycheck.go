@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"sigs.k8s.io/yaml"
@@ -32,9 +33,10 @@ type Schemas struct {
 // Set installs the converter.
 func (s *Schemas) Set(tc managedfields.TypeConverter) { s.converter.Store(&tc) }
 
-// Filter checks apply patches of up to maxBody bytes; a longer body, or
-// one that does not decode, is left to the handler, which refuses it.
-func Filter(handler http.Handler, schemas *Schemas, maxBody int64) http.Handler {
+// Filter checks apply patches of up to maxBody bytes to the kinds known
+// (those the converter was built for); a longer body, one that does not
+// decode, or one of another kind is left to the handler, which answers it.
+func Filter(handler http.Handler, schemas *Schemas, known func(schema.GroupVersionKind) bool, maxBody int64) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		info, ok := request.RequestInfoFrom(req.Context())
 		tc := schemas.converter.Load()
@@ -55,8 +57,8 @@ func Filter(handler http.Handler, schemas *Schemas, maxBody int64) http.Handler 
 			return
 		}
 		u := &unstructured.Unstructured{Object: patch}
-		gv := u.GroupVersionKind().GroupVersion()
-		if gv.Group != info.APIGroup || gv.Version != info.APIVersion {
+		gvk := u.GroupVersionKind()
+		if gvk.Group != info.APIGroup || gvk.Version != info.APIVersion || !known(gvk) {
 			handler.ServeHTTP(w, req) // the field manager refuses another version with 400
 			return
 		}
@@ -64,6 +66,7 @@ func Filter(handler http.Handler, schemas *Schemas, maxBody int64) http.Handler 
 			apierror.Write(w, &apierrors.StatusError{ErrStatus: metav1.Status{
 				Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
 				Message: fmt.Sprintf("the apply patch does not fit %s: %v", u.GetKind(), err),
+				Details: &metav1.StatusDetails{Group: gvk.Group, Kind: gvk.Kind, Name: u.GetName()},
 			}})
 			return
 		}

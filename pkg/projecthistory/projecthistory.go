@@ -2,9 +2,18 @@
 // project's namespace as it was before the project was made. A project
 // deleted and made again under the same name, for another customer, has
 // the same namespace; a list at an older revision (resourceVersionMatch
-// Exact, or a continue token, which etcd serves from its history) or a
-// watch from one (which the watch cache replays) would show the earlier
-// project's objects: its hosts, executions and their environments.
+// Exact, a limit with a resourceVersion, a continue token: etcd serves
+// them from its history) would show the earlier project's objects, its
+// hosts, executions and their environments, and so would a watch from one
+// (the watch cache replays what changed since).
+//
+// Such a list is refused with 410 Expired, on which clients list again at
+// the current revision. Such a watch is served without the events from
+// before the project (Floor, applied by the namespaced stores' Watch): a
+// client-go informer lists at "0", which a quiet resource's watch cache may
+// answer at a revision older than a new project, and then watches from it;
+// refused, it would list and watch again at the same revision until the
+// cache moved.
 package projecthistory
 
 import (
@@ -29,8 +38,16 @@ type Births interface {
 	ProjectMadeAt(ctx context.Context, project string) (int64, error)
 }
 
-// Filter refuses, with 410 Expired, a list or watch in a project's
-// namespace that reads a revision from before the project was made, unless
+type floorKey struct{}
+
+// Floor is the first revision a watch in ctx may show, when it has one.
+func Floor(ctx context.Context) (int64, bool) {
+	floor, ok := ctx.Value(floorKey{}).(int64)
+	return floor, ok
+}
+
+// Filter refuses a list in a project's namespace that reads a revision from
+// before the project was made, and gives a watch from one its Floor, unless
 // the caller is trusted with every project (trusted).
 func Filter(handler http.Handler, births Births, trusted func(user.Info) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
@@ -50,7 +67,11 @@ func Filter(handler http.Handler, births Births, trusted func(user.Info) bool) h
 			apierror.Write(w, apierrors.NewServiceUnavailable("reading when project "+info.Namespace+" was made: "+err.Error()))
 			return
 		}
-		if made > read {
+		switch {
+		case made <= read:
+		case info.Verb == "watch":
+			req = req.WithContext(context.WithValue(req.Context(), floorKey{}, made))
+		default:
 			apierror.Write(w, apierrors.NewResourceExpired(fmt.Sprintf(
 				"resourceVersion %d is older than project %q: list again without a resourceVersion or continue token", read, info.Namespace)))
 			return
@@ -73,8 +94,15 @@ func revisionRead(verb string, req *http.Request) int64 {
 		if token := q.Get("continue"); token != "" {
 			return continuedAt(token)
 		}
-		if q.Get("resourceVersionMatch") == string(metav1.ResourceVersionMatchExact) {
+		switch q.Get("resourceVersionMatch") {
+		case string(metav1.ResourceVersionMatchExact):
 			return rv
+		case "":
+			// A limit with a resourceVersion and no match reads exactly
+			// that revision, as lists did before resourceVersionMatch.
+			if limit, _ := strconv.ParseInt(q.Get("limit"), 10, 64); limit > 0 {
+				return rv
+			}
 		}
 	}
 	return 0

@@ -46,7 +46,8 @@ func Filter(handler http.Handler) http.Handler {
 }
 
 // Plugin refuses a written object whose metadata.resourceVersion is no
-// resource version, and a created one that names any.
+// resource version, and a POSTed one that names any (the store answered
+// it 500).
 type Plugin struct {
 	*admission.Handler
 }
@@ -61,7 +62,7 @@ var _ admission.MutationInterface = &Plugin{}
 
 // Admit runs among the mutating plugins, which the store calls before it
 // reads the object's resourceVersion; a validating plugin would run after.
-func (p *Plugin) Admit(_ context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
+func (p *Plugin) Admit(ctx context.Context, a admission.Attributes, _ admission.ObjectInterfaces) error {
 	obj := a.GetObject()
 	if obj == nil {
 		return nil
@@ -71,7 +72,9 @@ func (p *Plugin) Admit(_ context.Context, a admission.Attributes, _ admission.Ob
 		return nil // not an object with metadata: an action's request
 	}
 	rv := m.GetResourceVersion()
-	if a.GetOperation() == admission.Create && rv != "" {
+	// Only a POST: an apply or update that creates the object may carry
+	// the version of a manifest read earlier, which the store drops there.
+	if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "create" && rv != "" {
 		return apierrors.NewBadRequest(fmt.Sprintf("metadata.resourceVersion must not be set on an object to create (it is %q): leave it out", rv))
 	}
 	if err := Check(rv); err != nil {

@@ -76,10 +76,13 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 				t, err = w.Tokens.GetAccessToken(ctx, open.token, true)
 			}
 			switch {
-			case apierrors.IsNotFound(err):
-				klog.V(2).InfoS("cutting a watch whose access token was deleted as it started", "user", attrs.GetUser().GetName())
+			case err != nil:
+				// Deleted as the watch started, whose delete found no watch
+				// to cut; or not known now: the client's next watch is
+				// authenticated afresh.
+				klog.V(2).InfoS("cutting a watch whose access token is not found", "user", attrs.GetUser().GetName(), "err", err)
 				open.cancel()
-			case err == nil && t.Spec.ExpiresAt != nil:
+			case t.Spec.ExpiresAt != nil:
 				w.expireAt(open, t.Spec.ExpiresAt.Time)
 			}
 		}

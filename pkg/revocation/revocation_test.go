@@ -39,6 +39,16 @@ func (t tokens) GetAccessToken(_ context.Context, name string, _ bool) (*nodusv1
 	return nil, apierrors.NewNotFound(nodusv1.Resource("accesstokens"), name)
 }
 
+// unreadable tokens answer nothing from the cache and fail in etcd.
+type unreadable struct{}
+
+func (unreadable) GetAccessToken(_ context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
+	if fresh {
+		return nil, errors.New("etcdserver: request timed out")
+	}
+	return nil, apierrors.NewNotFound(nodusv1.Resource("accesstokens"), name)
+}
+
 // serveWatch runs one watch of alice's (through token t1) through w's
 // filter and reports whether the watch's context was cut before it was
 // served, and a way to see it cut later.
@@ -90,6 +100,7 @@ func TestAWatchWhoseRecheckFailsIsCut(t *testing.T) {
 func TestAWatchWhoseAccessEndedAsItStartedIsCut(t *testing.T) {
 	for name, w := range map[string]*Watches{
 		"token deleted":      {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{}},
+		"token unknown":      {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: unreadable{}},
 		"membership removed": {Authorizer: (&decide{decision: authorizer.DecisionDeny}).authorizer(), Tokens: tokens{"t1": {}}},
 	} {
 		cutAtStart, _, release := serveWatch(t, w)

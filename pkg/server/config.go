@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/apiserver/pkg/admission"
@@ -31,6 +32,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/admission/nodedeletion"
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/applycheck"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/envelope"
@@ -282,7 +284,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			PerProject: func(u user.Info) bool {
 				_, _, agent := auth.NodeOf(u)
 				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
-			}}))), births, auth.IsOperator), schemas, c.MaxRequestBodyBytes)
+			}}))), births, auth.IsOperator), schemas, ownKind(scheme), c.MaxRequestBodyBytes)
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)
@@ -304,6 +306,14 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})
 		return stackgrow.Handler(ironic.WithDefaultVersion(ironic.WithAuthToken(handler)))
+	}
+}
+
+// ownKind tells the kinds of the nodus.dev group, those the apply check's
+// converter is built for.
+func ownKind(scheme *runtime.Scheme) func(schema.GroupVersionKind) bool {
+	return func(gvk schema.GroupVersionKind) bool {
+		return gvk.Group == nodusv1.GroupName && scheme.Recognizes(gvk)
 	}
 }
 

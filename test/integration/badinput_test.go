@@ -91,6 +91,10 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 			`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":{"supplier":42}}`, nil, 422},
 		{"apply: an unknown field", "PATCH", nodus + "/pools/p?fieldManager=t", "application/apply-patch+yaml",
 			`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"p"},"spec":{"bogus":1}}`, nil, 422},
+		{"apply: a namespace (read only)", "PATCH", "/api/v1/namespaces/acme?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"v1","kind":"Namespace","metadata":{"name":"acme"}}`, nil, 405},
+		{"apply: a kind the group does not have", "PATCH", nodus + "/pools/p?fieldManager=t", "application/apply-patch+yaml",
+			`{"apiVersion":"nodus.dev/v1","kind":"Widget","metadata":{"name":"p"}}`, nil, 400},
 		{"apply: duplicate traits", "PATCH", nodus + "/nodes/n?fieldManager=t", "application/apply-patch+yaml",
 			`{"apiVersion":"nodus.dev/v1","kind":"Node","metadata":{"name":"n"},"spec":{"pool":"p","resourceClass":"c","traits":["CUSTOM_A","CUSTOM_A"]}}`, nil, 422},
 		{"bad resourceVersion in an update", "PUT", nodus + "/projects/acme", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"acme","resourceVersion":"abc"}}`, nil, 400},
@@ -127,6 +131,11 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	if r := do(t, s.Config, "PATCH", nodus+"/pools/fits?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(
 		`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fits"},"spec":{"supplier":"`+strings.Repeat("x", 1000)+`"}}`)); r.code != http.StatusCreated {
 		t.Errorf("an apply patch that fits: %d %.300s", r.code, r.body)
+	}
+	// An apply that creates may carry the version of a manifest read earlier.
+	if r := do(t, s.Config, "PATCH", nodus+"/pools/from-a-manifest?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(
+		`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"from-a-manifest","resourceVersion":"7"}}`)); r.code != http.StatusCreated {
+		t.Errorf("an apply that creates, with a resourceVersion: %d %.300s", r.code, r.body)
 	}
 	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK || r.header.Get("X-Request-Id") == "" {
 		t.Errorf("server unhealthy after bad input, or a success without X-Request-Id: %d %v", r.code, r.header)

@@ -16,6 +16,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -128,18 +129,35 @@ func TestDeletingAProject(t *testing.T) {
 			t.Errorf("the new acme sees the old one's objects at %s: %d %s", path, r.code, r.body)
 		}
 	}
-	// Nor through etcd's history, or the watch cache's: a list at the old
-	// project's revision, its continue token, a watch from that revision.
+	// Nor through etcd's history: a list at the old project's revision
+	// (Exact, or a limit with a resourceVersion) or its continue token is
+	// 410, on which clients list again.
 	rv := before.ResourceVersion
 	for _, path := range []string{"/apis/nodus.dev/v1/namespaces/acme/reservedhosts?resourceVersionMatch=Exact&resourceVersion=" + rv,
 		"/apis/nodus.dev/v1/namespaces/acme/executions?resourceVersionMatch=Exact&resourceVersion=" + rv,
-		"/apis/nodus.dev/v1/namespaces/acme/reservedhosts?limit=1&continue=" + url.QueryEscape(before.Continue),
-		"/apis/nodus.dev/v1/namespaces/acme/executions?watch=1&timeoutSeconds=1&resourceVersion=" + rv} {
+		"/apis/nodus.dev/v1/namespaces/acme/executions?limit=500&resourceVersion=" + rv,
+		"/apis/nodus.dev/v1/namespaces/acme/reservedhosts?limit=1&continue=" + url.QueryEscape(before.Continue)} {
 		r := do(t, zed, "GET", path, "", nil)
 		if r.code != http.StatusGone || envelopeOf(t, r).Reason != metav1.StatusReasonExpired {
 			t.Errorf("the new acme reads the old one's history at %s: %d %.400s", path, r.code, r.body)
 		}
 	}
+	// Nor through the watch cache's: a watch from that revision is served
+	// without what came before the project (an informer that listed at "0"
+	// from a quiet cache watches from a revision older than the project,
+	// and must not be refused).
+	for _, resource := range []string{"executions", "reservedhosts"} {
+		r := do(t, zed, "GET", "/apis/nodus.dev/v1/namespaces/acme/"+resource+"?watch=1&timeoutSeconds=1&resourceVersion="+rv, "", nil)
+		if r.code != http.StatusOK || strings.Contains(string(r.body), `"name":"p-`) || strings.Contains(string(r.body), `"name":"e1"`) {
+			t.Errorf("the new acme watches the old one's history of %s: %d %.400s", resource, r.code, r.body)
+		}
+	}
+	informer := versioned.NewForConfigOrDie(zed).NodusV1().Executions("acme")
+	w, err := informer.Watch(ctx(t), metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		t.Fatalf("a watch from before the project: %v", err)
+	}
+	w.Stop()
 	if r := f.release(t, zed, "p-released", agreed, "", "Idempotency-Key", "release-once"); r.code != http.StatusNotFound {
 		t.Errorf("a replay of the old project's keyed release: %d %s", r.code, r.body)
 	}

@@ -192,7 +192,9 @@ func (u *renaming) UpdatedObject(ctx context.Context, oldObj runtime.Object) (ru
 	return obj, nil
 }
 
-// DeleteCollection deletes each allocation as Delete does.
+// DeleteCollection goes through Delete for each allocation: the store's
+// own would take an active node's allocation and leave its claims and node
+// held.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
 	return base.DeleteEach(ctx, r.Store, r, deleteValidation, options, listOptions)
 }

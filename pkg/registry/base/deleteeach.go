@@ -33,15 +33,15 @@ func DeleteEach(ctx context.Context, list rest.Lister, del rest.GracefulDeleter,
 	if err != nil {
 		return nil, err
 	}
+	if options == nil {
+		options = &metav1.DeleteOptions{}
+	}
 	var deleted []runtime.Object
 	var refusal error
 	for _, item := range items {
 		accessor, err := meta.Accessor(item)
 		if err != nil {
 			return nil, err
-		}
-		if options == nil {
-			options = &metav1.DeleteOptions{}
 		}
 		_, _, err = del.Delete(ctx, accessor.GetName(), deleteValidation, options.DeepCopy())
 		switch {

@@ -2,12 +2,19 @@ package base
 
 import (
 	"context"
+	"strconv"
 
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/nodus-dev/nodus/pkg/projecthistory"
+	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
 
 // REST is a kind's main resource with the short names and categories kubectl shows.
@@ -20,6 +27,38 @@ var (
 	_ rest.ShortNamesProvider = &REST{}
 	_ rest.CategoriesProvider = &REST{}
 )
+
+// Watch is the store's watch, less the events from before the watcher's
+// project was made (projecthistory.Floor): a member's watch from a revision
+// older than its project would replay a namesake project's objects.
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	w, err := r.Store.Watch(ctx, options)
+	floor, hasFloor := projecthistory.Floor(ctx)
+	if err != nil || !hasFloor {
+		return w, err
+	}
+	return watchfilter.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if e.Type == watch.Error || e.Type == watch.Bookmark {
+			return e, true
+		}
+		return e, revisionOf(e.Object) >= floor
+	}), nil
+}
+
+// revisionOf is the revision an event's object was written at, also inside
+// the watch cache's wrapper that shares its serializations; 0 when it has
+// none.
+func revisionOf(obj runtime.Object) int64 {
+	if cached, ok := obj.(runtime.CacheableObject); ok {
+		obj = cached.GetObject()
+	}
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return 0
+	}
+	rv, _ := strconv.ParseInt(m.GetResourceVersion(), 10, 64)
+	return rv
+}
 
 // ShortNames implements rest.ShortNamesProvider.
 func (r *REST) ShortNames() []string { return r.Short }

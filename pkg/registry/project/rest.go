@@ -63,7 +63,9 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	return r.Store.Delete(ctx, name, deleteValidation, options)
 }
 
-// DeleteCollection checks each project as Delete does.
+// DeleteCollection goes through Delete for each project: the store's own
+// would pass over the live reservations' check, and the finalizer would
+// then end them all.
 func (r *REST) DeleteCollection(ctx context.Context, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions, listOptions *metainternalversion.ListOptions) (runtime.Object, error) {
 	return base.DeleteEach(ctx, r.Store, r, deleteValidation, options, listOptions)
 }
