@@ -8,10 +8,8 @@ package executionlog
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -24,6 +22,9 @@ type Log struct {
 	Data []byte `json:"data"`
 	// DroppedBytes is how much output came before Data and was not kept.
 	DroppedBytes int64 `json:"droppedBytes,omitempty"`
+	// Final marks the output of the report that ended the execution: no
+	// output of an earlier report replaces it.
+	Final bool `json:"final,omitempty"`
 }
 
 // Store reads and writes logs under Prefix.
@@ -46,7 +47,9 @@ func (s *Store) key(namespace, name string, uid types.UID) string {
 	return s.Prefix + namespace + "/" + name + "/" + string(uid)
 }
 
-// Put replaces the log, trimming it to its last MaxExecutionLogBytes.
+// Put replaces the log, trimming it to its last MaxExecutionLogBytes,
+// unless the kept one is final: an output report still in flight when the
+// end's report landed would replace the final output with an earlier one.
 func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, log Log) error {
 	if over := len(log.Data) - nodusv1.MaxExecutionLogBytes; over > 0 {
 		log.Data = log.Data[over:]
@@ -57,17 +60,37 @@ func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, 
 		return err
 	}
 	key := s.key(namespace, name, uid)
-	// Keep the lease of the first write: one lease per log, not per write.
-	_, err = s.Client.Put(ctx, key, string(data), clientv3.WithIgnoreLease())
-	if !errors.Is(err, rpctypes.ErrKeyNotFound) {
-		return err
+	var lease clientv3.LeaseID
+	for {
+		kept, err := s.Client.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		var unchanged clientv3.Cmp
+		put := clientv3.OpPut(key, string(data), clientv3.WithIgnoreLease()) // one lease per log, not per write
+		if len(kept.Kvs) == 0 {
+			unchanged = clientv3.Compare(clientv3.CreateRevision(key), "=", 0)
+			if lease == 0 {
+				granted, err := s.Client.Grant(ctx, int64(s.TTL.Seconds()))
+				if err != nil {
+					return err
+				}
+				lease = granted.ID
+			}
+			put = clientv3.OpPut(key, string(data), clientv3.WithLease(lease))
+		} else {
+			var current Log
+			if json.Unmarshal(kept.Kvs[0].Value, &current) == nil && current.Final {
+				return nil
+			}
+			unchanged = clientv3.Compare(clientv3.ModRevision(key), "=", kept.Kvs[0].ModRevision)
+		}
+		resp, err := s.Client.Txn(ctx).If(unchanged).Then(put).Commit()
+		if err != nil || resp.Succeeded {
+			return err
+		}
+		// Written meanwhile: look again.
 	}
-	lease, err := s.Client.Grant(ctx, int64(s.TTL.Seconds()))
-	if err != nil {
-		return err
-	}
-	_, err = s.Client.Put(ctx, key, string(data), clientv3.WithLease(lease.ID))
-	return err
 }
 
 // Get returns the log, or an empty one when nothing was written.

@@ -258,7 +258,8 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	// nothing, so no agent rewrites what the borrower has read.
 	if len(options.DryRun) == 0 && !placed.Status.Phase.Finished() && (report.Log != "" || report.LogDroppedBytes > 0) {
 		ns, _ := genericapirequest.NamespaceFrom(ctx)
-		if err := r.Logs.Put(ctx, ns, name, placed.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes}); err != nil {
+		if err := r.Logs.Put(ctx, ns, name, placed.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes,
+			Final: report.Phase.Finished()}); err != nil {
 			return nil, err
 		}
 	}
