@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -129,22 +130,11 @@ func principalsCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "principals LOGIN-USER",
 		Short: "Print the SSH principals LOGIN-USER may log in with now (sshd's AuthorizedPrincipalsCommand)",
-		Example: `  # Let nodusd write this with --sshd-drop-in: the Match block makes Nodus
-  # certificates the only way in for login users, so that a key a tenant
-  # added to ~/.ssh/authorized_keys does not outlive its access.
-  # /etc/ssh/sshd_config.d/nodus.conf
-  TrustedUserCAKeys /etc/ssh/nodus_user_ca.pub
-  AuthorizedPrincipalsCommand /usr/local/bin/nodusd principals %u
-  AuthorizedPrincipalsCommandUser root
-  Match Group nodus-login
-  	AuthorizedKeysFile none
-  	AuthorizedKeysCommand none
-  	PasswordAuthentication no
-  	KbdInteractiveAuthentication no
-  	HostbasedAuthentication no
-  	GSSAPIAuthentication no
-  	AuthenticationMethods publickey
-  Match all`,
+		// What --sshd-drop-in writes: with its Match block, certificates are
+		// the only way in for login users, so a key a tenant added to
+		// ~/.ssh/authorized_keys does not outlive its access.
+		Example: "  # /etc/ssh/sshd_config.d/nodus.conf (nodusd --sshd-drop-in writes it)\n" + indent(
+			agent.DropIn("/etc/ssh/nodus_user_ca.pub", "/usr/local/bin/nodusd", socket, agent.DefaultLoginGroup)),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return agent.Principals(socket, args[0], cmd.OutOrStdout())
@@ -152,6 +142,17 @@ func principalsCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&socket, "socket", socket, "the running nodusd's socket")
 	return cmd
+}
+
+// indent indents text for cobra's Example.
+func indent(text string) string {
+	lines := strings.Split(strings.TrimRight(text, "\n"), "\n")
+	for i, line := range lines {
+		if line != "" {
+			lines[i] = "  " + line
+		}
+	}
+	return strings.Join(lines, "\n")
 }
 
 // fileConfig maps the YAML config file onto the options.
