@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -392,4 +393,42 @@ func expectReason(t *testing.T, r response, code int, reason metav1.StatusReason
 		t.Fatalf("reason %s, want %s: %s", env.Reason, reason, r.body)
 	}
 	return env
+}
+
+// TestAReleasedTermNoLongerChanges moves the term of a released
+// reservation, as an operator extending it would: accepted, it made the
+// controller's every write of the ReservedHost fail (a release never
+// changes the host's term), and the node was never handed to cleaning.
+func TestAReleasedTermNoLongerChanges(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "released", now.Add(-time.Hour), now.Add(time.Hour))
+	if r := f.release(t, f.admin, "released", agreed, ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	c := s.Client.NodusV1().Reservations()
+	for _, move := range []func(*nodusv1.Reservation){
+		func(r *nodusv1.Reservation) { r.Spec.EndsAt = metav1.NewTime(r.Spec.EndsAt.Add(time.Hour)) },
+		func(r *nodusv1.Reservation) { r.Spec.StartsAt = metav1.NewTime(r.Spec.StartsAt.Add(-time.Hour)) },
+	} {
+		r, err := c.Get(ctx(t), "released", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		move(r)
+		if _, err := c.Update(ctx(t), r, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("a released reservation's term moved: %v", err)
+		}
+	}
+	// Before a release the operator still extends the term.
+	f.host(t, "kept", now.Add(-time.Hour), now.Add(time.Hour))
+	r, err := c.Get(ctx(t), "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.EndsAt = metav1.NewTime(r.Spec.EndsAt.Add(time.Hour))
+	if _, err := c.Update(ctx(t), r, metav1.UpdateOptions{}); err != nil {
+		t.Errorf("an extension: %v", err)
+	}
 }

@@ -339,12 +339,22 @@ func ValidateNewReservation(r *nodusv1.Reservation) field.ErrorList {
 }
 
 // ValidateReservationUpdate keeps the contract's parties fixed. The term may
-// be extended or changed by the operator, never the project or the placement.
+// be extended or changed by the operator, never the project or the placement,
+// and not once the capacity was released: the release ended the contract,
+// and its ReservedHost keeps the term it was released in (a changed term
+// there is refused, and the controller's every write of the host with it).
 func ValidateReservationUpdate(r, old *nodusv1.Reservation) field.ErrorList {
 	errs := ValidateReservation(r)
 	spec := field.NewPath("spec")
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Project, old.Spec.Project, spec.Child("project"))...)
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Placement, old.Spec.Placement, spec.Child("placement"))...)
+	if old.Status.Release != nil {
+		for name, times := range map[string][2]metav1.Time{"startsAt": {r.Spec.StartsAt, old.Spec.StartsAt}, "endsAt": {r.Spec.EndsAt, old.Spec.EndsAt}} {
+			if !times[0].Equal(&times[1]) {
+				errs = append(errs, field.Forbidden(spec.Child(name), "the capacity was released: its term no longer changes"))
+			}
+		}
+	}
 	return errs
 }
 
