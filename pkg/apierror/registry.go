@@ -96,6 +96,10 @@ const (
 	ReasonNodeOwesCleaning metav1.StatusReason = "NodeOwesCleaning"
 	// ReasonNodeAllocated: the node is held by an allocation that is not the reservation's.
 	ReasonNodeAllocated metav1.StatusReason = "NodeAllocated"
+	// ReasonAwaitingNode: a reservation waits for a node: its allocation is not active yet.
+	ReasonAwaitingNode metav1.StatusReason = "AwaitingNode"
+	// ReasonLoginUserUnknown: neither the reservation nor its node names a login user.
+	ReasonLoginUserUnknown metav1.StatusReason = "LoginUserUnknown"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
 	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
 	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
@@ -299,6 +303,14 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeAllocated, http.StatusConflict, "The node is held by an allocation that is not the reservation's.",
 			func(r Request) string {
 				return "Place the reservation on the allocation instead (`spec.placement.allocation`), on another node, or by resource class; or delete the allocation (`openstack baremetal allocation delete NAME`) if it is no longer used. The reservation stays pending until the node is free."
+			}},
+		{ReasonAwaitingNode, http.StatusConflict, "The reservation waits for a node: its allocation is not active yet.",
+			func(r Request) string {
+				return "Wait while the allocation is placed; if it stays so, its message says why (no free node of the class and traits, an error): `kubectl get allocation NAME -o yaml`, `nodus nodes list` for free nodes."
+			}},
+		{ReasonLoginUserUnknown, http.StatusConflict, "Neither the reservation nor its node names a login user.",
+			func(r Request) string {
+				return "Give the reservation a login user (`kubectl patch reservation NAME --type=merge -p '{\"spec\":{\"loginUser\":\"ubuntu\"}}'`) or its node a default one (the same patch on the node). The reservation activates once one is known."
 			}},
 		{ReasonNodeNotFound, http.StatusConflict, "The reservation's node does not exist.",
 			func(r Request) string {

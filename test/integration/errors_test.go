@@ -352,9 +352,17 @@ func waitingReservations(t *testing.T, f *fleet, now time.Time) map[metav1.Statu
 	term("wants-fixing", "fixing")
 	term("wants-cleaning", "handed-over")
 	term("wants-allocated", "backfilled")
+	// A node that names no login user, for a reservation that names none.
+	if _, err := testfleet.Node(ctx, f.s.Client, "nameless", "fra1", "gpu-h100x8", ""); err != nil {
+		t.Fatal(err)
+	}
+	term("wants-login-user", "nameless")
+	// A class no node has: its allocation is never placed.
+	f.reserve(t, "wants-a-node", nodusv1.ReservationPlacement{ResourceClass: "gpu-none"}, now.Add(-time.Hour), now.Add(time.Hour))
 	return map[metav1.StatusReason]string{
 		apierror.ReasonNodeNotFound: "wants-missing", apierror.ReasonNodeInMaintenance: "wants-fixing",
 		apierror.ReasonNodeCleaning: "wants-cleaning", apierror.ReasonNodeAllocated: "wants-allocated",
+		apierror.ReasonLoginUserUnknown: "wants-login-user", apierror.ReasonAwaitingNode: "wants-a-node",
 	}
 }
 

@@ -133,14 +133,14 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 		placed.Reason = string(blocker.Reason)
 		placed.Message = fmt.Sprintf("placed on node %s; the move to %s waits: %s", st.Node, placedNode(o), blocker.Message)
 	case st.Node == "" && placedNode(o) != "" && effectiveLoginUser(r, o.targetNode()) == "":
-		placed.Status, placed.Reason = metav1.ConditionFalse, "LoginUserUnknown"
+		placed.Status, placed.Reason = metav1.ConditionFalse, string(apierror.ReasonLoginUserUnknown)
 		placed.Message = "neither the reservation nor node " + placedNode(o) + " names a loginUser"
 	case st.Node == "" && o.allocationTaken:
 		name := lifecycle.AllocationName(r)
 		placed.Status, placed.Reason = metav1.ConditionFalse, string(apierror.ReasonAllocationNameTaken)
 		placed.Message = fmt.Sprintf("allocation %s, which this reservation would make, exists and was not made for it; it waits until that allocation is deleted (`kubectl delete allocation %s`; an Ironic rename leaves its object name)", name, name)
 	case st.Node == "":
-		placed.Status, placed.Reason = metav1.ConditionFalse, "AwaitingNode"
+		placed.Status, placed.Reason = metav1.ConditionFalse, string(apierror.ReasonAwaitingNode)
 		placed.Message = "no node is placed yet"
 		if r.Spec.Placement.Allocation != "" || r.Spec.Placement.ResourceClass != "" {
 			placed.Message = "waiting for allocation " + lifecycle.AllocationName(r) + " to become active"
