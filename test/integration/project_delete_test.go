@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -218,5 +219,27 @@ func TestAReservationNeedsALiveProject(t *testing.T) {
 		if _, err := c.Reservations().Get(ctx(t), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("the refused reservation %s was stored: %v", name, err)
 		}
+	}
+}
+
+// TestAProjectKeepsItsFinalizerUntilDeleted replaces a project from a
+// manifest that has no finalizers, as kubectl replace does: the finalizer
+// came off, and a delete before the controller put it back freed the name
+// with the project's reservations, executions and logs left behind.
+func TestAProjectKeepsItsFinalizerUntilDeleted(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	c := s.Client.NodusV1().Projects()
+	if _, err := c.Create(ctx(t), project("kept"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := c.Get(ctx(t), "kept", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Finalizers = nil
+	p.Spec.DisplayName = "replaced"
+	updated, err := c.Update(ctx(t), p, metav1.UpdateOptions{})
+	if err != nil || updated.Spec.DisplayName != "replaced" || !slices.Contains(updated.Finalizers, "nodus.dev/project") {
+		t.Fatalf("a project replaced without its finalizer: %v %+v", err, updated)
 	}
 }

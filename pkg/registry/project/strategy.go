@@ -31,10 +31,17 @@ var rules = base.Rules{
 	// epoch on it (pkg/lifecycle), so that no certificate issued before
 	// opens a host. In the same write as the membership change: a revision
 	// a controller derived later could be missed across a failover.
+	//
+	// The finalizer stays until the project is deleting: an update from a
+	// manifest without it (kubectl replace) took it off, and a delete before
+	// the controller put it back freed the name with the contents left.
 	PrepareForUpdate: func(obj, old runtime.Object) {
 		p, was := obj.(*nodusv1.Project), old.(*nodusv1.Project)
 		if auth.LosesSSH(was.Spec.Members, p.Spec.Members) {
 			p.Status.AccessRevision++
+		}
+		if was.DeletionTimestamp == nil && slices.Contains(was.Finalizers, Finalizer) && !slices.Contains(p.Finalizers, Finalizer) {
+			p.Finalizers = append(p.Finalizers, Finalizer)
 		}
 	},
 	ResetFields: []string{"status"},
