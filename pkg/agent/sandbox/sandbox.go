@@ -405,18 +405,25 @@ func (rt *Runtime) RemoveAll() error {
 		return fmt.Errorf("runc list: %w", err)
 	}
 	var errs []error
-	for _, id := range strings.Fields(string(out)) {
+	ids := strings.Fields(string(out))
+	for _, id := range ids {
 		if out, err := exec.Command(rt.Binary, "--root", rt.runcRoot(), "delete", "--force", id).CombinedOutput(); err != nil {
 			errs = append(errs, fmt.Errorf("runc delete %s: %v: %s", id, err, bytes.TrimSpace(out)))
 		}
 	}
-	errs = append(errs, os.RemoveAll(filepath.Join(rt.StateDir, "bundles")))
-	// Their network namespaces (slirp4netns ended with the agent that started it).
-	if entries, err := os.ReadDir("/run/netns"); err == nil {
+	// A sandbox whose agent stopped before runc ran has its bundle only.
+	if entries, err := os.ReadDir(filepath.Join(rt.StateDir, "bundles")); err == nil {
 		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "nodus-") {
-				_ = exec.Command("ip", "netns", "delete", e.Name()).Run()
-			}
+			ids = append(ids, e.Name())
+		}
+	}
+	errs = append(errs, os.RemoveAll(filepath.Join(rt.StateDir, "bundles")))
+	// Their network namespaces (slirp4netns ended with the agent that
+	// started it); only theirs: another runtime's on this machine (another
+	// agent's, a test's) may be one it is starting an execution in.
+	for _, id := range ids {
+		if _, err := os.Stat(filepath.Join("/run/netns", "nodus-"+id)); err == nil {
+			_ = exec.Command("ip", "netns", "delete", "nodus-"+id).Run()
 		}
 	}
 	return errors.Join(errs...)

@@ -447,3 +447,36 @@ func TestSandboxImages(t *testing.T) {
 		}
 	}
 }
+
+// TestRemoveAllTakesOnlyItsOwnNamespaces: an agent starting up removed
+// every nodus-* network namespace of the machine, also one another agent
+// had just made for an execution it was starting, whose runc then failed
+// ("namespace path: no such file"; CI's end-to-end agent lost one so to
+// the integration tests' agents). It removes those of its own sandboxes.
+func TestRemoveAllTakesOnlyItsOwnNamespaces(t *testing.T) {
+	rt := runtimeForTest(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Skip("network namespaces need ip (CI installs iproute2)")
+	}
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+	others, mine := "nodus-nodus-others-"+suffix, "t-mine-"+suffix
+	for _, name := range []string{others, "nodus-" + mine} {
+		if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v %s", name, err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("ip", "netns", "delete", name).Run() })
+	}
+	// A sandbox of this runtime whose agent stopped before runc ran: its bundle and namespace.
+	if err := os.MkdirAll(filepath.Join(rt.StateDir, "bundles", mine), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := rt.RemoveAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", others)); err != nil {
+		t.Errorf("another runtime's namespace was removed: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join("/run/netns", "nodus-"+mine)); !os.IsNotExist(err) {
+		t.Errorf("this runtime's left namespace is still there: %v", err)
+	}
+}
