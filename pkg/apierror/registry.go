@@ -100,6 +100,8 @@ const (
 	ReasonAwaitingNode metav1.StatusReason = "AwaitingNode"
 	// ReasonLoginUserUnknown: neither the reservation nor its node names a login user.
 	ReasonLoginUserUnknown metav1.StatusReason = "LoginUserUnknown"
+	// ReasonNodeLost: an active reservation's node was deleted and is held by another reservation now.
+	ReasonNodeLost metav1.StatusReason = "NodeLost"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
 	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
 	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
@@ -311,6 +313,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonLoginUserUnknown, http.StatusConflict, "Neither the reservation nor its node names a login user.",
 			func(r Request) string {
 				return "Give the reservation a login user (`kubectl patch reservation NAME --type=merge -p '{\"spec\":{\"loginUser\":\"ubuntu\"}}'`) or its node a default one (the same patch on the node). The reservation activates once one is known."
+			}},
+		{ReasonNodeLost, http.StatusConflict, "The reservation's node was deleted, and the machine enrolled again under its name is held by another reservation.",
+			func(r Request) string {
+				return "The reservation's access ended on that machine and will not come back. Make a new reservation for the project (on another node, or by resource class) for the rest of the term; `kubectl get reservation NAME -o yaml` names the node and its holder."
 			}},
 		{ReasonNodeNotFound, http.StatusConflict, "The reservation's node does not exist.",
 			func(r Request) string {

@@ -1,10 +1,12 @@
 package lifecycle
 
 import (
+	"fmt"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
@@ -35,6 +37,11 @@ type Step struct {
 	ReleaseAllocation bool
 	// Requeue is when to look again (0: on the next event only).
 	Requeue time.Duration
+	// LostNode names the node an active reservation ends on because another
+	// reservation holds it now. The caller reads that node from the store
+	// before it writes the step: a cache may lag a claim of the
+	// reservation's own, and the step ends a paying tenant's access.
+	LostNode string
 }
 
 // Advance is a reservation's lifecycle as a function of (reservation, the
@@ -88,6 +95,17 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, projectA
 				st.Epoch++
 				st.Node, st.LoginUser = p.Node, p.LoginUser
 			}
+		case p.Target != nil && p.Target.Name == st.Node && p.Target.Status.Reservation != "" && !Holds(r, p.Target):
+			// Another reservation holds its node: the node was deleted while
+			// held (the operator's nodus.dev/delete-uncleaned), and the
+			// machine enrolled under its name was claimed by another first.
+			// A node has one tenant: access here ends as at the term's end.
+			st.State = nodusv1.ReservationStateEnding
+			st.Epoch++
+			step.Requeue = 0
+			step.LostNode = st.Node
+			step.Blocker = &Blocker{apierror.ReasonNodeLost, fmt.Sprintf("node %s was deleted while this reservation held it, and is held by reservation %s now; this reservation's access there ended",
+				st.Node, p.Target.Status.Reservation)}
 		case p.LoginUser != "" && p.LoginUser != st.LoginUser:
 			st.Epoch++
 			st.LoginUser = p.LoginUser

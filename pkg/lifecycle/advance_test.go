@@ -138,6 +138,12 @@ func TestAdvance(t *testing.T) {
 			access: 1, state: nodusv1.ReservationStatePending, waits: "NodeReserved"},
 		"a releasing reservation records a member losing SSH": {r: reservationAt(nodusv1.ReservationStateReleasing, 4, "n1", "ubuntu"),
 			p: at("n1", held("n1", "r1")), held: []*nodusv1.Node{held("n1", "r1")}, access: 1, state: nodusv1.ReservationStateReleasing, epoch: 4},
+		"an active reservation whose node another holds ends, handing nothing over": {r: withUID(reservationAt(nodusv1.ReservationStateActive, 3, "n1", "ubuntu"), "u1"),
+			p: at("n1", heldAs("n1", "r2", "u9")), state: nodusv1.ReservationStateEnding, epoch: 4, waits: "NodeLost"},
+		"an active reservation whose node an earlier namesake's claim holds ends": {r: withUID(reservationAt(nodusv1.ReservationStateActive, 3, "n1", "ubuntu"), "u2"),
+			p: at("n1", heldAs("n1", "r1", "u1")), state: nodusv1.ReservationStateEnding, epoch: 4, waits: "NodeLost"},
+		"a lost node is not a login-user change": {r: withUID(reservationAt(nodusv1.ReservationStateActive, 3, "n1", "olduser"), "u1"),
+			p: at("n1", heldAs("n1", "r2", "u9")), state: nodusv1.ReservationStateEnding, epoch: 4, waits: "NodeLost"},
 		"an ended term hands its node over": {r: reservationAt(nodusv1.ReservationStateEnded, 4, "n1", "ubuntu"), p: at("n1", held("n1", "r1")),
 			held: []*nodusv1.Node{held("n1", "r1")}, state: nodusv1.ReservationStateEnded, epoch: 4, handovers: "n1"},
 	}
@@ -181,6 +187,9 @@ func TestAdvance(t *testing.T) {
 				c.Phase != nodusv1.CleaningPending || c.Reservation != "r1" || c.Epoch != step.Status.Epoch || len(c.Users) == 0 {
 				t.Errorf("%s: handover of %s writes %+v", name, n.Name, n.Status)
 			}
+		}
+		if lost := step.LostNode != ""; lost != (tc.waits == "NodeLost") || (lost && step.LostNode != tc.r.Status.Node) {
+			t.Errorf("%s: lost node %q", name, step.LostNode)
 		}
 		if strings.Join(handed, ",") != tc.handovers {
 			t.Errorf("%s: handed over %v, want %q", name, handed, tc.handovers)

@@ -45,13 +45,16 @@ var unreachable = map[metav1.StatusReason]string{
 	metav1.StatusReasonExpired: "a continue token older than the watch cache's window and etcd's compaction",
 }
 
-// provokedElsewhere lists the reasons that take a server with other bounds
-// than the default to provoke in reasonable time, with the test that does.
+// provokedElsewhere lists the reasons another test provokes, with that test:
+// those that take a server with other bounds than the default to provoke in
+// reasonable time, and those that take a scene of their own.
 var provokedElsewhere = map[metav1.StatusReason]string{
 	apierror.ReasonExecutionLimitReached:  "TestNoCallerCanFillEtcd (a project bound of 20 executions)",
 	apierror.ReasonTooManyIdempotencyKeys: "TestNoCallerCanFillEtcd (30 kept answers per caller)",
 	// Only an Ironic client chooses a UUID, and /v1 answers in Ironic's body.
 	apierror.ReasonAllocationUUIDTaken: "TestIronicAllocationUUID (a uuid in use, through /v1)",
+	// A condition's reason: a held node deleted, enrolled again and claimed by another.
+	apierror.ReasonNodeLost: "TestAReservationWhoseNodeWasTakenEnds (Placed and the host's Eligible)",
 }
 
 func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {

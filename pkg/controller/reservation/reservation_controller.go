@@ -176,6 +176,19 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 	}
 	d := reconcile(o)
+	if d.lostNode != "" {
+		// The cache may lag a claim of r's own (the lead passed from the
+		// replica that wrote it): only what etcd holds ends its access.
+		fresh, err := c.client.NodusV1().Nodes().Get(ctx, d.lostNode, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		if err != nil || fresh.Status.Reservation == "" || lifecycle.Holds(r, fresh) {
+			klog.InfoS("not ending a reservation: the cache shows its node held by another, etcd does not", "reservation", name, "node", d.lostNode)
+			c.queue.AddAfter(name, time.Second)
+			return nil
+		}
+	}
 	if d.claim != nil {
 		// The claim is the store's: a conflict (another claim, or any change
 		// since the cache saw the node) fails the write, and we try again.

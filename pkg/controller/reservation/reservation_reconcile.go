@@ -55,6 +55,10 @@ type decision struct {
 	handovers    []*nodusv1.Node
 	releaseAlloc bool          // the term is over: free the allocation
 	requeue      time.Duration // 0: only on the next event
+	// lostNode names the node the reservation's access ends on because
+	// another reservation holds it: the controller confirms that from etcd
+	// before it writes anything.
+	lostNode string
 }
 
 // reconcile is what the controller makes of one reservation's world: the
@@ -69,7 +73,7 @@ func reconcile(o observed) decision {
 	}
 	step := lifecycle.Advance(r, lifecycle.Placement{Node: placedNode(o), Target: target, LoginUser: loginUser}, o.held, access, o.now)
 	st := step.Status
-	d := decision{claim: step.Claim, handovers: step.Handovers, releaseAlloc: step.ReleaseAllocation, requeue: step.Requeue}
+	d := decision{claim: step.Claim, handovers: step.Handovers, releaseAlloc: step.ReleaseAllocation, requeue: step.Requeue, lostNode: step.LostNode}
 	blocker := step.Blocker
 	if o.allocation != nil {
 		st.Allocation = o.allocation.Name
@@ -126,6 +130,10 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 	placed := metav1.Condition{Type: "Placed", Status: metav1.ConditionTrue, Reason: "NodeAssigned",
 		Message: fmt.Sprintf("placed on node %s", st.Node), LastTransitionTime: metav1.Time{Time: o.now}}
 	switch {
+	case blocker != nil && blocker.Reason == apierror.ReasonNodeLost:
+		placed.Status, placed.Reason, placed.Message = metav1.ConditionFalse, string(blocker.Reason), blocker.Message
+	case lostNode(r) && st.Node == r.Status.Node && st.State != nodusv1.ReservationStateActive:
+		return // it keeps saying why its access ended
 	case blocker != nil && st.Node == "":
 		placed.Status, placed.Reason, placed.Message = metav1.ConditionFalse, string(blocker.Reason), blocker.Message
 	case blocker != nil:
@@ -157,6 +165,12 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 	meta.SetStatusCondition(&st.Conditions, placed)
 }
 
+// lostNode says whether r's access ended because another reservation holds its node.
+func lostNode(r *nodusv1.Reservation) bool {
+	c := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+	return c != nil && c.Reason == string(apierror.ReasonNodeLost)
+}
+
 // project builds the customer-safe ReservedHost of r.
 func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	host := &nodusv1.ReservedHost{}
@@ -184,10 +198,11 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	switch {
 	case node != nil && node.Name != r.Status.Node:
 		node = nil // the placement moved on: show nothing of a node the reservation left
-	case node != nil && lifecycle.Final(r.Status.State) && !lifecycle.Holds(r, node):
-		// Handed over: what the node reports now is the operator's cleaning
-		// or the next tenant's time, none of it this tenant's to see. The
-		// host keeps what it showed last.
+	case node != nil && !lifecycle.Holds(r, node) && (lifecycle.Final(r.Status.State) || node.Status.Reservation != ""):
+		// Handed over, or another reservation's (NodeLost): what the node
+		// reports now is the operator's cleaning or the next tenant's
+		// time, none of it this tenant's to see. The host keeps what it
+		// showed last.
 		node = nil
 	}
 	host.Status.Connect = nil
@@ -231,6 +246,12 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 
 func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {
 	c := metav1.Condition{Type: nodusv1.ReservedHostConditionEligible, Status: metav1.ConditionFalse, LastTransitionTime: now}
+	if lostNode(r) && r.Status.State != nodusv1.ReservationStateActive {
+		// Not the Placed message: the other reservation is another tenant's.
+		c.Reason = string(apierror.ReasonNodeLost)
+		c.Message = "this host's machine was taken out of the fleet while reserved and serves another reservation now; its access ended"
+		return c
+	}
 	switch r.Status.State {
 	case nodusv1.ReservationStateActive:
 		c.Status, c.Reason = metav1.ConditionTrue, "WithinTerm"

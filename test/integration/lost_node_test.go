@@ -1,0 +1,111 @@
+package integration
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestAReservationWhoseNodeWasTakenEnds: an operator deletes a held node
+// (nodus.dev/delete-uncleaned), the machine is enrolled again under its
+// name, and another customer's reservation placed on that name claims it
+// first. The earlier reservation, still active with status.node naming the
+// node, kept its access there: the node's agent applied both tenants'
+// access at once. It must end (a new epoch, which the agent applies), say
+// why, show nothing of the node that is another's now, and leave the other
+// reservation's claim alone.
+func TestAReservationWhoseNodeWasTakenEnds(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	first := f.host(t, "taken", now.Add(-time.Hour), now.Add(time.Hour))
+	deleteGoneNode(t, s, "taken")
+	taker, err := c.Reservations().Create(ctx(t), testfleet.Reservation("taker", "other", nodusv1.ReservationPlacement{Node: "taken"},
+		now.Add(-time.Hour), now.Add(time.Hour)), metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testfleet.Node(ctx(t), s.Client, "taken", "fra1", "gpu-h100x8", "ubuntu"); err != nil {
+		t.Fatal(err)
+	}
+	// Whichever of the two the controller let claim the new node first
+	// (the earlier one takes a node without a claim, as one written before
+	// claims existed), the taker's claim is the one that landed.
+	forgeNodeInEtcd(t, s, "taken", func(n *nodusv1.Node) {
+		n.Status.Reservation, n.Status.ReservationUID = taker.Name, taker.UID
+		n.Status.ProvisionState = nodusv1.ProvisionStateActive
+		n.Status.AgentGeneration, n.Status.SSHHostKey = 1, testfleet.HostKey("taken again")
+	})
+	waitReservation(t, s, "taker", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateActive })
+
+	ending := waitReservation(t, s, "taken", func(r *nodusv1.Reservation) bool {
+		return r.Status.State == nodusv1.ReservationStateEnding
+	})
+	if ending.Status.Epoch != first.Status.Reservation.Epoch+1 {
+		t.Errorf("ending at epoch %d, want %d: the agent retires access by a new epoch", ending.Status.Epoch, first.Status.Reservation.Epoch+1)
+	}
+	if p := meta.FindStatusCondition(ending.Status.Conditions, "Placed"); p == nil || p.Reason != string(apierror.ReasonNodeLost) || p.Status != metav1.ConditionFalse {
+		t.Errorf("the Placed condition of the reservation that lost its node: %+v", p)
+	}
+	host := f.waitHost(t, "taken", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateEnding
+	})
+	if e := meta.FindStatusCondition(host.Status.Conditions, nodusv1.ReservedHostConditionEligible); e == nil || e.Reason != string(apierror.ReasonNodeLost) {
+		t.Errorf("the customer's host does not say why its access ended: %+v", e)
+	}
+	if host.Status.Connect != nil {
+		t.Errorf("the customer's host still shows how to connect to a machine that is another's: %+v", host.Status.Connect)
+	}
+
+	// The agent there applied the new epoch and no session of the former
+	// tenant is left: its reservation ends, the node stays the taker's.
+	if r := f.heartbeat(t, "taken", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{
+		evidence("taken", ending.Status.Epoch, 0, 0), evidence("taker", 1, 0, 0)}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	waitReservation(t, s, "taken", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateEnded })
+	time.Sleep(time.Second) // a handover, if any, would follow the end
+	node, err := c.Nodes().Get(ctx(t), "taken", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if node.Status.Reservation != "taker" || node.Status.ReservationUID != taker.UID || node.Status.Cleaning != nil {
+		t.Errorf("the end of the reservation that lost the node touched the taker's claim: %+v", node.Status)
+	}
+	if r, err := c.Reservations().Get(ctx(t), "taker", metav1.GetOptions{}); err != nil || r.Status.State != nodusv1.ReservationStateActive {
+		t.Errorf("the taker: %v %+v", err, r)
+	}
+	ended, err := c.Reservations().Get(ctx(t), "taken", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := meta.FindStatusCondition(ended.Status.Conditions, "Placed"); p == nil || p.Reason != string(apierror.ReasonNodeLost) {
+		t.Errorf("the ended reservation forgot why it ended: %+v", p)
+	}
+}
+
+// waitReservation waits until reservation name satisfies ok.
+func waitReservation(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Reservation) bool) *nodusv1.Reservation {
+	t.Helper()
+	var last *nodusv1.Reservation
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		r, err := s.Client.NodusV1().Reservations().Get(c, name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = r
+		return ok(r), nil
+	}); err != nil {
+		t.Fatalf("reservation %s never reached the expected state; last seen: %+v", name, last)
+	}
+	return last
+}
