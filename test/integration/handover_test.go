@@ -558,20 +558,30 @@ func TestANameMadeAgainInheritsNoNode(t *testing.T) {
 // the first reservation go. The node's claim names the first reservation
 // by UID as well: the second must find the node cleaned of the first
 // tenant before its access; the first tenant's ReservedHost goes when the
-// name is made again for another project (for the same one it becomes the
-// new reservation's).
+// name is made again for another project. In the same project it becomes
+// the new reservation's, unless it is ahead of it (a higher epoch, a
+// release): then it would refuse every write of the new one, and goes too.
 func TestANameMadeAgainDuringAFailoverInheritsNoNode(t *testing.T) {
 	for _, project := range []string{"other", "acme"} {
-		t.Run("for "+project, func(t *testing.T) { nameMadeAgainDuringAFailover(t, project) })
+		t.Run("for "+project, func(t *testing.T) { nameMadeAgainDuringAFailover(t, project, false) })
 	}
+	t.Run("for acme, after a release", func(t *testing.T) { nameMadeAgainDuringAFailover(t, "acme", true) })
 }
 
-func nameMadeAgainDuringAFailover(t *testing.T, project string) {
+func nameMadeAgainDuringAFailover(t *testing.T, project string, releasedFirst bool) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	c := s.Client.NodusV1()
 	now := time.Now()
-	f.host(t, "gpu-7", now.Add(-time.Hour), now.Add(time.Hour))
+	first := f.host(t, "gpu-7", now.Add(-time.Hour), now.Add(time.Hour))
+	if releasedFirst {
+		if r := f.release(t, f.admin, "gpu-7", agreed, ""); r.code != 200 {
+			t.Fatalf("release: %d %s", r.code, r.body)
+		}
+		first = f.waitHost(t, "gpu-7", func(h *nodusv1.ReservedHost) bool {
+			return h.Status.Reservation.State == nodusv1.ReservationStateReleasing
+		})
+	}
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -604,10 +614,10 @@ func nameMadeAgainDuringAFailover(t *testing.T, project string) {
 	}); err != nil {
 		t.Fatalf("the node was never handed over to cleaning: %v; node %+v", err, cleaning)
 	}
-	if project != "acme" {
+	if project != "acme" || releasedFirst {
 		if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-			_, err := c.ReservedHosts("acme").Get(cx, "gpu-7", metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
+			h, err := c.ReservedHosts("acme").Get(cx, "gpu-7", metav1.GetOptions{})
+			return apierrors.IsNotFound(err) || (err == nil && h.UID != first.UID), nil
 		}); err != nil {
 			t.Errorf("acme still sees the deleted reservation's ReservedHost: %v", err)
 		}

@@ -23,36 +23,8 @@ import (
 // on its own claim, and a second controller's cache says the node is
 // another's.
 func TestALaggingCacheEndsNoReservation(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	ctx := t.Context()
-	c := s.Client.NodusV1()
-	if _, err := c.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "acme"}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testfleet.Node(ctx, s.Client, "n1", "fra1", "gpu", "ubuntu"); err != nil {
-		t.Fatal(err)
-	}
-	now := time.Now()
-	if err := testfleet.Reserve(ctx, s.Client, "r1", "acme", nodusv1.ReservationPlacement{Node: "n1"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
-	var active *nodusv1.Reservation
-	var node *nodusv1.Node
-	if err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
-		var err error
-		if active, err = c.Reservations().Get(ctx, "r1", metav1.GetOptions{}); err != nil {
-			return false, err
-		}
-		if node, err = c.Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
-			return false, err
-		}
-		host, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
-		return err == nil && active.Status.State == nodusv1.ReservationStateActive && node.Status.ReservationUID == active.UID &&
-			host.Status.Reservation.Epoch == active.Status.Epoch, nil
-	}); err != nil {
-		t.Fatalf("r1 never became active on its claim: %v", err)
-	}
-
+	s, active, node, _ := activeOnItsClaim(t)
+	ctx, c := t.Context(), s.Client.NodusV1()
 	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
 	controller, err := reservation.New(s.Client, factory)
 	if err != nil {
@@ -79,5 +51,90 @@ func TestALaggingCacheEndsNoReservation(t *testing.T) {
 	if after.Status.State != nodusv1.ReservationStateActive || after.Status.Epoch != active.Status.Epoch {
 		t.Errorf("a cache that showed r1's node as another's ended r1: %s at epoch %d, was active at %d",
 			after.Status.State, after.Status.Epoch, active.Status.Epoch)
+	}
+}
+
+// activeOnItsClaim is a server with reservation r1 active on node n1's
+// claim, and r1's ReservedHost in acme at r1's epoch.
+func activeOnItsClaim(t *testing.T) (*testserver.Server, *nodusv1.Reservation, *nodusv1.Node, *nodusv1.ReservedHost) {
+	t.Helper()
+	s := testserver.StartTestServer(t)
+	ctx := t.Context()
+	c := s.Client.NodusV1()
+	if _, err := c.Projects().Create(ctx, &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "acme"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testfleet.Node(ctx, s.Client, "n1", "fra1", "gpu", "ubuntu"); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	if err := testfleet.Reserve(ctx, s.Client, "r1", "acme", nodusv1.ReservationPlacement{Node: "n1"}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	var active *nodusv1.Reservation
+	var node *nodusv1.Node
+	var host *nodusv1.ReservedHost
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		var err error
+		if active, err = c.Reservations().Get(ctx, "r1", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		if node, err = c.Nodes().Get(ctx, "n1", metav1.GetOptions{}); err != nil {
+			return false, err
+		}
+		host, err = c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
+		return err == nil && active.Status.State == nodusv1.ReservationStateActive && node.Status.ReservationUID == active.UID &&
+			host.Status.Reservation.Epoch == active.Status.Epoch, nil
+	}); err != nil {
+		t.Fatalf("r1 never became active on its claim: %v", err)
+	}
+
+	return s, active, node, host
+}
+
+// TestALaggingCacheDeletesNoHost: the ReservedHost in a reservation's
+// project under its name is an earlier reservation's when it is ahead of
+// the reservation (a higher epoch, a release), and is deleted. The host is
+// written after the reservation, and the controller's caches may show the
+// host's write before the reservation's (two watches): a host released a
+// moment ago beside its reservation still active in the cache must stay.
+func TestALaggingCacheDeletesNoHost(t *testing.T) {
+	s, active, node, _ := activeOnItsClaim(t)
+	ctx, c := t.Context(), s.Client.NodusV1()
+	agreed, epoch := true, active.Status.Epoch
+	if _, err := c.ReservedHosts("acme").ReleaseCapacity(ctx, "r1", &nodusv1.ReservedHostReleaseRequest{Agreed: &agreed, Epoch: &epoch},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var host *nodusv1.ReservedHost
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(ctx context.Context) (bool, error) {
+		var err error
+		host, err = c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
+		return err == nil && host.Status.Reservation.State == nodusv1.ReservationStateReleasing, nil
+	}); err != nil {
+		t.Fatalf("r1's host never showed the release: %v", err)
+	}
+	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
+	controller, err := reservation.New(s.Client, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := factory.Nodus().V1()
+	// The cache: r1 as it was before the release, its host after.
+	for _, add := range []error{
+		v1.Reservations().Informer().GetIndexer().Add(active),
+		v1.Nodes().Informer().GetIndexer().Add(node),
+		v1.ReservedHosts().Informer().GetIndexer().Add(host),
+	} {
+		if add != nil {
+			t.Fatal(add)
+		}
+	}
+	if err := controller.Sync(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
+	if err != nil || after.UID != host.UID {
+		t.Errorf("a cache that showed r1's released host beside r1 active deleted the host: %v", err)
 	}
 }

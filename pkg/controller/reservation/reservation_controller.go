@@ -337,10 +337,11 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 // forgetEarlier retires what an earlier reservation of r's name left: one
 // deleted, and r made under its name, before this controller saw it go (the
 // lead passing between replicas in between), so that forget never ran for
-// it. Its claims name another UID; its ReservedHost is in another project
-// (in r's, it is the one r projects to); its own allocation carries another
-// UID's label or, made before that label, predates r. Its nodes go to
-// cleaning before r may claim them. It says whether it wrote anything.
+// it. Its claims name another UID; its ReservedHost is in another project,
+// or is in r's and not r's (earlierHost); its own allocation
+// carries another UID's label or, made before that label, predates r. Its
+// nodes go to cleaning before r may claim them. It says whether it wrote
+// anything.
 func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) (bool, error) {
 	hosts, err := c.hostsLabelled(r.Name)
 	if err != nil {
@@ -349,9 +350,13 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 	var users []string
 	var earlierHosts []*nodusv1.ReservedHost
 	for _, h := range hosts {
-		// Another project's: the same project's host under the name is
-		// the one r projects to, the same tenant's.
-		if h.Namespace != r.Spec.Project {
+		earlier := h.Namespace != r.Spec.Project
+		if !earlier {
+			if earlier, err = c.earlierHost(ctx, h, r); err != nil {
+				return false, err
+			}
+		}
+		if earlier {
 			users = append(users, h.Status.Reservation.LoginUser)
 			earlierHosts = append(earlierHosts, h)
 		}
@@ -400,6 +405,43 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 		}
 	}
 	return wrote, nil
+}
+
+// earlierHost says whether h, the ReservedHost in r's project under r's
+// name, is an earlier reservation's. Taken over, it would show that one's
+// epochs and release, and refuse r's writes (an epoch that decreases, a
+// released term that changes). It is when it predates r (the controller
+// makes r's host after r; times are kept to the second), or when it is
+// ahead of r where r's own host never is: at a higher epoch, or with
+// access ending while r's goes on. r's host is written after r, so the
+// second rule is judged on r as etcd holds it: a cache may show the host
+// before the reservation's write that it follows.
+func (c *Controller) earlierHost(ctx context.Context, h *nodusv1.ReservedHost, r *nodusv1.Reservation) (bool, error) {
+	if h.CreationTimestamp.Before(&r.CreationTimestamp) {
+		return true, nil
+	}
+	ahead := func(r *nodusv1.Reservation) bool {
+		hs := h.Status.Reservation
+		return hs.Epoch > r.Status.Epoch || (accessEnding(hs.State) && !accessEnding(r.Status.State))
+	}
+	if !ahead(r) {
+		return false, nil
+	}
+	fresh, err := c.client.NodusV1().Reservations().Get(ctx, r.Name, metav1.GetOptions{})
+	if err != nil || fresh.UID != r.UID {
+		return false, err // gone or made again since: its own sync decides
+	}
+	return ahead(fresh), nil
+}
+
+// accessEnding says whether a reservation in state s gives access no more,
+// or is retiring it.
+func accessEnding(s nodusv1.ReservationState) bool {
+	switch s {
+	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+		return true
+	}
+	return false
 }
 
 // hostsLabelled are the ReservedHosts whose label names reservation.
