@@ -57,6 +57,10 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"bad dryRun", "POST", nodus + "/pools?dryRun=Maybe", "application/json", pool(`{}`), nil, 422},
 		{"integer overflow", "POST", nodus + "/namespaces/acme/reservedhosts", "application/json", strings.Replace(host, "%EPOCH%", "1e400", 1), nil, 400},
 		{"negative epoch", "POST", nodus + "/namespaces/acme/reservedhosts", "application/json", strings.Replace(host, "%EPOCH%", "-1", 1), nil, 422},
+		// Written by the scheduler, read back by owners and by it: nothing out of its domain.
+		{"a lending with negative GPUs and a borrower twice", "POST", nodus + "/namespaces/acme/hostlendings", "application/json",
+			`{"apiVersion":"nodus.dev/v1","kind":"HostLending","metadata":{"name":"h"},"status":{"state":"lent","epoch":1,"maxGPUs":-8,"maxExecutions":1,` +
+				`"borrowedGPUs":0,"executions":0,"borrowers":[{"project":"b","gpus":0,"executions":0},{"project":"b","gpus":0,"executions":0}],"changedAt":"2026-01-01T00:00:00Z"}}`, nil, 422},
 		{"huge body", "POST", nodus + "/pools", "application/json", pool(`{"supplier":"` + strings.Repeat("x", 5<<20) + `"}`), nil, 413},
 		{"over-long free text", "POST", nodus + "/pools", "application/json", pool(`{"supplier":"` + strings.Repeat("x", 2000) + `"}`), nil, 422},
 		{"invalid name", "POST", nodus + "/pools", "application/json", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"UPPER case"}}`, nil, 422},

@@ -8,13 +8,19 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
 // A HostLending is all status, like the ReservedHost it belongs to.
 var rules = base.Rules{
 	Namespaced: true,
-	Validate:   func(runtime.Object) field.ErrorList { return nil },
+	Validate: func(obj runtime.Object) field.ErrorList {
+		return validation.ValidateHostLending(obj.(*nodusv1.HostLending))
+	},
+	ValidateStatus: func(obj, _ runtime.Object) field.ErrorList {
+		return validation.ValidateHostLendingStatus(&obj.(*nodusv1.HostLending).Status, field.NewPath("status"))
+	},
 	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.HostLending).Status = old.(*nodusv1.HostLending).Status },
 	CopySpec: func(obj, old runtime.Object) {
 		obj.(*nodusv1.HostLending).ObjectMeta.Labels = old.(*nodusv1.HostLending).Labels
