@@ -33,6 +33,7 @@ type lendingFleet struct {
 	borrowers map[string]*rest.Config // project → a member's credentials
 	agents    map[string]*rest.Config // node → its agent's credentials
 	aliases   map[string]string       // node → host alias
+	silence   map[string]func()       // node → stops its agent's heartbeats
 }
 
 // newLendingFleet enrolls nodes (8 GPUs each) into pool "gpu", reserves them
@@ -40,7 +41,8 @@ type lendingFleet struct {
 // to borrowers with the given GPU caps.
 func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[string]int32, showBorrowers bool) *lendingFleet {
 	t.Helper()
-	f := &lendingFleet{fleet: newFleet(t, s), borrowers: map[string]*rest.Config{}, agents: map[string]*rest.Config{}, aliases: map[string]string{}}
+	f := &lendingFleet{fleet: newFleet(t, s), borrowers: map[string]*rest.Config{}, agents: map[string]*rest.Config{}, aliases: map[string]string{},
+		silence: map[string]func(){}}
 	c := s.Client.NodusV1()
 	pool := &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "gpu"}, Spec: nodusv1.PoolSpec{Lending: &nodusv1.PoolLending{Open: true, ShowBorrowers: showBorrowers}}}
 	for name, max := range caps {
@@ -74,6 +76,8 @@ func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[str
 	beatCtx, stop := context.WithCancel(context.Background())
 	t.Cleanup(stop)
 	for name, cfg := range f.agents {
+		beatCtx, silence := context.WithCancel(beatCtx)
+		f.silence[name] = silence
 		go func() {
 			for beatCtx.Err() == nil {
 				_ = testfleet.Heartbeat(beatCtx, versioned.NewForConfigOrDie(cfg), name, nodusv1.NodeHeartbeat{AgentGeneration: 1})

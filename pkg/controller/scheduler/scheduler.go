@@ -230,14 +230,14 @@ func (c *Controller) Pass(ctx context.Context) error {
 	// cache may lag an operator's change, and a placement keeps the pool's
 	// cap and network policy as they were when it was made.
 	pools := map[string]*nodusv1.Pool{}
-	// The aliases of every node are needed only for a running execution
-	// whose host is not lent: read them once, and only then.
-	var existing map[string]bool
-	nodeExists := func(alias string) (bool, error) {
+	// The nodes by alias are needed only for an execution placed on a host
+	// that is not lent, or whose agent went silent: read once, and only then.
+	var existing map[string]*nodusv1.Node
+	nodeOf := func(alias string) (*nodusv1.Node, error) {
 		if existing == nil {
 			var err error
 			if existing, err = c.aliases(); err != nil {
-				return false, err
+				return nil, err
 			}
 		}
 		return existing[alias], nil
@@ -285,13 +285,25 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
-		case e.Status.Phase == nodusv1.ExecutionRunning && h == nil:
-			exists, err := nodeExists(p.alias)
+		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed && outlived(e, now.Time):
+			node, err := nodeOf(p.alias)
 			if err != nil {
 				c.mu.Unlock()
 				return err
 			}
-			if !exists {
+			switch {
+			case node == nil && e.Status.Phase == nodusv1.ExecutionRunning:
+				writes = append(writes, write{execution: hostLost(e, now)})
+			case node != nil && !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
+				writes = append(writes, write{execution: hostUnreachable(e, now)})
+			}
+		case e.Status.Phase == nodusv1.ExecutionRunning && h == nil:
+			node, err := nodeOf(p.alias)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			if node == nil {
 				// The operator deleted the node: no agent will ever report it.
 				writes = append(writes, write{execution: hostLost(e, now)})
 			}
@@ -442,6 +454,35 @@ func bestFit(candidates []*host, gpus int32) *host {
 	return best
 }
 
+// unreachableAfter is how long past an execution's maximum runtime (from
+// its start, or its placement when it never started) its host's agent may
+// stay silent before the execution is taken for ended. By then a live agent
+// stopped it (its own timer, then the grace between TERM and KILL), and a
+// restarted one ends what an earlier one left before it reports again, so
+// the host takes no placement while the execution could still run there.
+const unreachableAfter = 10 * time.Minute
+
+// outlived says whether e, scheduled or running, is past its maximum
+// runtime by unreachableAfter.
+func outlived(e *nodusv1.Execution, now time.Time) bool {
+	since := e.Status.StartedAt
+	if since == nil {
+		since = e.Status.ScheduledAt
+	}
+	return since != nil && now.After(since.Add(time.Duration(e.Spec.MaxRuntimeSeconds)*time.Second+unreachableAfter))
+}
+
+// hostUnreachable is e ended because its host's agent went silent and e
+// outlived its maximum runtime: the borrower's GPUs and cap are free again,
+// and its project may be deleted.
+func hostUnreachable(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := e.DeepCopy()
+	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionFailed, &now
+	w.Status.Reason = "HostUnreachable"
+	w.Status.Message = "its host's agent stopped reporting, and its maximum runtime passed long ago; whether it ran to its end is unknown"
+	return w
+}
+
 func hostLost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	w := e.DeepCopy()
 	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionFailed, &now
@@ -449,18 +490,18 @@ func hostLost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	return w
 }
 
-// aliases are the host aliases of every node there is.
-func (c *Controller) aliases() (map[string]bool, error) {
+// aliases are the nodes there are, by host alias.
+func (c *Controller) aliases() (map[string]*nodusv1.Node, error) {
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	out := make(map[string]bool, len(nodes))
+	out := make(map[string]*nodusv1.Node, len(nodes))
 	known := make(map[types.UID]string, len(nodes))
 	for _, n := range nodes {
 		alias := c.alias(n)
 		known[n.UID] = alias
-		out[alias] = true
+		out[alias] = n
 	}
 	c.aliasOf = known // forgets the nodes that are gone
 	return out, nil
