@@ -268,7 +268,7 @@ func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *n
 	// What nodus does next (release, lend, ssh) names the host it got:
 	// it must be the one asked for.
 	if h.Namespace != project || h.Name != name {
-		return nil, nil, fmt.Errorf("refusing %s: the server answered for %s/%s", ref, h.Namespace, h.Name)
+		return nil, nil, fmt.Errorf("refusing %s: the server answered for %s", ref, oneLine(h.Namespace+"/"+h.Name))
 	}
 	return c, h, nil
 }

@@ -57,12 +57,16 @@ func Report(err error, output string, w io.Writer) int {
 	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
-		if fix := unreached(err); fix != "" {
-			fmt.Fprintf(w, "  fix:     %s\n", fix)
-			return ExitServer
+		fix := unreached(err)
+		if fix == "" {
+			fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
+			return ExitOther
 		}
-		return ExitOther
+		// One line: a certificate's names (a man in the middle's own
+		// certificate's) may hold line breaks that would forge a fix.
+		fmt.Fprintf(w, "error: %s\n", oneLine(err.Error()))
+		fmt.Fprintf(w, "  fix:     %s\n", fix)
+		return ExitServer
 	}
 	s := status.Status()
 	var env envelope

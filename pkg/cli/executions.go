@@ -254,7 +254,8 @@ func splitDropped(raw []byte) (int64, []byte) {
 func printExecutionDetail(s Streams, e *nodusv1.Execution) {
 	st := e.Status
 	if st.Reason != "" || st.Message != "" {
-		fmt.Fprintf(s.Out, "reason:   %s: %s\n", terminalSafe(dash(st.Reason)), terminalSafe(st.Message))
+		// One line: the message is the lent host's agent's, another tenant's.
+		fmt.Fprintf(s.Out, "reason:   %s: %s\n", oneLine(dash(st.Reason)), oneLine(st.Message))
 	}
 	if len(st.GPUIndices) > 0 {
 		fmt.Fprintf(s.Out, "gpus:     %v\n", st.GPUIndices)

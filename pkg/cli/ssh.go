@@ -90,7 +90,12 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 		return fmt.Errorf("refusing to connect to %s: %w", ref, err)
 	}
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
-		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, h.Status.Reservation.State))
+		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, oneLine(h.Status.Reservation.State)))
+	}
+	// Before any file is written: a refused answer must leave the
+	// certificate of another server's alias (--replace) as it was.
+	if _, err := sshentry.CheckConnect(h.Status.Connect.LoginUser, h.Status.Connect.HostKey); err != nil {
+		return fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err)
 	}
 	dir := filepath.Join(DataDir(), "ssh")
 	if err := os.MkdirAll(dir, 0o700); err != nil {

@@ -26,7 +26,8 @@ import (
 
 // TestCLISSHRefusesForgedServerValues: a host whose agent reported an SSH
 // address or host key that would inject ssh_config or known_hosts lines is
-// refused by `nodus ssh`, and nothing of it reaches a file.
+// refused by `nodus ssh`, and nothing of it reaches a file, the host's
+// certificate included.
 func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
@@ -57,6 +58,11 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 		out, code := mary.run("", "ssh", "acme/forged", "--config-only")
 		if code == 0 || !strings.Contains(out, "refusing to connect") || !strings.Contains(out, what) {
 			t.Errorf("a forged %s: exit %d %s", what, code, out)
+		}
+		// Not even the certificate: with --replace it would take another
+		// server's alias, whose block still names that file.
+		if certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub*")); len(certs) > 0 {
+			t.Errorf("a forged %s: a certificate was written before the refusal: %v", what, certs)
 		}
 		for _, file := range []string{filepath.Join(home, ".config", "nodus", "ssh", "config"), filepath.Join(home, ".config", "nodus", "ssh", "known_hosts"),
 			filepath.Join(home, ".ssh", "config")} {

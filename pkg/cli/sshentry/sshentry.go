@@ -67,12 +67,9 @@ func Make(h Host) (Entry, error) {
 	if err != nil {
 		return Entry{}, fmt.Errorf("the server sent SSH address %q: %w", h.Address, err)
 	}
-	if !loginUser.MatchString(h.LoginUser) {
-		return Entry{}, fmt.Errorf("the server sent login user %q, which is no plain account name", h.LoginUser)
-	}
-	_, key, err := sshvalue.ParseKey(h.HostKey)
+	key, err := CheckConnect(h.LoginUser, h.HostKey)
 	if err != nil {
-		return Entry{}, fmt.Errorf("the server sent host key %q: %w", h.HostKey, err)
+		return Entry{}, err
 	}
 	for what, path := range map[string]string{"known_hosts": h.KnownHosts, "identity": h.IdentityFile, "certificate": h.CertificateFile} {
 		if err := CheckPath(path); err != nil {
@@ -89,6 +86,19 @@ func Make(h Host) (Entry, error) {
 		options = append(options, kv[0]+"="+kv[1])
 	}
 	return Entry{Alias: alias, Config: config, Options: options, KnownHosts: alias + " " + key + "\n"}, nil
+}
+
+// CheckConnect checks the login user and host key a server sent for a
+// host, and returns the key as known_hosts holds it.
+func CheckConnect(user, hostKey string) (string, error) {
+	if !loginUser.MatchString(user) {
+		return "", fmt.Errorf("the server sent login user %q, which is no plain account name", user)
+	}
+	_, key, err := sshvalue.ParseKey(hostKey)
+	if err != nil {
+		return "", fmt.Errorf("the server sent host key %q: %w", hostKey, err)
+	}
+	return key, nil
 }
 
 // CheckPath refuses a local path ssh_config cannot hold as one quoted
