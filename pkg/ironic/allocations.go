@@ -228,8 +228,14 @@ func (c *call) showAllocation(ident string) error {
 func (c *call) allocationView(a *nodusv1.Allocation) (map[string]interface{}, error) {
 	nodeUID := ""
 	if a.Status.Node != "" {
-		if n, err := c.findNode(a.Status.Node); err == nil {
-			nodeUID = string(n.UID)
+		// By its object name: findNode would take a name that looks like a
+		// UUID for another node's UUID.
+		obj, err := c.h.Nodes.Get(c.ctx(), a.Status.Node, &metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if err == nil {
+			nodeUID = string(obj.(*nodusv1.Node).UID)
 		}
 	}
 	return atVersion(allocationView(c.base, a, nodeUID), allocationFieldSince, c.v), nil

@@ -44,6 +44,7 @@ var serverOwned = []struct {
 }{
 	{"provisionState", func(s *nodusv1.NodeStatus) interface{} { return s.ProvisionState }},
 	{"allocation", func(s *nodusv1.NodeStatus) interface{} { return s.Allocation }},
+	{"allocationUID", func(s *nodusv1.NodeStatus) interface{} { return s.AllocationUID }},
 	{"reservation", func(s *nodusv1.NodeStatus) interface{} { return s.Reservation }},
 	{"reservationUID", func(s *nodusv1.NodeStatus) interface{} { return s.ReservationUID }},
 	{"cleaning", func(s *nodusv1.NodeStatus) interface{} { return s.Cleaning }},

@@ -35,6 +35,7 @@ func TestAgentsWriteOnlyTheirOwnFacts(t *testing.T) {
 		"the reservation claim":   {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" }, who: agent, refused: "status.reservation"},
 		"the claim's UID":         {change: func(s *nodusv1.NodeStatus) { s.ReservationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.reservationUID"},
 		"the allocation":          {change: func(s *nodusv1.NodeStatus) { s.Allocation = "a9" }, who: agent, refused: "status.allocation"},
+		"the allocation's UID":    {change: func(s *nodusv1.NodeStatus) { s.AllocationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.allocationUID"},
 		"the applied epoch":       {change: func(s *nodusv1.NodeStatus) { s.AppliedEpoch = 9 }, who: agent, refused: "status.appliedEpoch"},
 		"the agent generation":    {change: func(s *nodusv1.NodeStatus) { s.AgentGeneration = 9 }, who: agent, refused: "status.agentGeneration"},
 		"conditions":              {change: func(s *nodusv1.NodeStatus) { s.Conditions = []metav1.Condition{{Type: "Ready"}} }, who: agent, refused: "status.conditions"},

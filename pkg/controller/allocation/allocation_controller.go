@@ -175,13 +175,23 @@ const nodeKeyPrefix = "node/"
 // claim a node for one allocation; the one whose status write lost leaves
 // its claim behind, for ever unless freed.
 func orphaned(n *nodusv1.Node, a *nodusv1.Allocation) bool {
+	if n.Status.AllocationUID != "" && n.Status.AllocationUID != a.UID {
+		return true // an earlier allocation's of the name
+	}
 	settled := a.Status.State == nodusv1.AllocationStateActive || a.Status.State == nodusv1.AllocationStateError
 	return settled && a.Status.Node != n.Name
 }
 
+// claimOf says whether node n's claim is allocation a's: its name, and its
+// UID when the claim carries one (claims written before they did count by
+// name).
+func claimOf(n *nodusv1.Node, a *nodusv1.Allocation) bool {
+	return n.Status.Allocation == a.Name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID)
+}
+
 // repairOrphan frees node when the allocation it names does not exist in
-// etcd, or has settled on another node: the cache may lag behind, etcd does
-// not.
+// etcd, is another of its name, or has settled on another node: the cache
+// may lag behind, etcd does not.
 func (c *Controller) repairOrphan(ctx context.Context, node string) error {
 	n, err := c.client.NodusV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) || (err == nil && n.Status.Allocation == "") {
@@ -202,7 +212,7 @@ func (c *Controller) repairOrphan(ctx context.Context, node string) error {
 		klog.InfoS("freeing a node whose allocation no longer exists", "node", node, "allocation", n.Status.Allocation)
 	}
 	freed := n.DeepCopy()
-	freed.Status.Allocation = ""
+	freed.Status.Allocation, freed.Status.AllocationUID = "", ""
 	// A conflict means the node changed meanwhile: the next event looks again.
 	_, err = c.client.NodusV1().Nodes().UpdateStatus(ctx, freed, metav1.UpdateOptions{FieldManager: fieldManager})
 	return err
@@ -259,8 +269,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if err == nil && stored.Status.Allocation == a.Name {
+		if err == nil && claimOf(stored, a) {
 			return c.finish(ctx, a, n.Name, "")
+		}
+		if err == nil && stored.Status.Allocation == a.Name {
+			// An earlier allocation's of the name, deleted a moment ago
+			// (its delete frees the node next), or before the delete's
+			// node write failed: never taken over, freed.
+			c.queue.Add(nodeKeyPrefix + n.Name)
+			return fmt.Errorf("node %s holds the claim of an earlier allocation %s (UID %s)", n.Name, a.Name, stored.Status.AllocationUID)
 		}
 		return fmt.Errorf("node %s still shows a claim of an earlier allocation %s in the cache", n.Name, a.Name)
 	}
@@ -279,7 +296,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 			return c.finish(ctx, a, "", lastError)
 		}
 		claimed := node.DeepCopy()
-		claimed.Status.Allocation = a.Name
+		claimed.Status.Allocation, claimed.Status.AllocationUID = a.Name, a.UID
 		written, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager})
 		if err == nil {
 			c.index.claimed(node.Name, a.Name, resourceVersion(written))
@@ -321,7 +338,7 @@ func (c *Controller) settleUnanswered(ctx context.Context, claimed *nodusv1.Node
 		if getErr != nil && !apierrors.IsNotFound(getErr) {
 			return false, getErr
 		}
-		if getErr == nil && stored.UID == claimed.UID && stored.Status.Allocation == allocation {
+		if getErr == nil && stored.UID == claimed.UID && stored.Status.Allocation == allocation && stored.Status.AllocationUID == claimed.Status.AllocationUID {
 			c.index.claimed(claimed.Name, allocation, resourceVersion(stored))
 			return true, nil
 		}

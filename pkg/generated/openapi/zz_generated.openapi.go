@@ -2266,6 +2266,13 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 							Format:      "",
 						},
 					},
+					"allocationUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AllocationUID is the UID of the Allocation that holds this server, set with Allocation: an allocation deleted and made again under its name is another one, which never takes over the first one's server.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"reservation": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Reservation is the one live Reservation that holds this server. The reservation controller claims it by optimistic concurrency before the reservation gives access, and clears it when the server's cleaning starts, so no two reservations hold one server at once.",

@@ -139,6 +139,19 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if len(options.DryRun) > 0 {
 		return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 	}
+	if forceAllowCreate {
+		// A server-side apply of an allocation that does not exist creates
+		// it: through Create, which claims its UUID and Ironic name, as a
+		// POST would. (An empty resourceVersion reads etcd.)
+		if _, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			obj, err := objInfo.UpdatedObject(ctx, r.New())
+			if err != nil {
+				return nil, false, err
+			}
+			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
+			return out, err == nil, err
+		}
+	}
 	u := &renaming{UpdatedObjectInfo: objInfo, r: r}
 	out, created, err := r.Store.Update(ctx, name, u, createValidation, updateValidation, forceAllowCreate, options)
 	var keys []string
@@ -221,25 +234,35 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		return nil, false, apierror.New(ctx, apierror.ReasonNodeActive, nodusv1.Resource("allocations"), name,
 			fmt.Sprintf("allocation %s holds node %s, which is active and not in maintenance", name, node.Name), "")
 	}
+	// The allocation read and checked above, not another made under its
+	// name since: that one's node is its own, and so is its own check.
+	if options.Preconditions == nil || options.Preconditions.UID == nil {
+		withUID := *options
+		withUID.Preconditions = &metav1.Preconditions{UID: &a.UID}
+		if options.Preconditions != nil {
+			withUID.Preconditions.ResourceVersion = options.Preconditions.ResourceVersion
+		}
+		options = &withUID
+	}
 	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
-	if err != nil || len(options.DryRun) > 0 {
+	if err != nil || len(options.DryRun) > 0 || !deleted {
+		// Not deleted yet (a finalizer holds it): it holds its node and
+		// claims until it goes; the allocation controller then frees them.
 		return out, deleted, err
 	}
-	if deleted {
-		keys := []string{uuidClaim(string(a.UID))}
-		if a.Spec.IronicName != "" {
-			keys = append(keys, nameClaim(a.Spec.IronicName))
-		}
-		r.release(ctx, keys, owner{UID: string(a.UID), Object: a.Name}, true)
+	keys := []string{uuidClaim(string(a.UID))}
+	if a.Spec.IronicName != "" {
+		keys = append(keys, nameClaim(a.Spec.IronicName))
 	}
+	r.release(ctx, keys, owner{UID: string(a.UID), Object: a.Name}, true)
 	if node == nil {
 		return out, deleted, nil
 	}
 	_, _, err = r.Nodes.Update(ctx, node.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			n := old.(*nodusv1.Node).DeepCopy()
-			if n.Status.Allocation == name {
-				n.Status.Allocation = ""
+			if n.Status.Allocation == name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID) {
+				n.Status.Allocation, n.Status.AllocationUID = "", ""
 			}
 			return n, nil
 		}), nil, nil, false, &metav1.UpdateOptions{})

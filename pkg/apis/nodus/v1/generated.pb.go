@@ -2034,6 +2034,11 @@ func (m *NodeStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.AllocationUID)
+	copy(dAtA[i:], m.AllocationUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.AllocationUID)))
+	i--
+	dAtA[i] = 0x72
 	i -= len(m.ReservationUID)
 	copy(dAtA[i:], m.ReservationUID)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ReservationUID)))
@@ -4181,6 +4186,8 @@ func (m *NodeStatus) Size() (n int) {
 	n += 1 + sovGenerated(uint64(m.ExecutionSlots))
 	l = len(m.ReservationUID)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.AllocationUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5216,6 +5223,7 @@ func (this *NodeStatus) String() string {
 		`AppliedEpoch:` + fmt.Sprintf("%v", this.AppliedEpoch) + `,`,
 		`ExecutionSlots:` + fmt.Sprintf("%v", this.ExecutionSlots) + `,`,
 		`ReservationUID:` + fmt.Sprintf("%v", this.ReservationUID) + `,`,
+		`AllocationUID:` + fmt.Sprintf("%v", this.AllocationUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -12538,6 +12546,38 @@ func (m *NodeStatus) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.ReservationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 14:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AllocationUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.AllocationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -105,6 +105,11 @@ type NodeStatus struct {
 	// Allocation is the name of the Allocation that holds this server.
 	// +optional
 	Allocation string `json:"allocation,omitempty" protobuf:"bytes,7,opt,name=allocation"`
+	// AllocationUID is the UID of the Allocation that holds this server, set
+	// with Allocation: an allocation deleted and made again under its name
+	// is another one, which never takes over the first one's server.
+	// +optional
+	AllocationUID types.UID `json:"allocationUID,omitempty" protobuf:"bytes,14,opt,name=allocationUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 	// Reservation is the one live Reservation that holds this server. The
 	// reservation controller claims it by optimistic concurrency before the
 	// reservation gives access, and clears it when the server's cleaning

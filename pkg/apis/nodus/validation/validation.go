@@ -131,6 +131,9 @@ func ValidateNodeStatus(n *nodusv1.Node) field.ErrorList {
 			errs = append(errs, field.Invalid(status.Child("reservation"), n.Status.Reservation, msg))
 		}
 	}
+	if n.Status.AllocationUID != "" && n.Status.Allocation == "" {
+		errs = append(errs, field.Invalid(status.Child("allocationUID"), n.Status.AllocationUID, "may only be set with status.allocation"))
+	}
 	if n.Status.ReservationUID != "" && n.Status.Reservation == "" {
 		errs = append(errs, field.Invalid(status.Child("reservationUID"), n.Status.ReservationUID, "may only be set with status.reservation"))
 	}

@@ -188,6 +188,14 @@ func TestANodeClaimsUIDGoesWithItsName(t *testing.T) {
 	if got := fields(ValidateNodeStatus(n)); got != "" {
 		t.Errorf("a claim with its UID: %q", got)
 	}
+	n.Status.AllocationUID = "2c5f39cb-3fb2-11d2-883f-0016d3cca427"
+	if got := fields(ValidateNodeStatus(n)); got != "status.allocationUID" {
+		t.Errorf("an allocation's UID without its allocation: %q", got)
+	}
+	n.Status.Allocation = "a1"
+	if got := fields(ValidateNodeStatus(n)); got != "" {
+		t.Errorf("an allocation's claim with its UID: %q", got)
+	}
 }
 
 func TestWithoutTerminalControlsMakesReportsAcceptable(t *testing.T) {

@@ -32,6 +32,10 @@ type NodeStatusApplyConfiguration struct {
 	ProvisionState *nodusv1.ProvisionState `json:"provisionState,omitempty"`
 	// Allocation is the name of the Allocation that holds this server.
 	Allocation *string `json:"allocation,omitempty"`
+	// AllocationUID is the UID of the Allocation that holds this server, set
+	// with Allocation: an allocation deleted and made again under its name
+	// is another one, which never takes over the first one's server.
+	AllocationUID *types.UID `json:"allocationUID,omitempty"`
 	// Reservation is the one live Reservation that holds this server. The
 	// reservation controller claims it by optimistic concurrency before the
 	// reservation gives access, and clears it when the server's cleaning
@@ -117,6 +121,14 @@ func (b *NodeStatusApplyConfiguration) WithProvisionState(value nodusv1.Provisio
 // If called multiple times, the Allocation field is set to the value of the last call.
 func (b *NodeStatusApplyConfiguration) WithAllocation(value string) *NodeStatusApplyConfiguration {
 	b.Allocation = &value
+	return b
+}
+
+// WithAllocationUID sets the AllocationUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AllocationUID field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithAllocationUID(value types.UID) *NodeStatusApplyConfiguration {
+	b.AllocationUID = &value
 	return b
 }
 
