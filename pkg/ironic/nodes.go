@@ -73,7 +73,7 @@ func (c *call) listNodes(detail bool) error {
 	var marker map[string]interface{}
 	for i := range nodes {
 		n := &nodes[i]
-		view := nodeView(c.base, n, allocationUIDs[n.Status.Allocation])
+		view := nodeView(c.base, n, allocationOf(n, allocationUIDs))
 		if p.marker != "" && view["uuid"] == p.marker {
 			marker = atVersion(view, nodeFieldSince, c.v)
 		}
@@ -137,7 +137,18 @@ func (c *call) nodeView(n *nodusv1.Node) (map[string]interface{}, error) {
 	if err != nil {
 		return nil, err
 	}
-	return nodeView(c.base, n, uids[n.Status.Allocation]), nil
+	return nodeView(c.base, n, allocationOf(n, uids)), nil
+}
+
+// allocationOf is the UUID of the allocation node n's claim names, by uids
+// (allocationUIDs); "" when the allocation of that name is another than the
+// one the claim was written for (its UID, when the claim carries one).
+func allocationOf(n *nodusv1.Node, uids map[string]string) string {
+	uid := uids[n.Status.Allocation]
+	if n.Status.AllocationUID != "" && string(n.Status.AllocationUID) != uid {
+		return ""
+	}
+	return uid
 }
 
 // nodePatchable are the node fields an operator may change through /v1.

@@ -8,6 +8,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
@@ -136,6 +137,11 @@ func TestDrainNeedsCurrentEvidence(t *testing.T) {
 		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1"},
 			Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateEnding, Epoch: 2, Node: "n1"}}
 	}
+	lost := func() *nodusv1.Reservation {
+		r := ending()
+		r.Status.Conditions = []metav1.Condition{{Type: "Placed", Status: metav1.ConditionFalse, Reason: string(apierror.ReasonNodeLost)}}
+		return r
+	}
 	ok := nodusv1.ReservationEvidence{Name: "r1", AppliedEpoch: 2}
 	cases := map[string]struct {
 		r     *nodusv1.Reservation
@@ -143,13 +149,16 @@ func TestDrainNeedsCurrentEvidence(t *testing.T) {
 		ev    nodusv1.ReservationEvidence
 		state nodusv1.ReservationState
 	}{
-		"a drained release":           {releasing(), "n1", ok, nodusv1.ReservationStateReleased},
-		"a drained term end":          {ending(), "n1", ok, nodusv1.ReservationStateEnded},
-		"the old epoch":               {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 1}, nodusv1.ReservationStateReleasing},
-		"an owner session left":       {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, OwnerSessions: 1}, nodusv1.ReservationStateReleasing},
-		"a borrower execution left":   {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, BorrowerExecutions: 1}, nodusv1.ReservationStateReleasing},
-		"another node's report":       {releasing(), "n2", ok, nodusv1.ReservationStateReleasing},
-		"an active reservation stays": {&nodusv1.Reservation{Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateActive, Epoch: 2, Node: "n1"}}, "n1", ok, nodusv1.ReservationStateActive},
+		"a drained release":         {releasing(), "n1", ok, nodusv1.ReservationStateReleased},
+		"a drained term end":        {ending(), "n1", ok, nodusv1.ReservationStateEnded},
+		"the old epoch":             {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 1}, nodusv1.ReservationStateReleasing},
+		"an owner session left":     {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, OwnerSessions: 1}, nodusv1.ReservationStateReleasing},
+		"a borrower execution left": {releasing(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, BorrowerExecutions: 1}, nodusv1.ReservationStateReleasing},
+		"another node's report":     {releasing(), "n2", ok, nodusv1.ReservationStateReleasing},
+		// The sessions and executions counted on a node another reservation holds are that one's.
+		"a lost node's end, with the holder's sessions": {lost(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 2, OwnerSessions: 3, BorrowerExecutions: 1}, nodusv1.ReservationStateEnded},
+		"a lost node's end needs its epoch applied":     {lost(), "n1", nodusv1.ReservationEvidence{AppliedEpoch: 1}, nodusv1.ReservationStateEnding},
+		"an active reservation stays":                   {&nodusv1.Reservation{Status: nodusv1.ReservationStatus{State: nodusv1.ReservationStateActive, Epoch: 2, Node: "n1"}}, "n1", ok, nodusv1.ReservationStateActive},
 	}
 	for name, tc := range cases {
 		changed := Drain(tc.r, tc.node, tc.ev, t0)

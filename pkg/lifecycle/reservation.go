@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -60,10 +61,17 @@ func Release(res *nodusv1.Reservation, fieldManager string, now time.Time) {
 // Drain applies an agent's evidence for res on node (from the node's current
 // agent generation; the caller checked it): a releasing or ending
 // reservation on that node whose current epoch the agent applied, with no
-// owner session and no borrower execution left, is released or ended. It
-// reports whether res changed.
+// owner session and no borrower execution left, is released or ended. One
+// ending because another reservation holds its node (NodeLost) ends once
+// the agent applied its epoch: the sessions and executions the agent counts
+// there are the other reservation's too (an account both use), and the
+// retirement the agent applied ended all of the account's. It reports
+// whether res changed.
 func Drain(res *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence, now time.Time) bool {
-	if res.Status.Node != node || e.AppliedEpoch != res.Status.Epoch || e.OwnerSessions != 0 || e.BorrowerExecutions != 0 {
+	if res.Status.Node != node || e.AppliedEpoch != res.Status.Epoch {
+		return false
+	}
+	if (e.OwnerSessions != 0 || e.BorrowerExecutions != 0) && !LostNode(res) {
 		return false
 	}
 	at := metav1.NewTime(now.Truncate(time.Second))
@@ -78,6 +86,13 @@ func Drain(res *nodusv1.Reservation, node string, e nodusv1.ReservationEvidence,
 		return false
 	}
 	return true
+}
+
+// LostNode says whether res's access ended because another reservation
+// holds its node: its Placed condition says so (Advance's NodeLost).
+func LostNode(res *nodusv1.Reservation) bool {
+	c := meta.FindStatusCondition(res.Status.Conditions, "Placed")
+	return c != nil && c.Reason == string(apierror.ReasonNodeLost)
 }
 
 // Lend records the owner's lending agreement on res (CheckOwnerChange

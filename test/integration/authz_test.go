@@ -94,7 +94,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 		{name: "reservedhosts/lend", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"epoch":1}`},
 		{name: "reservedhosts/withdraw", collection: nodus + "/namespaces/acme/reservedhosts", object: "r1", action: `{"epoch":1}`},
 		{name: "hostlendings", collection: nodus + "/namespaces/acme/hostlendings", object: "r1", newObject: func() interface{} {
-			return &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: "new-lending", Namespace: "acme"}}
+			return &nodusv1.HostLending{ObjectMeta: metav1.ObjectMeta{Name: "new-lending", Namespace: "acme"},
+				Status: nodusv1.HostLendingStatus{State: nodusv1.HostLendingWithdrawn}}
 		}},
 		{name: "hostlendings/status", collection: nodus + "/namespaces/acme/hostlendings", object: "r1", statusOnly: true},
 		{name: "executions", collection: nodus + "/namespaces/acme/executions", object: "e1", newObject: func() interface{} { return execution("new-exec") }},

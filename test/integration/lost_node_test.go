@@ -66,10 +66,12 @@ func TestAReservationWhoseNodeWasTakenEnds(t *testing.T) {
 		t.Errorf("the customer's host still shows how to connect to a machine that is another's: %+v", host.Status.Connect)
 	}
 
-	// The agent there applied the new epoch and no session of the former
-	// tenant is left: its reservation ends, the node stays the taker's.
+	// The agent there applied the new epoch: its reservation ends, the
+	// node stays the taker's. The sessions and executions it counts are
+	// the taker's (an account both used; applying the retirement ended all
+	// of the account's sessions once): they do not hold the end.
 	if r := f.heartbeat(t, "taken", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{
-		evidence("taken", ending.Status.Epoch, 0, 0), evidence("taker", 1, 0, 0)}}); r.code != 200 {
+		evidence("taken", ending.Status.Epoch, 2, 1), evidence("taker", 1, 2, 1)}}); r.code != 200 {
 		t.Fatalf("heartbeat: %d %s", r.code, r.body)
 	}
 	waitReservation(t, s, "taken", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateEnded })

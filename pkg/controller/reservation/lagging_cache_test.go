@@ -31,11 +31,16 @@ func TestALaggingCacheEndsNoReservation(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := factory.Nodus().V1()
+	project, err := c.Projects().Get(ctx, "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	stale := node.DeepCopy()
 	stale.Status.Reservation, stale.Status.ReservationUID = "earlier", "a-uid-of-another"
 	for _, add := range []error{
 		v1.Reservations().Informer().GetIndexer().Add(active),
 		v1.Nodes().Informer().GetIndexer().Add(stale),
+		v1.Projects().Informer().GetIndexer().Add(project),
 	} {
 		if add != nil {
 			t.Fatal(add)
@@ -120,18 +125,26 @@ func TestALaggingCacheDeletesNoHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	v1 := factory.Nodus().V1()
+	project, err := c.Projects().Get(ctx, "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	// The cache: r1 as it was before the release, its host after.
 	for _, add := range []error{
 		v1.Reservations().Informer().GetIndexer().Add(active),
 		v1.Nodes().Informer().GetIndexer().Add(node),
 		v1.ReservedHosts().Informer().GetIndexer().Add(host),
+		v1.Projects().Informer().GetIndexer().Add(project),
 	} {
 		if add != nil {
 			t.Fatal(add)
 		}
 	}
+	// The sync projects r1 as the cache shows it, whose write of the host
+	// (a lower epoch) is refused: an error, and a retry once the cache
+	// caught up. The host must be there to write.
 	if err := controller.Sync(ctx, "r1"); err != nil {
-		t.Fatal(err)
+		t.Logf("the sync on a lagging cache: %v", err)
 	}
 	after, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
 	if err != nil || after.UID != host.UID {

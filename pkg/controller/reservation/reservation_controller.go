@@ -138,7 +138,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	}
 	if forgotten, err := c.forgetEarlier(ctx, r); err != nil || forgotten {
 		if forgotten {
-			c.queue.Add(name)
+			// Not at once: a delete a finalizer holds "succeeds" and leaves
+			// the object, and would requeue at once for ever. The deletes'
+			// events requeue it anyway.
+			c.queue.AddAfter(name, time.Second)
 		}
 		return err
 	}
@@ -215,7 +218,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if d.releaseAlloc && o.allocation != nil && !madeAfterTheEnd(o.allocation, r) {
 		uid := o.allocation.UID
 		err := c.client.NodusV1().Allocations().Delete(ctx, o.allocation.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if apierrors.IsConflict(err) {
+		if otherUID(err) {
 			err = nil // another allocation under the name since: not this reservation's
 		}
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -321,7 +324,7 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	for _, a := range owned {
 		uid := a.UID // not another allocation made since under the name
 		err := c.client.NodusV1().Allocations().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		if err != nil && !apierrors.IsNotFound(err) && !otherUID(err) {
 			return err
 		}
 	}
@@ -390,7 +393,7 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 		switch {
 		case err == nil:
 			wrote = true
-		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		case !apierrors.IsNotFound(err) && !otherUID(err):
 			return false, err
 		}
 	}
@@ -400,11 +403,18 @@ func (c *Controller) forgetEarlier(ctx context.Context, r *nodusv1.Reservation) 
 		switch {
 		case err == nil:
 			wrote = true
-		case !apierrors.IsNotFound(err) && !apierrors.IsConflict(err):
+		case !apierrors.IsNotFound(err) && !otherUID(err):
 			return false, err
 		}
 	}
 	return wrote, nil
+}
+
+// otherUID says whether a delete under a UID precondition found another
+// object of the name. Not any 409: an allocation that holds an active node
+// answers NodeActive, which must be retried, not taken for gone.
+func otherUID(err error) bool {
+	return apierrors.ReasonForError(err) == metav1.StatusReasonConflict
 }
 
 // earlierHost says whether h, the ReservedHost in r's project under r's
@@ -428,8 +438,11 @@ func (c *Controller) earlierHost(ctx context.Context, h *nodusv1.ReservedHost, r
 		return false, nil
 	}
 	fresh, err := c.client.NodusV1().Reservations().Get(ctx, r.Name, metav1.GetOptions{})
-	if err != nil || fresh.UID != r.UID {
-		return false, err // gone or made again since: its own sync decides
+	if apierrors.IsNotFound(err) || (err == nil && fresh.UID != r.UID) {
+		return false, nil // gone or made again since: its own sync decides
+	}
+	if err != nil {
+		return false, err
 	}
 	return ahead(fresh), nil
 }
@@ -526,7 +539,7 @@ func (c *Controller) retireOrphan(ctx context.Context, r *nodusv1.Reservation) (
 	}
 	klog.InfoS("deleting a reservation whose project is gone", "reservation", r.Name, "project", r.Spec.Project)
 	err = c.client.NodusV1().Reservations().Delete(ctx, r.Name, *metav1.NewPreconditionDeleteOptions(string(r.UID)))
-	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+	if apierrors.IsNotFound(err) || otherUID(err) {
 		return true, nil // gone already, or another under the name now: its own sync judges it
 	}
 	return err == nil, err

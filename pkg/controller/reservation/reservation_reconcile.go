@@ -132,7 +132,7 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 	switch {
 	case blocker != nil && blocker.Reason == apierror.ReasonNodeLost:
 		placed.Status, placed.Reason, placed.Message = metav1.ConditionFalse, string(blocker.Reason), blocker.Message
-	case lostNode(r) && st.Node == r.Status.Node && st.State != nodusv1.ReservationStateActive:
+	case lifecycle.LostNode(r) && st.Node == r.Status.Node && st.State != nodusv1.ReservationStateActive:
 		return // it keeps saying why its access ended
 	case blocker != nil && st.Node == "":
 		placed.Status, placed.Reason, placed.Message = metav1.ConditionFalse, string(blocker.Reason), blocker.Message
@@ -163,12 +163,6 @@ func setReservationConditions(st *nodusv1.ReservationStatus, r *nodusv1.Reservat
 		}
 	}
 	meta.SetStatusCondition(&st.Conditions, placed)
-}
-
-// lostNode says whether r's access ended because another reservation holds its node.
-func lostNode(r *nodusv1.Reservation) bool {
-	c := meta.FindStatusCondition(r.Status.Conditions, "Placed")
-	return c != nil && c.Reason == string(apierror.ReasonNodeLost)
 }
 
 // project builds the customer-safe ReservedHost of r.
@@ -246,7 +240,7 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 
 func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {
 	c := metav1.Condition{Type: nodusv1.ReservedHostConditionEligible, Status: metav1.ConditionFalse, LastTransitionTime: now}
-	if lostNode(r) && r.Status.State != nodusv1.ReservationStateActive {
+	if lifecycle.LostNode(r) && r.Status.State != nodusv1.ReservationStateActive {
 		// Not the Placed message: the other reservation is another tenant's.
 		c.Reason = string(apierror.ReasonNodeLost)
 		c.Message = "this host's machine was taken out of the fleet while reserved and serves another reservation now; its access ended"

@@ -226,8 +226,11 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, false, err
 		}
-		if err == nil {
-			node = n.(*nodusv1.Node)
+		// Only a node whose claim is this allocation's: one deleted and
+		// enrolled again under the name since, or claimed by another, is
+		// not its to keep or free.
+		if n, ok := n.(*nodusv1.Node); err == nil && ok && n.Status.Allocation == a.Name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID) {
+			node = n
 		}
 	}
 	if node != nil && node.Status.ProvisionState == nodusv1.ProvisionStateActive && !node.Spec.Maintenance {
@@ -247,7 +250,10 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	out, deleted, err := r.Store.Delete(ctx, name, deleteValidation, options)
 	if err != nil || len(options.DryRun) > 0 || !deleted {
 		// Not deleted yet (a finalizer holds it): it holds its node and
-		// claims until it goes; the allocation controller then frees them.
+		// its Ironic name and UUID until it goes. The allocation controller
+		// then frees the node; the name and UUID claims, left behind, are
+		// taken over by the next allocation that asks for them, their
+		// holder gone (claims.live).
 		return out, deleted, err
 	}
 	keys := []string{uuidClaim(string(a.UID))}
