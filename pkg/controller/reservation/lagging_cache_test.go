@@ -25,27 +25,9 @@ import (
 func TestALaggingCacheEndsNoReservation(t *testing.T) {
 	s, active, node, _ := activeOnItsClaim(t)
 	ctx, c := t.Context(), s.Client.NodusV1()
-	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
-	controller, err := reservation.New(s.Client, factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1 := factory.Nodus().V1()
-	project, err := c.Projects().Get(ctx, "acme", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	stale := node.DeepCopy()
 	stale.Status.Reservation, stale.Status.ReservationUID = "earlier", "a-uid-of-another"
-	for _, add := range []error{
-		v1.Reservations().Informer().GetIndexer().Add(active),
-		v1.Nodes().Informer().GetIndexer().Add(stale),
-		v1.Projects().Informer().GetIndexer().Add(project),
-	} {
-		if add != nil {
-			t.Fatal(add)
-		}
-	}
+	controller := withCache(t, s, active, stale, nil)
 	if err := controller.Sync(ctx, "r1"); err != nil {
 		t.Fatal(err)
 	}
@@ -57,6 +39,37 @@ func TestALaggingCacheEndsNoReservation(t *testing.T) {
 		t.Errorf("a cache that showed r1's node as another's ended r1: %s at epoch %d, was active at %d",
 			after.Status.State, after.Status.Epoch, active.Status.Epoch)
 	}
+}
+
+// withCache is a reservation controller of s whose caches hold what it is
+// given (host may be nil) and acme as s has it, filled by hand: a second
+// replica's view, lagging where the test says.
+func withCache(t *testing.T, s *testserver.Server, r *nodusv1.Reservation, node *nodusv1.Node, host *nodusv1.ReservedHost) *reservation.Controller {
+	t.Helper()
+	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
+	controller, err := reservation.New(s.Client, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	project, err := s.Client.NodusV1().Projects().Get(t.Context(), "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1 := factory.Nodus().V1()
+	adds := []error{
+		v1.Reservations().Informer().GetIndexer().Add(r),
+		v1.Nodes().Informer().GetIndexer().Add(node),
+		v1.Projects().Informer().GetIndexer().Add(project),
+	}
+	if host != nil {
+		adds = append(adds, v1.ReservedHosts().Informer().GetIndexer().Add(host))
+	}
+	for _, err := range adds {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return controller
 }
 
 // activeOnItsClaim is a server with reservation r1 active on node n1's
@@ -119,27 +132,8 @@ func TestALaggingCacheDeletesNoHost(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("r1's host never showed the release: %v", err)
 	}
-	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
-	controller, err := reservation.New(s.Client, factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1 := factory.Nodus().V1()
-	project, err := c.Projects().Get(ctx, "acme", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
 	// The cache: r1 as it was before the release, its host after.
-	for _, add := range []error{
-		v1.Reservations().Informer().GetIndexer().Add(active),
-		v1.Nodes().Informer().GetIndexer().Add(node),
-		v1.ReservedHosts().Informer().GetIndexer().Add(host),
-		v1.Projects().Informer().GetIndexer().Add(project),
-	} {
-		if add != nil {
-			t.Fatal(add)
-		}
-	}
+	controller := withCache(t, s, active, node, host)
 	// The sync projects r1 as the cache shows it, whose write of the host
 	// (a lower epoch) is refused: an error, and a retry once the cache
 	// caught up. The host must be there to write.
