@@ -178,3 +178,48 @@ func TestAnAllocationShowsItsNodesUUIDByName(t *testing.T) {
 		t.Errorf("GET /v1/allocations/on-hex: %d %s, want node_uuid %s", r.code, r.body, node.UID)
 	}
 }
+
+// TestAnOlderAgentStillReports: a nodusd built before status.allocationUID
+// reports its inventory by rewriting its node's whole status, without the
+// field. On a node an allocation holds, that write was refused as changing
+// a server-owned field, and the node's inventory, host key and address
+// froze until the agent was upgraded. The claim's UID is kept instead; an
+// agent that writes another UID is still refused.
+func TestAnOlderAgentStillReports(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	if _, err := s.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra1"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	agent := enrollAgent(t, s, "older", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	if _, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "on-older"},
+		Spec: nodusv1.AllocationSpec{Node: "older"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	claimed := waitNode(t, s, "older", func(n *nodusv1.Node) bool { return n.Status.AllocationUID != "" })
+	write := func(change func(status map[string]interface{})) response {
+		t.Helper()
+		r := do(t, agent, "GET", "/apis/nodus.dev/v1/nodes/older", "", nil)
+		var node map[string]interface{}
+		if err := json.Unmarshal(r.body, &node); r.code != 200 || err != nil {
+			t.Fatalf("the agent reading its node: %d %v", r.code, err)
+		}
+		change(node["status"].(map[string]interface{}))
+		body, _ := json.Marshal(node)
+		return do(t, agent, "PUT", "/apis/nodus.dev/v1/nodes/older/status", "application/json", strings.NewReader(string(body)))
+	}
+	r := write(func(st map[string]interface{}) {
+		delete(st, "allocationUID") // what a client without the field sends
+		st["sshAddress"] = "203.0.113.7:22"
+	})
+	if r.code != 200 {
+		t.Fatalf("an older agent's report on an allocated node: %d %s", r.code, r.body)
+	}
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "older", metav1.GetOptions{})
+	if err != nil || n.Status.SSHAddress != "203.0.113.7:22" || n.Status.AllocationUID != claimed.Status.AllocationUID {
+		t.Errorf("after the older agent's report: %v %+v", err, n.Status)
+	}
+	r = write(func(st map[string]interface{}) { st["allocationUID"] = string(uuid.NewUUID()) })
+	if r.code != http.StatusForbidden || envelopeOf(t, r).Reason != apierror.ReasonServerOwnedField {
+		t.Errorf("an agent writing another allocation UID: %d %s", r.code, r.body)
+	}
+}

@@ -22,7 +22,11 @@ var rules = base.Rules{
 		n.Status = nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateEnroll}
 	},
 	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Node).Status = old.(*nodusv1.Node).Status },
-	CopySpec:   func(obj, old runtime.Object) { obj.(*nodusv1.Node).Spec = old.(*nodusv1.Node).Spec },
+	CopySpec: func(obj, old runtime.Object) {
+		n, o := obj.(*nodusv1.Node), old.(*nodusv1.Node)
+		n.Spec = o.Spec
+		keepClaimUIDs(&n.Status, &o.Status)
+	},
 	ValidateStatus: func(obj, old runtime.Object) field.ErrorList {
 		before, _ := old.(*nodusv1.Node)
 		return validation.ValidateNodeStatusUpdate(obj.(*nodusv1.Node), before)
@@ -52,3 +56,18 @@ var table = base.Table{Columns: []base.Column{
 	base.Col("Allocation", "string", "Allocation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Allocation) }),
 	base.Col("Reservation", "string", "The live reservation holding the node.", func(n *nodusv1.Node) interface{} { return base.Str(n.Status.Reservation) }),
 }}
+
+// keepClaimUIDs keeps the UIDs of the claims a status write leaves as they
+// were but sends without their UID: a client built before the field (an
+// older nodusd rewrites its node's whole status to report its inventory)
+// drops it, and the write would be refused as one changing a server-owned
+// field. No writer clears a claim's UID and keeps its name; a claim that
+// changes is written with its own UID, or none.
+func keepClaimUIDs(n, old *nodusv1.NodeStatus) {
+	if n.Allocation == old.Allocation && n.AllocationUID == "" {
+		n.AllocationUID = old.AllocationUID
+	}
+	if n.Reservation == old.Reservation && n.ReservationUID == "" {
+		n.ReservationUID = old.ReservationUID
+	}
+}
