@@ -302,7 +302,7 @@ func (c *call) nodeAllocation(ident string, remove bool) error {
 	// of its name, or one left on this node after it settled on another)
 	// is freed by the allocation controller: it answers as none, and a
 	// delete never takes the allocation of another node.
-	if (n.Status.AllocationUID != "" && n.Status.AllocationUID != a.UID) || (a.Status.Node != "" && a.Status.Node != n.Name) {
+	if !n.Status.ClaimedByAllocation(a) || (a.Status.Node != "" && a.Status.Node != n.Name) {
 		exchange.From(c.ctx()).SetFix(fmt.Sprintf("Node %s holds no allocation now; create one with `openstack baremetal allocation create --resource-class CLASS` (or --node %s to backfill it).", ident, ident))
 		return errorf(http.StatusNotFound, "Allocation for node %s was not found", ident)
 	}

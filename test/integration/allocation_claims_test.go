@@ -22,18 +22,9 @@ import (
 // waitAllocationUntil waits until allocation name satisfies ok.
 func waitAllocationUntil(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Allocation) bool) *nodusv1.Allocation {
 	t.Helper()
-	var last *nodusv1.Allocation
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
-		a, err := s.Client.NodusV1().Allocations().Get(c, name, metav1.GetOptions{})
-		if err != nil {
-			return false, nil
-		}
-		last = a
-		return ok(a), nil
-	}); err != nil {
-		t.Fatalf("allocation %s never reached the expected state; last seen: %+v", name, last)
-	}
-	return last
+	return waitUntil(t, "allocation "+name, func(c context.Context) (*nodusv1.Allocation, error) {
+		return s.Client.NodusV1().Allocations().Get(c, name, metav1.GetOptions{})
+	}, ok)
 }
 
 func allocationActive(a *nodusv1.Allocation) bool {

@@ -435,17 +435,12 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 	}
 }
 
+// waitAllocation waits until allocation name is placed or failed.
 func waitAllocation(t *testing.T, s *testserver.Server, name string) *nodusv1.Allocation {
 	t.Helper()
-	var a *nodusv1.Allocation
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		var err error
-		a, err = s.Client.NodusV1().Allocations().Get(cx, name, metav1.GetOptions{})
-		return err == nil && a.Status.State != "" && a.Status.State != nodusv1.AllocationStateAllocating, nil
-	}); err != nil {
-		t.Fatalf("allocation %s never finished: %+v", name, a)
-	}
-	return a
+	return waitAllocationUntil(t, s, name, func(a *nodusv1.Allocation) bool {
+		return a.Status.State != "" && a.Status.State != nodusv1.AllocationStateAllocating
+	})
 }
 
 func setMaintenance(t *testing.T, s *testserver.Server, name string, on bool) {

@@ -98,16 +98,25 @@ func TestAReservationWhoseNodeWasTakenEnds(t *testing.T) {
 // waitReservation waits until reservation name satisfies ok.
 func waitReservation(t *testing.T, s *testserver.Server, name string, ok func(*nodusv1.Reservation) bool) *nodusv1.Reservation {
 	t.Helper()
-	var last *nodusv1.Reservation
+	return waitUntil(t, "reservation "+name, func(c context.Context) (*nodusv1.Reservation, error) {
+		return s.Client.NodusV1().Reservations().Get(c, name, metav1.GetOptions{})
+	}, ok)
+}
+
+// waitUntil waits until the object get reads satisfies ok; a read that
+// fails counts as not yet.
+func waitUntil[T any](t *testing.T, what string, get func(context.Context) (T, error), ok func(T) bool) T {
+	t.Helper()
+	var last T
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
-		r, err := s.Client.NodusV1().Reservations().Get(c, name, metav1.GetOptions{})
+		obj, err := get(c)
 		if err != nil {
 			return false, nil
 		}
-		last = r
-		return ok(r), nil
+		last = obj
+		return ok(obj), nil
 	}); err != nil {
-		t.Fatalf("reservation %s never reached the expected state; last seen: %+v", name, last)
+		t.Fatalf("%s never reached the expected state; last seen: %+v", what, last)
 	}
 	return last
 }

@@ -175,18 +175,11 @@ const nodeKeyPrefix = "node/"
 // claim a node for one allocation; the one whose status write lost leaves
 // its claim behind, for ever unless freed.
 func orphaned(n *nodusv1.Node, a *nodusv1.Allocation) bool {
-	if n.Status.AllocationUID != "" && n.Status.AllocationUID != a.UID {
+	if !n.Status.ClaimedByAllocation(a) {
 		return true // an earlier allocation's of the name
 	}
 	settled := a.Status.State == nodusv1.AllocationStateActive || a.Status.State == nodusv1.AllocationStateError
 	return settled && a.Status.Node != n.Name
-}
-
-// claimOf says whether node n's claim is allocation a's: its name, and its
-// UID when the claim carries one (claims written before they did count by
-// name).
-func claimOf(n *nodusv1.Node, a *nodusv1.Allocation) bool {
-	return n.Status.Allocation == a.Name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID)
 }
 
 // repairOrphan frees node when the allocation it names does not exist in
@@ -269,7 +262,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if err != nil && !apierrors.IsNotFound(err) {
 			return err
 		}
-		if err == nil && claimOf(stored, a) {
+		if err == nil && stored.Status.ClaimedByAllocation(a) {
 			return c.finish(ctx, a, n.Name, "")
 		}
 		if err == nil && stored.Status.Allocation == a.Name {

@@ -77,7 +77,7 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 		if n.Name != a.Spec.Node && string(n.UID) != a.Spec.Node {
 			continue
 		}
-		if n.Status.Allocation != "" && !claimOf(n, a) {
+		if n.Status.Allocation != "" && !n.Status.ClaimedByAllocation(a) {
 			return nil, fmt.Sprintf("node %s already has allocation %s", n.Name, n.Status.Allocation)
 		}
 		if n.Status.Reservation != "" {

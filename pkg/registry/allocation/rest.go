@@ -229,7 +229,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 		// Only a node whose claim is this allocation's: one deleted and
 		// enrolled again under the name since, or claimed by another, is
 		// not its to keep or free.
-		if n, ok := n.(*nodusv1.Node); err == nil && ok && n.Status.Allocation == a.Name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID) {
+		if n, ok := n.(*nodusv1.Node); err == nil && ok && n.Status.ClaimedByAllocation(a) {
 			node = n
 		}
 	}
@@ -267,7 +267,7 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 	_, _, err = r.Nodes.Update(ctx, node.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			n := old.(*nodusv1.Node).DeepCopy()
-			if n.Status.Allocation == name && (n.Status.AllocationUID == "" || n.Status.AllocationUID == a.UID) {
+			if n.Status.ClaimedByAllocation(a) {
 				n.Status.Allocation, n.Status.AllocationUID = "", ""
 			}
 			return n, nil

@@ -24,3 +24,10 @@ func GPUSummary(gpus []NodeGPU) string {
 	}
 	return out
 }
+
+// ClaimedByAllocation says whether the node's allocation claim is a's: its
+// name, and its UID when the claim carries one (claims written before they
+// did count by name). An allocation made again under the name is another.
+func (s *NodeStatus) ClaimedByAllocation(a *Allocation) bool {
+	return s.Allocation == a.Name && (s.AllocationUID == "" || s.AllocationUID == a.UID)
+}
