@@ -28,8 +28,10 @@ build:
 ## test: check generated code, formatting and vet, run every test, then fuzz each kind briefly
 test: verify unit fuzz
 
+# The integration package alone takes about ten minutes on two cores, go
+# test's default limit per package; twenty leaves room on a slower machine.
 unit:
-	$(GO) test -count=1 ./...
+	$(GO) test -count=1 -timeout 20m ./...
 
 # hack/fuzz.sh runs a target again once when Go's fuzz coordinator fails it on
 # its own deadline race (golang/go#75804) without a failing input.
