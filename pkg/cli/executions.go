@@ -134,7 +134,9 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			}
 			out := s
 			if !raw {
-				out.Out = &outputSafe{w: s.Out}
+				safe := &outputSafe{w: s.Out}
+				defer safe.end()
+				out.Out = safe
 			}
 			return followLogs(cmd.Context(), c, out, p, name, follow)
 		},
@@ -147,19 +149,29 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 
 // outputSafe writes an execution's output for a terminal. The output comes
 // from the agent of the host it ran on, another tenant's machine: every
-// control character is shown as \xNN, but line breaks, tabs, carriage
-// returns (progress bars) and colours (SGR sequences, which only style
-// text). A sequence cut between two writes is shown escaped.
-type outputSafe struct{ w io.Writer }
+// control character is shown as \xNN, and Unicode's direction controls as
+// \uNNNN, but line breaks, tabs, carriage returns (progress bars) and
+// colours (SGR sequences, which only style text). A sequence cut between
+// two writes is shown escaped. Colours can still hide text (the same
+// colour for text and background); what they cannot do is outlast the
+// output: end resets them.
+type outputSafe struct {
+	w      io.Writer
+	styled bool // an SGR sequence other than a reset was written last
+}
 
 // sgr is one Select Graphic Rendition sequence: ESC [ parameters m.
 var sgr = regexp.MustCompile(`^\x1b\[[0-9;]{0,32}m`)
+
+// sgrReset is the SGR sequence that ends every style.
+const sgrReset = "\x1b[0m"
 
 func (o *outputSafe) Write(p []byte) (int, error) {
 	var b bytes.Buffer
 	for i := 0; i < len(p); {
 		if m := sgr.Find(p[i:]); m != nil {
 			b.Write(m)
+			o.styled = string(m) != sgrReset && string(m) != "\x1b[m"
 			i += len(m)
 			continue
 		}
@@ -171,6 +183,8 @@ func (o *outputSafe) Write(p []byte) (int, error) {
 			fmt.Fprintf(&b, `\x%02x`, p[i])
 		case validation.IsTerminalControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
+		case isDirectionControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.Write(p[i : i+size])
 		}
@@ -180,6 +194,15 @@ func (o *outputSafe) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// end resets the terminal's style if the output left one set, so that it
+// does not colour (or hide) what the shell prints next.
+func (o *outputSafe) end() {
+	if o.styled {
+		_, _ = io.WriteString(o.w, sgrReset)
+		o.styled = false
+	}
 }
 
 // followLogs prints the log, and with follow the output that comes after it
@@ -195,10 +218,11 @@ func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, 
 		if err != nil {
 			return err
 		}
-		dropped, data := splitDropped(raw)
+		dropped, data := nodusv1.SplitExecutionLog(raw)
 		switch start := printed - dropped; {
-		case printed == 0:
-			_, _ = s.Out.Write(raw)
+		case printed == 0 && dropped > 0:
+			fmt.Fprintf(s.Out, "[nodus: %d earlier bytes of output were not kept]\n", dropped)
+			_, _ = s.Out.Write(data)
 		case start < 0:
 			fmt.Fprintf(s.Out, "[nodus: %d bytes of output were not kept]\n", -start)
 			_, _ = s.Out.Write(data)
@@ -238,17 +262,6 @@ func readLog(ctx context.Context, c versioned.Interface, project, name string) (
 		return nil, fmt.Errorf("refusing the log of %s/%s: the server sent more output than it keeps (%d KiB)", project, name, nodusv1.MaxExecutionLogBytes>>10)
 	}
 	return raw, nil
-}
-
-// splitDropped separates the server's note on dropped output from the log.
-func splitDropped(raw []byte) (int64, []byte) {
-	var dropped int64
-	if n, err := fmt.Sscanf(string(raw), "[nodus: %d earlier bytes of output were not kept]", &dropped); err == nil && n == 1 {
-		if i := bytes.IndexByte(raw, '\n'); i >= 0 {
-			return dropped, raw[i+1:]
-		}
-	}
-	return 0, raw
 }
 
 func printExecutionDetail(s Streams, e *nodusv1.Execution) {

@@ -41,3 +41,49 @@ func TestAnExecutionsMessageIsOneLine(t *testing.T) {
 		}
 	}
 }
+
+// TestDirectionControlsAreShownEscaped: a right-to-left override in
+// another tenant's text (an execution's message or output, a name an agent
+// reported) makes a terminal show what follows it backwards, so that it
+// reads as something else.
+func TestDirectionControlsAreShownEscaped(t *testing.T) {
+	const forged = "logs of run-\u202e4pm.exe\u202c and \u2067isolate\u2069"
+	if got := oneLine(forged); strings.ContainsFunc(got, isDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe\u202c`) || !strings.Contains(got, `\u2067isolate\u2069`) {
+		t.Errorf("oneLine(%q) = %q, want each direction control shown as \\uNNNN", forged, got)
+	}
+	if got := jsonTerminalSafe(forged); strings.ContainsFunc(got, isDirectionControl) {
+		t.Errorf("jsonTerminalSafe(%q) = %q", forged, got)
+	}
+	var out bytes.Buffer
+	safe := &outputSafe{w: &out}
+	if _, err := safe.Write([]byte(forged + "\n")); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); strings.ContainsFunc(got, isDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe`) {
+		t.Errorf("an execution's output %q printed as %q", forged, got)
+	}
+	if got := oneLine("مرحبا world"); got != "مرحبا world" {
+		t.Errorf("right-to-left text without direction controls printed as %q", got)
+	}
+}
+
+// TestAnExecutionsColoursEndWithIt: an execution's output may colour text
+// (or conceal it, SGR 8); what the shell prints after nodus must not be.
+func TestAnExecutionsColoursEndWithIt(t *testing.T) {
+	for _, c := range []struct{ output, want string }{
+		{"\x1b[8mconcealed\n", "\x1b[8mconcealed\n\x1b[0m"},
+		{"\x1b[1;31mred\x1b[0m done\n", "\x1b[1;31mred\x1b[0m done\n"},
+		{"\x1b[32mgreen\x1b[m\n", "\x1b[32mgreen\x1b[m\n"},
+		{"plain\n", "plain\n"},
+	} {
+		var out bytes.Buffer
+		safe := &outputSafe{w: &out}
+		if _, err := safe.Write([]byte(c.output)); err != nil {
+			t.Fatal(err)
+		}
+		safe.end()
+		if out.String() != c.want {
+			t.Errorf("output %q printed as %q, want %q", c.output, out.String(), c.want)
+		}
+	}
+}

@@ -2,8 +2,10 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"flag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -23,6 +26,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -36,13 +40,37 @@ type nodusCLI struct {
 
 func (n nodusCLI) run(stdin string, args ...string) (string, int) {
 	var out bytes.Buffer
-	cmd, g := cli.NewCommand(cli.Streams{In: strings.NewReader(stdin), Out: &out, Err: &out})
+	code := n.runTo(&out, stdin, args...)
+	return out.String(), code
+}
+
+// runTo runs nodus with its output to out, for a command read while it
+// runs (logs -f).
+func (n nodusCLI) runTo(out io.Writer, stdin string, args ...string) int {
+	cmd, g := cli.NewCommand(cli.Streams{In: strings.NewReader(stdin), Out: out, Err: out})
 	if n.config != "" {
 		args = append([]string{"--kubeconfig", n.config}, args...)
 	}
 	cmd.SetArgs(args)
-	code := cli.Report(cmd.Execute(), g.Output, &out)
-	return out.String(), code
+	return cli.Report(cmd.Execute(), g.Output, out)
+}
+
+// syncBuffer is a buffer a command writes while a test reads it.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // volatile are the parts of CLI output that change from run to run.
@@ -523,6 +551,51 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	}
 	if out, code := mary.run("", "executions", "logs", "acme/e1", "--raw"); code != 0 || out != colours+hostile+"\n" {
 		t.Errorf("nodus executions logs --raw: exit %d, want the bytes as kept: %q", code, out)
+	}
+
+	// logs -f counts what it printed by the server's note on dropped
+	// output. An execution whose output starts with the note's words does
+	// not fool it: once output is really dropped, the rest still shows.
+	forgeExecution := func(phase nodusv1.ExecutionPhase) {
+		t.Helper()
+		e.Status.Phase = phase
+		data, _ := json.Marshal(&e)
+		if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "execution acme/e1", func(c context.Context) (*nodusv1.Execution, error) {
+			return s.Client.NodusV1().Executions("acme").Get(c, "e1", metav1.GetOptions{})
+		}, func(got *nodusv1.Execution) bool { return got.Status.Phase == phase })
+	}
+	forgeExecution(nodusv1.ExecutionPending) // not ended (a running one would be: no host runs it)
+	const forgedNote = "[nodus: 100000 earlier bytes of output were not kept]\n"
+	if err := logs.Put(ctx(t), "acme", "e1", e.UID, executionlog.Log{Data: []byte(forgedNote + "hello\n")}); err != nil {
+		t.Fatal(err)
+	}
+	var followed syncBuffer
+	following := make(chan int, 1)
+	go func() { following <- mary.runTo(&followed, "", "executions", "logs", "acme/e1", "-f") }()
+	waitFor := func(what string) {
+		t.Helper()
+		if err := testfleet.Eventually(ctx(t), 15*time.Second, func(context.Context) (bool, error) {
+			return strings.Contains(followed.String(), what), nil
+		}); err != nil {
+			t.Fatalf("nodus executions logs -f never printed %q: %q", what, followed.String())
+		}
+	}
+	waitFor("hello")
+	if err := logs.Put(ctx(t), "acme", "e1", e.UID, executionlog.Log{Data: []byte("tail\n"), DroppedBytes: int64(len(forgedNote+"hello\n")) + 10}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor("tail")
+	forgeExecution(nodusv1.ExecutionSucceeded)
+	select {
+	case code := <-following:
+		if want := forgedNote + "hello\n[nodus: 10 bytes of output were not kept]\ntail\n"; code != 0 || followed.String() != want {
+			t.Errorf("nodus executions logs -f: exit %d, printed %q, want %q", code, followed.String(), want)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("nodus executions logs -f did not end with the execution: %q", followed.String())
 	}
 
 	// A server keeps at most the last 256 KiB of output; one that sends

@@ -361,11 +361,7 @@ func (r *LogREST) Get(ctx context.Context, name string, _ *metav1.GetOptions) (r
 	if err != nil {
 		return nil, err
 	}
-	data := log.Data
-	if log.DroppedBytes > 0 {
-		data = append([]byte(fmt.Sprintf("[nodus: %d earlier bytes of output were not kept]\n", log.DroppedBytes)), data...)
-	}
-	return &logStream{data: data}, nil
+	return &logStream{data: nodusv1.ExecutionLogBody(log.DroppedBytes, log.Data)}, nil
 }
 
 // logStream is the log as the generic server streams it.
