@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -14,9 +15,9 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
@@ -757,19 +758,40 @@ func (a *Agent) report(ctx context.Context) error {
 		}
 	}
 	nodes := a.client.NodusV1().Nodes()
-	// Heartbeats write the same status; retry on their conflicts.
-	return retry.RetryOnConflict(retry.DefaultBackoff, func() error {
-		n, err := nodes.Get(ctx, a.id.Node, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		slots := int32(a.opts.BorrowerSlots)
-		if equality.Semantic.DeepEqual(n.Status.Inventory, inv) && n.Status.SSHHostKey == hostKey && n.Status.SSHAddress == a.opts.SSHAddress &&
-			n.Status.ExecutionSlots == slots {
-			return nil
-		}
-		n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = inv, hostKey, a.opts.SSHAddress, slots
-		_, err = nodes.UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodusd"})
+	n, err := nodes.Get(ctx, a.id.Node, metav1.GetOptions{})
+	if err != nil {
 		return err
+	}
+	slots := int32(a.opts.BorrowerSlots)
+	if equality.Semantic.DeepEqual(n.Status.Inventory, inv) && n.Status.SSHHostKey == hostKey && n.Status.SSHAddress == a.opts.SSHAddress &&
+		n.Status.ExecutionSlots == slots {
+		return nil
+	}
+	patch, err := ownStatusPatch(inv, hostKey, a.opts.SSHAddress, slots)
+	if err != nil {
+		return err
+	}
+	_, err = nodes.Patch(ctx, a.id.Node, types.JSONPatchType, patch, metav1.PatchOptions{FieldManager: "nodusd"}, "status")
+	return err
+}
+
+// ownStatusPatch is the JSON patch that writes the status fields an agent
+// reports, and no other. A whole-status update would write back every field
+// as this build decodes it: one a newer server added (a claim's UID, say)
+// would reach the server empty, and the write be refused as changing a
+// field the server owns, freezing the node's reports until the agent is
+// upgraded. Each field is set whole ("add" replaces a member), so what the
+// inventory no longer has is gone from it.
+func ownStatusPatch(inv nodusv1.NodeInventory, hostKey, address string, slots int32) ([]byte, error) {
+	type op struct {
+		Op    string      `json:"op"`
+		Path  string      `json:"path"`
+		Value interface{} `json:"value"`
+	}
+	return json.Marshal([]op{
+		{"add", "/status/inventory", inv},
+		{"add", "/status/sshHostKey", hostKey},
+		{"add", "/status/sshAddress", address},
+		{"add", "/status/executionSlots", slots},
 	})
 }

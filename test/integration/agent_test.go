@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -345,7 +346,7 @@ func TestAFailedInventoryReportIsSentAgainSoon(t *testing.T) {
 	}
 	var failed atomic.Int32
 	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
-		if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/nodes/agent-1/status") || failed.Add(1) > 1 {
+		if req.Method != http.MethodPatch || !strings.HasSuffix(req.URL.Path, "/nodes/agent-1/status") || failed.Add(1) > 1 {
 			return false
 		}
 		answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the server is restarting")
@@ -358,6 +359,64 @@ func TestAFailedInventoryReportIsSentAgainSoon(t *testing.T) {
 	})
 	if failed.Load() == 0 {
 		t.Error("the proxy failed no inventory report: the test tested nothing")
+	}
+}
+
+// TestAnAgentReportsOnlyItsOwnFields: an agent built before a field of
+// its Node was added reads the node without it. Had it written back the
+// whole status as it decoded it, the write would clear that field, or,
+// for a field the server owns, be refused and leave the node's reports
+// frozen until the agent is upgraded. A proxy hides the node's labels from
+// the agent's reads (what such an agent would not see); its report must
+// still land, and the labels stay.
+func TestAnAgentReportsOnlyItsOwnFields(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "agent-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Labels = map[string]string{"rack": "r7"}
+	if _, err := s.Client.NodusV1().Nodes().Update(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var hidden atomic.Int32
+	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, forward http.Handler) bool {
+		if req.Method != http.MethodGet || req.URL.Path != "/apis/nodus.dev/v1/nodes/agent-1" {
+			return false
+		}
+		answer := httptest.NewRecorder()
+		forward.ServeHTTP(answer, req)
+		var node map[string]interface{}
+		if answer.Code != http.StatusOK || json.Unmarshal(answer.Body.Bytes(), &node) != nil {
+			w.WriteHeader(answer.Code)
+			_, _ = w.Write(answer.Body.Bytes())
+			return true
+		}
+		if meta, ok := node["metadata"].(map[string]interface{}); ok && meta["labels"] != nil {
+			delete(meta, "labels")
+			hidden.Add(1)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(node)
+		return true
+	})
+	hostKey := filepath.Join(dir, "ssh_host_ed25519_key.pub")
+	if err := os.WriteFile(hostKey, []byte(testfleet.HostKey("agent-1")+" root@agent-1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runAgent(t, agent.Options{StateDir: dir, SSHHostKey: hostKey, SSHAddress: "127.0.0.1:2222", DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
+
+	reported := waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool {
+		return n.Status.Inventory.CPU > 0 && n.Status.SSHHostKey == testfleet.HostKey("agent-1") && n.Status.SSHAddress == "127.0.0.1:2222"
+	})
+	if reported.Labels["rack"] != "r7" {
+		t.Errorf("the agent's report changed the node's labels: %v", reported.Labels)
+	}
+	if hidden.Load() == 0 {
+		t.Error("the proxy hid the labels from no read of the agent's: the test tested nothing")
 	}
 }
 
