@@ -363,24 +363,17 @@ func (c *Controller) choose(a *nodusv1.Allocation, tried map[string]bool) (*nodu
 		if n != nil {
 			return n, ""
 		}
-		// Nothing to take: say why from every node the cache shows, the
-		// ones being claimed included. A node that looks free there is
-		// being claimed, or claimed a moment ago: ask again later rather
-		// than fail the allocation.
-		c.rndMu.Lock()
-		free, lastError := choose(a, c.index.all(), c.rnd)
-		c.rndMu.Unlock()
-		if free != nil {
-			return nil, ""
-		}
-		return nil, lastError
+		// Nothing to take: say why. "" (a node that looks free in the
+		// cache is being claimed, or was a moment ago) asks again later
+		// rather than fail the allocation.
+		return nil, c.index.whyNoneFree(a)
 	}
 	c.rndMu.Lock()
 	node, lastError := choose(a, field, c.rnd)
 	c.rndMu.Unlock()
 	if node == nil && a.Spec.Node == "" && len(a.Spec.CandidateNodes) > 0 {
 		// Say why as the fleet does: the candidates may be of another class.
-		_, lastError = choose(a, c.index.all(), c.rnd)
+		lastError = c.index.whyNoneFree(a)
 		if lastError == "" {
 			lastError = fmt.Sprintf("none of the candidate nodes %s is free", strings.Join(a.Spec.CandidateNodes, ", "))
 		}

@@ -2,6 +2,7 @@ package allocation
 
 import (
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"sort"
@@ -23,38 +24,16 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 	if a.Spec.Node != "" {
 		return backfill(a, nodes)
 	}
-	steps := []struct {
-		keep func(*nodusv1.Node) bool
-		why  string
-	}{
-		{func(n *nodusv1.Node) bool { return n.Spec.ResourceClass == a.Spec.ResourceClass },
-			fmt.Sprintf("no node has resource class %q", a.Spec.ResourceClass)},
-		{func(n *nodusv1.Node) bool { return hasAll(n.Spec.Traits, a.Spec.Traits) },
-			fmt.Sprintf("no node of resource class %q has all traits %s", a.Spec.ResourceClass, strings.Join(a.Spec.Traits, ", "))},
-		{func(n *nodusv1.Node) bool {
-			return len(a.Spec.CandidateNodes) == 0 || slices.Contains(a.Spec.CandidateNodes, n.Name) || slices.Contains(a.Spec.CandidateNodes, string(n.UID))
-		}, fmt.Sprintf("none of the candidate nodes %s matches the resource class and traits", strings.Join(a.Spec.CandidateNodes, ", "))},
-		{func(n *nodusv1.Node) bool { return !n.Spec.Maintenance }, "every matching node is in maintenance"},
-		{func(n *nodusv1.Node) bool {
-			return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady)
-		},
-			"no matching node's agent is ready"},
-		{func(n *nodusv1.Node) bool {
-			return n.Status.Allocation == "" && n.Status.Reservation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
-		}, "every matching node is already allocated or in use"},
-		{func(n *nodusv1.Node) bool { return n.Status.ProvisionState != nodusv1.ProvisionStateCleaning },
-			"every free matching node is being cleaned after its previous tenant"},
-	}
 	field := nodes
-	for _, step := range steps {
+	for _, r := range rulesFor(a) {
 		var kept []*nodusv1.Node
 		for _, n := range field {
-			if step.keep(n) {
+			if r.keep(n) {
 				kept = append(kept, n)
 			}
 		}
 		if len(kept) == 0 {
-			return nil, step.why
+			return nil, r.why
 		}
 		field = kept
 	}
@@ -96,6 +75,56 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 		return n, ""
 	}
 	return nil, fmt.Sprintf("node %s does not exist", a.Spec.Node)
+}
+
+// rule is one of choose's constraints on the nodes for an allocation by
+// class, with what lastError says when it leaves none.
+type rule struct {
+	keep func(*nodusv1.Node) bool
+	why  string
+}
+
+// rulesFor are choose's constraints for a, in the order they apply.
+func rulesFor(a *nodusv1.Allocation) []rule {
+	return []rule{
+		{func(n *nodusv1.Node) bool { return n.Spec.ResourceClass == a.Spec.ResourceClass },
+			fmt.Sprintf("no node has resource class %q", a.Spec.ResourceClass)},
+		{func(n *nodusv1.Node) bool { return hasAll(n.Spec.Traits, a.Spec.Traits) },
+			fmt.Sprintf("no node of resource class %q has all traits %s", a.Spec.ResourceClass, strings.Join(a.Spec.Traits, ", "))},
+		{func(n *nodusv1.Node) bool {
+			return len(a.Spec.CandidateNodes) == 0 || slices.Contains(a.Spec.CandidateNodes, n.Name) || slices.Contains(a.Spec.CandidateNodes, string(n.UID))
+		}, fmt.Sprintf("none of the candidate nodes %s matches the resource class and traits", strings.Join(a.Spec.CandidateNodes, ", "))},
+		{func(n *nodusv1.Node) bool { return !n.Spec.Maintenance }, "every matching node is in maintenance"},
+		{func(n *nodusv1.Node) bool {
+			return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady)
+		},
+			"no matching node's agent is ready"},
+		{func(n *nodusv1.Node) bool {
+			return n.Status.Allocation == "" && n.Status.Reservation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
+		}, "every matching node is already allocated or in use"},
+		{func(n *nodusv1.Node) bool { return n.Status.ProvisionState != nodusv1.ProvisionStateCleaning },
+			"every free matching node is being cleaned after its previous tenant"},
+	}
+}
+
+// whyNoneFree is choose's lastError for an allocation by class, or "" when
+// some node passes every rule, found in one pass that keeps nothing: the
+// field choose narrows rule by rule empties at the first rule no node gets
+// past, the rule after the most any node passes.
+func whyNoneFree(a *nodusv1.Allocation, nodes iter.Seq[*nodusv1.Node]) string {
+	rules := rulesFor(a)
+	reached := 0
+	for n := range nodes {
+		passed := 0
+		for passed < len(rules) && rules[passed].keep(n) {
+			passed++
+		}
+		if passed == len(rules) {
+			return ""
+		}
+		reached = max(reached, passed)
+	}
+	return rules[reached].why
 }
 
 func hasAll(have, want []string) bool {

@@ -1,8 +1,10 @@
 package allocation
 
 import (
+	"maps"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -30,6 +32,12 @@ type freeIndex struct {
 	// leader lost), allocation → the node as the claim wrote it: the claim
 	// may have landed, so the node stays taken until an answer tells.
 	unanswered map[string]*nodusv1.Node
+	// generation counts the changes to nodes; whyMemo holds, for the
+	// generation whyGeneration, why allocations of a kind wait (whyKey):
+	// a node that changes its standing wakes every allocation of its
+	// class, and they would each scan the fleet for the same answer.
+	generation, whyGeneration uint64
+	whyMemo                   map[string]string
 }
 
 // nodeSet is a set of node names with uniform random choice.
@@ -80,6 +88,7 @@ func (x *freeIndex) update(n *nodusv1.Node) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.forget(n.Name)
+	x.generation++
 	x.nodes[n.Name] = n
 	x.byUID[string(n.UID)] = n.Name
 	if n.Status.Allocation != "" {
@@ -101,6 +110,7 @@ func (x *freeIndex) remove(name string) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	x.forget(name)
+	x.generation++
 	delete(x.taken, name)
 }
 
@@ -148,16 +158,29 @@ func (x *freeIndex) lookup(ident string) (*nodusv1.Node, bool) {
 	return n, ok
 }
 
-// all is every node as the cache shows it, for the error path: the
-// constraint that emptied the field.
-func (x *freeIndex) all() []*nodusv1.Node {
+// whyNoneFree is choose's lastError for a, an allocation by class, from
+// every node the cache shows (the ones being claimed included), or "" when
+// one of them passes every rule: such a node is being claimed, or was a
+// moment ago.
+func (x *freeIndex) whyNoneFree(a *nodusv1.Allocation) string {
+	key := whyKey(a)
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	nodes := make([]*nodusv1.Node, 0, len(x.nodes))
-	for _, n := range x.nodes {
-		nodes = append(nodes, n)
+	if x.whyGeneration != x.generation || x.whyMemo == nil {
+		x.whyMemo, x.whyGeneration = map[string]string{}, x.generation
 	}
-	return nodes
+	if why, ok := x.whyMemo[key]; ok {
+		return why
+	}
+	why := whyNoneFree(a, maps.Values(x.nodes))
+	x.whyMemo[key] = why
+	return why
+}
+
+// whyKey is what of an allocation by class its rules read (rulesFor).
+// Names hold neither separator.
+func whyKey(a *nodusv1.Allocation) string {
+	return a.Spec.ResourceClass + "\x00" + strings.Join(a.Spec.Traits, "\x01") + "\x00" + strings.Join(a.Spec.CandidateNodes, "\x01")
 }
 
 // sampleTries bounds the random draws before a scan of the class: with

@@ -3,6 +3,7 @@ package allocation
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -163,7 +164,7 @@ func TestFreeIndexFollowsTheNode(t *testing.T) {
 		t.Errorf("lookup by UID: %v %v", got, ok)
 	}
 	x.remove("n1")
-	if x.take(allocationOf("a", "cpu"), rnd, nil) != nil || len(x.all()) != 0 {
+	if x.take(allocationOf("a", "cpu"), rnd, nil) != nil || len(x.nodes) != 0 {
 		t.Error("a deleted node is still indexed")
 	}
 }
@@ -203,5 +204,66 @@ func TestClaimableAgreesWithChoose(t *testing.T) {
 			t.Errorf("%s: reason %q is both standing %d and %d", name, why, seen, st)
 		}
 		reasonOf[st], standingOf[why] = why, st
+	}
+}
+
+// whyNoneFree words in one pass what choose words by narrowing the field
+// rule by rule: the two must say the same of every fleet.
+func TestWhyNoneFreeAgreesWithChoose(t *testing.T) {
+	rnd := rand.New(rand.NewPCG(3, 4))
+	changes := []func(*nodusv1.Node){
+		func(*nodusv1.Node) {},
+		func(n *nodusv1.Node) { n.Spec.Maintenance = true },
+		func(n *nodusv1.Node) { n.Status.Conditions[0].Status = metav1.ConditionFalse },
+		func(n *nodusv1.Node) { n.Status.Allocation = "other" },
+		func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateCleaning },
+		func(n *nodusv1.Node) { n.Spec.ResourceClass = "cpu" },
+		func(n *nodusv1.Node) { n.Spec.Traits = []string{"CUSTOM_IB"} },
+	}
+	asks := []*nodusv1.Allocation{allocationOf("a", "gpu"), allocationOf("a", "gpu", "CUSTOM_IB"), allocationOf("a", "tpu")}
+	withCandidates := allocationOf("a", "gpu")
+	withCandidates.Spec.CandidateNodes = []string{"n1", "uid-n2"}
+	asks = append(asks, withCandidates)
+	for trial := range 2000 {
+		nodes := make([]*nodusv1.Node, rnd.IntN(4))
+		for i := range nodes {
+			nodes[i] = readyNode(fmt.Sprint("n", i), "gpu", 10)
+			for range rnd.IntN(3) {
+				changes[rnd.IntN(len(changes))](nodes[i])
+			}
+		}
+		for _, a := range asks {
+			chosen, want := choose(a, nodes, rnd)
+			if chosen != nil {
+				want = ""
+			}
+			if got := whyNoneFree(a, slices.Values(nodes)); got != want {
+				t.Fatalf("trial %d, %v: whyNoneFree says %q, choose %q (took %v)", trial, a.Spec, got, want, chosen != nil)
+			}
+		}
+	}
+}
+
+// The index keeps why allocations wait until a node changes: a node that
+// became free, or one that went, changes the answer.
+func TestFreeIndexWhyFollowsTheNodes(t *testing.T) {
+	x := newFreeIndex()
+	n := readyNode("n1", "gpu", 10)
+	n.Status.Allocation = "other"
+	x.update(n)
+	a := allocationOf("a", "gpu")
+	if why := x.whyNoneFree(a); why != "every matching node is already allocated or in use" {
+		t.Fatalf("why, the one node in use: %q", why)
+	}
+	x.update(readyNode("n1", "gpu", 11))
+	if why := x.whyNoneFree(a); why != "" {
+		t.Errorf("why, the node free again: %q", why)
+	}
+	x.remove("n1")
+	if why := x.whyNoneFree(a); why != `no node has resource class "gpu"` {
+		t.Errorf("why, the node gone: %q", why)
+	}
+	if why := x.whyNoneFree(allocationOf("b", "gpu", "CUSTOM_IB")); why != `no node has resource class "gpu"` {
+		t.Errorf("why, for other traits: %q", why)
 	}
 }
