@@ -351,12 +351,25 @@ func ValidateReservationUpdate(r, old *nodusv1.Reservation) field.ErrorList {
 	spec := field.NewPath("spec")
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Project, old.Spec.Project, spec.Child("project"))...)
 	errs = append(errs, apimachineryvalidation.ValidateImmutableField(r.Spec.Placement, old.Spec.Placement, spec.Child("placement"))...)
-	if old.Status.Release != nil {
-		for name, times := range map[string][2]metav1.Time{"startsAt": {r.Spec.StartsAt, old.Spec.StartsAt}, "endsAt": {r.Spec.EndsAt, old.Spec.EndsAt}} {
-			if !times[0].Equal(&times[1]) {
-				errs = append(errs, field.Forbidden(spec.Child(name), "the capacity was released: its term no longer changes"))
-			}
+	startsAt, endsAt := spec.Child("startsAt"), spec.Child("endsAt")
+	moved := func(path *field.Path, now, was metav1.Time, why string) {
+		if !now.Equal(&was) {
+			errs = append(errs, field.Forbidden(path, why))
 		}
+	}
+	// What the controller has acted on stays: it never takes access back
+	// for a start moved later, nor gives it again for an end moved later
+	// once it is ending, and a change it would ignore is refused instead.
+	switch state := old.Status.State; {
+	case old.Status.Release != nil:
+		moved(startsAt, r.Spec.StartsAt, old.Spec.StartsAt, "the capacity was released: its term no longer changes")
+		moved(endsAt, r.Spec.EndsAt, old.Spec.EndsAt, "the capacity was released: its term no longer changes")
+	case state == nodusv1.ReservationStateActive:
+		moved(startsAt, r.Spec.StartsAt, old.Spec.StartsAt, "the term started and access was given: its start no longer changes (an earlier endsAt ends it sooner)")
+	case state != "" && state != nodusv1.ReservationStatePending:
+		why := fmt.Sprintf("the reservation is %s: its term no longer changes", state)
+		moved(startsAt, r.Spec.StartsAt, old.Spec.StartsAt, why)
+		moved(endsAt, r.Spec.EndsAt, old.Spec.EndsAt, why)
 	}
 	return errs
 }

@@ -209,3 +209,36 @@ func TestWithoutTerminalControlsMakesReportsAcceptable(t *testing.T) {
 		t.Errorf("newlines and tabs must stay: %q", got)
 	}
 }
+
+// TestATermTheControllerActedOnStays: the controller never takes access
+// back for a start moved later once it gave it, nor gives it again for an
+// end moved later once access is ending. Such a change was accepted and
+// silently ignored; it is refused now, so that what the object says is
+// what happens.
+func TestATermTheControllerActedOnStays(t *testing.T) {
+	later := metav1.NewTime(dec.Add(24 * time.Hour))
+	reservation := func(state nodusv1.ReservationState, startsAt, endsAt metav1.Time) *nodusv1.Reservation {
+		return &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1", ResourceVersion: "7"},
+			Spec:   nodusv1.ReservationSpec{Project: "acme", Placement: nodusv1.ReservationPlacement{Node: "gpu-1"}, StartsAt: startsAt, EndsAt: endsAt},
+			Status: nodusv1.ReservationStatus{State: state}}
+	}
+	for _, c := range []struct {
+		state            nodusv1.ReservationState
+		startsAt, endsAt metav1.Time
+		want             string
+	}{
+		{"", dec, later, ""},
+		{nodusv1.ReservationStatePending, dec, later, ""},
+		{nodusv1.ReservationStateActive, jan, later, ""},
+		{nodusv1.ReservationStateActive, jan, metav1.NewTime(jan.Add(time.Hour)), ""},
+		{nodusv1.ReservationStateActive, metav1.NewTime(jan.Add(time.Hour)), dec, "spec.startsAt"},
+		{nodusv1.ReservationStateEnding, jan, later, "spec.endsAt"},
+		{nodusv1.ReservationStateEnded, metav1.NewTime(jan.Add(-time.Hour)), later, "spec.endsAt spec.startsAt"},
+		{nodusv1.ReservationStateEnded, jan, dec, ""},
+	} {
+		old := reservation(c.state, jan, dec)
+		if got := fields(ValidateReservationUpdate(reservation(c.state, c.startsAt, c.endsAt), old)); got != c.want {
+			t.Errorf("%q, the term moved to %s – %s: errors at %q, want %q", c.state, c.startsAt.UTC(), c.endsAt.UTC(), got, c.want)
+		}
+	}
+}
