@@ -19,10 +19,12 @@ package heartbeatpath
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"mime"
 	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -51,9 +53,11 @@ import (
 
 const (
 	prefix   = "/apis/" + nodusv1.GroupName + "/v1/nodes/"
-	suffix   = "/heartbeat"
 	resource = "nodes"
 	sub      = "heartbeat"
+	// createTimeout is the generic create handler's bound on a request
+	// (k8s.io/apiserver's requestTimeoutUpperBound), which a beat keeps.
+	createTimeout = 34 * time.Second
 )
 
 var served = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
@@ -77,10 +81,14 @@ type Options struct {
 	Admission    admission.Interface
 	Scheme       *runtime.Scheme
 	Serializer   runtime.NegotiatedSerializer
-	// Timeout bounds a beat, as the generic chain's request timeout does.
+	// Timeout bounds a beat, as the generic chain's request timeout does
+	// (and at most as its create handler does, 34 s): reading the body
+	// included, so that a body that never comes holds neither a slot nor
+	// the server's shutdown.
 	Timeout time.Duration
 	// MaxInFlight bounds the beats served at once; beyond it the generic
-	// chain's in-flight limit answers.
+	// chain's in-flight limit answers. It is a share of the server's
+	// mutating limit, which the generic chain gets the rest of (LeanShare).
 	MaxInFlight int
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.
@@ -106,6 +114,17 @@ func New(next http.Handler, opts Options) *Filter {
 	}
 	return &Filter{next: next, opts: opts, inflight: make(chan struct{}, opts.MaxInFlight),
 		objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}
+}
+
+// LeanShare splits the server's limit on mutating requests in flight
+// between the lean path (lean) and the generic chain (generic), so that
+// beats do not add to it; 0 (no limit) stays no limit for the generic chain.
+func LeanShare(limit int) (lean, generic int) {
+	if limit <= 0 {
+		return 0, limit
+	}
+	lean = max(limit/4, 1)
+	return lean, max(limit-lean, 1)
 }
 
 // Serve sets the storage that takes the beats: the same the generic chain
@@ -142,7 +161,20 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // serve answers the beat, or says that it did not touch w and that the
 // generic chain is to answer it (with req's body as it came).
-func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, beats rest.NamedCreater) bool {
+func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, beats rest.NamedCreater) (taken bool) {
+	// As the generic chain's panic filter: a 500, not a dropped connection.
+	defer func() {
+		if r := recover(); r != nil {
+			if r == http.ErrAbortHandler {
+				panic(r)
+			}
+			utilruntime.HandleError(fmt.Errorf("heartbeat of %s panicked: %v", name, r))
+			code := responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("the heartbeat failed")), f.opts.Serializer, gv, w, req)
+			served.WithLabelValues(fmt.Sprint(code)).Inc()
+			taken = true
+		}
+	}()
+	deadline := time.Now().Add(f.timeout())
 	resp, ok, err := f.opts.Authenticator.AuthenticateRequest(req)
 	if err != nil || !ok {
 		return false
@@ -160,7 +192,17 @@ func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, be
 	if decision, _, err := f.opts.Authorizer.Authorize(ctx, attrs); err != nil || decision != authorizer.DecisionAllow {
 		return false
 	}
-	body, err := io.ReadAll(io.LimitReader(req.Body, f.opts.BodyLimit+1))
+	// The body is read by the deadline: the generic chain's timeout filter
+	// answers a body that never comes, and releases shutdown's wait.
+	body, err := readBy(w, req, deadline, f.opts.BodyLimit)
+	if errors.Is(err, errCannotBound) {
+		return false
+	}
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		code := responsewriters.ErrorNegotiated(apierrors.NewTimeoutError("the request's body did not arrive within its deadline", 0), f.opts.Serializer, gv, w, req)
+		served.WithLabelValues(fmt.Sprint(code)).Inc()
+		return true
+	}
 	if err != nil || int64(len(body)) > f.opts.BodyLimit {
 		req.Body = replay(body, req.Body)
 		return false
@@ -180,24 +222,41 @@ func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, be
 	if _, set := w.Header()["Cache-Control"]; !set {
 		w.Header().Set("Cache-Control", "no-cache, private")
 	}
-	code := f.answer(w, req, name, beat, beats)
+	code := f.answer(w, req, name, beat, beats, deadline)
 	served.WithLabelValues(fmt.Sprint(code)).Inc()
 	return true
 }
 
+// timeout is how long a beat may take, the generic create handler's bound
+// at most.
+func (f *Filter) timeout() time.Duration {
+	if f.opts.Timeout <= 0 {
+		return createTimeout
+	}
+	return min(f.opts.Timeout, createTimeout)
+}
+
+// errCannotBound says that the connection takes no read deadline.
+var errCannotBound = errors.New("the connection takes no read deadline")
+
+// readBy reads at most limit+1 bytes of req's body, giving up at deadline
+// (os.ErrDeadlineExceeded). A connection that cannot be given a read
+// deadline is not read from (errCannotBound).
+func readBy(w http.ResponseWriter, req *http.Request, deadline time.Time, limit int64) ([]byte, error) {
+	rc := http.NewResponseController(w)
+	if err := rc.SetReadDeadline(deadline); err != nil {
+		return nil, errCannotBound
+	}
+	// The connection outlives the request (keep-alive): lift the deadline
+	// after the body, or it would cut the next request on it.
+	defer func() { _ = rc.SetReadDeadline(time.Time{}) }()
+	return io.ReadAll(io.LimitReader(req.Body, limit+1))
+}
+
 // answer runs the beat through admission and the storage and writes the
 // result as the generic create handler writes it (200 for an action).
-func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, beat *nodusv1.NodeHeartbeat, beats rest.NamedCreater) (code int) {
-	defer func() {
-		if r := recover(); r != nil {
-			if r == http.ErrAbortHandler {
-				panic(r)
-			}
-			utilruntime.HandleError(fmt.Errorf("heartbeat of %s panicked: %v", name, r))
-			code = responsewriters.ErrorNegotiated(apierrors.NewInternalError(fmt.Errorf("the heartbeat failed")), f.opts.Serializer, gv, w, req)
-		}
-	}()
-	ctx, cancel := context.WithTimeout(req.Context(), f.opts.Timeout)
+func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, beat *nodusv1.NodeHeartbeat, beats rest.NamedCreater, deadline time.Time) int {
+	ctx, cancel := context.WithDeadline(req.Context(), deadline)
 	defer cancel()
 	options := &metav1.CreateOptions{}
 	user, _ := request.UserFrom(ctx)
@@ -210,6 +269,10 @@ func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, b
 	}
 	validate := rest.AdmissionToValidateObjectFunc(f.opts.Admission, attrs, f.objects)
 	out, err := beats.Create(ctx, name, beat, validate, options)
+	if err != nil && ctx.Err() != nil {
+		// As the generic create handler words a request past its bound.
+		err = apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within requested timeout - %s", ctx.Err()), 0)
+	}
 	if err != nil {
 		return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
 	}
@@ -220,11 +283,18 @@ func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, b
 // plainBeat says whether req is a heartbeat that needs nothing of the
 // generic chain but what the lean path runs, and of which node.
 func plainBeat(req *http.Request) (string, bool) {
-	if req.Method != http.MethodPost || req.URL.RawQuery != "" || !strings.HasPrefix(req.URL.Path, prefix) || !strings.HasSuffix(req.URL.Path, suffix) {
+	if req.Method != http.MethodPost || req.URL.RawQuery != "" {
 		return "", false
 	}
-	name := strings.TrimSuffix(strings.TrimPrefix(req.URL.Path, prefix), suffix)
-	if len(validation.IsDNS1123Subdomain(name)) > 0 {
+	rest, ok := strings.CutPrefix(req.URL.Path, prefix)
+	name, tail, found := strings.Cut(rest, "/")
+	if !ok || !found || tail != sub || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "", false
+	}
+	// Agents beat with their certificate. A bearer token (or no
+	// credential) goes down the generic chain: one the lean path declined
+	// would be looked up twice.
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 || req.Header.Get("Authorization") != "" {
 		return "", false
 	}
 	for key := range req.Header {

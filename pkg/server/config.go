@@ -158,6 +158,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 	generic := genericapiserver.NewConfig(codecs)
 	generic.EffectiveVersion = effective
 	generic.MaxRequestBodyBytes = 3 << 20
+	generic.RequestTimeout = o.RequestTimeout
 	if err := o.applyServing(generic, listener, certFile, keyFile); err != nil {
 		return nil, err
 	}
@@ -288,6 +289,11 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)
+		// Beats the lean path takes are mutating requests the generic
+		// chain's in-flight limit does not see: they get a share of it,
+		// so that the server's limit stays what it was set to.
+		leanSlots, genericSlots := heartbeatpath.LeanShare(c.MaxMutatingRequestsInFlight)
+		c.MaxMutatingRequestsInFlight = genericSlots
 		// Ironic's discovery is public, as in Ironic: inside the envelope,
 		// before authentication.
 		chain := ironic.WithDiscovery(genericapiserver.DefaultBuildHandlerChain(apiHandler, c), paths.get)
@@ -298,7 +304,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			Authenticator: c.Authentication.Authenticator, APIAudiences: c.Authentication.APIAudiences,
 			Authorizer: c.Authorization.Authorizer, AuditBackend: c.AuditBackend, AuditPolicy: c.AuditPolicyRuleEvaluator,
 			Admission: c.AdmissionControl, Scheme: scheme, Serializer: c.Serializer, Timeout: c.RequestTimeout,
-			MaxInFlight: c.MaxMutatingRequestsInFlight, WaitGroup: c.NonLongRunningRequestWaitGroup,
+			MaxInFlight: leanSlots, WaitGroup: c.NonLongRunningRequestWaitGroup,
 			BodyLimit: actionSubresources["nodes/heartbeat"],
 		})
 		handler := envelope.WithEnvelope(beats.filter, envelope.Options{

@@ -62,6 +62,9 @@ type Options struct {
 	// EtcdProbeTimeout bounds the start-up check that etcd answers
 	// (default 15 s): a server whose etcd is down says so and exits.
 	EtcdProbeTimeout time.Duration
+	// RequestTimeout bounds a request other than a watch (kube-apiserver's
+	// --request-timeout; a create, update or action at most 34 s of it).
+	RequestTimeout time.Duration
 
 	// Listener, when set, is used instead of binding BindAddress:SecurePort
 	// (tests pass a listener on port 0).
@@ -81,6 +84,7 @@ func NewOptions(out io.Writer) *Options {
 		AgentCertificateValidity: 30 * 24 * time.Hour,
 		MaxExecutionsPerProject:  1000,
 		EtcdProbeTimeout:         15 * time.Second,
+		RequestTimeout:           time.Minute,
 		// Matches leader.DefaultLease.
 		LeaderElectLeaseDuration: 5 * time.Second,
 		Out:                      out,
@@ -106,6 +110,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long the replica that runs the controllers keeps the lead after it stopped renewing it (died, partitioned); whole seconds. Shorter: faster failover; longer: fewer handovers when etcd is slow.")
 	fs.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "Feature gates of the Kubernetes API server library, as key=true|false pairs separated by commas. Nodus turns ListFromCacheSnapshot off (docs/performance.md says why); ListFromCacheSnapshot=true turns it on.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
+	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "How long a request other than a watch may take before the server answers 504 Timeout (a write at most 34 s of it), its body's arrival included.")
 }
 
 // Validate reports every invalid flag.
@@ -160,6 +165,9 @@ func (o *Options) Validate() error {
 	}
 	if o.AgentCertificateValidity < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--agent-certificate-validity %s is below 10 seconds", o.AgentCertificateValidity))
+	}
+	if o.RequestTimeout < time.Second {
+		errs = append(errs, fmt.Errorf("--request-timeout %s is below one second", o.RequestTimeout))
 	}
 	if o.LeaderElectLeaseDuration < time.Second {
 		errs = append(errs, fmt.Errorf("--leader-elect-lease-duration %s is below one second", o.LeaderElectLeaseDuration))
