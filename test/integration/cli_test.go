@@ -13,7 +13,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,24 +52,6 @@ func (n nodusCLI) runTo(out io.Writer, stdin string, args ...string) int {
 	}
 	cmd.SetArgs(args)
 	return cli.Report(cmd.Execute(), g.Output, out)
-}
-
-// syncBuffer is a buffer a command writes while a test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // volatile are the parts of CLI output that change from run to run.
@@ -572,7 +553,7 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 	if err := logs.Put(ctx(t), "acme", "e1", e.UID, executionlog.Log{Data: []byte(forgedNote + "hello\n")}); err != nil {
 		t.Fatal(err)
 	}
-	var followed syncBuffer
+	var followed testfleet.SyncBuffer
 	following := make(chan int, 1)
 	go func() { following <- mary.runTo(&followed, "", "executions", "logs", "acme/e1", "-f") }()
 	waitFor := func(what string) {

@@ -37,7 +37,9 @@ func runtimeForTest(t *testing.T) *Runtime {
 	return rt
 }
 
-// safeBuffer is output written by runc while the test reads it.
+// safeBuffer is output written by runc while the test reads it
+// (testfleet.SyncBuffer's: testfleet imports the agent, which imports this
+// package).
 type safeBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
