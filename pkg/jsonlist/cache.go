@@ -10,6 +10,7 @@
 package jsonlist
 
 import (
+	"strconv"
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
@@ -61,10 +62,29 @@ func (c *Cache) put(uid types.UID, e entry) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// A list read at an older revision (a continued page, an exact
+	// resourceVersion) does not push out the object's newer JSON, which the
+	// next plain LIST asks for.
+	for _, generation := range []map[types.UID]entry{c.current, c.previous} {
+		if old, ok := generation[uid]; ok && old.supersedes(e) {
+			return
+		}
+	}
 	if old, ok := c.current[uid]; ok {
 		c.currentBytes -= len(old.json)
 	}
 	c.addLocked(uid, e)
+}
+
+// supersedes says whether e is the same kind's JSON at a later
+// resourceVersion than other's: etcd's revisions, in order.
+func (e entry) supersedes(other entry) bool {
+	if e.apiVersion != other.apiVersion || e.kind != other.kind {
+		return false
+	}
+	mine, err1 := strconv.ParseUint(e.resourceVersion, 10, 64)
+	theirs, err2 := strconv.ParseUint(other.resourceVersion, 10, 64)
+	return err1 == nil && err2 == nil && mine > theirs
 }
 
 func (c *Cache) addLocked(uid types.UID, e entry) {
