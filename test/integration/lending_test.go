@@ -282,6 +282,21 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 
 	// The freed GPUs go to the waiting one; the borrower cancels it while it runs.
 	running := f.waitExecution(t, "beta", second.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	// The host's agent sees what it runs, not the borrower's records: its
+	// credential may have been copied by a tenant with root on the host.
+	agentsView, listErr := versioned.NewForConfigOrDie(f.agents[node]).NodusV1().Executions("").List(ctx(t),
+		metav1.ListOptions{FieldSelector: "status.host=" + f.aliases[node]})
+	if listErr != nil {
+		t.Fatalf("the agent lists the executions on its host: %v", listErr)
+	}
+	for _, e := range agentsView.Items {
+		if e.UID == placed.UID || e.Status.Phase.Finished() {
+			t.Errorf("the host's agent lists a finished execution: %s/%s %s", e.Namespace, e.Name, e.Status.Phase)
+		}
+	}
+	if !slices.ContainsFunc(agentsView.Items, func(e nodusv1.Execution) bool { return e.UID == running.UID }) {
+		t.Errorf("the host's agent does not list the execution placed on its host now")
+	}
 	if r := f.report(t, node, "beta", running.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
 		t.Fatalf("report running: %d %s", r.code, r.body)
 	}
