@@ -324,7 +324,7 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "scheduler")
 			return
 		}
-		projects, err := projectcontroller.New(client, factory, c.storage.client, []string{executionlog.Prefix, idempotency.Prefix})
+		projects, err := projectcontroller.New(client, factory, c.storage.client, []string{executionlog.Prefix, idempotency.Prefix}, projectLayout)
 		if err != nil {
 			klog.ErrorS(err, "project controller")
 			return
@@ -399,4 +399,16 @@ func revocationView(obj interface{}) (interface{}, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion, DeletionTimestamp: n.DeletionTimestamp},
 		Status:     nodusv1.NodeStatus{AgentGeneration: n.Status.AgentGeneration},
 	}, nil
+}
+
+// projectLayout is where projects and the kinds of their namespaces are
+// in etcd, for the project controller's sweep of what an earlier project of
+// a name left.
+var projectLayout = projectcontroller.Layout{
+	Projects: etcdPrefix + "/" + nodusv1.GroupName + "/projects/",
+	Namespaced: []string{
+		etcdPrefix + "/" + nodusv1.GroupName + "/executions/",
+		etcdPrefix + "/" + nodusv1.GroupName + "/reservedhosts/",
+		etcdPrefix + "/" + nodusv1.GroupName + "/hostlendings/",
+	},
 }

@@ -243,3 +243,65 @@ func TestAProjectKeepsItsFinalizerUntilDeleted(t *testing.T) {
 		t.Fatalf("a project replaced without its finalizer: %v %+v", err, updated)
 	}
 }
+
+// TestANewProjectInheritsNothingLeftBehind: emptying a deleted project
+// lists its executions and then lets the project go; an execution admitted
+// while the project still stood can land after that list (its admission
+// read the project, its write came later), with its output. A project made
+// later under the name, another customer's, showed it: its command, its
+// environment, its log. What predates the new project in its namespace is
+// deleted when the project is made.
+func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	c := s.Client.NodusV1()
+	if _, err := c.Projects().Create(ctx(t), project("gamma"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Projects().Delete(ctx(t), "gamma", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		_, err := c.Projects().Get(cx, "gamma", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal("the project was never finalized")
+	}
+	// What the late write leaves: the execution, and its output.
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	const key = "/registry/nodus.dev/executions/gamma/late"
+	late := `{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"late","namespace":"gamma","uid":"5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b",` +
+		`"creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"pool":"lends","command":["train"],"env":[{"name":"HF_TOKEN","value":"secret"}],"maxRuntimeSeconds":60},` +
+		`"status":{"phase":"pending"}}`
+	if _, err := etcd.Put(ctx(t), key, late); err != nil {
+		t.Fatal(err)
+	}
+	if err := executionlog.NewStore(etcd).Put(ctx(t), "gamma", "late", "5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b", executionlog.Log{Data: []byte("earlier output")}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the late execution", func(cx context.Context) (*nodusv1.Execution, error) {
+		return c.Executions("gamma").Get(cx, "late", metav1.GetOptions{})
+	}, func(*nodusv1.Execution) bool { return true })
+
+	// Another customer makes a project of the name.
+	if _, err := c.Projects().Create(ctx(t), project("gamma"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
+		list, err := c.Executions("gamma").List(cx, metav1.ListOptions{})
+		return err == nil && len(list.Items) == 0, nil
+	}); err != nil {
+		t.Fatal("the new project shows an execution of the earlier one")
+	}
+	for _, prefix := range []string{key, executionlog.Prefix + "gamma/"} {
+		if err := testfleet.Eventually(ctx(t), 10*time.Second, func(cx context.Context) (bool, error) {
+			resp, err := etcd.Get(cx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+			return err == nil && resp.Count == 0, nil
+		}); err != nil {
+			t.Errorf("%s is still kept", prefix)
+		}
+	}
+}

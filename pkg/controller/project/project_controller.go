@@ -11,11 +11,13 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -37,16 +39,30 @@ type Controller struct {
 	// its objects (execution logs, idempotency records); the project's name
 	// and "/" follow each.
 	Prefixes []string
-	Etcd     *clientv3.Client
-	synced   []cache.InformerSynced
-	queue    workqueue.TypedRateLimitingInterface[string]
+	// Layout says where projects and their namespaced objects are in etcd.
+	Layout Layout
+	Etcd   *clientv3.Client
+	synced []cache.InformerSynced
+	queue  workqueue.TypedRateLimitingInterface[string]
+
+	sweptMu sync.Mutex
+	swept   map[types.UID]bool // projects whose namespace holds nothing of an earlier one
+}
+
+// Layout is where a project and its objects are kept in etcd.
+type Layout struct {
+	// Projects is the key prefix of Projects; the name follows.
+	Projects string
+	// Namespaced are the key prefixes of the kinds that live in a
+	// project's namespace; the project's name and "/" follow each.
+	Namespaced []string
 }
 
 // New wires the controller to factory's informers.
-func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string) (*Controller, error) {
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string, layout Layout) (*Controller, error) {
 	v1 := factory.Nodus().V1()
 	c := &Controller{
-		client: client, projects: v1.Projects().Lister(), Etcd: etcd, Prefixes: prefixes,
+		client: client, projects: v1.Projects().Lister(), Etcd: etcd, Prefixes: prefixes, Layout: layout, swept: map[types.UID]bool{},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "projects"}),
 	}
@@ -89,7 +105,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	p := cached
 	if p.DeletionTimestamp == nil {
 		if slices.Contains(p.Finalizers, project.Finalizer) {
-			return nil
+			return c.sweepEarlier(ctx, p)
 		}
 		// Made before projects were finalized: finalize it from now on.
 		next := p.DeepCopy()
@@ -210,4 +226,52 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 		}
 	}
 	return "", nil
+}
+
+// sweepEarlier deletes, once per project, what an earlier project of its
+// name left in its namespace: every object and record whose key was made
+// before this project's. Emptying a deleted project lists its executions
+// and then lets it go; an execution admitted while the project still stood
+// can land after that list, and a project made later under the name (another
+// customer's) would show it, its command and environment. Nothing of this
+// project's own predates it: its namespace's writes need the project.
+func (c *Controller) sweepEarlier(ctx context.Context, p *nodusv1.Project) error {
+	if c.Etcd == nil || c.Layout.Projects == "" {
+		return nil
+	}
+	c.sweptMu.Lock()
+	done := c.swept[p.UID]
+	c.sweptMu.Unlock()
+	if done {
+		return nil
+	}
+	made, err := c.Etcd.Get(ctx, c.Layout.Projects+p.Name, clientv3.WithKeysOnly())
+	if err != nil {
+		return err
+	}
+	if len(made.Kvs) == 0 {
+		return nil // gone meanwhile: its deletion empties it
+	}
+	var prefixes []string
+	for _, prefix := range append(slices.Clone(c.Layout.Namespaced), c.Prefixes...) {
+		prefixes = append(prefixes, prefix+p.Name+"/")
+	}
+	for _, prefix := range prefixes {
+		keys, err := c.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(made.Kvs[0].CreateRevision-1))
+		if err != nil {
+			return err
+		}
+		for _, kv := range keys.Kvs {
+			// Only the key that was there: one made again since is this project's.
+			if _, err := c.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
+				Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
+				return err
+			}
+			klog.InfoS("deleted what an earlier project of the name left", "project", p.Name, "key", string(kv.Key))
+		}
+	}
+	c.sweptMu.Lock()
+	c.swept[p.UID] = true
+	c.sweptMu.Unlock()
+	return nil
 }
