@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"os/signal"
 	"regexp"
 	"strings"
+	"syscall"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -138,7 +141,15 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 				defer safe.end()
 				out.Out = safe
 			}
-			return followLogs(cmd.Context(), c, out, p, name, follow)
+			// Ctrl-C is how logs -f usually ends: it ends here, so that the
+			// colours the output left set are reset (end) before nodus exits.
+			ctx, stop := signal.NotifyContext(cmd.Context(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			err = followLogs(ctx, c, out, p, name, follow)
+			if ctx.Err() != nil && cmd.Context().Err() == nil {
+				return nil
+			}
+			return err
 		},
 	}
 	logs.Flags().BoolVarP(&follow, "follow", "f", false, "keep printing new output until the execution ends")

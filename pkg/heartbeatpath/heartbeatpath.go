@@ -88,7 +88,8 @@ type Options struct {
 	Timeout time.Duration
 	// MaxInFlight bounds the beats served at once; beyond it the generic
 	// chain's in-flight limit answers. It is a share of the server's
-	// mutating limit, which the generic chain gets the rest of (LeanShare).
+	// mutating limit, which the generic chain gets the rest of (LeanShare);
+	// 0 sends every beat down the generic chain.
 	MaxInFlight int
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.
@@ -109,22 +110,23 @@ type Filter struct {
 // New returns the filter in front of next. Until Serve names the heartbeat
 // storage, every request goes to next.
 func New(next http.Handler, opts Options) *Filter {
-	if opts.MaxInFlight <= 0 {
-		opts.MaxInFlight = 200
+	f := &Filter{next: next, opts: opts, objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}
+	if opts.MaxInFlight > 0 {
+		f.inflight = make(chan struct{}, opts.MaxInFlight)
 	}
-	return &Filter{next: next, opts: opts, inflight: make(chan struct{}, opts.MaxInFlight),
-		objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}
+	return f
 }
 
 // LeanShare splits the server's limit on mutating requests in flight
 // between the lean path (lean) and the generic chain (generic), so that
-// beats do not add to it; 0 (no limit) stays no limit for the generic chain.
+// beats do not add to it: a quarter of it, none below 4 (every beat takes
+// the generic chain). With no limit (0) the generic chain has none, and
+// the lean path 200 at once.
 func LeanShare(limit int) (lean, generic int) {
 	if limit <= 0 {
-		return 0, limit
+		return 200, limit
 	}
-	lean = max(limit/4, 1)
-	return lean, max(limit-lean, 1)
+	return limit / 4, limit - limit/4
 }
 
 // Serve sets the storage that takes the beats: the same the generic chain

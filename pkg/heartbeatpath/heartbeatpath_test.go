@@ -64,7 +64,7 @@ func TestALeanBeatThatPanicsIsA500(t *testing.T) {
 		t.Fatal(err)
 	}
 	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
-	f := New(http.NotFoundHandler(), Options{Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme), BodyLimit: 1 << 10,
+	f := New(http.NotFoundHandler(), Options{Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme), BodyLimit: 1 << 10, MaxInFlight: 1,
 		Authenticator: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) { panic("the authenticator failed") })})
 	f.Serve(nil)
 	w := httptest.NewRecorder()
@@ -78,13 +78,13 @@ func TestALeanBeatThatPanicsIsA500(t *testing.T) {
 // TestLeanShareKeepsTheServersLimit: the beats the lean path takes count
 // against the server's mutating limit, not on top of it.
 func TestLeanShareKeepsTheServersLimit(t *testing.T) {
-	for _, limit := range []int{1, 2, 4, 200, 1001} {
+	for _, limit := range []int{1, 3, 4, 200, 1001} {
 		lean, generic := LeanShare(limit)
-		if lean < 1 || generic < 1 || (limit > 1 && lean+generic != limit) {
+		if lean < 0 || generic < 1 || lean+generic != limit || (limit >= 4 && lean < 1) {
 			t.Errorf("limit %d: lean %d, generic %d", limit, lean, generic)
 		}
 	}
-	if lean, generic := LeanShare(0); lean != 0 || generic != 0 {
-		t.Errorf("no limit: lean %d, generic %d; want the generic chain unlimited", lean, generic)
+	if lean, generic := LeanShare(0); lean != 200 || generic != 0 {
+		t.Errorf("no limit: lean %d, generic %d; want the generic chain unlimited and the lean path 200", lean, generic)
 	}
 }

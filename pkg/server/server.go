@@ -33,6 +33,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/jsonlist"
 	"github.com/nodus-dev/nodus/pkg/localinformers"
+	"github.com/nodus-dev/nodus/pkg/projectsweep"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
@@ -125,7 +126,10 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 			storage[path] = s
 		}
 	}
-	for path, s := range project.Storage(c.Stores.Projects, c.Stores.Reservations) {
+	sweep := func(ctx context.Context, name string, madeAt int64) error {
+		return projectsweep.Sweep(ctx, c.storage.client, projectLayout, name, madeAt)
+	}
+	for path, s := range project.Storage(c.Stores.Projects, c.Stores.Reservations, sweep) {
 		storage[path] = s
 	}
 	for path, s := range accesstoken.Storage(c.Stores.AccessTokens) {
@@ -401,14 +405,15 @@ func revocationView(obj interface{}) (interface{}, error) {
 	}, nil
 }
 
-// projectLayout is where projects and the kinds of their namespaces are
-// in etcd, for the project controller's sweep of what an earlier project of
-// a name left.
-var projectLayout = projectcontroller.Layout{
+// projectLayout is where projects and what their namespaces hold are in
+// etcd, for the sweep of what an earlier project of a name left.
+var projectLayout = projectsweep.Layout{
 	Projects: etcdPrefix + "/" + nodusv1.GroupName + "/projects/",
 	Namespaced: []string{
 		etcdPrefix + "/" + nodusv1.GroupName + "/executions/",
 		etcdPrefix + "/" + nodusv1.GroupName + "/reservedhosts/",
 		etcdPrefix + "/" + nodusv1.GroupName + "/hostlendings/",
+		executionlog.Prefix,
+		idempotency.Prefix,
 	},
 }

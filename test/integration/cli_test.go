@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -577,6 +578,31 @@ func TestCLIShowsNoEscapeSequenceTheServerSends(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		t.Fatalf("nodus executions logs -f did not end with the execution: %q", followed.String())
+	}
+
+	// Ctrl-C is how logs -f usually ends: the colours the output left set
+	// (here: concealed text) are reset before nodus exits.
+	forgeExecution(nodusv1.ExecutionPending)
+	if err := logs.Put(ctx(t), "acme", "e1", e.UID, executionlog.Log{Data: []byte("\x1b[8mconcealed\n")}); err != nil {
+		t.Fatal(err)
+	}
+	var interrupted testfleet.SyncBuffer
+	go func() { following <- mary.runTo(&interrupted, "", "executions", "logs", "acme/e1", "-f") }()
+	if err := testfleet.Eventually(ctx(t), 15*time.Second, func(context.Context) (bool, error) {
+		return strings.Contains(interrupted.String(), "concealed"), nil
+	}); err != nil {
+		t.Fatalf("nodus executions logs -f never printed the output: %q", interrupted.String())
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case code := <-following:
+		if code != 0 || !strings.HasSuffix(interrupted.String(), "concealed\n\x1b[0m") {
+			t.Errorf("nodus executions logs -f, interrupted: exit %d, printed %q, want the colours reset at the end", code, interrupted.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("nodus executions logs -f did not end at Ctrl-C: %q", interrupted.String())
 	}
 
 	// A server keeps at most the last 256 KiB of output; one that sends

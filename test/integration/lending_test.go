@@ -260,6 +260,12 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 		t.Fatalf("report succeeded: %d %s", r.code, r.body)
 	}
 	done := f.waitExecution(t, "beta", placed.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionSucceeded })
+	// A repeated end (a lost answer's retry) is answered without the
+	// borrower's command and environment: the run is over.
+	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded, ExitCode: &zero}); r.code != 200 ||
+		strings.Contains(string(r.body), `"train"`) || !strings.Contains(string(r.body), `"phase":"succeeded"`) {
+		t.Errorf("a repeated end report's answer: %d %s", r.code, r.body)
+	}
 	if done.Status.StartedAt == nil || done.Status.FinishedAt == nil || done.Status.ExitCode == nil || *done.Status.ExitCode != 0 {
 		t.Errorf("a succeeded execution's status: %+v", done.Status)
 	}

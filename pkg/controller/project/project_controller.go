@@ -28,6 +28,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	listers "github.com/nodus-dev/nodus/pkg/generated/listers/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/projectsweep"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
 )
 
@@ -39,8 +40,9 @@ type Controller struct {
 	// its objects (execution logs, idempotency records); the project's name
 	// and "/" follow each.
 	Prefixes []string
-	// Layout says where projects and their namespaced objects are in etcd.
-	Layout Layout
+	// Layout says where projects and what their namespaces hold are in
+	// etcd, for the sweep of what an earlier project of a name left.
+	Layout projectsweep.Layout
 	Etcd   *clientv3.Client
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -49,17 +51,8 @@ type Controller struct {
 	swept   map[types.UID]bool // projects whose namespace holds nothing of an earlier one
 }
 
-// Layout is where a project and its objects are kept in etcd.
-type Layout struct {
-	// Projects is the key prefix of Projects; the name follows.
-	Projects string
-	// Namespaced are the key prefixes of the kinds that live in a
-	// project's namespace; the project's name and "/" follow each.
-	Namespaced []string
-}
-
 // New wires the controller to factory's informers.
-func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string, layout Layout) (*Controller, error) {
+func New(client versioned.Interface, factory externalversions.SharedInformerFactory, etcd *clientv3.Client, prefixes []string, layout projectsweep.Layout) (*Controller, error) {
 	v1 := factory.Nodus().V1()
 	c := &Controller{
 		client: client, projects: v1.Projects().Lister(), Etcd: etcd, Prefixes: prefixes, Layout: layout, swept: map[types.UID]bool{},
@@ -229,12 +222,9 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 }
 
 // sweepEarlier deletes, once per project, what an earlier project of its
-// name left in its namespace: every object and record whose key was made
-// before this project's. Emptying a deleted project lists its executions
-// and then lets it go; an execution admitted while the project still stood
-// can land after that list, and a project made later under the name (another
-// customer's) would show it, its command and environment. Nothing of this
-// project's own predates it: its namespace's writes need the project.
+// name left in its namespace (package projectsweep). The project's creation
+// sweeps too, before it answers; this is for a project made while that
+// failed, or by a server before the sweep.
 func (c *Controller) sweepEarlier(ctx context.Context, p *nodusv1.Project) error {
 	if c.Etcd == nil || c.Layout.Projects == "" {
 		return nil
@@ -245,30 +235,12 @@ func (c *Controller) sweepEarlier(ctx context.Context, p *nodusv1.Project) error
 	if done {
 		return nil
 	}
-	made, err := c.Etcd.Get(ctx, c.Layout.Projects+p.Name, clientv3.WithKeysOnly())
-	if err != nil {
+	made, err := projectsweep.MadeAt(ctx, c.Etcd, c.Layout, p.Name)
+	if err != nil || made == 0 {
+		return err // none: gone meanwhile, and its deletion empties it
+	}
+	if err := projectsweep.Sweep(ctx, c.Etcd, c.Layout, p.Name, made); err != nil {
 		return err
-	}
-	if len(made.Kvs) == 0 {
-		return nil // gone meanwhile: its deletion empties it
-	}
-	var prefixes []string
-	for _, prefix := range append(slices.Clone(c.Layout.Namespaced), c.Prefixes...) {
-		prefixes = append(prefixes, prefix+p.Name+"/")
-	}
-	for _, prefix := range prefixes {
-		keys, err := c.Etcd.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(made.Kvs[0].CreateRevision-1))
-		if err != nil {
-			return err
-		}
-		for _, kv := range keys.Kvs {
-			// Only the key that was there: one made again since is this project's.
-			if _, err := c.Etcd.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)).
-				Then(clientv3.OpDelete(string(kv.Key))).Commit(); err != nil {
-				return err
-			}
-			klog.InfoS("deleted what an earlier project of the name left", "project", p.Name, "key", string(kv.Key))
-		}
 	}
 	c.sweptMu.Lock()
 	c.swept[p.UID] = true

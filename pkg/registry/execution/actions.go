@@ -294,7 +294,21 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, err
 	}
-	return updated, nil
+	return withoutRecord(updated.(*nodusv1.Execution)), nil
+}
+
+// withoutRecord is a finished execution as its agent's report is answered:
+// without its spec. The command and environment are the borrower's record
+// once the run is over, which the host's credential (copied, maybe, by a
+// tenant with root there) no longer reads: nor in a list (agentView), nor
+// in the answer to a repeated end report.
+func withoutRecord(e *nodusv1.Execution) *nodusv1.Execution {
+	if !e.Status.Phase.Finished() {
+		return e
+	}
+	answer := e.DeepCopy()
+	answer.Spec = nodusv1.ExecutionSpec{}
+	return answer
 }
 
 // node reads the Node an agent reports for, from etcd when fresh.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -13,6 +14,7 @@ import (
 	"k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -31,11 +33,33 @@ const Finalizer = "nodus.dev/project"
 type REST struct {
 	*base.REST
 	Reservations *genericregistry.Store
+	// Sweep deletes what an earlier project of the name left, whose keys
+	// predate madeAt (package projectsweep).
+	Sweep func(ctx context.Context, name string, madeAt int64) error
 }
 
 // Storage returns the Project storage.
-func Storage(projects, reservations base.Stores) map[string]rest.Storage {
-	return map[string]rest.Storage{"projects": &REST{REST: &base.REST{Store: projects.Main, Short: []string{"proj"}}, Reservations: reservations.Main}}
+func Storage(projects, reservations base.Stores, sweep func(ctx context.Context, name string, madeAt int64) error) map[string]rest.Storage {
+	return map[string]rest.Storage{"projects": &REST{REST: &base.REST{Store: projects.Main, Short: []string{"proj"}}, Reservations: reservations.Main, Sweep: sweep}}
+}
+
+// Create makes the project, then deletes what an earlier project of its
+// name left in its namespace before it answers: its members, told it
+// exists, find it empty. The project's resourceVersion is its key's create
+// revision. A sweep that fails is logged; the project controller sweeps
+// each project it sees once more.
+func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	out, err := r.Store.Create(ctx, obj, createValidation, options)
+	if err != nil || r.Sweep == nil || len(options.DryRun) > 0 {
+		return out, err
+	}
+	p := out.(*nodusv1.Project)
+	if madeAt, perr := strconv.ParseInt(p.ResourceVersion, 10, 64); perr == nil {
+		if serr := r.Sweep(ctx, p.Name, madeAt); serr != nil {
+			klog.ErrorS(serr, "sweeping what an earlier project of the name left", "project", p.Name)
+		}
+	}
+	return out, nil
 }
 
 // Delete checks the project's reservations, then deletes (the finalizer
