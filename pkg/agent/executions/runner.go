@@ -498,8 +498,10 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			delete(r.runs, e.UID)
 			// Only an end reported here: one the server shows running
 			// after a start that never ran (a claim that landed late) is
-			// still reported as an orphan.
-			if final != nil {
+			// still reported as an orphan. One that already left the
+			// watch (the server shows an agent no finished execution) is
+			// never offered again, and is not kept.
+			if final != nil && r.inView(e.UID) {
 				r.ended[e.UID] = true
 			}
 			r.mu.Unlock()
@@ -513,6 +515,20 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 		text, dropped, _ := x.out.Snapshot()
 		r.report(ctx, e.Namespace, e.Name, e.UID, *final, text, dropped)
 	}()
+}
+
+// inView says whether the watch still shows the execution (true before the
+// watch started: it may yet).
+func (r *Runner) inView(uid types.UID) bool {
+	if r.placed == nil {
+		return true
+	}
+	for _, e := range r.placed() {
+		if e.UID == uid {
+			return true
+		}
+	}
+	return false
 }
 
 // holder is the run holding any of gpus, or nil; r.mu is held.
