@@ -89,12 +89,7 @@ func TestDeletingAProject(t *testing.T) {
 	if err := c.Projects().Delete(ctx(t), "acme", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := testfleet.Eventually(ctx(t), 60*time.Second, func(cx context.Context) (bool, error) {
-		_, err := c.Projects().Get(cx, "acme", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal("the deleted project was never finalized")
-	}
+	waitProjectGone(t, s, "acme")
 	for _, name := range []string{"p-live", "p-released"} {
 		if _, err := c.Reservations().Get(ctx(t), name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 			t.Errorf("reservation %s of the deleted project: %v", name, err)
@@ -178,12 +173,7 @@ func TestDeletingAnEmptyProject(t *testing.T) {
 	if err := c.Projects().Delete(ctx(t), "empty", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		_, err := c.Projects().Get(cx, "empty", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal("the empty project was never finalized")
-	}
+	waitProjectGone(t, s, "empty")
 }
 
 // TestAReservationNeedsALiveProject: a reservation for a project that does
@@ -260,12 +250,7 @@ func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
 	if err := c.Projects().Delete(ctx(t), "gamma", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(cx context.Context) (bool, error) {
-		_, err := c.Projects().Get(cx, "gamma", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal("the project was never finalized")
-	}
+	waitProjectGone(t, s, "gamma")
 	// What the late write leaves: the execution, and its output.
 	etcd, err := s.EtcdClient()
 	if err != nil {
@@ -300,5 +285,16 @@ func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
 	list, err := c.Executions("gamma").List(ctx(t), metav1.ListOptions{}) // a consistent read: after the creation's answer
 	if err != nil || len(list.Items) != 0 {
 		t.Errorf("the new project shows an execution of the earlier one: %v %+v", err, list)
+	}
+}
+
+// waitProjectGone waits until the project's deletion is finalized.
+func waitProjectGone(t *testing.T, s *testserver.Server, name string) {
+	t.Helper()
+	if err := testfleet.Eventually(ctx(t), 60*time.Second, func(cx context.Context) (bool, error) {
+		_, err := s.Client.NodusV1().Projects().Get(cx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatalf("project %s was never finalized", name)
 	}
 }
