@@ -232,8 +232,7 @@ func followLogs(ctx context.Context, c versioned.Interface, s Streams, project, 
 		dropped, data := nodusv1.SplitExecutionLog(raw)
 		switch start := printed - dropped; {
 		case printed == 0 && dropped > 0:
-			fmt.Fprintf(s.Out, "[nodus: %d earlier bytes of output were not kept]\n", dropped)
-			_, _ = s.Out.Write(data)
+			_, _ = s.Out.Write(nodusv1.ExecutionLogBody(dropped, data)) // the server's note, then the output
 		case start < 0:
 			fmt.Fprintf(s.Out, "[nodus: %d bytes of output were not kept]\n", -start)
 			_, _ = s.Out.Write(data)
