@@ -113,7 +113,11 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	// Every Nodus kind's reads return the stored object as it is (no
 	// registry changes an object on its way out), so a JSON LIST writes each
 	// item's JSON once per resourceVersion (package jsonlist). A kind whose
-	// reads change it per request must be left out of jsonlist.Lists.
+	// reads change it per request must be left out of jsonlist.Lists; a store
+	// with the library's hook for that is refused here.
+	if err := noStoreChangesReads(c.Stores); err != nil {
+		return nil, err
+	}
 	group.NegotiatedSerializer = jsonlist.NegotiatedSerializer(c.Codecs, jsonlist.NewCache(listJSONCacheBytes),
 		jsonlist.Lists(c.Scheme, nodusv1.SchemeGroupVersion))
 	storage := map[string]rest.Storage{}

@@ -53,6 +53,27 @@ func newStores(scheme *runtime.Scheme, generic *genericapiserver.Config) (*Store
 	return s, nil
 }
 
+// noStoreChangesReads refuses a store that changes what it reads on the
+// way out (the library's Decorator, which may change an object per
+// request): a JSON LIST writes each item from a cache of its JSON by UID
+// and resourceVersion (package jsonlist), which holds only while every
+// caller is sent the object as stored.
+func noStoreChangesReads(s *Stores) error {
+	v := reflect.ValueOf(s).Elem()
+	for i := range v.NumField() {
+		stores, ok := v.Field(i).Interface().(base.Stores)
+		if !ok {
+			continue
+		}
+		for _, store := range []*genericregistry.Store{stores.Main, stores.Status} {
+			if store != nil && store.Decorator != nil {
+				return fmt.Errorf("the storage of %s has a Decorator: a JSON LIST would send every caller the JSON of the first it was written for (package jsonlist)", v.Type().Field(i).Name)
+			}
+		}
+	}
+	return nil
+}
+
 // Sources are the stores the in-process informers read, by object type.
 func (s *Stores) Sources() localinformers.Sources {
 	return localinformers.Sources{
