@@ -97,10 +97,17 @@ func requestedVersion(h http.Header) string {
 	return ""
 }
 
+// maxIntDigits is CPython's limit on the digits int() converts (3.11 on,
+// sys.get_int_max_str_digits): past it int() raises ValueError, which
+// Ironic answers as a malformed version. It also bounds the work of a
+// header any caller may send: /v1 is negotiated before authentication, and
+// decimal parsing takes time in the square of the digits.
+const maxIntDigits = 4300
+
 // pythonInt parses s as Python's int(s) does for the ASCII digits:
 // surrounding whitespace, one sign, leading zeros and single underscores
-// between digits are allowed ("1.052" is 1.52 in Ironic), and there is no
-// bound (a huge minor is out of range, not malformed).
+// between digits are allowed ("1.052" is 1.52 in Ironic), and up to
+// maxIntDigits digits (a huge minor is out of range, not malformed).
 func pythonInt(s string) (*big.Int, bool) {
 	s = strings.TrimSpace(s)
 	negative := strings.HasPrefix(s, "-")
@@ -111,6 +118,9 @@ func pythonInt(s string) (*big.Int, bool) {
 		return nil, false
 	}
 	digits := strings.ReplaceAll(s, "_", "")
+	if len(digits) > maxIntDigits {
+		return nil, false
+	}
 	for _, r := range digits {
 		if r < '0' || r > '9' {
 			return nil, false

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -36,6 +37,31 @@ func TestNegotiateAsIronic(t *testing.T) {
 			t.Errorf("%q: got %s, %v; want %s", c.Headers, v, err, c.Version)
 		case c.Version == "" && (c.Status != http.StatusNotAcceptable || err == nil || err.Error() != c.Message):
 			t.Errorf("%q: got %s, %v; want 406 %q", c.Headers, v, err, c.Message)
+		}
+	}
+}
+
+// TestAVersionOfTooManyDigitsIsMalformed: /v1 negotiates before
+// authentication, so a minor version of a megabyte of digits must be turned
+// away before it is converted (CPython's int() refuses past 4,300 digits).
+func TestAVersionOfTooManyDigitsIsMalformed(t *testing.T) {
+	for _, c := range []struct {
+		minor string
+		want  string
+	}{
+		{strings.Repeat("9", maxIntDigits), "Version 1." + strings.Repeat("9", maxIntDigits) + " was requested but the minor version is not supported"},
+		{strings.Repeat("0", maxIntDigits-2) + "52", ""},
+		{strings.Repeat("9", maxIntDigits+1), "Invalid value for X-OpenStack-Ironic-API-Version header"},
+		{strings.Repeat("9", 1<<20), "Invalid value for X-OpenStack-Ironic-API-Version header"},
+	} {
+		h := http.Header{}
+		h.Set(headerVersion, "1."+c.minor)
+		v, err := negotiate(&http.Request{Header: h})
+		switch {
+		case c.want == "" && (err != nil || v != version{52}):
+			t.Errorf("1.<%d digits>: %v, %v; want 1.52", len(c.minor), v, err)
+		case c.want != "" && (err == nil || !strings.HasPrefix(err.Error(), c.want)):
+			t.Errorf("1.<%d digits>: %v, %v; want %.80q…", len(c.minor), v, err, c.want)
 		}
 	}
 }
