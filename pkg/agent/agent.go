@@ -108,7 +108,11 @@ type Agent struct {
 	cleaning      *cleaning.Cleaner
 	// reservations is the informer's store of this node's reservations.
 	reservations cache.Store
-	cleanings    chan *nodusv1.NodeCleaning
+	// ownNode is this agent's Node as its informer shows it now, the one
+	// read at the start until the informer has it; set before anything
+	// runs that reads it.
+	ownNode   func() *nodusv1.Node
+	cleanings chan *nodusv1.NodeCleaning
 
 	mu       sync.Mutex
 	interval time.Duration
@@ -209,16 +213,17 @@ const (
 )
 
 // lentAgreement is the agreement of the lent one of reservations whose
-// term has not ended by now, if one is, with the caps it leaves out filled
-// from the host's inventory inv, as a lend fills them now
-// (lending.WithHostShare): no cap is no limit to a sandbox. Until inv is
-// read (nil) such an agreement stays uncapped, and the runner starts
-// nothing under it.
-func lentAgreement(reservations []interface{}, inv *nodusv1.NodeInventory, now time.Time) *nodusv1.ReservationLending {
+// term has not ended by now and which holds node's claim, if one is, with
+// the caps it leaves out filled from the host's inventory inv, as a lend
+// fills them now (lending.WithHostShare): no cap is no limit to a sandbox.
+// Until inv is read (nil) such an agreement stays uncapped, and the runner
+// starts nothing under it.
+func lentAgreement(reservations []interface{}, node *nodusv1.Node, inv *nodusv1.NodeInventory, now time.Time) *nodusv1.ReservationLending {
 	for _, obj := range reservations {
 		// A term that ended by this host's clock lends nothing more
-		// (watchTerms), whatever the server shows yet.
-		if r := obj.(*nodusv1.Reservation); lending.Lent(r) && !termOver(r, now) {
+		// (watchTerms), whatever the server shows yet; a reservation of
+		// the machine this one replaced under its name lends nothing here.
+		if r := obj.(*nodusv1.Reservation); lending.Lent(r) && !termOver(r, now) && holds(node, r.Name, string(r.UID)) {
 			return lending.WithHostShare(r.Status.Lending, inv)
 		}
 	}
@@ -239,7 +244,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
 	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
 	a.agreement = func() *nodusv1.ReservationLending {
-		return lentAgreement(informer.GetStore().List(), a.hostInventory.Load(), time.Now())
+		return lentAgreement(informer.GetStore().List(), a.ownNode(), a.hostInventory.Load(), time.Now())
 	}
 	a.lent = func() bool { return a.agreement() != nil }
 	box, boxErr := a.sandbox()
@@ -251,6 +256,18 @@ func (a *Agent) Run(ctx context.Context) error {
 	node, err := a.client.NodusV1().Nodes().Get(ctx, a.id.Node, metav1.GetOptions{})
 	if err != nil {
 		return fmt.Errorf("reading node %s: %w", a.id.Node, err)
+	}
+	latestNode := func() *nodusv1.Node {
+		if obj, ok, err := nodeInformer.GetStore().GetByKey(a.id.Node); err == nil && ok {
+			return obj.(*nodusv1.Node)
+		}
+		return nil
+	}
+	a.ownNode = func() *nodusv1.Node {
+		if n := latestNode(); n != nil {
+			return n
+		}
+		return node
 	}
 	a.runner = executions.New(executions.Options{
 		Sandbox: box, SandboxError: boxErr,
@@ -281,12 +298,6 @@ func (a *Agent) Run(ctx context.Context) error {
 		},
 	}); err != nil {
 		return err
-	}
-	latestNode := func() *nodusv1.Node {
-		if obj, ok, err := nodeInformer.GetStore().GetByKey(a.id.Node); err == nil && ok {
-			return obj.(*nodusv1.Node)
-		}
-		return nil
 	}
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { a.observeNode(obj.(*nodusv1.Node)) },
@@ -546,6 +557,23 @@ func (a *Agent) setUnrecorded(reservation string, unrecorded bool) {
 	} else {
 		delete(a.unrecorded, reservation)
 	}
+}
+
+// holds says whether node's claim is the reservation's (name and UID; a
+// claim written before claims carried a UID names it alone), as
+// lifecycle.Holds for a reservation on node. Access follows the claim, not
+// the node's name: a machine enrolled under the name of one the operator
+// deleted lists that one's reservations, and is not theirs until one of
+// them claims it.
+func holds(node *nodusv1.Node, reservation, uid string) bool {
+	return node != nil && node.Status.Reservation == reservation &&
+		(node.Status.ReservationUID == "" || string(node.Status.ReservationUID) == uid)
+}
+
+// claimed says whether the agent's node, as it knows it now, is held by
+// the reservation of acc.
+func (a *Agent) claimed(acc state.Access) bool {
+	return a.ownNode != nil && holds(a.ownNode(), acc.Reservation, acc.UID)
 }
 
 // withheld says whether the reservation's recorded access is not to be

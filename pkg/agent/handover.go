@@ -57,7 +57,7 @@ func (a *Agent) userStillGranted(user string) bool {
 		return true // when in doubt, keep sessions; the principals are gone anyway
 	}
 	for _, acc := range all {
-		if acc.Granted() && acc.LoginUser == user && !a.withheld(acc.Reservation) {
+		if acc.Granted() && acc.LoginUser == user && !a.withheld(acc.Reservation) && a.claimed(acc) {
 			return true
 		}
 	}

@@ -49,7 +49,7 @@ func (a *Agent) servePrincipals(ctx context.Context, socket string) error {
 			return
 		}
 		for _, acc := range applied {
-			if acc.Granted() && acc.LoginUser == login && login != "" && !a.withheld(acc.Reservation) && len(utilvalidation.IsDNS1123Subdomain(acc.Reservation)) == 0 &&
+			if acc.Granted() && acc.LoginUser == login && login != "" && !a.withheld(acc.Reservation) && a.claimed(acc) && len(utilvalidation.IsDNS1123Subdomain(acc.Reservation)) == 0 &&
 				sshvalue.CanonicalUID(types.UID(acc.UID)) {
 				fmt.Fprintln(w, sshvalue.Principal(acc.Reservation, types.UID(acc.UID), acc.Epoch))
 			}

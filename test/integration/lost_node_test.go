@@ -2,12 +2,19 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
+	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -119,4 +126,109 @@ func waitUntil[T any](t *testing.T, what string, get func(context.Context) (T, e
 		t.Fatalf("%s never reached the expected state; last seen: %+v", what, last)
 	}
 	return last
+}
+
+// TestAReplacementTheReservationHasNotClaimedIsNotItsMachine: an operator
+// deletes a held node (nodus.dev/delete-uncleaned) and enrolls another
+// machine under its name, in maintenance, so that the reservation still
+// active on the name cannot claim it. The reservation stays active (its
+// machine may come back to it), but the new machine is not its tenant's:
+// no certificate for it, nothing of it on the customer's host, no lending
+// placed on it. Before, access followed the node's name: the tenant got a
+// certificate with the new machine's address and its host showed how to
+// connect there.
+func TestAReplacementTheReservationHasNotClaimedIsNotItsMachine(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	now := time.Now()
+	before := f.host(t, "swapped", now.Add(-time.Hour), now.Add(time.Hour))
+	if before.Status.Connect == nil {
+		t.Fatalf("the host never showed how to connect: %+v", before.Status)
+	}
+	deleteGoneNode(t, s, "swapped")
+	n, err := c.Nodes().Create(ctx(t), &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "swapped"},
+		Spec: nodusv1.NodeSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu", Maintenance: true, MaintenanceReason: "burn-in"}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.AgentGeneration, n.Status.SSHHostKey, n.Status.SSHAddress = 1, testfleet.HostKey("another machine"), "192.0.2.77:22"
+	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitReservation(t, s, "swapped", func(r *nodusv1.Reservation) bool {
+		p := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return p != nil && p.Reason == string(apierror.ReasonNodeInMaintenance)
+	})
+	if r := f.reservation(t, "swapped"); r.Status.State != nodusv1.ReservationStateActive || r.Status.Epoch != before.Status.Reservation.Epoch {
+		t.Errorf("the reservation: %s at epoch %d, want still active at %d", r.Status.State, r.Status.Epoch, before.Status.Reservation.Epoch)
+	}
+
+	body, _ := json.Marshal(map[string]string{"publicKey": testfleet.HostKey("mary's laptop")})
+	if r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/swapped/ssh-certificate", "application/json",
+		strings.NewReader(string(body))); r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "192.0.2.77") {
+		t.Errorf("a certificate for a machine the reservation has not claimed: %d %s", r.code, r.body)
+	}
+	// The controller wrote the host as it wrote the reservation's blocker:
+	// from then on it shows nothing of the new machine.
+	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		host, err := c.ReservedHosts("acme").Get(ctx(t), "swapped", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if host.Status.Connect != nil {
+			t.Fatalf("the customer's host shows how to connect to a machine its reservation has not claimed: %+v", host.Status.Connect)
+		}
+	}
+}
+
+// TestAnAgentServesOnlyTheReservationItsNodeIsClaimedBy: the agent lists
+// the reservations placed on its node's name, and a machine enrolled under
+// the name of one the operator deleted lists that one's reservation, still
+// active. Here the agent's node loses the claim underneath (as the new
+// machine's Node never had it) while in maintenance, so that the
+// reservation cannot take it again: the agent must stop serving the
+// tenant's principal. Before, it served the principal of every active
+// reservation that named the node.
+func TestAnAgentServesOnlyTheReservationItsNodeIsClaimedBy(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the agent manages a login account (CI runs as root)")
+	}
+	login := loginAccount(t)
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "claimed", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
+	socket := filepath.Join(dir, "p.sock")
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
+	principals := func() string {
+		var out strings.Builder
+		_ = agent.Principals(socket, login, &out)
+		return strings.TrimSpace(out.String())
+	}
+	f.reserve(t, "claimed", nodusv1.ReservationPlacement{Node: "claimed"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals() != "", nil }); err != nil {
+		t.Fatalf("the agent never served the tenant's principal: %v", err)
+	}
+	nodes := s.Client.NodusV1().Nodes()
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := nodes.Get(ctx(t), "claimed", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Maintenance = true
+		_, err = nodes.Update(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	forgeNodeInEtcd(t, s, "claimed", func(n *nodusv1.Node) { n.Status.Reservation, n.Status.ReservationUID = "", "" })
+	waitReservation(t, s, "claimed", func(r *nodusv1.Reservation) bool {
+		p := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return r.Status.State == nodusv1.ReservationStateActive && p != nil && p.Reason == string(apierror.ReasonNodeInMaintenance)
+	})
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return principals() == "", nil }); err != nil {
+		t.Errorf("the agent serves the principal of a reservation its node's claim does not name: %q", principals())
+	}
 }

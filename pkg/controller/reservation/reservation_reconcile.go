@@ -192,11 +192,12 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 	switch {
 	case node != nil && node.Name != r.Status.Node:
 		node = nil // the placement moved on: show nothing of a node the reservation left
-	case node != nil && !lifecycle.Holds(r, node) && (lifecycle.Final(r.Status.State) || node.Status.Reservation != ""):
-		// Handed over, or another reservation's (NodeLost): what the node
-		// reports now is the operator's cleaning or the next tenant's
-		// time, none of it this tenant's to see. The host keeps what it
-		// showed last.
+	case node != nil && !lifecycle.Holds(r, node):
+		// Handed over, another reservation's (NodeLost), or a machine
+		// enrolled under the name of a deleted one that this reservation
+		// has not claimed: what the node reports now is the operator's
+		// cleaning, the next tenant's time or another machine, none of it
+		// this tenant's to see. The host keeps what it showed last.
 		node = nil
 	}
 	host.Status.Connect = nil

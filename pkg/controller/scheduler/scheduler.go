@@ -593,7 +593,9 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		}
 		// A share still 0 (an agreement without caps, on a host whose agent
 		// has not reported its inventory) would be no limit to the sandbox.
-		h.placeable = lending.Lent(r) && !node.Spec.Maintenance &&
+		// Only on the node the reservation holds: a machine enrolled under
+		// the name of a deleted one is not the lender's until claimed.
+		h.placeable = lending.Lent(r) && lifecycle.Holds(r, node) && !node.Spec.Maintenance &&
 			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady) &&
 			agreement.MemoryMiB > 0 && agreement.MilliCPUs > 0
 		all = append(all, h)

@@ -18,6 +18,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/sshca"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
@@ -110,6 +111,13 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 	}
 	if err != nil {
 		return nil, err
+	}
+	if !lifecycle.Holds(res, node.(*nodusv1.Node)) {
+		// A machine enrolled under the name of the one the operator
+		// deleted, which this reservation has not claimed (it is in
+		// maintenance, say): not the tenant's until the claim is in the
+		// store, and its address is not theirs to learn.
+		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider replaced it, and the new one is not this reservation's yet", name))
 	}
 	validBefore := now.Add(MaxCertificateLifetime)
 	if res.Spec.EndsAt.Time.Before(validBefore) {
