@@ -52,3 +52,19 @@ func MadeAt(ctx context.Context, kv clientv3.KV, layout Layout, project string) 
 	}
 	return resp.Kvs[0].CreateRevision, nil
 }
+
+// Predates says whether key was made in etcd before the project's key: what
+// is stored under a project's name outside its namespace (a Reservation,
+// cluster-scoped) and predates the project is an earlier project's. False
+// when either key is missing.
+func Predates(ctx context.Context, kv clientv3.KV, layout Layout, key, project string) (bool, error) {
+	resp, err := kv.Txn(ctx).Then(clientv3.OpGet(key, clientv3.WithKeysOnly()), clientv3.OpGet(layout.Projects+project, clientv3.WithKeysOnly())).Commit()
+	if err != nil {
+		return false, err
+	}
+	thing, proj := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+	if len(thing) == 0 || len(proj) == 0 {
+		return false, nil
+	}
+	return thing[0].CreateRevision < proj[0].CreateRevision, nil
+}

@@ -322,6 +322,9 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			klog.ErrorS(err, "reservation controller")
 			return
 		}
+		reservations.PredatesProject = func(ctx context.Context, reservation, project string) (bool, error) {
+			return projectsweep.Predates(ctx, c.storage.client, projectLayout, reservationsPrefix+reservation, project)
+		}
 		allocations, err := allocationcontroller.New(client, factory)
 		if err != nil {
 			klog.ErrorS(err, "allocation controller")
@@ -408,6 +411,9 @@ func revocationView(obj interface{}) (interface{}, error) {
 		Status:     nodusv1.NodeStatus{AgentGeneration: n.Status.AgentGeneration},
 	}, nil
 }
+
+// reservationsPrefix is where Reservations are in etcd; the name follows.
+const reservationsPrefix = etcdPrefix + "/" + nodusv1.GroupName + "/reservations/"
 
 // projectLayout is where projects and what their namespaces hold are in
 // etcd, for the sweep of what an earlier project of a name left.

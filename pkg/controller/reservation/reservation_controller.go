@@ -53,6 +53,12 @@ type Controller struct {
 	// reaches the agent after the request grants nothing again.
 	finalMu     sync.Mutex
 	finalEpochs map[string]int64
+
+	// PredatesProject says whether the reservation's etcd key was made
+	// before its project's: then it is an earlier project's of the name.
+	// Nil: not asked (then only a reservation whose project is missing is
+	// retired as an orphan).
+	PredatesProject func(ctx context.Context, reservation, project string) (bool, error)
 }
 
 // New wires the controller to the informers of factory.
@@ -177,6 +183,8 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if gone, err := c.retireOrphan(ctx, r); err != nil || gone {
 			return err
 		}
+	} else if gone, err := c.retireEarlierProjects(ctx, r, o.project); err != nil || gone {
+		return err
 	}
 	d := reconcile(o)
 	if d.lostNode != "" {
@@ -538,6 +546,31 @@ func (c *Controller) retireOrphan(ctx context.Context, r *nodusv1.Reservation) (
 		return false, err
 	}
 	klog.InfoS("deleting a reservation whose project is gone", "reservation", r.Name, "project", r.Spec.Project)
+	err = c.client.NodusV1().Reservations().Delete(ctx, r.Name, *metav1.NewPreconditionDeleteOptions(string(r.UID)))
+	if apierrors.IsNotFound(err) || otherUID(err) {
+		return true, nil // gone already, or another under the name now: its own sync judges it
+	}
+	return err == nil, err
+}
+
+// retireEarlierProjects deletes r when it was made before its project: it
+// was admitted for an earlier project of the name, a moment before that
+// one's deletion, and stored after the project controller listed its
+// reservations, and the name was taken again since. Kept, it would give
+// the new project's members (another customer) the host the operator
+// assigned to the earlier one. Only a reservation made in the project's
+// second or before is looked up in etcd (creation times are kept to the
+// second); one made in a later second is the project's own. It says
+// whether r was deleted.
+func (c *Controller) retireEarlierProjects(ctx context.Context, r *nodusv1.Reservation, p *nodusv1.Project) (bool, error) {
+	if c.PredatesProject == nil || r.DeletionTimestamp != nil || r.CreationTimestamp.After(p.CreationTimestamp.Time) {
+		return false, nil
+	}
+	earlier, err := c.PredatesProject(ctx, r.Name, p.Name)
+	if err != nil || !earlier {
+		return false, err
+	}
+	klog.InfoS("deleting a reservation of an earlier project of its project's name", "reservation", r.Name, "project", p.Name)
 	err = c.client.NodusV1().Reservations().Delete(ctx, r.Name, *metav1.NewPreconditionDeleteOptions(string(r.UID)))
 	if apierrors.IsNotFound(err) || otherUID(err) {
 		return true, nil // gone already, or another under the name now: its own sync judges it
