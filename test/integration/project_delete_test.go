@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -297,4 +298,47 @@ func waitProjectGone(t *testing.T, s *testserver.Server, name string) {
 	}); err != nil {
 		t.Fatalf("project %s was never finalized", name)
 	}
+}
+
+// TestADeletedProjectGivesNoMoreCertificates: a project deleted with its
+// live reservations (--retire-reservations) stays until the project
+// controller has retired them: milliseconds, or as long as no controller
+// leads. Meanwhile its members got fresh SSH certificates for its hosts,
+// valid for up to an hour at the current epoch.
+func TestADeletedProjectGivesNoMoreCertificates(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "farewell", now.Add(-time.Hour), now.Add(time.Hour))
+	certify := func() response {
+		body, _ := json.Marshal(map[string]string{"publicKey": testfleet.HostKey("mary's laptop")})
+		return do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/farewell/ssh-certificate", "application/json",
+			strings.NewReader(string(body)))
+	}
+	if r := certify(); r.code != http.StatusCreated && r.code != http.StatusOK {
+		t.Fatalf("a member's certificate before the deletion: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	giveBack := takeTheLead(t, etcd)
+	projects := s.Client.NodusV1().Projects()
+	p, err := projects.Get(ctx(t), "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations = map[string]string{nodusv1.AnnotationRetireReservations: "true"}
+	if _, err := projects.Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := projects.Delete(ctx(t), "acme", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := certify(); r.code != http.StatusForbidden || !strings.Contains(string(r.body), "being deleted") {
+		t.Errorf("a member's certificate while the project is being deleted: %d %s", r.code, r.body)
+	}
+	giveBack()
+	waitProjectGone(t, s, "acme")
 }

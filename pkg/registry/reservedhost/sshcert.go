@@ -48,14 +48,24 @@ func (r *SSHCertificateREST) Destroy()            {}
 // removal's epoch rise would give them a certificate of the new epoch.
 // Read after the reservation, the project shows any removal that rise
 // answered.
+//
+// A project being deleted gives nobody a certificate: its reservations are
+// being retired (at once, or once a controller leads again), and a
+// certificate issued meanwhile would let its holder in until then.
 func (r *SSHCertificateREST) stillMay(ctx context.Context, project, name string) error {
 	u, ok := genericapirequest.UserFrom(ctx)
-	if !ok || auth.IsOperator(u) {
+	if !ok {
 		return nil
 	}
 	p, err := r.Projects.GetProject(ctx, project, true)
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
+	}
+	if err == nil && p.DeletionTimestamp != nil {
+		return apierrors.NewForbidden(nodusv1.Resource("reservedhosts"), name, fmt.Errorf("project %q is being deleted: its hosts give no more access", project))
+	}
+	if auth.IsOperator(u) {
+		return nil
 	}
 	if err == nil {
 		if role, ok := auth.RoleIn(p, u); ok && auth.Allows(role, nodusv1.ProjectRoleMember) {
