@@ -108,3 +108,41 @@ func TestARelativeConfigHomeIsNotUsed(t *testing.T) {
 		})
 	}
 }
+
+// TestAnAdoptedKubeconfigsNamesAreShownEscaped: a kubeconfig adopted from
+// someone else (a provider's) names its contexts and servers; a name with
+// an escape sequence reached the terminal as it was, when the login said
+// which context it took and when get-contexts listed it.
+func TestAnAdoptedKubeconfigsNamesAreShownEscaped(t *testing.T) {
+	dir := t.TempDir()
+	const hostile = "prod\x1b]52;c;cm0gLXJmIH4K\x07"
+	adopted := filepath.Join(dir, "provider.kubeconfig")
+	if err := os.WriteFile(adopted, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://nodus.example:8443/\e[2J"}
+users:
+- name: u
+  user: {token: t.secret}
+contexts:
+- name: "`+yamlEscaped(hostile)+`"
+  context: {cluster: c, user: u}
+current-context: "`+yamlEscaped(hostile)+`"
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	config := filepath.Join(dir, "nodus", "config")
+	for _, args := range [][]string{{"login", "--from-kubeconfig", adopted}, {"config", "get-contexts"}, {"config", "use-context", "missing"}} {
+		out, _ := run(config, args...)
+		if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `prod\x1b]52`) {
+			t.Errorf("nodus %s: %q", strings.Join(args, " "), out)
+		}
+	}
+}
+
+// yamlEscaped is s for a double-quoted YAML string, whose escapes may name
+// control characters that YAML refuses as they are.
+func yamlEscaped(s string) string {
+	return strings.NewReplacer("\x1b", `\e`, "\x07", `\a`).Replace(s)
+}

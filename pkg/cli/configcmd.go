@@ -23,7 +23,10 @@ func newConfigCommand(g *Globals, s Streams) *cobra.Command {
 						names = append(names, n)
 					}
 					sort.Strings(names)
-					return usageError(fmt.Errorf("no context %q in %s; there are: %v", args[0], path, names))
+					for i, n := range names {
+						names[i] = oneLine(n)
+					}
+					return usageError(fmt.Errorf("no context %q in %s; there are: %v", args[0], oneLine(path), names))
 				}
 				cfg.CurrentContext = args[0]
 				return nil
@@ -57,7 +60,8 @@ func newConfigCommand(g *Globals, s Streams) *cobra.Command {
 				if cluster := cfg.Clusters[cfg.Contexts[n].Cluster]; cluster != nil {
 					server = cluster.Server
 				}
-				fmt.Fprintf(s.Out, "%s %s\t%s\n", mark, n, server)
+				// A kubeconfig may be someone else's (adopted with --kubeconfig): its names are text to show, not to run.
+				fmt.Fprintf(s.Out, "%s %s\t%s\n", mark, oneLine(n), oneLine(server))
 			}
 			return nil
 		},

@@ -71,7 +71,11 @@ func Report(err error, output string, w io.Writer) int {
 	s := status.Status()
 	var env envelope
 	raw := lastErrorBody.get()
-	_ = json.Unmarshal(raw, &env)
+	if json.Unmarshal(raw, &env) != nil || env.Code != int(s.Code) || (env.Reason != "" && s.Reason != "" && env.Reason != string(s.Reason)) {
+		// Not the body of this error: its fix, docs and request would be
+		// another answer's.
+		env, raw = envelope{}, nil
+	}
 	if output == "json" && len(raw) > 0 {
 		fmt.Fprintln(w, jsonTerminalSafe(string(raw)))
 	} else {
@@ -151,6 +155,10 @@ type keepErrorBodies struct{ next http.RoundTripper }
 func (t keepErrorBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
 	if err != nil || resp.StatusCode < 400 {
+		// A later answer's error (a Status of failure in a 200, a watch's
+		// error event) is not the earlier answer's: its fix would be read
+		// as this one's.
+		lastErrorBody.set(nil)
 		return resp, err
 	}
 	body, readErr := io.ReadAll(io.LimitReader(resp.Body, 1<<20))

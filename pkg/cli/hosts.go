@@ -101,7 +101,12 @@ func (o *HostsOptions) List(ctx context.Context) error {
 		for e := range w.ResultChan() {
 			if e.Type == watch.Error {
 				w.Stop()
-				return apierrors.FromObject(e.Object)
+				if st, ok := e.Object.(*metav1.Status); ok {
+					return apierrors.FromObject(st)
+				}
+				// Not the server's error as it sends one: its text (every
+				// string of the object) is not printed.
+				return fmt.Errorf("the server's watch of hosts ended with an error event that is no Status (%T)", e.Object)
 			}
 			h, ok := e.Object.(*nodusv1.ReservedHost)
 			if !ok {

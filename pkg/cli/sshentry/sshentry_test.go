@@ -56,6 +56,7 @@ func TestServerValuesAreChecked(t *testing.T) {
 		"an address without a port at all":  func(h *Host) { h.Address = "203.0.113.10" },
 		"a zero port":                       func(h *Host) { h.Address = "203.0.113.10:0" },
 		"a login user that is far too long": func(h *Host) { h.LoginUser = strings.Repeat("u", 40) },
+		"root as the login user":            func(h *Host) { h.LoginUser = "root" },
 	} {
 		h := host()
 		change(&h)

@@ -1,0 +1,62 @@
+package cli
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// TestAnErrorIsShownWithItsOwnAnswersFix: the fix, docs and request ID
+// printed with an error are its answer's. An error that came with no error
+// answer (a Status of failure in a 200 after a retried 503, a watch's
+// error event) was shown with the earlier answer's.
+func TestAnErrorIsShownWithItsOwnAnswersFix(t *testing.T) {
+	answers := []struct {
+		code int
+		body string
+	}{
+		{http.StatusServiceUnavailable, `{"kind":"Status","status":"Failure","message":"starting","reason":"ServiceUnavailable","code":503,"fix":"F1: retry","requestId":"R1"}`},
+		{http.StatusOK, `{"kind":"Status","status":"Failure","message":"M2","reason":"Conflict","code":409}`},
+	}
+	n := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		a := answers[n%len(answers)]
+		n++
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(a.code)
+		_, _ = io.WriteString(w, a.body)
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: keepErrorBodies{next: http.DefaultTransport}}
+	for range answers {
+		resp, err := client.Get(srv.URL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	var out strings.Builder
+	Report(&apierrors.StatusError{ErrStatus: metav1.Status{Status: metav1.StatusFailure, Message: "M2", Reason: metav1.StatusReasonConflict, Code: 409}}, "", &out)
+	if strings.Contains(out.String(), "F1") || strings.Contains(out.String(), "R1") {
+		t.Errorf("the error of a 200 is shown with the 503's fix:\n%s", out.String())
+	}
+
+	// An error answer's own fix is shown; not for an error of another code.
+	lastErrorBody.set([]byte(answers[0].body))
+	out.Reset()
+	Report(apierrors.NewServiceUnavailable("starting"), "", &out)
+	if !strings.Contains(out.String(), "fix:     F1: retry") || !strings.Contains(out.String(), "request: R1") {
+		t.Errorf("a 503 is shown without its own fix:\n%s", out.String())
+	}
+	out.Reset()
+	Report(apierrors.NewInternalError(io.EOF), "json", &out)
+	if strings.Contains(out.String(), "F1") {
+		t.Errorf("a 500 is shown with a 503's body:\n%s", out.String())
+	}
+}
