@@ -139,7 +139,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{metav1.StatusReasonUnauthorized, http.StatusUnauthorized, "The request carries no valid credential.",
 			func(Request) string {
-				return "Authenticate: use the kubeconfig nodus-server wrote (DIR/admin.kubeconfig) or `nodus login --server URL --token TOKEN` with a current access token from an operator."
+				return "Authenticate: use the kubeconfig nodus-server wrote (DIR/admin.kubeconfig) or `nodus login --server URL` (it asks for a current access token from an operator)."
 			}},
 		{metav1.StatusReasonForbidden, http.StatusForbidden, "The caller may not do this.",
 			func(r Request) string {

@@ -82,7 +82,7 @@ func homeDir() string {
 func (g *Globals) RESTConfig() (*rest.Config, error) {
 	path := g.ConfigPath()
 	if _, err := os.Stat(path); err != nil {
-		return nil, usageError(fmt.Errorf("no nodus configuration at %s: run `nodus login --server URL --token TOKEN` first", path))
+		return nil, usageError(fmt.Errorf("no nodus configuration at %s: run `nodus login --server URL` first (it asks for your access token)", path))
 	}
 	loader := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
 		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},

@@ -146,3 +146,48 @@ current-context: "`+yamlEscaped(hostile)+`"
 func yamlEscaped(s string) string {
 	return strings.NewReplacer("\x1b", `\e`, "\x07", `\a`).Replace(s)
 }
+
+// TestLoginTakesTheTokenOffTheCommandLine: a token given as --token TOKEN
+// is in every local user's ps and in the shell's history. login reads it
+// from stdin (--token -) or $NODUS_TOKEN, and refuses to go on without one
+// rather than wait for a terminal that is not there.
+func TestLoginTakesTheTokenOffTheCommandLine(t *testing.T) {
+	tokenOf := func(config string) string {
+		t.Helper()
+		cfg, err := clientcmd.LoadFromFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg.AuthInfos[cfg.Contexts[cfg.CurrentContext].AuthInfo].Token
+	}
+	dir := t.TempDir()
+	runWith := func(stdin, config string, args ...string) (string, int) {
+		var out bytes.Buffer
+		cmd, g := NewCommand(Streams{In: strings.NewReader(stdin), Out: &out, Err: &out})
+		cmd.SetArgs(append([]string{"--kubeconfig", config}, args...))
+		return out.String(), Report(cmd.Execute(), g.Output, &out)
+	}
+	fromStdin := filepath.Join(dir, "stdin")
+	if out, code := runWith("alice-laptop.s3cret\n", fromStdin, "login", "--server", "https://nodus.example:8443", "--token", "-"); code != 0 || tokenOf(fromStdin) != "alice-laptop.s3cret" {
+		t.Errorf("--token -: exit %d %s, token %q", code, out, tokenOf(fromStdin))
+	}
+	fromEnv := filepath.Join(dir, "env")
+	t.Setenv(TokenEnv, "alice-laptop.fr0menv")
+	if out, code := runWith("", fromEnv, "login", "--server", "https://nodus.example:8443"); code != 0 || tokenOf(fromEnv) != "alice-laptop.fr0menv" {
+		t.Errorf("$%s: exit %d %s, token %q", TokenEnv, code, out, tokenOf(fromEnv))
+	}
+	t.Setenv(TokenEnv, "")
+	none := filepath.Join(dir, "none")
+	for _, stdin := range []string{"", "\n"} {
+		args := []string{"login", "--server", "https://nodus.example:8443"}
+		if stdin != "" {
+			args = append(args, "--token", "-")
+		}
+		if out, code := runWith(stdin, none, args...); code != ExitUsage {
+			t.Errorf("no token (stdin %q): exit %d %s, want a usage error", stdin, code, out)
+		}
+	}
+	if _, err := os.Stat(none); err == nil {
+		t.Error("a login without a token wrote the configuration")
+	}
+}

@@ -120,7 +120,7 @@ func unreached(err error) string {
 	var dns *net.DNSError
 	switch {
 	case errors.As(err, &unknownAuthority) || errors.As(err, &invalid) || errors.As(err, &hostname):
-		return "The server's certificate is not one this configuration trusts: log in again with its CA, `nodus login --server URL --token TOKEN --ca-file ca.crt` (the server serves it at /ca.crt; compare its fingerprint with your operator's)."
+		return "The server's certificate is not one this configuration trusts: log in again with its CA, `nodus login --server URL --ca-file ca.crt` (the server serves it at /ca.crt; compare its fingerprint with your operator's)."
 	case errors.As(err, &dns) || errors.As(err, &op):
 		return "The server did not answer: check that nodus-server runs and that this configuration points at it (`nodus config get-contexts` shows where)."
 	}

@@ -43,7 +43,11 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 			for _, kv := range env {
 				k, v, ok := strings.Cut(kv, "=")
 				if !ok {
-					return usageError(fmt.Errorf("--env %q is not NAME=VALUE", kv))
+					// --env NAME: the value is this shell's, kept off the
+					// command line (ps, the shell's history), as docker's -e.
+					if v, ok = os.LookupEnv(kv); !ok {
+						return usageError(fmt.Errorf("--env %q is neither NAME=VALUE nor the name of a variable set here", oneLine(kv)))
+					}
 				}
 				e.Spec.Env = append(e.Spec.Env, nodusv1.ExecutionEnv{Name: k, Value: v})
 			}
@@ -63,7 +67,7 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 	run.Flags().StringVar(&pool, "pool", "", "the pool to borrow from")
 	run.Flags().Int32Var(&gpus, "gpus", 1, "GPUs wanted")
 	run.Flags().Int64Var(&maxRuntime, "max-runtime", 3600, "seconds after which it is ended")
-	run.Flags().StringArrayVar(&env, "env", nil, "NAME=VALUE")
+	run.Flags().StringArrayVar(&env, "env", nil, "NAME=VALUE, or NAME to pass this shell's value (kept off the command line, which every local user sees)")
 	run.Flags().StringVar(&image, "image", "", "an OCI image of the hosts' images directory, NAME[:TAG], as the sandbox's root (default: the host's system, read-only)")
 
 	list := &cobra.Command{

@@ -1,12 +1,16 @@
 package cli
 
 import (
+	"bufio"
+	"errors"
 	"fmt"
+	"io"
 	"net/url"
 	"os"
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -25,7 +29,8 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "login (--server URL --token TOKEN [--ca-file FILE] | --kubeconfig FILE)",
 		Short: "Store a server and a credential in the nodus configuration",
-		Example: `  nodus login --server https://nodus.example:8443 --token alice-laptop.SECRET --ca-file ca.crt
+		Example: `  nodus login --server https://nodus.example:8443 --ca-file ca.crt   # asks for the token
+  nodus login --server https://nodus.example:8443 --token - --ca-file ca.crt < token.txt
   # several replicas, without a load balancer: nodus moves to the next when one fails
   nodus login --server https://nodus-1:8443,https://nodus-2:8443,https://nodus-3:8443 --token alice-laptop.SECRET --ca-file ca.crt
   # adopt an existing kubeconfig, such as the operator's:
@@ -43,24 +48,68 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&o.Server, "server", "", "nodus-server URL, or the comma-separated URLs of several replicas")
-	cmd.Flags().StringVar(&o.Token, "token", "", "your access token")
+	cmd.Flags().StringVar(&o.Token, "token", "", "your access token; - reads it from stdin, and without the flag nodus asks for it on a terminal (or reads $"+TokenEnv+"): a token on the command line is seen by every local user (ps) and kept in your shell's history")
 	cmd.Flags().StringVar(&o.CAFile, "ca-file", "", "the server's CA certificate")
 	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of this kubeconfig (same as login --kubeconfig FILE)")
 	return cmd
 }
 
-// Validate checks the flags.
+// TokenEnv is the environment variable `nodus login` reads the access
+// token from when --token is not given.
+const TokenEnv = "NODUS_TOKEN"
+
+// Validate checks the flags, and reads the token where they say.
 func (o *LoginOptions) Validate() error {
 	if o.Adopt != "" {
 		return nil
 	}
-	if o.Server == "" || o.Token == "" {
+	if o.Server == "" {
 		return usageError(fmt.Errorf("give --server and --token, or --from-kubeconfig"))
 	}
+	token, err := o.readToken()
+	if err != nil {
+		return err
+	}
+	o.Token = token
 	if _, err := failover.Servers(o.Server); err != nil {
 		return usageError(fmt.Errorf("--server: %w", err))
 	}
 	return nil
+}
+
+// readToken is the token --token gives: as it is, read from stdin for "-",
+// else $NODUS_TOKEN, else asked for on the terminal without echo.
+func (o *LoginOptions) readToken() (string, error) {
+	var token string
+	switch {
+	case o.Token == "-":
+		line, err := bufio.NewReader(io.LimitReader(o.In, 64<<10)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("reading the token from stdin: %w", err)
+		}
+		token = line
+	case o.Token != "":
+		token = o.Token
+	case os.Getenv(TokenEnv) != "":
+		token = os.Getenv(TokenEnv)
+	default:
+		in, ok := o.In.(*os.File)
+		if !ok || !term.IsTerminal(int(in.Fd())) {
+			return "", usageError(fmt.Errorf("give the token: --token - reads it from stdin, $%s holds it, or run nodus login on a terminal to be asked for it", TokenEnv))
+		}
+		fmt.Fprint(o.Err, "access token: ")
+		typed, err := term.ReadPassword(int(in.Fd()))
+		fmt.Fprintln(o.Err)
+		if err != nil {
+			return "", fmt.Errorf("reading the token: %w", err)
+		}
+		token = string(typed)
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return "", usageError(errors.New("the access token is empty"))
+	}
+	return token, nil
 }
 
 // Run writes the context and makes it current.

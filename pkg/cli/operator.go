@@ -445,7 +445,9 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 				return fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives; %s",
 					oneLine(strconv.Quote(t.Status.Token)), revoked)
 			}
-			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with:\n  nodus login --server %s --token %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host, t.Status.Token)
+			// The token is handed over apart from the command: on a command
+			// line it would be in ps and the shell's history.
+			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with (it asks for the token; --token - reads it from stdin):\n  nodus login --server %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host)
 			return nil
 		},
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -135,11 +136,21 @@ func TestExecutionAdmission(t *testing.T) {
 		if out, code := borrower.run("", "login", "--server", s.Config.Host, "--token", bea.BearerToken, "--ca-file", ca); code != 0 {
 			t.Fatalf("login: %d %s", code, out)
 		}
-		out, code := borrower.run("", "executions", "run", "-n", "borrower", "--pool", "lending", "--gpus", "2", "--env", "EPOCHS=3", "--", "python", "train.py")
+		// --env NAME takes this shell's value, kept off the command line.
+		t.Setenv("HF_TOKEN", "hf_s3cret")
+		out, code := borrower.run("", "executions", "run", "-n", "borrower", "--pool", "lending", "--gpus", "2", "--env", "EPOCHS=3", "--env", "HF_TOKEN",
+			"--", "python", "train.py")
 		if code != 0 || !strings.Contains(out, "submitted (pending)") {
 			t.Fatalf("executions run: %d %s", code, out)
 		}
 		name := strings.Fields(out)[1]
+		if e, err := s.Client.NodusV1().Executions("borrower").Get(ctx(t), strings.TrimPrefix(name, "borrower/"), metav1.GetOptions{}); err != nil ||
+			!slices.Contains(e.Spec.Env, nodusv1.ExecutionEnv{Name: "HF_TOKEN", Value: "hf_s3cret"}) {
+			t.Errorf("--env HF_TOKEN: %v %+v", err, e)
+		}
+		if out, code := borrower.run("", "executions", "run", "-n", "borrower", "--pool", "lending", "--env", "NODUS_UNSET_VARIABLE", "--", "x"); code != cli.ExitUsage {
+			t.Errorf("--env naming a variable not set: %d %s", code, out)
+		}
 		if out, code := borrower.run("", "executions", "list", "-n", "borrower"); code != 0 || !strings.Contains(out, name+"   pending   lending   2") {
 			t.Errorf("executions list: %d\n%s", code, out)
 		}
