@@ -106,12 +106,13 @@ func (c *call) listNodes(detail bool) error {
 }
 
 func (c *call) showNode(ident string) error {
-	p, err := parsePage(c.req.URL.Query(), nodeSortKeys, ironicNodeFields)
+	// As Ironic's get_one: the node is looked up before the fields are
+	// checked, so a node that does not exist is 404 whatever they are.
+	n, err := c.findNode(ident)
 	if err != nil {
 		return err
 	}
-	// As Ironic's get_one: the node is looked up before the fields are checked.
-	n, err := c.findNode(ident)
+	p, err := parsePage(c.req.URL.Query(), nodeSortKeys, ironicNodeFields)
 	if err != nil {
 		return err
 	}

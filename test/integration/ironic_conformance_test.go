@@ -452,6 +452,9 @@ func TestIronicNodeIdentsAsIronicChecksThem(t *testing.T) {
 	if msg := ironicFault(t, call("GET", "/v1/nodes/no-such-node?fields=owner", "1.49"), http.StatusNotFound); msg != "Node no-such-node could not be found." {
 		t.Errorf("an unknown node with a field of a later version: %q", msg)
 	}
+	if msg := ironicFault(t, call("GET", "/v1/nodes/no-such-node?fields=no_such_field", "1.60"), http.StatusNotFound); msg != "Node no-such-node could not be found." {
+		t.Errorf("an unknown node with a field that is none: %q", msg)
+	}
 	later := call("GET", "/v1/nodes/named?fields=owner", "1.49")
 	var fix struct{ Fix string }
 	if msg := ironicFault(t, later, http.StatusNotAcceptable); msg == "" || json.Unmarshal(later.body, &fix) != nil ||

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/uuid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -14,7 +15,7 @@ import (
 
 func readyNode(name, class string, rv int, traits ...string) *nodusv1.Node {
 	return &nodusv1.Node{
-		ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name), ResourceVersion: fmt.Sprint(rv)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, UID: uidOf(name), ResourceVersion: fmt.Sprint(rv)},
 		Spec:       nodusv1.NodeSpec{ResourceClass: class, Traits: traits},
 		Status: nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateAvailable,
 			Conditions: []metav1.Condition{{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue}}},
@@ -160,7 +161,7 @@ func TestFreeIndexFollowsTheNode(t *testing.T) {
 	if x.take(allocationOf("a", "gpu"), rnd, nil) != nil {
 		t.Error("a node moved to another class was taken for its old one")
 	}
-	if got, ok := x.lookup("uid-n1"); !ok || got.Name != "n1" {
+	if got, ok := x.lookup(string(uidOf("n1"))); !ok || got.Name != "n1" {
 		t.Errorf("lookup by UID: %v %v", got, ok)
 	}
 	x.remove("n1")
@@ -222,7 +223,7 @@ func TestWhyNoneFreeAgreesWithChoose(t *testing.T) {
 	}
 	asks := []*nodusv1.Allocation{allocationOf("a", "gpu"), allocationOf("a", "gpu", "CUSTOM_IB"), allocationOf("a", "tpu")}
 	withCandidates := allocationOf("a", "gpu")
-	withCandidates.Spec.CandidateNodes = []string{"n1", "uid-n2"}
+	withCandidates.Spec.CandidateNodes = []string{"n1", string(uidOf("n2"))}
 	asks = append(asks, withCandidates)
 	for trial := range 2000 {
 		nodes := make([]*nodusv1.Node, rnd.IntN(4))
@@ -265,5 +266,42 @@ func TestFreeIndexWhyFollowsTheNodes(t *testing.T) {
 	}
 	if why := x.whyNoneFree(allocationOf("b", "gpu", "CUSTOM_IB")); why != `no node has resource class "gpu"` {
 		t.Errorf("why, for other traits: %q", why)
+	}
+}
+
+// uidOf is the UID of the test's node of name, a UUID as the API gives.
+func uidOf(name string) types.UID {
+	return types.UID(uuid.NewSHA1(uuid.NameSpaceOID, []byte(name)).String())
+}
+
+// TestAUIDNamesItsNodeWhateverNodeIsNamedLikeIt: /v1 stores an
+// allocation's candidates as Ironic resolves them, as UUIDs. A node may be
+// named like another's UUID (an agent enrolled by a token that names no
+// node picks its name); such a candidate took the node of that name, not
+// the node of that UUID.
+func TestAUIDNamesItsNodeWhateverNodeIsNamedLikeIt(t *testing.T) {
+	x := newFreeIndex()
+	meant := readyNode("meant", "gpu", 10)
+	impostor := readyNode(string(meant.UID), "gpu", 11)
+	x.update(meant)
+	x.update(impostor)
+	if got, ok := x.lookup(string(meant.UID)); !ok || got.Name != "meant" {
+		t.Errorf("lookup of a UUID: %v %v, want node meant", got, ok)
+	}
+	a := allocationOf("a", "gpu")
+	a.Spec.CandidateNodes = []string{string(meant.UID)}
+	for _, r := range rulesFor(a) {
+		if !r.keep(impostor) && !r.keep(meant) {
+			t.Fatalf("neither node passes %q", r.why)
+		}
+	}
+	candidate := rulesFor(a)[2]
+	if candidate.keep(impostor) || !candidate.keep(meant) {
+		t.Errorf("the candidate rule: the impostor %v, the node meant %v", candidate.keep(impostor), candidate.keep(meant))
+	}
+	backfill := allocationOf("b", "gpu")
+	backfill.Spec.Node = string(meant.UID)
+	if !namesNode(backfill.Spec.Node, meant) || namesNode(backfill.Spec.Node, impostor) {
+		t.Error("a backfill's node by UUID names the node named like it")
 	}
 }

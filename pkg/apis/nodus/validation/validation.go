@@ -97,8 +97,15 @@ func ValidateNode(n *nodusv1.Node) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("maintenanceReason"), n.Spec.MaintenanceReason, "may only be set while maintenance is true"))
 	}
 	errs = append(errs, validateLoginUser(n.Spec.LoginUser, spec.Child("loginUser"), false)...)
+	if len(n.Spec.Owner) > maxNodeOwnerBytes {
+		// Ironic's column; a client reading it through /v1 expects no more.
+		errs = append(errs, field.TooLong(spec.Child("owner"), "", maxNodeOwnerBytes))
+	}
 	return errs
 }
+
+// maxNodeOwnerBytes is Ironic's bound on a node's owner.
+const maxNodeOwnerBytes = 255
 
 // ValidateNodeStatusUpdate checks a status written over old: on top of
 // ValidateNodeStatus, the agent generation never goes back, since every
