@@ -191,3 +191,53 @@ func TestLoginTakesTheTokenOffTheCommandLine(t *testing.T) {
 		t.Error("a login without a token wrote the configuration")
 	}
 }
+
+// TestAdoptingKeepsAnotherServersContext: every nodus-server writes its
+// admin kubeconfig with the same context name. Adopting a second server's
+// replaced the first's address, CA and credential without a word.
+func TestAdoptingKeepsAnotherServersContext(t *testing.T) {
+	dir := t.TempDir()
+	kubeconfig := func(file, server, token string) string {
+		path := filepath.Join(dir, file)
+		if err := os.WriteFile(path, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "`+server+`"}}]
+users: [{name: u, user: {token: `+token+`}}]
+contexts: [{name: nodus-admin@nodus, context: {cluster: c, user: u}}]
+current-context: nodus-admin@nodus
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	staging, prod := kubeconfig("staging", "https://staging:8443", "s.staging"), kubeconfig("prod", "https://prod:8443", "p.prod")
+	config := filepath.Join(dir, "nodus", "config")
+	serverOf := func(context string) string {
+		cfg, err := clientcmd.LoadFromFile(config)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := cfg.Clusters[context]; c != nil {
+			return c.Server
+		}
+		return ""
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", staging); code != 0 {
+		t.Fatalf("adopting staging: %d %s", code, out)
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", prod); code != ExitUsage || !strings.Contains(out, "--name") {
+		t.Errorf("adopting another server's context under the same name: exit %d %s", code, out)
+	}
+	if got := serverOf("nodus-admin@nodus"); got != "https://staging:8443" {
+		t.Errorf("the refused adoption changed the context: %s", got)
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", staging); code != 0 {
+		t.Errorf("adopting the same server's again: %d %s", code, out)
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", prod, "--name", "prod"); code != 0 || serverOf("prod") != "https://prod:8443" || serverOf("nodus-admin@nodus") != "https://staging:8443" {
+		t.Errorf("adopting under another name: %d %s", code, out)
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", prod, "--replace"); code != 0 || serverOf("nodus-admin@nodus") != "https://prod:8443" {
+		t.Errorf("adopting with --replace: %d %s", code, out)
+	}
+}

@@ -22,6 +22,10 @@ type LoginOptions struct {
 	*Globals
 	Streams
 	Server, Token, CAFile, Adopt string
+	// Name is the context an adopted kubeconfig's is stored as; Replace
+	// lets it take a context of that name that is another server's.
+	Name    string
+	Replace bool
 }
 
 func newLoginCommand(g *Globals, s Streams) *cobra.Command {
@@ -51,6 +55,8 @@ func newLoginCommand(g *Globals, s Streams) *cobra.Command {
 	cmd.Flags().StringVar(&o.Token, "token", "", "your access token; - reads it from stdin, and without the flag nodus asks for it on a terminal (or reads $"+TokenEnv+"): a token on the command line is seen by every local user (ps) and kept in your shell's history")
 	cmd.Flags().StringVar(&o.CAFile, "ca-file", "", "the server's CA certificate")
 	cmd.Flags().StringVar(&o.Adopt, "from-kubeconfig", "", "adopt the current context of this kubeconfig (same as login --kubeconfig FILE)")
+	cmd.Flags().StringVar(&o.Name, "name", "", "with --kubeconfig: store the adopted context under this name (default: its own)")
+	cmd.Flags().BoolVar(&o.Replace, "replace", false, "with --kubeconfig: replace a context of the same name that is another server's")
 	return cmd
 }
 
@@ -152,7 +158,18 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		name = src.CurrentContext
 		cluster, user := src.Clusters[ctx.Cluster], src.AuthInfos[ctx.AuthInfo]
 		if cluster == nil || user == nil {
-			return "", usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", o.Adopt, name, ctx.Cluster, ctx.AuthInfo))
+			return "", usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", oneLine(o.Adopt), oneLine(name), oneLine(ctx.Cluster), oneLine(ctx.AuthInfo)))
+		}
+		if o.Name != "" {
+			name = o.Name
+		}
+		// Every nodus-server names its admin context alike: another
+		// server's adopted under the name would drop the first's address,
+		// CA and credential without a word. The same server's (a
+		// credential renewed) is taken again.
+		if had, ok := cfg.Clusters[name]; ok && had.Server != cluster.Server && !o.Replace {
+			return "", usageError(fmt.Errorf("context %s is another server's (%s, not %s): give this one another name with --name NAME, or replace that one with --replace",
+				oneLine(name), oneLine(had.Server), oneLine(cluster.Server)))
 		}
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, user
 	} else {
