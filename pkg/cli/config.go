@@ -104,7 +104,46 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 	cfg.Wrap(failover.Wrap(servers))
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return refuseRedirects{rt} })
 	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return keepErrorBodies{contextHeaders{rt}} })
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedAnswers{rt} })
 	return cfg, nil
+}
+
+// maxAnswerBytes bounds an answer the CLI reads whole: a list of every
+// host of a large fleet is a few tens of MiB of JSON. A server that sends
+// more (a hostile one, or a fault) gets an error, not the laptop's memory.
+var maxAnswerBytes int64 = 256 << 20
+
+// boundedAnswers cuts an answer past maxAnswerBytes; a watch is a stream,
+// read as it comes, and not bounded.
+type boundedAnswers struct{ next http.RoundTripper }
+
+func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	if err != nil || req.URL.Query().Get("watch") == "true" {
+		return resp, err
+	}
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
+	return resp, nil
+}
+
+type boundedBody struct {
+	io.ReadCloser
+	left int64
+}
+
+func (b *boundedBody) Read(p []byte) (int, error) {
+	if b.left <= 0 {
+		return 0, fmt.Errorf("the server's answer is larger than %d MiB: refused", maxAnswerBytes>>20)
+	}
+	if int64(len(p)) > b.left {
+		p = p[:b.left+1] // one byte more tells a body of exactly the bound from a longer one
+	}
+	n, err := b.ReadCloser.Read(p)
+	b.left -= int64(n)
+	if b.left < 0 {
+		return n, fmt.Errorf("the server's answer is larger than %d MiB: refused", maxAnswerBytes>>20)
+	}
+	return n, err
 }
 
 // refuseRedirects turns a redirect into an error before the HTTP client

@@ -60,3 +60,38 @@ func TestAnErrorIsShownWithItsOwnAnswersFix(t *testing.T) {
 		t.Errorf("a 500 is shown with a 503's body:\n%s", out.String())
 	}
 }
+
+// TestAnAnswerPastTheBoundIsRefused: the CLI reads answers whole; a server
+// that sends an endless one (hostile, or at fault) must not take the
+// laptop's memory. A watch is a stream and has no bound.
+func TestAnAnswerPastTheBoundIsRefused(t *testing.T) {
+	defer func(was int64) { maxAnswerBytes = was }(maxAnswerBytes)
+	maxAnswerBytes = 1 << 10
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		size := 1 << 10
+		if req.URL.Query().Get("size") == "over" {
+			size++
+		}
+		_, _ = io.WriteString(w, strings.Repeat("x", size))
+	}))
+	defer srv.Close()
+	client := &http.Client{Transport: boundedAnswers{next: http.DefaultTransport}}
+	read := func(query string) (int, error) {
+		resp, err := client.Get(srv.URL + "/?" + query)
+		if err != nil {
+			return 0, err
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		return len(body), err
+	}
+	if n, err := read("size=at"); err != nil || n != 1<<10 {
+		t.Errorf("an answer of the bound: %d bytes, %v", n, err)
+	}
+	if _, err := read("size=over"); err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("an answer past the bound: %v", err)
+	}
+	if n, err := read("size=over&watch=true"); err != nil || n != 1<<10+1 {
+		t.Errorf("a watch past the bound: %d bytes, %v", n, err)
+	}
+}
