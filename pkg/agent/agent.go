@@ -244,7 +244,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + a.id.Node }))
 	nodeInformer := nodeFactory.Nodus().V1().Nodes().Informer()
 	a.agreement = func() *nodusv1.ReservationLending {
-		return lentAgreement(informer.GetStore().List(), a.ownNode(), a.hostInventory.Load(), time.Now())
+		return lentAgreement(informer.GetStore().List(), a.node(), a.hostInventory.Load(), time.Now())
 	}
 	a.lent = func() bool { return a.agreement() != nil }
 	box, boxErr := a.sandbox()
@@ -264,8 +264,8 @@ func (a *Agent) Run(ctx context.Context) error {
 		return nil
 	}
 	a.ownNode = func() *nodusv1.Node {
-		if n := latestNode(); n != nil {
-			return n
+		if nodeInformer.HasSynced() {
+			return latestNode() // nil once the node is deleted
 		}
 		return node
 	}
@@ -300,8 +300,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		return err
 	}
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(obj interface{}) { a.observeNode(obj.(*nodusv1.Node)) },
-		UpdateFunc: func(_, obj interface{}) { a.observeNode(obj.(*nodusv1.Node)) },
+		// A claim that leaves the node ends its lending here too: what
+		// runs under it drains.
+		AddFunc:    func(obj interface{}) { a.observeNode(obj.(*nodusv1.Node)); a.drainUnlent(ctx) },
+		UpdateFunc: func(_, obj interface{}) { a.observeNode(obj.(*nodusv1.Node)); a.drainUnlent(ctx) },
 	}); err != nil {
 		return err
 	}
@@ -570,11 +572,17 @@ func holds(node *nodusv1.Node, reservation, uid string) bool {
 		(node.Status.ReservationUID == "" || string(node.Status.ReservationUID) == uid)
 }
 
+// node is the agent's Node as it knows it now; nil before Run read it.
+func (a *Agent) node() *nodusv1.Node {
+	if a.ownNode == nil {
+		return nil
+	}
+	return a.ownNode()
+}
+
 // claimed says whether the agent's node, as it knows it now, is held by
 // the reservation of acc.
-func (a *Agent) claimed(acc state.Access) bool {
-	return a.ownNode != nil && holds(a.ownNode(), acc.Reservation, acc.UID)
-}
+func (a *Agent) claimed(acc state.Access) bool { return holds(a.node(), acc.Reservation, acc.UID) }
 
 // withheld says whether the reservation's recorded access is not to be
 // served: its newest state is not recorded yet, or is refused.

@@ -69,17 +69,20 @@ func (o *LoginOptions) Validate() error {
 	if o.Adopt != "" {
 		return nil
 	}
+	if o.Name != "" || o.Replace {
+		return usageError(errors.New("--name and --replace are for adopting a kubeconfig (--kubeconfig FILE)"))
+	}
 	if o.Server == "" {
 		return usageError(fmt.Errorf("give --server and --token, or --from-kubeconfig"))
+	}
+	if _, err := failover.Servers(o.Server); err != nil {
+		return usageError(fmt.Errorf("--server: %w", err))
 	}
 	token, err := o.readToken()
 	if err != nil {
 		return err
 	}
 	o.Token = token
-	if _, err := failover.Servers(o.Server); err != nil {
-		return usageError(fmt.Errorf("--server: %w", err))
-	}
 	return nil
 }
 
@@ -89,9 +92,13 @@ func (o *LoginOptions) readToken() (string, error) {
 	var token string
 	switch {
 	case o.Token == "-":
-		line, err := bufio.NewReader(io.LimitReader(o.In, 64<<10)).ReadString('\n')
+		const maxToken = 64 << 10
+		line, err := bufio.NewReader(io.LimitReader(o.In, maxToken+1)).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
 			return "", fmt.Errorf("reading the token from stdin: %w", err)
+		}
+		if len(line) > maxToken {
+			return "", usageError(errors.New("stdin holds no token: its first line is longer than 64 KiB"))
 		}
 		token = line
 	case o.Token != "":
@@ -167,9 +174,9 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		// server's adopted under the name would drop the first's address,
 		// CA and credential without a word. The same server's (a
 		// credential renewed) is taken again.
-		if had, ok := cfg.Clusters[name]; ok && had.Server != cluster.Server && !o.Replace {
+		if had := serverOf(cfg, name); had != "" && had != cluster.Server && !o.Replace {
 			return "", usageError(fmt.Errorf("context %s is another server's (%s, not %s): give this one another name with --name NAME, or replace that one with --replace",
-				oneLine(name), oneLine(had.Server), oneLine(cluster.Server)))
+				oneLine(name), oneLine(had), oneLine(cluster.Server)))
 		}
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, user
 	} else {
@@ -188,4 +195,18 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, &clientcmdapi.AuthInfo{Token: o.Token}
 	}
 	return name, nil
+}
+
+// serverOf is the server a context of cfg, or a cluster of its name, points
+// at ("" when neither is there).
+func serverOf(cfg *clientcmdapi.Config, name string) string {
+	if ctx, ok := cfg.Contexts[name]; ok {
+		if c, ok := cfg.Clusters[ctx.Cluster]; ok {
+			return c.Server
+		}
+	}
+	if c, ok := cfg.Clusters[name]; ok {
+		return c.Server
+	}
+	return ""
 }

@@ -88,7 +88,9 @@ func (c *call) createAllocation() error {
 		if err != nil {
 			return err
 		}
-		a.Spec.Node = n.Name
+		// Its UID, as the candidates: the controller looks an ident up as
+		// a UID first, and a node may be named like another's UID.
+		a.Spec.Node = string(n.UID)
 		if a.Spec.ResourceClass == "" {
 			a.Spec.ResourceClass = n.Spec.ResourceClass // as Ironic, when backfilling
 		}

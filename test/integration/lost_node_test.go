@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -170,8 +171,9 @@ func TestAReplacementTheReservationHasNotClaimedIsNotItsMachine(t *testing.T) {
 		strings.NewReader(string(body))); r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "192.0.2.77") {
 		t.Errorf("a certificate for a machine the reservation has not claimed: %d %s", r.code, r.body)
 	}
-	// The controller wrote the host as it wrote the reservation's blocker:
-	// from then on it shows nothing of the new machine.
+	// The controller writes the host after the reservation's blocker: once
+	// it shows no way to connect, it stays so, and says why.
+	f.waitHost(t, "swapped", func(h *nodusv1.ReservedHost) bool { return h.Status.Connect == nil })
 	for deadline := time.Now().Add(3 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		host, err := c.ReservedHosts("acme").Get(ctx(t), "swapped", metav1.GetOptions{})
 		if err != nil {
@@ -179,6 +181,9 @@ func TestAReplacementTheReservationHasNotClaimedIsNotItsMachine(t *testing.T) {
 		}
 		if host.Status.Connect != nil {
 			t.Fatalf("the customer's host shows how to connect to a machine its reservation has not claimed: %+v", host.Status.Connect)
+		}
+		if cond := meta.FindStatusCondition(host.Status.Conditions, nodusv1.ReservedHostConditionConnected); cond == nil || !strings.Contains(cond.Message, "replaced") {
+			t.Fatalf("the host does not say its machine was replaced: %+v", cond)
 		}
 	}
 }
@@ -230,5 +235,37 @@ func TestAnAgentServesOnlyTheReservationItsNodeIsClaimedBy(t *testing.T) {
 	})
 	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return principals() == "", nil }); err != nil {
 		t.Errorf("the agent serves the principal of a reservation its node's claim does not name: %q", principals())
+	}
+}
+
+// TestNothingIsPlacedOnAMachineTheLenderHasNotClaimed: the lending
+// scheduler placed borrowers' executions on the node a lent reservation
+// names, held or not: a machine enrolled under a deleted node's name,
+// which the reservation could not claim (here it is being cleaned), ran
+// them.
+func TestNothingIsPlacedOnAMachineTheLenderHasNotClaimed(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 4}, false)
+	epoch := f.reservation(t, "gpu-00").Status.Epoch
+	if r := f.lend(t, f.admin, "lend", "gpu-00", fmt.Sprintf(`{"epoch":%d,"maxGPUs":2}`, epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	forgeNodeInEtcd(t, s, "gpu-00", func(n *nodusv1.Node) {
+		n.Status.Reservation, n.Status.ReservationUID = "", ""
+		n.Status.ProvisionState = nodusv1.ProvisionStateCleaning
+		n.Status.Cleaning = &nodusv1.NodeCleaning{Request: 1, Phase: nodusv1.CleaningPending, RequestedAt: metav1.Now()}
+	})
+	waitReservation(t, s, "gpu-00", func(r *nodusv1.Reservation) bool {
+		p := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return r.Status.State == nodusv1.ReservationStateActive && p != nil && p.Reason == string(apierror.ReasonNodeCleaning)
+	})
+	e := f.submit(t, "beta", 1, 60)
+	time.Sleep(3 * time.Second) // a placement takes milliseconds
+	got, err := s.Client.NodusV1().Executions("beta").Get(ctx(t), e.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != nodusv1.ExecutionPending || got.Status.Host != "" {
+		t.Errorf("an execution was placed on a machine the lender has not claimed: %s on %q", got.Status.Phase, got.Status.Host)
 	}
 }

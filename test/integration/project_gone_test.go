@@ -125,7 +125,10 @@ func TestAReservationOfAnEarlierNamesakeProjectIsRetired(t *testing.T) {
 	waitNode(t, s, "namesake-host", func(n *nodusv1.Node) bool {
 		return n.Status.Reservation == "" || n.Status.ReservationUID != earlier.UID
 	})
-	if host, err := c.ReservedHosts("delta").Get(ctx(t), "namesake", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-		t.Errorf("the new project shows the earlier one's host: %v %+v", err, host)
+	if err := testfleet.Eventually(ctx(t), 15*time.Second, func(c2 context.Context) (bool, error) {
+		_, err := c.ReservedHosts("delta").Get(c2, "namesake", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Error("the new project shows the earlier one's host")
 	}
 }

@@ -53,7 +53,7 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 // it: a reservation's node is its tenant's alone.
 func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, string) {
 	for _, n := range nodes {
-		if !namesNode(a.Spec.Node, n) {
+		if n.Name != a.Spec.Node && string(n.UID) != a.Spec.Node {
 			continue
 		}
 		if n.Status.Allocation != "" && !n.Status.ClaimedByAllocation(a) {
@@ -92,7 +92,7 @@ func rulesFor(a *nodusv1.Allocation) []rule {
 		{func(n *nodusv1.Node) bool { return hasAll(n.Spec.Traits, a.Spec.Traits) },
 			fmt.Sprintf("no node of resource class %q has all traits %s", a.Spec.ResourceClass, strings.Join(a.Spec.Traits, ", "))},
 		{func(n *nodusv1.Node) bool {
-			return len(a.Spec.CandidateNodes) == 0 || slices.ContainsFunc(a.Spec.CandidateNodes, func(c string) bool { return namesNode(c, n) })
+			return len(a.Spec.CandidateNodes) == 0 || slices.Contains(a.Spec.CandidateNodes, n.Name) || slices.Contains(a.Spec.CandidateNodes, string(n.UID))
 		}, fmt.Sprintf("none of the candidate nodes %s matches the resource class and traits", strings.Join(a.Spec.CandidateNodes, ", "))},
 		{func(n *nodusv1.Node) bool { return !n.Spec.Maintenance }, "every matching node is in maintenance"},
 		{func(n *nodusv1.Node) bool {

@@ -8,10 +8,8 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // freeIndex keeps, from the node informer's events, the nodes an allocation
@@ -149,30 +147,19 @@ func (x *freeIndex) holderOf(allocation string) (*nodusv1.Node, bool) {
 	return n, ok
 }
 
-// lookup is the node ident names (namesNode).
+// lookup is the node ident names: the node whose UID it is, else the one
+// named so. A UID goes first, as Ironic reads a UUID (and /v1 stores an
+// allocation's candidates and node as UIDs): a node may be named like
+// another's UID, and must not be taken for it.
 func (x *freeIndex) lookup(ident string) (*nodusv1.Node, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if uidForm(ident) {
-		n, ok := x.nodes[x.byUID[ident]]
-		return n, ok
+	if n, ok := x.nodes[x.byUID[ident]]; ok {
+		return n, true
 	}
 	n, ok := x.nodes[ident]
 	return n, ok
 }
-
-// namesNode says whether ident, an allocation's node or candidate, names n:
-// an ident in a UUID's canonical form is a node's UID (the form /v1 stores
-// candidates in, as Ironic resolves them), whatever node is named like it;
-// any other is a node's name.
-func namesNode(ident string, n *nodusv1.Node) bool {
-	if uidForm(ident) {
-		return ident == string(n.UID)
-	}
-	return ident == n.Name
-}
-
-func uidForm(ident string) bool { return sshvalue.CanonicalUID(types.UID(ident)) }
 
 // whyNoneFree is choose's lastError for a, an allocation by class, from
 // every node the cache shows (the ones being claimed included), or "" when

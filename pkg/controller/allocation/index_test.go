@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -276,34 +275,23 @@ func uidOf(name string) types.UID {
 }
 
 // TestAUIDNamesItsNodeWhateverNodeIsNamedLikeIt: /v1 stores an
-// allocation's candidates as Ironic resolves them, as UUIDs. A node may be
-// named like another's UUID (an agent enrolled by a token that names no
-// node picks its name); such a candidate took the node of that name, not
-// the node of that UUID.
+// allocation's candidates and backfilled node as UIDs, as Ironic resolves
+// them. A node may be named like another's UID (an agent enrolled by a
+// token that names no node picks its name); looked up by name first, such
+// an ident took the node of that name, not the node of that UID. A node
+// named like a UID that no node has is still found by its name.
 func TestAUIDNamesItsNodeWhateverNodeIsNamedLikeIt(t *testing.T) {
 	x := newFreeIndex()
 	meant := readyNode("meant", "gpu", 10)
 	impostor := readyNode(string(meant.UID), "gpu", 11)
-	x.update(meant)
 	x.update(impostor)
+	x.update(meant)
 	if got, ok := x.lookup(string(meant.UID)); !ok || got.Name != "meant" {
 		t.Errorf("lookup of a UUID: %v %v, want node meant", got, ok)
 	}
-	a := allocationOf("a", "gpu")
-	a.Spec.CandidateNodes = []string{string(meant.UID)}
-	for _, r := range rulesFor(a) {
-		if !r.keep(impostor) && !r.keep(meant) {
-			t.Fatalf("neither node passes %q", r.why)
-		}
-	}
-	rules := rulesFor(a)
-	candidate := rules[slices.IndexFunc(rules, func(r rule) bool { return strings.Contains(r.why, "candidate") })]
-	if candidate.keep(impostor) || !candidate.keep(meant) {
-		t.Errorf("the candidate rule: the impostor %v, the node meant %v", candidate.keep(impostor), candidate.keep(meant))
-	}
-	backfill := allocationOf("b", "gpu")
-	backfill.Spec.Node = string(meant.UID)
-	if !namesNode(backfill.Spec.Node, meant) || namesNode(backfill.Spec.Node, impostor) {
-		t.Error("a backfill's node by UUID names the node named like it")
+	hostnamed := readyNode(string(uidOf("a host named by a UUID")), "gpu", 12)
+	x.update(hostnamed)
+	if got, ok := x.lookup(hostnamed.Name); !ok || got != hostnamed {
+		t.Errorf("lookup of a node named like a UID no node has: %v %v", got, ok)
 	}
 }

@@ -225,6 +225,8 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 	switch {
 	case node == nil && lifecycle.Final(r.Status.State):
 		c.Reason, c.Message = "AccessEnded", "the reservation's access ended and the host was handed back"
+	case node == nil && r.Status.Node != "":
+		c.Reason, c.Message = "NoHost", "the host's machine was removed or replaced by its provider, and is not this reservation's now"
 	case node == nil:
 		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
 	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):

@@ -466,7 +466,7 @@ func schema_pkg_apis_nodus_v1_AllocationSpec(ref common.ReferenceCallback) commo
 							},
 						},
 						SchemaProps: spec.SchemaProps{
-							Description: "CandidateNodes restricts the choice to these nodes: names, or UIDs (an entry in a UUID's canonical form is a node's UID, as Ironic reads a UUID, whatever node is named like it).",
+							Description: "CandidateNodes restricts the choice to these nodes: names, or UIDs (an entry is looked up as a node's UID first, as Ironic reads a UUID, then as a name).",
 							Type:        []string{"array"},
 							Items: &spec.SchemaOrArray{
 								Schema: &spec.Schema{
@@ -480,7 +480,7 @@ func schema_pkg_apis_nodus_v1_AllocationSpec(ref common.ReferenceCallback) commo
 					},
 					"node": {
 						SchemaProps: spec.SchemaProps{
-							Description: "Node backfills an allocation for a node that is already in use: its name, or its UID (in a UUID's canonical form, as for CandidateNodes).",
+							Description: "Node backfills an allocation for a node that is already in use: its UID or its name, looked up as for CandidateNodes.",
 							Type:        []string{"string"},
 							Format:      "",
 						},

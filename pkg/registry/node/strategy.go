@@ -16,6 +16,9 @@ import (
 
 var rules = base.Rules{
 	Validate: func(obj runtime.Object) field.ErrorList { return validation.ValidateNode(obj.(*nodusv1.Node)) },
+	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
+		return validation.ValidateNodeUpdate(obj.(*nodusv1.Node), old.(*nodusv1.Node))
+	},
 	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
 		n := obj.(*nodusv1.Node)
 		// Status comes from the agent and the controllers, never from the creator.

@@ -37,13 +37,13 @@ type AllocationSpec struct {
 	// +listType=set
 	Traits []string `json:"traits,omitempty" protobuf:"bytes,3,rep,name=traits"`
 	// CandidateNodes restricts the choice to these nodes: names, or UIDs (an
-	// entry in a UUID's canonical form is a node's UID, as Ironic reads a
-	// UUID, whatever node is named like it).
+	// entry is looked up as a node's UID first, as Ironic reads a UUID, then
+	// as a name).
 	// +optional
 	// +listType=set
 	CandidateNodes []string `json:"candidateNodes,omitempty" protobuf:"bytes,4,rep,name=candidateNodes"`
 	// Node backfills an allocation for a node that is already in use: its
-	// name, or its UID (in a UUID's canonical form, as for CandidateNodes).
+	// UID or its name, looked up as for CandidateNodes.
 	// +optional
 	Node string `json:"node,omitempty" protobuf:"bytes,5,opt,name=node"`
 	// Owner is recorded on the allocation and its node, as Ironic's owner field.

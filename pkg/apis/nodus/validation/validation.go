@@ -97,11 +97,26 @@ func ValidateNode(n *nodusv1.Node) field.ErrorList {
 		errs = append(errs, field.Invalid(spec.Child("maintenanceReason"), n.Spec.MaintenanceReason, "may only be set while maintenance is true"))
 	}
 	errs = append(errs, validateLoginUser(n.Spec.LoginUser, spec.Child("loginUser"), false)...)
-	if len(n.Spec.Owner) > maxNodeOwnerBytes {
-		// Ironic's column; a client reading it through /v1 expects no more.
-		errs = append(errs, field.TooLong(spec.Child("owner"), "", maxNodeOwnerBytes))
+	return append(errs, validateNodeOwner(n)...)
+}
+
+// ValidateNodeUpdate is ValidateNode for an update of old: an owner stored
+// before its bound stays until it changes, so that the node's other
+// changes (maintenance, the operator's annotations) are not refused for it.
+func ValidateNodeUpdate(n, old *nodusv1.Node) field.ErrorList {
+	errs := ValidateNode(n)
+	if n.Spec.Owner == old.Spec.Owner {
+		errs = slices.DeleteFunc(errs, func(e *field.Error) bool { return e.Field == "spec.owner" })
 	}
 	return errs
+}
+
+func validateNodeOwner(n *nodusv1.Node) field.ErrorList {
+	if len(n.Spec.Owner) > maxNodeOwnerBytes {
+		// Ironic's column; a client reading it through /v1 expects no more.
+		return field.ErrorList{field.TooLong(field.NewPath("spec", "owner"), "", maxNodeOwnerBytes)}
+	}
+	return nil
 }
 
 // maxNodeOwnerBytes is Ironic's bound on a node's owner.

@@ -61,6 +61,12 @@ func TestValidate(t *testing.T) {
 			Owner: strings.Repeat("o", 256)}}), "spec.owner"},
 		"node owner as long as Ironic's": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
 			Owner: strings.Repeat("o", 255)}}), ""},
+		"a node's long owner stored before the bound, kept": {ValidateNodeUpdate(
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 256), Maintenance: true}},
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 256)}}), ""},
+		"a node's owner changed to a long one": {ValidateNodeUpdate(
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 257)}},
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 256)}}), "spec.owner"},
 		"maintenance reason without maintenance": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
 			MaintenanceReason: "x"}}), "spec.maintenanceReason"},
 		"allocation without class or node":   {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta}), "spec.resourceClass"},

@@ -21,11 +21,11 @@ type AllocationSpecApplyConfiguration struct {
 	// Traits the node must all have.
 	Traits []string `json:"traits,omitempty"`
 	// CandidateNodes restricts the choice to these nodes: names, or UIDs (an
-	// entry in a UUID's canonical form is a node's UID, as Ironic reads a
-	// UUID, whatever node is named like it).
+	// entry is looked up as a node's UID first, as Ironic reads a UUID, then
+	// as a name).
 	CandidateNodes []string `json:"candidateNodes,omitempty"`
 	// Node backfills an allocation for a node that is already in use: its
-	// name, or its UID (in a UUID's canonical form, as for CandidateNodes).
+	// UID or its name, looked up as for CandidateNodes.
 	Node *string `json:"node,omitempty"`
 	// Owner is recorded on the allocation and its node, as Ironic's owner field.
 	Owner *string `json:"owner,omitempty"`
