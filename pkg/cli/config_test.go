@@ -240,4 +240,7 @@ current-context: nodus-admin@nodus
 	if out, code := run(config, "login", "--from-kubeconfig", prod, "--replace"); code != 0 || serverOf("nodus-admin@nodus") != "https://prod:8443" {
 		t.Errorf("adopting with --replace: %d %s", code, out)
 	}
+	if out, code := run(config, "login", "--server", "https://other:8443", "--token", "t.secret", "--name", "x"); code != ExitUsage {
+		t.Errorf("--name without a kubeconfig to adopt: %d %s", code, out)
+	}
 }
