@@ -108,9 +108,9 @@ type Agent struct {
 	cleaning      *cleaning.Cleaner
 	// reservations is the informer's store of this node's reservations.
 	reservations cache.Store
-	// ownNode is this agent's Node as its informer shows it now, the one
-	// read at the start until the informer has it; set before anything
-	// runs that reads it.
+	// ownNode is this agent's Node as its informer shows it now (nil once
+	// deleted), the one read at the start until the informer has synced;
+	// set before anything runs that reads it.
 	ownNode   func() *nodusv1.Node
 	cleanings chan *nodusv1.NodeCleaning
 
