@@ -132,11 +132,11 @@ type boundedBody struct {
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left <= 0 {
+	if b.left < 0 {
 		return 0, fmt.Errorf("the server's answer is larger than %d MiB: refused", maxAnswerBytes>>20)
 	}
-	if int64(len(p)) > b.left {
-		p = p[:b.left+1] // one byte more tells a body of exactly the bound from a longer one
+	if int64(len(p)) > b.left+1 {
+		p = p[:b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
 	}
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)

@@ -95,3 +95,27 @@ func TestAnAnswerPastTheBoundIsRefused(t *testing.T) {
 		t.Errorf("a watch past the bound: %d bytes, %v", n, err)
 	}
 }
+
+// TestABodyOfExactlyTheBoundEnds: read a byte at a time, an answer of
+// exactly the bound ends with EOF, and one byte more is refused.
+func TestABodyOfExactlyTheBoundEnds(t *testing.T) {
+	for _, c := range []struct {
+		size    int
+		refused bool
+	}{{16, false}, {17, true}} {
+		b := &boundedBody{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: 16}
+		got, err := io.ReadAll(io.LimitReader(oneByteReader{b}, 1<<10))
+		if refused := err != nil; refused != c.refused || (!c.refused && len(got) != c.size) {
+			t.Errorf("a body of %d bytes, bound 16: %d bytes read, %v", c.size, len(got), err)
+		}
+	}
+}
+
+type oneByteReader struct{ r io.Reader }
+
+func (o oneByteReader) Read(p []byte) (int, error) {
+	if len(p) > 1 {
+		p = p[:1]
+	}
+	return o.r.Read(p)
+}
