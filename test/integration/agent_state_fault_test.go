@@ -96,16 +96,22 @@ func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
 	}
 }
 
-// servedAgent is a server with the fleet, the real agent of node agent-1
-// (login user nodus-test-login) in dir, and agent-1 reserved to acme, once
-// the agent serves the tenant's principal; principals asks the agent for a
-// login user's, as sshd does.
+// servedAgent is servedAgentOf node agent-1 with login user nodus-test-login.
 func servedAgent(t *testing.T) (s *testserver.Server, f *fleet, dir string, principals func(login string) string) {
+	t.Helper()
+	return servedAgentOf(t, "agent-1", "nodus-test-login")
+}
+
+// servedAgentOf is a server with the fleet, the real agent of node (login
+// user login) in dir, and node reserved to acme under its name, once the
+// agent serves the tenant's principal; principals asks the agent for a
+// login user's, as sshd does.
+func servedAgentOf(t *testing.T, node, login string) (s *testserver.Server, f *fleet, dir string, principals func(login string) string) {
 	t.Helper()
 	s = testserver.StartTestServer(t)
 	f = newFleet(t, s)
 	dir = t.TempDir()
-	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
+	enrollAgent(t, s, node, nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
 	socket := filepath.Join(dir, "p.sock")
 	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
 	principals = func(login string) string {
@@ -113,8 +119,8 @@ func servedAgent(t *testing.T) (s *testserver.Server, f *fleet, dir string, prin
 		_ = agent.Principals(socket, login, &out)
 		return strings.TrimSpace(out.String())
 	}
-	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals("nodus-test-login") != "", nil }); err != nil {
+	f.reserve(t, node, nodusv1.ReservationPlacement{Node: node}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals(login) != "", nil }); err != nil {
 		t.Fatalf("the agent never served the tenant's principal: %v", err)
 	}
 	return s, f, dir, principals
@@ -187,21 +193,7 @@ func TestALoginThatStartsAfterTheCleaningIsEnded(t *testing.T) {
 		t.Skip("needs root: a login account of its own, whose processes the agent ends (CI runs as root)")
 	}
 	login := loginAccount(t)
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	dir := t.TempDir()
-	enrollAgent(t, s, "late", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
-	socket := filepath.Join(dir, "p.sock")
-	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
-	principals := func() string {
-		var out strings.Builder
-		_ = agent.Principals(socket, login, &out)
-		return strings.TrimSpace(out.String())
-	}
-	f.reserve(t, "late", nodusv1.ReservationPlacement{Node: "late"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals() != "", nil }); err != nil {
-		t.Fatalf("the agent never served the tenant's principal: %v", err)
-	}
+	s, _, _, _ := servedAgentOf(t, "late", login)
 	if err := s.Client.NodusV1().Reservations().Delete(ctx(t), "late", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

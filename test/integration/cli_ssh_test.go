@@ -234,6 +234,24 @@ func forgeNodeInEtcd(t *testing.T, s *testserver.Server, name string, forge func
 	forgeInEtcd(t, s, "/registry/nodus.dev/nodes/"+name, forge)
 }
 
+// putInEtcd stores obj as JSON at key underneath the API, past every
+// check of the server.
+func putInEtcd(t *testing.T, s *testserver.Server, key string, obj any) {
+	t.Helper()
+	data, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // forgeInEtcd changes the object stored (as JSON) at key underneath the
 // API, past every check of the server.
 func forgeInEtcd[T any](t *testing.T, s *testserver.Server, key string, forge func(*T)) {

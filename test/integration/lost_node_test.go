@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -201,21 +199,7 @@ func TestAnAgentServesOnlyTheReservationItsNodeIsClaimedBy(t *testing.T) {
 		t.Skip("needs root: the agent manages a login account (CI runs as root)")
 	}
 	login := loginAccount(t)
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	dir := t.TempDir()
-	enrollAgent(t, s, "claimed", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: login}, dir)
-	socket := filepath.Join(dir, "p.sock")
-	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: socket})
-	principals := func() string {
-		var out strings.Builder
-		_ = agent.Principals(socket, login, &out)
-		return strings.TrimSpace(out.String())
-	}
-	f.reserve(t, "claimed", nodusv1.ReservationPlacement{Node: "claimed"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) { return principals() != "", nil }); err != nil {
-		t.Fatalf("the agent never served the tenant's principal: %v", err)
-	}
+	s, _, _, principals := servedAgentOf(t, "claimed", login)
 	nodes := s.Client.NodusV1().Nodes()
 	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := nodes.Get(ctx(t), "claimed", metav1.GetOptions{})
@@ -233,8 +217,8 @@ func TestAnAgentServesOnlyTheReservationItsNodeIsClaimedBy(t *testing.T) {
 		p := meta.FindStatusCondition(r.Status.Conditions, "Placed")
 		return r.Status.State == nodusv1.ReservationStateActive && p != nil && p.Reason == string(apierror.ReasonNodeInMaintenance)
 	})
-	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return principals() == "", nil }); err != nil {
-		t.Errorf("the agent serves the principal of a reservation its node's claim does not name: %q", principals())
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return principals(login) == "", nil }); err != nil {
+		t.Errorf("the agent serves the principal of a reservation its node's claim does not name: %q", principals(login))
 	}
 }
 

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"encoding/json"
 	"testing"
 	"time"
 
@@ -34,18 +33,7 @@ func TestAReservationOfAProjectThatIsGoneHoldsNoHost(t *testing.T) {
 	r := testfleet.Reservation("orphan", "gone", nodusv1.ReservationPlacement{Node: "orphan-host"}, now.Add(-time.Hour), now.Add(time.Hour))
 	r.APIVersion, r.Kind = nodusv1.SchemeGroupVersion.String(), "Reservation"
 	r.UID, r.CreationTimestamp = uuid.NewUUID(), metav1.NewTime(now.Truncate(time.Second))
-	data, err := json.Marshal(r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
-	if _, err := etcd.Put(ctx(t), "/registry/nodus.dev/reservations/orphan", string(data)); err != nil {
-		t.Fatal(err)
-	}
+	putInEtcd(t, s, "/registry/nodus.dev/reservations/orphan", r)
 	c := s.Client.NodusV1()
 	if err := testfleet.Eventually(ctx(t), 15*time.Second, func(c2 context.Context) (bool, error) {
 		_, err := c.Reservations().Get(c2, "orphan", metav1.GetOptions{})
@@ -94,10 +82,6 @@ func TestAReservationOfAnEarlierNamesakeProjectIsRetired(t *testing.T) {
 	later := project("delta", nodusv1.ProjectMember{Name: "zed", Role: nodusv1.ProjectRoleAdmin})
 	later.APIVersion, later.Kind = nodusv1.SchemeGroupVersion.String(), "Project"
 	later.UID, later.CreationTimestamp = uuid.NewUUID(), metav1.NewTime(time.Now().Truncate(time.Second))
-	data, err := json.Marshal(later)
-	if err != nil {
-		t.Fatal(err)
-	}
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
@@ -110,9 +94,7 @@ func TestAReservationOfAnEarlierNamesakeProjectIsRetired(t *testing.T) {
 	if _, err := etcd.Delete(ctx(t), key); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := etcd.Put(ctx(t), key, string(data)); err != nil {
-		t.Fatal(err)
-	}
+	putInEtcd(t, s, key, later)
 	giveBack()
 
 	if err := testfleet.Eventually(ctx(t), 15*time.Second, func(c2 context.Context) (bool, error) {
