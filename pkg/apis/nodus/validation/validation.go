@@ -87,6 +87,21 @@ func ValidatePool(p *nodusv1.Pool) field.ErrorList {
 
 // ValidateNode checks a Node's spec and metadata.
 func ValidateNode(n *nodusv1.Node) field.ErrorList {
+	return append(validateNodeBesidesOwner(n), validateNodeOwner(n)...)
+}
+
+// ValidateNodeUpdate is ValidateNode for an update of old: an owner stored
+// before its bound stays until it changes, so that the node's other
+// changes (maintenance, the operator's annotations) are not refused for it.
+func ValidateNodeUpdate(n, old *nodusv1.Node) field.ErrorList {
+	errs := validateNodeBesidesOwner(n)
+	if n.Spec.Owner != old.Spec.Owner {
+		errs = append(errs, validateNodeOwner(n)...)
+	}
+	return errs
+}
+
+func validateNodeBesidesOwner(n *nodusv1.Node) field.ErrorList {
 	errs := validateClusterMeta(&n.ObjectMeta)
 	spec := field.NewPath("spec")
 	errs = append(errs, validateReferenceName(n.Spec.Pool, spec.Child("pool"), true)...)
@@ -96,19 +111,7 @@ func ValidateNode(n *nodusv1.Node) field.ErrorList {
 	if n.Spec.MaintenanceReason != "" && !n.Spec.Maintenance {
 		errs = append(errs, field.Invalid(spec.Child("maintenanceReason"), n.Spec.MaintenanceReason, "may only be set while maintenance is true"))
 	}
-	errs = append(errs, validateLoginUser(n.Spec.LoginUser, spec.Child("loginUser"), false)...)
-	return append(errs, validateNodeOwner(n)...)
-}
-
-// ValidateNodeUpdate is ValidateNode for an update of old: an owner stored
-// before its bound stays until it changes, so that the node's other
-// changes (maintenance, the operator's annotations) are not refused for it.
-func ValidateNodeUpdate(n, old *nodusv1.Node) field.ErrorList {
-	errs := ValidateNode(n)
-	if n.Spec.Owner == old.Spec.Owner {
-		errs = slices.DeleteFunc(errs, func(e *field.Error) bool { return e.Field == "spec.owner" })
-	}
-	return errs
+	return append(errs, validateLoginUser(n.Spec.LoginUser, spec.Child("loginUser"), false)...)
 }
 
 func validateNodeOwner(n *nodusv1.Node) field.ErrorList {
