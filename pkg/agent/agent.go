@@ -437,7 +437,7 @@ func (a *Agent) observe(ctx context.Context, r *nodusv1.Reservation) {
 
 func (a *Agent) drainUnlent(ctx context.Context) {
 	if !a.lent() && a.runner.Active() {
-		a.runner.StartDrain(ctx, "the host is no longer lent: its owner withdrew it, or its reservation ended")
+		a.runner.StartDrain(ctx, "the host is no longer lent: its owner withdrew it, its reservation ended, or the reservation no longer holds this machine")
 	}
 }
 

@@ -6,16 +6,21 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -251,5 +256,79 @@ func TestNothingIsPlacedOnAMachineTheLenderHasNotClaimed(t *testing.T) {
 	}
 	if got.Status.Phase != nodusv1.ExecutionPending || got.Status.Host != "" {
 		t.Errorf("an execution was placed on a machine the lender has not claimed: %s on %q", got.Status.Phase, got.Status.Host)
+	}
+}
+
+// TestABorrowerOnAHostWhoseClaimLeftIsEnded: a lent host's node loses its
+// reservation's claim (the operator deleted it and enrolled the machine
+// again under its name, here the claim taken away in etcd) while a
+// borrower's execution runs there. The reservation still names the node
+// and still shows it lent, but the machine is no longer the lender's to
+// lend: its agent ends what runs under the agreement, on the host itself.
+func TestABorrowerOnAHostWhoseClaimLeftIsEnded(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: a borrower account of its own, whose processes the agent ends (CI runs as root)")
+	}
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	if _, err := c.Projects().Create(ctx(t), project("beta", nodusv1.ProjectMember{Name: "m-beta", Role: nodusv1.ProjectRoleMember}), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Pools().Patch(ctx(t), "fra1", types.MergePatchType,
+		[]byte(`{"spec":{"lending":{"open":true,"borrowers":[{"project":"beta","maxGPUs":0}]}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	enrollAgent(t, s, "lender", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: loginAccount(t)}, dir)
+	borrower := borrowerAccount(t)
+	// Under the system's temporary directory, which the borrower account
+	// may pass through (a test's own is closed to other accounts).
+	workRoot, err := os.MkdirTemp("", "nodus-work-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(workRoot) })
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: filepath.Join(dir, "p.sock"),
+		BorrowerUser: borrower, Sandbox: agent.SandboxNone, ExecutionsDir: workRoot})
+	f.reserve(t, "lender", nodusv1.ReservationPlacement{Node: "lender"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	// Lent once its agent reported the host's inventory: the agreement's share.
+	epoch := f.waitHost(t, "lender", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive && h.Status.Inventory.MemoryMiB > 0
+	}).Status.Reservation.Epoch
+	if r := do(t, f.admin, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/lender/lend", "application/json",
+		strings.NewReader(fmt.Sprintf(`{"epoch":%d}`, epoch))); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	executions := versioned.NewForConfigOrDie(tokenFor(t, s, "m-beta")).NodusV1().Executions("beta")
+	e, err := executions.Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "fra1", Command: []string{"sleep", "300"}, MaxRuntimeSeconds: 600}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	borrowersSleep := func() bool { return exec.Command("pgrep", "-u", borrower, "-x", "sleep").Run() == nil }
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		got, err := executions.Get(c, e.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == nodusv1.ExecutionRunning && borrowersSleep(), nil
+	}); err != nil {
+		t.Fatalf("the borrower's execution never ran on the lent host: %v", err)
+	}
+
+	// In maintenance, so that the reservation cannot claim the node again.
+	if _, err := c.Nodes().Patch(ctx(t), "lender", types.MergePatchType, []byte(`{"spec":{"maintenance":true}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	forgeNodeInEtcd(t, s, "lender", func(n *nodusv1.Node) { n.Status.Reservation, n.Status.ReservationUID = "", "" })
+	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(context.Context) (bool, error) { return !borrowersSleep(), nil }); err != nil {
+		t.Error("the borrower's process runs on after the lender's claim left the host")
+	}
+	got, err := executions.Get(ctx(t), e.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != nodusv1.ExecutionDrained || !strings.Contains(got.Status.Message, "no longer holds") {
+		t.Errorf("the execution whose process ended is %s (%s: %s), want drained, saying the reservation no longer holds the host",
+			got.Status.Phase, got.Status.Reason, got.Status.Message)
 	}
 }
