@@ -4,8 +4,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
@@ -36,13 +39,24 @@ func newCommand() *cobra.Command {
 func enrollCommand() *cobra.Command {
 	o := agent.EnrollOptions{StateDir: "/var/lib/nodusd"}
 	cmd := &cobra.Command{
-		Use:   "enroll --server URL --token TOKEN (--ca-file FILE | --ca-hash sha256:HEX)",
+		Use:   "enroll --server URL [--token TOKEN | --token -] (--ca-file FILE | --ca-hash sha256:HEX)",
 		Short: "Enroll this host with an enrollment token from an operator",
+		Long: "Enroll this host with an enrollment token from an operator.\n\n" +
+			"The token is --token's value; with --token - the first line of stdin; without --token, $" + enrollmentTokenEnv + ". " +
+			"The last two keep it out of the process list other accounts on the host can read.",
 		Example: `  # The operator creates a token and hands over the token and the CA hash:
   kubectl create -f token.yaml -o jsonpath='{.status.token} {.status.caFingerprint}'
-  nodusd enroll --server https://nodus.example:8443 --token enroll_gpu-001.SECRET --ca-hash sha256:3f…`,
+  nodusd enroll --server https://nodus.example:8443 --token enroll_gpu-001.SECRET --ca-hash sha256:3f…
+
+  # The token from a file the operator's provisioning placed, not on the command line:
+  nodusd enroll --server https://nodus.example:8443 --token - --ca-hash sha256:3f… < /run/nodus/enrollment-token`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			token, err := enrollmentToken(o.Token, cmd.InOrStdin())
+			if err != nil {
+				return err
+			}
+			o.Token = token
 			if o.Node == "" {
 				host, err := os.Hostname()
 				if err != nil {
@@ -60,12 +74,43 @@ func enrollCommand() *cobra.Command {
 	}
 	f := cmd.Flags()
 	f.StringVar(&o.Server, "server", "", "nodus-server URL, or the comma-separated URLs of several replicas (the agent moves to the next when one fails)")
-	f.StringVar(&o.Token, "token", "", "enrollment token")
+	f.StringVar(&o.Token, "token", "", "enrollment token; - reads it from stdin (default $"+enrollmentTokenEnv+")")
 	f.StringVar(&o.CAFile, "ca-file", "", "the server CA certificate to trust")
 	f.StringVar(&o.CAHash, "ca-hash", "", "the server CA's fingerprint (sha256:HEX), printed with the token")
 	f.StringVar(&o.Node, "name", "", "node name (default: the hostname)")
 	f.StringVar(&o.StateDir, "state-dir", o.StateDir, "where the credential and state live")
 	return cmd
+}
+
+// enrollmentTokenEnv holds the enrollment token when --token is not given.
+const enrollmentTokenEnv = "NODUSD_ENROLLMENT_TOKEN"
+
+// maxEnrollmentToken bounds what is read from stdin for --token -: a token
+// is a few dozen bytes.
+const maxEnrollmentToken = 64 << 10
+
+// enrollmentToken is the token --token gives: as it is, the first line of
+// stdin for "-", else $NODUSD_ENROLLMENT_TOKEN.
+func enrollmentToken(flag string, stdin io.Reader) (string, error) {
+	token := flag
+	switch flag {
+	case "-":
+		line, err := bufio.NewReader(io.LimitReader(stdin, maxEnrollmentToken+1)).ReadString('\n')
+		if err != nil && !errors.Is(err, io.EOF) {
+			return "", fmt.Errorf("reading the enrollment token from stdin: %w", err)
+		}
+		if len(line) > maxEnrollmentToken {
+			return "", errors.New("--token -: stdin holds no token: its first line is longer than 64 KiB")
+		}
+		token = line
+	case "":
+		token = os.Getenv(enrollmentTokenEnv)
+	}
+	token = strings.TrimSpace(token)
+	if token == "" {
+		return "", fmt.Errorf("give the enrollment token: --token TOKEN, --token - to read it from stdin, or $%s", enrollmentTokenEnv)
+	}
+	return token, nil
 }
 
 func runCommand() *cobra.Command {
