@@ -94,6 +94,8 @@ const (
 	ReasonNodeReserved metav1.StatusReason = "NodeReserved"
 	// ReasonNodeOwesCleaning: a node held by a reservation, or whose cleaning is not done, was to be deleted.
 	ReasonNodeOwesCleaning metav1.StatusReason = "NodeOwesCleaning"
+	// ReasonNodeInUse: the resource class of a node in use was to change.
+	ReasonNodeInUse metav1.StatusReason = "NodeInUse"
 	// ReasonNodeAllocated: the node is held by an allocation that is not the reservation's.
 	ReasonNodeAllocated metav1.StatusReason = "NodeAllocated"
 	// ReasonAwaitingNode: a reservation waits for a node: its allocation is not active yet.
@@ -301,6 +303,14 @@ var registry = func() map[metav1.StatusReason]Reason {
 				}
 				return fmt.Sprintf("Let the reservation end or be released and the node's cleaning finish (`nodus nodes get %s` shows status.cleaning; after a failed one, fix it and `nodus nodes clean %s`), then delete it. If the machine is re-imaged, or gone for good, before it is enrolled again: `kubectl annotate node %s %s=true`, then delete it.",
 					name, name, name, "nodus.dev/delete-uncleaned")
+			}},
+		{ReasonNodeInUse, http.StatusConflict, "The node is in use: its resource class cannot change.",
+			func(r Request) string {
+				name := r.Name
+				if name == "" {
+					name = "NAME"
+				}
+				return fmt.Sprintf("Change the class once the node is available again: after its allocation is deleted, or its reservation ended and its cleaning finished (`nodus nodes get %s` shows status.allocation, status.reservation and status.provisionState). Traits, maintenance, owner and extra may change meanwhile.", name)
 			}},
 		{ReasonNodeAllocated, http.StatusConflict, "The node is held by an allocation that is not the reservation's.",
 			func(r Request) string {

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/registry/rest"
 
+	"github.com/nodus-dev/nodus/pkg/admission/nodeclass"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 )
@@ -187,12 +188,20 @@ func (c *call) patchNode(ident string) error {
 	// (maintenance set by another call) is kept unless the patch changes
 	// it too.
 	obj, _, err := c.h.Nodes.Update(c.ctx(), n.Name, rest.DefaultUpdatedObjectInfo(nil,
-		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
+		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			cur := old.(*nodusv1.Node)
 			if cur.UID != n.UID {
 				return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
 			}
-			return patchedNode(cur, ops)
+			next, err := patchedNode(cur, ops)
+			if err != nil {
+				return nil, err
+			}
+			// As Ironic, which refuses it outside its undeployed states.
+			if err := nodeclass.Refusal(ctx, cur, next); err != nil {
+				return nil, err
+			}
+			return next, nil
 		}), rest.ValidateAllObjectFunc, rest.ValidateAllObjectUpdateFunc, false, &metav1.UpdateOptions{})
 	if err != nil {
 		return err

@@ -29,6 +29,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/admission/executionlimit"
 	"github.com/nodus-dev/nodus/pkg/admission/lendingpolicy"
 	"github.com/nodus-dev/nodus/pkg/admission/nodeclaim"
+	"github.com/nodus-dev/nodus/pkg/admission/nodeclass"
 	"github.com/nodus-dev/nodus/pkg/admission/nodedeletion"
 	"github.com/nodus-dev/nodus/pkg/admission/noderestriction"
 	"github.com/nodus-dev/nodus/pkg/admission/projectexists"
@@ -259,7 +260,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 	generic.Authorization.Authorizer = authz
 	projects := projectexists.New()
 	projects.Projects = getters
-	generic.AdmissionControl = admission.NewChainHandler(resourceversion.NewPlugin(), projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(),
+	generic.AdmissionControl = admission.NewChainHandler(resourceversion.NewPlugin(), projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(), nodeclass.New(),
 		executionlimit.New(keptExecutions{getters, logs}, o.MaxExecutionsPerProject))
 	return &revocation.Watches{Authorizer: authz, Tokens: getters}, nil
 }

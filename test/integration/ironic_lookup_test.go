@@ -8,8 +8,12 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -230,5 +234,61 @@ func TestIronicNodePatchKeepsToItsVersion(t *testing.T) {
 		if _, shown := view[field]; shown {
 			t.Errorf("the answer at 1.20 shows %s, a field of a later version", field)
 		}
+	}
+}
+
+// TestANodeInUseKeepsItsResourceClass: the allocation or reservation that
+// holds a node chose it by its class. A class changed under it (kubectl, or
+// `openstack baremetal node set --resource-class`) is refused with
+// NodeInUse, 409, as Ironic refuses it (InvalidState) on a deployed node,
+// and the node is unchanged; its traits may still change, and a free
+// node's class too.
+func TestANodeInUseKeepsItsResourceClass(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	nodes := s.Client.NodusV1().Nodes()
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	patchV1 := func(name, body string) response {
+		return do(t, op, "PATCH", "/v1/nodes/"+name, "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	setClass := func(name, class string) error {
+		_, err := nodes.Patch(ctx(t), name, types.MergePatchType, []byte(`{"spec":{"resourceClass":"`+class+`"}}`), metav1.PatchOptions{})
+		return err
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if !apierrors.IsConflict(err) || apierrors.ReasonForError(err) != apierror.ReasonNodeInUse {
+			t.Errorf("%s: %v, want 409 NodeInUse", what, err)
+		}
+	}
+
+	f.host(t, "reserved", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	refused("the class of a reserved node through the Kubernetes API", setClass("reserved", "gpu-spare"))
+	if msg := ironicFault(t, patchV1("reserved", `[{"op":"replace","path":"/resource_class","value":"gpu-spare"}]`), http.StatusConflict); !strings.Contains(msg, "reservation reserved") {
+		t.Errorf("the class of a reserved node through /v1: %q, want the holder named", msg)
+	}
+	if r := patchV1("reserved", `[{"op":"add","path":"/traits","value":["CUSTOM_RACK_12"]}]`); r.code != http.StatusOK {
+		t.Errorf("the traits of a reserved node through /v1: %d %s", r.code, r.body)
+	}
+
+	readyNodes(t, f, "allocated", "free")
+	if r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"node":"allocated","name":"held"}`),
+		"X-OpenStack-Ironic-API-Version", "1.60"); r.code != http.StatusCreated {
+		t.Fatalf("backfill: %d %s", r.code, r.body)
+	}
+	waitNode(t, s, "allocated", func(n *nodusv1.Node) bool { return n.Status.Allocation != "" })
+	ironicFault(t, patchV1("allocated", `[{"op":"replace","path":"/resource_class","value":"gpu-spare"}]`), http.StatusConflict)
+	refused("the class of an allocated node through the Kubernetes API", setClass("allocated", "gpu-spare"))
+
+	for _, name := range []string{"reserved", "allocated"} {
+		if n, err := nodes.Get(ctx(t), name, metav1.GetOptions{}); err != nil || n.Spec.ResourceClass != "gpu-h100x8" {
+			t.Errorf("node %s after the refusals: %v, class %q", name, err, n.Spec.ResourceClass)
+		}
+	}
+	if err := setClass("free", "gpu-spare"); err != nil {
+		t.Errorf("the class of a free node: %v", err)
+	}
+	if r := patchV1("free", `[{"op":"replace","path":"/resource_class","value":"gpu-h100x8"}]`); r.code != http.StatusOK {
+		t.Errorf("the class of a free node through /v1: %d %s", r.code, r.body)
 	}
 }
