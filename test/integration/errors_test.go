@@ -281,6 +281,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 	cases[apierror.ReasonNodeOwesCleaning] = func() response {
 		return do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/nodes/handed-over", "", nil)
 	}
+	cases[apierror.ReasonNodeInUse] = func() response {
+		return do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/nodes/active", "application/merge-patch+json", strings.NewReader(`{"spec":{"resourceClass":"gpu-spare"}}`))
+	}
 	cases[apierror.ReasonNodeReserved] = func() response {
 		body, _ := json.Marshal(&nodusv1.Reservation{TypeMeta: metav1.TypeMeta{APIVersion: "nodus.dev/v1", Kind: "Reservation"},
 			ObjectMeta: metav1.ObjectMeta{Name: "second"}, Spec: nodusv1.ReservationSpec{Project: "acme",
