@@ -15,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
@@ -330,5 +331,50 @@ func TestABorrowerOnAHostWhoseClaimLeftIsEnded(t *testing.T) {
 	if got.Status.Phase != nodusv1.ExecutionDrained || !strings.Contains(got.Status.Message, "no longer holds") {
 		t.Errorf("the execution whose process ended is %s (%s: %s), want drained, saying the reservation no longer holds the host",
 			got.Status.Phase, got.Status.Reason, got.Status.Message)
+	}
+}
+
+// TestAFormerLenderNeitherDrainsNorStartsAnothersBorrowers: the node a
+// lent reservation named is held by another reservation now (the operator
+// deleted it, the machine was enrolled again and the next customer's
+// reservation claimed it), and the former reservation is still active
+// until a controller ends it; here no controller runs, as while the lead
+// passes between replicas. The former lender's withdrawal drained the
+// executions placed on the node under the new holder's agreement, and its
+// lending counted for the agent's start of them.
+func TestAFormerLenderNeitherDrainsNorStartsAnothersBorrowers(t *testing.T) {
+	f := lentHost(t)
+	etcd, err := f.s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	epoch := f.reservation(t, lentNode).Status.Epoch
+	takeTheLead(t, etcd)
+	forgeNodeInEtcd(t, f.s, lentNode, func(n *nodusv1.Node) {
+		n.Status.Reservation, n.Status.ReservationUID = "next-customer", uuid.NewUUID()
+	})
+	// Placed under the holder's agreement (the scheduler is stopped; its
+	// placement is written where it would write it).
+	e := f.submit(t, "beta", 1, 60)
+	forgeInEtcd(t, f.s, "/registry/nodus.dev/executions/beta/"+e.Name, func(x *nodusv1.Execution) {
+		now := metav1.Now()
+		x.Status.Phase, x.Status.Host, x.Status.GPUIndices, x.Status.ScheduledAt = nodusv1.ExecutionScheduled, f.aliases[lentNode], []int32{0}, &now
+	})
+	f.waitExecution(t, "beta", e.Name, func(x *nodusv1.Execution) bool { return x.Status.Phase == nodusv1.ExecutionScheduled })
+
+	if r := f.report(t, lentNode, "beta", e.Name, nodusv1.ExecutionReport{UID: e.UID, Phase: nodusv1.ExecutionRunning, Reason: "Started"}); r.code != http.StatusConflict ||
+		!strings.Contains(string(r.body), string(apierror.ReasonHostNotLent)) {
+		t.Errorf("a start under the former lender's agreement: %d %s, want 409 HostNotLent", r.code, r.body)
+	}
+	if r := f.lend(t, f.admin, "withdraw", lentNode, fmt.Sprintf(`{"epoch":%d}`, epoch)); r.code != http.StatusOK {
+		t.Fatalf("the former lender's withdrawal: %d %s", r.code, r.body)
+	}
+	got, err := f.s.Client.NodusV1().Executions("beta").Get(ctx(t), e.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.Phase != nodusv1.ExecutionScheduled || got.Status.DrainRequestedAt != nil {
+		t.Errorf("the holder's borrower after the former lender's withdrawal: %s (%s), drain asked at %v", got.Status.Phase, got.Status.Message, got.Status.DrainRequestedAt)
 	}
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
@@ -235,7 +236,7 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		// The start reads etcd, so that a withdrawal answered a moment ago
 		// always stops it; the running reports after it read the cache.
 		starting := placed.Status.Phase == nodusv1.ExecutionScheduled
-		lent, err := r.lent(cluster, nodeName, starting)
+		lent, err := r.lent(cluster, node, starting)
 		if err != nil {
 			return nil, err
 		}
@@ -324,11 +325,13 @@ func (r *ReportREST) node(ctx context.Context, name string, fresh bool) (*nodusv
 	return obj.(*nodusv1.Node), nil
 }
 
-// lent says whether a reservation on node lends it now, from etcd when
-// fresh, else from the watch cache (a withdrawal it does not show yet is
-// still drained by the agent).
-func (r *ReportREST) lent(ctx context.Context, node string, fresh bool) (bool, error) {
-	opts := &metainternalversion.ListOptions{ResourceVersion: "0", FieldSelector: fields.OneTermEqualSelector("status.node", node)}
+// lent says whether the reservation holding node lends it now, from etcd
+// when fresh, else from the watch cache (a withdrawal it does not show yet
+// is still drained by the agent). Another reservation naming the node, one
+// whose claim left it (a former owner's, before a controller ends it),
+// lends nothing there.
+func (r *ReportREST) lent(ctx context.Context, node *nodusv1.Node, fresh bool) (bool, error) {
+	opts := &metainternalversion.ListOptions{ResourceVersion: "0", FieldSelector: fields.OneTermEqualSelector("status.node", node.Name)}
 	if fresh {
 		opts.ResourceVersion = ""
 	}
@@ -337,7 +340,7 @@ func (r *ReportREST) lent(ctx context.Context, node string, fresh bool) (bool, e
 		return false, err
 	}
 	for i := range list.(*nodusv1.ReservationList).Items {
-		if lending.Lent(&list.(*nodusv1.ReservationList).Items[i]) {
+		if res := &list.(*nodusv1.ReservationList).Items[i]; lending.Lent(res) && lifecycle.Holds(res, node) {
 			return true, nil
 		}
 	}

@@ -162,7 +162,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	// Withdrawn, not lent again nor ended: a replay of a withdrawal drains
 	// nothing of a later agreement's, nor of the node's next tenant's.
 	if r.Withdraw && len(options.DryRun) == 0 && res.Status.Node != "" && lending.State(res) == nodusv1.HostLendingWithdrawn {
-		if err := r.drain(cluster, res.Status.Node, now); err != nil {
+		if err := r.drain(cluster, res, now); err != nil {
 			// Withdrawn; a retry with the same Idempotency-Key drains again.
 			return nil, err
 		}
@@ -180,15 +180,21 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 // here (a start the agent reports after it is refused); a running one is
 // asked to drain (status.drainRequestedAt): the agent stops it and reports
 // it drained, and until then it holds its GPUs, its output still to come.
-func (r *LendREST) drain(ctx context.Context, nodeName string, now metav1.Time) error {
-	obj, err := r.Nodes.Get(ctx, nodeName, &metav1.GetOptions{})
+// A node another reservation holds now is left alone: what runs there was
+// placed under that one's agreement.
+func (r *LendREST) drain(ctx context.Context, res *nodusv1.Reservation, now metav1.Time) error {
+	obj, err := r.Nodes.Get(ctx, res.Status.Node, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	alias := lending.HostAlias(obj.(*nodusv1.Node))
+	node := obj.(*nodusv1.Node)
+	if node.Status.Reservation != "" && !lifecycle.Holds(res, node) {
+		return nil
+	}
+	alias := lending.HostAlias(node)
 	// From etcd: an execution the watch cache does not show yet is one
 	// the scheduler may have just placed.
 	list, err := r.Executions.Main.List(ctx, &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.host", alias)})
