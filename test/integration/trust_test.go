@@ -28,6 +28,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -601,5 +602,41 @@ func TestAnAgentKeyTooWeakIsRefused(t *testing.T) {
 	}
 	if r := do(t, agentConfig, "POST", "/apis/nodus.dev/v1/nodes/weakling/renew", "application/json", strings.NewReader(request(p384))); r.code != http.StatusOK {
 		t.Errorf("renewing with a P-384 key: %d %s", r.code, r.body)
+	}
+}
+
+// TestReEnrollmentForgetsWhatTheRetiredAgentReported: security.md tells an
+// operator to re-enroll a node after a tenant who could become root, who
+// may have copied the agent's credential and written the node's SSH host
+// key and address with it: the next tenant's `nodus ssh` pins that key and
+// connects to that address. Re-enrollment retired the credential but kept
+// what it had reported, until the new agent reported again (never, when
+// it cannot read the host key). What the node's agent reports goes with
+// the generation that reported it.
+func TestReEnrollmentForgetsWhatTheRetiredAgentReported(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	spec := nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
+	copied := versioned.NewForConfigOrDie(enrollAgent(t, s, "rooted", spec, t.TempDir())).NodusV1().Nodes()
+	n, err := copied.Get(ctx(t), "rooted", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = testfleet.HostKey("the-former-tenants"), "203.0.113.9:22", 64
+	n.Status.Inventory = nodusv1.NodeInventory{CPU: 1, MemoryMiB: 1 << 20, DiskGiB: 1}
+	if _, err := copied.UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the copied credential's report: %v", err)
+	}
+
+	spec.NodeName = "rooted"
+	enrollAgent(t, s, "rooted", spec, t.TempDir())
+	n, err = s.Client.NodusV1().Nodes().Get(ctx(t), "rooted", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Status.AgentGeneration != 2 || n.Status.SSHHostKey != "" || n.Status.SSHAddress != "" || n.Status.ExecutionSlots != 0 ||
+		n.Status.Inventory.MemoryMiB != 0 {
+		t.Errorf("after re-enrollment (generation %d) the retired agent's report stays: host key %q, address %q, %d slots, inventory %+v",
+			n.Status.AgentGeneration, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots, n.Status.Inventory)
 	}
 }

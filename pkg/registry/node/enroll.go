@@ -215,6 +215,11 @@ func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, 
 					token.Name, name, want, n.Status.AgentGeneration))
 			}
 			n.Status.AgentGeneration = want
+			// What the retired agent reported goes with it: a copy of its
+			// credential (a former tenant with root) may have written the
+			// host key and address the next tenant's ssh pins and dials.
+			// The new agent reports them again when it starts.
+			n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = nodusv1.NodeInventory{}, "", "", 0
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}
