@@ -64,7 +64,10 @@ func TestExecutionAdmission(t *testing.T) {
 		"huge GPUs":               {bea, execution("lending", 100000, ""), 422, metav1.StatusReasonInvalid},
 		"empty command":           {bea, strings.Replace(execution("lending", 1, ""), `["python","train.py"]`, `[]`, 1), 422, metav1.StatusReasonInvalid},
 		"bad env name":            {bea, execution("lending", 1, `,"env":[{"name":"1BAD","value":"x"}]`), 422, metav1.StatusReasonInvalid},
-		"runtime over 7 days":     {bea, strings.Replace(execution("lending", 1, ""), "3600", "999999999", 1), 422, metav1.StatusReasonInvalid},
+		// execve takes C strings: it could only fail on the host, after placement.
+		"a NUL in an argument":  {bea, strings.Replace(execution("lending", 1, ""), `"train.py"`, `"train\u0000.py"`, 1), 422, metav1.StatusReasonInvalid},
+		"a NUL in an env value": {bea, execution("lending", 1, `,"env":[{"name":"OK","value":"a\u0000b"}]`), 422, metav1.StatusReasonInvalid},
+		"runtime over 7 days":   {bea, strings.Replace(execution("lending", 1, ""), "3600", "999999999", 1), 422, metav1.StatusReasonInvalid},
 		// Nothing would remove it: the execution, and its project's deletion, would wait for ever.
 		"a finalizer": {bea, strings.Replace(execution("lending", 1, ""), `"generateName":"job-"`, `"generateName":"job-","finalizers":["x.io/keep"]`, 1),
 			422, metav1.StatusReasonInvalid},

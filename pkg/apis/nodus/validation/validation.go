@@ -710,7 +710,28 @@ func ParseImage(ref string) (name, tag string, err error) {
 
 // ValidateExecution checks a borrower's execution.
 func ValidateExecution(e *nodusv1.Execution) field.ErrorList {
-	return append(validateExecution(e), noNewFinalizers(e.Finalizers, nil)...)
+	errs := append(validateExecution(e), noNewFinalizers(e.Finalizers, nil)...)
+	return append(errs, noNULs(e)...)
+}
+
+// noNULs refuses a NUL byte in an argument or an environment value: the
+// host's execve takes C strings, so such an execution could only fail
+// there (StartFailed) after it was placed. Checked at creation: spec never
+// changes after it.
+func noNULs(e *nodusv1.Execution) field.ErrorList {
+	var errs field.ErrorList
+	spec := field.NewPath("spec")
+	for i, a := range e.Spec.Command {
+		if strings.IndexByte(a, 0) >= 0 {
+			errs = append(errs, field.Invalid(spec.Child("command").Index(i), a, "must not contain a NUL byte"))
+		}
+	}
+	for i, v := range e.Spec.Env {
+		if strings.IndexByte(v.Value, 0) >= 0 {
+			errs = append(errs, field.Invalid(spec.Child("env").Index(i).Child("value"), v.Value, "must not contain a NUL byte"))
+		}
+	}
+	return errs
 }
 
 func validateExecution(e *nodusv1.Execution) field.ErrorList {
