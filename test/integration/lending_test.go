@@ -849,3 +849,58 @@ func TestAFormerOwnersHostLendingShowsNothingOfTheNext(t *testing.T) {
 		}
 	}
 }
+
+// TestBorrowersTogetherUseNoMoreThanTheOwnerLends: the agreement's memory
+// and CPUs are what the host's borrowers use together (docs/lending.md).
+// An execution with GPUs is given its GPUs' share of them and one without
+// an execution's share; mixed, the shares added up to more than was lent
+// (4 of 8 GPUs lent: a 4-GPU execution took all of the lent half, and three
+// without GPUs another eighth each). One that does not fit waits.
+func TestBorrowersTogetherUseNoMoreThanTheOwnerLends(t *testing.T) {
+	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 8}, false)
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":4}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	n, err := f.s.Client.NodusV1().Nodes().Get(ctx(t), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent := lending.WithHostShare(f.reservation(t, node).Status.Lending, &n.Status.Inventory)
+
+	big := f.submit(t, "beta", 4, 60)
+	f.waitExecution(t, "beta", big.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	var small []*nodusv1.Execution
+	for i := 0; i < 3; i++ {
+		small = append(small, f.submit(t, "beta", 0, 60))
+	}
+	for _, e := range small {
+		f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool {
+			return e.Status.Reason == "Waiting" || e.Status.Phase == nodusv1.ExecutionScheduled
+		})
+	}
+	list, err := f.s.Client.NodusV1().Executions("beta").List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memory, cpus int64
+	for _, e := range list.Items {
+		if e.Status.Phase == nodusv1.ExecutionScheduled {
+			memory, cpus = memory+e.Status.MemoryLimitMiB, cpus+e.Status.MilliCPUs
+		}
+	}
+	if memory > lent.MemoryMiB || cpus > lent.MilliCPUs {
+		t.Errorf("the placed executions together are given %d MiB and %d millicpus; the owner lends %d MiB and %d", memory, cpus, lent.MemoryMiB, lent.MilliCPUs)
+	}
+
+	// The big one ends: what waited for its share is placed.
+	for _, rep := range []nodusv1.ExecutionReport{{Phase: nodusv1.ExecutionRunning, Reason: "Started"}, {Phase: nodusv1.ExecutionSucceeded, Reason: "Exited"}} {
+		rep.UID = big.UID
+		if r := f.report(t, node, "beta", big.Name, rep); r.code != http.StatusOK {
+			t.Fatalf("report %s: %d %s", rep.Phase, r.code, r.body)
+		}
+	}
+	for _, e := range small {
+		f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	}
+}

@@ -74,6 +74,8 @@ type Controller struct {
 type placement struct {
 	alias string
 	gpus  []int32
+	// The sandbox's limits the execution was given there.
+	memoryMiB, milliCPUs int64
 }
 
 // New wires the scheduler to the informers of factory; its GPU placements
@@ -169,7 +171,10 @@ type host struct {
 	gpuUsed    []bool // by index; len is the host's GPU count
 	usedGPUs   int32
 	executions int32
-	usage      lending.Usage
+	// The memory and CPUs the executions placed here were given: together
+	// never more than the agreement lends.
+	usedMemoryMiB, usedMilliCPUs int64
+	usage                        lending.Usage
 }
 
 func (h *host) freeIndices(n int32) []int32 {
@@ -199,19 +204,26 @@ func (h *host) borrowedIndices() []int32 {
 }
 
 func (h *host) fits(gpus int32) bool {
-	return h.placeable && h.executions < h.maxExec && h.usedGPUs+gpus <= h.maxGPUs &&
-		(gpus == 0 || h.freeIndices(gpus) != nil)
+	if !h.placeable || h.executions >= h.maxExec || h.usedGPUs+gpus > h.maxGPUs || (gpus > 0 && h.freeIndices(gpus) == nil) {
+		return false
+	}
+	// An execution's share is of its GPUs, or of the execution count for
+	// one without: mixed, the shares alone would add up to more than lent.
+	memoryMiB, milliCPUs := lending.ExecutionLimits(h.agreement, gpus)
+	return h.usedMemoryMiB+memoryMiB <= h.agreement.MemoryMiB && h.usedMilliCPUs+milliCPUs <= h.agreement.MilliCPUs
 }
 
-func (h *host) take(project string, gpus []int32) {
-	for _, i := range gpus {
+func (h *host) take(project string, p placement) {
+	for _, i := range p.gpus {
 		if int(i) < len(h.gpuUsed) {
 			h.gpuUsed[i] = true
 		}
 	}
-	h.usedGPUs += int32(len(gpus))
+	h.usedGPUs += int32(len(p.gpus))
 	h.executions++
-	h.usage.Add(project, int32(len(gpus)))
+	h.usedMemoryMiB += p.memoryMiB
+	h.usedMilliCPUs += p.milliCPUs
+	h.usage.Add(project, int32(len(p.gpus)))
 }
 
 // write is one status change a pass decided.
@@ -269,7 +281,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case isAssumed:
 			// Placed by an earlier pass; the cache does not show it yet.
 		case e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning:
-			p = placement{alias: e.Status.Host, gpus: e.Status.GPUIndices}
+			p = placement{alias: e.Status.Host, gpus: e.Status.GPUIndices, memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs}
 		case e.Status.Phase == nodusv1.ExecutionPending || e.Status.Phase == "":
 			pending = append(pending, e)
 			continue
@@ -279,7 +291,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		borrowed[[2]string{e.Spec.Pool, e.Namespace}] += int32(len(p.gpus))
 		h := hosts[p.alias]
 		if h != nil {
-			h.take(e.Namespace, p.gpus)
+			h.take(e.Namespace, p)
 		}
 		switch {
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)):
@@ -360,7 +372,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		default:
 			chosen = bestFit(byPool[e.Spec.Pool], e.Spec.GPUs)
 			if chosen == nil {
-				why = fmt.Sprintf("no lent host in pool %s has %d free GPUs and a free execution slot now", e.Spec.Pool, e.Spec.GPUs)
+				why = fmt.Sprintf("no lent host in pool %s has %d free GPUs, a free execution slot and the memory and CPUs of its share left now", e.Spec.Pool, e.Spec.GPUs)
 			}
 		}
 		if chosen == nil {
@@ -372,12 +384,13 @@ func (c *Controller) Pass(ctx context.Context) error {
 			continue
 		}
 		p := placement{alias: chosen.alias, gpus: chosen.freeIndices(e.Spec.GPUs)}
-		chosen.take(e.Namespace, p.gpus)
+		// Its sandbox's limits: its share of what the owner lends.
+		p.memoryMiB, p.milliCPUs = lending.ExecutionLimits(chosen.agreement, e.Spec.GPUs)
+		chosen.take(e.Namespace, p)
 		borrowed[key] += e.Spec.GPUs
 		w := e.DeepCopy()
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
-		// Its sandbox's limits: its share of what the owner lends.
-		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = lending.ExecutionLimits(chosen.agreement, e.Spec.GPUs)
+		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = p.memoryMiB, p.milliCPUs
 		w.Status.Network = network(pool)
 		w.Status.Reason, w.Status.Message = "Scheduled", fmt.Sprintf("placed on %s", p.alias)
 		writes = append(writes, write{execution: w, place: &p})
