@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
@@ -638,5 +639,37 @@ func TestReEnrollmentForgetsWhatTheRetiredAgentReported(t *testing.T) {
 		n.Status.Inventory.MemoryMiB != 0 {
 		t.Errorf("after re-enrollment (generation %d) the retired agent's report stays: host key %q, address %q, %d slots, inventory %+v",
 			n.Status.AgentGeneration, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots, n.Status.Inventory)
+	}
+}
+
+// TestAnEnrollmentTokenKeepsAnExpiry: a token expires (a day unless
+// expiresAt says otherwise); an update that leaves expiresAt out (kubectl
+// replace or edit of a manifest without it) made it valid for ever, and a
+// used one let the key it enrolled be signed again for ever. Left out, the
+// expiry stays; it can still be changed.
+func TestAnEnrollmentTokenKeepsAnExpiry(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	tokens := s.Client.NodusV1().EnrollmentTokens()
+	tok := issueToken(t, s, "kept", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"})
+	issued := tok.Spec.ExpiresAt
+	if issued == nil {
+		t.Fatal("a token was issued without an expiry")
+	}
+	tok.Spec.ExpiresAt = nil
+	updated, err := tokens.Update(ctx(t), tok, metav1.UpdateOptions{})
+	if err != nil || updated.Spec.ExpiresAt == nil || !updated.Spec.ExpiresAt.Equal(issued) {
+		t.Errorf("an update without expiresAt: %v, expiry %v, want %v kept", err, updated.Spec.ExpiresAt, issued)
+	}
+	if _, err := tokens.Patch(ctx(t), "kept", types.JSONPatchType, []byte(`[{"op":"remove","path":"/spec/expiresAt"}]`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tokens.Get(ctx(t), "kept", metav1.GetOptions{}); err != nil || got.Spec.ExpiresAt == nil || !got.Spec.ExpiresAt.Equal(issued) {
+		t.Errorf("a patch removing expiresAt: %v, expiry %v, want %v kept", err, got.Spec.ExpiresAt, issued)
+	}
+	sooner := metav1.NewTime(time.Now().Add(time.Hour).Truncate(time.Second))
+	if got, err := tokens.Patch(ctx(t), "kept", types.MergePatchType, []byte(`{"spec":{"expiresAt":"`+sooner.UTC().Format(time.RFC3339)+`"}}`), metav1.PatchOptions{}); err != nil ||
+		got.Spec.ExpiresAt == nil || !got.Spec.ExpiresAt.Equal(&sooner) {
+		t.Errorf("a new expiry: %v, %v, want %v", err, got.Spec.ExpiresAt, sooner)
 	}
 }

@@ -37,6 +37,14 @@ var rules = base.Rules{
 			t.Spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(DefaultLifetime).Truncate(time.Second)}
 		}
 	},
+	// An update without an expiry keeps the one the token has: a token
+	// always expires (nil would be never), and a manifest replaced or
+	// edited without expiresAt would otherwise make it valid for ever.
+	PrepareForUpdate: func(obj, old runtime.Object) {
+		if t := obj.(*nodusv1.EnrollmentToken); t.Spec.ExpiresAt == nil {
+			t.Spec.ExpiresAt = old.(*nodusv1.EnrollmentToken).Spec.ExpiresAt
+		}
+	},
 	CopyStatus: func(obj, old runtime.Object) {
 		obj.(*nodusv1.EnrollmentToken).Status = old.(*nodusv1.EnrollmentToken).Status
 	},
