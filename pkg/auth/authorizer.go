@@ -312,6 +312,10 @@ func retired(n *nodusv1.Node, node string, generation int64, uid string) string 
 	case n.Status.AgentGeneration != generation:
 		return fmt.Sprintf("this credential is of agent generation %d; node %s was enrolled again (generation %d)",
 			generation, node, n.Status.AgentGeneration)
+	case n.DeletionTimestamp != nil:
+		// Deleted, and held only by a finalizer: its credentials end now,
+		// not when the finalizer goes.
+		return "node " + node + " was deleted"
 	}
 	return ""
 }

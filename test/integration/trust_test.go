@@ -673,3 +673,35 @@ func TestAnEnrollmentTokenKeepsAnExpiry(t *testing.T) {
 		t.Errorf("a new expiry: %v, %v, want %v", err, got.Spec.ExpiresAt, sooner)
 	}
 }
+
+// TestADeletedNodeHeldByAFinalizerRetiresItsAgent: a node an operator
+// deleted stays, being deleted, while a finalizer of the operator's tools
+// holds it. Its agent's credential went on working meanwhile: it beat, wrote
+// its status and renewed its certificate for another term. security.md
+// says a deleted node's credentials end; they end at the deletion.
+func TestADeletedNodeHeldByAFinalizerRetiresItsAgent(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	nodes := s.Client.NodusV1().Nodes()
+	cfg := enrollAgent(t, s, "held", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	if _, err := nodes.Patch(ctx(t), "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = nodes.Patch(context.Background(), "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	if err := nodes.Delete(ctx(t), "held", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitCode(t, cfg, "/apis/nodus.dev/v1/nodes/held", http.StatusForbidden)
+	for what, r := range map[string]response{
+		"a heartbeat":    do(t, cfg, "POST", "/apis/nodus.dev/v1/nodes/held/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`)),
+		"a status write": do(t, cfg, "PATCH", "/apis/nodus.dev/v1/nodes/held/status", "application/merge-patch+json", strings.NewReader(`{"status":{"sshAddress":"10.6.6.6:22"}}`)),
+		"a renewal": do(t, cfg, "POST", "/apis/nodus.dev/v1/nodes/held/renew", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"certificateRequest":%q}`, certificateRequest(t)))),
+	} {
+		if r.code != http.StatusForbidden || envelopeOf(t, r).Reason != apierror.ReasonAgentCredentialRetired {
+			t.Errorf("%s by the agent of a node being deleted: %d %s, want 403 AgentCredentialRetired", what, r.code, r.body)
+		}
+	}
+}

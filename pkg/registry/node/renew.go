@@ -57,7 +57,7 @@ func (r *RenewREST) Create(ctx context.Context, name string, obj runtime.Object,
 	// A node deleted since the authorizer's read retired the credential as a
 	// re-enrollment does: the agent is told so, not "not found".
 	n, _ := obj.(*nodusv1.Node)
-	if n == nil || n.Status.AgentGeneration != generation || string(n.UID) != auth.NodeUIDOf(u) {
+	if auth.AgentRetired(u, n) != "" {
 		return nil, apierror.New(ctx, apierror.ReasonAgentCredentialRetired, nodusv1.Resource("nodes"), name,
 			fmt.Sprintf("this credential of node %s was retired (enrolled again or deleted); it cannot be renewed", name), "")
 	}
