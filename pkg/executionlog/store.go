@@ -6,6 +6,7 @@
 package executionlog
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"time"
@@ -25,6 +26,9 @@ type Log struct {
 	// Final marks the output of the report that ended the execution: no
 	// output of an earlier report replaces it.
 	Final bool `json:"final,omitempty"`
+	// WrittenAt is when this replica stored it: the next output of a
+	// running execution is stored only MinInterval later.
+	WrittenAt time.Time `json:"writtenAt,omitempty"`
 }
 
 // Store reads and writes logs under Prefix.
@@ -32,15 +36,26 @@ type Store struct {
 	Client *clientv3.Client
 	Prefix string
 	TTL    time.Duration
+	// MinInterval is the least time between two stored outputs of a
+	// running execution; 0 stores every one.
+	MinInterval time.Duration
 }
 
 // Prefix is where logs are kept, each under its project's name.
 const Prefix = "/nodus/executionlogs/"
 
-// NewStore keeps logs under Prefix for two weeks.
+// NewStore keeps logs under Prefix for two weeks, and a running
+// execution's output at most every DefaultMinInterval.
 func NewStore(client *clientv3.Client) *Store {
-	return &Store{Client: client, Prefix: Prefix, TTL: 14 * 24 * time.Hour}
+	return &Store{Client: client, Prefix: Prefix, TTL: 14 * 24 * time.Hour, MinInterval: DefaultMinInterval}
 }
+
+// DefaultMinInterval bounds how often a running execution's output is
+// written: each write is the whole tail, up to 256 KiB, and every write is
+// a revision etcd keeps until its compaction. Agents upload every 2 s;
+// each upload carries the whole tail, so a skipped one loses nothing the
+// next stored one does not carry, and the end's output is always stored.
+const DefaultMinInterval = 5 * time.Second
 
 // key includes the UID: a new execution of the same name never shows an old log.
 func (s *Store) key(namespace, name string, uid types.UID) string {
@@ -50,11 +65,14 @@ func (s *Store) key(namespace, name string, uid types.UID) string {
 // Put replaces the log, trimming it to its last MaxExecutionLogBytes,
 // unless the kept one is final: an output report still in flight when the
 // end's report landed would replace the final output with an earlier one.
+// A running execution's output is not stored again when it did not change,
+// nor sooner than MinInterval after the last one stored.
 func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, log Log) error {
 	if over := len(log.Data) - nodusv1.MaxExecutionLogBytes; over > 0 {
 		log.Data = log.Data[over:]
 		log.DroppedBytes += int64(over)
 	}
+	log.WrittenAt = time.Now().UTC()
 	data, err := json.Marshal(log)
 	if err != nil {
 		return err
@@ -80,8 +98,19 @@ func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, 
 			put = clientv3.OpPut(key, string(data), clientv3.WithLease(lease))
 		} else {
 			var current Log
-			if json.Unmarshal(kept.Kvs[0].Value, &current) == nil && current.Final {
-				return nil
+			if json.Unmarshal(kept.Kvs[0].Value, &current) == nil {
+				switch {
+				case current.Final:
+					return nil
+				case log.Final:
+					// The end's output is always stored.
+				case bytes.Equal(current.Data, log.Data) && current.DroppedBytes == log.DroppedBytes:
+					return nil
+				case log.WrittenAt.Sub(current.WrittenAt) < s.MinInterval && log.WrittenAt.After(current.WrittenAt.Add(-time.Minute)):
+					// Stored a moment ago (a clock behind by more than a
+					// minute does not hold the output back).
+					return nil
+				}
 			}
 			unchanged = clientv3.Compare(clientv3.ModRevision(key), "=", kept.Kvs[0].ModRevision)
 		}
