@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -13,12 +15,7 @@ import (
 // report landed wrote after it, and the borrower's final output became an
 // earlier one. Later outputs before the end replace earlier ones.
 func TestAFinalOutputIsNotReplaced(t *testing.T) {
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
-	logs := NewStore(client)
+	logs := NewStore(startEtcd(t))
 	ctx := context.Background()
 	for _, l := range []Log{{Data: []byte("first")}, {Data: []byte("second")}, {Data: []byte("the end"), Final: true}, {Data: []byte("late")}} {
 		if err := logs.Put(ctx, "p", "e", "uid-1", l); err != nil {
@@ -29,7 +26,7 @@ func TestAFinalOutputIsNotReplaced(t *testing.T) {
 	if err != nil || string(got.Data) != "the end" {
 		t.Fatalf("the kept output: %q %v", got.Data, err)
 	}
-	resp, err := client.Get(ctx, logs.key("p", "e", "uid-1"))
+	resp, err := logs.Client.Get(ctx, logs.key("p", "e", "uid-1"))
 	if err != nil || len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
 		t.Fatalf("the log is kept on a lease: %v %+v", err, resp)
 	}
@@ -43,17 +40,12 @@ func TestAFinalOutputIsNotReplaced(t *testing.T) {
 // when it changed and MinInterval after the last one stored; the end's
 // output always is.
 func TestARunningOutputIsStoredAtMostEveryInterval(t *testing.T) {
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
-	logs := NewStore(client)
+	logs := NewStore(startEtcd(t))
 	logs.MinInterval = time.Second
 	ctx := context.Background()
 	writes := func() int64 {
 		t.Helper()
-		resp, err := client.Get(ctx, logs.key("p", "e", "uid-1"))
+		resp, err := logs.Client.Get(ctx, logs.key("p", "e", "uid-1"))
 		if err != nil || len(resp.Kvs) != 1 {
 			t.Fatalf("the log: %v %+v", err, resp)
 		}
@@ -89,4 +81,15 @@ func TestARunningOutputIsStoredAtMostEveryInterval(t *testing.T) {
 	if got, _ := logs.Get(ctx, "p", "e", "uid-1"); string(got.Data) != "the end" || !got.Final {
 		t.Errorf("the end's output right after another: %q final %v", got.Data, got.Final)
 	}
+}
+
+// startEtcd is a real etcd for the test, the client to it closed with it.
+func startEtcd(t *testing.T) *clientv3.Client {
+	t.Helper()
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close(); etcd.Stop(context.Background()) })
+	return client
 }
