@@ -128,11 +128,13 @@ type run struct {
 	namespace, name string
 	uid             types.UID
 	gpus            []int32
-	account         string
-	out             *tail
-	started         chan struct{} // closed once the process runs (or failed to)
-	done            chan struct{} // closed when the process has exited
-	reported        chan struct{} // closed when its end was reported (or never will be)
+	// The sandbox's limits the server gave it, which it holds while it runs.
+	memoryMiB, milliCPUs int64
+	account              string
+	out                  *tail
+	started              chan struct{} // closed once the process runs (or failed to)
+	done                 chan struct{} // closed when the process has exited
+	reported             chan struct{} // closed when its end was reported (or never will be)
 
 	mu   sync.Mutex
 	pgid int
@@ -467,6 +469,7 @@ func (x *run) stopped() *outcome {
 // The host itself never runs two executions on one GPU, whatever it is told:
 // one whose GPUs are still held here waits until they are free.
 func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
+	agreement, _ := r.agreement()
 	r.mu.Lock()
 	// One this runner ran and reported is never run again: a cache that
 	// still shows it scheduled (the watch behind the run's own reports)
@@ -481,6 +484,11 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			"gpus", e.Status.GPUIndices, "heldBy", holder.namespace+"/"+holder.name)
 		return
 	}
+	if over := r.overShare(agreement, e); over != "" {
+		r.mu.Unlock()
+		klog.InfoS("execution waits for the lent "+over+" the executions running here hold", "execution", e.Namespace+"/"+e.Name)
+		return
+	}
 	account := r.freeAccount()
 	if account == "" {
 		r.mu.Unlock()
@@ -488,6 +496,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 		return
 	}
 	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
+		memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs,
 		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()
@@ -541,6 +550,28 @@ func (r *Runner) holder(gpus []int32) *run {
 		}
 	}
 	return nil
+}
+
+// overShare names what e's limits would take past what the owner lends
+// (agreement), beside the executions running here: "memory", "CPUs", or ""
+// when they fit. The owner's machine does not take the server's word that
+// borrowers together stay within the agreement; e waits, as it waits for
+// GPUs held. r.mu is held.
+func (r *Runner) overShare(agreement *nodusv1.ReservationLending, e *nodusv1.Execution) string {
+	if agreement == nil {
+		return ""
+	}
+	memoryMiB, milliCPUs := e.Status.MemoryLimitMiB, e.Status.MilliCPUs
+	for _, x := range r.runs {
+		memoryMiB, milliCPUs = memoryMiB+x.memoryMiB, milliCPUs+x.milliCPUs
+	}
+	switch {
+	case agreement.MemoryMiB > 0 && memoryMiB > agreement.MemoryMiB:
+		return "memory"
+	case agreement.MilliCPUs > 0 && milliCPUs > agreement.MilliCPUs:
+		return "CPUs"
+	}
+	return ""
 }
 
 // freeAccount is the account for a new execution, or "" when every slot is

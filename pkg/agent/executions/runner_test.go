@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/types"
+
 	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -254,5 +256,38 @@ func TestAnExecutionRunsOnlyWithinItsShare(t *testing.T) {
 		if err := checkPlacement(tc.e, tc.agreement); (err == nil) != tc.ok {
 			t.Errorf("%s: checkPlacement = %v, want accepted %v", tc.name, err, tc.ok)
 		}
+	}
+}
+
+// TestHostNeverRunsMoreThanTheOwnerLends: the owner's machine does not take
+// the server's word that the executions it places fit together within
+// what the owner lends: one whose limits would take the running ones past
+// the agreement's memory or CPUs waits, as it waits for GPUs held.
+func TestHostNeverRunsMoreThanTheOwnerLends(t *testing.T) {
+	lent := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 4, MaxExecutions: 4, MemoryMiB: 1024, MilliCPUs: 8000}
+	// An account free, so that only the share holds an execution back.
+	r := New(Options{User: "nodus-borrower", Lending: func() *nodusv1.ReservationLending { return lent }})
+	r.runs["a"] = &run{namespace: "beta", name: "big", uid: "a", gpus: []int32{0, 1, 2, 3}, memoryMiB: 1024, milliCPUs: 8000}
+	placed := func(uid types.UID, memoryMiB, milliCPUs int64) *nodusv1.Execution {
+		e := &nodusv1.Execution{}
+		e.Namespace, e.Name, e.UID = "beta", "small-"+string(uid), uid
+		e.Status.Phase, e.Status.MemoryLimitMiB, e.Status.MilliCPUs = nodusv1.ExecutionScheduled, memoryMiB, milliCPUs
+		return e
+	}
+	for _, over := range []*nodusv1.Execution{placed("b", 256, 0), placed("c", 0, 2000)} {
+		r.start(context.Background(), over)
+		if len(r.runs) != 1 {
+			t.Fatalf("an execution past the agreement's share beside the running one was started: %v", r.runs)
+		}
+	}
+	r.runs["a"].memoryMiB, r.runs["a"].milliCPUs = 512, 4000
+	if got := r.overShare(lent, placed("d", 512, 4000)); got != "" {
+		t.Errorf("an execution that fits beside the running one waits for %s", got)
+	}
+	if got := r.overShare(lent, placed("e", 513, 4000)); got != "memory" {
+		t.Errorf("one MiB past the agreement: %q, want memory", got)
+	}
+	if got := r.overShare(nil, placed("f", 1<<20, 1<<20)); got != "" {
+		t.Errorf("a runner without an agreement (not lending) holds back %s", got)
 	}
 }
