@@ -44,15 +44,22 @@ func State(r *nodusv1.Reservation) nodusv1.HostLendingState {
 // BorrowerCap is the most GPUs project may borrow at once in pool, and
 // whether the pool lends to it at all.
 func BorrowerCap(pool *nodusv1.Pool, project string) (int32, bool) {
+	b, ok := Borrower(pool, project)
+	return b.MaxGPUs, ok
+}
+
+// Borrower is project's entry among pool's borrowers, with its caps, and
+// whether the pool lends to it now.
+func Borrower(pool *nodusv1.Pool, project string) (nodusv1.PoolBorrower, bool) {
 	if pool == nil || pool.Spec.Lending == nil || !pool.Spec.Lending.Open {
-		return 0, false
+		return nodusv1.PoolBorrower{}, false
 	}
 	for _, b := range pool.Spec.Lending.Borrowers {
 		if b.Project == project {
-			return b.MaxGPUs, true
+			return b, true
 		}
 	}
-	return 0, false
+	return nodusv1.PoolBorrower{}, false
 }
 
 // GPUCount is the number of GPUs a node reports.

@@ -262,8 +262,9 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// borrowed is GPUs held per pool and borrowing project.
-	borrowed := map[[2]string]int32{}
+	// borrowed is GPUs held per pool and borrowing project, placed the
+	// executions placed (scheduled or running).
+	borrowed, placed := map[[2]string]int32{}, map[[2]string]int32{}
 	var pending []*nodusv1.Execution
 	var writes []write
 	now := metav1.NewTime(c.now().Truncate(time.Second))
@@ -289,6 +290,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 			continue
 		}
 		borrowed[[2]string{e.Spec.Pool, e.Namespace}] += int32(len(p.gpus))
+		placed[[2]string{e.Spec.Pool, e.Namespace}]++
 		h := hosts[p.alias]
 		if h != nil {
 			h.take(e.Namespace, p)
@@ -361,14 +363,16 @@ func (c *Controller) Pass(ctx context.Context) error {
 			return err
 		}
 		// Admission checked the borrower; the pool may have changed since.
-		capGPUs, allowed := lending.BorrowerCap(pool, e.Namespace)
+		borrower, allowed := lending.Borrower(pool, e.Namespace)
 		var why string
 		var chosen *host
 		switch {
 		case !allowed:
 			why = fmt.Sprintf("pool %s no longer lends to project %s", e.Spec.Pool, e.Namespace)
-		case borrowed[key]+e.Spec.GPUs > capGPUs:
-			why = fmt.Sprintf("project %s holds %d of its %d GPUs in pool %s; waiting for some to be freed", e.Namespace, borrowed[key], capGPUs, e.Spec.Pool)
+		case borrowed[key]+e.Spec.GPUs > borrower.MaxGPUs:
+			why = fmt.Sprintf("project %s holds %d of its %d GPUs in pool %s; waiting for some to be freed", e.Namespace, borrowed[key], borrower.MaxGPUs, e.Spec.Pool)
+		case borrower.MaxExecutions != nil && placed[key] >= *borrower.MaxExecutions:
+			why = fmt.Sprintf("project %s has %d of its %d executions placed in pool %s; waiting for one to end", e.Namespace, placed[key], *borrower.MaxExecutions, e.Spec.Pool)
 		default:
 			chosen = bestFit(byPool[e.Spec.Pool], e.Spec.GPUs)
 			if chosen == nil {
@@ -388,6 +392,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 		p.memoryMiB, p.milliCPUs = lending.ExecutionLimits(chosen.agreement, e.Spec.GPUs)
 		chosen.take(e.Namespace, p)
 		borrowed[key] += e.Spec.GPUs
+		placed[key]++
 		w := e.DeepCopy()
 		w.Status.Phase, w.Status.Host, w.Status.GPUIndices, w.Status.ScheduledAt = nodusv1.ExecutionScheduled, p.alias, p.gpus, &now
 		w.Status.MemoryLimitMiB, w.Status.MilliCPUs = p.memoryMiB, p.milliCPUs

@@ -2368,7 +2368,7 @@ func schema_pkg_apis_nodus_v1_PoolBorrower(ref common.ReferenceCallback) common.
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "PoolBorrower is one project allowed to borrow, with its cap.",
+				Description: "PoolBorrower is one project allowed to borrow, with its caps.",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"project": {
@@ -2383,6 +2383,13 @@ func schema_pkg_apis_nodus_v1_PoolBorrower(ref common.ReferenceCallback) common.
 						SchemaProps: spec.SchemaProps{
 							Description: "MaxGPUs caps the GPUs the project borrows at once in this pool.",
 							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int32",
+						},
+					},
+					"maxExecutions": {
+						SchemaProps: spec.SchemaProps{
+							Description: "MaxExecutions, when set, caps the executions the project has placed at once in this pool (scheduled or running), with GPUs or without: executions without GPUs count against no GPU cap, and could otherwise take every execution slot of the pool's lent hosts. Unset, only the hosts' slots bound them.",
 							Type:        []string{"integer"},
 							Format:      "int32",
 						},

@@ -2192,6 +2192,11 @@ func (m *PoolBorrower) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.MaxExecutions != nil {
+		i = encodeVarintGenerated(dAtA, i, uint64(*m.MaxExecutions))
+		i--
+		dAtA[i] = 0x18
+	}
 	i = encodeVarintGenerated(dAtA, i, uint64(m.MaxGPUs))
 	i--
 	dAtA[i] = 0x10
@@ -4213,6 +4218,9 @@ func (m *PoolBorrower) Size() (n int) {
 	l = len(m.Project)
 	n += 1 + l + sovGenerated(uint64(l))
 	n += 1 + sovGenerated(uint64(m.MaxGPUs))
+	if m.MaxExecutions != nil {
+		n += 1 + sovGenerated(uint64(*m.MaxExecutions))
+	}
 	return n
 }
 
@@ -5246,6 +5254,7 @@ func (this *PoolBorrower) String() string {
 	s := strings.Join([]string{`&PoolBorrower{`,
 		`Project:` + fmt.Sprintf("%v", this.Project) + `,`,
 		`MaxGPUs:` + fmt.Sprintf("%v", this.MaxGPUs) + `,`,
+		`MaxExecutions:` + valueToStringGenerated(this.MaxExecutions) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -12796,6 +12805,26 @@ func (m *PoolBorrower) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		case 3:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field MaxExecutions", wireType)
+			}
+			var v int32
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int32(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.MaxExecutions = &v
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -149,12 +149,19 @@ const (
 	LendingNetworkEgress LendingNetwork = "egress"
 )
 
-// PoolBorrower is one project allowed to borrow, with its cap.
+// PoolBorrower is one project allowed to borrow, with its caps.
 type PoolBorrower struct {
 	// Project is the borrowing project.
 	Project string `json:"project" protobuf:"bytes,1,opt,name=project"`
 	// MaxGPUs caps the GPUs the project borrows at once in this pool.
 	MaxGPUs int32 `json:"maxGPUs" protobuf:"varint,2,opt,name=maxGPUs"`
+	// MaxExecutions, when set, caps the executions the project has placed
+	// at once in this pool (scheduled or running), with GPUs or without:
+	// executions without GPUs count against no GPU cap, and could otherwise
+	// take every execution slot of the pool's lent hosts. Unset, only the
+	// hosts' slots bound them.
+	// +optional
+	MaxExecutions *int32 `json:"maxExecutions,omitempty" protobuf:"varint,3,opt,name=maxExecutions"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object

@@ -897,6 +897,9 @@ func validatePoolLending(l *nodusv1.PoolLending, path *field.Path) field.ErrorLi
 		if b.MaxGPUs < 0 || b.MaxGPUs > 1<<20 {
 			errs = append(errs, field.Invalid(p.Child("maxGPUs"), b.MaxGPUs, "must not be negative"))
 		}
+		if b.MaxExecutions != nil && (*b.MaxExecutions < 0 || *b.MaxExecutions > 1<<20) {
+			errs = append(errs, field.Invalid(p.Child("maxExecutions"), *b.MaxExecutions, "must be between 0 and 1048576; leave it out for no cap"))
+		}
 	}
 	switch l.Network {
 	case "", nodusv1.LendingNetworkNone, nodusv1.LendingNetworkEgress:

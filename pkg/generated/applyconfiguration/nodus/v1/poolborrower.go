@@ -9,12 +9,18 @@ package v1
 // PoolBorrowerApplyConfiguration represents a declarative configuration of the PoolBorrower type for use
 // with apply.
 //
-// PoolBorrower is one project allowed to borrow, with its cap.
+// PoolBorrower is one project allowed to borrow, with its caps.
 type PoolBorrowerApplyConfiguration struct {
 	// Project is the borrowing project.
 	Project *string `json:"project,omitempty"`
 	// MaxGPUs caps the GPUs the project borrows at once in this pool.
 	MaxGPUs *int32 `json:"maxGPUs,omitempty"`
+	// MaxExecutions, when set, caps the executions the project has placed
+	// at once in this pool (scheduled or running), with GPUs or without:
+	// executions without GPUs count against no GPU cap, and could otherwise
+	// take every execution slot of the pool's lent hosts. Unset, only the
+	// hosts' slots bound them.
+	MaxExecutions *int32 `json:"maxExecutions,omitempty"`
 }
 
 // PoolBorrowerApplyConfiguration constructs a declarative configuration of the PoolBorrower type for use with
@@ -36,5 +42,13 @@ func (b *PoolBorrowerApplyConfiguration) WithProject(value string) *PoolBorrower
 // If called multiple times, the MaxGPUs field is set to the value of the last call.
 func (b *PoolBorrowerApplyConfiguration) WithMaxGPUs(value int32) *PoolBorrowerApplyConfiguration {
 	b.MaxGPUs = &value
+	return b
+}
+
+// WithMaxExecutions sets the MaxExecutions field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the MaxExecutions field is set to the value of the last call.
+func (b *PoolBorrowerApplyConfiguration) WithMaxExecutions(value int32) *PoolBorrowerApplyConfiguration {
+	b.MaxExecutions = &value
 	return b
 }
