@@ -121,6 +121,10 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
 		return nil, false, errors.New("bearer token expired at " + t.Spec.ExpiresAt.Format(time.RFC3339))
 	}
+	if t.DeletionTimestamp != nil {
+		// Revoked: a finalizer that keeps the object keeps no access.
+		return nil, false, errInvalidToken
+	}
 	groups := append([]string{}, t.Spec.Groups...)
 	groups = append(groups, GroupAuthenticated)
 	return &authenticator.Response{User: &user.DefaultInfo{

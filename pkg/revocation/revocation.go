@@ -190,6 +190,11 @@ func (w *Watches) Follow(ctx context.Context, factory externalversions.SharedInf
 	if _, err := v1.AccessTokens().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj interface{}) {
 			before, after := old.(*nodusv1.AccessToken), obj.(*nodusv1.AccessToken)
+			if after.DeletionTimestamp != nil {
+				// Deleted, a finalizer holding the object: revoked now.
+				w.TokenDeleted(after.Name)
+				return
+			}
 			if after.Spec.ExpiresAt != nil && !after.Spec.ExpiresAt.Equal(before.Spec.ExpiresAt) {
 				w.TokenExpires(after.Name, after.Spec.ExpiresAt.Time)
 			}

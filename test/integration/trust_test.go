@@ -554,6 +554,27 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 		cutWithin("expiresAt set to a second from now, the token had "+had, open, expired)
 	}
 
+	// A token deleted while a finalizer (an operator's tool's) holds it is
+	// revoked at the deletion: `nodus tokens revoke` says so.
+	held := tokenFor(t, s, "alice")
+	heldName, _, _ := strings.Cut(held.BearerToken, ".")
+	tokens := s.Client.NodusV1().AccessTokens()
+	if _, err := tokens.Patch(ctx(t), heldName, types.MergePatchType, []byte(`{"metadata":{"finalizers":["example.com/hold"]}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_, _ = tokens.Patch(context.Background(), heldName, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
+	})
+	open := watchUntilCut(held, hosts)
+	revoked := time.Now()
+	if err := tokens.Delete(ctx(t), heldName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	cutWithin("AccessToken deleted, held by a finalizer", open, revoked)
+	if r := do(t, held, "GET", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts", "", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("a request with a token being deleted: %d %s, want 401", r.code, r.body)
+	}
+
 	stillOpen("alice, still an admin", alice)
 }
 
