@@ -150,7 +150,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		storage[path] = s
 	}
 	for path, s := range reservedhost.Storage(c.Stores.ReservedHosts, c.Stores.Reservations, c.Stores.Nodes,
-		c.Stores.Pools, c.Stores.HostLendings, c.Stores.Executions, c.Stores.getters(), c.sshCA) {
+		c.Stores.Pools, c.Stores.HostLendings, c.Stores.Executions, c.Stores.getters(), c.Stores.getters(), c.sshCA) {
 		storage[path] = s
 	}
 	for path, s := range enrollmenttoken.Storage(c.Stores.EnrollmentTokens, c.ca.Fingerprint()) {

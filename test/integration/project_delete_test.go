@@ -342,3 +342,30 @@ func TestADeletedProjectGivesNoMoreCertificates(t *testing.T) {
 	giveBack()
 	waitProjectGone(t, s, "acme")
 }
+
+// TestACertificateEndsWithItsToken: an SSH certificate was valid for an
+// hour (or to the term's end), however soon the token it was asked with
+// expired: a contractor's two-hour token let them in for an hour past it.
+// The certificate ends when the token does.
+func TestACertificateEndsWithItsToken(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "short", now.Add(-time.Hour), now.Add(3*time.Hour))
+	expires := metav1.NewTime(now.Add(10 * time.Minute).Truncate(time.Second))
+	tok, err := s.Client.NodusV1().AccessTokens().Create(ctx(t), &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{GenerateName: "contractor-"},
+		Spec: nodusv1.AccessTokenSpec{User: "mary", ExpiresAt: &expires}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(map[string]string{"publicKey": testfleet.HostKey("mary's laptop")})
+	r := do(t, bearer(s, tok.Status.Token), "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/short/ssh-certificate", "application/json",
+		strings.NewReader(string(body)))
+	var cert nodusv1.ReservedHostSSHCertificate
+	if err := json.Unmarshal(r.body, &cert); (r.code != http.StatusOK && r.code != http.StatusCreated) || err != nil || cert.ValidBefore == nil {
+		t.Fatalf("a certificate: %d %s", r.code, r.body)
+	}
+	if cert.ValidBefore.After(expires.Time) {
+		t.Errorf("a certificate valid until %s, asked with a token that expires at %s", cert.ValidBefore.UTC(), expires.UTC())
+	}
+}

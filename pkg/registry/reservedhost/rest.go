@@ -30,7 +30,7 @@ func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions)
 // Storage returns the ReservedHost storages: the resource, its status, and
 // the release-capacity, lend and withdraw actions, which update reservations
 // as well, and the SSH certificate action.
-func Storage(hosts, reservations, nodes, pools, lendings, executions base.Stores, projects auth.ProjectGetter, ca *sshca.CA) map[string]rest.Storage {
+func Storage(hosts, reservations, nodes, pools, lendings, executions base.Stores, projects auth.ProjectGetter, tokens auth.TokenGetter, ca *sshca.CA) map[string]rest.Storage {
 	lend := func(withdraw bool) *LendREST {
 		return &LendREST{Withdraw: withdraw, Hosts: hosts.Main, Reservations: reservations.Status,
 			Nodes: nodes.Main, Pools: pools.Main, Lendings: lendings.Main, Executions: executions}
@@ -39,7 +39,7 @@ func Storage(hosts, reservations, nodes, pools, lendings, executions base.Stores
 		"reservedhosts":                  &REST{&base.REST{Store: hosts.Main, Short: []string{"rh", "host", "hosts"}}},
 		"reservedhosts/status":           base.NewStatusREST(hosts.Status),
 		"reservedhosts/release-capacity": &ReleaseREST{Hosts: hosts.Status, Reservations: reservations.Status},
-		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, Projects: projects, CA: ca},
+		"reservedhosts/ssh-certificate":  &SSHCertificateREST{Reservations: reservations.Main, Nodes: nodes.Main, Projects: projects, Tokens: tokens, CA: ca},
 		"reservedhosts/lend":             lend(false),
 		"reservedhosts/withdraw":         lend(true),
 	}

@@ -34,7 +34,10 @@ type SSHCertificateREST struct {
 	// Projects reads the caller's project as stored, after the reservation:
 	// see stillMay.
 	Projects auth.ProjectGetter
-	CA       *sshca.CA
+	// Tokens reads the caller's AccessToken as stored: a certificate ends
+	// when the token it was asked with does.
+	Tokens auth.TokenGetter
+	CA     *sshca.CA
 }
 
 var _ rest.NamedCreater = &SSHCertificateREST{}
@@ -74,6 +77,34 @@ func (r *SSHCertificateREST) stillMay(ctx context.Context, project, name string)
 	}
 	return apierrors.NewForbidden(nodusv1.Resource("reservedhosts"), name,
 		fmt.Errorf("user %q is no longer a member of project %q who may connect", u.GetName(), project))
+}
+
+// tokenEnds is when the AccessToken the caller authenticated with expires,
+// read as stored (nil for a token without expiry, or a caller without a
+// token: an operator's certificate). A certificate outliving the token
+// would let its holder in after the token's end, which is the end of their
+// access. A token gone or being deleted since authentication gives none.
+func (r *SSHCertificateREST) tokenEnds(ctx context.Context, name string) (*time.Time, error) {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok || r.Tokens == nil {
+		return nil, nil
+	}
+	tokens := u.GetExtra()[auth.ExtraAccessToken]
+	if len(tokens) != 1 {
+		return nil, nil
+	}
+	t, err := r.Tokens.GetAccessToken(ctx, tokens[0], true)
+	if apierrors.IsNotFound(err) || (err == nil && t.DeletionTimestamp != nil) {
+		return nil, apierrors.NewUnauthorized("the access token this request was made with was revoked")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if t.Spec.ExpiresAt == nil {
+		return nil, nil
+	}
+	until := t.Spec.ExpiresAt.Time
+	return &until, nil
 }
 
 // Create certifies the key.
@@ -132,6 +163,11 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 	validBefore := now.Add(MaxCertificateLifetime)
 	if res.Spec.EndsAt.Time.Before(validBefore) {
 		validBefore = res.Spec.EndsAt.Time
+	}
+	if until, err := r.tokenEnds(ctx, name); err != nil {
+		return nil, err
+	} else if until != nil && until.Before(validBefore) {
+		validBefore = *until
 	}
 	user := "unknown"
 	if u, ok := genericapirequest.UserFrom(ctx); ok {
