@@ -42,7 +42,7 @@ func TestALaggingCacheEndsNoReservation(t *testing.T) {
 }
 
 // withCache is a reservation controller of s whose caches hold what it is
-// given (host may be nil) and acme as s has it, filled by hand: a second
+// given (r and host may be nil) and acme as s has it, filled by hand: a second
 // replica's view, lagging where the test says.
 func withCache(t *testing.T, s *testserver.Server, r *nodusv1.Reservation, node *nodusv1.Node, host *nodusv1.ReservedHost) *reservation.Controller {
 	t.Helper()
@@ -57,9 +57,11 @@ func withCache(t *testing.T, s *testserver.Server, r *nodusv1.Reservation, node 
 	}
 	v1 := factory.Nodus().V1()
 	adds := []error{
-		v1.Reservations().Informer().GetIndexer().Add(r),
 		v1.Nodes().Informer().GetIndexer().Add(node),
 		v1.Projects().Informer().GetIndexer().Add(project),
+	}
+	if r != nil {
+		adds = append(adds, v1.Reservations().Informer().GetIndexer().Add(r))
 	}
 	if host != nil {
 		adds = append(adds, v1.ReservedHosts().Informer().GetIndexer().Add(host))
@@ -143,5 +145,29 @@ func TestALaggingCacheDeletesNoHost(t *testing.T) {
 	after, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{})
 	if err != nil || after.UID != host.UID {
 		t.Errorf("a cache that showed r1's released host beside r1 active deleted the host: %v", err)
+	}
+}
+
+// TestALaggingCacheForgetsNoLiveReservation: a reservation the controller's
+// cache does not hold was deleted, and the controller hands its node over
+// to cleaning and deletes its host. The node's and host's caches may show
+// a reservation's claim and host before the reservation's own cache shows
+// it (three watches; the lead passed a moment ago): that reservation is
+// live, and a handover would end a paying tenant's access and reset the
+// account under them. The controller asks etcd before it forgets.
+func TestALaggingCacheForgetsNoLiveReservation(t *testing.T) {
+	s, active, node, host := activeOnItsClaim(t)
+	ctx, c := t.Context(), s.Client.NodusV1()
+	controller := withCache(t, s, nil, node, host)
+	if err := controller.Sync(ctx, "r1"); err != nil {
+		t.Logf("the sync on a lagging cache: %v", err)
+	}
+	after, err := c.Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil || after.Status.ReservationUID != active.UID || after.Status.Cleaning != nil {
+		t.Errorf("a cache without live r1 handed its node over: %v, claim %s/%s, cleaning %+v", err,
+			after.Status.Reservation, after.Status.ReservationUID, after.Status.Cleaning)
+	}
+	if got, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{}); err != nil || got.UID != host.UID {
+		t.Errorf("a cache without live r1 deleted its host: %v", err)
 	}
 }

@@ -137,6 +137,17 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	r, err := c.reservations.Get(name)
 	if apierrors.IsNotFound(err) {
+		// The node and host caches may show a reservation's claim and host
+		// before this cache shows the reservation (three watches): asked
+		// as etcd has it, a live one is not forgotten; its own add event
+		// syncs it when the cache catches up.
+		_, err := c.client.NodusV1().Reservations().Get(ctx, name, metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		if !apierrors.IsNotFound(err) {
+			return err
+		}
 		return c.forget(ctx, name)
 	}
 	if err != nil {
