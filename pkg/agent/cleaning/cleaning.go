@@ -42,6 +42,13 @@ type Paths struct {
 	LingerDir string
 	// TempDirs are shared directories where a user's top-level entries are removed.
 	TempDirs []string
+	// MailSpools hold one mailbox per user, named after the user.
+	MailSpools []string
+	// CrashDirs hold crash reports (apport's, owned by the user whose
+	// program crashed) and core dumps (systemd-coredump's, root's, which
+	// name the uid and let it read them): the user's are removed, the
+	// memory of its crashed processes.
+	CrashDirs []string
 	// RuntimeDirs hold a directory per logged-in uid, named after the uid
 	// (systemd-logind's XDG_RUNTIME_DIR): its contents are removed.
 	RuntimeDirs string
@@ -67,7 +74,9 @@ func DefaultPaths() Paths {
 		CronSpools:     []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
 		AtSpools:       []string{"/var/spool/cron/atjobs", "/var/spool/at"},
 		LingerDir:      "/var/lib/systemd/linger",
-		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm"},
+		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"},
+		MailSpools:     []string{"/var/mail", "/var/spool/mail"},
+		CrashDirs:      []string{"/var/crash", "/var/lib/systemd/coredump"},
 		RuntimeDirs:    "/run/user",
 		SysVIPC:        "/proc/sysvipc",
 		KernelKeyrings: true,
@@ -295,12 +304,78 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		left += n
 	}
 	steps = append(steps, fmt.Sprintf("removed %d entries of %s in shared temporary directories", left, name))
+	for _, dir := range c.Paths.MailSpools {
+		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
+			return steps, fmt.Errorf("removing the mailbox: %w", err)
+		}
+	}
+	if len(c.Paths.MailSpools) > 0 {
+		steps = append(steps, "removed the mailbox of "+name)
+	}
+	crashes := 0
+	for _, dir := range c.Paths.CrashDirs {
+		n, err := removeCrashes(dir, owns, uid)
+		if err != nil {
+			return steps, fmt.Errorf("removing crash reports in %s: %w", dir, err)
+		}
+		crashes += n
+	}
+	if len(c.Paths.CrashDirs) > 0 {
+		steps = append(steps, fmt.Sprintf("removed %d crash reports and core dumps of %s", crashes, name))
+	}
 
 	if err := resetHome(home, c.Paths.Skel, uid, gid); err != nil {
 		return steps, fmt.Errorf("resetting %s: %w", home, err)
 	}
 	steps = append(steps, fmt.Sprintf("reset %s (with ~/.ssh) from %s", home, c.Paths.Skel))
 	return steps, nil
+}
+
+// removeCrashes removes the files in dir that the account owns (apport's
+// reports) or whose name gives its uid as systemd-coredump names its dumps
+// (core.COMM.UID.BOOT-ID.PID.TIMESTAMP[.COMPRESSION], owned by root), and
+// reports how many.
+func removeCrashes(dir string, owns ownedBy, uid int) (int, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, e := range entries {
+		path := filepath.Join(dir, e.Name())
+		var st syscall.Stat_t
+		if err := syscall.Lstat(path, &st); err != nil || st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+			continue
+		}
+		if !owns(int(st.Uid)) && !coreDumpOf(e.Name(), uid) {
+			continue
+		}
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
+
+// coreDumpOf says whether name is a systemd-coredump file of uid's process.
+// The command name may hold dots, so the uid is counted from the end:
+// BOOT-ID, PID and TIMESTAMP follow it, then an optional compression suffix.
+func coreDumpOf(name string, uid int) bool {
+	rest, ok := strings.CutPrefix(name, "core.")
+	if !ok {
+		return false
+	}
+	fields := strings.Split(rest, ".")
+	for _, tail := range []int{4, 5} { // without and with the compression suffix
+		if i := len(fields) - tail; i >= 1 && fields[i] == strconv.Itoa(uid) && len(fields[i+1]) == 32 {
+			return true
+		}
+	}
+	return false
 }
 
 // emptyRuntimeDir removes what is in dir, the uid's runtime directory, and

@@ -26,7 +26,8 @@ func newScratch(t *testing.T) *scratch {
 	t.Helper()
 	root := t.TempDir()
 	s := &scratch{root: root, home: filepath.Join(root, "home", "tenant")}
-	for _, dir := range []string{"skel/.config", "cron", "at", "linger", "tmp", "tmp/.X11-unix", "proc", "home/tenant/.ssh", "home/tenant/work"} {
+	for _, dir := range []string{"skel/.config", "cron", "at", "linger", "tmp", "tmp/.X11-unix", "proc", "home/tenant/.ssh", "home/tenant/work",
+		"mail", "crash", "coredump"} {
 		if err := os.MkdirAll(filepath.Join(root, dir), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -72,11 +73,25 @@ func newScratch(t *testing.T) *scratch {
 	}
 	s.uid = uid
 	me := strconv.Itoa(uid)
+	// A mailbox, apport's report of a crashed program (the user's), and
+	// systemd-coredump's dumps (root's, the uid in their names).
+	bootID := strings.Repeat("0a", 16)
+	write("mail/tenant", "From: cron\nthe tenant's mail\n", 0o600)
+	write("crash/_usr_bin_python3."+me+".crash", "the tenant's process memory\n", 0o640)
+	write("coredump/core.python3."+me+"."+bootID+".4711.1733380000000000.zst", "the tenant's process memory\n", 0o640)
+	write("coredump/core.my.app."+me+"."+bootID+".4712.1733380000000000", "the tenant's process memory\n", 0o640)
+	write("coredump/core.python3.1"+me+"."+bootID+".4713.1733380000000000.zst", "another uid's\n", 0o640)
+	if os.Getuid() == 0 {
+		if err := os.Lchown(filepath.Join(root, "crash/_usr_bin_python3."+me+".crash"), uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
 	s.cleaner = &Cleaner{
 		Procs: sessions.Procs{Root: filepath.Join(root, "proc")}, Grace: time.Second,
 		Paths: Paths{Skel: filepath.Join(root, "skel"), CronSpools: []string{filepath.Join(root, "cron")},
 			AtSpools: []string{filepath.Join(root, "at")}, LingerDir: filepath.Join(root, "linger"), TempDirs: []string{filepath.Join(root, "tmp")},
-			RuntimeDirs: filepath.Join(root, "run")},
+			RuntimeDirs: filepath.Join(root, "run"), MailSpools: []string{filepath.Join(root, "mail")},
+			CrashDirs: []string{filepath.Join(root, "crash"), filepath.Join(root, "coredump")}},
 		Lookup: func(name string) (*user.User, error) {
 			if name != "tenant" {
 				return nil, user.UnknownUserError(name)
@@ -99,11 +114,19 @@ func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
 	}
 	runtimeDir := filepath.Join("run", strconv.Itoa(s.uid))
+	me, bootID := strconv.Itoa(s.uid), strings.Repeat("0a", 16)
 	for _, gone := range []string{"home/tenant/.ssh", "home/tenant/work", "home/tenant/link", "cron/tenant", "at/a0001", "linger/tenant", "tmp/leftover",
-		"tmp/.X11-unix/tenant-left", filepath.Join(runtimeDir, "gnupg"), filepath.Join(runtimeDir, "bus")} {
+		"tmp/.X11-unix/tenant-left", filepath.Join(runtimeDir, "gnupg"), filepath.Join(runtimeDir, "bus"), "mail/tenant",
+		"coredump/core.python3." + me + "." + bootID + ".4711.1733380000000000.zst", "coredump/core.my.app." + me + "." + bootID + ".4712.1733380000000000"} {
 		if s.exists(gone) {
 			t.Errorf("%s survived the cleaning", gone)
 		}
+	}
+	if os.Getuid() == 0 && s.exists("crash/_usr_bin_python3."+me+".crash") {
+		t.Error("the tenant's crash report survived the cleaning")
+	}
+	if !s.exists("coredump/core.python3.1" + me + "." + bootID + ".4713.1733380000000000.zst") {
+		t.Error("another uid's core dump was removed")
 	}
 	if !s.exists(runtimeDir) {
 		t.Error("the runtime directory itself was removed (logind mounts it)")
