@@ -52,7 +52,7 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 		// An Ironic client's allocation, or another reservation's: its
 		// owner believes the node its own.
 		return &Blocker{apierror.ReasonNodeAllocated, fmt.Sprintf("node %s is held by allocation %s", node.Name, node.Status.Allocation)}
-	case node.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
+	case OwesCleaning(node):
 		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))}
 	case node.Spec.Maintenance:
 		msg := fmt.Sprintf("node %s is in maintenance", node.Name)
@@ -62,6 +62,16 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 		return &Blocker{apierror.ReasonNodeInMaintenance, msg}
 	}
 	return nil
+}
+
+// OwesCleaning says whether node is being cleaned after a tenant, or its
+// last cleaning did not succeed: either way no one may claim it. The
+// cleaning's own record counts beside the provision state, which only a
+// succeeded cleaning moves on, so that a status write that set the node
+// available by hand (an operator's, a tool's) hands on no uncleaned node.
+func OwesCleaning(node *nodusv1.Node) bool {
+	c := node.Status.Cleaning
+	return node.Status.ProvisionState == nodusv1.ProvisionStateCleaning || (c != nil && c.Phase != nodusv1.CleaningSucceeded)
 }
 
 // AllocationName is the Allocation reservation r uses: the one it names,

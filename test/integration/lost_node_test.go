@@ -378,3 +378,36 @@ func TestAFormerLenderNeitherDrainsNorStartsAnothersBorrowers(t *testing.T) {
 		t.Errorf("the holder's borrower after the former lender's withdrawal: %s (%s), drain asked at %v", got.Status.Phase, got.Status.Message, got.Status.DrainRequestedAt)
 	}
 }
+
+// TestANodeSetAvailableByHandStillOwesItsCleaning: only the node's agent's
+// evidence of a cleaning makes a node available after a tenant. A status
+// write that set it available by hand (an operator's, a tool's) while the
+// cleaning was pending let the next reservation claim it, the former
+// tenant's account untouched. The cleaning's own record keeps it.
+func TestANodeSetAvailableByHandStillOwesItsCleaning(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.node(t, "handed")
+	// Handed over after a tenant, as the reservation controller leaves it.
+	forgeNodeInEtcd(t, s, "handed", func(n *nodusv1.Node) {
+		n.Status.ProvisionState = nodusv1.ProvisionStateCleaning
+		n.Status.Cleaning = &nodusv1.NodeCleaning{Request: 1, Reservation: "earlier", Epoch: 2, Users: []string{"ubuntu"},
+			Phase: nodusv1.CleaningPending, RequestedAt: metav1.Now()}
+	})
+	waitNode(t, s, "handed", func(n *nodusv1.Node) bool { return n.Status.Cleaning != nil })
+	if _, err := s.Client.NodusV1().Nodes().Patch(ctx(t), "handed", types.MergePatchType, []byte(`{"status":{"provisionState":"available"}}`),
+		metav1.PatchOptions{}, "status"); err != nil {
+		t.Fatal(err)
+	}
+	f.reserve(t, "handed", nodusv1.ReservationPlacement{Node: "handed"}, now.Add(-time.Minute), now.Add(time.Hour))
+	next := waitReservation(t, s, "handed", func(r *nodusv1.Reservation) bool {
+		return meta.FindStatusCondition(r.Status.Conditions, "Placed") != nil
+	})
+	if p := meta.FindStatusCondition(next.Status.Conditions, "Placed"); p.Reason != string(apierror.ReasonNodeCleaning) {
+		t.Errorf("the next reservation on a node set available by hand before its cleaning: Placed %s (%s), want NodeCleaning", p.Reason, p.Message)
+	}
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "handed", metav1.GetOptions{}); err != nil || n.Status.Reservation != "" {
+		t.Errorf("the node's claim: %v %q, want none until its cleaning succeeded", err, n.Status.Reservation)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // choose picks the node for an allocation with Ironic's rules: the resource
@@ -102,7 +103,7 @@ func rulesFor(a *nodusv1.Allocation) []rule {
 		{func(n *nodusv1.Node) bool {
 			return n.Status.Allocation == "" && n.Status.Reservation == "" && n.Status.ProvisionState != nodusv1.ProvisionStateActive
 		}, "every matching node is already allocated or in use"},
-		{func(n *nodusv1.Node) bool { return n.Status.ProvisionState != nodusv1.ProvisionStateCleaning },
+		{func(n *nodusv1.Node) bool { return !lifecycle.OwesCleaning(n) },
 			"every free matching node is being cleaned after its previous tenant"},
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 )
 
 // freeIndex keeps, from the node informer's events, the nodes an allocation
@@ -71,7 +72,7 @@ func standing(n *nodusv1.Node) nodeStanding {
 		return standingNotReady
 	case n.Status.Allocation != "" || n.Status.Reservation != "" || n.Status.ProvisionState == nodusv1.ProvisionStateActive:
 		return standingInUse
-	case n.Status.ProvisionState == nodusv1.ProvisionStateCleaning:
+	case lifecycle.OwesCleaning(n):
 		return standingCleaning
 	}
 	return standingFree
