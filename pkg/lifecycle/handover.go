@@ -163,8 +163,8 @@ func newCleaning(node *nodusv1.Node, reservation string, epoch int64, users []st
 // CleaningOutcome is what an agent's cleaning evidence changes on its node.
 type CleaningOutcome struct {
 	// Node is the node's next status; nil when the evidence changes nothing
-	// (not the current request, already recorded, or from before the
-	// retirement it follows).
+	// (not the current request, already recorded, or a success from before
+	// the retirement it follows).
 	Node *nodusv1.Node
 	// Maintenance, when set, is the reason to put the node in maintenance:
 	// a failed cleaning never makes a node available.
@@ -175,7 +175,12 @@ type CleaningOutcome struct {
 // generation (the caller checked it) to node.
 func RecordCleaning(node *nodusv1.Node, ev nodusv1.CleaningEvidence, generation int64, now time.Time) CleaningOutcome {
 	c := node.Status.Cleaning
-	if c == nil || ev.Request != c.Request || ev.AppliedEpoch < c.Epoch {
+	// A success counts only at or after the final epoch; a failure of the
+	// current request fails it whatever epoch it names (one whose agent
+	// could not record the retirement names none, and never reports
+	// again): failing costs the next tenant nothing but a re-clean.
+	succeeded := ev.Succeeded && (ev.CommandExitCode == nil || *ev.CommandExitCode == 0)
+	if c == nil || ev.Request != c.Request || (succeeded && ev.AppliedEpoch < c.Epoch) {
 		return CleaningOutcome{}
 	}
 	if c.Phase != nodusv1.CleaningPending {
@@ -192,13 +197,16 @@ func RecordCleaning(node *nodusv1.Node, ev nodusv1.CleaningEvidence, generation 
 	done.CompletedAt, done.AgentGeneration = &at, generation
 	done.Steps, done.Message, done.CommandExitCode, done.CommandOutput = ev.Steps, ev.Message, ev.CommandExitCode, ev.CommandOutput
 	out := CleaningOutcome{Node: next}
-	if ev.Succeeded {
+	if succeeded {
 		done.Phase = nodusv1.CleaningSucceeded
 		if next.Status.ProvisionState == nodusv1.ProvisionStateCleaning {
 			next.Status.ProvisionState = nodusv1.ProvisionStateAvailable
 		}
 	} else {
 		done.Phase = nodusv1.CleaningFailed
+		if ev.Succeeded && done.Message == "" {
+			done.Message = fmt.Sprintf("reported as succeeded, but the clean command exited %d", *ev.CommandExitCode)
+		}
 		out.Maintenance = MaintenanceReason(done)
 	}
 	return out

@@ -67,6 +67,14 @@ func TestRecordCleaning(t *testing.T) {
 			ev: ok, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningPending},
 		"evidence from before the retirement counts for nothing": {node: cleaning(),
 			ev: nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 4, Succeeded: true}, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningPending},
+		// The agent could not record the retirement it follows, so it has
+		// no epoch to name: the cleaning failed, and waits for nothing more.
+		"a failure from before the retirement still fails it": {node: cleaning(),
+			ev:      nodusv1.CleaningEvidence{Request: 1, Message: "recording the retirement: disk full"},
+			changed: true, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningFailed, maintenance: true},
+		"a success whose command exited non-zero is a failure": {node: cleaning(),
+			ev:      nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 5, Succeeded: true, CommandExitCode: new(int32(3))},
+			changed: true, state: nodusv1.ProvisionStateCleaning, phase: nodusv1.CleaningFailed, maintenance: true},
 		"a repeated report changes nothing": {node: func() *nodusv1.Node { return RecordCleaning(cleaning(), ok, 1, t0).Node }(),
 			ev: ok, state: nodusv1.ProvisionStateAvailable, phase: nodusv1.CleaningSucceeded},
 		"no cleaning asked for": {node: nodeHeldBy("r1"), ev: ok, state: nodusv1.ProvisionStateActive},
