@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/selection"
@@ -31,6 +32,16 @@ import (
 type Authorizer struct {
 	Projects ProjectGetter
 	Nodes    NodeGetter
+	// Tokens, when set, reads the AccessToken of a tenant's write as
+	// stored: a token revoked a moment ago that the authenticator's cache
+	// still holds makes no write.
+	Tokens AccessTokenGetter
+}
+
+// AccessTokenGetter reads an AccessToken by name.
+type AccessTokenGetter interface {
+	// GetAccessToken reads from a cache unless fresh asks for the latest version.
+	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
 }
 
 // NodeGetter reads a Node by name.
@@ -181,7 +192,35 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 	if !Allows(role, want) {
 		return authorizer.DecisionDeny, "role " + string(role) + " in project " + project + " does not allow this", nil
 	}
+	if read == latestMembership {
+		if why, err := a.tokenRevoked(ctx, u); err != nil {
+			return authorizer.DecisionNoOpinion, "", err
+		} else if why != "" {
+			return authorizer.DecisionDeny, why, nil
+		}
+	}
 	return authorizer.DecisionAllow, string(role), nil
+}
+
+// tokenRevoked says why the AccessToken u authenticated with, read as
+// stored, no longer holds ("" when it does, or u has none): the
+// authenticator read it from a cache, which may not show a revocation
+// answered a moment ago, and a write such as a release cannot be undone.
+func (a *Authorizer) tokenRevoked(ctx context.Context, u user.Info) (string, error) {
+	names := u.GetExtra()[ExtraAccessToken]
+	if a.Tokens == nil || len(names) != 1 {
+		return "", nil
+	}
+	t, err := a.Tokens.GetAccessToken(ctx, names[0], true)
+	switch {
+	case apierrors.IsNotFound(err), err == nil && t.DeletionTimestamp != nil:
+		return "the access token of this request was revoked", nil
+	case err != nil:
+		return "", err
+	case t.Spec.ExpiresAt != nil && !time.Now().Before(t.Spec.ExpiresAt.Time):
+		return "the access token of this request expired", nil
+	}
+	return "", nil
 }
 
 // notMember is the refusal for a project the caller is not in, whether or

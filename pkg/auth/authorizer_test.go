@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,7 +20,18 @@ import (
 type laggingStore struct {
 	cachedProjects, latestProjects map[string]*nodusv1.Project
 	cachedNodes, latestNodes       map[string]*nodusv1.Node
+	latestTokens                   map[string]*nodusv1.AccessToken
 	freshReads                     int
+}
+
+func (s *laggingStore) GetAccessToken(_ context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
+	if fresh {
+		s.freshReads++
+	}
+	if t, ok := s.latestTokens[name]; ok {
+		return t, nil
+	}
+	return nil, apierrors.NewNotFound(schema.GroupResource{Group: nodusv1.GroupName, Resource: "accesstokens"}, name)
 }
 
 func (s *laggingStore) GetProject(_ context.Context, name string, fresh bool) (*nodusv1.Project, error) {
@@ -76,6 +88,10 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	release := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "release-capacity", Namespace: "acme", Name: "h1", ResourceRequest: true}
 	lend := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "lend", Namespace: "acme", Name: "h1", ResourceRequest: true}
 	deleteExecution := authorizer.AttributesRecord{Verb: "delete", APIGroup: nodusv1.GroupName, Resource: "executions", Namespace: "acme", Name: "e1", ResourceRequest: true}
+	aliceByToken := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}, Extra: map[string][]string{ExtraAccessToken: {"alice-laptop"}}}
+	tokenExpiring := func(in time.Duration) *nodusv1.AccessToken {
+		return &nodusv1.AccessToken{Spec: nodusv1.AccessTokenSpec{User: "alice", ExpiresAt: &metav1.Time{Time: time.Now().Add(in)}}}
+	}
 	aliceAdmin := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleAdmin}
 	aliceMember := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleViewer}
 	bob := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "bob", Role: nodusv1.ProjectRoleAdmin}
@@ -129,6 +145,28 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob)}},
 			user: alice, attrs: deleteExecution, allowed: false, freshReads: 1,
 		},
+		// The authenticator read the token from its cache; the write reads it as stored.
+		"a revoked token, cache behind: no release": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)}},
+			user: aliceByToken, attrs: release, allowed: false, freshReads: 2,
+		},
+		"an expired token, cache behind: no lending": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestTokens:   map[string]*nodusv1.AccessToken{"alice-laptop": tokenExpiring(-time.Minute)}},
+			user: aliceByToken, attrs: lend, allowed: false, freshReads: 2,
+		},
+		"a token as stored releases": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestTokens:   map[string]*nodusv1.AccessToken{"alice-laptop": tokenExpiring(time.Hour)}},
+			user: aliceByToken, attrs: release, allowed: true, freshReads: 2,
+		},
+		"a read never reads the token": {
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(aliceMember)}},
+			user:  aliceByToken, attrs: readHosts, allowed: true, freshReads: 0,
+		},
 		"an admin releases on one fresh read": {
 			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
 				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)}},
@@ -158,7 +196,7 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tc.attrs.User = tc.user
-			a := &Authorizer{Projects: &tc.store, Nodes: &tc.store}
+			a := &Authorizer{Projects: &tc.store, Nodes: &tc.store, Tokens: &tc.store}
 			decision, reason, err := a.Authorize(context.Background(), tc.attrs)
 			if err != nil {
 				t.Fatal(err)

@@ -256,7 +256,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 		return nil, err
 	}
 	generic.Authentication.Authenticator = auth.NewAuthenticator(clientCAs, getters)
-	authz := &auth.Authorizer{Projects: getters, Nodes: getters}
+	authz := &auth.Authorizer{Projects: getters, Nodes: getters, Tokens: getters}
 	generic.Authorization.Authorizer = authz
 	projects := projectexists.New()
 	projects.Projects = getters
