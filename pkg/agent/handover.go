@@ -128,6 +128,13 @@ func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
 		if ctx.Err() != nil {
 			return // stopped in the middle: the next start does it again, from the start
 		}
+		if ev.Succeeded && req.Reservation != "" {
+			// Its entry may go now; until a cleaning succeeds, a cleaning
+			// asked again needs the accounts it names.
+			if err := a.store.MarkCleaned(req.Reservation, time.Now()); err != nil {
+				klog.ErrorS(err, "recording the cleaning in the state database", "reservation", req.Reservation)
+			}
+		}
 		done = req.Request
 		a.mu.Lock()
 		a.evidence = ev

@@ -45,6 +45,10 @@ type Access struct {
 	// RetiredAt is when the agent retired the access on its own (the
 	// reservation left this node), after which the entry may be forgotten.
 	RetiredAt *time.Time `json:"retiredAt,omitempty"`
+	// CleanedAt is when a cleaning after the reservation succeeded: until
+	// then a cleaning asked again (an operator's re-clean of a failed one,
+	// days later) needs the accounts the entry names.
+	CleanedAt *time.Time `json:"cleanedAt,omitempty"`
 }
 
 // StateRetired is recorded for a reservation that left this node: deleted,
@@ -224,8 +228,39 @@ func (s *Store) Retire(reservation string, epoch int64, now time.Time) (Access, 
 	return before, err
 }
 
+// MarkCleaned records that a cleaning after reservation succeeded, which
+// lets Forget drop its entry.
+func (s *Store) MarkCleaned(reservation string, now time.Time) error {
+	return s.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccess)
+		data := b.Get([]byte(reservation))
+		if data == nil {
+			return nil
+		}
+		var a Access
+		if err := json.Unmarshal(data, &a); err != nil {
+			return err
+		}
+		if a.Granted() {
+			return nil // granted again since: the cleaning was of an earlier grant
+		}
+		a.CleanedAt = &now
+		data, err := json.Marshal(a)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(reservation), data)
+	})
+}
+
+// ForgetUncleanedAfter bounds how long an entry whose cleaning never
+// succeeded is kept: the state stays bounded when no cleaning comes (the
+// node deleted and its machine enrolled again, say).
+const ForgetUncleanedAfter = 30 * 24 * time.Hour
+
 // Forget drops the entries that keep reservations retired for longer than
-// keep, which no longer need remembering: the state stays bounded.
+// keep and cleaned after, which no longer need remembering, and those
+// retired longer than ForgetUncleanedAfter: the state stays bounded.
 func (s *Store) Forget(current func(reservation string) bool, keep time.Duration, now time.Time) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -236,7 +271,8 @@ func (s *Store) Forget(current func(reservation string) bool, keep time.Duration
 			if err := json.Unmarshal(v, &a); err != nil {
 				return err
 			}
-			if !a.Granted() && a.RetiredAt != nil && now.Sub(*a.RetiredAt) > keep && !current(a.Reservation) {
+			if !a.Granted() && a.RetiredAt != nil && now.Sub(*a.RetiredAt) > keep && !current(a.Reservation) &&
+				(a.CleanedAt != nil || now.Sub(*a.RetiredAt) > ForgetUncleanedAfter) {
 				drop = append(drop, append([]byte(nil), k...))
 			}
 			return nil

@@ -80,11 +80,29 @@ func TestRetireAndForget(t *testing.T) {
 	if n, _ := s.Forget(func(string) bool { return true }, time.Hour, now.Add(2*time.Hour)); n != 0 {
 		t.Errorf("forgot %d current reservations", n)
 	}
-	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(2*time.Hour)); n != 1 {
+	// Not cleaned yet: a cleaning asked again later (a re-clean of a
+	// failed one) needs the accounts it names.
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(48*time.Hour)); n != 0 {
+		t.Errorf("forgot %d entries whose cleaning never succeeded", n)
+	}
+	if err := s.MarkCleaned("r1", now.Add(48*time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(49*time.Hour)); n != 1 {
 		t.Errorf("forgot %d, want 1", n)
 	}
 	if all, _ := s.All(); len(all) != 0 {
 		t.Errorf("left: %+v", all)
+	}
+	// One never cleaned goes after ForgetUncleanedAfter.
+	if _, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "active", LoginUser: "ubuntu"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Retire("r2", 2, now); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(ForgetUncleanedAfter+time.Hour)); n != 1 {
+		t.Errorf("forgot %d uncleaned entries past the bound, want 1", n)
 	}
 }
 
