@@ -556,19 +556,21 @@ func (r *Runner) holder(gpus []int32) *run {
 // (agreement), beside the executions running here: "memory", "CPUs", or ""
 // when they fit. The owner's machine does not take the server's word that
 // borrowers together stay within the agreement; e waits, as it waits for
-// GPUs held. r.mu is held.
+// GPUs held. One whose own limits pass the agreement waits for nothing:
+// checkPlacement refuses it. r.mu is held.
 func (r *Runner) overShare(agreement *nodusv1.ReservationLending, e *nodusv1.Execution) string {
 	if agreement == nil {
 		return ""
 	}
-	memoryMiB, milliCPUs := e.Status.MemoryLimitMiB, e.Status.MilliCPUs
+	var heldMiB, heldMilliCPUs int64
 	for _, x := range r.runs {
-		memoryMiB, milliCPUs = memoryMiB+x.memoryMiB, milliCPUs+x.milliCPUs
+		heldMiB, heldMilliCPUs = heldMiB+x.memoryMiB, heldMilliCPUs+x.milliCPUs
 	}
+	waits := func(own, held, lent int64) bool { return lent > 0 && own <= lent && held+own > lent }
 	switch {
-	case agreement.MemoryMiB > 0 && memoryMiB > agreement.MemoryMiB:
+	case waits(e.Status.MemoryLimitMiB, heldMiB, agreement.MemoryMiB):
 		return "memory"
-	case agreement.MilliCPUs > 0 && milliCPUs > agreement.MilliCPUs:
+	case waits(e.Status.MilliCPUs, heldMilliCPUs, agreement.MilliCPUs):
 		return "CPUs"
 	}
 	return ""

@@ -287,6 +287,10 @@ func TestHostNeverRunsMoreThanTheOwnerLends(t *testing.T) {
 	if got := r.overShare(lent, placed("e", 513, 4000)); got != "memory" {
 		t.Errorf("one MiB past the agreement: %q, want memory", got)
 	}
+	// Past the agreement on its own: waiting would not help; checkPlacement refuses it.
+	if got := r.overShare(lent, placed("g", 1025, 0)); got != "" {
+		t.Errorf("an execution past the agreement on its own waits for %s, rather than be refused", got)
+	}
 	if got := r.overShare(nil, placed("f", 1<<20, 1<<20)); got != "" {
 		t.Errorf("a runner without an agreement (not lending) holds back %s", got)
 	}
