@@ -85,3 +85,35 @@ func validateCount(v, limit int64, path *field.Path) field.ErrorList {
 	}
 	return nil
 }
+
+// validatePoolLending checks a pool's lending policy.
+func validatePoolLending(l *nodusv1.PoolLending, path *field.Path) field.ErrorList {
+	if l == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	seen := sets.New[string]()
+	for i, b := range l.Borrowers {
+		p := path.Child("borrowers").Index(i)
+		for _, msg := range apimachineryvalidation.ValidateNamespaceName(b.Project, false) {
+			errs = append(errs, field.Invalid(p.Child("project"), b.Project, msg))
+		}
+		if seen.Has(b.Project) {
+			errs = append(errs, field.Duplicate(p.Child("project"), b.Project))
+		}
+		seen.Insert(b.Project)
+		if b.MaxGPUs < 0 || b.MaxGPUs > 1<<20 {
+			errs = append(errs, field.Invalid(p.Child("maxGPUs"), b.MaxGPUs, "must not be negative"))
+		}
+		if b.MaxExecutions != nil && (*b.MaxExecutions < 0 || *b.MaxExecutions > 1<<20) {
+			errs = append(errs, field.Invalid(p.Child("maxExecutions"), *b.MaxExecutions, "must be between 0 and 1048576; leave it out for no cap"))
+		}
+	}
+	switch l.Network {
+	case "", nodusv1.LendingNetworkNone, nodusv1.LendingNetworkEgress:
+	default:
+		errs = append(errs, field.NotSupported(path.Child("network"), l.Network,
+			[]string{string(nodusv1.LendingNetworkNone), string(nodusv1.LendingNetworkEgress)}))
+	}
+	return errs
+}

@@ -1,0 +1,151 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/lending"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestBorrowersTogetherUseNoMoreThanTheOwnerLends: the agreement's memory
+// and CPUs are what the host's borrowers use together (docs/lending.md).
+// An execution with GPUs is given its GPUs' share of them and one without
+// an execution's share; mixed, the shares added up to more than was lent
+// (4 of 8 GPUs lent: a 4-GPU execution took all of the lent half, and three
+// without GPUs another eighth each). One that does not fit waits.
+func TestBorrowersTogetherUseNoMoreThanTheOwnerLends(t *testing.T) {
+	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 8}, false)
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":4}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	n, err := f.s.Client.NodusV1().Nodes().Get(ctx(t), node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lent := lending.WithHostShare(f.reservation(t, node).Status.Lending, &n.Status.Inventory)
+
+	big := f.submit(t, "beta", 4, 60)
+	f.waitExecution(t, "beta", big.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	var small []*nodusv1.Execution
+	for i := 0; i < 3; i++ {
+		small = append(small, f.submit(t, "beta", 0, 60))
+	}
+	for _, e := range small {
+		f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool {
+			return e.Status.Reason == "Waiting" || e.Status.Phase == nodusv1.ExecutionScheduled
+		})
+	}
+	list, err := f.s.Client.NodusV1().Executions("beta").List(ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var memory, cpus int64
+	for _, e := range list.Items {
+		if e.Status.Phase == nodusv1.ExecutionScheduled {
+			memory, cpus = memory+e.Status.MemoryLimitMiB, cpus+e.Status.MilliCPUs
+		}
+	}
+	if memory > lent.MemoryMiB || cpus > lent.MilliCPUs {
+		t.Errorf("the placed executions together are given %d MiB and %d millicpus; the owner lends %d MiB and %d", memory, cpus, lent.MemoryMiB, lent.MilliCPUs)
+	}
+
+	// The big one ends: what waited for its share is placed.
+	for _, rep := range []nodusv1.ExecutionReport{{Phase: nodusv1.ExecutionRunning, Reason: "Started"}, {Phase: nodusv1.ExecutionSucceeded, Reason: "Exited"}} {
+		rep.UID = big.UID
+		if r := f.report(t, node, "beta", big.Name, rep); r.code != http.StatusOK {
+			t.Fatalf("report %s: %d %s", rep.Phase, r.code, r.body)
+		}
+	}
+	for _, e := range small {
+		f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	}
+}
+
+// TestABorrowersExecutionsWithoutGPUsHaveACap: an execution without GPUs
+// counts against no GPU cap, so a borrower could take every execution slot
+// of a pool's lent hosts with them and leave other borrowers waiting. A
+// pool's borrower may be given maxExecutions: its executions placed at
+// once, with GPUs or without.
+func TestABorrowersExecutionsWithoutGPUsHaveACap(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8, "gamma": 8}, false)
+	pools := s.Client.NodusV1().Pools()
+	if _, err := pools.Patch(ctx(t), "gpu", types.JSONPatchType, []byte(`[{"op":"add","path":"/spec/lending/borrowers/0/maxExecutions","value":-1}]`), metav1.PatchOptions{}); !apierrors.IsInvalid(err) {
+		t.Errorf("a negative maxExecutions: %v, want 422", err)
+	}
+	pool, err := pools.Get(ctx(t), "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	two := int32(2)
+	for i := range pool.Spec.Lending.Borrowers {
+		if pool.Spec.Lending.Borrowers[i].Project == "beta" {
+			pool.Spec.Lending.Borrowers[i].MaxExecutions = &two
+		}
+	}
+	if _, err := pools.Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	var beta []*nodusv1.Execution
+	for i := 0; i < 4; i++ {
+		beta = append(beta, f.submit(t, "beta", 0, 60))
+	}
+	phases := func() (scheduled []*nodusv1.Execution, waiting int) {
+		for _, e := range beta {
+			got := f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool {
+				return e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Reason == "Waiting"
+			})
+			if got.Status.Phase == nodusv1.ExecutionScheduled {
+				scheduled = append(scheduled, got)
+			} else if strings.Contains(got.Status.Message, "2 of its 2 executions") {
+				waiting++
+			}
+		}
+		return scheduled, waiting
+	}
+	scheduled, waiting := phases()
+	if len(scheduled) != 2 || waiting != 2 {
+		t.Fatalf("a borrower capped at 2 executions, 4 submitted without GPUs: %d placed, %d waiting for the cap", len(scheduled), waiting)
+	}
+	gamma := f.submit(t, "gamma", 0, 60)
+	f.waitExecution(t, "gamma", gamma.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+
+	ended := scheduled[0]
+	for _, rep := range []nodusv1.ExecutionReport{{Phase: nodusv1.ExecutionRunning, Reason: "Started"}, {Phase: nodusv1.ExecutionSucceeded, Reason: "Exited"}} {
+		rep.UID = ended.UID
+		if r := f.report(t, node, "beta", ended.Name, rep); r.code != http.StatusOK {
+			t.Fatalf("report %s: %d %s", rep.Phase, r.code, r.body)
+		}
+	}
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		list, err := s.Client.NodusV1().Executions("beta").List(c, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		placed := 0
+		for _, e := range list.Items {
+			if e.Status.Phase == nodusv1.ExecutionScheduled {
+				placed++
+			}
+		}
+		return placed == 2, nil
+	}); err != nil {
+		t.Error("an execution waiting for the cap was not placed once one of the two ended")
+	}
+}
