@@ -324,9 +324,15 @@ func TestABorrowerOnAHostWhoseClaimLeftIsEnded(t *testing.T) {
 	if err := testfleet.Eventually(ctx(t), 20*time.Second, func(context.Context) (bool, error) { return !borrowersSleep(), nil }); err != nil {
 		t.Error("the borrower's process runs on after the lender's claim left the host")
 	}
-	got, err := executions.Get(ctx(t), e.Name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
+	// Its end is reported once the process is gone.
+	var got *nodusv1.Execution
+	_ = testfleet.Eventually(ctx(t), 20*time.Second, func(c context.Context) (bool, error) {
+		var err error
+		got, err = executions.Get(c, e.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase.Finished(), nil
+	})
+	if got == nil {
+		t.Fatal("the execution could not be read")
 	}
 	if got.Status.Phase != nodusv1.ExecutionDrained || !strings.Contains(got.Status.Message, "no longer holds") {
 		t.Errorf("the execution whose process ended is %s (%s: %s), want drained, saying the reservation no longer holds the host",
