@@ -130,7 +130,7 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	return &authenticator.Response{User: &user.DefaultInfo{
 		Name:   t.Spec.User,
 		Groups: groups,
-		Extra:  map[string][]string{ExtraAccessToken: {t.Name}},
+		Extra:  map[string][]string{ExtraAccessToken: {t.Name}, ExtraAccessTokenUID: {string(t.UID)}},
 	}}, true, nil
 }
 

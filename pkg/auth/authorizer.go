@@ -206,14 +206,16 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 // stored, no longer holds ("" when it does, or u has none): the
 // authenticator read it from a cache, which may not show a revocation
 // answered a moment ago, and a write such as a release cannot be undone.
+// A token made again under the revoked one's name is another object (its
+// UID differs), perhaps another user's: it does not keep the old one on.
 func (a *Authorizer) tokenRevoked(ctx context.Context, u user.Info) (string, error) {
-	names := u.GetExtra()[ExtraAccessToken]
-	if a.Tokens == nil || len(names) != 1 {
+	name, uid, ok := AccessTokenOf(u)
+	if a.Tokens == nil || !ok {
 		return "", nil
 	}
-	t, err := a.Tokens.GetAccessToken(ctx, names[0], true)
+	t, err := a.Tokens.GetAccessToken(ctx, name, true)
 	switch {
-	case apierrors.IsNotFound(err), err == nil && t.DeletionTimestamp != nil:
+	case apierrors.IsNotFound(err), err == nil && (t.DeletionTimestamp != nil || string(t.UID) != uid):
 		return "the access token of this request was revoked", nil
 	case err != nil:
 		return "", err

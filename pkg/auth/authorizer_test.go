@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 
@@ -88,10 +89,13 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	release := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "release-capacity", Namespace: "acme", Name: "h1", ResourceRequest: true}
 	lend := authorizer.AttributesRecord{Verb: "create", APIGroup: nodusv1.GroupName, Resource: "reservedhosts", Subresource: "lend", Namespace: "acme", Name: "h1", ResourceRequest: true}
 	deleteExecution := authorizer.AttributesRecord{Verb: "delete", APIGroup: nodusv1.GroupName, Resource: "executions", Namespace: "acme", Name: "e1", ResourceRequest: true}
-	aliceByToken := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}, Extra: map[string][]string{ExtraAccessToken: {"alice-laptop"}}}
+	aliceByToken := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated},
+		Extra: map[string][]string{ExtraAccessToken: {"alice-laptop"}, ExtraAccessTokenUID: {"uid-laptop"}}}
 	tokenExpiring := func(in time.Duration) *nodusv1.AccessToken {
-		return &nodusv1.AccessToken{Spec: nodusv1.AccessTokenSpec{User: "alice", ExpiresAt: &metav1.Time{Time: time.Now().Add(in)}}}
+		return &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{UID: "uid-laptop"},
+			Spec: nodusv1.AccessTokenSpec{User: "alice", ExpiresAt: &metav1.Time{Time: time.Now().Add(in)}}}
 	}
+	withUID := func(t *nodusv1.AccessToken, uid types.UID) *nodusv1.AccessToken { t.UID = uid; return t }
 	aliceAdmin := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleAdmin}
 	aliceMember := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleViewer}
 	bob := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "bob", Role: nodusv1.ProjectRoleAdmin}
@@ -156,6 +160,13 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
 				latestTokens:   map[string]*nodusv1.AccessToken{"alice-laptop": tokenExpiring(-time.Minute)}},
 			user: aliceByToken, attrs: lend, allowed: false, freshReads: 2,
+		},
+		"a token made again under its name, cache behind: no release": {
+			// The name is another object's now, perhaps another user's.
+			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
+				latestTokens:   map[string]*nodusv1.AccessToken{"alice-laptop": withUID(tokenExpiring(time.Hour), "made-again")}},
+			user: aliceByToken, attrs: release, allowed: false, freshReads: 2,
 		},
 		"a token as stored releases": {
 			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},

@@ -33,6 +33,9 @@ const (
 	ExtraAgentGeneration = "nodus.dev/agent-generation"
 	// ExtraAccessToken names the AccessToken a request authenticated with.
 	ExtraAccessToken = "nodus.dev/access-token"
+	// ExtraAccessTokenUID is the UID of that AccessToken as authenticated: a
+	// token deleted and made again under its name is another object.
+	ExtraAccessTokenUID = "nodus.dev/access-token-uid"
 	// ExtraNodeUID is the UID of the Node object a node credential was issued for.
 	ExtraNodeUID = "nodus.dev/node-uid"
 )
@@ -51,6 +54,20 @@ func NodeUIDOf(u user.Info) string {
 		return uids[0]
 	}
 	return ""
+}
+
+// AccessTokenOf returns the name and UID of the AccessToken u
+// authenticated with; ok is false for a caller without one (an operator's
+// certificate, an agent).
+func AccessTokenOf(u user.Info) (name, uid string, ok bool) {
+	names, uids := u.GetExtra()[ExtraAccessToken], u.GetExtra()[ExtraAccessTokenUID]
+	if len(names) != 1 || len(uids) > 1 {
+		return "", "", false
+	}
+	if len(uids) == 1 {
+		uid = uids[0]
+	}
+	return names[0], uid, true
 }
 
 // NodeOf returns the node an agent user acts for, and its credential's generation.

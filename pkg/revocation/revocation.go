@@ -66,9 +66,9 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		open := &watch{ctx: ctx, attrs: attrs, cancel: cancel}
 		w.add(open)
 		defer w.remove(open)
-		if tokens := attrs.GetUser().GetExtra()[auth.ExtraAccessToken]; len(tokens) == 1 {
+		if token, uid, ok := auth.AccessTokenOf(attrs.GetUser()); ok {
 			w.mu.Lock()
-			open.token = tokens[0]
+			open.token = token
 			w.mu.Unlock()
 			t, err := w.Tokens.GetAccessToken(ctx, open.token, false)
 			if apierrors.IsNotFound(err) {
@@ -76,6 +76,11 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 				t, err = w.Tokens.GetAccessToken(ctx, open.token, true)
 			}
 			switch {
+			case err == nil && string(t.UID) != uid:
+				// Deleted and made again under its name: another object,
+				// perhaps another user's, which keeps no watch of the old one.
+				klog.V(2).InfoS("cutting a watch whose access token was made again", "user", attrs.GetUser().GetName(), "token", token)
+				open.cancel()
 			case err != nil:
 				// Deleted as the watch started, whose delete found no watch
 				// to cut; or not known now: the client's next watch is

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -32,6 +33,9 @@ func (d *decide) authorizer() authorizer.Authorizer {
 // tokens holds the AccessTokens that exist.
 type tokens map[string]*nodusv1.AccessToken
 
+// t1 is the token serveWatch's watch authenticated with.
+var t1 = &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: "t1", UID: "uid-t1"}}
+
 func (t tokens) GetAccessToken(_ context.Context, name string, _ bool) (*nodusv1.AccessToken, error) {
 	if token, ok := t[name]; ok {
 		return token, nil
@@ -54,7 +58,7 @@ func (unreadable) GetAccessToken(_ context.Context, name string, fresh bool) (*n
 // served, and a way to see it cut later.
 func serveWatch(t *testing.T, w *Watches) (cutAtStart bool, cut <-chan struct{}, release func()) {
 	t.Helper()
-	ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Extra: map[string][]string{auth.ExtraAccessToken: {"t1"}}})
+	ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Extra: map[string][]string{auth.ExtraAccessToken: {"t1"}, auth.ExtraAccessTokenUID: {"uid-t1"}}})
 	ctx = request.WithRequestInfo(ctx, &request.RequestInfo{IsResourceRequest: true, Verb: "watch", APIGroup: nodusv1.GroupName,
 		APIVersion: "v1", Namespace: "acme", Resource: "executions"})
 	started, done, stop := make(chan bool, 1), make(chan struct{}), make(chan struct{})
@@ -79,7 +83,7 @@ func serveWatch(t *testing.T, w *Watches) (cutAtStart bool, cut <-chan struct{},
 // and nothing looked at it again until the project's next change.
 func TestAWatchWhoseRecheckFailsIsCut(t *testing.T) {
 	authz := &decide{decision: authorizer.DecisionAllow}
-	w := &Watches{Authorizer: authz.authorizer(), Tokens: tokens{"t1": {}}}
+	w := &Watches{Authorizer: authz.authorizer(), Tokens: tokens{"t1": t1}}
 	cutAtStart, cut, release := serveWatch(t, w)
 	defer release()
 	if cutAtStart {
@@ -100,8 +104,9 @@ func TestAWatchWhoseRecheckFailsIsCut(t *testing.T) {
 func TestAWatchWhoseAccessEndedAsItStartedIsCut(t *testing.T) {
 	for name, w := range map[string]*Watches{
 		"token deleted":      {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{}},
+		"token made again":   {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{"t1": {ObjectMeta: metav1.ObjectMeta{UID: "uid-made-again"}}}},
 		"token unknown":      {Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: unreadable{}},
-		"membership removed": {Authorizer: (&decide{decision: authorizer.DecisionDeny}).authorizer(), Tokens: tokens{"t1": {}}},
+		"membership removed": {Authorizer: (&decide{decision: authorizer.DecisionDeny}).authorizer(), Tokens: tokens{"t1": t1}},
 	} {
 		cutAtStart, _, release := serveWatch(t, w)
 		release()

@@ -83,18 +83,19 @@ func (r *SSHCertificateREST) stillMay(ctx context.Context, project, name string)
 // read as stored (nil for a token without expiry, or a caller without a
 // token: an operator's certificate). A certificate outliving the token
 // would let its holder in after the token's end, which is the end of their
-// access. A token gone or being deleted since authentication gives none.
+// access. A token gone, being deleted, or made again under its name (its
+// UID differs) since authentication gives none.
 func (r *SSHCertificateREST) tokenEnds(ctx context.Context, name string) (*time.Time, error) {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok || r.Tokens == nil {
 		return nil, nil
 	}
-	tokens := u.GetExtra()[auth.ExtraAccessToken]
-	if len(tokens) != 1 {
+	token, uid, ok := auth.AccessTokenOf(u)
+	if !ok {
 		return nil, nil
 	}
-	t, err := r.Tokens.GetAccessToken(ctx, tokens[0], true)
-	if apierrors.IsNotFound(err) || (err == nil && t.DeletionTimestamp != nil) {
+	t, err := r.Tokens.GetAccessToken(ctx, token, true)
+	if apierrors.IsNotFound(err) || (err == nil && (t.DeletionTimestamp != nil || string(t.UID) != uid)) {
 		return nil, apierrors.NewUnauthorized("the access token this request was made with was revoked")
 	}
 	if err != nil {
