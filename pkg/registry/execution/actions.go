@@ -257,12 +257,14 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 	// also finds the last output. An ended execution's output is final: its
 	// end report wrote it, and a repeated one (a lost answer's retry) writes
 	// nothing, so no agent rewrites what the borrower has read.
+	ns, _ := genericapirequest.NamespaceFrom(ctx)
+	wroteOutput := false
 	if len(options.DryRun) == 0 && !placed.Status.Phase.Finished() && (report.Log != "" || report.LogDroppedBytes > 0) {
-		ns, _ := genericapirequest.NamespaceFrom(ctx)
 		if err := r.Logs.Put(ctx, ns, name, placed.UID, executionlog.Log{Data: []byte(report.Log), DroppedBytes: report.LogDroppedBytes,
 			Final: report.Phase.Finished()}); err != nil {
 			return nil, err
 		}
+		wroteOutput = true
 	}
 	now := metav1.NewTime(time.Now().Truncate(time.Second))
 	updated, _, err := r.Executions.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
@@ -292,10 +294,33 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 			}
 			return e, nil
 		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun})
+	if apierrors.IsNotFound(err) && wroteOutput {
+		r.forgetOrphanedOutput(ctx, ns, name, placed.UID)
+	}
 	if err != nil {
 		return nil, err
 	}
 	return withoutRecord(updated.(*nodusv1.Execution)), nil
+}
+
+// forgetOrphanedOutput removes the output just stored for an execution
+// that was deleted between the report's read of it and that write: the
+// delete removed the output it found, none yet, and this one would be kept
+// for two weeks, counted against its project's bound (executionlimit). An
+// execution still there (the update found it not placed here) keeps its
+// output; its own delete removes it.
+func (r *ReportREST) forgetOrphanedOutput(ctx context.Context, namespace, name string, uid types.UID) {
+	current, err := r.Executions.Get(ctx, name, &metav1.GetOptions{})
+	if err == nil && current.(*nodusv1.Execution).UID == uid {
+		return
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		klog.ErrorS(err, "reading an execution whose report failed", "namespace", namespace, "execution", name)
+		return
+	}
+	if err := r.Logs.Delete(ctx, namespace, name, uid); err != nil {
+		klog.ErrorS(err, "deleting a deleted execution's output", "namespace", namespace, "execution", name, "uid", uid)
+	}
 }
 
 // withoutRecord is a finished execution as its agent's report is answered:
