@@ -40,10 +40,13 @@ type Watches struct {
 }
 
 type watch struct {
-	ctx    context.Context
-	attrs  authorizer.Attributes
-	token  string
-	cancel context.CancelFunc
+	ctx   context.Context
+	attrs authorizer.Attributes
+	token string
+	// tokenUID is the UID of the token as authenticated: a token made again
+	// under its name is another object.
+	tokenUID string
+	cancel   context.CancelFunc
 	// expiry cuts the watch when its token expires; guarded by Watches.mu.
 	expiry *time.Timer
 }
@@ -68,7 +71,7 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		defer w.remove(open)
 		if token, uid, ok := auth.AccessTokenOf(attrs.GetUser()); ok {
 			w.mu.Lock()
-			open.token = token
+			open.token, open.tokenUID = token, uid
 			w.mu.Unlock()
 			t, err := w.Tokens.GetAccessToken(ctx, open.token, false)
 			if apierrors.IsNotFound(err) {
@@ -114,6 +117,32 @@ func (w *Watches) expireAt(open *watch, at time.Time) {
 func (w *Watches) TokenExpires(name string, at time.Time) {
 	for _, open := range w.matching(func(o *watch) bool { return o.token == name }) {
 		w.expireAt(open, at)
+	}
+}
+
+// tokenChanged applies an AccessToken's update to its watches.
+func (w *Watches) tokenChanged(before, after *nodusv1.AccessToken) {
+	if after.DeletionTimestamp != nil {
+		// Deleted, a finalizer holding the object: revoked now.
+		w.TokenDeleted(after.Name)
+		return
+	}
+	if before.UID != after.UID {
+		// Deleted and made again while the informer was not watching: its
+		// relist shows one update, not a delete and a create.
+		w.TokenReplaced(after.Name, string(after.UID))
+	}
+	if after.Spec.ExpiresAt != nil && !after.Spec.ExpiresAt.Equal(before.Spec.ExpiresAt) {
+		w.TokenExpires(after.Name, after.Spec.ExpiresAt.Time)
+	}
+}
+
+// TokenReplaced cuts the watches of an AccessToken's name made with another
+// object than the one of UID uid, now stored under it.
+func (w *Watches) TokenReplaced(name, uid string) {
+	for _, open := range w.matching(func(o *watch) bool { return o.token == name && o.tokenUID != uid }) {
+		klog.V(2).InfoS("cutting a watch of an access token made again", "token", name, "user", open.attrs.GetUser().GetName())
+		open.cancel()
 	}
 }
 
@@ -194,15 +223,7 @@ func (w *Watches) Follow(ctx context.Context, factory externalversions.SharedInf
 	v1 := factory.Nodus().V1()
 	if _, err := v1.AccessTokens().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj interface{}) {
-			before, after := old.(*nodusv1.AccessToken), obj.(*nodusv1.AccessToken)
-			if after.DeletionTimestamp != nil {
-				// Deleted, a finalizer holding the object: revoked now.
-				w.TokenDeleted(after.Name)
-				return
-			}
-			if after.Spec.ExpiresAt != nil && !after.Spec.ExpiresAt.Equal(before.Spec.ExpiresAt) {
-				w.TokenExpires(after.Name, after.Spec.ExpiresAt.Time)
-			}
+			w.tokenChanged(old.(*nodusv1.AccessToken), obj.(*nodusv1.AccessToken))
 		},
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := tombstoned(obj).(*nodusv1.AccessToken); ok {

@@ -115,3 +115,29 @@ func TestAWatchWhoseAccessEndedAsItStartedIsCut(t *testing.T) {
 		}
 	}
 }
+
+// TestAWatchOfATokenMadeAgainIsCut: an informer that missed a token's
+// delete and create (a watch gap) sees one update whose UID changed, which
+// left the old token's watches open.
+func TestAWatchOfATokenMadeAgainIsCut(t *testing.T) {
+	w := &Watches{Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{"t1": t1}}
+	cutAtStart, cut, release := serveWatch(t, w)
+	defer release()
+	if cutAtStart {
+		t.Fatal("an allowed watch was cut as it started")
+	}
+	w.tokenChanged(t1, t1.DeepCopy())
+	select {
+	case <-cut:
+		t.Fatal("an update of the same token cut its watch")
+	case <-time.After(100 * time.Millisecond):
+	}
+	madeAgain := t1.DeepCopy()
+	madeAgain.UID = "uid-made-again"
+	w.tokenChanged(t1, madeAgain)
+	select {
+	case <-cut:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch of a token made again under its name was left open")
+	}
+}
