@@ -406,15 +406,18 @@ func TestEveryWayOutHandsTheNodeOver(t *testing.T) {
 		t.Errorf("the node a reassignment left: %+v", old.Status)
 	}
 
-	// Allocations: a backfill of a reserved node fails; class placement
-	// never takes a reserved or cleaning node.
+	// Allocations: a backfill of a reserved or cleaning node fails; class
+	// placement never takes a reserved or cleaning node.
 	setMaintenance(t, s, first, false)
 	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "backfill"},
 		Spec: nodusv1.AllocationSpec{Node: "gone"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if a := waitAllocation(t, s, "backfill"); a.Status.State != nodusv1.AllocationStateActive {
-		t.Errorf("backfill of a cleaning node, as Ironic allows for any node: %+v", a.Status)
+	if a := waitAllocation(t, s, "backfill"); a.Status.State != nodusv1.AllocationStateError || !strings.Contains(a.Status.LastError, "being cleaned") {
+		t.Errorf("backfill of a cleaning node: %+v", a.Status)
+	}
+	if n, err := c.Nodes().Get(ctx(t), "gone", metav1.GetOptions{}); err != nil || n.Status.Allocation != "" {
+		t.Errorf("a failed backfill of the cleaning node: %v %+v", err, n.Status)
 	}
 	f.host(t, "holder", now.Add(-time.Hour), now.Add(time.Hour))
 	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "backfill-held"},

@@ -51,7 +51,9 @@ func choose(a *nodusv1.Allocation, nodes []*nodusv1.Node, rnd *rand.Rand) (node 
 
 // backfill records an allocation for a named node, even one already in use,
 // as Ironic 1.58 does, unless another allocation or a live reservation holds
-// it: a reservation's node is its tenant's alone.
+// it (a reservation's node is its tenant's alone) or it owes its cleaning
+// after a tenant: no one takes a node before it is clean (Ironic backfills
+// only an active node; Nodus backfills an available one too).
 func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, string) {
 	for _, n := range nodes {
 		if n.Name != a.Spec.Node && string(n.UID) != a.Spec.Node {
@@ -62,6 +64,9 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 		}
 		if n.Status.Reservation != "" {
 			return nil, fmt.Sprintf("node %s is held by reservation %s", n.Name, n.Status.Reservation)
+		}
+		if lifecycle.OwesCleaning(n) {
+			return nil, fmt.Sprintf("node %s is being cleaned after its previous tenant", n.Name)
 		}
 		if a.Spec.ResourceClass != "" && n.Spec.ResourceClass != a.Spec.ResourceClass {
 			return nil, fmt.Sprintf("node %s has resource class %q, not %q", n.Name, n.Spec.ResourceClass, a.Spec.ResourceClass)
