@@ -9,8 +9,10 @@ package project
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -49,6 +51,11 @@ type Controller struct {
 
 	sweptMu sync.Mutex
 	swept   map[types.UID]bool // projects whose namespace holds nothing of an earlier one
+
+	// paused, when set, is called as each of empty's steps is about to
+	// write, with the step's name: tests pause there, as a leader paused
+	// mid-round (and no longer leading) would.
+	paused func(step string)
 }
 
 // New wires the controller to factory's informers.
@@ -121,7 +128,10 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	if p.UID != cached.UID || p.DeletionTimestamp == nil || !slices.Contains(p.Finalizers, project.Finalizer) {
 		return nil
 	}
-	left, err := c.empty(ctx, name)
+	left, err := c.empty(ctx, p)
+	if errors.Is(err, errReplaced) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
@@ -139,9 +149,15 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 	return err
 }
 
-// empty removes one round of the project's contents and says what is left
-// ("" when nothing is).
-func (c *Controller) empty(ctx context.Context, name string) (string, error) {
+// empty removes one round of the project p's contents and says what is
+// left ("" when nothing is). A leader may pause in the middle of a round,
+// lose its lead meanwhile, and resume after another finalized p and a new
+// project of its name was made: what it lists then is the new project's.
+// So each step checks, after its list, that p is still there (errReplaced
+// when it is not), and deletes only the objects listed (their UIDs); the
+// data outside objects goes only while p's key is as read.
+func (c *Controller) empty(ctx context.Context, p *nodusv1.Project) (string, error) {
+	name := p.Name
 	api := c.client.NodusV1()
 	// From etcd, not the cache: a reservation created a moment before the
 	// deletion began must not be missed, or it outlives the project.
@@ -149,8 +165,11 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := c.stillThere(ctx, p, "reservations"); err != nil {
+		return "", err
+	}
 	for _, r := range reservations.Items {
-		if err := api.Reservations().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := api.Reservations().Delete(ctx, r.Name, listedOnly(r.UID)); err != nil && !goneOrReplaced(err) {
 			return "", err
 		}
 	}
@@ -163,6 +182,9 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := c.stillThere(ctx, p, "executions"); err != nil {
+		return "", err
+	}
 	for _, e := range executions.Items {
 		if !e.Status.Phase.Finished() {
 			_, err := api.Executions(name).Cancel(ctx, e.Name, &nodusv1.ExecutionCancelRequest{}, metav1.CreateOptions{})
@@ -171,7 +193,8 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 			}
 			continue
 		}
-		if err := api.Executions(name).Delete(ctx, e.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		// Conflict: running again (cancelled next round), or replaced.
+		if err := api.Executions(name).Delete(ctx, e.Name, listedOnly(e.UID)); err != nil && !goneOrReplaced(err) {
 			return "", err
 		}
 	}
@@ -182,8 +205,11 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := c.stillThere(ctx, p, "reservedhosts"); err != nil {
+		return "", err
+	}
 	for _, h := range hosts.Items {
-		if err := api.ReservedHosts(name).Delete(ctx, h.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := api.ReservedHosts(name).Delete(ctx, h.Name, listedOnly(h.UID)); err != nil && !goneOrReplaced(err) {
 			return "", err
 		}
 	}
@@ -191,13 +217,17 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if err := c.stillThere(ctx, p, "hostlendings"); err != nil {
+		return "", err
+	}
 	for _, l := range lendings.Items {
-		if err := api.HostLendings(name).Delete(ctx, l.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		if err := api.HostLendings(name).Delete(ctx, l.Name, listedOnly(l.UID)); err != nil && !goneOrReplaced(err) {
 			return "", err
 		}
 	}
 	// Borrowing rights are the project's too: a new project of this name
-	// is not a borrower until an operator says so.
+	// is not a borrower until an operator says so. Each update holds only
+	// while the pool is as listed.
 	pools, err := api.Pools().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return "", err
@@ -213,12 +243,72 @@ func (c *Controller) empty(ctx context.Context, name string) (string, error) {
 			return "", err
 		}
 	}
+	if err := c.stillThere(ctx, p, "data"); err != nil {
+		return "", err
+	}
+	return c.deleteData(ctx, p)
+}
+
+// errReplaced: the project being emptied is gone, finalized by another
+// leader; a project of its name now is another one, not to be emptied.
+var errReplaced = errors.New("the project was finalized, and its name may be another project's now")
+
+// stillThere checks, after a step's list, that p is still stored: then
+// what the step listed is p's, and deleted by UID, it stays so however
+// late the deletes land.
+func (c *Controller) stillThere(ctx context.Context, p *nodusv1.Project, step string) error {
+	now, err := c.client.NodusV1().Projects().Get(ctx, p.Name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && now.UID != p.UID) {
+		return errReplaced
+	}
+	if err != nil {
+		return err
+	}
+	if c.paused != nil {
+		c.paused(step)
+	}
+	return nil
+}
+
+// deleteData removes p's data kept outside objects (execution logs,
+// idempotency records), in one transaction that holds only while p's key
+// is as read: a new project of the name keeps its own.
+func (c *Controller) deleteData(ctx context.Context, p *nodusv1.Project) (string, error) {
+	if len(c.Prefixes) == 0 {
+		return "", nil
+	}
+	var deletes []clientv3.Op
 	for _, prefix := range c.Prefixes {
-		if _, err := c.Etcd.Delete(ctx, prefix+name+"/", clientv3.WithPrefix()); err != nil {
-			return "", err
+		deletes = append(deletes, clientv3.OpDelete(prefix+p.Name+"/", clientv3.WithPrefix()))
+	}
+	txn := c.Etcd.Txn(ctx)
+	if c.Layout.Projects != "" {
+		rv, err := strconv.ParseInt(p.ResourceVersion, 10, 64)
+		if err != nil {
+			return "", fmt.Errorf("project %s has resourceVersion %q: %w", p.Name, p.ResourceVersion, err)
 		}
+		txn = txn.If(clientv3.Compare(clientv3.ModRevision(c.Layout.Projects+p.Name), "=", rv))
+	}
+	resp, err := txn.Then(deletes...).Commit()
+	if err != nil {
+		return "", err
+	}
+	if !resp.Succeeded {
+		return "the project's data (it changed since it was read)", nil
 	}
 	return "", nil
+}
+
+// listedOnly deletes the object of a name only while it is the one listed.
+func listedOnly(uid types.UID) metav1.DeleteOptions {
+	return metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+}
+
+// goneOrReplaced: deleted since it was listed, or its name is another
+// object's now (a conflict: the next round lists it, if it is this
+// project's).
+func goneOrReplaced(err error) bool {
+	return apierrors.IsNotFound(err) || apierrors.IsConflict(err)
 }
 
 // sweepEarlier deletes, once per project, what an earlier project of its
