@@ -348,8 +348,11 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 		}
 	}
 	for _, h := range hosts {
-		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
+		// Not a host made since for a reservation made again under the
+		// name (this leader may have paused, and another led meanwhile).
+		uid := h.UID
+		err := c.client.NodusV1().ReservedHosts(h.Namespace).Delete(ctx, h.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+		if err != nil && !apierrors.IsNotFound(err) && !otherUID(err) {
 			return err
 		}
 	}
