@@ -1,8 +1,8 @@
 // Package idempotency keeps Idempotency-Key records in etcd, so that a retried
 // action returns its first answer on every server replica and across
 // restarts. A record is created "in flight" on a short lease, atomically (the
-// first of concurrent requests wins), and replaced by the final answer on a
-// 24-hour lease. An in-flight record names the replica process running it:
+// first of concurrent requests wins), renewed while its request runs, and
+// replaced by the final answer on a 24-hour lease. An in-flight record names the replica process running it:
 // a retry takes over at once a record whose process is gone (the replica
 // restarted, its port refuses connections, or its registration lapsed),
 // rather than waiting for the record's lease; the action itself must then recognise an effect
@@ -81,11 +81,18 @@ type Store struct {
 }
 
 // claim is the lease of an in-flight record this process holds, and when
-// etcd ends it by itself.
+// etcd ends it by itself unless renewed.
 type claim struct {
 	lease   clientv3.LeaseID
 	expires time.Time
+	// stop ends the renewals of the lease.
+	stop context.CancelFunc
 }
+
+// keepInFlightFor bounds how long a running request's record is renewed:
+// a handler that never returns (a bug) blocks its key no longer than this
+// and a lease after it.
+const keepInFlightFor = 15 * time.Minute
 
 // NewStore returns a store with the contract's lifetimes: answers kept 24 h,
 // an abandoned in-flight record released after a minute, or five seconds
@@ -282,7 +289,11 @@ func (s *Store) Count(ctx context.Context, prefix string) (int64, error) {
 	return resp.Count, nil
 }
 
-// Finish stores the final answer of key for TTL.
+// Finish stores the final answer of key for TTL, in place of this
+// process's in-flight record, or where no record is left. A record of
+// another request (one that claimed the key after this one's record ended,
+// its lease not renewed: etcd unreachable) keeps its place: its answer is
+// the key's.
 func (s *Store) Finish(ctx context.Context, key string, r Record) error {
 	lease, err := s.Client.Grant(ctx, int64(s.TTL.Seconds()))
 	if err != nil {
@@ -293,10 +304,24 @@ func (s *Store) Finish(ctx context.Context, key string, r Record) error {
 	if err != nil {
 		return err
 	}
-	if _, err = s.Client.Put(ctx, s.Prefix+key, string(data), clientv3.WithLease(lease.ID)); err != nil {
+	k := s.Prefix + key
+	put := clientv3.OpPut(k, string(data), clientv3.WithLease(lease.ID))
+	ours := clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+	if c, held := s.claimOf(key); held {
+		ours = clientv3.Compare(clientv3.LeaseValue(k), "=", c.lease)
+	}
+	resp, err := s.Client.Txn(ctx).If(ours).Then(put).Commit()
+	if err == nil && !resp.Succeeded {
+		// Not this process's record: ended, and maybe claimed since.
+		resp, err = s.Client.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(k), "=", 0)).Then(put).Commit()
+	}
+	if err != nil {
 		return err
 	}
-	s.release(key) // the answer's lease holds the record now
+	if !resp.Succeeded {
+		_, _ = s.Client.Revoke(ctx, lease.ID)
+	}
+	s.release(key) // the answer's lease holds the record now, or another's
 	return nil
 }
 
@@ -308,7 +333,7 @@ func (s *Store) Finish(ctx context.Context, key string, r Record) error {
 // A key this process does not hold (an answer, a crashed replica's record)
 // is deleted.
 func (s *Store) Abandon(ctx context.Context, key string) error {
-	c, held := s.release(key)
+	c, held := s.release(key) // renewals stop: the lease ends by c.expires
 	if !held {
 		_, err := s.Client.Delete(ctx, s.Prefix+key)
 		return err
@@ -338,8 +363,13 @@ const (
 	maxAbandonRetry = 2 * time.Second
 )
 
-// hold remembers the lease of key's in-flight record, now this process's.
+// hold remembers the lease of key's in-flight record, now this process's,
+// and renews it while the request runs (up to keepInFlightFor): an action
+// that takes longer than the lease would otherwise lose its record, and a
+// retry would run it a second time beside it.
 func (s *Store) hold(key string, lease *clientv3.LeaseGrantResponse) {
+	ttl := time.Duration(lease.TTL) * time.Second
+	renewing, stop := context.WithTimeout(context.Background(), keepInFlightFor)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.claims == nil {
@@ -349,18 +379,54 @@ func (s *Store) hold(key string, lease *clientv3.LeaseGrantResponse) {
 	// A request that ended without Finish or Abandon (a panic) leaves its
 	// claim; etcd has expired its lease since.
 	for k, c := range s.claims {
-		if now.After(c.expires) {
+		if now.After(c.expires.Add(keepInFlightFor)) {
+			c.stop()
 			delete(s.claims, k)
 		}
 	}
-	s.claims[key] = claim{lease: lease.ID, expires: now.Add(time.Duration(lease.TTL) * time.Second)}
+	s.claims[key] = claim{lease: lease.ID, expires: now.Add(ttl), stop: stop}
+	go s.renew(renewing, key, lease.ID, ttl)
 }
 
-// release forgets key's claim and returns it, if this process held one.
+// renew keeps lease alive, a third of its TTL apart, until ctx ends.
+func (s *Store) renew(ctx context.Context, key string, lease clientv3.LeaseID, ttl time.Duration) {
+	tick := time.NewTicker(max(ttl/3, 100*time.Millisecond))
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if _, err := s.Client.KeepAliveOnce(ctx, lease); err != nil {
+			continue // tried again at the next tick, while the lease lasts
+		}
+		s.mu.Lock()
+		if c, held := s.claims[key]; held && c.lease == lease {
+			c.expires = time.Now().Add(ttl)
+			s.claims[key] = c
+		}
+		s.mu.Unlock()
+	}
+}
+
+// claimOf returns key's claim, if this process holds one.
+func (s *Store) claimOf(key string) (claim, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, held := s.claims[key]
+	return c, held
+}
+
+// release forgets key's claim, its renewals stopped, and returns it, if
+// this process held one.
 func (s *Store) release(key string) (claim, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	c, held := s.claims[key]
+	if held {
+		c.stop()
+	}
 	delete(s.claims, key)
 	return c, held
 }

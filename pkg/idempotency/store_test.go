@@ -191,3 +191,81 @@ func TestAbandonDeletesAKeyItDoesNotHold(t *testing.T) {
 		}
 	})
 }
+
+// An action that runs longer than the in-flight record's lease keeps its
+// key: the record ended with its lease, and a retry then ran the action a
+// second time beside the first.
+func TestARunningRequestKeepsItsKey(t *testing.T) {
+	s, _, checks := stores(t, testfleet.EtcdReaches[0], 0)
+	s.InFlightTTL = 2 * time.Second
+	ctx := context.Background()
+	begin(t, s, "alice/release")
+	time.Sleep(3 * s.InFlightTTL)
+	r, err := checks.Begin(ctx, "alice/release", "fingerprint")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r == nil || !r.InFlight() {
+		t.Fatalf("a retry claimed the key of a request still running: %+v", r)
+	}
+	if err := s.Abandon(ctx, "alice/release"); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, checks, "alice/release") // released: the retry runs
+}
+
+// A request whose in-flight record ended (its lease not renewed: etcd out
+// of reach a while) and whose key another request claimed and answered
+// since, leaves that answer in place when it finishes: it is the key's.
+func TestALateFinishLeavesTheNextAnswer(t *testing.T) {
+	s, _, checks := stores(t, testfleet.EtcdReaches[0], 0)
+	ctx := context.Background()
+	begin(t, s, "alice/lend")
+	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/lend")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading the in-flight record: %v", err)
+	}
+	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, checks, "alice/lend")
+	if err := checks.Finish(ctx, "alice/lend", idempotency.Record{Fingerprint: "fingerprint", Code: 201}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, "alice/lend", idempotency.Record{Fingerprint: "fingerprint", Code: 200}); err != nil {
+		t.Fatalf("Finish: %v", err)
+	}
+	r, err := checks.Get(ctx, "alice/lend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r == nil || r.Code != 201 {
+		t.Fatalf("the late answer replaced the key's: %+v", r)
+	}
+}
+
+// Finish stores the answer where its own record was, and where none is left.
+func TestFinishStoresTheAnswer(t *testing.T) {
+	s, _, checks := stores(t, testfleet.EtcdReaches[0], 0)
+	ctx := context.Background()
+	begin(t, s, "alice/withdraw")
+	if err := s.Finish(ctx, "alice/withdraw", idempotency.Record{Fingerprint: "fingerprint", Code: 200}); err != nil {
+		t.Fatal(err)
+	}
+	begin(t, s, "alice/lend")
+	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/lend")
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading the in-flight record: %v", err)
+	}
+	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Finish(ctx, "alice/lend", idempotency.Record{Fingerprint: "fingerprint", Code: 201}); err != nil {
+		t.Fatal(err)
+	}
+	for key, code := range map[string]int{"alice/withdraw": 200, "alice/lend": 201} {
+		if r, err := checks.Get(ctx, key); err != nil || r == nil || r.InFlight() || r.Code != code {
+			t.Errorf("%s: %+v, %v; want the answer %d", key, r, err, code)
+		}
+	}
+}
