@@ -453,8 +453,25 @@ func (c *Controller) claimEnded(ctx context.Context, cl claim, now time.Time) (b
 		return true, nil
 	case e.Status.Phase == nodusv1.ExecutionScheduled || e.Status.Phase == nodusv1.ExecutionRunning:
 		return e.Status.Host != cl.host || !slices.Contains(e.Status.GPUIndices, cl.gpu), nil
+	case now.Sub(cl.at) <= staleClaim:
+		return false, nil
 	}
-	return now.Sub(cl.at) > staleClaim, nil
+	// Pending well past its claim. The scheduler that claimed may still
+	// write its placement (paused, or its clock behind this one's, which
+	// judged the claim's age): that write is conditional on the execution
+	// as it read it, so a write here first makes it fail, and the GPUs
+	// released next go to no second execution.
+	fenced := e.DeepCopy()
+	fenced.Status.Reason = "Waiting"
+	fenced.Status.Message = fmt.Sprintf("its placement on %s, claimed at %s, did not complete; it is placed again", cl.host, cl.at.UTC().Format(time.RFC3339))
+	if fenced.Status.Message == e.Status.Message {
+		return true, nil // written already, by an earlier pass
+	}
+	_, err = c.client.NodusV1().Executions(e.Namespace).UpdateStatus(ctx, fenced, metav1.UpdateOptions{FieldManager: fieldManager})
+	if apierrors.IsConflict(err) {
+		return false, nil // changed meanwhile: judged again next pass
+	}
+	return err == nil, err
 }
 
 // bestFit is the host where the execution leaves the fewest lendable GPUs
