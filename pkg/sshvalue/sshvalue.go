@@ -45,7 +45,9 @@ var AcceptedKeyTypes = map[string]bool{
 func ParseAddress(address string) (host string, port int, err error) {
 	host, portText, err := net.SplitHostPort(address)
 	if err != nil {
-		return "", 0, err
+		// Not net's error, which repeats the address as it came, line
+		// breaks and all: its caller prints it on a terminal.
+		return "", 0, errors.New("it is not HOST:PORT")
 	}
 	port, err = strconv.Atoi(portText)
 	if err != nil || port < 1 || port > 65535 || strconv.Itoa(port) != portText {

