@@ -232,7 +232,8 @@ func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string,
 
 // yourHosts lists the hosts of every project the caller sees, one project
 // after the other: the server lists a caller only the namespaces of its
-// projects. A project that refuses (a membership just removed) is skipped.
+// projects. A project that refuses (a membership just removed) or is gone
+// is skipped; any other failure fails the list, which would be incomplete.
 func yourHosts(ctx context.Context, c versioned.Interface) ([]nodusv1.ReservedHost, error) {
 	raw, err := c.Discovery().RESTClient().Get().AbsPath("/api/v1/namespaces").Do(ctx).Raw()
 	if err != nil {
@@ -249,8 +250,11 @@ func yourHosts(ctx context.Context, c versioned.Interface) ([]nodusv1.ReservedHo
 	var out []nodusv1.ReservedHost
 	for _, ns := range namespaces.Items {
 		hosts, err := c.NodusV1().ReservedHosts(ns.Metadata.Name).List(ctx, metav1.ListOptions{})
-		if err != nil {
+		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("listing the hosts of project %s: %w", ns.Metadata.Name, err)
 		}
 		out = append(out, hosts.Items...)
 	}
