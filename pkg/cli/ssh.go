@@ -235,25 +235,34 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 		return "", err
 	}
 	answer.Certificate = ""
-	data, _ := json.Marshal(certificateRecord{ReservedHostSSHCertificate: *answer, Host: h.UID})
+	record := certificateRecord{ReservedHostSSHCertificate: *answer, Host: h.UID}
+	if h.Status.Connect != nil {
+		record.HostKey = h.Status.Connect.HostKey
+	}
+	data, _ := json.Marshal(record)
 	return answer.Address, atomicfile.Write(meta, data, 0o600)
 }
 
 // certificateRecord is what the CLI keeps beside a certificate: the
 // server's answer, and the ReservedHost it was issued for. A host deleted
 // and made again under its name is another one, whose reservation's
-// principal the cached certificate does not name.
+// principal the cached certificate does not name. HostKey is the host key
+// the host showed then: the kept address is of that machine.
 type certificateRecord struct {
 	nodusv1.ReservedHostSSHCertificate
-	Host types.UID `json:"reservedHostUID"`
+	Host    types.UID `json:"reservedHostUID"`
+	HostKey string    `json:"hostKey,omitempty"`
 }
 
 // serves says whether the kept certificate's record is one for host h as
 // it is now: the same ReservedHost (a record without its UID, of an older
-// nodus, or a host answered without one, is of no known host), its current
+// nodus, or a host answered without one, is of no known host), the same
+// host key (a node enrolled again, or another machine under its name, has
+// an address of its own, which the record does not hold), its current
 // principal, and a minute to spare.
 func (r certificateRecord) serves(h *nodusv1.ReservedHost, now time.Time) bool {
-	return r.Host != "" && r.Host == h.UID && sshvalue.IsPrincipalOf(r.Principal, h.Name, h.Status.Reservation.Epoch) &&
+	return r.Host != "" && r.Host == h.UID && h.Status.Connect != nil && r.HostKey == h.Status.Connect.HostKey &&
+		sshvalue.IsPrincipalOf(r.Principal, h.Name, h.Status.Reservation.Epoch) &&
 		r.ValidBefore != nil && r.ValidBefore.Time.Sub(now) > time.Minute
 }
 

@@ -469,3 +469,39 @@ func TestCLIForgesNoLineFromAWatchsErrorEvent(t *testing.T) {
 		t.Errorf("nodus hosts list -w given an error event that is no Status: exit %d:\n%s", code, out)
 	}
 }
+
+// TestCLISSHTakesTheAddressOfTheMachineItPins: the address nodus ssh keeps
+// beside a certificate served every run while the certificate lasted (an
+// hour), while the host key it pins came from the host each run: once the
+// node was enrolled again on another machine (a new key, a new address),
+// the entry paired the new key with the old address, which reaches the old
+// machine, or whoever has its address now.
+func TestCLISSHTakesTheAddressOfTheMachineItPins(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, "gpu-007")
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	mary := loggedIn(t, s, f.member)
+	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh: %d %s", code, out)
+	}
+	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
+		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("another machine"), "203.0.113.77:22"
+	})
+	newKey := strings.TrimSpace(testfleet.HostKey("another machine"))
+	f.waitHost(t, "gpu-007", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Connect != nil && strings.TrimSpace(h.Status.Connect.HostKey) == newKey
+	})
+	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh again: %d %s", code, out)
+	}
+	config, err := os.ReadFile(filepath.Join(home, ".config", "nodus", "ssh", "config"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(config), "203.0.113.77") || strings.Contains(string(config), "203.0.113.10") {
+		t.Errorf("the entry after the node's machine changed:\n%s", config)
+	}
+}
