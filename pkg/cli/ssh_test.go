@@ -156,13 +156,19 @@ func TestAnIncludeThatCameAfterAHostLineIsMovedToTheTop(t *testing.T) {
 func TestAKeptCertificateServesOnlyItsOwnHost(t *testing.T) {
 	now := time.Now()
 	const uid, other = "3f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9", "9a8b7c6d-5e4f-4a3b-8c2d-1e0f9a8b7c6d"
+	const hostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl"
 	host := func(uid types.UID, epoch int64) *nodusv1.ReservedHost {
 		h := &nodusv1.ReservedHost{ObjectMeta: metav1.ObjectMeta{Name: "gpu-7", UID: uid}}
 		h.Status.Reservation.Epoch = epoch
+		h.Status.Connect = &nodusv1.ReservedHostConnect{HostKey: hostKey}
 		return h
 	}
+	unconnected := host(uid, 3)
+	unconnected.Status.Connect = nil
+	anotherMachine := host(uid, 3)
+	anotherMachine.Status.Connect.HostKey = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFw0r0j9o8h3VwFQmxjz8n1nB1y3v2h0r9bq5q0qX1aB"
 	record := func(host types.UID, epoch int64, left time.Duration) certificateRecord {
-		r := certificateRecord{Host: host}
+		r := certificateRecord{Host: host, HostKey: hostKey}
 		r.Principal = sshvalue.Principal("gpu-7", "5f0c6f8e-2f6b-4c43-9a9e-1f2d3c4b5a69", epoch)
 		until := metav1.NewTime(now.Add(left))
 		r.ValidBefore = &until
@@ -179,6 +185,8 @@ func TestAKeptCertificateServesOnlyItsOwnHost(t *testing.T) {
 		"less than a minute left":                   {record(uid, 3, 30*time.Second), host(uid, 3), false},
 		"a record without the host's UID":           {record("", 3, time.Hour), host(uid, 3), false},
 		"neither the record nor the host has a UID": {record("", 3, time.Hour), host("", 3), false},
+		"another machine's host key":                {record(uid, 3, time.Hour), anotherMachine, false},
+		"a host without its connection details":     {record(uid, 3, time.Hour), unconnected, false},
 	} {
 		if got := tc.r.serves(tc.h, now); got != tc.serves {
 			t.Errorf("%s: serves = %v, want %v", name, got, tc.serves)
