@@ -5,6 +5,7 @@ package validation
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"slices"
 	"strings"
@@ -87,7 +88,8 @@ func ValidatePool(p *nodusv1.Pool) field.ErrorList {
 
 // ValidateNode checks a Node's spec and metadata.
 func ValidateNode(n *nodusv1.Node) field.ErrorList {
-	return append(validateNodeBesidesOwner(n), validateNodeOwner(n)...)
+	errs := append(validateNodeBesidesOwner(n), validateNodeOwner(n)...)
+	return append(errs, validateExtra(n.Spec.Extra, field.NewPath("spec", "extra"))...)
 }
 
 // ValidateNodeUpdate is ValidateNode for an update of old: an owner stored
@@ -98,7 +100,27 @@ func ValidateNodeUpdate(n, old *nodusv1.Node) field.ErrorList {
 	if n.Spec.Owner != old.Spec.Owner {
 		errs = append(errs, validateNodeOwner(n)...)
 	}
+	if !maps.Equal(n.Spec.Extra, old.Spec.Extra) {
+		errs = append(errs, validateExtra(n.Spec.Extra, field.NewPath("spec", "extra"))...)
+	}
 	return errs
+}
+
+// MaxExtraBytes bounds a node's or an allocation's extra, its keys and
+// values together: Ironic keeps extra in a TEXT column (64 KiB), and more
+// would grow the object towards etcd's request limit, every write of the
+// object (a claim, a status) carrying it.
+const MaxExtraBytes = 64 << 10
+
+func validateExtra(extra map[string]string, path *field.Path) field.ErrorList {
+	size := 0
+	for k, v := range extra {
+		size += len(k) + len(v)
+	}
+	if size > MaxExtraBytes {
+		return field.ErrorList{field.TooLong(path, "", MaxExtraBytes)}
+	}
+	return nil
 }
 
 func validateNodeBesidesOwner(n *nodusv1.Node) field.ErrorList {
@@ -279,6 +301,7 @@ func ValidateAllocation(a *nodusv1.Allocation) field.ErrorList {
 	}
 	errs = append(errs, validateReferenceName(a.Spec.Node, spec.Child("node"), false)...)
 	errs = append(errs, validateFreeText(a.Spec.Owner, spec.Child("owner"))...)
+	errs = append(errs, validateExtra(a.Spec.Extra, spec.Child("extra"))...)
 	if a.Spec.IronicName != "" && !IsIronicName(a.Spec.IronicName) {
 		errs = append(errs, field.Invalid(spec.Child("ironicName"), a.Spec.IronicName,
 			fmt.Sprintf("an Ironic name is 1 to %d of A-Z a-z 0-9 - . _ ~", MaxIronicName)))

@@ -67,6 +67,18 @@ func TestValidate(t *testing.T) {
 		"a node's owner changed to a long one": {ValidateNodeUpdate(
 			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 257)}},
 			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Owner: strings.Repeat("o", 256)}}), "spec.owner"},
+		"node extra past Ironic's column": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
+			Extra: map[string]string{"a": strings.Repeat("x", 40<<10), "b": strings.Repeat("x", 40<<10)}}}), "spec.extra"},
+		"node extra as large as Ironic's column": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
+			Extra: map[string]string{"a": strings.Repeat("x", 64<<10-1)}}}), ""},
+		"a node's large extra stored before the bound, kept": {ValidateNodeUpdate(
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 80<<10)}, Maintenance: true}},
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 80<<10)}}}), ""},
+		"a node's extra grown past the bound": {ValidateNodeUpdate(
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 40<<10), "b": strings.Repeat("x", 40<<10)}}},
+			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 40<<10)}}}), "spec.extra"},
+		"allocation extra past Ironic's column": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
+			Extra: map[string]string{"a": strings.Repeat("x", 65<<10)}}}), "spec.extra"},
 		"maintenance reason without maintenance": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
 			MaintenanceReason: "x"}}), "spec.maintenanceReason"},
 		"allocation without class or node":   {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta}), "spec.resourceClass"},
