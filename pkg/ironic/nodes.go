@@ -240,7 +240,10 @@ func patchedNode(cur *nodusv1.Node, ops []patchOp) (*nodusv1.Node, error) {
 	next.Spec.Traits = upd.Traits
 	next.Spec.Maintenance = upd.Maintenance
 	next.Spec.MaintenanceReason = deref(upd.MaintenanceReason)
-	if !next.Spec.Maintenance {
+	if cur.Spec.Maintenance && !next.Spec.Maintenance {
+		// Out of maintenance, its reason goes, as in Ironic. A reason set
+		// on a node not in maintenance is refused below, not dropped: the
+		// answer would say it was stored.
 		next.Spec.MaintenanceReason = ""
 	}
 	next.Spec.Extra = extra
