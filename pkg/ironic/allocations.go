@@ -135,8 +135,20 @@ func (c *call) createAllocation() error {
 	return c.reply(http.StatusCreated, atVersion(allocationView(c.base, created, ""), allocationFieldSince, c.v))
 }
 
+// allocationListParams are the query parameters Ironic's allocation list
+// takes (AllocationsController.get_all); any other is 400, as there.
+var allocationListParams = map[string]bool{
+	"node": true, "resource_class": true, "state": true, "owner": true,
+	"limit": true, "marker": true, "sort_key": true, "sort_dir": true, "fields": true,
+}
+
 func (c *call) listAllocations() error {
 	q := c.req.URL.Query()
+	for name := range q {
+		if !allocationListParams[name] {
+			return errorf(http.StatusBadRequest, "Unknown argument: %q", name)
+		}
+	}
 	p, err := c.allocationPage()
 	if err != nil {
 		return err

@@ -69,3 +69,20 @@ func TestAMaintenanceReasonIsStoredOrRefused(t *testing.T) {
 		t.Errorf("out of maintenance: %v %+v", err, n.Spec)
 	}
 }
+
+// TestAnAllocationListRefusesAnUnknownArgument: a filter misspelt
+// (resouce_class) listed every allocation, as if it had matched; the node
+// list answers 400 "Unknown argument", as Ironic does for both.
+func TestAnAllocationListRefusesAnUnknownArgument(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	list := func(query string) response {
+		return do(t, op, "GET", "/v1/allocations?"+query, "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	if msg := ironicFault(t, list("resouce_class=gpu"), http.StatusBadRequest); !strings.Contains(msg, "resouce_class") {
+		t.Errorf("a misspelt filter: %q", msg)
+	}
+	if r := list("resource_class=gpu&state=active&owner=acme&limit=5&sort_key=created_at&sort_dir=desc&fields=uuid,state"); r.code != http.StatusOK {
+		t.Errorf("Ironic's own arguments: %d %s", r.code, r.body)
+	}
+}
