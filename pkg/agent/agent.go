@@ -191,7 +191,9 @@ func New(opts Options) (*Agent, error) {
 	if opts.CleaningPaths != nil {
 		paths = *opts.CleaningPaths
 	}
-	procs := sessions.Procs{Root: "/proc"}
+	// A login user's processes under its subordinate uids count, and end,
+	// with its own: the drain evidence, a revocation and the cleaning.
+	procs := sessions.Procs{Root: "/proc", SubUIDFile: paths.SubUIDFile}
 	return &Agent{
 		opts: opts, id: id, client: client, cred: cred, store: store,
 		inventory: inventory.NewCollector(opts.DiskPath, opts.Version),

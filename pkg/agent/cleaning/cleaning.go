@@ -235,7 +235,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		return nil, fmt.Errorf("account %s has home %q, which is not a directory of its own", name, u.HomeDir)
 	}
 
-	owns, err := owner(c.Paths.SubUIDFile, name, uid)
+	owns, err := sessions.Owner(c.Paths.SubUIDFile, name, uid)
 	if err != nil {
 		return nil, fmt.Errorf("reading the subordinate uids of %s: %w", name, err)
 	}
@@ -244,7 +244,9 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	// the cleaning instead of holding it for ever.
 	endCtx, cancel := context.WithTimeout(ctx, 2*(2*c.Grace+10*time.Second))
 	defer cancel()
-	c.Procs.EndSessions(endCtx, name, c.Grace)
+	// Its processes under its subordinate uids too (a user namespace of its
+	// own): the next tenant of the account gets those uids again.
+	c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
 
 	for _, dir := range c.Paths.CronSpools {
 		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
@@ -268,9 +270,9 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	// Again, now that nothing can start a process of the account: a cron
 	// or at job, or a user service, that started after the first sweep.
-	c.Procs.EndSessions(endCtx, name, c.Grace)
+	c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
 	cancel()
-	if left := len(c.Procs.PIDsOf(uid)); left > 0 {
+	if left := len(c.Procs.PIDsOwned(owns)); left > 0 {
 		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
 	}
 	steps = append(steps, "ended every process of "+name)
@@ -335,7 +337,7 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 // reports) or whose name gives its uid as systemd-coredump names its dumps
 // (core.COMM.UID.BOOT-ID.PID.TIMESTAMP[.COMPRESSION], owned by root), and
 // reports how many.
-func removeCrashes(dir string, owns ownedBy, uid int) (int, error) {
+func removeCrashes(dir string, owns sessions.OwnedBy, uid int) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
@@ -415,14 +417,14 @@ func removeIfExists(path string) error {
 // inside the directories of others too: a shared directory such as
 // /tmp/.X11-unix (root's, 1777) holds the tenant's files as well. Nothing is
 // followed.
-func removeOwned(dir string, owns ownedBy, trees bool) (int, error) {
+func removeOwned(dir string, owns sessions.OwnedBy, trees bool) (int, error) {
 	return removeOwnedBelow(dir, owns, trees, maxSharedDepth)
 }
 
 // maxSharedDepth bounds how deep removeOwned looks into others' directories.
 const maxSharedDepth = 16
 
-func removeOwnedBelow(dir string, owns ownedBy, trees bool, depth int) (int, error) {
+func removeOwnedBelow(dir string, owns sessions.OwnedBy, trees bool, depth int) (int, error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 )
 
 // ipcKinds are the System V IPC objects: each outlives every process, and
@@ -41,7 +43,7 @@ func errnoErr(errno unix.Errno) error {
 // removeIPC removes the System V IPC objects that the account owns or created, as
 // listed under dir (/proc/sysvipc), and reports how many. An object gone
 // meanwhile is not an error.
-func removeIPC(dir string, owns ownedBy) (int, error) {
+func removeIPC(dir string, owns sessions.OwnedBy) (int, error) {
 	removed := 0
 	for _, kind := range ipcKinds {
 		ids, err := ipcObjectsOf(filepath.Join(dir, kind.file), kind.idColumn, owns)
@@ -66,7 +68,7 @@ func removeIPC(dir string, owns ownedBy) (int, error) {
 // ipcObjectsOf reads one /proc/sysvipc table and returns the ids of the
 // objects the account owns (uid) or created (cuid). The columns are found
 // by the header's names; a missing table (no System V IPC) lists none.
-func ipcObjectsOf(path, idColumn string, owns ownedBy) ([]int, error) {
+func ipcObjectsOf(path, idColumn string, owns sessions.OwnedBy) ([]int, error) {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil

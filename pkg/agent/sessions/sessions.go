@@ -6,6 +6,10 @@
 // the processes of a user are also signalled through kill(-1) from a thread
 // that runs as that user, which reaches all of them at once (the kernel
 // refuses a fork that a fatal signal to its parent interrupts).
+//
+// A user's processes include those under its subordinate uids (subuid(5)):
+// a user namespace of its own (unshare, a rootless container) runs as
+// them, with every one of its four uids a subordinate one.
 package sessions
 
 import (
@@ -25,6 +29,9 @@ import (
 // Procs reads process owners from a /proc tree (Root, "/proc" on a host).
 type Procs struct {
 	Root string
+	// SubUIDFile lists the users' subordinate uids ("/etc/subuid" on a
+	// host); "" counts a user's own uid only.
+	SubUIDFile string
 }
 
 // UID returns the uid of login, or -1 when no such user exists.
@@ -61,6 +68,16 @@ func (p Procs) PIDsOf(uids ...int) []int {
 	if len(wanted) == 0 {
 		return nil
 	}
+	return p.PIDsOwned(func(uid int) bool { return wanted[uid] })
+}
+
+// PIDsOwned returns the processes any of whose four uids owns says is the
+// user's.
+func (p Procs) PIDsOwned(owns OwnedBy) []int {
+	return p.pids(func(status string) bool { return slices.ContainsFunc(uidsIn(status), owns) })
+}
+
+func (p Procs) pids(match func(status string) bool) []int {
 	entries, err := os.ReadDir(p.Root)
 	if err != nil {
 		return nil
@@ -76,20 +93,40 @@ func (p Procs) PIDsOf(uids ...int) []int {
 			continue // gone meanwhile
 		}
 		// A zombie runs nothing and cannot be signalled: its parent reaps it.
-		if slices.ContainsFunc(uidsIn(string(status)), func(uid int) bool { return wanted[uid] }) && !zombie(string(status)) {
+		if match(string(status)) && !zombie(string(status)) {
 			pids = append(pids, pid)
 		}
 	}
 	return pids
 }
 
-// Count is the number of processes login runs.
-func (p Procs) Count(login string) int { return len(p.PIDs(UID(login))) }
+// ownerOf is login's uid (-1 for none) and what it owns: its uid and its
+// subordinate ones. A subordinate uid file it cannot read counts its own
+// uid only, which fails no one's logout.
+func (p Procs) ownerOf(login string) (int, OwnedBy) {
+	uid := UID(login)
+	if uid <= 0 {
+		return uid, func(int) bool { return false }
+	}
+	owns, err := Owner(p.SubUIDFile, login, uid)
+	if err != nil {
+		return uid, func(u int) bool { return u == uid }
+	}
+	return uid, owns
+}
+
+// Count is the number of processes login runs, under its own uid or a
+// subordinate one.
+func (p Procs) Count(login string) int {
+	_, owns := p.ownerOf(login)
+	return len(p.PIDsOwned(owns))
+}
 
 // End ends every process of login: SIGTERM, then SIGKILL for what is left
 // after grace. It returns when none is left or ctx ends.
 func (p Procs) End(ctx context.Context, login string, grace time.Duration) {
-	p.EndUIDs(ctx, []int{UID(login)}, grace)
+	uid, owns := p.ownerOf(login)
+	p.EndOwned(ctx, uid, owns, grace)
 }
 
 // settle is how long EndSessions watches for a session that was being set
@@ -101,30 +138,50 @@ const settle = 300 * time.Millisecond
 // until a settle period passes with none (at most a few rounds): new logins
 // are refused by then, so only a session already in flight can appear.
 func (p Procs) EndSessions(ctx context.Context, login string, grace time.Duration) {
-	uid := UID(login)
+	uid, owns := p.ownerOf(login)
+	p.EndSessionsOwned(ctx, uid, owns, grace)
+}
+
+// EndSessionsOwned is EndSessions of the user uid, whose processes owns
+// tells (its own uid and subordinate ones).
+func (p Procs) EndSessionsOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) {
 	for round := 0; round < 10; round++ {
-		p.EndUIDs(ctx, []int{uid}, grace)
+		p.EndOwned(ctx, uid, owns, grace)
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(settle):
 		}
-		if len(p.PIDsOf(uid)) == 0 {
+		if len(p.PIDsOwned(owns)) == 0 {
 			return
 		}
 	}
 }
 
-// EndUIDs ends every process of the users uids at once, like End. Unknown
-// users (-1) and root are skipped: root's processes are never killed.
+// EndUIDs ends every process of the users uids at once, like End (their
+// own uids only). Unknown users (-1) and root are skipped: root's
+// processes are never killed.
 func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
 	uids = slices.DeleteFunc(slices.Clone(uids), func(uid int) bool { return uid <= 0 })
 	if len(uids) == 0 {
 		return
 	}
-	p.signal(uids, syscall.SIGTERM)
+	p.end(ctx, uids, func(u int) bool { return slices.Contains(uids, u) }, grace)
+}
+
+// EndOwned ends every process of the user uid that owns tells (its own
+// uid, its subordinate ones), like End. Root's are never killed.
+func (p Procs) EndOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) {
+	if uid <= 0 {
+		return
+	}
+	p.end(ctx, []int{uid}, func(u int) bool { return u > 0 && owns(u) }, grace)
+}
+
+func (p Procs) end(ctx context.Context, uids []int, owns OwnedBy, grace time.Duration) {
+	p.signal(uids, owns, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
-	for len(p.PIDsOf(uids...)) > 0 && time.Now().Before(deadline) {
+	for len(p.PIDsOwned(owns)) > 0 && time.Now().Before(deadline) {
 		select {
 		case <-ctx.Done():
 			return
@@ -134,8 +191,8 @@ func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
 	// SIGKILL even when /proc shows none left: a process that changes its
 	// PID faster than /proc is read shows in no listing.
 	for {
-		p.signal(uids, syscall.SIGKILL)
-		if len(p.PIDsOf(uids...)) == 0 {
+		p.signal(uids, owns, syscall.SIGKILL)
+		if len(p.PIDsOwned(owns)) == 0 {
 			return
 		}
 		select {
@@ -146,16 +203,29 @@ func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
 	}
 }
 
-// signal sends sig to the processes of uids: to each listed in /proc, and,
-// on the host's own /proc, to all of each uid's at once through kill(-1).
-func (p Procs) signal(uids []int, sig syscall.Signal) {
-	for _, pid := range p.PIDsOf(uids...) {
+// signal sends sig to the processes owns tells: to each listed in /proc,
+// and, on the host's own /proc, to all of each of uids' at once through
+// kill(-1), and of each owned uid a listed process runs as (a subordinate
+// one: a process that forks and exits under it is caught too).
+func (p Procs) signal(uids []int, owns OwnedBy, sig syscall.Signal) {
+	seen := map[int]bool{}
+	for _, pid := range p.PIDsOwned(owns) {
 		_ = syscall.Kill(pid, sig)
+		if status, err := os.ReadFile(filepath.Join(p.Root, strconv.Itoa(pid), "status")); err == nil {
+			for _, u := range uidsIn(string(status)) {
+				if owns(u) {
+					seen[u] = true
+				}
+			}
+		}
 	}
 	if filepath.Clean(p.Root) != "/proc" {
 		return // a tree of a test's: its uids are not the host's processes
 	}
 	for _, uid := range uids {
+		seen[uid] = true
+	}
+	for uid := range seen {
 		_ = SignalEveryProcessOf(uid, sig)
 	}
 }

@@ -1,4 +1,4 @@
-package cleaning
+package sessions
 
 import (
 	"bufio"
@@ -10,15 +10,15 @@ import (
 	"strings"
 )
 
-// ownedBy says whether a file's or an IPC object's uid is the account's:
-// its own, or one of its subordinate uids (/etc/subuid), which the user
-// namespaces of its rootless containers map to, and which the next tenant
-// of the account gets again.
-type ownedBy func(uid int) bool
+// OwnedBy says whether a uid (a process's, a file's, an IPC object's) is
+// the account's: its own, or one of its subordinate uids (/etc/subuid),
+// which the user namespaces of its rootless containers map to, and which
+// the next tenant of the account gets again.
+type OwnedBy func(uid int) bool
 
-// owner is the ownedBy of the account name, uid, with the subordinate uid
+// Owner is the OwnedBy of the account name, uid, with the subordinate uid
 // ranges file lists for it (by name or uid). No file: its own uid only.
-func owner(file, name string, uid int) (ownedBy, error) {
+func Owner(file, name string, uid int) (OwnedBy, error) {
 	ranges, err := subordinateRanges(file, name, uid)
 	if err != nil {
 		return nil, err
