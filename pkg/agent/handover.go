@@ -64,6 +64,29 @@ func (a *Agent) userStillGranted(user string) bool {
 	return false
 }
 
+// everManaged says whether an access on this host ever used user: it is in
+// the login group (manageLoginUser puts every login user there before its
+// first grant, for good), or an access this agent recorded names it (where
+// the agent manages no group). Only such an account has a tenant's
+// leftovers to reset.
+func (a *Agent) everManaged(user string) bool {
+	if a.opts.LoginGroup != "" && a.opts.SSHDDropIn != "" {
+		if out, err := exec.Command("id", "-nG", "--", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+			return true
+		}
+	}
+	all, err := a.store.All()
+	if err != nil {
+		return true // when in doubt, clean: what is left of a tenant must go
+	}
+	for _, acc := range all {
+		if acc.LoginUser == user || slices.Contains(acc.FormerLoginUsers, user) {
+			return true
+		}
+	}
+	return false
+}
+
 // manageLoginUser puts user in the login group before any access is
 // granted to it, so that sshd accepts only Nodus certificates for it: no
 // key a tenant plants, no password. Users stay in the group for good.
@@ -176,7 +199,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "borrowers' executions still run on the host"}
 		}
 	}
-	var keep []string
+	var keep, skipped []string
 	for _, u := range users {
 		if err := a.refuseLoginUser(u); err != nil {
 			// No tenant was let in as it: nothing of a tenant to reset, and
@@ -187,6 +210,15 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		if a.userStillGranted(u) {
 			// Another reservation's tenant uses this account now; never reset it under them.
 			klog.InfoS("not cleaning an account that is granted again", "user", u)
+			continue
+		}
+		if !a.everManaged(u) {
+			// The server names it, but no access here ever used it: an
+			// account of the supplier's (a maintenance login), never a
+			// tenant's. Emptying its home and ending its processes on the
+			// server's word alone would be the server deciding for root.
+			klog.InfoS("not cleaning an account no access here used", "user", u)
+			skipped = append(skipped, "left "+u+" alone: no access on this host used it")
 			continue
 		}
 		keep = append(keep, u)
@@ -211,7 +243,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 	}
 	ev := &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Succeeded: r.Err == nil,
-		Steps: r.Steps, CommandExitCode: r.CommandExitCode, CommandOutput: fitOutput(r.CommandOutput)}
+		Steps: append(skipped, r.Steps...), CommandExitCode: r.CommandExitCode, CommandOutput: fitOutput(r.CommandOutput)}
 	if r.Err != nil {
 		ev.Message = r.Err.Error()
 		klog.ErrorS(r.Err, "cleaning failed", "request", req.Request)

@@ -1,0 +1,81 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testhost"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestACleaningResetsOnlyAccountsAnAccessUsed: the agent reset every
+// account a cleaning request named (but root's, system ones and the
+// borrowers'): a server that named a login account of the supplier's (a
+// maintenance login no access ever used) had its processes ended and its
+// home emptied, as root, on the server's word alone. The agent resets only
+// accounts an access on the host used.
+func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to add the account whose home is at stake (CI is root)")
+	}
+	name, uid, gid, remove, err := testhost.LoginAccount("nodus-maint")
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(remove)
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keep := filepath.Join(u.HomeDir, "keep")
+	if err := os.WriteFile(keep, []byte("the supplier's\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(keep, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "maintained", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
+	scratch := t.TempDir()
+	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
+	for _, d := range paths.TempDirs {
+		if err := os.MkdirAll(d, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { _ = a.Run(runCtx); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitNode(t, s, "maintained", func(n *nodusv1.Node) bool { return n.Status.AgentGeneration > 0 })
+
+	// The server asks for a cleaning of the supplier's account.
+	forgeNodeInEtcd(t, s, "maintained", func(n *nodusv1.Node) {
+		n.Status.ProvisionState = nodusv1.ProvisionStateCleaning
+		n.Status.Cleaning = &nodusv1.NodeCleaning{Request: 1, Phase: nodusv1.CleaningPending, Users: []string{name}}
+	})
+	cleaned := waitNode(t, s, "maintained", func(n *nodusv1.Node) bool {
+		return n.Status.Cleaning != nil && n.Status.Cleaning.Phase != nodusv1.CleaningPending
+	})
+	if _, err := os.Stat(keep); err != nil {
+		t.Errorf("the cleaning reset an account no access used: %v (evidence %+v)", err, cleaned.Status.Cleaning)
+	}
+	if c := cleaned.Status.Cleaning; !strings.Contains(strings.Join(c.Steps, "\n"), "left "+name+" alone") {
+		t.Errorf("the cleaning's steps do not say the account was left: %+v", c)
+	}
+}
