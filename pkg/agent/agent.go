@@ -518,6 +518,8 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// it leaves is reset.
 		if err := a.refuseLoginUser(previous.LoginUser); err != nil {
 			klog.ErrorS(err, "not resetting the previous login user", "user", previous.LoginUser)
+		} else if a.userStillGranted(previous.LoginUser) {
+			klog.InfoS("not resetting the previous login user: another access uses it", "user", previous.LoginUser)
 		} else if steps, err := a.cleaning.ResetAccount(ctx, previous.LoginUser); err != nil {
 			klog.ErrorS(err, "resetting the previous login user", "user", previous.LoginUser)
 		} else {
@@ -527,8 +529,11 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	if !desired.Granted() {
 		for _, user := range []string{previous.LoginUser, desired.LoginUser} {
 			// Only a login user's sessions: not a service's, whatever the
-			// server names.
-			if user != "" && a.refuseLoginUser(user) == nil {
+			// server names, nor those of an account another access on this
+			// node grants now (a deleted node's reservation, listed here
+			// after a machine took its name, ending beside the one holding
+			// the node with the same login user).
+			if user != "" && a.refuseLoginUser(user) == nil && !a.userStillGranted(user) {
 				a.procs.EndSessions(ctx, user, a.opts.Grace)
 			}
 		}

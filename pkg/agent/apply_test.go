@@ -1,0 +1,74 @@
+package agent
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
+	"github.com/nodus-dev/nodus/pkg/agent/executions"
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+	"github.com/nodus-dev/nodus/pkg/agent/state"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testhost"
+)
+
+// TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser: a machine
+// enrolled under a deleted node's name lists that node's reservations; one
+// of them, ending, names the login user the reservation holding the node
+// grants now. Applying it ended that user's sessions: the paying tenant's.
+func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to add a login account and run its session (CI is root)")
+	}
+	login, uid, gid, remove, err := testhost.LoginAccount("nodus-apply")
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(remove)
+	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	const holderUID, earlierUID = "5b1d7c52-8a4e-4f4b-9c1e-0d2f3a4b5c6d", "0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	node.Status.Reservation, node.Status.ReservationUID = "holder", holderUID
+	a := &Agent{opts: Options{Grace: 100 * time.Millisecond}, store: store, procs: sessions.Procs{Root: "/proc"},
+		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
+		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
+		beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+	reservation := func(name, uid string, epoch int64, st nodusv1.ReservationState) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
+		r.Spec.LoginUser, r.Spec.Project = login, "acme"
+		r.Status.Epoch, r.Status.State, r.Status.LoginUser = epoch, st, login
+		return r
+	}
+	ctx := context.Background()
+	a.apply(ctx, reservation("holder", holderUID, 1, nodusv1.ReservationStateActive))
+	if !a.userStillGranted(login) {
+		t.Fatal("the holder's access was not applied")
+	}
+	session := exec.Command("sleep", "1000")
+	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := session.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() { _ = session.Wait(); close(ended) }()
+	t.Cleanup(func() { _ = session.Process.Kill() })
+
+	a.apply(ctx, reservation("earlier", earlierUID, 5, nodusv1.ReservationStateEnding))
+	select {
+	case <-ended:
+		t.Error("applying another reservation's end ended the sessions of the login user the holder grants")
+	case <-time.After(time.Second):
+	}
+}
