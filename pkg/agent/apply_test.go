@@ -44,7 +44,7 @@ func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T)
 	a := &Agent{opts: Options{Grace: 100 * time.Millisecond}, store: store, procs: sessions.Procs{Root: "/proc"},
 		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
 		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
-		beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
 	reservation := func(name, uid string, epoch int64, st nodusv1.ReservationState) *nodusv1.Reservation {
 		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
 		r.Spec.LoginUser, r.Spec.Project = login, "acme"
