@@ -53,6 +53,12 @@ func IPv4s() []string {
 // as sh, cat, ls and echo, and an /etc/os-release saying ID=nodus-tiny. It
 // builds in work.
 func TinyImage(layout, tag, work string) error {
+	return TinyImageWith(layout, tag, work, "")
+}
+
+// TinyImageWith is TinyImage with setup, a shell script, run in the image's
+// root filesystem (its working directory) before it is packed.
+func TinyImageWith(layout, tag, work, setup string) error {
 	busybox, err1 := exec.LookPath("busybox")
 	_, err2 := exec.LookPath("umoci")
 	if err1 != nil || err2 != nil {
@@ -63,7 +69,11 @@ func TinyImage(layout, tag, work string) error {
 	script := fmt.Sprintf(`umoci init --layout %[1]s && umoci new --image %[2]s && umoci unpack --image %[2]s %[3]s >/dev/null
 		mkdir -p %[3]s/rootfs/bin %[3]s/rootfs/etc && cp %[4]s %[3]s/rootfs/bin/busybox
 		for c in sh cat ls echo; do ln -s busybox %[3]s/rootfs/bin/$c; done
-		echo ID=nodus-tiny > %[3]s/rootfs/etc/os-release && umoci repack --image %[2]s %[3]s >/dev/null`, layout, image, bundle, busybox)
+		echo ID=nodus-tiny > %[3]s/rootfs/etc/os-release
+		(cd %[3]s/rootfs
+		%[5]s
+		)
+		umoci repack --image %[2]s %[3]s >/dev/null`, layout, image, bundle, busybox, setup)
 	if out, err := exec.Command("sh", "-ec", script).CombinedOutput(); err != nil {
 		return fmt.Errorf("building %s: %v: %s", image, err, out)
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"syscall"
 
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
@@ -57,14 +58,18 @@ func (rt *Runtime) imageRoot(ref string) (string, error) {
 		_ = os.RemoveAll(unpacking)
 		return "", fmt.Errorf("unpacking image %s: %v: %s", ref, err, bytes.TrimSpace(out))
 	}
-	// The mount points the sandbox needs, made once in the shared root.
+	// The mount points the sandbox needs, made once in the shared root: as
+	// directories and a file of the root itself. The image's own symlink
+	// there (tmp -> /etc) would lead these writes, made as root, out to the
+	// host's files: it is replaced.
 	for _, dir := range []string{"proc", "dev", "sys", "tmp", strings.TrimPrefix(WorkDir, "/"), "etc"} {
-		if err := os.MkdirAll(filepath.Join(unpacking, dir), 0o755); err != nil {
-			return "", err
+		if err := realDir(unpacking, dir); err != nil {
+			return "", fmt.Errorf("image %s: %w", ref, err)
 		}
 	}
-	if f, err := os.OpenFile(filepath.Join(unpacking, "etc", "resolv.conf"), os.O_CREATE|os.O_RDONLY, 0o644); err == nil {
-		f.Close() // where an egress sandbox's resolver configuration is bound
+	// Where an egress sandbox's resolver configuration is bound.
+	if err := realFile(filepath.Join(unpacking, "etc", "resolv.conf")); err != nil {
+		return "", fmt.Errorf("image %s: %w", ref, err)
 	}
 	if err := os.Chmod(filepath.Join(unpacking, "tmp"), 0o1777|os.ModeSticky); err != nil {
 		return "", err
@@ -76,6 +81,57 @@ func (rt *Runtime) imageRoot(ref string) (string, error) {
 		return "", err
 	}
 	return root, nil
+}
+
+// realDir makes rel (slash-separated) a directory of root's own: each
+// component a directory, none a symlink (one is replaced by a directory).
+func realDir(root, rel string) error {
+	p := root
+	for _, part := range strings.Split(rel, "/") {
+		p = filepath.Join(p, part)
+		info, err := os.Lstat(p)
+		switch {
+		case errors.Is(err, os.ErrNotExist):
+		case err != nil:
+			return err
+		case info.Mode()&os.ModeSymlink != 0:
+			if err := os.Remove(p); err != nil {
+				return err
+			}
+		case info.IsDir():
+			continue
+		default:
+			return fmt.Errorf("/%s is not a directory", rel)
+		}
+		if err := os.Mkdir(p, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// realFile makes path a regular file, empty if it was none: a symlink
+// there is replaced, never followed.
+func realFile(path string) error {
+	info, err := os.Lstat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+	case err != nil:
+		return err
+	case info.Mode().IsRegular():
+		return nil
+	case info.Mode()&os.ModeSymlink != 0:
+		if err := os.Remove(path); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("%s is not a file", filepath.Base(path))
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return err
+	}
+	return f.Close()
 }
 
 // layout is the OCI layout directory of image name: IMAGES-DIR/NAME, or

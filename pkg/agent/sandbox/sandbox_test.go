@@ -450,6 +450,37 @@ func TestSandboxImages(t *testing.T) {
 	}
 }
 
+// TestAnImagesSymlinksLeadNoWriteOutOfIt: the agent makes the sandbox's
+// mount points in an image's unpacked root as root: an image whose /tmp
+// was a symlink to a host directory had that directory made 1777 (with
+// /etc, any user could then write /etc/ld.so.preload), and one whose
+// /etc/resolv.conf was a symlink had the file it names made on the host.
+func TestAnImagesSymlinksLeadNoWriteOutOfIt(t *testing.T) {
+	rt := runtimeForTest(t)
+	rt.ImagesDir = t.TempDir()
+	host := t.TempDir()
+	if err := os.Chmod(host, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	made := filepath.Join(host, "made")
+	setup := fmt.Sprintf("rm -rf tmp etc/resolv.conf && ln -s %s tmp && ln -s %s etc/resolv.conf", host, made)
+	if err := testhost.TinyImageWith(filepath.Join(rt.ImagesDir, "links"), "v1", t.TempDir(), setup); errors.Is(err, testhost.ErrNoImageTools) {
+		t.Skip("images need umoci and a static busybox (CI installs umoci and busybox-static)")
+	} else if err != nil {
+		t.Fatal(err)
+	}
+	out, err, _ := run(t, rt, Spec{Image: "links:v1"}, "cat /etc/os-release; echo hi > /tmp/f && cat /tmp/f")
+	if info, statErr := os.Stat(host); statErr != nil || info.Mode().Perm() != 0o755 || info.Mode()&os.ModeSticky != 0 {
+		t.Errorf("the host directory the image's /tmp named: %v %v", statErr, info.Mode())
+	}
+	if _, statErr := os.Lstat(made); statErr == nil {
+		t.Error("the file the image's /etc/resolv.conf named was made on the host")
+	}
+	if !strings.Contains(out, "ID=nodus-tiny") || !strings.Contains(out, "hi") {
+		t.Errorf("an execution in the image, its links replaced: %v %q", err, out)
+	}
+}
+
 // TestRemoveAllTakesOnlyItsOwnNamespaces: an agent starting up removed
 // every nodus-* network namespace of the machine, also one another agent
 // had just made for an execution it was starting, whose runc then failed
