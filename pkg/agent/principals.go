@@ -119,7 +119,10 @@ func (a *Agent) installDropIn() error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(a.opts.SSHDDropIn, []byte(DropIn(a.opts.SSHDCAFile, self, a.opts.Socket, a.opts.LoginGroup)), 0o644)
+	// Whole or not at all: a drop-in cut after its Match line would apply
+	// sshd_config's later lines to the login group alone, and a partial
+	// one would miss the certificate-only rules.
+	return atomicfile.Write(a.opts.SSHDDropIn, []byte(DropIn(a.opts.SSHDCAFile, self, a.opts.Socket, a.opts.LoginGroup)), 0o644)
 }
 
 // DropIn is the sshd configuration nodusd installs. The Match block ends
