@@ -77,8 +77,10 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		uid = string(uuid.NewUUID())
 		ctx = WithUID(ctx, uid) // PrepareForCreate sets it
 	}
-	if len(options.DryRun) > 0 || (a.Spec.IronicName != "" && !validation.IsIronicName(a.Spec.IronicName)) {
-		// Nothing is written, or validation refuses the name: no claims.
+	if len(options.DryRun) > 0 || (a.Spec.IronicName != "" && !validation.IsIronicName(a.Spec.IronicName)) || !objectNamed(a) {
+		// Nothing is written, or validation refuses a name: no claims. (A
+		// claim for an object name the store refuses could never be
+		// released: releasing reads the object, and the read is refused.)
 		return r.Store.Create(ctx, a, createValidation, options)
 	}
 	keys := []string{uuidClaim(uid)}
@@ -107,6 +109,15 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 			return nil, err
 		}
 	}
+}
+
+// objectNamed says whether a's object name, or the prefix of a generated
+// one, is one the store accepts.
+func objectNamed(a *nodusv1.Allocation) bool {
+	if a.Name != "" {
+		return validation.IsClusterObjectName(a.Name, false)
+	}
+	return a.GenerateName != "" && validation.IsClusterObjectName(a.GenerateName, true)
 }
 
 // takeClaims claims keys for o, an allocation being created. A live
@@ -284,7 +295,9 @@ func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.Va
 // holds says, from etcd, whether the allocation o names holds the claim
 // key: its UUID with o's UID, its Ironic name whatever its UID.
 func (r *REST) holds(ctx context.Context, key string, o owner) (bool, error) {
-	if o.Object == "" {
+	if o.Object == "" || !validation.IsClusterObjectName(o.Object, false) {
+		// No such object can exist (a claim a create of a name the store
+		// refuses left, before creates checked it).
 		return false, nil
 	}
 	// An empty resourceVersion reads etcd, not the watch cache.

@@ -490,6 +490,13 @@ func ValidateReservedHostStatus(h, old *nodusv1.ReservedHost) field.ErrorList {
 	return errs
 }
 
+// IsClusterObjectName says whether name (a generateName prefix, with
+// prefix) is one validateClusterMeta accepts: a store reads and writes an
+// object of such a name, and refuses another before it looks.
+func IsClusterObjectName(name string, prefix bool) bool {
+	return len(apimachineryvalidation.NameIsDNSSubdomain(name, prefix)) == 0
+}
+
 func validateClusterMeta(meta *metav1.ObjectMeta) field.ErrorList {
 	return apimachineryvalidation.ValidateObjectMeta(meta, false, apimachineryvalidation.NameIsDNSSubdomain, field.NewPath("metadata"))
 }

@@ -1,0 +1,34 @@
+package integration
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestAnAllocationOfABadNameTakesNoIronicName: a create whose object name
+// the store refuses (422) claimed its Ironic name first, and could not
+// release it (the release reads the object, a read the store refuses): the
+// name answered 409 AllocationNameTaken for a minute, then 400 about the
+// refused object name, to every create or rename that asked for it.
+func TestAnAllocationOfABadNameTakesNoIronicName(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	for _, body := range []string{
+		`{"apiVersion":"nodus.dev/v1","kind":"Allocation","metadata":{"name":"bad%name"},"spec":{"ironicName":"gpu-7","resourceClass":"gpu"}}`,
+		`{"apiVersion":"nodus.dev/v1","kind":"Allocation","metadata":{"generateName":"Bad_"},"spec":{"ironicName":"gpu-7","resourceClass":"gpu"}}`,
+	} {
+		if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/allocations", "application/json", strings.NewReader(body)); r.code != http.StatusUnprocessableEntity {
+			t.Errorf("an allocation of a name the store refuses: %d %s", r.code, r.body)
+		}
+	}
+	_, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "good"},
+		Spec: nodusv1.AllocationSpec{IronicName: "gpu-7", ResourceClass: "gpu"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Errorf("an allocation asking for the Ironic name the refused ones asked for: %v", err)
+	}
+}
