@@ -7,6 +7,7 @@ import (
 	"github.com/google/uuid"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/lending"
 )
 
@@ -33,6 +34,10 @@ func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending)
 	}
 	if len(e.Spec.Command) == 0 || e.Spec.Command[0] == "" {
 		return errors.New("it has no command")
+	}
+	if e.Spec.MaxRuntimeSeconds < 1 || e.Spec.MaxRuntimeSeconds > validation.MaxExecutionRuntime {
+		// A runtime past int64 nanoseconds would be no limit at all.
+		return fmt.Errorf("its maximum runtime of %ds is not between 1 s and %d s", e.Spec.MaxRuntimeSeconds, validation.MaxExecutionRuntime)
 	}
 	if len(e.Status.GPUIndices) != int(e.Spec.GPUs) {
 		return fmt.Errorf("it is placed on %d GPUs, and asked for %d", len(e.Status.GPUIndices), e.Spec.GPUs)
@@ -76,22 +81,27 @@ func checkPlacement(e *nodusv1.Execution, agreement *nodusv1.ReservationLending)
 	return nil
 }
 
-// overShare names what e's limits would take past what the owner lends
-// (agreement), beside the executions running here: "memory", "CPUs", or ""
-// when they fit. The owner's machine does not take the server's word that
-// borrowers together stay within the agreement; e waits, as it waits for
-// GPUs held. One whose own limits pass the agreement waits for nothing:
-// checkPlacement refuses it. r.mu is held.
+// overShare names what e would take past what the owner lends
+// (agreement), beside the executions running here: "GPUs", "executions",
+// "memory", "CPUs", or "" when it fits. The owner's machine does not take
+// the server's word that borrowers together stay within the agreement; e
+// waits, as it waits for GPUs held. One whose own asks pass the agreement
+// waits for nothing: checkPlacement refuses it. r.mu is held.
 func (r *Runner) overShare(agreement *nodusv1.ReservationLending, e *nodusv1.Execution) string {
 	if agreement == nil {
 		return ""
 	}
-	var heldMiB, heldMilliCPUs int64
+	var heldGPUs, heldMiB, heldMilliCPUs int64
 	for _, x := range r.runs {
+		heldGPUs += int64(len(x.gpus))
 		heldMiB, heldMilliCPUs = heldMiB+x.memoryMiB, heldMilliCPUs+x.milliCPUs
 	}
 	waits := func(own, held, lent int64) bool { return lent > 0 && own <= lent && held+own > lent }
 	switch {
+	case waits(int64(len(e.Status.GPUIndices)), heldGPUs, int64(agreement.MaxGPUs)):
+		return "GPUs"
+	case waits(1, int64(len(r.runs)), int64(agreement.MaxExecutions)):
+		return "executions"
 	case waits(e.Status.MemoryLimitMiB, heldMiB, agreement.MemoryMiB):
 		return "memory"
 	case waits(e.Status.MilliCPUs, heldMilliCPUs, agreement.MilliCPUs):

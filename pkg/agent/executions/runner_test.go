@@ -228,7 +228,7 @@ func TestAnExecutionRunsOnlyWithinItsShare(t *testing.T) {
 	uncapped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8}
 	capped := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
 	placed := func(memoryMiB, milliCPUs int64) *nodusv1.Execution {
-		e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Command: []string{"true"}, GPUs: 1}}
+		e := &nodusv1.Execution{Spec: nodusv1.ExecutionSpec{Command: []string{"true"}, GPUs: 1, MaxRuntimeSeconds: 3600}}
 		e.UID = "0b6a5b0e-4f7c-4f57-9a4e-3c9d0a1e2f30"
 		e.Status.GPUIndices = []int32{3}
 		e.Status.MemoryLimitMiB, e.Status.MilliCPUs = memoryMiB, milliCPUs
@@ -251,6 +251,18 @@ func TestAnExecutionRunsOnlyWithinItsShare(t *testing.T) {
 		{"capped, no memory limit", placed(0, 1000), capped, false},
 		{"capped, twice its CPU share", placed(1<<10, 2000), capped, false},
 		{"more GPUs than lent", placed(1<<10, 1000), &nodusv1.ReservationLending{Lent: true, MaxGPUs: 0, MaxExecutions: 1}, false},
+	}
+	// A maximum runtime the server refuses: none, or one that overflows
+	// as nanoseconds into no limit at all.
+	for _, seconds := range []int64{0, -1, 1 << 40} {
+		e := placed(1<<10, 1000)
+		e.Spec.MaxRuntimeSeconds = seconds
+		cases = append(cases, struct {
+			name      string
+			e         *nodusv1.Execution
+			agreement *nodusv1.ReservationLending
+			ok        bool
+		}{fmt.Sprintf("a maximum runtime of %d s", seconds), e, capped, false})
 	}
 	for _, tc := range cases {
 		if err := checkPlacement(tc.e, tc.agreement); (err == nil) != tc.ok {
@@ -293,5 +305,17 @@ func TestHostNeverRunsMoreThanTheOwnerLends(t *testing.T) {
 	}
 	if got := r.overShare(nil, placed("f", 1<<20, 1<<20)); got != "" {
 		t.Errorf("a runner without an agreement (not lending) holds back %s", got)
+	}
+	// GPUs and executions together, as memory and CPUs: 4 more GPUs,
+	// free ones, beside the 4 running under an agreement of 4.
+	onGPUs := placed("h", 256, 1000)
+	onGPUs.Spec.GPUs, onGPUs.Status.GPUIndices = 4, []int32{4, 5, 6, 7}
+	if got := r.overShare(lent, onGPUs); got != "GPUs" {
+		t.Errorf("4 GPUs beside 4 running, under an agreement of 4: %q, want GPUs", got)
+	}
+	one := *lent
+	one.MaxExecutions = 1
+	if got := r.overShare(&one, placed("i", 256, 1000)); got != "executions" {
+		t.Errorf("a second execution under an agreement of one: %q, want executions", got)
 	}
 }

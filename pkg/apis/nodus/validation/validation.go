@@ -706,8 +706,10 @@ func validateFreeText(s string, path *field.Path) field.ErrorList {
 }
 
 const (
-	maxExecutionGPUs       = 64
-	maxExecutionRuntime    = 7 * 24 * 3600
+	maxExecutionGPUs = 64
+	// MaxExecutionRuntime is the longest maximum runtime an execution may
+	// ask for, in seconds (7 days); a host refuses a longer one too.
+	MaxExecutionRuntime    = 7 * 24 * 3600
 	maxCommandArgs         = 256
 	maxCommandBytes        = 64 << 10
 	maxExecutionEnvEntries = 128
@@ -822,8 +824,8 @@ func validateExecution(e *nodusv1.Execution) field.ErrorList {
 			errs = append(errs, field.Invalid(spec.Child("image"), e.Spec.Image, err.Error()))
 		}
 	}
-	if e.Spec.MaxRuntimeSeconds < 1 || e.Spec.MaxRuntimeSeconds > maxExecutionRuntime {
-		errs = append(errs, field.Invalid(spec.Child("maxRuntimeSeconds"), e.Spec.MaxRuntimeSeconds, fmt.Sprintf("must be between 1 and %d (7 days)", maxExecutionRuntime)))
+	if e.Spec.MaxRuntimeSeconds < 1 || e.Spec.MaxRuntimeSeconds > MaxExecutionRuntime {
+		errs = append(errs, field.Invalid(spec.Child("maxRuntimeSeconds"), e.Spec.MaxRuntimeSeconds, fmt.Sprintf("must be between 1 and %d (7 days)", MaxExecutionRuntime)))
 	}
 	return errs
 }
