@@ -167,6 +167,16 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		if cluster == nil || user == nil {
 			return "", usageError(fmt.Errorf("%s: context %q names cluster %q and user %q, which the file does not both have", oneLine(o.Adopt), oneLine(name), oneLine(ctx.Cluster), oneLine(ctx.AuthInfo)))
 		}
+		// As --server: https, verified. An adopted context's credential goes
+		// to its server with every request, in clear over http, and to
+		// whoever answers when TLS is not verified.
+		if _, err := failover.Servers(cluster.Server); err != nil {
+			return "", usageError(fmt.Errorf("%s: context %q: %w", oneLine(o.Adopt), oneLine(name), err))
+		}
+		if cluster.InsecureSkipTLSVerify {
+			return "", usageError(fmt.Errorf("%s: context %q skips the verification of its server's certificate (insecure-skip-tls-verify): give the cluster its CA (certificate-authority-data) instead",
+				oneLine(o.Adopt), oneLine(name)))
+		}
 		if o.Name != "" {
 			name = o.Name
 		}
