@@ -21,7 +21,7 @@ func TestCLIAdoptsOnlyAVerifiedHTTPSContext(t *testing.T) {
 	t.Setenv("NODUS_CONFIG", filepath.Join(t.TempDir(), "config"))
 	operator := nodusCLI{t: t}
 	for what, change := range map[string]func(server string) (string, bool){
-		"an http server":                  func(server string) (string, bool) { return strings.Replace(server, "https://", "http://", 1), false },
+		"an http server":                   func(server string) (string, bool) { return strings.Replace(server, "https://", "http://", 1), false },
 		"an unverified server certificate": func(server string) (string, bool) { return server, true },
 	} {
 		cfg, err := clientcmd.LoadFromFile(s.KubeconfigPath)
