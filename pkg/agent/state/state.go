@@ -42,6 +42,11 @@ type Access struct {
 	// UID is the reservation object's; a reservation deleted and made again
 	// under the same name is another one, whose epochs start anew.
 	UID string `json:"uid,omitempty"`
+	// ReplacedUIDs are the earlier objects of the name whose entries this
+	// one replaced (the latest last): none of them is applied again, as a
+	// view behind the store (a restart's first list from a lagging
+	// replica) could offer one, active at a higher epoch than this.
+	ReplacedUIDs []string `json:"replacedUIDs,omitempty"`
 	// RetiredAt is when the agent retired the access on its own (the
 	// reservation left this node), after which the entry may be forgotten.
 	RetiredAt *time.Time `json:"retiredAt,omitempty"`
@@ -142,15 +147,24 @@ func (s *Store) Apply(a Access) (bool, error) {
 	applied := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
-		a.FormerLoginUsers = nil
+		a.FormerLoginUsers, a.ReplacedUIDs = nil, nil
 		if data := b.Get([]byte(a.Reservation)); data != nil {
 			var old Access
 			if err := json.Unmarshal(data, &old); err != nil {
 				return err
 			}
+			if a.UID != "" && slices.Contains(old.ReplacedUIDs, a.UID) {
+				return nil // an earlier object of the name: never again
+			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
+			a.ReplacedUIDs = old.ReplacedUIDs
 			if sameObject {
 				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
+			} else {
+				a.ReplacedUIDs = append(slices.Clone(old.ReplacedUIDs), old.UID)
+				if len(a.ReplacedUIDs) > maxReplacedUIDs {
+					a.ReplacedUIDs = a.ReplacedUIDs[len(a.ReplacedUIDs)-maxReplacedUIDs:]
+				}
 			}
 			if sameObject && a.Epoch <= old.Epoch {
 				if old.UID != "" || a.UID == "" || a.Epoch != old.Epoch {
@@ -175,6 +189,10 @@ func (s *Store) Apply(a Access) (bool, error) {
 	})
 	return applied, err
 }
+
+// maxReplacedUIDs bounds the earlier objects an entry remembers (each a
+// reservation deleted and made again under the name).
+const maxReplacedUIDs = 16
 
 // maxFormerLoginUsers bounds what an access remembers of its login users
 // (each change is an operator's): past it the oldest are dropped, whose

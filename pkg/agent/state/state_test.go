@@ -132,6 +132,48 @@ func TestApplyLearnsTheUID(t *testing.T) {
 	}
 }
 
+// TestAnEarlierObjectOfTheNameIsNeverAppliedAgain: a reservation deleted
+// and made again under its name is another object, whose entry replaces
+// the earlier one's whatever the epochs. A view behind the store (an
+// agent's first list after a restart, from a replica that lags) offering
+// the earlier one again, active at a higher epoch, replaced the later
+// one's retirement with a grant.
+func TestAnEarlierObjectOfTheNameIsNeverAppliedAgain(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	apply := func(uid string, epoch int64, state string) bool {
+		t.Helper()
+		ok, err := s.Apply(Access{Reservation: "r1", UID: uid, Epoch: epoch, State: state, LoginUser: "ubuntu"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !apply("earlier", 5, "active") || !apply("later", 1, "active") {
+		t.Fatal("a reservation made again under the name did not replace the earlier one's entry")
+	}
+	if _, err := s.Retire("r1", 2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	for _, epoch := range []int64{5, 6} {
+		if apply("earlier", epoch, "active") {
+			t.Errorf("the earlier object was applied again at epoch %d", epoch)
+		}
+	}
+	if a, _, _ := s.Applied("r1"); a.UID != "later" || a.Granted() {
+		t.Errorf("the entry after the earlier object came back: %+v", a)
+	}
+	if !apply("another", 1, "active") {
+		t.Error("a third object of the name was not applied")
+	}
+	if a, _, _ := s.Applied("r1"); !slices.Equal(a.ReplacedUIDs, []string{"earlier", "later"}) {
+		t.Errorf("the objects the entry replaced: %v", a.ReplacedUIDs)
+	}
+}
+
 // TestRootAccessIsKeptUntilForgotten: the ways a login user could become
 // root when granted add up across grants and restarts, and stay until a
 // cleaning forgets them; a database without the bucket (older nodusd)
