@@ -64,20 +64,24 @@ func (a *Agent) userStillGranted(user string) bool {
 	return false
 }
 
-// everManaged says whether an access on this host ever used user: it is in
-// the login group (manageLoginUser puts every login user there before its
-// first grant, for good), or an access this agent recorded names it (where
-// the agent manages no group). Only such an account has a tenant's
-// leftovers to reset.
+// everManaged says whether an access on this host may have used user, so
+// that it has a tenant's leftovers to reset. Where this agent manages the
+// login group (manageLoginUser puts every login user there before its
+// first grant, for good), an account outside it never let a tenant in, or
+// an access this agent recorded names it. Where it manages none, every
+// account counts: the state database alone (wiped with a reinstall, its
+// entries forgotten after a month) would let a tenant's account go
+// uncleaned and the cleaning succeed.
 func (a *Agent) everManaged(user string) bool {
-	if a.opts.LoginGroup != "" && a.opts.SSHDDropIn != "" {
-		if out, err := exec.Command("id", "-nG", "--", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
-			return true
-		}
+	if a.opts.LoginGroup == "" || a.opts.SSHDDropIn == "" {
+		return true
+	}
+	if out, err := exec.Command("id", "-nG", "--", user).Output(); err != nil || slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+		return true // when in doubt, clean: what is left of a tenant must go
 	}
 	all, err := a.store.All()
 	if err != nil {
-		return true // when in doubt, clean: what is left of a tenant must go
+		return true
 	}
 	for _, acc := range all {
 		if acc.LoginUser == user || slices.Contains(acc.FormerLoginUsers, user) {
@@ -243,14 +247,15 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 	}
 	ev := &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Succeeded: r.Err == nil,
-		Steps: append(skipped, r.Steps...), CommandExitCode: r.CommandExitCode, CommandOutput: fitOutput(r.CommandOutput)}
+		Steps: append(r.Steps, skipped...), CommandExitCode: r.CommandExitCode, CommandOutput: fitOutput(r.CommandOutput)}
 	if r.Err != nil {
 		ev.Message = r.Err.Error()
 		klog.ErrorS(r.Err, "cleaning failed", "request", req.Request)
 	} else {
 		klog.InfoS("cleaning done", "request", req.Request)
 	}
-	// Within what the server records (a heartbeat it refuses would not count at all).
+	// Within what the server records (a heartbeat it refuses would not count
+	// at all): the last steps, the accounts left alone among them.
 	if len(ev.Steps) > validation.MaxCleaningSteps {
 		ev.Steps = ev.Steps[len(ev.Steps)-validation.MaxCleaningSteps:]
 	}

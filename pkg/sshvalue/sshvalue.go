@@ -45,8 +45,13 @@ var AcceptedKeyTypes = map[string]bool{
 func ParseAddress(address string) (host string, port int, err error) {
 	host, portText, err := net.SplitHostPort(address)
 	if err != nil {
-		// Not net's error, which repeats the address as it came, line
-		// breaks and all: its caller prints it on a terminal.
+		// What net found wrong, not its whole error, which repeats the
+		// address as it came, line breaks and all: its caller prints it on
+		// a terminal.
+		var addrErr *net.AddrError
+		if errors.As(err, &addrErr) {
+			return "", 0, errors.New(addrErr.Err)
+		}
 		return "", 0, errors.New("it is not HOST:PORT")
 	}
 	port, err = strconv.Atoi(portText)

@@ -20,8 +20,9 @@ import (
 // account a cleaning request named (but root's, system ones and the
 // borrowers'): a server that named a login account of the supplier's (a
 // maintenance login no access ever used) had its processes ended and its
-// home emptied, as root, on the server's word alone. The agent resets only
-// accounts an access on the host used.
+// home emptied, as root, on the server's word alone. An agent that manages
+// the login group resets only accounts in it, or that an access it
+// recorded names.
 func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to add the account whose home is at stake (CI is root)")
@@ -54,7 +55,11 @@ func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths})
+	// The agent manages the login group (as with --sshd-drop-in): an
+	// account outside it never let a tenant in.
+	sshd := t.TempDir()
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths,
+		SSHDDropIn: filepath.Join(sshd, "nodus.conf"), SSHDCAFile: filepath.Join(sshd, "ca.pub"), LoginGroup: "nodus-login-scope-test"})
 	if err != nil {
 		t.Fatal(err)
 	}

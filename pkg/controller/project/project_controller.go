@@ -232,6 +232,9 @@ func (c *Controller) empty(ctx context.Context, p *nodusv1.Project) (string, err
 	if err != nil {
 		return "", err
 	}
+	if err := c.stillThere(ctx, p, "pools"); err != nil {
+		return "", err
+	}
 	for _, pool := range pools.Items {
 		l := pool.Spec.Lending
 		if l == nil || !slices.ContainsFunc(l.Borrowers, func(b nodusv1.PoolBorrower) bool { return b.Project == name }) {

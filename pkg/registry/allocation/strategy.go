@@ -16,7 +16,7 @@ import (
 
 var rules = base.Rules{
 	Validate: func(obj runtime.Object) field.ErrorList {
-		return validation.ValidateAllocation(obj.(*nodusv1.Allocation))
+		return validation.ValidateNewAllocation(obj.(*nodusv1.Allocation))
 	},
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validation.ValidateAllocationUpdate(obj.(*nodusv1.Allocation), old.(*nodusv1.Allocation))

@@ -106,23 +106,6 @@ func ValidateNodeUpdate(n, old *nodusv1.Node) field.ErrorList {
 	return errs
 }
 
-// MaxExtraBytes bounds a node's or an allocation's extra, its keys and
-// values together: Ironic keeps extra in a TEXT column (64 KiB), and more
-// would grow the object towards etcd's request limit, every write of the
-// object (a claim, a status) carrying it.
-const MaxExtraBytes = 64 << 10
-
-func validateExtra(extra map[string]string, path *field.Path) field.ErrorList {
-	size := 0
-	for k, v := range extra {
-		size += len(k) + len(v)
-	}
-	if size > MaxExtraBytes {
-		return field.ErrorList{field.TooLong(path, "", MaxExtraBytes)}
-	}
-	return nil
-}
-
 func validateNodeBesidesOwner(n *nodusv1.Node) field.ErrorList {
 	errs := validateClusterMeta(&n.ObjectMeta)
 	spec := field.NewPath("spec")
@@ -279,81 +262,6 @@ func WithoutTerminalControls(s string) string {
 // on (C0 but newline and tab, DEL, C1): what reported text may not hold.
 func IsTerminalControl(r rune) bool {
 	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
-}
-
-// ValidateAllocation checks an Allocation request.
-func ValidateAllocation(a *nodusv1.Allocation) field.ErrorList {
-	errs := validateClusterMeta(&a.ObjectMeta)
-	spec := field.NewPath("spec")
-	errs = append(errs, validateResourceClass(a.Spec.ResourceClass, spec.Child("resourceClass"), a.Spec.Node == "")...)
-	errs = append(errs, validateTraits(a.Spec.Traits, spec.Child("traits"))...)
-	candidates := spec.Child("candidateNodes")
-	if len(a.Spec.CandidateNodes) > maxCandidates {
-		errs = append(errs, field.TooMany(candidates, len(a.Spec.CandidateNodes), maxCandidates))
-	}
-	seen := sets.New[string]()
-	for i, c := range a.Spec.CandidateNodes {
-		errs = append(errs, validateReferenceName(c, candidates.Index(i), true)...)
-		if seen.Has(c) {
-			errs = append(errs, field.Duplicate(candidates.Index(i), c))
-		}
-		seen.Insert(c)
-	}
-	errs = append(errs, validateReferenceName(a.Spec.Node, spec.Child("node"), false)...)
-	errs = append(errs, validateFreeText(a.Spec.Owner, spec.Child("owner"))...)
-	errs = append(errs, validateExtra(a.Spec.Extra, spec.Child("extra"))...)
-	if a.Spec.IronicName != "" && !IsIronicName(a.Spec.IronicName) {
-		errs = append(errs, field.Invalid(spec.Child("ironicName"), a.Spec.IronicName,
-			fmt.Sprintf("an Ironic name is 1 to %d of A-Z a-z 0-9 - . _ ~", MaxIronicName)))
-	}
-	return errs
-}
-
-// MaxIronicName is the longest name Ironic accepts.
-const MaxIronicName = 255
-
-// IsIronicName is Ironic's is_valid_logical_name (ironic/common/utils.py):
-// 1 to 255 of RFC 3986's unreserved characters, A-Z a-z 0-9 - . _ ~.
-func IsIronicName(s string) bool {
-	if s == "" || len(s) > MaxIronicName {
-		return false
-	}
-	for _, r := range s {
-		switch {
-		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', strings.ContainsRune("-._~", r):
-		default:
-			return false
-		}
-	}
-	return true
-}
-
-// ValidateAllocationUpdate forbids changing the request once made, as Ironic does.
-func ValidateAllocationUpdate(a, old *nodusv1.Allocation) field.ErrorList {
-	errs := ValidateAllocation(a)
-	spec := field.NewPath("spec")
-	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.ResourceClass, old.Spec.ResourceClass, spec.Child("resourceClass"))...)
-	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.Traits, old.Spec.Traits, spec.Child("traits"))...)
-	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.CandidateNodes, old.Spec.CandidateNodes, spec.Child("candidateNodes"))...)
-	errs = append(errs, apimachineryvalidation.ValidateImmutableField(a.Spec.Node, old.Spec.Node, spec.Child("node"))...)
-	return errs
-}
-
-// ValidateAllocationStatus checks the controller's outcome.
-func ValidateAllocationStatus(a *nodusv1.Allocation) field.ErrorList {
-	status := field.NewPath("status")
-	var errs field.ErrorList
-	switch a.Status.State {
-	case "", nodusv1.AllocationStateAllocating, nodusv1.AllocationStateActive, nodusv1.AllocationStateError:
-	default:
-		errs = append(errs, field.NotSupported(status.Child("state"), a.Status.State,
-			[]string{string(nodusv1.AllocationStateAllocating), string(nodusv1.AllocationStateActive), string(nodusv1.AllocationStateError)}))
-	}
-	if a.Status.State == nodusv1.AllocationStateActive && a.Status.Node == "" {
-		errs = append(errs, field.Required(status.Child("node"), "an active allocation names its node"))
-	}
-	errs = append(errs, validateReferenceName(a.Status.Node, status.Child("node"), false)...)
-	return errs
 }
 
 // ValidateReservation checks a Reservation contract.

@@ -77,7 +77,13 @@ func TestValidate(t *testing.T) {
 		"a node's extra grown past the bound": {ValidateNodeUpdate(
 			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 40<<10), "b": strings.Repeat("x", 40<<10)}}},
 			&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 40<<10)}}}), "spec.extra"},
-		"allocation extra past Ironic's column": {ValidateAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
+		"an allocation's large extra stored before the bound, kept": {ValidateAllocationUpdate(
+			&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu", IronicName: "renamed", Extra: map[string]string{"a": strings.Repeat("x", 80<<10)}}},
+			&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 80<<10)}}}), ""},
+		"an allocation's extra grown past the bound": {ValidateAllocationUpdate(
+			&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu", Extra: map[string]string{"a": strings.Repeat("x", 80<<10)}}},
+			&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu"}}), "spec.extra"},
+		"allocation extra past Ironic's column": {ValidateNewAllocation(&nodusv1.Allocation{ObjectMeta: meta, Spec: nodusv1.AllocationSpec{ResourceClass: "gpu",
 			Extra: map[string]string{"a": strings.Repeat("x", 65<<10)}}}), "spec.extra"},
 		"maintenance reason without maintenance": {ValidateNode(&nodusv1.Node{ObjectMeta: meta, Spec: nodusv1.NodeSpec{Pool: "p", ResourceClass: "gpu",
 			MaintenanceReason: "x"}}), "spec.maintenanceReason"},
