@@ -189,6 +189,10 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 		return
 	}
 
+	// A handler that panics settles nothing: its record is no longer
+	// renewed, and ends with its lease, as a crashed replica's does.
+	defer store.Release(scope)
+
 	// The answer is held until it is stored: a client that saw it gets it
 	// again on a retry, even if this replica dies the moment after.
 	held := &heldWriter{ResponseWriter: w}

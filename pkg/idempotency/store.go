@@ -376,13 +376,18 @@ func (s *Store) hold(key string, lease *clientv3.LeaseGrantResponse) {
 		s.claims = map[string]claim{}
 	}
 	now := time.Now()
-	// A request that ended without Finish or Abandon (a panic) leaves its
-	// claim; etcd has expired its lease since.
+	// A request that ended without Finish, Abandon or Release leaves its
+	// claim, renewed until keepInFlightFor.
 	for k, c := range s.claims {
 		if now.After(c.expires.Add(keepInFlightFor)) {
 			c.stop()
 			delete(s.claims, k)
 		}
+	}
+	if earlier, ok := s.claims[key]; ok {
+		// An earlier request's, whose record ended anyway (its renewals
+		// failed): it holds nothing now.
+		earlier.stop()
 	}
 	s.claims[key] = claim{lease: lease.ID, expires: now.Add(ttl), stop: stop}
 	go s.renew(renewing, key, lease.ID, ttl)
@@ -409,6 +414,11 @@ func (s *Store) renew(ctx context.Context, key string, lease clientv3.LeaseID, t
 		s.mu.Unlock()
 	}
 }
+
+// Release stops renewing key's in-flight record, which then ends with its
+// lease: for a request that ended with neither Finish nor Abandon (its
+// handler panicked). After either, it does nothing.
+func (s *Store) Release(key string) { s.release(key) }
 
 // claimOf returns key's claim, if this process holds one.
 func (s *Store) claimOf(key string) (claim, bool) {
