@@ -187,7 +187,8 @@ func (c *Controller) empty(ctx context.Context, p *nodusv1.Project) (string, err
 	}
 	for _, e := range executions.Items {
 		if !e.Status.Phase.Finished() {
-			_, err := api.Executions(name).Cancel(ctx, e.Name, &nodusv1.ExecutionCancelRequest{}, metav1.CreateOptions{})
+			// The execution listed only, as the deletes below.
+			_, err := api.Executions(name).Cancel(ctx, e.Name, &nodusv1.ExecutionCancelRequest{UID: e.UID}, metav1.CreateOptions{})
 			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
 				return "", err
 			}

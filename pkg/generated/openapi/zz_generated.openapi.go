@@ -934,6 +934,13 @@ func schema_pkg_apis_nodus_v1_ExecutionCancelRequest(ref common.ReferenceCallbac
 							Format:      "",
 						},
 					},
+					"uid": {
+						SchemaProps: spec.SchemaProps{
+							Description: "UID, when set, cancels the execution only while it is that object: one deleted and made again under its name since is not cancelled (404).",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 			},
 		},

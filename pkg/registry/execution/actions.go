@@ -135,7 +135,11 @@ func (r *CancelREST) ProducesMIMETypes(string) []string { return nil }
 func (r *CancelREST) ProducesObject(string) interface{} { return nodusv1.Execution{} }
 
 // Create cancels.
-func (r *CancelREST) Create(ctx context.Context, name string, _ runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+func (r *CancelREST) Create(ctx context.Context, name string, obj runtime.Object, _ rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	req, ok := obj.(*nodusv1.ExecutionCancelRequest)
+	if !ok {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an ExecutionCancelRequest, got %T", obj))
+	}
 	who := "a borrower"
 	if u, ok := genericapirequest.UserFrom(ctx); ok {
 		who = u.GetName()
@@ -144,6 +148,11 @@ func (r *CancelREST) Create(ctx context.Context, name string, _ runtime.Object, 
 	updated, _, err := r.Executions.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			e := old.(*nodusv1.Execution).DeepCopy()
+			if req.UID != "" && e.UID != req.UID {
+				// Another execution made since under the name: the one asked
+				// for does not exist.
+				return nil, apierrors.NewNotFound(gr, name)
+			}
 			switch e.Status.Phase {
 			case nodusv1.ExecutionCancelled:
 				return e, nil

@@ -163,6 +163,11 @@ type ReservedHostWithdrawRequest struct {
 // The record is kept.
 type ExecutionCancelRequest struct {
 	metav1.TypeMeta `json:",inline"`
+	// UID, when set, cancels the execution only while it is that object:
+	// one deleted and made again under its name since is not cancelled
+	// (404).
+	// +optional
+	UID types.UID `json:"uid,omitempty" protobuf:"bytes,1,opt,name=uid,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
