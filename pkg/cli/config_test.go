@@ -112,7 +112,8 @@ func TestARelativeConfigHomeIsNotUsed(t *testing.T) {
 // TestAnAdoptedKubeconfigsNamesAreShownEscaped: a kubeconfig adopted from
 // someone else (a provider's) names its contexts and servers; a name with
 // an escape sequence reached the terminal as it was, when the login said
-// which context it took and when get-contexts listed it.
+// which context it took and when get-contexts listed it. (A server that is
+// no https URL is refused, and shown escaped too.)
 func TestAnAdoptedKubeconfigsNamesAreShownEscaped(t *testing.T) {
 	dir := t.TempDir()
 	const hostile = "prod\x1b]52;c;cm0gLXJmIH4K\x07"
@@ -121,7 +122,7 @@ func TestAnAdoptedKubeconfigsNamesAreShownEscaped(t *testing.T) {
 kind: Config
 clusters:
 - name: c
-  cluster: {server: "https://nodus.example:8443/\e[2J"}
+  cluster: {server: "https://nodus.example:8443"}
 users:
 - name: u
   user: {token: t.secret}
@@ -138,6 +139,25 @@ current-context: "`+yamlEscaped(hostile)+`"
 		if strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `prod\x1b]52`) {
 			t.Errorf("nodus %s: %q", strings.Join(args, " "), out)
 		}
+	}
+	serverAdopted := filepath.Join(dir, "server.kubeconfig")
+	if err := os.WriteFile(serverAdopted, []byte(`apiVersion: v1
+kind: Config
+clusters:
+- name: c
+  cluster: {server: "https://nodus.example:8443/\e[2J"}
+users:
+- name: u
+  user: {token: t.secret}
+contexts:
+- name: other
+  context: {cluster: c, user: u}
+current-context: other
+`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, code := run(config, "login", "--from-kubeconfig", serverAdopted); code != ExitUsage || strings.ContainsAny(out, "\x1b\x07") || !strings.Contains(out, `\x1b[2J`) {
+		t.Errorf("nodus login of a context whose server is no https URL: %d %q", code, out)
 	}
 }
 
