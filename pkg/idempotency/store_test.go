@@ -78,6 +78,20 @@ func stores(t *testing.T, reach testfleet.EtcdReach, refusals int32) (*idempoten
 	return idempotency.NewStore(refusing), faults, idempotency.NewStore(checks)
 }
 
+// endInFlight ends key's in-flight record, through checks, as etcd does
+// when its lease runs out (its request's replica crashed, or could not
+// renew it).
+func endInFlight(t *testing.T, checks *idempotency.Store, key string) {
+	t.Helper()
+	resp, err := checks.Client.Get(context.Background(), idempotency.Prefix+key)
+	if err != nil || len(resp.Kvs) != 1 {
+		t.Fatalf("reading the in-flight record of %s: %v", key, err)
+	}
+	if _, err := checks.Client.Revoke(context.Background(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func begin(t *testing.T, s *idempotency.Store, key string) {
 	t.Helper()
 	if existing, err := s.Begin(context.Background(), key, "fingerprint"); err != nil || existing != nil {
@@ -118,13 +132,7 @@ func TestALateAbandonLeavesTheNextClaim(t *testing.T) {
 
 		// The first record's lease ends, as it does a minute after a crash
 		// cut its request; a retry on another replica claims the key.
-		resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/release")
-		if err != nil || len(resp.Kvs) != 1 {
-			t.Fatalf("reading the in-flight record: %v", err)
-		}
-		if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-			t.Fatal(err)
-		}
+		endInFlight(t, checks, "alice/release")
 		begin(t, checks, "alice/release")
 
 		if err := s.Abandon(ctx, "alice/release"); err != nil {
@@ -221,13 +229,7 @@ func TestALateFinishLeavesTheNextAnswer(t *testing.T) {
 	s, _, checks := stores(t, testfleet.EtcdReaches[0], 0)
 	ctx := context.Background()
 	begin(t, s, "alice/lend")
-	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/lend")
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("reading the in-flight record: %v", err)
-	}
-	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-		t.Fatal(err)
-	}
+	endInFlight(t, checks, "alice/lend")
 	begin(t, checks, "alice/lend")
 	if err := checks.Finish(ctx, "alice/lend", idempotency.Record{Fingerprint: "fingerprint", Code: 201}); err != nil {
 		t.Fatal(err)
@@ -253,13 +255,7 @@ func TestFinishStoresTheAnswer(t *testing.T) {
 		t.Fatal(err)
 	}
 	begin(t, s, "alice/lend")
-	resp, err := checks.Client.Get(ctx, idempotency.Prefix+"alice/lend")
-	if err != nil || len(resp.Kvs) != 1 {
-		t.Fatalf("reading the in-flight record: %v", err)
-	}
-	if _, err := checks.Client.Revoke(ctx, clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
-		t.Fatal(err)
-	}
+	endInFlight(t, checks, "alice/lend")
 	if err := s.Finish(ctx, "alice/lend", idempotency.Record{Fingerprint: "fingerprint", Code: 201}); err != nil {
 		t.Fatal(err)
 	}

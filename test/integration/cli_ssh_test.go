@@ -391,16 +391,7 @@ func TestCLISSHRunsAtOnceKeepEachOthersHosts(t *testing.T) {
 // one that expired (a clock, an answer that claimed more) is renewed, not
 // presented to sshd again and again.
 func TestCLISSHRenewsACertificateThatExpired(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	sshableHost(t, s, f, "gpu-007")
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-	mary := loggedIn(t, s, f.member)
-	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
-		t.Fatalf("nodus ssh: %d %s", code, out)
-	}
+	_, home, mary := sshedOnce(t, "gpu-007")
 	certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub"))
 	if len(certs) != 1 {
 		t.Fatalf("certificates kept: %v", certs)
@@ -477,16 +468,8 @@ func TestCLIForgesNoLineFromAWatchsErrorEvent(t *testing.T) {
 // the entry paired the new key with the old address, which reaches the old
 // machine, or whoever has its address now.
 func TestCLISSHTakesTheAddressOfTheMachineItPins(t *testing.T) {
-	s := testserver.StartTestServer(t)
-	f := newFleet(t, s)
-	sshableHost(t, s, f, "gpu-007")
-	home := t.TempDir()
-	t.Setenv("HOME", home)
-	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
-	mary := loggedIn(t, s, f.member)
-	if out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only"); code != 0 {
-		t.Fatalf("nodus ssh: %d %s", code, out)
-	}
+	f, home, mary := sshedOnce(t, "gpu-007")
+	s := f.s
 	forgeNodeInEtcd(t, s, "gpu-007", func(n *nodusv1.Node) {
 		n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey("another machine"), "203.0.113.77:22"
 	})
@@ -504,4 +487,22 @@ func TestCLISSHTakesTheAddressOfTheMachineItPins(t *testing.T) {
 	if !strings.Contains(string(config), "203.0.113.77") || strings.Contains(string(config), "203.0.113.10") {
 		t.Errorf("the entry after the node's machine changed:\n%s", config)
 	}
+}
+
+// sshedOnce is a fleet with host acme/NAME that can be reached by SSH, a
+// home of the test's own, and its member logged in, who ran nodus ssh
+// --config-only for the host once.
+func sshedOnce(t *testing.T, name string) (*fleet, string, nodusCLI) {
+	t.Helper()
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	sshableHost(t, s, f, name)
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, ".config"))
+	member := loggedIn(t, s, f.member)
+	if out, code := member.run("", "ssh", "acme/"+name, "--config-only"); code != 0 {
+		t.Fatalf("nodus ssh: %d %s", code, out)
+	}
+	return f, home, member
 }
