@@ -5,8 +5,10 @@ import (
 	"strings"
 	"testing"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -30,5 +32,32 @@ func TestAnAllocationOfABadNameTakesNoIronicName(t *testing.T) {
 		Spec: nodusv1.AllocationSpec{IronicName: "gpu-7", ResourceClass: "gpu"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Errorf("an allocation asking for the Ironic name the refused ones asked for: %v", err)
+	}
+}
+
+// TestADryRunOfAnAllocationAnswersAsItsCreate: a server-side dry run
+// (kubectl apply --dry-run=server) of an allocation asking for an Ironic
+// name another allocation holds answered 201, where the create answers 409.
+func TestADryRunOfAnAllocationAnswersAsItsCreate(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	allocations := s.Client.NodusV1().Allocations()
+	allocation := func(name, ironicName string) *nodusv1.Allocation {
+		return &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.AllocationSpec{IronicName: ironicName, ResourceClass: "gpu"}}
+	}
+	if _, err := allocations.Create(ctx(t), allocation("first", "gpu-7"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	if _, err := allocations.Create(ctx(t), allocation("second", "gpu-7"), dryRun); apierrors.ReasonForError(err) != metav1.StatusReason(apierror.ReasonAllocationNameTaken) {
+		t.Errorf("a dry run asking for a name another allocation holds: %v, want AllocationNameTaken", err)
+	}
+	if _, err := allocations.Create(ctx(t), allocation("second", "gpu-8"), dryRun); err != nil {
+		t.Errorf("a dry run asking for a free name: %v", err)
+	}
+	if _, err := allocations.Get(ctx(t), "second", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a dry run wrote the allocation: %v", err)
+	}
+	if _, err := allocations.Create(ctx(t), allocation("third", "gpu-8"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("the name a dry run asked for was left claimed: %v", err)
 	}
 }

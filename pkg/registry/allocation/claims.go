@@ -150,6 +150,28 @@ func (c *claims) claim(ctx context.Context, keys []string, o owner, overSameObje
 	return errClaimContended
 }
 
+// check is take without a write: whether another allocation's live claim
+// holds any of keys, for a dry run, which must answer as the write would.
+func (c *claims) check(ctx context.Context, keys []string, o owner) error {
+	for _, key := range keys {
+		held, rev, err := c.read(ctx, key)
+		if err != nil {
+			return err
+		}
+		if rev == 0 || held.same(o) {
+			continue
+		}
+		live, err := c.live(ctx, key, held)
+		if err != nil {
+			return err
+		}
+		if live {
+			return &takenError{key: key, holder: held}
+		}
+	}
+	return nil
+}
+
 // live says whether another allocation's claim stands: it holds the key,
 // or took it less than claimGrace ago and may be writing it now.
 func (c *claims) live(ctx context.Context, key string, held owner) (bool, error) {

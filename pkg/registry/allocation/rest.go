@@ -77,15 +77,23 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 		uid = string(uuid.NewUUID())
 		ctx = WithUID(ctx, uid) // PrepareForCreate sets it
 	}
-	if len(options.DryRun) > 0 || (a.Spec.IronicName != "" && !validation.IsIronicName(a.Spec.IronicName)) || !objectNamed(a) {
-		// Nothing is written, or validation refuses a name: no claims. (A
-		// claim for an object name the store refuses could never be
-		// released: releasing reads the object, and the read is refused.)
+	if (a.Spec.IronicName != "" && !validation.IsIronicName(a.Spec.IronicName)) || !objectNamed(a) {
+		// Validation refuses a name: no claims. (A claim for an object name
+		// the store refuses could never be released: releasing reads the
+		// object, and the read is refused.)
 		return r.Store.Create(ctx, a, createValidation, options)
 	}
 	keys := []string{uuidClaim(uid)}
 	if a.Spec.IronicName != "" {
 		keys = append(keys, nameClaim(a.Spec.IronicName))
+	}
+	if len(options.DryRun) > 0 {
+		// Nothing is written, and the answer is the write's: a name or UUID
+		// another allocation holds is refused here too.
+		if err := r.claims.check(ctx, keys, owner{UID: uid, Object: a.Name}); err != nil {
+			return nil, r.claimError(ctx, a, err, true)
+		}
+		return r.Store.Create(ctx, a, createValidation, options)
 	}
 	// The claims name the object, so a generated name is chosen here.
 	generated := a.Name == "" && a.GenerateName != ""
