@@ -75,7 +75,7 @@ func TestEndSessionsEndsAProcessThatKeepsChangingItsPID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if slices.Contains((Procs{Root: "/proc"}).PIDs(uid), os.Getpid()) {
+	if slices.Contains((Procs{Root: "/proc"}).PIDsOf(uid), os.Getpid()) {
 		t.Errorf("this process shows as one of uid %d", uid)
 	}
 	if err := SignalEveryProcessOf(0, syscall.SIGKILL); err == nil {

@@ -47,12 +47,6 @@ func UID(login string) int {
 	return uid
 }
 
-// PIDs returns the processes of uid: whose real, effective, saved or
-// file-system uid is uid.
-func (p Procs) PIDs(uid int) []int {
-	return p.PIDsOf(uid)
-}
-
 // PIDsOf returns the processes of any of uids, reading the /proc tree once
 // however many uids there are. Any of a process's four uids counts: one
 // that runs with a user's rights under another real uid (a user namespace

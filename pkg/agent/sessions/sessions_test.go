@@ -21,10 +21,10 @@ func TestPIDsReadsEveryUID(t *testing.T) {
 	write("101", "Name:\tsleep\nUid:\t1001\t0\t0\t0\n")
 	write("102", "Name:\tsshd\nUid:\t0\t0\t0\t0\n")
 	write("self", "Uid:\t1001\t1001\t1001\t1001\n")
-	if got := (Procs{Root: root}).PIDs(1001); len(got) != 2 {
+	if got := (Procs{Root: root}).PIDsOf(1001); len(got) != 2 {
 		t.Errorf("pids of 1001: %v", got)
 	}
-	if got := (Procs{Root: root}).PIDs(-1); got != nil {
+	if got := (Procs{Root: root}).PIDsOf(-1); got != nil {
 		t.Errorf("an unknown user has no processes: %v", got)
 	}
 	write("103", "Name:\tpython\nUid:\t1002\t1002\t1002\t1002\n")
