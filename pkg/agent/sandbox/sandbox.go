@@ -18,9 +18,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -110,18 +112,31 @@ var systemDirs = []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/l
 // maskedPaths hide what stays secret even read-only: sshd's host keys and
 // the agent's configuration, and the kernel's usual sensitive files.
 var maskedPaths = []string{
-	"/etc/ssh", "/etc/nodusd",
+	"/etc/ssh", "/etc/nodusd", "/etc/machine-id",
 	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
 	"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
 }
 
 var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
 
+// Hostname is every sandbox's host name: the node's name is not the
+// borrower's to learn (it sees its host's alias).
+const Hostname = "nodus-execution"
+
+// hostFiles are the files shown over the host's /etc/hostname and
+// /etc/hosts, which name the node (nodusd enrolls a host under its host
+// name unless told otherwise).
+var hostFiles = map[string]string{
+	"hostname": Hostname + "\n",
+	"hosts":    "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
+}
+
 // Config is the OCI runtime configuration of s, with its root at rootfs
 // (the bundle's empty one, or s.Image's unpacked root); with egress, netns
 // is the prepared network namespace and resolvConf the resolver
-// configuration to show.
-func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec, error) {
+// configuration to show; identityDir holds hostFiles, shown over the
+// host's (an image's /etc is its own).
+func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf, identityDir string) (*specs.Spec, error) {
 	switch s.Network {
 	case "", NetworkNone:
 	case NetworkEgress:
@@ -143,7 +158,7 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec
 			// No capabilities at all: an unprivileged account's process.
 			Capabilities: &specs.LinuxCapabilities{},
 		},
-		Hostname: "nodus-execution",
+		Hostname: Hostname,
 		Mounts: []specs.Mount{
 			{Destination: "/proc", Type: "proc", Source: "proc", Options: []string{"nosuid", "noexec", "nodev"}},
 			{Destination: "/dev", Type: "tmpfs", Source: "tmpfs", Options: []string{"nosuid", "strictatime", "mode=755", "size=65536k"}},
@@ -180,6 +195,13 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf string) (*specs.Spec
 		case info.IsDir():
 			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: dir, Type: "bind", Source: dir,
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
+		}
+	}
+	if s.Image == "" && identityDir != "" {
+		// After /etc, which they cover.
+		for _, name := range slices.Sorted(maps.Keys(hostFiles)) {
+			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(identityDir, name),
+				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
 	}
 	if resolvConf != "" {
@@ -370,7 +392,16 @@ func (rt *Runtime) Start(s Spec, out io.Writer) (*Sandbox, error) {
 			return fail(err)
 		}
 	}
-	cfg, err := rt.Config(s, rootfs, netns, resolv)
+	identity := ""
+	if s.Image == "" {
+		identity = bundle
+		for name, content := range hostFiles {
+			if err := os.WriteFile(filepath.Join(bundle, name), []byte(content), 0o644); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	cfg, err := rt.Config(s, rootfs, netns, resolv, identity)
 	if err != nil {
 		return fail(err)
 	}

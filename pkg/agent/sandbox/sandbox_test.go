@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -154,6 +155,19 @@ func TestSandboxIsolatesFromTheOwner(t *testing.T) {
 	if out, err, _ := run(t, rt, Spec{}, "touch /usr/x || touch /etc/x"); err == nil {
 		t.Errorf("the system directories are writable: %q", out)
 	}
+	// The node's name: the host's /etc/hostname and /etc/hosts carry it,
+	// and /etc/machine-id tells the machine apart.
+	name, err := os.Hostname()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err, _ = run(t, rt, Spec{}, "hostname; cat /etc/hostname /etc/hosts; cat /etc/machine-id 2>/dev/null; getent hosts localhost")
+	if err != nil || slices.Contains(strings.Fields(out), name) || !strings.HasPrefix(out, Hostname+"\n"+Hostname+"\n") || !strings.Contains(out, "::1") {
+		t.Errorf("the sandbox's host name and hosts (the host is %q): %v %q", name, err, out)
+	}
+	if id, err := os.ReadFile("/etc/machine-id"); err == nil && len(strings.TrimSpace(string(id))) > 0 && strings.Contains(out, strings.TrimSpace(string(id))) {
+		t.Errorf("the sandbox reads the host's machine-id: %q", out)
+	}
 }
 
 // TestSandboxLimits: the memory limit stops an execution (and says so),
@@ -214,7 +228,7 @@ func TestSandboxGPUs(t *testing.T) {
 	case !strings.Contains(out, "/work/nvidia1: Operation not permitted"):
 		t.Errorf("the device cgroup must refuse the unassigned GPU with EPERM: %q", out)
 	}
-	if _, err := (&Runtime{DevDir: dev, DriverDir: rt.DriverDir}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs", "", ""); err == nil {
+	if _, err := (&Runtime{DevDir: dev, DriverDir: rt.DriverDir}).Config(Spec{UID: nobody, GPUs: []int32{7}}, "/rootfs", "", "", ""); err == nil {
 		t.Error("a GPU the host does not have was accepted")
 	}
 }
@@ -248,7 +262,7 @@ func TestSandboxGPUsByTheDriversMinor(t *testing.T) {
 	}
 	rt := &Runtime{DevDir: dev, DriverDir: driver}
 	for index, want := range map[int32]int64{0: 1, 1: 0} {
-		cfg, err := rt.Config(Spec{UID: nobody, GPUs: []int32{index}}, "/rootfs", "", "")
+		cfg, err := rt.Config(Spec{UID: nobody, GPUs: []int32{index}}, "/rootfs", "", "", "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -272,7 +286,7 @@ func TestSandboxGPUsByTheDriversMinor(t *testing.T) {
 			t.Errorf("GPU %d: device nodes %v minors %v (allowed %v), want /dev/nvidia%d", index, nodes, minors, allowed, want)
 		}
 	}
-	if _, err := rt.Config(Spec{UID: nobody, GPUs: []int32{2}}, "/rootfs", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
+	if _, err := rt.Config(Spec{UID: nobody, GPUs: []int32{2}}, "/rootfs", "", "", ""); err == nil || !strings.Contains(err.Error(), "does not exist") {
 		t.Errorf("a GPU the driver does not list: %v", err)
 	}
 }
