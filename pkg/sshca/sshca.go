@@ -91,12 +91,21 @@ func (ca *CA) Sign(pub ssh.PublicKey, keyID, principal string, validBefore time.
 		ValidPrincipals: []string{principal},
 		ValidAfter:      uint64(now.Add(-time.Minute).Unix()),
 		ValidBefore:     uint64(validBefore.Unix()),
-		Permissions: ssh.Permissions{Extensions: map[string]string{
-			"permit-pty": "", "permit-port-forwarding": "", "permit-agent-forwarding": "", "permit-X11-forwarding": "", "permit-user-rc": "",
-		}},
+		// No X11 forwarding: a project's members share the login account
+		// (and its ~/.Xauthority), so a display forwarded there would be
+		// open to every other member, and to anyone root on the host, to
+		// read and type into. Agent forwarding stays possible; nodus' SSH
+		// entries turn it off unless the user asks (ssh -A).
+		Permissions: ssh.Permissions{Extensions: Extensions()},
 	}
 	if err := cert.SignCert(rand.Reader, ca.signer); err != nil {
 		return nil, err
 	}
 	return cert, nil
+}
+
+// Extensions are what a certificate permits: a terminal, port and agent
+// forwarding, and ~/.ssh/rc; never X11 forwarding.
+func Extensions() map[string]string {
+	return map[string]string{"permit-pty": "", "permit-port-forwarding": "", "permit-agent-forwarding": "", "permit-user-rc": ""}
 }

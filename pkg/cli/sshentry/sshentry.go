@@ -78,7 +78,12 @@ func Make(h Host) (Entry, error) {
 	}
 	settings := [][2]string{{"HostName", hostName}, {"Port", fmt.Sprint(port)}, {"User", h.LoginUser}, {"HostKeyAlias", alias},
 		{"UserKnownHostsFile", `"` + h.KnownHosts + `"`}, {"StrictHostKeyChecking", "yes"}, {"IdentitiesOnly", "yes"},
-		{"IdentityFile", `"` + h.IdentityFile + `"`}, {"CertificateFile", `"` + h.CertificateFile + `"`}}
+		{"IdentityFile", `"` + h.IdentityFile + `"`}, {"CertificateFile", `"` + h.CertificateFile + `"`},
+		// The login account is the project's members' together: an agent
+		// forwarded there serves them all (and anyone root on the host).
+		// A "Host *" that forwards it does not reach this host; ssh -A
+		// still does, asked for each time.
+		{"ForwardAgent", "no"}, {"ForwardX11", "no"}}
 	config := "Host " + alias + "\n"
 	options := make([]string, 0, len(settings))
 	for _, kv := range settings {
