@@ -11,6 +11,7 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	metav1validation "k8s.io/apimachinery/pkg/apis/meta/v1/validation"
@@ -668,7 +669,9 @@ func noNULs(e *nodusv1.Execution) field.ErrorList {
 	}
 	for i, v := range e.Spec.Env {
 		if strings.IndexByte(v.Value, 0) >= 0 {
-			errs = append(errs, field.Invalid(spec.Child("env").Index(i).Child("value"), v.Value, "must not contain a NUL byte"))
+			// The value is the borrower's secret: the error, which the audit
+			// log keeps, does not repeat it.
+			errs = append(errs, field.Invalid(spec.Child("env").Index(i).Child("value"), field.OmitValueType{}, "must not contain a NUL byte"))
 		}
 	}
 	return errs
@@ -742,7 +745,13 @@ func validateExecution(e *nodusv1.Execution) field.ErrorList {
 func ValidateExecutionUpdate(e, old *nodusv1.Execution) field.ErrorList {
 	errs := validateExecution(e)
 	errs = append(errs, noNewFinalizers(e.Finalizers, old.Finalizers)...)
-	return append(errs, apimachineryvalidation.ValidateImmutableField(e.Spec, old.Spec, field.NewPath("spec"))...)
+	if !apiequality.Semantic.DeepEqual(e.Spec, old.Spec) {
+		// Not ValidateImmutableField's error: it repeats the whole new spec,
+		// environment values (a borrower's secrets) included, into the
+		// answer and the audit log.
+		errs = append(errs, field.Forbidden(field.NewPath("spec"), "an execution's spec is immutable once submitted"))
+	}
+	return errs
 }
 
 // noNewFinalizers refuses finalizers a write adds to an Execution: nothing

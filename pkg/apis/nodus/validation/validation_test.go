@@ -270,3 +270,35 @@ func TestATermTheControllerActedOnStays(t *testing.T) {
 		}
 	}
 }
+
+// TestAnExecutionsRefusalsDoNotRepeatItsEnvironment: an execution's
+// environment is where a borrower keeps its secrets, and a refusal's text
+// reaches the caller's terminal and the audit log, which keeps a request's
+// errors at every level.
+func TestAnExecutionsRefusalsDoNotRepeatItsEnvironment(t *testing.T) {
+	const secret = "hunter2-api-key"
+	e := &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "beta"},
+		Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, MaxRuntimeSeconds: 60,
+			Env: []nodusv1.ExecutionEnv{{Name: "TOKEN", Value: secret + "\x00"}}},
+	}
+	errs := ValidateExecution(e)
+	if len(errs) == 0 || !strings.Contains(errs.ToAggregate().Error(), "NUL") {
+		t.Fatalf("a NUL in an environment value: %v", errs)
+	}
+	if strings.Contains(errs.ToAggregate().Error(), secret) {
+		t.Errorf("the refusal of a NUL repeats the value: %v", errs)
+	}
+
+	old := e.DeepCopy()
+	old.Spec.Env[0].Value = secret
+	next := old.DeepCopy()
+	next.Spec.Env[0].Value = secret + "-rotated"
+	errs = ValidateExecutionUpdate(next, old)
+	if len(errs) == 0 {
+		t.Fatal("a changed spec was taken")
+	}
+	if msg := errs.ToAggregate().Error(); strings.Contains(msg, secret) {
+		t.Errorf("the refusal of a changed spec repeats the environment: %v", msg)
+	}
+}
