@@ -113,7 +113,7 @@ func TestABorrowersExecutionsWithoutGPUsHaveACap(t *testing.T) {
 			})
 			if got.Status.Phase == nodusv1.ExecutionScheduled {
 				scheduled = append(scheduled, got)
-			} else if strings.Contains(got.Status.Message, "2 of its 2 executions") {
+			} else if strings.Contains(got.Status.Message, "its cap of 2 executions") {
 				waiting++
 			}
 		}
@@ -147,5 +147,53 @@ func TestABorrowersExecutionsWithoutGPUsHaveACap(t *testing.T) {
 		return placed == 2, nil
 	}); err != nil {
 		t.Error("an execution waiting for the cap was not placed once one of the two ended")
+	}
+}
+
+// TestAWaitingExecutionIsNotWrittenAgainAsTheCapsUseMoves: an execution
+// waiting for its borrower's cap stays as it was written while the
+// borrower's other executions start and end. Its message named how many
+// GPUs the borrower held, so every start and end rewrote each of the
+// borrower's waiting executions: a borrower cycling short executions under
+// its cap beside a thousand big waiting ones wrote them all at each turn.
+func TestAWaitingExecutionIsNotWrittenAgainAsTheCapsUseMoves(t *testing.T) {
+	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 4}, false)
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	var held []*nodusv1.Execution
+	for _, gpus := range []int{2, 1, 1} {
+		e := f.submit(t, "beta", gpus, 60)
+		held = append(held, f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled }))
+	}
+	waiting := f.submit(t, "beta", 2, 60)
+	before := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Reason == "Waiting" })
+	if !strings.Contains(before.Status.Message, "its cap of 4 GPUs") {
+		t.Errorf("the waiting execution's message: %q", before.Status.Message)
+	}
+
+	// One of the 1-GPU executions ends: the borrower holds 3 of its 4,
+	// and the 2-GPU one still waits.
+	ended := held[1]
+	for _, rep := range []nodusv1.ExecutionReport{{Phase: nodusv1.ExecutionRunning, Reason: "Started"}, {Phase: nodusv1.ExecutionSucceeded, Reason: "Exited"}} {
+		rep.UID = ended.UID
+		if r := f.report(t, node, "beta", ended.Name, rep); r.code != http.StatusOK {
+			t.Fatalf("report %s: %d %s", rep.Phase, r.code, r.body)
+		}
+	}
+	// Another execution of one GPU takes the freed GPU: the scheduler ran
+	// its passes over the waiting one with the cap's use moving twice.
+	next := f.submit(t, "beta", 1, 60)
+	f.waitExecution(t, "beta", next.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	after, err := f.s.Client.NodusV1().Executions("beta").Get(ctx(t), waiting.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after.Status.Reason != "Waiting" {
+		t.Fatalf("the 2-GPU execution no longer waits: %s %s", after.Status.Reason, after.Status.Message)
+	}
+	if after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the waiting execution was written again while its borrower's use moved: %q, then %q", before.Status.Message, after.Status.Message)
 	}
 }

@@ -473,7 +473,7 @@ func TestLendingCapsNeverDoubleBook(t *testing.T) {
 			key := e.Namespace + "/" + e.Name
 			old := seen[key]
 			seen[key] = e
-			if e.Namespace == "b1" && e.Status.Reason == "Waiting" && strings.Contains(e.Status.Message, "of its 4 GPUs") {
+			if e.Namespace == "b1" && e.Status.Reason == "Waiting" && strings.Contains(e.Status.Message, "its cap of 4 GPUs") {
 				sawCapWait = true
 			}
 			if e.Status.Phase == nodusv1.ExecutionSucceeded && (old == nil || old.Status.Phase != nodusv1.ExecutionSucceeded) {

@@ -369,10 +369,15 @@ func (c *Controller) Pass(ctx context.Context) error {
 		switch {
 		case !allowed:
 			why = fmt.Sprintf("pool %s no longer lends to project %s", e.Spec.Pool, e.Namespace)
+		// A waiting execution's message names the cap, never how much of
+		// it is in use: that count moves at every start and end of the
+		// borrower's executions, and each move would rewrite every one of
+		// its waiting executions (up to the project's thousand, each up to
+		// its size bound) for a change no one waits on.
 		case borrowed[key]+e.Spec.GPUs > borrower.MaxGPUs:
-			why = fmt.Sprintf("project %s holds %d of its %d GPUs in pool %s; waiting for some to be freed", e.Namespace, borrowed[key], borrower.MaxGPUs, e.Spec.Pool)
+			why = fmt.Sprintf("project %s would pass its cap of %d GPUs at once in pool %s; waiting for some to be freed", e.Namespace, borrower.MaxGPUs, e.Spec.Pool)
 		case borrower.MaxExecutions != nil && placed[key] >= *borrower.MaxExecutions:
-			why = fmt.Sprintf("project %s has %d of its %d executions placed in pool %s; waiting for one to end", e.Namespace, placed[key], *borrower.MaxExecutions, e.Spec.Pool)
+			why = fmt.Sprintf("project %s has its cap of %d executions placed in pool %s; waiting for one to end", e.Namespace, *borrower.MaxExecutions, e.Spec.Pool)
 		default:
 			chosen = bestFit(byPool[e.Spec.Pool], e.Spec.GPUs)
 			if chosen == nil {
