@@ -261,8 +261,12 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			if nodeName != "" {
 				name = " --name " + nodeName
 			}
-			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\nrun on the host, as root:\n  nodusd enroll --server %s --token %s --ca-hash %s%s\n",
-				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.Token, t.Status.CAFingerprint, name)
+			// The token goes to nodusd on stdin: on its command line every
+			// account of the host would read it (ps), and the shell's history keep it.
+			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\n"+
+				"run on the host, as root, and paste the token on the line it reads (not on the command line, where ps and the shell's history show it):\n"+
+				"  nodusd enroll --server %s --token - --ca-hash %s%s\n",
+				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.CAFingerprint, name)
 			return nil
 		},
 	}

@@ -239,12 +239,13 @@ func TestCLIGolden(t *testing.T) {
 		t.Errorf("tokens revoke: %d %s", code, out)
 	}
 	if out, code := operator.run("", "pools", "token", "fra1", "--resource-class", "gpu-h100x8"); code != 0 ||
-		!strings.Contains(out, "nodusd enroll --server "+s.Config.Host+" --token enroll_fra1-") || !strings.Contains(out, "--ca-hash sha256:") {
+		!strings.Contains(out, "\n  enroll_fra1-") || !strings.Contains(out, "nodusd enroll --server "+s.Config.Host+" --token - --ca-hash sha256:") ||
+		strings.Contains(out, "--token enroll_") {
 		t.Errorf("pools token: %d %s", code, out)
 	}
 	// A token to enroll an existing node again is bound to it and keeps its class.
 	if out, code := operator.run("", "pools", "token", "fra1", "--node", "gpu-001"); code != 0 ||
-		!strings.Contains(out, "--token enroll_gpu-001-") || !strings.Contains(out, " --name gpu-001\n") {
+		!strings.Contains(out, "\n  enroll_gpu-001-") || !strings.Contains(out, " --token - ") || !strings.Contains(out, " --name gpu-001\n") {
 		t.Errorf("pools token --node: %d %s", code, out)
 	} else {
 		name := regexp.MustCompile(`enroll_([a-z0-9-]+)\.`).FindStringSubmatch(out)[1]
