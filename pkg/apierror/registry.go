@@ -96,6 +96,8 @@ const (
 	ReasonNodeOwesCleaning metav1.StatusReason = "NodeOwesCleaning"
 	// ReasonNodeInUse: the resource class of a node in use was to change.
 	ReasonNodeInUse metav1.StatusReason = "NodeInUse"
+	// ReasonRequestURITooLong: a request's URI (path and query) is past the server's bound.
+	ReasonRequestURITooLong metav1.StatusReason = "RequestURITooLong"
 	// ReasonNodeAllocated: the node is held by an allocation that is not the reservation's.
 	ReasonNodeAllocated metav1.StatusReason = "NodeAllocated"
 	// ReasonAwaitingNode: a reservation waits for a node: its allocation is not active yet.
@@ -189,13 +191,22 @@ var registry = func() map[metav1.StatusReason]Reason {
 				return "Start the list again from the beginning, without the continue token."
 			}},
 		{metav1.StatusReasonRequestEntityTooLarge, http.StatusRequestEntityTooLarge, "The request body is too large.",
-			func(Request) string { return "Send a smaller body: one object per request, at most 3 MiB." }},
+			func(r Request) string {
+				if r.Subresource != "" {
+					return "Send a smaller body: an action takes a few fields, within the bytes the message names."
+				}
+				return "Send a smaller body: one object per request, within the bytes the message names (3 MiB for an object)."
+			}},
+		{ReasonRequestURITooLong, http.StatusRequestURITooLong, "The request URI is too long.",
+			func(Request) string {
+				return "Send a shorter request: a selector with fewer values, split over several requests, or a list filtered on your side."
+			}},
 		{metav1.StatusReasonUnsupportedMediaType, http.StatusUnsupportedMediaType, "The request body's media type is not supported.",
 			func(r Request) string {
 				if r.Verb == "patch" {
 					return "Send the patch as application/merge-patch+json, application/json-patch+json, application/strategic-merge-patch+json or application/apply-patch+yaml."
 				}
-				return "Send the body as application/json or application/yaml with a matching Content-Type header."
+				return "Send the body as application/json, application/yaml or application/vnd.kubernetes.protobuf with a matching Content-Type header."
 			}},
 		{metav1.StatusReasonInvalid, http.StatusUnprocessableEntity, "The object is invalid.",
 			func(r Request) string {
@@ -404,6 +415,7 @@ var byCode = map[int]metav1.StatusReason{
 	http.StatusGone:                  metav1.StatusReasonGone,
 	http.StatusPreconditionFailed:    ReasonPreconditionFailed,
 	http.StatusRequestEntityTooLarge: metav1.StatusReasonRequestEntityTooLarge,
+	http.StatusRequestURITooLong:     ReasonRequestURITooLong,
 	http.StatusUnsupportedMediaType:  metav1.StatusReasonUnsupportedMediaType,
 	http.StatusUnprocessableEntity:   metav1.StatusReasonInvalid,
 	http.StatusTooManyRequests:       metav1.StatusReasonTooManyRequests,

@@ -308,7 +308,9 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			MaxInFlight: leanSlots, WaitGroup: c.NonLongRunningRequestWaitGroup,
 			BodyLimit: actionSubresources["nodes/heartbeat"],
 		})
-		handler := envelope.WithEnvelope(beats.filter, envelope.Options{
+		// Before authentication and the audit log: inside the envelope, so
+		// that its refusal is answered as every other.
+		handler := envelope.WithEnvelope(withRequestURILimit(beats.filter), envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})

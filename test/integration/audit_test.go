@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -263,5 +265,45 @@ func TestControllersWritesGoDownTheHandlerChain(t *testing.T) {
 		if e.Verb != "update" || e.User.Username != user.APIServerUser || fmt.Sprint(e.SourceIPs) != "[127.0.0.1]" || e.ResponseStatus.Code != 200 {
 			t.Errorf("the claim's audit event: %s by %q from %v, answered %d", e.Verb, e.User.Username, e.SourceIPs, e.ResponseStatus.Code)
 		}
+	}
+}
+
+// TestALongRequestURIIsRefusedBeforeTheAuditLog: the audit log keeps each
+// request's URI, a failed authentication's too, and a header may carry a
+// megabyte: anyone reaching the port wrote a megabyte of log on etcd's
+// disk per request. A URI past 16 KiB is refused first, with its reason,
+// and leaves nothing in the log; one within it is answered as before.
+func TestALongRequestURIIsRefusedBeforeTheAuditLog(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	anonymous := rest.AnonymousClientConfig(s.Config)
+	const marker = "uri-bound-e5d2"
+	long := "/apis/nodus.dev/v1/namespaces/acme/executions?labelSelector=" + marker + "&pad=" + strings.Repeat("a", 64<<10)
+	for _, cfg := range []*rest.Config{anonymous, s.Config} {
+		r := do(t, cfg, "GET", long, "", nil)
+		if r.code != http.StatusRequestURITooLong || !strings.Contains(string(r.body), `"reason":"RequestURITooLong"`) ||
+			!strings.Contains(string(r.body), "docs/errors/RequestURITooLong") {
+			t.Errorf("a 64 KiB URI: %d %.300s", r.code, r.body)
+		}
+	}
+	r := do(t, s.Config, "PATCH", "/v1/nodes/x?pad="+strings.Repeat("a", 64<<10), "application/json", strings.NewReader("[]"), "OpenStack-API-Version", "baremetal 1.55")
+	if r.code != http.StatusRequestURITooLong || !strings.Contains(string(r.body), "error_message") {
+		t.Errorf("a 64 KiB URI under /v1: %d %.300s", r.code, r.body)
+	}
+	within := "/apis/nodus.dev/v1/namespaces/acme/executions?labelSelector=" + marker + "-within"
+	if r := do(t, anonymous, "GET", within, "", nil); r.code != http.StatusUnauthorized {
+		t.Errorf("an unauthenticated request within the bound: %d %.300s", r.code, r.body)
+	}
+	// The request within the bound is logged (its failed authentication):
+	// once it is, the refused ones, sent before it, would be too.
+	log := filepath.Join(s.DataDir, "audit.log")
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(log)
+		return strings.Contains(string(data), marker+"-within"), nil
+	}); err != nil {
+		t.Fatal("the unauthenticated request within the bound never reached the audit log")
+	}
+	data, _ := os.ReadFile(log)
+	if n := strings.Count(string(data), strings.Repeat("a", 1024)); n > 0 {
+		t.Errorf("the audit log holds %d of the refused long requests (%d bytes)", n, len(data))
 	}
 }

@@ -185,6 +185,9 @@ func TestEveryReasonIsReachable(t *testing.T) {
 		metav1.StatusReasonUnsupportedMediaType: func() response {
 			return do(t, s.Config, "POST", pools, "text/plain", strings.NewReader("pool"))
 		},
+		apierror.ReasonRequestURITooLong: func() response {
+			return do(t, s.Config, "GET", pools+"?labelSelector=x&pad="+strings.Repeat("x", 32<<10), "", nil)
+		},
 		metav1.StatusReasonInvalid: func() response {
 			return do(t, s.Config, "POST", pools, "application/json", strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"Not_A_Name"}}`))
 		},
