@@ -80,7 +80,9 @@ func TestEnrollmentTokensAreBound(t *testing.T) {
 		want  string
 	}{
 		{"pb-for-gpu-001", func() nodusv1.EnrollmentTokenSpec { o := other; o.NodeName = "gpu-001"; return o }(), string(apierror.ReasonEnrollmentTokenPoolMismatch)},
-		{"pb-unnamed", other, string(apierror.ReasonEnrollmentTokenPoolMismatch)},
+		// A token naming no node learns only that the name is taken, not
+		// which pool holds it.
+		{"pb-unnamed", other, string(apierror.ReasonNodeAlreadyEnrolled)},
 		{"fra1-unnamed", unnamed, string(apierror.ReasonNodeAlreadyEnrolled)},
 		{"fra1-for-gpu-002", namedOther, string(apierror.ReasonEnrollmentTokenNodeMismatch)},
 	} {
@@ -88,6 +90,8 @@ func TestEnrollmentTokensAreBound(t *testing.T) {
 		dir, err := enroll(tok, "gpu-001")
 		if err == nil || !strings.Contains(err.Error(), "403 "+tc.want) {
 			t.Errorf("token %s enrolling gpu-001: %v, want 403 %s", tc.token, err, tc.want)
+		} else if tc.spec.Pool != "fra1" && tc.spec.NodeName == "" && strings.Contains(err.Error(), "fra1") {
+			t.Errorf("token %s, of another pool and naming no node, was told gpu-001's pool: %v", tc.token, err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, "agent.crt")); err == nil {
 			t.Errorf("token %s: a credential was written", tc.token)

@@ -293,13 +293,17 @@ func mayEnroll(ctx context.Context, token *nodusv1.EnrollmentToken, name string,
 	if existing == nil || (createdUID != "" && existing.UID == createdUID) {
 		return nil
 	}
+	if token.Spec.NodeName == "" {
+		// Before the pool's check, and without the pool: a token that
+		// names no node may be a supplier's provisioning system's, which
+		// learns from its refusals which names exist, not which pool
+		// (another supplier's fleet, perhaps) holds them.
+		return apierror.New(ctx, apierror.ReasonNodeAlreadyEnrolled, gr, name,
+			fmt.Sprintf("node %q is enrolled already; enrollment token %q names no node, so it enrolls only a new name", name, token.Name), "")
+	}
 	if existing.Spec.Pool != token.Spec.Pool {
 		return apierror.New(ctx, apierror.ReasonEnrollmentTokenPoolMismatch, gr, name,
 			fmt.Sprintf("node %q belongs to pool %q; enrollment token %q is for pool %q", name, existing.Spec.Pool, token.Name, token.Spec.Pool), "")
-	}
-	if token.Spec.NodeName == "" {
-		return apierror.New(ctx, apierror.ReasonNodeAlreadyEnrolled, gr, name,
-			fmt.Sprintf("node %q is enrolled already; enrollment token %q names no node, so it enrolls only a new name", name, token.Name), "")
 	}
 	return nil
 }
