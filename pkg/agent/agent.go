@@ -129,6 +129,10 @@ type Agent struct {
 	// nodusd never grants (root, a system or a borrower account): the
 	// access it changed is not served either.
 	refused map[string]bool
+	// refusals say, by reservation, which epoch's access the agent does
+	// not grant and why: its heartbeats report them, so that the tenant
+	// is shown why it cannot log in (not only in this host's log).
+	refusals map[string]refusal
 	// termEnded are the reservations whose term ended by this host's
 	// clock while the server still showed them active (watchTerms).
 	termEnded map[string]bool
@@ -202,7 +206,7 @@ func New(opts Options) (*Agent, error) {
 			Command: opts.CleanCommand, CommandTimeout: opts.CleanTimeout},
 		cleanings: make(chan *nodusv1.NodeCleaning, 1),
 		interval:  10 * time.Second, beatNow: make(chan struct{}, 1), unrecorded: map[string]bool{},
-		refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{},
+		refused: map[string]bool{}, refusals: map[string]refusal{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{},
 	}, nil
 }
 
@@ -476,6 +480,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
 			klog.ErrorS(err, "making the login user certificate-only; access not applied", "user", loginUser)
+			a.refuse(r.Name, desired.Epoch, err)
 			if previous.Granted() && desired.Epoch > previous.Epoch {
 				// The access this state changes ends all the same: its
 				// principal, of the old epoch, and its sessions must not
@@ -491,6 +496,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 			return
 		}
 	}
+	a.mu.Lock()
+	delete(a.refusals, r.Name)
+	a.mu.Unlock()
 	if desired.Granted() {
 		// Before the tenant is let in: what it could change after is not
 		// what the cleaning may trust.
@@ -709,6 +717,7 @@ func (a *Agent) beat(ctx context.Context) error {
 			BorrowerExecutions: borrowers,
 		})
 	}
+	hb.Reservations = a.withRefusals(hb.Reservations)
 	answer, err := a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, &hb, metav1.CreateOptions{})
 	if err != nil {
 		return err

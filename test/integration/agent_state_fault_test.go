@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -78,7 +79,7 @@ func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
 	if _, err := user.Lookup("daemon"); err != nil {
 		t.Skip("no system account daemon on this host")
 	}
-	s, _, _, principals := servedAgent(t)
+	s, f, _, principals := servedAgent(t)
 	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"daemon"}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +95,50 @@ func TestALoginUserChangeTheAgentRefusesEndsTheOldAccess(t *testing.T) {
 	if p := principals("daemon"); p != "" {
 		t.Errorf("the agent serves a principal for a system account: %q", p)
 	}
+	// The tenant is shown why: the agent's refusal, at the new epoch.
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool { return accessRefused(h, 2, `"daemon" is a system account`) })
+}
+
+// TestTheTenantIsShownWhyTheHostRefusesItsAccess: a reservation whose
+// login user the host's agent never grants (here a system account) stays
+// without access on the host; before, only the host's log said why, and
+// the tenant saw "the host's agent applied epoch 0". The agent reports its
+// refusal with its heartbeats, the host's Connected condition shows it,
+// and it goes once the login user is one the agent grants.
+func TestTheTenantIsShownWhyTheHostRefusesItsAccess(t *testing.T) {
+	if _, err := user.Lookup("daemon"); err != nil {
+		t.Skip("no system account daemon on this host")
+	}
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "daemon"}, dir)
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Socket: filepath.Join(dir, "p.sock")})
+	f.reserve(t, "agent-1", nodusv1.ReservationPlacement{Node: "agent-1"}, time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool { return accessRefused(h, 1, `"daemon" is a system account`) })
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "agent-1", metav1.GetOptions{})
+	if err != nil || n.Status.AccessRefusal == nil || n.Status.AppliedEpoch != 0 {
+		t.Fatalf("the node after the refusal: %v %+v", err, n.Status)
+	}
+
+	if _, err := s.Client.NodusV1().Reservations().Patch(ctx(t), "agent-1", types.MergePatchType, []byte(`{"spec":{"loginUser":"nodus-test-login"}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	h := f.waitHost(t, "agent-1", func(h *nodusv1.ReservedHost) bool {
+		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	n, err = s.Client.NodusV1().Nodes().Get(ctx(t), "agent-1", metav1.GetOptions{})
+	if err != nil || n.Status.AccessRefusal != nil || n.Status.AppliedEpoch != h.Status.Reservation.Epoch {
+		t.Errorf("the node once the agent grants the access: %v %+v", err, n.Status)
+	}
+}
+
+// accessRefused says whether h shows its agent's refusal of epoch, saying why.
+func accessRefused(h *nodusv1.ReservedHost, epoch int64, why string) bool {
+	c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == "AccessRefused" && h.Status.Reservation.Epoch == epoch &&
+		strings.Contains(c.Message, why)
 }
 
 // servedAgent is servedAgentOf node agent-1 with login user nodus-test-login.

@@ -168,6 +168,8 @@ func TestAuthorizationMatrix(t *testing.T) {
 			{"status.appliedEpoch", "PATCH", own + "/status", `{"status":{"appliedEpoch":7}}`, 403, apierror.ReasonServerOwnedField},
 			{"status.agentGeneration", "PATCH", own + "/status", `{"status":{"agentGeneration":9}}`, 403, apierror.ReasonServerOwnedField},
 			{"status.lastHeartbeatTime", "PATCH", own + "/status", `{"status":{"lastHeartbeatTime":"2030-01-01T00:00:00Z"}}`, 403, apierror.ReasonServerOwnedField},
+			// A refusal comes with a heartbeat, about a reservation on the node.
+			{"status.accessRefusal", "PATCH", own + "/status", `{"status":{"accessRefusal":{"reservation":"r1","epoch":1,"message":"forged"}}}`, 403, apierror.ReasonServerOwnedField},
 			// A finalizer would keep a deleted node, and its credentials, alive.
 			{"metadata.finalizers", "PATCH", own + "/status", `{"metadata":{"finalizers":["x.io/keep"]}}`, 403, apierror.ReasonServerOwnedField},
 			{"metadata.labels", "PATCH", own + "/status", `{"metadata":{"labels":{"pool":"other"}}}`, 403, apierror.ReasonServerOwnedField},

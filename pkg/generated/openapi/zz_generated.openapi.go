@@ -21,6 +21,7 @@ import (
 
 func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 	return map[string]common.OpenAPIDefinition{
+		v1.AccessRefusal{}.OpenAPIModelName():                 schema_pkg_apis_nodus_v1_AccessRefusal(ref),
 		v1.AccessToken{}.OpenAPIModelName():                   schema_pkg_apis_nodus_v1_AccessToken(ref),
 		v1.AccessTokenList{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_AccessTokenList(ref),
 		v1.AccessTokenSpec{}.OpenAPIModelName():               schema_pkg_apis_nodus_v1_AccessTokenSpec(ref),
@@ -137,6 +138,44 @@ func GetOpenAPIDefinitions(ref common.ReferenceCallback) map[string]common.OpenA
 		runtime.TypeMeta{}.OpenAPIModelName():                 schema_k8sio_apimachinery_pkg_runtime_TypeMeta(ref),
 		runtime.Unknown{}.OpenAPIModelName():                  schema_k8sio_apimachinery_pkg_runtime_Unknown(ref),
 		version.Info{}.OpenAPIModelName():                     schema_k8sio_apimachinery_pkg_version_Info(ref),
+	}
+}
+
+func schema_pkg_apis_nodus_v1_AccessRefusal(ref common.ReferenceCallback) common.OpenAPIDefinition {
+	return common.OpenAPIDefinition{
+		Schema: spec.Schema{
+			SchemaProps: spec.SchemaProps{
+				Description: "AccessRefusal is why a node's agent does not grant a reservation's access.",
+				Type:        []string{"object"},
+				Properties: map[string]spec.Schema{
+					"reservation": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Reservation is the reservation's name.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+					"epoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Epoch is the reservation's epoch whose access the agent refused.",
+							Default:     0,
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"message": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Message is the agent's reason, one line.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
+				},
+				Required: []string{"reservation", "epoch", "message"},
+			},
+		},
 	}
 }
 
@@ -2321,11 +2360,17 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 							Format:      "int32",
 						},
 					},
+					"accessRefusal": {
+						SchemaProps: spec.SchemaProps{
+							Description: "AccessRefusal is the agent's last word on a reservation on this server whose access it does not grant, from its heartbeats; gone once it grants it or no longer reports it.",
+							Ref:         ref(v1.AccessRefusal{}.OpenAPIModelName()),
+						},
+					},
 				},
 			},
 		},
 		Dependencies: []string{
-			v1.NodeCleaning{}.OpenAPIModelName(), v1.NodeInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
+			v1.AccessRefusal{}.OpenAPIModelName(), v1.NodeCleaning{}.OpenAPIModelName(), v1.NodeInventory{}.OpenAPIModelName(), metav1.Condition{}.OpenAPIModelName(), metav1.Time{}.OpenAPIModelName()},
 	}
 }
 
@@ -2836,6 +2881,20 @@ func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) 
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",
+						},
+					},
+					"refusedEpoch": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RefusedEpoch, when set, is the reservation's epoch whose access the agent does not grant, Refusal saying why (a login user it never grants, such as a system account of the host); AppliedEpoch stays what it applied before, 0 for nothing.",
+							Type:        []string{"integer"},
+							Format:      "int64",
+						},
+					},
+					"refusal": {
+						SchemaProps: spec.SchemaProps{
+							Description: "Refusal is why the agent does not grant RefusedEpoch's access: one line.",
+							Type:        []string{"string"},
+							Format:      "",
 						},
 					},
 				},

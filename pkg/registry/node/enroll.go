@@ -220,6 +220,7 @@ func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, 
 			// host key and address the next tenant's ssh pins and dials.
 			// The new agent reports them again when it starts.
 			n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = nodusv1.NodeInventory{}, "", "", 0
+			n.Status.AccessRefusal = nil
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}

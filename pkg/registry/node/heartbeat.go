@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,6 +99,9 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// The node's applied epoch is that of its current (not yet final)
 	// reservation; a node between reservations keeps the last one.
 	applied, haveCurrent := int64(0), false
+	// The first refusal of a reservation on this node: the tenant is
+	// shown why it cannot log in (its ReservedHost's Connected condition).
+	var refusal *nodusv1.AccessRefusal
 	reads := 0
 	for i, e := range beat.Reservations {
 		live := cachedLive[i]
@@ -109,6 +113,13 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 				return nil, err
 			}
 		}
+		if live && e.RefusedEpoch > 0 && refusal == nil {
+			refusal = &nodusv1.AccessRefusal{Reservation: e.Name, Epoch: e.RefusedEpoch, Message: e.Refusal}
+		}
+		if e.AppliedEpoch == 0 && e.RefusedEpoch > 0 {
+			// Nothing of it applied: the node's applied epoch stays.
+			continue
+		}
 		if live && (!haveCurrent || e.AppliedEpoch > applied) {
 			applied, haveCurrent = e.AppliedEpoch, true
 		}
@@ -117,7 +128,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 		applied = node.Status.AppliedEpoch
 	}
 	cleaning := h.cleaning(node, beat)
-	if h.nodeChanged(node, applied, now, revived) || cleaning.Node != nil {
+	if h.nodeChanged(node, applied, refusal, now, revived) || cleaning.Node != nil {
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				n := old.(*nodusv1.Node).DeepCopy()
@@ -128,7 +139,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 				if c := h.cleaning(n, beat); c.Node != nil {
 					n = c.Node
 				}
-				h.applyBeat(n, applied, now, revived)
+				h.applyBeat(n, applied, refusal, now, revived)
 				return n, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
 		if err != nil {
@@ -282,19 +293,21 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 // before, and its NotReady, written under what it read, would land after
 // this beat and hold until the next. The beat's write moves the node on,
 // so that that write conflicts and the controller looks again.
-func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, now metav1.Time, revived bool) bool {
+func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time, revived bool) bool {
 	c := n.DeepCopy()
-	h.applyBeat(c, applied, now, revived)
-	return c.Status.AppliedEpoch != n.Status.AppliedEpoch ||
+	h.applyBeat(c, applied, refusal, now, revived)
+	return c.Status.AppliedEpoch != n.Status.AppliedEpoch || !equality.Semantic.DeepEqual(c.Status.AccessRefusal, n.Status.AccessRefusal) ||
 		!meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) ||
 		!c.Status.LastHeartbeatTime.Equal(n.Status.LastHeartbeatTime)
 }
 
-// applyBeat is what a beat writes to node n: Ready, the applied epoch, and
-// the beat's time when the last one written is PersistEvery old, or the
-// beat revived the lease (nodeChanged).
-func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, now metav1.Time, revived bool) {
+// applyBeat is what a beat writes to node n: Ready, the applied epoch, the
+// agent's refusal (none when it reports none), and the beat's time when the
+// last one written is PersistEvery old, or the beat revived the lease
+// (nodeChanged).
+func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time, revived bool) {
 	n.Status.AppliedEpoch = applied
+	n.Status.AccessRefusal = refusal
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
 		Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived",
 		Message: "the agent reports on time", LastTransitionTime: now,

@@ -97,14 +97,14 @@ func TestABeatThatRevivedTheLeaseWritesTheNode(t *testing.T) {
 	recent := metav1.NewTime(now.Add(-20 * time.Second))
 	ready := &nodusv1.Node{Status: nodusv1.NodeStatus{AppliedEpoch: 3, LastHeartbeatTime: &recent,
 		Conditions: []metav1.Condition{{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived"}}}}
-	if h.nodeChanged(ready, 3, now, false) {
+	if h.nodeChanged(ready, 3, nil, now, false) {
 		t.Error("a beat of a Ready node with a recent beat time, its lease alive, writes the node")
 	}
-	if !h.nodeChanged(ready, 3, now, true) {
+	if !h.nodeChanged(ready, 3, nil, now, true) {
 		t.Fatal("a beat that revived the lease does not write the node")
 	}
 	written := ready.DeepCopy()
-	h.applyBeat(written, 3, now, true)
+	h.applyBeat(written, 3, nil, now, true)
 	if !written.Status.LastHeartbeatTime.Equal(&now) {
 		t.Errorf("the beat that revived the lease wrote beat time %v, want %v", written.Status.LastHeartbeatTime, now)
 	}

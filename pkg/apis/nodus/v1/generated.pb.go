@@ -22,6 +22,8 @@ import (
 	k8s_io_apimachinery_pkg_types "k8s.io/apimachinery/pkg/types"
 )
 
+func (m *AccessRefusal) Reset() { *m = AccessRefusal{} }
+
 func (m *AccessToken) Reset() { *m = AccessToken{} }
 
 func (m *AccessTokenList) Reset() { *m = AccessTokenList{} }
@@ -143,6 +145,42 @@ func (m *ReservedHostSSHCertificate) Reset() { *m = ReservedHostSSHCertificate{}
 func (m *ReservedHostStatus) Reset() { *m = ReservedHostStatus{} }
 
 func (m *ReservedHostWithdrawRequest) Reset() { *m = ReservedHostWithdrawRequest{} }
+
+func (m *AccessRefusal) Marshal() (dAtA []byte, err error) {
+	size := m.Size()
+	dAtA = make([]byte, size)
+	n, err := m.MarshalToSizedBuffer(dAtA[:size])
+	if err != nil {
+		return nil, err
+	}
+	return dAtA[:n], nil
+}
+
+func (m *AccessRefusal) MarshalTo(dAtA []byte) (int, error) {
+	size := m.Size()
+	return m.MarshalToSizedBuffer(dAtA[:size])
+}
+
+func (m *AccessRefusal) MarshalToSizedBuffer(dAtA []byte) (int, error) {
+	i := len(dAtA)
+	_ = i
+	var l int
+	_ = l
+	i -= len(m.Message)
+	copy(dAtA[i:], m.Message)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Message)))
+	i--
+	dAtA[i] = 0x1a
+	i = encodeVarintGenerated(dAtA, i, uint64(m.Epoch))
+	i--
+	dAtA[i] = 0x10
+	i -= len(m.Reservation)
+	copy(dAtA[i:], m.Reservation)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Reservation)))
+	i--
+	dAtA[i] = 0xa
+	return len(dAtA) - i, nil
+}
 
 func (m *AccessToken) Marshal() (dAtA []byte, err error) {
 	size := m.Size()
@@ -2039,6 +2077,18 @@ func (m *NodeStatus) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	if m.AccessRefusal != nil {
+		{
+			size, err := m.AccessRefusal.MarshalToSizedBuffer(dAtA[:i])
+			if err != nil {
+				return 0, err
+			}
+			i -= size
+			i = encodeVarintGenerated(dAtA, i, uint64(size))
+		}
+		i--
+		dAtA[i] = 0x7a
+	}
 	i -= len(m.AllocationUID)
 	copy(dAtA[i:], m.AllocationUID)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.AllocationUID)))
@@ -2647,6 +2697,14 @@ func (m *ReservationEvidence) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.Refusal)
+	copy(dAtA[i:], m.Refusal)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Refusal)))
+	i--
+	dAtA[i] = 0x32
+	i = encodeVarintGenerated(dAtA, i, uint64(m.RefusedEpoch))
+	i--
+	dAtA[i] = 0x28
 	i = encodeVarintGenerated(dAtA, i, uint64(m.BorrowerExecutions))
 	i--
 	dAtA[i] = 0x20
@@ -3459,6 +3517,20 @@ func encodeVarintGenerated(dAtA []byte, offset int, v uint64) int {
 	dAtA[offset] = uint8(v)
 	return base
 }
+func (m *AccessRefusal) Size() (n int) {
+	if m == nil {
+		return 0
+	}
+	var l int
+	_ = l
+	l = len(m.Reservation)
+	n += 1 + l + sovGenerated(uint64(l))
+	n += 1 + sovGenerated(uint64(m.Epoch))
+	l = len(m.Message)
+	n += 1 + l + sovGenerated(uint64(l))
+	return n
+}
+
 func (m *AccessToken) Size() (n int) {
 	if m == nil {
 		return 0
@@ -4200,6 +4272,10 @@ func (m *NodeStatus) Size() (n int) {
 	n += 1 + l + sovGenerated(uint64(l))
 	l = len(m.AllocationUID)
 	n += 1 + l + sovGenerated(uint64(l))
+	if m.AccessRefusal != nil {
+		l = m.AccessRefusal.Size()
+		n += 1 + l + sovGenerated(uint64(l))
+	}
 	return n
 }
 
@@ -4386,6 +4462,9 @@ func (m *ReservationEvidence) Size() (n int) {
 	n += 1 + sovGenerated(uint64(m.AppliedEpoch))
 	n += 1 + sovGenerated(uint64(m.OwnerSessions))
 	n += 1 + sovGenerated(uint64(m.BorrowerExecutions))
+	n += 1 + sovGenerated(uint64(m.RefusedEpoch))
+	l = len(m.Refusal)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -4685,6 +4764,18 @@ func sovGenerated(x uint64) (n int) {
 }
 func sozGenerated(x uint64) (n int) {
 	return sovGenerated(uint64((x << 1) ^ uint64((int64(x) >> 63))))
+}
+func (this *AccessRefusal) String() string {
+	if this == nil {
+		return "nil"
+	}
+	s := strings.Join([]string{`&AccessRefusal{`,
+		`Reservation:` + fmt.Sprintf("%v", this.Reservation) + `,`,
+		`Epoch:` + fmt.Sprintf("%v", this.Epoch) + `,`,
+		`Message:` + fmt.Sprintf("%v", this.Message) + `,`,
+		`}`,
+	}, "")
+	return s
 }
 func (this *AccessToken) String() string {
 	if this == nil {
@@ -5240,6 +5331,7 @@ func (this *NodeStatus) String() string {
 		`ExecutionSlots:` + fmt.Sprintf("%v", this.ExecutionSlots) + `,`,
 		`ReservationUID:` + fmt.Sprintf("%v", this.ReservationUID) + `,`,
 		`AllocationUID:` + fmt.Sprintf("%v", this.AllocationUID) + `,`,
+		`AccessRefusal:` + strings.Replace(this.AccessRefusal.String(), "AccessRefusal", "AccessRefusal", 1) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5401,6 +5493,8 @@ func (this *ReservationEvidence) String() string {
 		`AppliedEpoch:` + fmt.Sprintf("%v", this.AppliedEpoch) + `,`,
 		`OwnerSessions:` + fmt.Sprintf("%v", this.OwnerSessions) + `,`,
 		`BorrowerExecutions:` + fmt.Sprintf("%v", this.BorrowerExecutions) + `,`,
+		`RefusedEpoch:` + fmt.Sprintf("%v", this.RefusedEpoch) + `,`,
+		`Refusal:` + fmt.Sprintf("%v", this.Refusal) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5621,6 +5715,139 @@ func valueToStringGenerated(v interface{}) string {
 	}
 	pv := reflect.Indirect(rv).Interface()
 	return fmt.Sprintf("*%v", pv)
+}
+func (m *AccessRefusal) Unmarshal(dAtA []byte) error {
+	l := len(dAtA)
+	iNdEx := 0
+	for iNdEx < l {
+		preIndex := iNdEx
+		var wire uint64
+		for shift := uint(0); ; shift += 7 {
+			if shift >= 64 {
+				return ErrIntOverflowGenerated
+			}
+			if iNdEx >= l {
+				return io.ErrUnexpectedEOF
+			}
+			b := dAtA[iNdEx]
+			iNdEx++
+			wire |= uint64(b&0x7F) << shift
+			if b < 0x80 {
+				break
+			}
+		}
+		fieldNum := int32(wire >> 3)
+		wireType := int(wire & 0x7)
+		if wireType == 4 {
+			return fmt.Errorf("proto: AccessRefusal: wiretype end group for non-group")
+		}
+		if fieldNum <= 0 {
+			return fmt.Errorf("proto: AccessRefusal: illegal tag %d (wire type %d)", fieldNum, wire)
+		}
+		switch fieldNum {
+		case 1:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Reservation", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Reservation = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 2:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Epoch", wireType)
+			}
+			m.Epoch = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.Epoch |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 3:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Message", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Message = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		default:
+			iNdEx = preIndex
+			skippy, err := skipGenerated(dAtA[iNdEx:])
+			if err != nil {
+				return err
+			}
+			if (skippy < 0) || (iNdEx+skippy) < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if (iNdEx + skippy) > l {
+				return io.ErrUnexpectedEOF
+			}
+			iNdEx += skippy
+		}
+	}
+
+	if iNdEx > l {
+		return io.ErrUnexpectedEOF
+	}
+	return nil
 }
 func (m *AccessToken) Unmarshal(dAtA []byte) error {
 	l := len(dAtA)
@@ -12628,6 +12855,42 @@ func (m *NodeStatus) Unmarshal(dAtA []byte) error {
 			}
 			m.AllocationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
+		case 15:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field AccessRefusal", wireType)
+			}
+			var msglen int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				msglen |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			if msglen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + msglen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			if m.AccessRefusal == nil {
+				m.AccessRefusal = &AccessRefusal{}
+			}
+			if err := m.AccessRefusal.Unmarshal(dAtA[iNdEx:postIndex]); err != nil {
+				return err
+			}
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])
@@ -14205,6 +14468,57 @@ func (m *ReservationEvidence) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RefusedEpoch", wireType)
+			}
+			m.RefusedEpoch = 0
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				m.RefusedEpoch |= int64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+		case 6:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field Refusal", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.Refusal = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

@@ -61,6 +61,15 @@ type ReservationEvidence struct {
 	OwnerSessions int32 `json:"ownerSessions" protobuf:"varint,3,opt,name=ownerSessions"`
 	// BorrowerExecutions is the number of borrower executions still running.
 	BorrowerExecutions int32 `json:"borrowerExecutions" protobuf:"varint,4,opt,name=borrowerExecutions"`
+	// RefusedEpoch, when set, is the reservation's epoch whose access the
+	// agent does not grant, Refusal saying why (a login user it never
+	// grants, such as a system account of the host); AppliedEpoch stays
+	// what it applied before, 0 for nothing.
+	// +optional
+	RefusedEpoch int64 `json:"refusedEpoch,omitempty" protobuf:"varint,5,opt,name=refusedEpoch"`
+	// Refusal is why the agent does not grant RefusedEpoch's access: one line.
+	// +optional
+	Refusal string `json:"refusal,omitempty" protobuf:"bytes,6,opt,name=refusal"`
 }
 
 // CleaningEvidence is an agent's account of one handover cleaning.

@@ -135,6 +135,21 @@ type NodeStatus struct {
 	// each as an account of its own; 0 when they share one account.
 	// +optional
 	ExecutionSlots int32 `json:"executionSlots,omitempty" protobuf:"varint,12,opt,name=executionSlots"`
+	// AccessRefusal is the agent's last word on a reservation on this
+	// server whose access it does not grant, from its heartbeats; gone once
+	// it grants it or no longer reports it.
+	// +optional
+	AccessRefusal *AccessRefusal `json:"accessRefusal,omitempty" protobuf:"bytes,15,opt,name=accessRefusal"`
+}
+
+// AccessRefusal is why a node's agent does not grant a reservation's access.
+type AccessRefusal struct {
+	// Reservation is the reservation's name.
+	Reservation string `json:"reservation" protobuf:"bytes,1,opt,name=reservation"`
+	// Epoch is the reservation's epoch whose access the agent refused.
+	Epoch int64 `json:"epoch" protobuf:"varint,2,opt,name=epoch"`
+	// Message is the agent's reason, one line.
+	Message string `json:"message" protobuf:"bytes,3,opt,name=message"`
 }
 
 // NodeCleaning is one handover cleaning: what the server asked the agent to

@@ -10,6 +10,11 @@ Copyright The Nodus Authors.
 package v1
 
 // OpenAPIModelName returns the OpenAPI model name for this type.
+func (in AccessRefusal) OpenAPIModelName() string {
+	return "dev.nodus.v1.AccessRefusal"
+}
+
+// OpenAPIModelName returns the OpenAPI model name for this type.
 func (in AccessToken) OpenAPIModelName() string {
 	return "dev.nodus.v1.AccessToken"
 }

@@ -797,14 +797,30 @@ func ValidateHeartbeatReservations(rs []nodusv1.ReservationEvidence, path *field
 		for _, n := range []struct {
 			name  string
 			value int64
-		}{{"appliedEpoch", r.AppliedEpoch}, {"ownerSessions", int64(r.OwnerSessions)}, {"borrowerExecutions", int64(r.BorrowerExecutions)}} {
+		}{{"appliedEpoch", r.AppliedEpoch}, {"ownerSessions", int64(r.OwnerSessions)}, {"borrowerExecutions", int64(r.BorrowerExecutions)}, {"refusedEpoch", r.RefusedEpoch}} {
 			if n.value < 0 {
 				errs = append(errs, field.Invalid(p.Child(n.name), n.value, "must not be negative"))
 			}
 		}
+		// A refusal is shown to the reservation's tenant: one line, bounded.
+		switch {
+		case r.RefusedEpoch > 0 && r.Refusal == "":
+			errs = append(errs, field.Required(p.Child("refusal"), "why the agent refuses refusedEpoch"))
+		case r.RefusedEpoch == 0 && r.Refusal != "":
+			errs = append(errs, field.Invalid(p.Child("refusal"), "", "only with refusedEpoch"))
+		case r.RefusedEpoch > 0 && r.RefusedEpoch <= r.AppliedEpoch:
+			errs = append(errs, field.Invalid(p.Child("refusedEpoch"), r.RefusedEpoch, "must be above appliedEpoch: an agent refuses an access it has not applied"))
+		case strings.ContainsAny(r.Refusal, "\n\t"):
+			errs = append(errs, field.Invalid(p.Child("refusal"), "", "must be one line"))
+		default:
+			errs = append(errs, validateReportedMessage(r.Refusal, MaxRefusalText, p.Child("refusal"))...)
+		}
 	}
 	return errs
 }
+
+// MaxRefusalText bounds an agent's refusal of a reservation's access.
+const MaxRefusalText = 256
 
 // MaxReportText bounds an execution report's message.
 const MaxReportText = maxFreeTextBytes

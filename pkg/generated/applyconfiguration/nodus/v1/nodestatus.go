@@ -55,6 +55,10 @@ type NodeStatusApplyConfiguration struct {
 	// ExecutionSlots is how many borrower executions the agent runs at once,
 	// each as an account of its own; 0 when they share one account.
 	ExecutionSlots *int32 `json:"executionSlots,omitempty"`
+	// AccessRefusal is the agent's last word on a reservation on this
+	// server whose access it does not grant, from its heartbeats; gone once
+	// it grants it or no longer reports it.
+	AccessRefusal *AccessRefusalApplyConfiguration `json:"accessRefusal,omitempty"`
 }
 
 // NodeStatusApplyConfiguration constructs a declarative configuration of the NodeStatus type for use with
@@ -177,5 +181,13 @@ func (b *NodeStatusApplyConfiguration) WithAppliedEpoch(value int64) *NodeStatus
 // If called multiple times, the ExecutionSlots field is set to the value of the last call.
 func (b *NodeStatusApplyConfiguration) WithExecutionSlots(value int32) *NodeStatusApplyConfiguration {
 	b.ExecutionSlots = &value
+	return b
+}
+
+// WithAccessRefusal sets the AccessRefusal field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the AccessRefusal field is set to the value of the last call.
+func (b *NodeStatusApplyConfiguration) WithAccessRefusal(value *AccessRefusalApplyConfiguration) *NodeStatusApplyConfiguration {
+	b.AccessRefusal = value
 	return b
 }

@@ -1,0 +1,80 @@
+package agent
+
+import (
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+)
+
+// refusal is an access the agent does not grant: the reservation's epoch,
+// and why, as the server takes it (one line, validation.MaxRefusalText).
+type refusal struct {
+	epoch int64
+	why   string
+}
+
+// refuse records that the agent does not grant reservation's access at
+// epoch, and has the next heartbeat say so soon when that is news.
+func (a *Agent) refuse(reservation string, epoch int64, err error) {
+	r := refusal{epoch: epoch, why: refusalText(err.Error())}
+	a.mu.Lock()
+	news := a.refusals[reservation] != r
+	a.refusals[reservation] = r
+	a.mu.Unlock()
+	if news {
+		a.beatSoon()
+	}
+}
+
+// withRefusals adds the refusals of reservations on this node to
+// evidence: beside a reservation's evidence when it has some (an access it
+// granted before, at a lower epoch), else as evidence of its own with
+// nothing applied. A reservation no longer here leaves its refusal.
+func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.ReservationEvidence {
+	a.mu.Lock()
+	names := make([]string, 0, len(a.refusals))
+	for name := range a.refusals {
+		names = append(names, name)
+	}
+	a.mu.Unlock()
+	slices.Sort(names)
+	for _, name := range names {
+		if !a.current(name) {
+			a.mu.Lock()
+			delete(a.refusals, name)
+			a.mu.Unlock()
+			continue
+		}
+		a.mu.Lock()
+		r, ok := a.refusals[name]
+		a.mu.Unlock()
+		if !ok {
+			continue
+		}
+		i := slices.IndexFunc(evidence, func(e nodusv1.ReservationEvidence) bool { return e.Name == name })
+		switch {
+		case i >= 0 && evidence[i].AppliedEpoch < r.epoch:
+			evidence[i].RefusedEpoch, evidence[i].Refusal = r.epoch, r.why
+		case i < 0 && len(evidence) < validation.MaxHeartbeatReservations:
+			evidence = append(evidence, nodusv1.ReservationEvidence{Name: name, RefusedEpoch: r.epoch, Refusal: r.why})
+		}
+	}
+	return evidence
+}
+
+// refusalText is s as one line of at most validation.MaxRefusalText bytes,
+// without control characters: what the server takes and shows the tenant.
+func refusalText(s string) string {
+	s = strings.Join(strings.Fields(validation.WithoutTerminalControls(s)), " ")
+	if s == "" {
+		s = "refused"
+	}
+	for len(s) > validation.MaxRefusalText {
+		_, size := utf8.DecodeLastRuneInString(s)
+		s = s[:len(s)-size]
+	}
+	return s
+}
