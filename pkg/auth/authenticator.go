@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
 	"k8s.io/apiserver/pkg/authentication/request/bearertoken"
@@ -26,8 +27,18 @@ import (
 // for a read that sees every completed write, for tokens created a moment ago.
 type TokenGetter interface {
 	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
-	GetEnrollmentToken(ctx context.Context, name string) (*nodusv1.EnrollmentToken, error)
+	GetEnrollmentToken(ctx context.Context, name string, fresh bool) (*nodusv1.EnrollmentToken, error)
 }
+
+// Fresh reads of tokens the cache does not hold: anyone may send a bearer
+// token naming none, and each cost a read from etcd, before any in-flight
+// limit. A token made a moment ago, which the cache has not seen yet, is
+// read within this budget; past it, it is refused until the cache has it
+// (milliseconds), and a retry gets in.
+const (
+	missReadsPerSecond = 50
+	missReadsBurst     = 100
+)
 
 var errInvalidToken = errors.New("invalid bearer token")
 
@@ -49,7 +60,8 @@ func IsPublicPath(path string) bool {
 // A request without credentials for any other path fails with 401.
 func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticator.Request {
 	certs := newX509(clientCAs)
-	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now})
+	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now,
+		missReads: rate.NewLimiter(missReadsPerSecond, missReadsBurst)})
 	return union.New(newCertCache(certs), bearer, authenticator.RequestFunc(publicAnonymous))
 }
 
@@ -91,9 +103,14 @@ func publicAnonymous(req *http.Request) (*authenticator.Response, bool, error) {
 }
 
 type tokenAuthenticator struct {
-	tokens TokenGetter
-	now    func() time.Time
+	tokens    TokenGetter
+	now       func() time.Time
+	missReads *rate.Limiter
 }
+
+// errTooManyMisses refuses a token the cache does not hold while unknown
+// tokens come faster than missReadsPerSecond.
+var errTooManyMisses = errors.New("bearer token unknown to the server's cache, and too many unknown tokens are being read now: retry in a moment")
 
 func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	if rest, ok := strings.CutPrefix(token, enrollmenttoken.TokenPrefix); ok {
@@ -106,6 +123,9 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	t, err := a.tokens.GetAccessToken(ctx, name, false)
 	if apierrors.IsNotFound(err) {
 		// The cache may not have seen a token created a moment ago.
+		if !a.missReads.Allow() {
+			return nil, false, errTooManyMisses
+		}
 		t, err = a.tokens.GetAccessToken(ctx, name, true)
 	}
 	if apierrors.IsNotFound(err) {
@@ -144,7 +164,15 @@ func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*aut
 	if !ok {
 		return nil, false, errInvalidToken
 	}
-	t, err := a.tokens.GetEnrollmentToken(ctx, name)
+	// The enrollment reads the token from etcd again; authenticating it
+	// needs only its hash and expiry, which never change.
+	t, err := a.tokens.GetEnrollmentToken(ctx, name, false)
+	if apierrors.IsNotFound(err) {
+		if !a.missReads.Allow() {
+			return nil, false, errTooManyMisses
+		}
+		t, err = a.tokens.GetEnrollmentToken(ctx, name, true)
+	}
 	if apierrors.IsNotFound(err) {
 		return nil, false, errInvalidToken
 	}

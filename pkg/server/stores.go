@@ -152,9 +152,11 @@ func (g storeGetters) GetPool(ctx context.Context, name string) (*nodusv1.Pool, 
 	return obj.(*nodusv1.Pool), nil
 }
 
-// GetEnrollmentToken reads consistently: a token is used once.
-func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string) (*nodusv1.EnrollmentToken, error) {
-	obj, err := g.enrollments.Get(ctx, name, &metav1.GetOptions{})
+// GetEnrollmentToken reads from the watch cache or, when fresh, from etcd.
+// The authenticator reads it to authenticate; the enrollment reads it from
+// etcd again, where a token is used once.
+func (g storeGetters) GetEnrollmentToken(ctx context.Context, name string, fresh bool) (*nodusv1.EnrollmentToken, error) {
+	obj, err := g.enrollments.Get(ctx, name, readOptions(fresh))
 	if err != nil {
 		return nil, err
 	}

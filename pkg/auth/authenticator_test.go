@@ -1,0 +1,71 @@
+package auth
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"golang.org/x/time/rate"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	secretpkg "github.com/nodus-dev/nodus/pkg/registry/secret"
+)
+
+// uncachedTokens holds tokens etcd has and the watch cache has not seen
+// yet, and counts the fresh reads.
+type uncachedTokens struct {
+	stored     map[string]*nodusv1.AccessToken
+	freshReads atomic.Int64
+}
+
+func (u *uncachedTokens) GetAccessToken(_ context.Context, name string, fresh bool) (*nodusv1.AccessToken, error) {
+	if fresh {
+		u.freshReads.Add(1)
+		if t, ok := u.stored[name]; ok {
+			return t, nil
+		}
+	}
+	return nil, apierrors.NewNotFound(nodusv1.Resource("accesstokens"), name)
+}
+
+func (u *uncachedTokens) GetEnrollmentToken(_ context.Context, name string, fresh bool) (*nodusv1.EnrollmentToken, error) {
+	if fresh {
+		u.freshReads.Add(1)
+	}
+	return nil, apierrors.NewNotFound(nodusv1.Resource("enrollmenttokens"), name)
+}
+
+// TestUnknownTokensCostABoundedNumberOfReads: any caller may send bearer
+// tokens that name no token, and each cost a read from etcd, where the
+// watch cache did not have it. Those reads have a budget; a token made a
+// moment ago is read within it.
+func TestUnknownTokensCostABoundedNumberOfReads(t *testing.T) {
+	tokens := &uncachedTokens{stored: map[string]*nodusv1.AccessToken{
+		"new": {ObjectMeta: metav1.ObjectMeta{Name: "new", UID: "u1"}, Spec: nodusv1.AccessTokenSpec{User: "bob"},
+			Status: nodusv1.AccessTokenStatus{TokenHash: secretpkg.Hash("s3cret")}},
+	}}
+	a := &tokenAuthenticator{tokens: tokens, now: time.Now, missReads: rate.NewLimiter(missReadsPerSecond, missReadsBurst)}
+	if r, ok, err := a.AuthenticateToken(context.Background(), "new.s3cret"); !ok || err != nil || r.User.GetName() != "bob" {
+		t.Fatalf("a token the cache has not seen yet: %v %v", ok, err)
+	}
+	start := time.Now()
+	for i := range 2000 {
+		for _, token := range []string{fmt.Sprintf("made-up-%d.x", i), fmt.Sprintf("enroll_made-up-%d.x", i)} {
+			if _, ok, _ := a.AuthenticateToken(context.Background(), token); ok {
+				t.Fatalf("%s authenticated", token)
+			}
+		}
+	}
+	allowed := missReadsBurst + 1 + int64(time.Since(start).Seconds()*missReadsPerSecond) + 1
+	if n := tokens.freshReads.Load(); n > allowed {
+		t.Errorf("4,000 unknown tokens cost %d reads from etcd; the budget allows %d", n, allowed)
+	}
+	// The budget spent, a new token waits for the cache (or the budget).
+	if _, ok, err := a.AuthenticateToken(context.Background(), "new.s3cret"); ok || err != errTooManyMisses {
+		t.Errorf("a token the cache has not seen, the budget spent: %v %v", ok, err)
+	}
+}
