@@ -15,8 +15,12 @@ import (
 // large fleet, and its operators.
 const maxCachedCerts = 50000
 
-// certCache remembers the user of each client certificate chain that
-// verified, until the first of its certificates expires. Verifying an
+// certCache remembers the user of each client certificate that verified,
+// until the first certificate of the chain it came with expires. It is
+// keyed by the certificate alone: the user is the certificate's, and one
+// that verified once is the CA's whatever certificates come beside it
+// (keyed by the chain, an agent adding certificates of its own to it made
+// a new entry per request). Verifying an
 // ECDSA chain is most of what authenticating a request costs, and an agent
 // sends the same certificate with every heartbeat. The roots do not change
 // while the server runs, and an agent credential's retirement is decided
@@ -42,16 +46,13 @@ func (c *certCache) AuthenticateRequest(req *http.Request) (*authenticator.Respo
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 		return c.verify.AuthenticateRequest(req)
 	}
-	h := sha256.New()
+	key := sha256.Sum256(req.TLS.PeerCertificates[0].Raw)
 	notAfter := req.TLS.PeerCertificates[0].NotAfter
 	for _, cert := range req.TLS.PeerCertificates {
-		h.Write(cert.Raw)
 		if cert.NotAfter.Before(notAfter) {
 			notAfter = cert.NotAfter
 		}
 	}
-	var key [sha256.Size]byte
-	h.Sum(key[:0])
 	now := c.now()
 	c.mu.Lock()
 	hit, ok := c.known[key]
@@ -70,8 +71,14 @@ func (c *certCache) AuthenticateRequest(req *http.Request) (*authenticator.Respo
 				delete(c.known, k)
 			}
 		}
-		if len(c.known) >= maxCachedCerts {
-			clear(c.known)
+		// Still full: a tenth goes, chosen at random (a map's order), so
+		// that a burst of new certificates (renewals in a loop) costs the
+		// fleet's agents a verification each at most, not all at once.
+		for k := range c.known {
+			if len(c.known) < maxCachedCerts*9/10 {
+				break
+			}
+			delete(c.known, k)
 		}
 	}
 	c.known[key] = cachedCert{user: copyUser(resp.User), notAfter: notAfter}

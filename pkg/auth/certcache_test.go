@@ -99,3 +99,44 @@ func TestCertCacheVerifiesEachCertificateOnce(t *testing.T) {
 		t.Errorf("a refused certificate must be verified every time: %d verifications", verifier.calls)
 	}
 }
+
+// TestACertificateIsOneEntryWhateverComesBesideIt: the cache is keyed by
+// the certificate; a chain with certificates added to it is the same
+// entry, not one more per request (which cleared the whole cache every
+// 50,000, and every agent's next request was verified again).
+func TestACertificateIsOneEntryWhateverComesBesideIt(t *testing.T) {
+	ca, err := pki.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	roots.AddCert(ca.Cert)
+	cache, verifier := certificateAuthenticator(roots)
+	agent := requestWithCert(t, ca, "nodus:node:gpu-001")
+	padding := requestWithCert(t, ca, "padding").TLS.PeerCertificates[0]
+	for i := range 5 {
+		chain := []*x509.Certificate{agent.TLS.PeerCertificates[0]}
+		for range i {
+			chain = append(chain, padding)
+		}
+		req := agent.Clone(agent.Context())
+		req.TLS = &tls.ConnectionState{PeerCertificates: chain}
+		if resp, ok, err := cache.AuthenticateRequest(req); !ok || err != nil || resp.User.GetName() != "nodus:node:gpu-001" {
+			t.Fatalf("the agent's certificate with %d more: %v %v", i, ok, err)
+		}
+	}
+	if verifier.calls != 1 || len(cache.known) != 1 {
+		t.Errorf("one certificate, sent with more beside it: %d verifications, %d entries", verifier.calls, len(cache.known))
+	}
+
+	// A full cache makes room by a tenth, not by emptying.
+	for i := range maxCachedCerts - 1 {
+		cache.known[[32]byte{byte(i), byte(i >> 8), byte(i >> 16), 1}] = cachedCert{notAfter: time.Now().Add(time.Hour)}
+	}
+	if _, ok, err := cache.AuthenticateRequest(requestWithCert(t, ca, "alice")); !ok || err != nil {
+		t.Fatalf("alice: %v %v", ok, err)
+	}
+	if n := len(cache.known); n < maxCachedCerts*8/10 || n > maxCachedCerts*9/10+1 {
+		t.Errorf("a full cache made room down to %d entries", n)
+	}
+}
