@@ -9,17 +9,21 @@ package revocation
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
@@ -30,13 +34,22 @@ type TokenGetter interface {
 	GetAccessToken(ctx context.Context, name string, fresh bool) (*nodusv1.AccessToken, error)
 }
 
+// MaxWatchesPerCaller bounds the watches one caller other than an operator
+// (a tenant, an agent) keeps open on one server. A watch is a long-running
+// request, which no in-flight limit counts, and holds a watcher of the
+// watch cache with its buffer: without a bound one tenant's token could
+// open them until the server ran out of memory. An agent keeps a few, a
+// person's tools tens.
+const MaxWatchesPerCaller = 100
+
 // Watches are the open watches of one server.
 type Watches struct {
 	Authorizer authorizer.Authorizer
 	Tokens     TokenGetter
 
-	mu   sync.Mutex
-	open map[*watch]struct{}
+	mu       sync.Mutex
+	open     map[*watch]struct{}
+	byCaller map[string]int
 }
 
 type watch struct {
@@ -63,6 +76,17 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		if err != nil {
 			handler.ServeHTTP(rw, req)
 			return
+		}
+		caller := attrs.GetUser().GetName()
+		if !auth.IsOperator(attrs.GetUser()) {
+			if !w.admit(caller) {
+				rw.Header().Set("Retry-After", "10")
+				apierror.Write(rw, apierror.New(req.Context(), metav1.StatusReasonTooManyRequests,
+					schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, "",
+					fmt.Sprintf("%s has %d watches open on this server, the most one caller may: end one first", caller, MaxWatchesPerCaller), ""))
+				return
+			}
+			defer w.release(caller)
 		}
 		ctx, cancel := context.WithCancel(req.Context())
 		defer cancel()
@@ -206,6 +230,29 @@ func (w *Watches) add(open *watch) {
 		w.open = map[*watch]struct{}{}
 	}
 	w.open[open] = struct{}{}
+}
+
+// admit counts a watch of caller's, unless it has MaxWatchesPerCaller open.
+func (w *Watches) admit(caller string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byCaller == nil {
+		w.byCaller = map[string]int{}
+	}
+	if w.byCaller[caller] >= MaxWatchesPerCaller {
+		return false
+	}
+	w.byCaller[caller]++
+	return true
+}
+
+// release counts a watch of caller's ended.
+func (w *Watches) release(caller string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.byCaller[caller]--; w.byCaller[caller] <= 0 {
+		delete(w.byCaller, caller)
+	}
 }
 
 func (w *Watches) remove(open *watch) {
