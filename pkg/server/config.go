@@ -310,7 +310,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 		})
 		// Before authentication and the audit log: inside the envelope, so
 		// that its refusal is answered as every other.
-		handler := envelope.WithEnvelope(withRequestURILimit(beats.filter), envelope.Options{
+		handler := envelope.WithEnvelope(withRequestBounds(beats.filter), envelope.Options{
 			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		})

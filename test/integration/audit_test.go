@@ -269,10 +269,12 @@ func TestControllersWritesGoDownTheHandlerChain(t *testing.T) {
 }
 
 // TestALongRequestURIIsRefusedBeforeTheAuditLog: the audit log keeps each
-// request's URI, a failed authentication's too, and a header may carry a
-// megabyte: anyone reaching the port wrote a megabyte of log on etcd's
-// disk per request. A URI past 16 KiB is refused first, with its reason,
-// and leaves nothing in the log; one within it is answered as before.
+// request's URI and the addresses its proxies name (X-Forwarded-For), a
+// failed authentication's too, and a header may carry a megabyte: anyone
+// reaching the port wrote a megabyte of log on etcd's disk per request. A
+// URI past 16 KiB, or forwarded addresses past 1 KiB, are refused first,
+// with their reasons, and leave nothing in the log; a request within the
+// bounds is answered as before.
 func TestALongRequestURIIsRefusedBeforeTheAuditLog(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	anonymous := rest.AnonymousClientConfig(s.Config)
@@ -284,6 +286,11 @@ func TestALongRequestURIIsRefusedBeforeTheAuditLog(t *testing.T) {
 			!strings.Contains(string(r.body), "docs/errors/RequestURITooLong") {
 			t.Errorf("a 64 KiB URI: %d %.300s", r.code, r.body)
 		}
+	}
+	forwarded := strings.TrimSuffix(strings.Repeat("10.9.8.7,", 7000), ",")
+	if r := do(t, anonymous, "POST", "/apis/nodus.dev/v1/reservations?labelSelector="+marker, "application/json", strings.NewReader("{}"),
+		"X-Forwarded-For", forwarded); r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "X-Forwarded-For") {
+		t.Errorf("64 KiB of X-Forwarded-For: %d %.300s", r.code, r.body)
 	}
 	r := do(t, s.Config, "PATCH", "/v1/nodes/x?pad="+strings.Repeat("a", 64<<10), "application/json", strings.NewReader("[]"), "OpenStack-API-Version", "baremetal 1.55")
 	if r.code != http.StatusRequestURITooLong || !strings.Contains(string(r.body), "error_message") {
@@ -305,5 +312,8 @@ func TestALongRequestURIIsRefusedBeforeTheAuditLog(t *testing.T) {
 	data, _ := os.ReadFile(log)
 	if n := strings.Count(string(data), strings.Repeat("a", 1024)); n > 0 {
 		t.Errorf("the audit log holds %d of the refused long requests (%d bytes)", n, len(data))
+	}
+	if n := strings.Count(string(data), "10.9.8.7"); n > 0 {
+		t.Errorf("the audit log holds %d addresses of the refused X-Forwarded-For (%d bytes)", n, len(data))
 	}
 }
