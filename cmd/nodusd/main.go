@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/term"
 	"k8s.io/component-base/cli"
 	"sigs.k8s.io/yaml"
 
@@ -44,9 +45,8 @@ func enrollCommand() *cobra.Command {
 		Long: "Enroll this host with an enrollment token from an operator.\n\n" +
 			"The token is --token's value; with --token - the first line of stdin; without --token, $" + enrollmentTokenEnv + ". " +
 			"The last two keep it out of the process list other accounts on the host can read.",
-		Example: `  # The operator creates a token and hands over the token and the CA hash:
-  kubectl create -f token.yaml -o jsonpath='{.status.token} {.status.caFingerprint}'
-  nodusd enroll --server https://nodus.example:8443 --token enroll_gpu-001.SECRET --ca-hash sha256:3f…
+		Example: `  # The line nodus pools token prints: paste the token when it asks
+  nodusd enroll --server https://nodus.example:8443 --token - --ca-hash sha256:3f…
 
   # The token from a file the operator's provisioning placed, not on the command line:
   nodusd enroll --server https://nodus.example:8443 --token - --ca-hash sha256:3f… < /run/nodus/enrollment-token`,
@@ -95,6 +95,17 @@ func enrollmentToken(flag string, stdin io.Reader) (string, error) {
 	token := flag
 	switch flag {
 	case "-":
+		if in, ok := stdin.(*os.File); ok && term.IsTerminal(int(in.Fd())) {
+			// Pasted at a terminal, as nodus pools token's line asks:
+			// say what is read, and show nothing of it.
+			fmt.Fprint(os.Stderr, "enrollment token: ")
+			typed, err := term.ReadPassword(int(in.Fd()))
+			fmt.Fprintln(os.Stderr)
+			if err != nil {
+				return "", fmt.Errorf("reading the enrollment token: %w", err)
+			}
+			stdin = strings.NewReader(string(typed))
+		}
 		line, err := bufio.NewReader(io.LimitReader(stdin, maxEnrollmentToken+1)).ReadString('\n')
 		if err != nil && !errors.Is(err, io.EOF) {
 			return "", fmt.Errorf("reading the enrollment token from stdin: %w", err)

@@ -192,7 +192,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{metav1.StatusReasonRequestEntityTooLarge, http.StatusRequestEntityTooLarge, "The request body is too large.",
 			func(r Request) string {
-				if r.Subresource != "" {
+				if r.Subresource != "" && r.Subresource != "status" {
 					return "Send a smaller body: an action takes a few fields, within the bytes the message names."
 				}
 				return "Send a smaller body: one object per request, within the bytes the message names (3 MiB for an object)."
