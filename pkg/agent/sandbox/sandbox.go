@@ -112,7 +112,11 @@ var systemDirs = []string{"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/l
 // maskedPaths hide what stays secret even read-only: sshd's host keys and
 // the agent's configuration, and the kernel's usual sensitive files.
 var maskedPaths = []string{
-	"/etc/ssh", "/etc/nodusd", "/etc/machine-id",
+	"/etc/ssh", "/etc/nodusd",
+	// What names or tells the machine apart: the node is not the
+	// borrower's to know (its kernel command line may carry the host name
+	// of a network boot).
+	"/etc/machine-id", "/etc/machine-info", "/etc/mailname", "/proc/cmdline",
 	"/proc/acpi", "/proc/asound", "/proc/kcore", "/proc/keys", "/proc/latency_stats", "/proc/timer_list",
 	"/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware", "/sys/devices/virtual/powercap",
 }
@@ -123,9 +127,10 @@ var readonlyPaths = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", 
 // borrower's to learn (it sees its host's alias).
 const Hostname = "nodus-execution"
 
-// hostFiles are the files shown over the host's /etc/hostname and
-// /etc/hosts, which name the node (nodusd enrolls a host under its host
-// name unless told otherwise).
+// hostFiles are the files shown over /etc/hostname and /etc/hosts, the
+// host's, which name the node (nodusd enrolls a host under its host name
+// unless told otherwise), or an image's, which name the machine it was
+// built on and not the sandbox's own name.
 var hostFiles = map[string]string{
 	"hostname": Hostname + "\n",
 	"hosts":    "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
@@ -134,8 +139,9 @@ var hostFiles = map[string]string{
 // Config is the OCI runtime configuration of s, with its root at rootfs
 // (the bundle's empty one, or s.Image's unpacked root); with egress, netns
 // is the prepared network namespace and resolvConf the resolver
-// configuration to show; identityDir holds hostFiles, shown over the
-// host's (an image's /etc is its own).
+// configuration to show; identityDir holds hostFiles, shown over those of
+// the root's /etc (the host's or the image's) that are files: a mount needs
+// its mount point, which a read-only root cannot be given.
 func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf, identityDir string) (*specs.Spec, error) {
 	switch s.Network {
 	case "", NetworkNone:
@@ -197,9 +203,16 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf, identityDir string)
 				Options: []string{"rbind", "ro", "nosuid", "nodev"}})
 		}
 	}
-	if s.Image == "" && identityDir != "" {
+	if identityDir != "" {
+		etc := "/etc"
+		if s.Image != "" {
+			etc = filepath.Join(rootfs, "etc")
+		}
 		// After /etc, which they cover.
 		for _, name := range slices.Sorted(maps.Keys(hostFiles)) {
+			if info, err := os.Lstat(filepath.Join(etc, name)); err != nil || !info.Mode().IsRegular() {
+				continue // none to hide, or an image's link, which the mount would follow
+			}
 			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(identityDir, name),
 				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 		}
@@ -392,16 +405,12 @@ func (rt *Runtime) Start(s Spec, out io.Writer) (*Sandbox, error) {
 			return fail(err)
 		}
 	}
-	identity := ""
-	if s.Image == "" {
-		identity = bundle
-		for name, content := range hostFiles {
-			if err := os.WriteFile(filepath.Join(bundle, name), []byte(content), 0o644); err != nil {
-				return fail(err)
-			}
+	for name, content := range hostFiles {
+		if err := os.WriteFile(filepath.Join(bundle, name), []byte(content), 0o644); err != nil {
+			return fail(err)
 		}
 	}
-	cfg, err := rt.Config(s, rootfs, netns, resolv, identity)
+	cfg, err := rt.Config(s, rootfs, netns, resolv, bundle)
 	if err != nil {
 		return fail(err)
 	}

@@ -448,6 +448,15 @@ func TestSandboxImages(t *testing.T) {
 	if !strings.Contains(out, "ID=nodus-tiny") || strings.Contains(out, "debian") || !strings.Contains(out, "hi") {
 		t.Errorf("an execution in image tiny:v1: %v %q", err, out)
 	}
+	// An image's own host name and hosts, those of the machine it was
+	// built on, are not the sandbox's.
+	named := filepath.Join(rt.ImagesDir, "named")
+	if err := testhost.TinyImageWith(named, "v1", t.TempDir(), "echo builder-host > etc/hostname; printf '127.0.0.1 localhost builder-host\n' > etc/hosts"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err, _ := run(t, rt, Spec{Image: "named:v1"}, "cat /etc/hostname /etc/hosts"); err != nil || strings.Contains(out, "builder-host") || !strings.HasPrefix(out, Hostname+"\n") {
+		t.Errorf("an image's /etc/hostname and /etc/hosts: %v %q", err, out)
+	}
 	// The same image as an archive, under another name.
 	sh(fmt.Sprintf(`cd %s && tar -cf %s/packed.tar .`, layout, rt.ImagesDir))
 	if out, _, _ := run(t, rt, Spec{Image: "packed:v1"}, "cat /etc/os-release"); !strings.Contains(out, "ID=nodus-tiny") {
@@ -525,5 +534,42 @@ func TestRemoveAllTakesOnlyItsOwnNamespaces(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join("/run/netns", "nodus-"+mine)); !os.IsNotExist(err) {
 		t.Errorf("this runtime's left namespace is still there: %v", err)
+	}
+}
+
+// TestTheSandboxsNameIsShownOnlyOverFilesThereAre: a mount needs its mount
+// point, and the root is read-only: a root without /etc/hosts (an image of
+// one binary, a host without the file) must not get a mount there, or
+// every execution would fail to start. A link in an image is left alone.
+func TestTheSandboxsNameIsShownOnlyOverFilesThereAre(t *testing.T) {
+	rootfs := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(rootfs, "etc"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mounted := func() []string {
+		t.Helper()
+		cfg, err := (&Runtime{DevDir: t.TempDir()}).Config(Spec{UID: nobody, Image: "tiny:v1"}, rootfs, "", "", "/bundle")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var over []string
+		for _, m := range cfg.Mounts {
+			if strings.HasPrefix(m.Source, "/bundle/") {
+				over = append(over, m.Destination)
+			}
+		}
+		return over
+	}
+	if got := mounted(); len(got) != 0 {
+		t.Errorf("a root without /etc/hostname and /etc/hosts got mounts there: %v", got)
+	}
+	if err := os.WriteFile(filepath.Join(rootfs, "etc", "hostname"), []byte("builder\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/run/hosts", filepath.Join(rootfs, "etc", "hosts")); err != nil {
+		t.Fatal(err)
+	}
+	if got := mounted(); !slices.Equal(got, []string{"/etc/hostname"}) {
+		t.Errorf("a root with a hostname file and a hosts link: mounts over %v", got)
 	}
 }
