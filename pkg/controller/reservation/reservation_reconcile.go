@@ -247,10 +247,11 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 }
 
 // refusedHere says whether node's agent reported that it does not grant
-// r's access at r's current epoch.
+// r's access at r's current epoch: r itself, not an earlier reservation of
+// its name.
 func refusedHere(r *nodusv1.Reservation, node *nodusv1.Node) bool {
 	a := node.Status.AccessRefusal
-	return a != nil && a.Reservation == r.Name && a.Epoch == r.Status.Epoch && node.Status.AppliedEpoch != r.Status.Epoch
+	return a != nil && a.Reservation == r.Name && a.ReservationUID == r.UID && a.Epoch == r.Status.Epoch
 }
 
 func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {

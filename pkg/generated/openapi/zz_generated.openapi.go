@@ -156,6 +156,14 @@ func schema_pkg_apis_nodus_v1_AccessRefusal(ref common.ReferenceCallback) common
 							Format:      "",
 						},
 					},
+					"reservationUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReservationUID is the UID of the reservation the server judged the refusal against: one deleted and made again under its name is another, which the refusal is not about.",
+							Default:     "",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 					"epoch": {
 						SchemaProps: spec.SchemaProps{
 							Description: "Epoch is the reservation's epoch whose access the agent refused.",
@@ -173,7 +181,7 @@ func schema_pkg_apis_nodus_v1_AccessRefusal(ref common.ReferenceCallback) common
 						},
 					},
 				},
-				Required: []string{"reservation", "epoch", "message"},
+				Required: []string{"reservation", "reservationUID", "epoch", "message"},
 			},
 		},
 	}

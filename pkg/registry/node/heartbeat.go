@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/authentication/user"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
@@ -68,7 +69,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	// etcd. Evidence that may count reads etcd: it is judged against the
 	// Node as it is (a cleaning request made a moment ago), and counts only
 	// from the current generation.
-	cachedLive, settled := h.settledEvidence(ctx, name, beat.Reservations)
+	cachedLive, settled, uids := h.settledEvidence(ctx, name, beat.Reservations)
 	fresh := beat.Cleaning != nil || slices.Contains(settled, false)
 	u, _ := genericapirequest.UserFrom(ctx)
 	node, err := h.node(ctx, name, fresh)
@@ -104,17 +105,17 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	var refusal *nodusv1.AccessRefusal
 	reads := 0
 	for i, e := range beat.Reservations {
-		live := cachedLive[i]
+		live, uid := cachedLive[i], uids[i]
 		if !settled[i] {
 			if reads++; reads > maxEvidenceReads {
 				continue
 			}
-			if live, err = h.drain(ctx, name, e, now); err != nil {
+			if live, uid, err = h.drain(ctx, name, e, now); err != nil {
 				return nil, err
 			}
 		}
 		if live && e.RefusedEpoch > 0 && refusal == nil {
-			refusal = &nodusv1.AccessRefusal{Reservation: e.Name, Epoch: e.RefusedEpoch, Message: e.Refusal}
+			refusal = &nodusv1.AccessRefusal{Reservation: e.Name, ReservationUID: uid, Epoch: e.RefusedEpoch, Message: e.Refusal}
 		}
 		if e.AppliedEpoch == 0 && e.RefusedEpoch > 0 {
 			// Nothing of it applied: the node's applied epoch stays.
@@ -219,15 +220,16 @@ const maxEvidenceReads = 8
 // cache and returns, by index, those whose evidence no version of the
 // reservation newer than the cached one could make count, and whether each
 // of those is live (on this node, not final). The others are judged on etcd.
-func (h *HeartbeatREST) settledEvidence(ctx context.Context, node string, evidence []nodusv1.ReservationEvidence) (live, settled []bool) {
-	live, settled = make([]bool, len(evidence)), make([]bool, len(evidence))
+func (h *HeartbeatREST) settledEvidence(ctx context.Context, node string, evidence []nodusv1.ReservationEvidence) (live, settled []bool, uids []types.UID) {
+	live, settled, uids = make([]bool, len(evidence)), make([]bool, len(evidence)), make([]types.UID, len(evidence))
 	for i, e := range evidence {
 		obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{ResourceVersion: "0"})
 		if err == nil {
 			live[i], settled[i] = judgedByCache(obj.(*nodusv1.Reservation), node, e)
+			uids[i] = obj.(*nodusv1.Reservation).UID
 		}
 	}
-	return live, settled
+	return live, settled, uids
 }
 
 // judgedByCache judges evidence e about cached, a reservation as the watch
@@ -254,18 +256,19 @@ func judgedByCache(cached *nodusv1.Reservation, node string, e nodusv1.Reservati
 // drain turns evidence into a final state: a releasing (ending) reservation
 // on this node whose current epoch the agent applied, with no owner session
 // and no borrower execution left, is released (ended). It reports whether
-// the reservation is on this node and not final before this report.
-func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, error) {
+// the reservation is on this node and not final before this report, and
+// its UID.
+func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.ReservationEvidence, now metav1.Time) (bool, types.UID, error) {
 	obj, err := h.Reservations.Get(ctx, e.Name, &metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return false, nil
+		return false, "", nil
 	}
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	res := obj.(*nodusv1.Reservation)
 	if res.Status.Node != node || lifecycle.Final(res.Status.State) {
-		return false, nil
+		return false, res.UID, nil
 	}
 	if e.AppliedEpoch > res.Status.Epoch {
 		// No agent applies an epoch the server has not issued: this is
@@ -273,10 +276,10 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 		// yet) or made up. It counts for nothing, not even the node's
 		// applied epoch; refusing the beat would cost the node its
 		// liveness.
-		return false, nil
+		return false, res.UID, nil
 	}
 	if !lifecycle.Drain(res.DeepCopy(), node, e, now.Time) {
-		return true, nil
+		return true, res.UID, nil
 	}
 	_, _, err = h.Reservations.Update(ctx, e.Name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
@@ -284,7 +287,7 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 			lifecycle.Drain(r, node, e, now.Time) // no change when the epoch moved on meanwhile: stale evidence
 			return r, nil
 		}), nil, nil, false, &metav1.UpdateOptions{})
-	return true, err
+	return true, res.UID, err
 }
 
 // nodeChanged says whether the beat changes node n. A beat that revived

@@ -166,6 +166,11 @@ func (m *AccessRefusal) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ReservationUID)
+	copy(dAtA[i:], m.ReservationUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ReservationUID)))
+	i--
+	dAtA[i] = 0x22
 	i -= len(m.Message)
 	copy(dAtA[i:], m.Message)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Message)))
@@ -3528,6 +3533,8 @@ func (m *AccessRefusal) Size() (n int) {
 	n += 1 + sovGenerated(uint64(m.Epoch))
 	l = len(m.Message)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.ReservationUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -4773,6 +4780,7 @@ func (this *AccessRefusal) String() string {
 		`Reservation:` + fmt.Sprintf("%v", this.Reservation) + `,`,
 		`Epoch:` + fmt.Sprintf("%v", this.Epoch) + `,`,
 		`Message:` + fmt.Sprintf("%v", this.Message) + `,`,
+		`ReservationUID:` + fmt.Sprintf("%v", this.ReservationUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -5827,6 +5835,38 @@ func (m *AccessRefusal) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Message = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 4:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ReservationUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ReservationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

@@ -146,6 +146,10 @@ type NodeStatus struct {
 type AccessRefusal struct {
 	// Reservation is the reservation's name.
 	Reservation string `json:"reservation" protobuf:"bytes,1,opt,name=reservation"`
+	// ReservationUID is the UID of the reservation the server judged the
+	// refusal against: one deleted and made again under its name is
+	// another, which the refusal is not about.
+	ReservationUID types.UID `json:"reservationUID" protobuf:"bytes,4,opt,name=reservationUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 	// Epoch is the reservation's epoch whose access the agent refused.
 	Epoch int64 `json:"epoch" protobuf:"varint,2,opt,name=epoch"`
 	// Message is the agent's reason, one line.

@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"unicode"
 	"unicode/utf8"
 
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
@@ -810,8 +811,8 @@ func ValidateHeartbeatReservations(rs []nodusv1.ReservationEvidence, path *field
 			errs = append(errs, field.Invalid(p.Child("refusal"), "", "only with refusedEpoch"))
 		case r.RefusedEpoch > 0 && r.RefusedEpoch <= r.AppliedEpoch:
 			errs = append(errs, field.Invalid(p.Child("refusedEpoch"), r.RefusedEpoch, "must be above appliedEpoch: an agent refuses an access it has not applied"))
-		case strings.ContainsAny(r.Refusal, "\n\t"):
-			errs = append(errs, field.Invalid(p.Child("refusal"), "", "must be one line"))
+		case strings.ContainsAny(r.Refusal, "\n\t") || strings.ContainsFunc(r.Refusal, NotInALine):
+			errs = append(errs, field.Invalid(p.Child("refusal"), "", "must be one line, without line separators or format characters (bidirectional overrides)"))
 		default:
 			errs = append(errs, validateReportedMessage(r.Refusal, MaxRefusalText, p.Child("refusal"))...)
 		}
@@ -821,6 +822,14 @@ func ValidateHeartbeatReservations(rs []nodusv1.ReservationEvidence, path *field
 
 // MaxRefusalText bounds an agent's refusal of a reservation's access.
 const MaxRefusalText = 256
+
+// NotInALine says whether r has no place in one line of text shown to
+// someone else: a line or paragraph separator (U+2028, U+2029), or a
+// format character such as a bidirectional override (U+202E), which
+// reorders what a terminal shows after it.
+func NotInALine(r rune) bool {
+	return unicode.In(r, unicode.Zl, unicode.Zp, unicode.Cf)
+}
 
 // MaxReportText bounds an execution report's message.
 const MaxReportText = maxFreeTextBytes

@@ -6,6 +6,10 @@ Copyright The Nodus Authors.
 
 package v1
 
+import (
+	types "k8s.io/apimachinery/pkg/types"
+)
+
 // AccessRefusalApplyConfiguration represents a declarative configuration of the AccessRefusal type for use
 // with apply.
 //
@@ -13,6 +17,10 @@ package v1
 type AccessRefusalApplyConfiguration struct {
 	// Reservation is the reservation's name.
 	Reservation *string `json:"reservation,omitempty"`
+	// ReservationUID is the UID of the reservation the server judged the
+	// refusal against: one deleted and made again under its name is
+	// another, which the refusal is not about.
+	ReservationUID *types.UID `json:"reservationUID,omitempty"`
 	// Epoch is the reservation's epoch whose access the agent refused.
 	Epoch *int64 `json:"epoch,omitempty"`
 	// Message is the agent's reason, one line.
@@ -30,6 +38,14 @@ func AccessRefusal() *AccessRefusalApplyConfiguration {
 // If called multiple times, the Reservation field is set to the value of the last call.
 func (b *AccessRefusalApplyConfiguration) WithReservation(value string) *AccessRefusalApplyConfiguration {
 	b.Reservation = &value
+	return b
+}
+
+// WithReservationUID sets the ReservationUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReservationUID field is set to the value of the last call.
+func (b *AccessRefusalApplyConfiguration) WithReservationUID(value types.UID) *AccessRefusalApplyConfiguration {
+	b.ReservationUID = &value
 	return b
 }
 
