@@ -113,7 +113,7 @@ func TestABorrowersExecutionsWithoutGPUsHaveACap(t *testing.T) {
 			})
 			if got.Status.Phase == nodusv1.ExecutionScheduled {
 				scheduled = append(scheduled, got)
-			} else if strings.Contains(got.Status.Message, "its cap of 2 executions") {
+			} else if strings.Contains(got.Status.Message, "cap of 8 GPUs and 2 executions at once") {
 				waiting++
 			}
 		}
@@ -150,42 +150,48 @@ func TestABorrowersExecutionsWithoutGPUsHaveACap(t *testing.T) {
 	}
 }
 
-// TestAWaitingExecutionIsNotWrittenAgainAsTheCapsUseMoves: an execution
-// waiting for its borrower's cap stays as it was written while the
-// borrower's other executions start and end. Its message named how many
-// GPUs the borrower held, so every start and end rewrote each of the
-// borrower's waiting executions: a borrower cycling short executions under
-// its cap beside a thousand big waiting ones wrote them all at each turn.
-func TestAWaitingExecutionIsNotWrittenAgainAsTheCapsUseMoves(t *testing.T) {
-	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 4}, false)
+// TestAWaitingExecutionIsNotWrittenAgainAsThePoolMoves: an execution
+// waiting for room stays as it was written while other executions start
+// and end. Its message said what held it back now: how many GPUs its
+// borrower held, or that no lent host had room; every start and end moved
+// one or the other, and rewrote each of the borrower's waiting executions
+// (a borrower cycling short executions beside a thousand big waiting ones
+// wrote them all at each turn).
+func TestAWaitingExecutionIsNotWrittenAgainAsThePoolMoves(t *testing.T) {
+	f := newLendingFleet(t, testserver.StartTestServer(t), 1, map[string]int32{"beta": 4, "gamma": 8}, false)
 	node := "gpu-00"
-	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
+	// The host lends 4 GPUs: beta's three and gamma's one fill it.
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":4}`, f.reservation(t, node).Status.Epoch)); r.code != http.StatusOK {
 		t.Fatalf("lend: %d %s", r.code, r.body)
 	}
-	var held []*nodusv1.Execution
-	for _, gpus := range []int{2, 1, 1} {
-		e := f.submit(t, "beta", gpus, 60)
-		held = append(held, f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled }))
+	placedOne := func(project string) *nodusv1.Execution {
+		t.Helper()
+		e := f.submit(t, project, 1, 60)
+		return f.waitExecution(t, project, e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	}
+	var beta []*nodusv1.Execution
+	for range 3 {
+		beta = append(beta, placedOne("beta"))
+	}
+	placedOne("gamma")
 	waiting := f.submit(t, "beta", 2, 60)
 	before := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Reason == "Waiting" })
-	if !strings.Contains(before.Status.Message, "its cap of 4 GPUs") {
+	if !strings.Contains(before.Status.Message, "cap of 4 GPUs") {
 		t.Errorf("the waiting execution's message: %q", before.Status.Message)
 	}
 
-	// One of the 1-GPU executions ends: the borrower holds 3 of its 4,
-	// and the 2-GPU one still waits.
-	ended := held[1]
+	// One of beta's ends: it holds 2 of its 4, and the host has one GPU
+	// free, not the two the waiting one needs: it waits for the host now.
+	ended := beta[1]
 	for _, rep := range []nodusv1.ExecutionReport{{Phase: nodusv1.ExecutionRunning, Reason: "Started"}, {Phase: nodusv1.ExecutionSucceeded, Reason: "Exited"}} {
 		rep.UID = ended.UID
 		if r := f.report(t, node, "beta", ended.Name, rep); r.code != http.StatusOK {
 			t.Fatalf("report %s: %d %s", rep.Phase, r.code, r.body)
 		}
 	}
-	// Another execution of one GPU takes the freed GPU: the scheduler ran
-	// its passes over the waiting one with the cap's use moving twice.
-	next := f.submit(t, "beta", 1, 60)
-	f.waitExecution(t, "beta", next.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	// Another of beta's, of one GPU, takes the free one: beta holds 3 of
+	// its 4, and the waiting one waits for the cap again.
+	placedOne("beta")
 	after, err := f.s.Client.NodusV1().Executions("beta").Get(ctx(t), waiting.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -194,6 +200,6 @@ func TestAWaitingExecutionIsNotWrittenAgainAsTheCapsUseMoves(t *testing.T) {
 		t.Fatalf("the 2-GPU execution no longer waits: %s %s", after.Status.Reason, after.Status.Message)
 	}
 	if after.ResourceVersion != before.ResourceVersion {
-		t.Errorf("the waiting execution was written again while its borrower's use moved: %q, then %q", before.Status.Message, after.Status.Message)
+		t.Errorf("the waiting execution was written again while the pool moved: %q, then %q", before.Status.Message, after.Status.Message)
 	}
 }

@@ -369,19 +369,12 @@ func (c *Controller) Pass(ctx context.Context) error {
 		switch {
 		case !allowed:
 			why = fmt.Sprintf("pool %s no longer lends to project %s", e.Spec.Pool, e.Namespace)
-		// A waiting execution's message names the cap, never how much of
-		// it is in use: that count moves at every start and end of the
-		// borrower's executions, and each move would rewrite every one of
-		// its waiting executions (up to the project's thousand, each up to
-		// its size bound) for a change no one waits on.
-		case borrowed[key]+e.Spec.GPUs > borrower.MaxGPUs:
-			why = fmt.Sprintf("project %s would pass its cap of %d GPUs at once in pool %s; waiting for some to be freed", e.Namespace, borrower.MaxGPUs, e.Spec.Pool)
-		case borrower.MaxExecutions != nil && placed[key] >= *borrower.MaxExecutions:
-			why = fmt.Sprintf("project %s has its cap of %d executions placed in pool %s; waiting for one to end", e.Namespace, *borrower.MaxExecutions, e.Spec.Pool)
+		case borrowed[key]+e.Spec.GPUs > borrower.MaxGPUs, borrower.MaxExecutions != nil && placed[key] >= *borrower.MaxExecutions:
+			why = waitingFor(e, borrower)
 		default:
 			chosen = bestFit(byPool[e.Spec.Pool], e.Spec.GPUs)
 			if chosen == nil {
-				why = fmt.Sprintf("no lent host in pool %s has %d free GPUs, a free execution slot and the memory and CPUs of its share left now", e.Spec.Pool, e.Spec.GPUs)
+				why = waitingFor(e, borrower)
 			}
 		}
 		if chosen == nil {
@@ -477,6 +470,21 @@ func (c *Controller) claimEnded(ctx context.Context, cl claim, now time.Time) (b
 		return false, nil // changed meanwhile: judged again next pass
 	}
 	return err == nil, err
+}
+
+// waitingFor is the message of execution e waiting for room. It says what
+// e waits for, not which of it holds e back now: that moves at every start
+// and end in the pool (the borrower's use of its caps, the hosts' free
+// GPUs), and each move would rewrite every waiting execution, up to a
+// project's thousand of up to their size bound each, for a change no one
+// waits on. How much of its caps a project holds, its executions show.
+func waitingFor(e *nodusv1.Execution, borrower nodusv1.PoolBorrower) string {
+	caps := fmt.Sprintf("%d GPUs", borrower.MaxGPUs)
+	if borrower.MaxExecutions != nil {
+		caps += fmt.Sprintf(" and %d executions", *borrower.MaxExecutions)
+	}
+	return fmt.Sprintf("waiting for room in pool %s: %d GPUs within project %s's cap of %s at once, on a lent host with the GPUs, an execution slot and the memory and CPUs of its share free",
+		e.Spec.Pool, e.Spec.GPUs, e.Namespace, caps)
 }
 
 // bestFit is the host where the execution leaves the fewest lendable GPUs
