@@ -8,6 +8,7 @@ package applycheck
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	"sigs.k8s.io/structured-merge-diff/v6/typed"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -65,13 +67,36 @@ func Filter(handler http.Handler, schemas *Schemas, known func(schema.GroupVersi
 		if _, err := (*tc).ObjectToTyped(u); err != nil {
 			apierror.Write(w, &apierrors.StatusError{ErrStatus: metav1.Status{
 				Status: metav1.StatusFailure, Code: http.StatusUnprocessableEntity, Reason: metav1.StatusReasonInvalid,
-				Message: fmt.Sprintf("the apply patch does not fit %s: %v", u.GetKind(), err),
+				Message: fmt.Sprintf("the apply patch does not fit %s: %s", u.GetKind(), misfit(gvk, err)),
 				Details: &metav1.StatusDetails{Group: gvk.Group, Kind: gvk.Kind, Name: u.GetName()},
 			}})
 			return
 		}
 		handler.ServeHTTP(w, req)
 	})
+}
+
+// withoutValues are the kinds whose values a refusal must not repeat: an
+// Execution's environment holds a borrower's secrets, and the answer's
+// message goes to the audit log.
+var withoutValues = map[schema.GroupKind]bool{{Group: "nodus.dev", Kind: "Execution"}: true}
+
+// misfit words the schema's refusal of a patch of kind gvk: the schema's
+// own words, or for a kind in withoutValues the paths it refused alone
+// (its words repeat the value: "expected string, got …").
+func misfit(gvk schema.GroupVersionKind, err error) string {
+	if !withoutValues[gvk.GroupKind()] {
+		return err.Error()
+	}
+	var errs typed.ValidationErrors
+	if !errors.As(err, &errs) || len(errs) == 0 {
+		return "a value does not fit its field (not repeated here: the object holds secrets)"
+	}
+	paths := make([]string, 0, len(errs))
+	for _, e := range errs {
+		paths = append(paths, e.Path)
+	}
+	return fmt.Sprintf("the value at %s does not fit its field's type or schema (not repeated here: the object holds secrets)", strings.Join(paths, ", "))
 }
 
 type readCloser struct {

@@ -130,6 +130,13 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	if err != nil || len(pools.Items) != 0 {
 		t.Errorf("bad input must write nothing; pools: %v %d", err, len(pools.Items))
 	}
+	// An Execution's refusal names where, not what: its environment holds
+	// a borrower's secrets, and the answer's message goes to the audit log.
+	if r := do(t, s.Config, "PATCH", nodus+"/namespaces/acme/executions/e?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(
+		`{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"e"},"spec":{"pool":"p","command":["x"],"env":[{"name":"PIN","value":7.125}]}}`)); r.code != http.StatusUnprocessableEntity ||
+		strings.Contains(string(r.body), "7.125") || !strings.Contains(string(r.body), "PIN") {
+		t.Errorf("an apply of an execution whose environment value is a number: %d %.400s", r.code, r.body)
+	}
 	// The apply check reads the body and gives it back whole: a patch that
 	// fits is applied.
 	if r := do(t, s.Config, "PATCH", nodus+"/pools/fits?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(

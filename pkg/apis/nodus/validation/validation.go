@@ -665,13 +665,13 @@ func noNULs(e *nodusv1.Execution) field.ErrorList {
 	spec := field.NewPath("spec")
 	for i, a := range e.Spec.Command {
 		if strings.IndexByte(a, 0) >= 0 {
-			errs = append(errs, field.Invalid(spec.Child("command").Index(i), a, "must not contain a NUL byte"))
+			errs = append(errs, field.Invalid(spec.Child("command").Index(i), field.OmitValueType{}, "must not contain a NUL byte"))
 		}
 	}
 	for i, v := range e.Spec.Env {
 		if strings.IndexByte(v.Value, 0) >= 0 {
-			// The value is the borrower's secret: the error, which the audit
-			// log keeps, does not repeat it.
+			// The value may be the borrower's secret, as an argument may
+			// be: the error, which the audit log keeps, repeats neither.
 			errs = append(errs, field.Invalid(spec.Child("env").Index(i).Child("value"), field.OmitValueType{}, "must not contain a NUL byte"))
 		}
 	}

@@ -272,14 +272,14 @@ func TestATermTheControllerActedOnStays(t *testing.T) {
 }
 
 // TestAnExecutionsRefusalsDoNotRepeatItsEnvironment: an execution's
-// environment is where a borrower keeps its secrets, and a refusal's text
+// environment (and its arguments) are where a borrower keeps its secrets, and a refusal's text
 // reaches the caller's terminal and the audit log, which keeps a request's
 // errors at every level.
 func TestAnExecutionsRefusalsDoNotRepeatItsEnvironment(t *testing.T) {
 	const secret = "hunter2-api-key"
 	e := &nodusv1.Execution{
 		ObjectMeta: metav1.ObjectMeta{Name: "job", Namespace: "beta"},
-		Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, MaxRuntimeSeconds: 60,
+		Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train", "--key=" + secret + "\x00"}, MaxRuntimeSeconds: 60,
 			Env: []nodusv1.ExecutionEnv{{Name: "TOKEN", Value: secret + "\x00"}}},
 	}
 	errs := ValidateExecution(e)
