@@ -333,6 +333,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	// Reservations that left this node while the agent was down are retired now.
 	a.retireGone(ctx)
 	go a.recordAgain(ctx)
+	go a.retryRefusals(ctx)
 	go a.watchTerms(ctx)
 	// Cleanings start only once the reservations are known and retired.
 	go a.cleaner(ctx, latestNode)
@@ -662,7 +663,6 @@ func (a *Agent) heartbeats(ctx context.Context) {
 		}
 		backoff = time.Second
 		wait = a.currentInterval()
-		a.retryRefusals(ctx)
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"k8s.io/klog/v2"
@@ -35,23 +36,36 @@ func (a *Agent) refuse(reservation, user string, epoch int64, err error) {
 	}
 }
 
-// retryRefusals applies again the reservations whose access the agent
-// refused: what refused it (an account missing, a usermod that failed) may
-// have been put right on the host since, and nothing else applies a
-// reservation again until it changes.
+// retryRefusalsEvery is how often the refused reservations are applied again.
+const retryRefusalsEvery = 10 * time.Second
+
+// retryRefusals applies again, every retryRefusalsEvery until ctx ends,
+// the reservations whose access the agent refused: what refused it (an
+// account missing, a usermod that failed) may have been put right on the
+// host since, and nothing else applies a reservation again until it
+// changes. On a goroutine of its own: an apply that then succeeds may
+// reset the previous login user's account, which takes what it takes,
+// and the heartbeats must not wait for it.
 func (a *Agent) retryRefusals(ctx context.Context) {
-	if a.reservations == nil {
-		return
-	}
-	a.mu.Lock()
-	names := slices.Sorted(maps.Keys(a.refusals))
-	a.mu.Unlock()
-	for _, name := range names {
-		obj, exists, err := a.reservations.GetByKey(name)
-		if err != nil || !exists || ctx.Err() != nil {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(retryRefusalsEvery):
+		}
+		if a.reservations == nil {
 			continue
 		}
-		a.apply(ctx, obj.(*nodusv1.Reservation))
+		a.mu.Lock()
+		names := slices.Sorted(maps.Keys(a.refusals))
+		a.mu.Unlock()
+		for _, name := range names {
+			obj, exists, err := a.reservations.GetByKey(name)
+			if err != nil || !exists || ctx.Err() != nil {
+				continue
+			}
+			a.apply(ctx, obj.(*nodusv1.Reservation))
+		}
 	}
 }
 

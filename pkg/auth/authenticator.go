@@ -33,11 +33,14 @@ type TokenGetter interface {
 // Fresh reads of tokens the cache does not hold: anyone may send a bearer
 // token naming none, and each cost a read from etcd, before any in-flight
 // limit. A token made a moment ago, which the cache has not seen yet, is
-// read within this budget; past it, it is refused until the cache has it
-// (milliseconds), and a retry gets in.
+// read within this budget; past it, the cache is asked again every
+// missPoll for up to missWait (a new token reaches it within milliseconds)
+// before the token is refused.
 const (
 	missReadsPerSecond = 50
 	missReadsBurst     = 100
+	missWait           = time.Second
+	missPoll           = 50 * time.Millisecond
 )
 
 var errInvalidToken = errors.New("invalid bearer token")
@@ -61,7 +64,7 @@ func IsPublicPath(path string) bool {
 func NewAuthenticator(clientCAs *x509.CertPool, tokens TokenGetter) authenticator.Request {
 	certs := newX509(clientCAs)
 	bearer := bearertoken.New(&tokenAuthenticator{tokens: tokens, now: time.Now,
-		missReads: rate.NewLimiter(missReadsPerSecond, missReadsBurst)})
+		missReads: rate.NewLimiter(missReadsPerSecond, missReadsBurst), missWait: missWait})
 	return union.New(newCertCache(certs), bearer, authenticator.RequestFunc(publicAnonymous))
 }
 
@@ -106,11 +109,32 @@ type tokenAuthenticator struct {
 	tokens    TokenGetter
 	now       func() time.Time
 	missReads *rate.Limiter
+	missWait  time.Duration
 }
 
 // errTooManyMisses refuses a token the cache does not hold while unknown
 // tokens come faster than missReadsPerSecond.
 var errTooManyMisses = errors.New("bearer token unknown to the server's cache, and too many unknown tokens are being read now: retry in a moment")
+
+// readMissing reads a token the cache did not hold: from etcd (fresh)
+// within the budget, else from the cache again until missWait has passed.
+func readMissing[T any](ctx context.Context, a *tokenAuthenticator, read func(fresh bool) (T, error)) (T, error) {
+	if a.missReads.Allow() {
+		return read(true)
+	}
+	var none T
+	for waited := time.Duration(0); waited < a.missWait; waited += missPoll {
+		select {
+		case <-ctx.Done():
+			return none, ctx.Err()
+		case <-time.After(missPoll):
+		}
+		if t, err := read(false); !apierrors.IsNotFound(err) {
+			return t, err
+		}
+	}
+	return none, errTooManyMisses
+}
 
 func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string) (*authenticator.Response, bool, error) {
 	if rest, ok := strings.CutPrefix(token, enrollmenttoken.TokenPrefix); ok {
@@ -123,10 +147,7 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	t, err := a.tokens.GetAccessToken(ctx, name, false)
 	if apierrors.IsNotFound(err) {
 		// The cache may not have seen a token created a moment ago.
-		if !a.missReads.Allow() {
-			return nil, false, errTooManyMisses
-		}
-		t, err = a.tokens.GetAccessToken(ctx, name, true)
+		t, err = readMissing(ctx, a, func(fresh bool) (*nodusv1.AccessToken, error) { return a.tokens.GetAccessToken(ctx, name, fresh) })
 	}
 	if apierrors.IsNotFound(err) {
 		return nil, false, errInvalidToken
@@ -164,14 +185,14 @@ func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*aut
 	if !ok {
 		return nil, false, errInvalidToken
 	}
-	// The enrollment reads the token from etcd again; authenticating it
-	// needs only its hash and expiry, which never change.
+	// The enrollment reads the token from etcd again and judges it there
+	// (used, expired, the object authenticated here); the cache's copy
+	// authenticates.
 	t, err := a.tokens.GetEnrollmentToken(ctx, name, false)
 	if apierrors.IsNotFound(err) {
-		if !a.missReads.Allow() {
-			return nil, false, errTooManyMisses
-		}
-		t, err = a.tokens.GetEnrollmentToken(ctx, name, true)
+		t, err = readMissing(ctx, a, func(fresh bool) (*nodusv1.EnrollmentToken, error) {
+			return a.tokens.GetEnrollmentToken(ctx, name, fresh)
+		})
 	}
 	if apierrors.IsNotFound(err) {
 		return nil, false, errInvalidToken
@@ -187,6 +208,6 @@ func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*aut
 	}
 	return &authenticator.Response{User: &user.DefaultInfo{
 		Name: "nodus:enroller:" + name, Groups: []string{GroupEnrollers},
-		Extra: map[string][]string{ExtraEnrollmentToken: {name}},
+		Extra: map[string][]string{ExtraEnrollmentToken: {name}, ExtraEnrollmentTokenUID: {string(t.UID)}},
 	}}, true, nil
 }

@@ -29,6 +29,10 @@ const (
 	GroupEnrollers = "nodus:enrollers"
 	// ExtraEnrollmentToken names the enrollment token a request came with.
 	ExtraEnrollmentToken = "nodus.dev/enrollment-token"
+	// ExtraEnrollmentTokenUID is the UID of that token as authenticated
+	// (from the watch cache): one deleted and made again under its name is
+	// another, which the old token's secret does not use up.
+	ExtraEnrollmentTokenUID = "nodus.dev/enrollment-token-uid"
 	// ExtraAgentGeneration is the agent generation a node credential was issued for.
 	ExtraAgentGeneration = "nodus.dev/agent-generation"
 	// ExtraAccessToken names the AccessToken a request authenticated with.

@@ -89,6 +89,14 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	token := current.(*nodusv1.EnrollmentToken)
+	// The caller was authenticated against the watch cache's copy: the
+	// token as stored must be that object, and unexpired now.
+	if uids := u.GetExtra()[auth.ExtraEnrollmentTokenUID]; len(uids) != 1 || uids[0] != string(token.UID) {
+		return nil, apierrors.NewUnauthorized(fmt.Sprintf("enrollment token %q was deleted and made again since this request was authenticated: its secret is the old token's", tokenName))
+	}
+	if token.Spec.ExpiresAt != nil && !time.Now().Before(token.Spec.ExpiresAt.Time) {
+		return nil, apierrors.NewUnauthorized(fmt.Sprintf("enrollment token %q expired at %s", tokenName, token.Spec.ExpiresAt.UTC().Format(time.RFC3339)))
+	}
 	if token.Status.UsedAt != nil {
 		if err := usedBySomeoneElse(ctx, token, name, key); err != nil {
 			return nil, err
