@@ -35,12 +35,17 @@ type TokenGetter interface {
 }
 
 // MaxWatchesPerCaller bounds the watches one caller other than an operator
-// (a tenant, an agent) keeps open on one server. A watch is a long-running
-// request, which no in-flight limit counts, and holds a watcher of the
-// watch cache with its buffer: without a bound one tenant's token could
-// open them until the server ran out of memory. An agent keeps a few, a
-// person's tools tens.
+// or an agent keeps open on one server. A watch is a long-running request,
+// which no in-flight limit counts, and holds a watcher of the watch cache
+// with its buffer: without a bound one tenant's token could open them
+// until the server ran out of memory. A person's tools keep tens.
 const MaxWatchesPerCaller = 100
+
+// MaxWatchesPerAgent bounds an agent's: it keeps three, but its watch of
+// its reservations is how an access's end reaches the host, and on a
+// flapping network the server may hold its half-open ones until they time
+// out, so its bound is far above what it uses.
+const MaxWatchesPerAgent = 1000
 
 // Watches are the open watches of one server.
 type Watches struct {
@@ -79,11 +84,17 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		}
 		caller := attrs.GetUser().GetName()
 		if !auth.IsOperator(attrs.GetUser()) {
-			if !w.admit(caller) {
-				rw.Header().Set("Retry-After", "10")
+			most := MaxWatchesPerCaller
+			if _, _, agent := auth.NodeOf(attrs.GetUser()); agent {
+				most = MaxWatchesPerAgent
+			}
+			if !w.admit(caller, most) {
+				// No Retry-After: waiting does not end a watch, and
+				// client-go would wait and ask again ten times, silent.
 				apierror.Write(rw, apierror.New(req.Context(), metav1.StatusReasonTooManyRequests,
 					schema.GroupResource{Group: info.APIGroup, Resource: info.Resource}, "",
-					fmt.Sprintf("%s has %d watches open on this server, the most one caller may: end one first", caller, MaxWatchesPerCaller), ""))
+					fmt.Sprintf("%s has %d watches open on this server, the most one caller may", caller, most),
+					"End one of your open watches first (nodus hosts list -w, kubectl get -w, an informer), then watch again."))
 				return
 			}
 			defer w.release(caller)
@@ -232,14 +243,14 @@ func (w *Watches) add(open *watch) {
 	w.open[open] = struct{}{}
 }
 
-// admit counts a watch of caller's, unless it has MaxWatchesPerCaller open.
-func (w *Watches) admit(caller string) bool {
+// admit counts a watch of caller's, unless it has most open.
+func (w *Watches) admit(caller string, most int) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.byCaller == nil {
 		w.byCaller = map[string]int{}
 	}
-	if w.byCaller[caller] >= MaxWatchesPerCaller {
+	if w.byCaller[caller] >= most {
 		return false
 	}
 	w.byCaller[caller]++
