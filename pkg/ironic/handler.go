@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 
@@ -462,18 +463,23 @@ func looksLikeUUID(s string) bool {
 func baseURL(req *http.Request) string { return "https://" + req.Host }
 
 // secretWords mark the fields whose values the audit log does not keep:
-// Ironic's clients send a BMC's password in driver_info (refused here, but
-// logged as it came), as oslo's mask_password knows them.
-var secretWords = []string{"password", "passwd", "pwd", "secret", "token", "credential", "private_key"}
+// Ironic's clients send a BMC's credentials in driver_info (refused here,
+// but logged as they came): passwords, SNMP's keys and communities, IPMI's
+// Kg key, as oslo's mask_password and Ironic's drivers name them.
+var secretWords = []string{"pass", "pwd", "secret", "token", "credential", "_key", "community", "kg"}
 
 // auditBody is a write's body as the audit log keeps it: the values of
 // fields (or of JSON patch operations on paths) whose names say they are
-// secrets replaced by "***". A body that is no JSON is kept as it came: it
-// is refused, and says nothing the parser could find.
+// secrets replaced by "***", and the user information of URLs in its
+// strings (redfish_address: https://user:password@…). A body that is no
+// JSON is not kept, only its size: it is refused, and what it holds is
+// beyond what the parser could find.
 func auditBody(body []byte) string {
 	var v interface{}
-	if json.Unmarshal(body, &v) != nil {
-		return string(body)
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	if dec.Decode(&v) != nil || dec.More() {
+		return fmt.Sprintf("<%d bytes, not JSON>", len(body))
 	}
 	if !redact(v) {
 		return string(body)
@@ -496,18 +502,46 @@ func redact(v interface{}) bool {
 			}
 		}
 		for k, e := range x {
-			if secretName(k) {
+			switch {
+			case secretName(k):
 				x[k], found = "***", true
+			case isString(e):
+				if masked, ok := withoutUserInfo(e.(string)); ok {
+					x[k], found = masked, true
+				}
+			default:
+				found = redact(e) || found
+			}
+		}
+	case []interface{}:
+		for i, e := range x {
+			if masked, ok := withoutUserInfo(fmt.Sprint(e)); ok && isString(e) {
+				x[i], found = masked, true
 				continue
 			}
 			found = redact(e) || found
 		}
-	case []interface{}:
-		for _, e := range x {
-			found = redact(e) || found
-		}
 	}
 	return found
+}
+
+func isString(v interface{}) bool {
+	_, ok := v.(string)
+	return ok
+}
+
+// withoutUserInfo is s with the user information of the URL it is masked,
+// ok only when s is such a URL.
+func withoutUserInfo(s string) (string, bool) {
+	if !strings.Contains(s, "@") || !strings.Contains(s, "://") {
+		return s, false
+	}
+	u, err := url.Parse(s)
+	if err != nil || u.User == nil {
+		return s, false
+	}
+	u.User = url.User("***")
+	return u.String(), true
 }
 
 func secretName(s string) bool {
