@@ -136,6 +136,34 @@ var hostFiles = map[string]string{
 	"hosts":    "127.0.0.1\tlocalhost " + Hostname + "\n::1\tlocalhost ip6-localhost ip6-loopback\n",
 }
 
+// bindable says whether a file can be bound over path in the sandbox: a
+// regular file, or a link whose target is one below a directory of within
+// (bound into the sandbox, where the mount follows the link to it).
+func bindable(path string, within []string) bool {
+	info, err := os.Lstat(path)
+	switch {
+	case err != nil:
+		return false
+	case info.Mode().IsRegular():
+		return true
+	case info.Mode()&os.ModeSymlink == 0:
+		return false
+	}
+	target, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return false
+	}
+	if t, err := os.Stat(target); err != nil || !t.Mode().IsRegular() {
+		return false
+	}
+	for _, dir := range within {
+		if strings.HasPrefix(target, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // Config is the OCI runtime configuration of s, with its root at rootfs
 // (the bundle's empty one, or s.Image's unpacked root); with egress, netns
 // is the prepared network namespace and resolvConf the resolver
@@ -204,14 +232,17 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf, identityDir string)
 		}
 	}
 	if identityDir != "" {
-		etc := "/etc"
+		// After /etc, which they cover. The host's may be links into its
+		// system directories (NixOS: /etc/hosts → /etc/static/hosts), which
+		// the mount follows inside the sandbox's root to the same file; an
+		// image's links are left alone (nothing of the host is in it).
+		etc, within := "/etc", systemDirs
 		if s.Image != "" {
-			etc = filepath.Join(rootfs, "etc")
+			etc, within = filepath.Join(rootfs, "etc"), nil
 		}
-		// After /etc, which they cover.
 		for _, name := range slices.Sorted(maps.Keys(hostFiles)) {
-			if info, err := os.Lstat(filepath.Join(etc, name)); err != nil || !info.Mode().IsRegular() {
-				continue // none to hide, or an image's link, which the mount would follow
+			if !bindable(filepath.Join(etc, name), within) {
+				continue // none to hide: a mount point cannot be made in the read-only root
 			}
 			cfg.Mounts = append(cfg.Mounts, specs.Mount{Destination: "/etc/" + name, Type: "bind", Source: filepath.Join(identityDir, name),
 				Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})

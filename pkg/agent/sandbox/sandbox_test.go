@@ -573,3 +573,31 @@ func TestTheSandboxsNameIsShownOnlyOverFilesThereAre(t *testing.T) {
 		t.Errorf("a root with a hostname file and a hosts link: mounts over %v", got)
 	}
 }
+
+// TestALinkedHostFileIsBoundWhereItLeads: a host's /etc/hosts may be a
+// link into its system directories (NixOS), which the mount follows to
+// the same file inside the sandbox; one leading elsewhere (where the
+// sandbox has no such file) or to nothing is left alone.
+func TestALinkedHostFileIsBoundWhereItLeads(t *testing.T) {
+	system, elsewhere := t.TempDir(), t.TempDir()
+	for _, dir := range []string{system, elsewhere} {
+		if err := os.WriteFile(filepath.Join(dir, "hosts"), []byte("127.0.0.1 node-7\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	etc := t.TempDir()
+	for name, target := range map[string]string{"into": filepath.Join(system, "hosts"), "out": filepath.Join(elsewhere, "hosts"), "dangling": filepath.Join(system, "none")} {
+		if err := os.Symlink(target, filepath.Join(etc, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	within := []string{system}
+	for name, want := range map[string]bool{"into": true, "out": false, "dangling": false, "missing": false} {
+		if got := bindable(filepath.Join(etc, name), within); got != want {
+			t.Errorf("a link %s: bindable %v, want %v", name, got, want)
+		}
+	}
+	if !bindable(filepath.Join(system, "hosts"), nil) {
+		t.Error("a regular file is not bindable")
+	}
+}
