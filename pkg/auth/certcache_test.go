@@ -47,7 +47,9 @@ func certificateAuthenticator(roots *x509.CertPool) (*certCache, *countingVerifi
 	return newCertCache(v), v
 }
 
-func TestCertCacheVerifiesEachCertificateOnce(t *testing.T) {
+// certificateAuthenticatorOfCA is certificateAuthenticator trusting a new CA.
+func certificateAuthenticatorOfCA(t *testing.T) (*pki.CA, *certCache, *countingVerifier) {
+	t.Helper()
 	ca, err := pki.NewCA("test")
 	if err != nil {
 		t.Fatal(err)
@@ -55,6 +57,11 @@ func TestCertCacheVerifiesEachCertificateOnce(t *testing.T) {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca.Cert)
 	cache, verifier := certificateAuthenticator(roots)
+	return ca, cache, verifier
+}
+
+func TestCertCacheVerifiesEachCertificateOnce(t *testing.T) {
+	ca, cache, verifier := certificateAuthenticatorOfCA(t)
 
 	alice := requestWithCert(t, ca, "alice")
 	for range 3 {
@@ -105,13 +112,7 @@ func TestCertCacheVerifiesEachCertificateOnce(t *testing.T) {
 // entry, not one more per request (which cleared the whole cache every
 // 50,000, and every agent's next request was verified again).
 func TestACertificateIsOneEntryWhateverComesBesideIt(t *testing.T) {
-	ca, err := pki.NewCA("test")
-	if err != nil {
-		t.Fatal(err)
-	}
-	roots := x509.NewCertPool()
-	roots.AddCert(ca.Cert)
-	cache, verifier := certificateAuthenticator(roots)
+	ca, cache, verifier := certificateAuthenticatorOfCA(t)
 	agent := requestWithCert(t, ca, "nodus:node:gpu-001")
 	padding := requestWithCert(t, ca, "padding").TLS.PeerCertificates[0]
 	for i := range 5 {
