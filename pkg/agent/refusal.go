@@ -75,12 +75,8 @@ func (a *Agent) retryRefusals(ctx context.Context) {
 // nothing applied. A reservation no longer here leaves its refusal.
 func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.ReservationEvidence {
 	a.mu.Lock()
-	names := make([]string, 0, len(a.refusals))
-	for name := range a.refusals {
-		names = append(names, name)
-	}
+	names := slices.Sorted(maps.Keys(a.refusals))
 	a.mu.Unlock()
-	slices.Sort(names)
 	for _, name := range names {
 		if !a.current(name) {
 			a.mu.Lock()
