@@ -480,7 +480,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
-			a.refuse(r.Name, loginUser, desired.Epoch, err)
+			a.refuse(r.Name, r.UID, loginUser, desired.Epoch, err)
 			if previous.Granted() && desired.Epoch > previous.Epoch {
 				// The access this state changes ends all the same: its
 				// principal, of the old epoch, and its sessions must not

@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -17,6 +18,7 @@ import (
 // refusal is an access the agent does not grant: the reservation's epoch,
 // and why, as the server takes it (one line, validation.MaxRefusalText).
 type refusal struct {
+	uid   types.UID
 	epoch int64
 	why   string
 }
@@ -24,8 +26,8 @@ type refusal struct {
 // refuse records that the agent does not grant reservation's access (its
 // login user) at epoch, and, when that is news, logs it and has the next
 // heartbeat say so soon.
-func (a *Agent) refuse(reservation, user string, epoch int64, err error) {
-	r := refusal{epoch: epoch, why: refusalText(err.Error())}
+func (a *Agent) refuse(reservation string, uid types.UID, user string, epoch int64, err error) {
+	r := refusal{uid: uid, epoch: epoch, why: refusalText(err.Error())}
 	a.mu.Lock()
 	news := a.refusals[reservation] != r
 	a.refusals[reservation] = r
@@ -93,9 +95,9 @@ func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.R
 		i := slices.IndexFunc(evidence, func(e nodusv1.ReservationEvidence) bool { return e.Name == name })
 		switch {
 		case i >= 0 && evidence[i].AppliedEpoch < r.epoch:
-			evidence[i].RefusedEpoch, evidence[i].Refusal = r.epoch, r.why
+			evidence[i].RefusedEpoch, evidence[i].Refusal, evidence[i].RefusedUID = r.epoch, r.why, r.uid
 		case i < 0 && len(evidence) < validation.MaxHeartbeatReservations:
-			evidence = append(evidence, nodusv1.ReservationEvidence{Name: name, RefusedEpoch: r.epoch, Refusal: r.why})
+			evidence = append(evidence, nodusv1.ReservationEvidence{Name: name, RefusedEpoch: r.epoch, Refusal: r.why, RefusedUID: r.uid})
 		}
 	}
 	return evidence

@@ -24,7 +24,7 @@ func TestARefusalIsSentAsTheServerTakesIt(t *testing.T) {
 		"",
 	} {
 		got := refusalText(s)
-		e := nodusv1.ReservationEvidence{Name: "r", RefusedEpoch: 2, Refusal: got}
+		e := nodusv1.ReservationEvidence{Name: "r", RefusedEpoch: 2, Refusal: got, RefusedUID: "6f7e6e07-c93b-476f-8085-f75ee2b49306"}
 		if errs := validation.ValidateHeartbeatReservations([]nodusv1.ReservationEvidence{e}, field.NewPath("reservations")); len(errs) > 0 {
 			t.Errorf("refusalText(%q) = %q, which the server refuses: %v", s, got, errs)
 		}

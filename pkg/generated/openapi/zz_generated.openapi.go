@@ -2905,6 +2905,13 @@ func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) 
 							Format:      "",
 						},
 					},
+					"refusedUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "RefusedUID is the UID of the reservation the agent refused, set with RefusedEpoch: a refusal of one deleted since is not about another made under its name.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"name", "appliedEpoch", "ownerSessions", "borrowerExecutions"},
 			},

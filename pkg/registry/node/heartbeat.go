@@ -114,7 +114,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 				return nil, err
 			}
 		}
-		if live && e.RefusedEpoch > 0 && refusal == nil {
+		if live && e.RefusedEpoch > 0 && e.RefusedUID == uid && refusal == nil {
 			refusal = &nodusv1.AccessRefusal{Reservation: e.Name, ReservationUID: uid, Epoch: e.RefusedEpoch, Message: e.Refusal}
 		}
 		if e.AppliedEpoch == 0 && e.RefusedEpoch > 0 {

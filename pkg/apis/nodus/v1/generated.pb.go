@@ -2702,6 +2702,11 @@ func (m *ReservationEvidence) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.RefusedUID)
+	copy(dAtA[i:], m.RefusedUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.RefusedUID)))
+	i--
+	dAtA[i] = 0x3a
 	i -= len(m.Refusal)
 	copy(dAtA[i:], m.Refusal)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.Refusal)))
@@ -4472,6 +4477,8 @@ func (m *ReservationEvidence) Size() (n int) {
 	n += 1 + sovGenerated(uint64(m.RefusedEpoch))
 	l = len(m.Refusal)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.RefusedUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5503,6 +5510,7 @@ func (this *ReservationEvidence) String() string {
 		`BorrowerExecutions:` + fmt.Sprintf("%v", this.BorrowerExecutions) + `,`,
 		`RefusedEpoch:` + fmt.Sprintf("%v", this.RefusedEpoch) + `,`,
 		`Refusal:` + fmt.Sprintf("%v", this.Refusal) + `,`,
+		`RefusedUID:` + fmt.Sprintf("%v", this.RefusedUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -14558,6 +14566,38 @@ func (m *ReservationEvidence) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.Refusal = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 7:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field RefusedUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.RefusedUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

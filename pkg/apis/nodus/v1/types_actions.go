@@ -1,6 +1,9 @@
 package v1
 
-import metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
 
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
@@ -70,6 +73,11 @@ type ReservationEvidence struct {
 	// Refusal is why the agent does not grant RefusedEpoch's access: one line.
 	// +optional
 	Refusal string `json:"refusal,omitempty" protobuf:"bytes,6,opt,name=refusal"`
+	// RefusedUID is the UID of the reservation the agent refused, set
+	// with RefusedEpoch: a refusal of one deleted since is not about
+	// another made under its name.
+	// +optional
+	RefusedUID types.UID `json:"refusedUID,omitempty" protobuf:"bytes,7,opt,name=refusedUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // CleaningEvidence is an agent's account of one handover cleaning.

@@ -809,6 +809,10 @@ func ValidateHeartbeatReservations(rs []nodusv1.ReservationEvidence, path *field
 			errs = append(errs, field.Required(p.Child("refusal"), "why the agent refuses refusedEpoch"))
 		case r.RefusedEpoch == 0 && r.Refusal != "":
 			errs = append(errs, field.Invalid(p.Child("refusal"), "", "only with refusedEpoch"))
+		case r.RefusedEpoch > 0 && !sshvalue.CanonicalUID(r.RefusedUID):
+			errs = append(errs, field.Invalid(p.Child("refusedUID"), r.RefusedUID, "the UID of the reservation refused, with refusedEpoch"))
+		case r.RefusedEpoch == 0 && r.RefusedUID != "":
+			errs = append(errs, field.Invalid(p.Child("refusedUID"), r.RefusedUID, "only with refusedEpoch"))
 		case r.RefusedEpoch > 0 && r.RefusedEpoch <= r.AppliedEpoch:
 			errs = append(errs, field.Invalid(p.Child("refusedEpoch"), r.RefusedEpoch, "must be above appliedEpoch: an agent refuses an access it has not applied"))
 		case strings.ContainsAny(r.Refusal, "\n\t") || strings.ContainsFunc(r.Refusal, NotInALine):
