@@ -96,7 +96,7 @@ func (ca *CA) Sign(pub ssh.PublicKey, keyID, principal string, validBefore time.
 		// open to every other member, and to anyone root on the host, to
 		// read and type into. Agent forwarding stays possible; nodus' SSH
 		// entries turn it off unless the user asks (ssh -A).
-		Permissions: ssh.Permissions{Extensions: Extensions()},
+		Permissions: ssh.Permissions{Extensions: extensions()},
 	}
 	if err := cert.SignCert(rand.Reader, ca.signer); err != nil {
 		return nil, err
@@ -104,8 +104,8 @@ func (ca *CA) Sign(pub ssh.PublicKey, keyID, principal string, validBefore time.
 	return cert, nil
 }
 
-// Extensions are what a certificate permits: a terminal, port and agent
+// extensions are what a certificate permits: a terminal, port and agent
 // forwarding, and ~/.ssh/rc; never X11 forwarding.
-func Extensions() map[string]string {
+func extensions() map[string]string {
 	return map[string]string{"permit-pty": "", "permit-port-forwarding": "", "permit-agent-forwarding": "", "permit-user-rc": ""}
 }
