@@ -18,6 +18,10 @@
 //     executions over 1,000 lent hosts against the same status writes made
 //     through the API;
 //
+//   - watchers: what the agents' watches of their own nodes' Reservations
+//     cost: updates timed until the node's watch shows them, with 1,000 and
+//     with 10,000 such watches open, and a LIST by node against a GET;
+//
 //   - memory: the server's RSS with 10,000 nodes and 10,000 reserved hosts,
 //     and the time from a restart on that data to ready.
 //
@@ -41,13 +45,14 @@ type config struct {
 	nodes, rounds, allocations                 int
 	lentHosts, latencyHosts, latencyRuns       int
 	pending                                    int
+	watchers, watchedHosts, watchUpdates       int
 	interval                                   time.Duration
 }
 
 func main() {
 	var c config
 	var scenarios, binary string
-	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending,memory", "which measurements to run")
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending,watchers,memory", "which measurements to run")
 	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
 	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
@@ -62,6 +67,9 @@ func main() {
 	flag.IntVar(&c.latencyHosts, "latency-hosts", 4, "lending: hosts with simulated agents for the create → running latency")
 	flag.IntVar(&c.latencyRuns, "latency-runs", 100, "lending: executions timed one at a time")
 	flag.IntVar(&c.pending, "pending", 1000, "lending: executions the scheduler places at once")
+	flag.IntVar(&c.watchers, "watchers", 10000, "watchers: agents' Reservation watches open (status.node=NODE), one per node")
+	flag.IntVar(&c.watchedHosts, "watched-hosts", 1000, "watchers: of those nodes, how many are reserved")
+	flag.IntVar(&c.watchUpdates, "watch-updates", 2000, "watchers: Reservation updates timed until their node's watch shows them, per round")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
 	flag.Parse()
 	if err := run(c, binary, strings.Split(scenarios, ",")); err != nil {
@@ -78,7 +86,7 @@ func run(c config, binary string, scenarios []string) error {
 			}
 			continue
 		}
-		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat, "lending": lendingBench}[name]
+		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat, "lending": lendingBench, "watchers": watchers}[name]
 		if !ok {
 			return fmt.Errorf("unknown scenario %q", name)
 		}
