@@ -13,6 +13,7 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"k8s.io/apiserver/pkg/storage"
+	"k8s.io/client-go/tools/cache"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -26,6 +27,13 @@ type Kind struct {
 	Table        rest.TableConvertor
 	// Fields returns the kind's selectable fields beyond metadata.
 	Fields func(obj runtime.Object) fields.Set
+	// Indexed is the one field of Fields (the library takes one) whose
+	// exact selections the watch cache serves from an index: a watch of
+	// one value is sent the events of objects that have it or had it, not
+	// every event of the kind, and a LIST of it reads only those objects.
+	// Every agent watches its node's objects by such a field; without the
+	// index each write was matched against every agent's watch.
+	Indexed string
 }
 
 // Stores are the REST storages of one kind: the main resource and, when the
@@ -57,13 +65,27 @@ func NewStore(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, kind
 		}
 		return labels.Set(m.GetLabels()), set, nil
 	}
+	options := &generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrs}
+	var indexFields []string
+	if f := kind.Indexed; f != "" {
+		value := func(obj runtime.Object) string { return kind.Fields(obj)[f] }
+		indexFields = []string{f}
+		options.TriggerFunc = storage.IndexerFuncs{f: value}
+		options.Indexers = &cache.Indexers{storage.FieldIndex(f): func(obj interface{}) ([]string, error) {
+			o, ok := obj.(runtime.Object)
+			if !ok {
+				return nil, fmt.Errorf("%T is not an object", obj)
+			}
+			return []string{value(o)}, nil
+		}}
+	}
 	store := &genericregistry.Store{
 		NewFunc:                   kind.New,
 		NewListFunc:               kind.NewList,
 		DefaultQualifiedResource:  kind.Resource,
 		SingularQualifiedResource: kind.Singular,
 		PredicateFunc: func(l labels.Selector, f fields.Selector) storage.SelectionPredicate {
-			return storage.SelectionPredicate{Label: l, Field: f, GetAttrs: attrs}
+			return storage.SelectionPredicate{Label: l, Field: f, GetAttrs: attrs, IndexFields: indexFields}
 		},
 		CreateStrategy:      strategy,
 		UpdateStrategy:      strategy,
@@ -71,7 +93,7 @@ func NewStore(scheme *runtime.Scheme, optsGetter generic.RESTOptionsGetter, kind
 		ResetFieldsStrategy: strategy,
 		TableConvertor:      kind.Table,
 	}
-	if err := store.CompleteWithOptions(&generic.StoreOptions{RESTOptions: optsGetter, AttrFunc: attrs}); err != nil {
+	if err := store.CompleteWithOptions(options); err != nil {
 		return Stores{}, err
 	}
 	stores := Stores{Main: store}
@@ -108,6 +130,9 @@ func selectorsAcceptEveryField(scheme *runtime.Scheme, kind Kind) error {
 	slices.Sort(accepted)
 	if !slices.Equal(stored, accepted) {
 		return fmt.Errorf("%s: the store selects on %v, field selectors accept %v", kinds[0].Kind, stored, accepted)
+	}
+	if kind.Indexed != "" && !slices.Contains(stored, kind.Indexed) {
+		return fmt.Errorf("%s: the store indexes %s, which it does not select on (%v)", kinds[0].Kind, kind.Indexed, stored)
 	}
 	return nil
 }

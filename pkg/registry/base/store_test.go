@@ -34,4 +34,13 @@ func TestAStoreSelectsOnlyWhatSelectorsAccept(t *testing.T) {
 	if err := selectorsAcceptEveryField(scheme, kind(nodusv1.SelectableFields("Node")[1:]...)); err == nil {
 		t.Error("a field only the selectors know passed")
 	}
+	indexed := kind(nodusv1.SelectableFields("Node")...)
+	indexed.Indexed = "status.other"
+	if err := selectorsAcceptEveryField(scheme, indexed); err == nil {
+		t.Error("an index of a field the store does not select on passed")
+	}
+	indexed.Indexed = nodusv1.SelectableFields("Node")[0]
+	if err := selectorsAcceptEveryField(scheme, indexed); err != nil {
+		t.Errorf("an index of a selectable field: %v", err)
+	}
 }

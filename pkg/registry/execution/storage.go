@@ -14,5 +14,6 @@ func Kind() base.Kind {
 		New:     func() runtime.Object { return &nodusv1.Execution{} },
 		NewList: func() runtime.Object { return &nodusv1.ExecutionList{} },
 		Rules:   rules, Table: table, Fields: selectable,
+		Indexed: "status.host", // a lent host's agent watches those placed on it
 	}
 }

@@ -14,5 +14,6 @@ func Kind() base.Kind {
 		New:     func() runtime.Object { return &nodusv1.Reservation{} },
 		NewList: func() runtime.Object { return &nodusv1.ReservationList{} },
 		Rules:   rules, Table: table, Fields: selectable,
+		Indexed: "status.node", // every agent watches its node's
 	}
 }
