@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -39,6 +40,13 @@ type Store struct {
 	// MinInterval is the least time between two stored outputs of a
 	// running execution; 0 stores every one.
 	MinInterval time.Duration
+
+	// stored is when this replica last stored each log, so that an output
+	// within MinInterval of it is dropped before the kept tail, up to
+	// 342 KiB of JSON, is read and decoded only to learn that.
+	storedMu   sync.Mutex
+	stored     map[string]time.Time
+	sweepAbove int
 }
 
 // Prefix is where logs are kept, each under its project's name.
@@ -68,6 +76,10 @@ func (s *Store) key(namespace, name string, uid types.UID) string {
 // A running execution's output is not stored again when it did not change,
 // nor sooner than MinInterval after the last one stored.
 func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, log Log) error {
+	key := s.key(namespace, name, uid)
+	if !log.Final && s.storedWithin(key, s.MinInterval) {
+		return nil
+	}
 	if over := len(log.Data) - nodusv1.MaxExecutionLogBytes; over > 0 {
 		log.Data = log.Data[over:]
 		log.DroppedBytes += int64(over)
@@ -77,7 +89,6 @@ func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, 
 	if err != nil {
 		return err
 	}
-	key := s.key(namespace, name, uid)
 	var lease clientv3.LeaseID
 	for {
 		kept, err := s.Client.Get(ctx, key)
@@ -115,10 +126,41 @@ func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, 
 			unchanged = clientv3.Compare(clientv3.ModRevision(key), "=", kept.Kvs[0].ModRevision)
 		}
 		resp, err := s.Client.Txn(ctx).If(unchanged).Then(put).Commit()
+		if err == nil && resp.Succeeded {
+			s.remember(key)
+		}
 		if err != nil || resp.Succeeded {
 			return err
 		}
 		// Written meanwhile: look again.
+	}
+}
+
+// storedWithin says whether this replica stored key less than d ago.
+func (s *Store) storedWithin(key string, d time.Duration) bool {
+	s.storedMu.Lock()
+	defer s.storedMu.Unlock()
+	at, ok := s.stored[key]
+	return ok && time.Since(at) < d
+}
+
+// remember records that key was stored now. Entries older than
+// MinInterval hold nothing back: they are dropped whenever the map has
+// doubled since the last sweep.
+func (s *Store) remember(key string) {
+	s.storedMu.Lock()
+	defer s.storedMu.Unlock()
+	if s.stored == nil {
+		s.stored = map[string]time.Time{}
+	}
+	s.stored[key] = time.Now()
+	if len(s.stored) > max(s.sweepAbove, 1024) {
+		for k, at := range s.stored {
+			if time.Since(at) >= s.MinInterval {
+				delete(s.stored, k)
+			}
+		}
+		s.sweepAbove = 2 * len(s.stored)
 	}
 }
 
