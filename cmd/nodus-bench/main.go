@@ -72,6 +72,11 @@ func main() {
 	flag.IntVar(&c.watchUpdates, "watch-updates", 2000, "watchers: Reservation updates timed until their node's watch shows them, per round")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
 	flag.Parse()
+	if c.watchedHosts < 1 || c.watchers < c.watchedHosts || c.watchUpdates < 1 {
+		fmt.Fprintf(os.Stderr, "nodus-bench: -watched-hosts (%d) and -watch-updates (%d) must be at least 1, and -watchers (%d) at least -watched-hosts\n",
+			c.watchedHosts, c.watchUpdates, c.watchers)
+		os.Exit(2)
+	}
 	if err := run(c, binary, strings.Split(scenarios, ",")); err != nil {
 		fmt.Fprintln(os.Stderr, "nodus-bench:", err)
 		os.Exit(1)
