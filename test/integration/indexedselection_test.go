@@ -42,8 +42,10 @@ func TestASelectionByNodeShowsItsReservationsAndNoOthers(t *testing.T) {
 	}
 	var mu sync.Mutex
 	events := map[string][]seen{}
-	for _, n := range nodes {
-		w, err := api.Reservations().Watch(ctx, metav1.ListOptions{FieldSelector: "status.node=" + n, ResourceVersion: start.ResourceVersion})
+	// Watches the index does not serve see every node's events, as before.
+	selectors := map[string]string{"idx-a": "status.node=idx-a", "idx-b": "status.node=idx-b", "all": "", "not-a": "status.node!=idx-a"}
+	for n, selector := range selectors {
+		w, err := api.Reservations().Watch(ctx, metav1.ListOptions{FieldSelector: selector, ResourceVersion: start.ResourceVersion})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -97,7 +99,10 @@ func TestASelectionByNodeShowsItsReservationsAndNoOthers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	showed("all", watch.Added, "idx-a")
+	showed("not-a", watch.Added, "idx-b")
 	for _, n := range nodes {
+		showed("all", watch.Added, n)
 		showed(n, watch.Added, n)
 		for _, opts := range []metav1.ListOptions{{}, {ResourceVersion: "0"}} {
 			if got := listed(n, opts); len(got) != 1 || got[0] != n {
@@ -110,6 +115,7 @@ func TestASelectionByNodeShowsItsReservationsAndNoOthers(t *testing.T) {
 		t.Fatal(err)
 	}
 	showed("idx-a", watch.Deleted, "idx-a")
+	showed("all", watch.Deleted, "idx-a")
 	if err := testfleet.Eventually(ctx, 30*time.Second, func(context.Context) (bool, error) {
 		return len(listed("idx-a", metav1.ListOptions{ResourceVersion: "0"})) == 0, nil
 	}); err != nil {
@@ -121,8 +127,13 @@ func TestASelectionByNodeShowsItsReservationsAndNoOthers(t *testing.T) {
 
 	mu.Lock()
 	defer mu.Unlock()
-	for node, evs := range events {
-		for _, e := range evs {
+	for _, e := range events["not-a"] {
+		if e.now == "idx-a" && e.typ != watch.Deleted {
+			t.Errorf("the watch of status.node!=idx-a showed %s of %s on idx-a", e.typ, e.name)
+		}
+	}
+	for _, node := range nodes {
+		for _, e := range events[node] {
 			if e.now != node && e.typ != watch.Deleted {
 				t.Errorf("the watch of %s showed %s of %s on node %q", node, e.typ, e.name, e.now)
 			}
