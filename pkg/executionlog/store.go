@@ -126,7 +126,7 @@ func (s *Store) Put(ctx context.Context, namespace, name string, uid types.UID, 
 			unchanged = clientv3.Compare(clientv3.ModRevision(key), "=", kept.Kvs[0].ModRevision)
 		}
 		resp, err := s.Client.Txn(ctx).If(unchanged).Then(put).Commit()
-		if err == nil && resp.Succeeded {
+		if err == nil && resp.Succeeded && s.MinInterval > 0 {
 			s.remember(key)
 		}
 		if err != nil || resp.Succeeded {
