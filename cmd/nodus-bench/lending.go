@@ -8,6 +8,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -346,7 +347,50 @@ func throughput(ctx context.Context, s *server, c config, pool *nodusv1.Pool) er
 	fmt.Printf("lending: scheduler throughput, %d pending executions (1 GPU each) over %d lent hosts\n", c.pending-1, c.lentHosts)
 	fmt.Printf("  cap lifted → all scheduled in %s: %.0f placements/s (each a status write; HostLendings updated in the same passes)\n",
 		elapsed.Round(time.Millisecond), placements)
-	fmt.Printf("  baseline: %d status writes through the API, 16 writers: %.0f writes/s; scheduler = %.2f× the baseline\n\n",
+	fmt.Printf("  baseline: %d status writes through the API, 16 writers: %.0f writes/s; scheduler = %.2f× the baseline\n",
 		len(objects), bench.perSecond, placements/bench.perSecond)
+	return idleWrites(ctx, s, c)
+}
+
+// idleWrites measures what Node writes that change nothing a scheduling
+// pass reads cost the server while executions are placed: at 10,000 nodes
+// the heartbeats alone write each Node's lastHeartbeatTime every 5 minutes,
+// 33 writes a second. Label writes stand for them, against the same
+// writes to the hosts' ReservedHosts, which no pass reads.
+func idleWrites(ctx context.Context, s *server, c config) error {
+	api := s.client.NodusV1()
+	n := 2 * c.lentHosts
+	measure := func(write func(name, patch string) error) (time.Duration, float64, error) {
+		cpu0, err := s.cpu()
+		if err != nil {
+			return 0, 0, err
+		}
+		res, err := timed(n, c.concurrency, func(i int) error {
+			return write(fleetName(i%c.lentHosts), fmt.Sprintf(`{"metadata":{"labels":{"bench.nodus.dev/seq":"%d"}}}`, i))
+		})
+		if err != nil {
+			return 0, 0, err
+		}
+		// The passes the last writes started end within a second.
+		time.Sleep(time.Second)
+		cpu1, err := s.cpu()
+		return (cpu1 - cpu0) / time.Duration(n), res.perSecond, err
+	}
+	hostCPU, hostRate, err := measure(func(name, patch string) error {
+		_, err := api.ReservedHosts("bench").Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	nodeCPU, nodeRate, err := measure(func(name, patch string) error {
+		_, err := api.Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  %d Node writes no pass needs (labels, as heartbeats' lastHeartbeatTime): %.0f/s, server CPU %s each; the same to ReservedHosts (baseline): %.0f/s, %s each; Node/ReservedHost CPU %.2f\n\n",
+		n, nodeRate, nodeCPU.Round(time.Microsecond), hostRate, hostCPU.Round(time.Microsecond), float64(nodeCPU)/float64(hostCPU))
 	return nil
 }
