@@ -21,6 +21,9 @@ const (
 	indexNode = "reservation.node"
 	// On reservations: the allocation they are placed through.
 	indexAllocation = "reservation.allocation"
+	// On reservations: their project. A project's every event (and the
+	// informers' resync of a thousand of them) read all reservations.
+	indexProject = "reservation.project"
 	// On allocations: the node they hold.
 	indexAllocationNode = "allocation.node"
 	// On allocations and ReservedHosts: the reservation their label names.
@@ -59,6 +62,12 @@ func addIndexes(nodes, reservations, allocations, hosts cache.SharedIndexInforme
 		indexAllocation: func(obj interface{}) ([]string, error) {
 			if r, ok := obj.(*nodusv1.Reservation); ok {
 				return distinct(lifecycle.AllocationName(r)), nil
+			}
+			return nil, nil
+		},
+		indexProject: func(obj interface{}) ([]string, error) {
+			if r, ok := obj.(*nodusv1.Reservation); ok {
+				return distinct(r.Spec.Project), nil
 			}
 			return nil, nil
 		},

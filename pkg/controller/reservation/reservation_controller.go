@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -96,7 +95,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		}},
 		{v1.Nodes().Informer(), c.nodeKeys},
 		{v1.Allocations().Informer(), func(obj interface{}) []string { return c.reservationsBy(indexAllocation, objectName(obj)) }},
-		{v1.Projects().Informer(), c.reservationsOf(func(r *nodusv1.Reservation, name string) bool { return r.Spec.Project == name })},
+		{v1.Projects().Informer(), func(obj interface{}) []string { return c.reservationsBy(indexProject, objectName(obj)) }},
 		{v1.ReservedHosts().Informer(), func(obj interface{}) []string {
 			if h, ok := tombstone(obj).(*nodusv1.ReservedHost); ok && h.Labels[LabelReservation] != "" {
 				return []string{h.Labels[LabelReservation]}
@@ -677,24 +676,6 @@ func (c *Controller) nodeKeys(obj interface{}) []string {
 		keys = append(keys, node.Status.Reservation)
 	}
 	return keys
-}
-
-// reservationsOf maps an object to the reservations that match(reservation, objectName).
-func (c *Controller) reservationsOf(match func(*nodusv1.Reservation, string) bool) func(obj interface{}) []string {
-	return func(obj interface{}) []string {
-		name := objectName(obj)
-		all, err := c.reservations.List(labels.Everything())
-		if err != nil {
-			return nil
-		}
-		var keys []string
-		for _, r := range all {
-			if match(r, name) {
-				keys = append(keys, r.Name)
-			}
-		}
-		return keys
-	}
 }
 
 // noteEpoch keeps the highest epoch seen of the reservation r's name.
