@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/selection"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
@@ -36,6 +38,28 @@ type Authorizer struct {
 	// stored: a token revoked a moment ago that the authenticator's cache
 	// still holds makes no write.
 	Tokens AccessTokenGetter
+
+	// rechecks budgets the etcd reads that make sure a refusal is not the
+	// cache's lag (a project or membership made a moment ago): a caller
+	// sending request after request to projects it is not in cost one
+	// quorum read each. Past the budget the cache decides a refusal.
+	rechecksOnce sync.Once
+	rechecks     *rate.Limiter
+}
+
+// Refusals checked against etcd, per second and at once, on one server.
+const (
+	refusalRechecksPerSecond = 50
+	refusalRechecksBurst     = 100
+)
+
+func (a *Authorizer) recheckRefusal() bool {
+	a.rechecksOnce.Do(func() {
+		if a.rechecks == nil {
+			a.rechecks = rate.NewLimiter(refusalRechecksPerSecond, refusalRechecksBurst)
+		}
+	})
+	return a.rechecks.Allow()
 }
 
 // AccessTokenGetter reads an AccessToken by name.
@@ -171,10 +195,12 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 		// as a 500.
 		return authorizer.DecisionDeny, notMember(u, project), nil
 	}
-	p, err := a.Projects.GetProject(ctx, project, bool(read))
-	if read == cachedMembership && (apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want))) {
+	p, err := a.Projects.GetProject(ctx, project, false)
+	refused := apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want))
+	if refused && a.recheckRefusal() || !refused && read == latestMembership {
 		// Before refusing, make sure the cache is not just behind a project
-		// or membership created a moment ago.
+		// or membership created a moment ago; a write that the cache lets
+		// pass is decided on the project as stored.
 		p, err = a.Projects.GetProject(ctx, project, true)
 	}
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -222,6 +222,52 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 	}
 }
 
+// TestRefusalsCostABoundedNumberOfReads: a refusal is checked against
+// etcd in case the cache is behind, and a caller sending request after
+// request to projects it is not in cost a quorum read each. Such checks
+// have a budget; past it the cache decides a refusal, and what the cache
+// allows is decided as before.
+func TestRefusalsCostABoundedNumberOfReads(t *testing.T) {
+	mallory := &user.DefaultInfo{Name: "mallory", Groups: []string{GroupAuthenticated}}
+	alice := &user.DefaultInfo{Name: "alice", Groups: []string{GroupAuthenticated}}
+	member := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleAdmin}
+	store := &laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(member)},
+		latestProjects: map[string]*nodusv1.Project{"acme": projectWith(member), "new": projectWith(member)}}
+	a := &Authorizer{Projects: store, Nodes: store, Tokens: store}
+	request := func(u user.Info, verb, project string) authorizer.Decision {
+		t.Helper()
+		d, _, err := a.Authorize(context.Background(), authorizer.AttributesRecord{User: u, Verb: verb, APIGroup: nodusv1.GroupName,
+			Resource: "executions", Namespace: project, Name: "e1", ResourceRequest: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	if request(alice, "get", "new") != authorizer.DecisionAllow {
+		t.Fatal("a project the cache does not hold yet, within the budget: refused")
+	}
+	start := time.Now()
+	for i := range 2000 {
+		verb := []string{"get", "delete"}[i%2]
+		if request(mallory, verb, []string{"acme", "nowhere"}[i%2]) == authorizer.DecisionAllow {
+			t.Fatalf("mallory may %s", verb)
+		}
+	}
+	allowed := refusalRechecksBurst + int(time.Since(start).Seconds()*refusalRechecksPerSecond) + 2
+	if store.freshReads > allowed {
+		t.Errorf("2,000 refused requests cost %d reads from etcd; the budget allows %d", store.freshReads, allowed)
+	}
+	// Past the budget a member's write is still decided on the project as
+	// stored, and its read on the cache.
+	before := store.freshReads
+	if request(alice, "delete", "acme") != authorizer.DecisionAllow || store.freshReads != before+1 {
+		t.Errorf("a member's write past the budget: %d fresh reads", store.freshReads-before)
+	}
+	if request(alice, "get", "acme") != authorizer.DecisionAllow {
+		t.Error("a member's read past the budget: refused")
+	}
+}
+
 // TestAgentRetiredJudgesTheNodeAsRead: an action that reads the node from
 // etcd asks again whether the credential is the current agent's, as the
 // authorizer may have let it past a cache behind a re-enrollment.
