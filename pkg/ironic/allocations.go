@@ -172,12 +172,13 @@ func (c *call) listAllocations() error {
 	if err != nil {
 		return err
 	}
+	uids := uidsByName(nodes) // not a walk over the nodes per allocation
 	var views []map[string]interface{}
 	var marker map[string]interface{}
 	for i := range all {
 		a := &all[i]
 		if p.marker != "" && string(a.UID) == p.marker {
-			marker = atVersion(allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)), allocationFieldSince, c.v)
+			marker = atVersion(allocationView(c.base, a, uids[a.Status.Node]), allocationFieldSince, c.v)
 		}
 		if nodeFilter != "" && a.Status.Node != nodeFilter {
 			continue
@@ -186,7 +187,7 @@ func (c *call) listAllocations() error {
 			!matches(q, "state", stateOf(a)) {
 			continue
 		}
-		views = append(views, atVersion(allocationView(c.base, a, uidOfNode(nodes, a.Status.Node)), allocationFieldSince, c.v))
+		views = append(views, atVersion(allocationView(c.base, a, uids[a.Status.Node]), allocationFieldSince, c.v))
 	}
 	out, next, err := p.apply(views, marker, "allocations", c.base, q)
 	if err != nil {

@@ -131,6 +131,11 @@ type call struct {
 	req  *http.Request
 	v    version
 	base string
+
+	// namesByUID are the node names by UID of each list findNode read
+	// (the watch cache's, then etcd's), kept for the call: an allocation
+	// names up to a thousand candidates by UUID, and each listed the fleet.
+	namesByUID map[*metainternalversion.ListOptions]map[string]string
 }
 
 // ctx is the request's context, marked cluster-scoped for the stores.
@@ -332,27 +337,47 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 	// The watch cache first; on a miss, etcd: a node made a moment ago
 	// may not be in the cache yet.
 	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
-		nodes, err := c.listNodesWith(opts)
+		names, err := c.nodeNamesByUID(opts)
 		if err != nil {
 			return nil, err
 		}
-		for i := range nodes {
-			if string(nodes[i].UID) != uid {
-				continue
-			}
-			// By its object name, never by findNode again: a name may
-			// look like a UUID, another node's.
-			obj, err := c.h.Nodes.Get(c.ctx(), nodes[i].Name, &metav1.GetOptions{})
-			if err != nil && !apierrors.IsNotFound(err) {
-				return nil, err
-			}
-			if err == nil && string(obj.(*nodusv1.Node).UID) == uid {
-				return obj.(*nodusv1.Node), nil
-			}
-			break // gone, or its name is another node's now: ask etcd
+		name, ok := names[uid]
+		if !ok {
+			continue
 		}
+		// By its object name, never by findNode again: a name may look
+		// like a UUID, another node's.
+		obj, err := c.h.Nodes.Get(c.ctx(), name, &metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if err == nil && string(obj.(*nodusv1.Node).UID) == uid {
+			return obj.(*nodusv1.Node), nil
+		}
+		// Gone, or its name is another node's now: ask etcd.
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+}
+
+// nodeNamesByUID are the names of the nodes listed with opts, by UID, read
+// once per call.
+func (c *call) nodeNamesByUID(opts *metainternalversion.ListOptions) (map[string]string, error) {
+	if names, ok := c.namesByUID[opts]; ok {
+		return names, nil
+	}
+	nodes, err := c.listNodesWith(opts)
+	if err != nil {
+		return nil, err
+	}
+	names := make(map[string]string, len(nodes))
+	for i := range nodes {
+		names[string(nodes[i].UID)] = nodes[i].Name
+	}
+	if c.namesByUID == nil {
+		c.namesByUID = map[*metainternalversion.ListOptions]map[string]string{}
+	}
+	c.namesByUID[opts] = names
+	return names, nil
 }
 
 // findNamedNode is findNode for a node a request's body or query names:
@@ -431,14 +456,13 @@ func (c *call) getAllocation(name string) (*nodusv1.Allocation, error) {
 	return obj.(*nodusv1.Allocation), nil
 }
 
-// uidOf returns the uid of the named node, or "".
-func uidOfNode(nodes []nodusv1.Node, name string) string {
+// uidsByName are the nodes' UIDs by name.
+func uidsByName(nodes []nodusv1.Node) map[string]string {
+	uids := make(map[string]string, len(nodes))
 	for i := range nodes {
-		if nodes[i].Name == name {
-			return string(nodes[i].UID)
-		}
+		uids[nodes[i].Name] = string(nodes[i].UID)
 	}
-	return ""
+	return uids
 }
 
 func looksLikeUUID(s string) bool {
