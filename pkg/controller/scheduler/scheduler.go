@@ -51,7 +51,6 @@ const (
 // Controller is the scheduler.
 type Controller struct {
 	client       versioned.Interface
-	executions   listers.ExecutionLister
 	reservations listers.ReservationLister
 	nodes        listers.NodeLister
 	pools        listers.PoolLister
@@ -63,9 +62,12 @@ type Controller struct {
 
 	// lendingIndex finds the reservations with a lending agreement and a node.
 	lendingIndex cache.Indexer
-	claims       *gpuClaims
-	mu           sync.Mutex
-	assumed      map[types.UID]placement
+	// openIndex finds the executions not finished: a pass reads only those,
+	// not the finished ones borrowers keep (up to 1,000 a project).
+	openIndex cache.Indexer
+	claims    *gpuClaims
+	mu        sync.Mutex
+	assumed   map[types.UID]placement
 	// aliasOf remembers host aliases by node UID; only passes use it.
 	aliasOf map[types.UID]string
 }
@@ -84,7 +86,6 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 	v1 := factory.Nodus().V1()
 	c := &Controller{
 		client:       client,
-		executions:   v1.Executions().Lister(),
 		reservations: v1.Reservations().Lister(),
 		nodes:        v1.Nodes().Lister(),
 		pools:        v1.Pools().Lister(),
@@ -108,6 +109,16 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		return nil, err
 	}
 	c.lendingIndex = reservations.GetIndexer()
+	executions := v1.Executions().Informer()
+	if err := executions.AddIndexers(cache.Indexers{indexOpen: func(obj interface{}) ([]string, error) {
+		if e, ok := obj.(*nodusv1.Execution); ok && !e.Status.Phase.Finished() {
+			return []string{executionOpen}, nil
+		}
+		return nil, nil
+	}}); err != nil {
+		return nil, err
+	}
+	c.openIndex = executions.GetIndexer()
 	for _, informer := range []cache.SharedIndexInformer{
 		v1.Executions().Informer(), v1.Reservations().Informer(), v1.Nodes().Informer(),
 		v1.Pools().Informer(), v1.HostLendings().Informer(), v1.Projects().Informer(),
@@ -278,9 +289,13 @@ func (c *Controller) Pass(ctx context.Context) error {
 		}
 		return existing[alias], nil
 	}
-	executions, err := c.executions.List(labels.Everything())
+	open, err := c.openIndex.ByIndex(indexOpen, executionOpen)
 	if err != nil {
 		return err
+	}
+	executions := make([]*nodusv1.Execution, 0, len(open))
+	for _, obj := range open {
+		executions = append(executions, obj.(*nodusv1.Execution))
 	}
 	claims, err := c.claims.list(ctx)
 	if err != nil {
@@ -629,6 +644,9 @@ func network(pool *nodusv1.Pool) nodusv1.LendingNetwork {
 
 // The index of the reservations a pass reads, and its one value.
 const indexLending, lendingAgreed = "scheduler.lending", "agreed"
+
+// The index of the executions a pass reads, and its one value.
+const indexOpen, executionOpen = "scheduler.open", "open"
 
 // hosts are the hosts of every reservation with a lending agreement: all of
 // them, and by alias the one that counts for each node (its holder, else the lent one).
