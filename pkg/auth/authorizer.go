@@ -42,24 +42,41 @@ type Authorizer struct {
 	// rechecks budgets the etcd reads that make sure a refusal is not the
 	// cache's lag (a project or membership made a moment ago): a caller
 	// sending request after request to projects it is not in cost one
-	// quorum read each. Past the budget the cache decides a refusal.
-	rechecksOnce sync.Once
-	rechecks     *rate.Limiter
+	// quorum read each. Past the budget the cache decides a refusal. Each
+	// caller has a share of it, so that one cannot spend everyone's.
+	rechecksMu     sync.Mutex
+	rechecks       *rate.Limiter
+	callerRechecks map[string]*rate.Limiter
 }
 
-// Refusals checked against etcd, per second and at once, on one server.
+// Refusals checked against etcd, per second and at once: on one server,
+// and of one caller.
 const (
-	refusalRechecksPerSecond = 50
-	refusalRechecksBurst     = 100
+	refusalRechecksPerSecond       = 50
+	refusalRechecksBurst           = 100
+	callerRefusalRechecksPerSecond = 5
+	callerRefusalRechecksBurst     = 20
+	// callersRechecked bounds the callers whose shares are kept; past it
+	// every share starts afresh.
+	callersRechecked = 4096
 )
 
-func (a *Authorizer) recheckRefusal() bool {
-	a.rechecksOnce.Do(func() {
-		if a.rechecks == nil {
-			a.rechecks = rate.NewLimiter(refusalRechecksPerSecond, refusalRechecksBurst)
+func (a *Authorizer) recheckRefusal(caller string) bool {
+	a.rechecksMu.Lock()
+	defer a.rechecksMu.Unlock()
+	if a.rechecks == nil {
+		a.rechecks = rate.NewLimiter(refusalRechecksPerSecond, refusalRechecksBurst)
+	}
+	share, ok := a.callerRechecks[caller]
+	if !ok {
+		if a.callerRechecks == nil || len(a.callerRechecks) >= callersRechecked {
+			a.callerRechecks = map[string]*rate.Limiter{}
 		}
-	})
-	return a.rechecks.Allow()
+		share = rate.NewLimiter(callerRefusalRechecksPerSecond, callerRefusalRechecksBurst)
+		a.callerRechecks[caller] = share
+	}
+	// The caller's share first: a caller past it spends nothing of the rest.
+	return share.Allow() && a.rechecks.Allow()
 }
 
 // AccessTokenGetter reads an AccessToken by name.
@@ -197,7 +214,7 @@ func (a *Authorizer) inProject(ctx context.Context, u user.Info, project string,
 	}
 	p, err := a.Projects.GetProject(ctx, project, false)
 	refused := apierrors.IsNotFound(err) || (err == nil && !allowedIn(p, u, want))
-	if refused && a.recheckRefusal() || !refused && read == latestMembership {
+	if refused && a.recheckRefusal(u.GetName()) || !refused && read == latestMembership {
 		// Before refusing, make sure the cache is not just behind a project
 		// or membership created a moment ago; a write that the cache lets
 		// pass is decided on the project as stored.
