@@ -38,6 +38,8 @@ func TestOnlyANodeWriteAPassReadsStartsOne(t *testing.T) {
 		{"the applied epoch", func(n *nodusv1.Node) { n.Status.AppliedEpoch = 2 }, false},
 		{"Ready's message", func(n *nodusv1.Node) { n.Status.Conditions[0].Message = "the agent reports on time" }, false},
 		{"the resource class", func(n *nodusv1.Node) { n.Spec.ResourceClass = "gpu-b200x8" }, false},
+		{"the free disk", func(n *nodusv1.Node) { n.Status.Inventory.DiskGiB = 3000 }, false},
+		{"a GPU's type", func(n *nodusv1.Node) { n.Status.Inventory.GPUs[0].Type = "h200-sxm-141g" }, false},
 		{"the UID (a node made again)", func(n *nodusv1.Node) { n.UID = "uid-2" }, true},
 		{"the pool", func(n *nodusv1.Node) { n.Spec.Pool = "ams1" }, true},
 		{"maintenance", func(n *nodusv1.Node) { n.Spec.Maintenance = true }, true},

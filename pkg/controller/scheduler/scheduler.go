@@ -156,7 +156,11 @@ func placementChanged(old, new *nodusv1.Node) bool {
 	return old.UID != new.UID || old.Spec.Pool != new.Spec.Pool || old.Spec.Maintenance != new.Spec.Maintenance ||
 		ready(old) != ready(new) || old.Status.ExecutionSlots != new.Status.ExecutionSlots ||
 		old.Status.Reservation != new.Status.Reservation || old.Status.ReservationUID != new.Status.ReservationUID ||
-		!equality.Semantic.DeepEqual(old.Status.Inventory, new.Status.Inventory)
+		// Of the inventory, what lending.WithHostShare and GPUCount read:
+		// its free disk, which the agent reports again every 5 minutes
+		// when it moved, is not.
+		len(old.Status.Inventory.GPUs) != len(new.Status.Inventory.GPUs) ||
+		old.Status.Inventory.MemoryMiB != new.Status.Inventory.MemoryMiB || old.Status.Inventory.CPU != new.Status.Inventory.CPU
 }
 
 func (c *Controller) poke() {
