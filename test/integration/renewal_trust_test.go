@@ -47,7 +47,11 @@ func TestARenewedCertificateOfAnotherCAIsNotKept(t *testing.T) {
 		forward.ServeHTTP(answer, req)
 		var body map[string]any
 		if err := json.Unmarshal(answer.Body.Bytes(), &body); err != nil || answer.Code != http.StatusCreated && answer.Code != http.StatusOK {
-			t.Errorf("the server's renewal answer: %d %v %s", answer.Code, err, answer.Body.Bytes())
+			// The agent retries a refused renewal a second later: the
+			// test may end, and cancel it, while that one is in flight.
+			if req.Context().Err() == nil {
+				t.Errorf("the server's renewal answer: %d %v %s", answer.Code, err, answer.Body.Bytes())
+			}
 			return false
 		}
 		body["certificate"] = string(forged)
