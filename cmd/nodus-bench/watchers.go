@@ -38,8 +38,8 @@ func watchers(s *server, c config) error {
 		return err
 	}
 
-	// seen[name] receives the value of the label each update writes, as
-	// the node's own watch shows it.
+	// sent holds when each update was sent, by reservation=label value;
+	// the node's own watch takes it out when it shows that value.
 	var mu sync.Mutex
 	sent := map[string]time.Time{}
 	var seenLat []time.Duration
