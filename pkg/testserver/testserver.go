@@ -44,7 +44,10 @@ type Server struct {
 
 // Start runs a server with its data in dataDir until Stop. out receives the
 // server's start-up lines (nil discards them); tweaks adjust the options.
+// Its log (klog's, the process's) is kept in memory from then on: a test
+// shows it when it fails through KeepLogs.
 func Start(dataDir string, out io.Writer, tweaks ...func(*server.Options)) (*Server, error) {
+	capture()
 	listener, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
@@ -84,9 +87,11 @@ func Start(dataDir string, out io.Writer, tweaks ...func(*server.Options)) (*Ser
 	return s, nil
 }
 
-// StartTestServer starts a server for t and stops it when t ends.
+// StartTestServer starts a server for t and stops it when t ends; should t
+// fail, it shows the end of the server's log.
 func StartTestServer(t testing.TB) *Server {
 	t.Helper()
+	KeepLogs(t)
 	s, err := Start(t.TempDir(), nil)
 	if err != nil {
 		t.Fatalf("start nodus-server: %v", err)

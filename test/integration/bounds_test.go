@@ -81,6 +81,7 @@ func postHuge(t *testing.T, cfg *rest.Config, path string, n int64, withLength b
 // Idempotency-Key per request, giant public keys — is refused early, and
 // etcd stays about the size it was.
 func TestNoCallerCanFillEtcd(t *testing.T) {
+	testserver.KeepLogs(t)
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
 		o.MaxExecutionsPerProject, o.IdempotencyKeysPerCaller = 20, 30
 	})

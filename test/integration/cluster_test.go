@@ -62,6 +62,7 @@ func clusterKeyFile(t *testing.T) string {
 // TLS with one cluster key: they share objects and watches, and every
 // credential one issues works through the other.
 func TestReplicasAreOneCluster(t *testing.T) {
+	testserver.KeepLogs(t)
 	etcd := externalEtcd(t)
 	key := clusterKeyFile(t)
 	var replicas []*testserver.Server
@@ -156,6 +157,7 @@ func publicFile(t *testing.T, s *testserver.Server, path string) []byte {
 // client certificate, an etcd that is down, no cluster key at all: each
 // is refused with what to do, and nothing is written, in etcd or DIR.
 func TestReplicasRefuseToStartWrongly(t *testing.T) {
+	testserver.KeepLogs(t)
 	etcd := externalEtcd(t)
 	key := clusterKeyFile(t)
 	first, err := testserver.Start(t.TempDir(), nil, onCluster(etcd, key))

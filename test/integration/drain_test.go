@@ -158,6 +158,7 @@ func TestTermEnd(t *testing.T) {
 // the current epoch makes the host Connected; three missed intervals make
 // the node not ready and the host not connected.
 func TestConnectedFollowsHeartbeats(t *testing.T) {
+	testserver.KeepLogs(t)
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
 	if err != nil {
 		t.Fatal(err)

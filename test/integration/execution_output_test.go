@@ -25,6 +25,7 @@ import (
 // second end report does not replace it. An output left behind (its
 // delete failed) counts against the bound.
 func TestAnExecutionsOutputGoesWithIt(t *testing.T) {
+	testserver.KeepLogs(t)
 	const bound = 3
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.MaxExecutionsPerProject = bound })
 	if err != nil {

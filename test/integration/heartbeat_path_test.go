@@ -133,6 +133,7 @@ func TestLeanHeartbeatAnswersAsTheGenericChain(t *testing.T) {
 // shutdown (which waits for such requests) for as long as the connection
 // stayed open. Both must answer alike, within the timeout.
 func TestABeatWhoseBodyNeverComesTimesOut(t *testing.T) {
+	testserver.KeepLogs(t)
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.RequestTimeout = 2 * time.Second })
 	if err != nil {
 		t.Fatal(err)

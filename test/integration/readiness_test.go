@@ -19,6 +19,7 @@ import (
 // mostly fill before the first poll even without the readiness hook, so the
 // test also requires the hook among /readyz's checks.
 func TestReadyMeansEveryWatchCacheServes(t *testing.T) {
+	testserver.KeepLogs(t)
 	dir := t.TempDir()
 	s, err := testserver.Start(dir, nil)
 	if err != nil {

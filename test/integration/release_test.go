@@ -310,6 +310,7 @@ func TestReleaseCapacity(t *testing.T) {
 // TestIdempotencyKeySurvivesRestart releases with a key, restarts the server
 // on the same data, and retries: the answer is the first one.
 func TestIdempotencyKeySurvivesRestart(t *testing.T) {
+	testserver.KeepLogs(t)
 	dir := t.TempDir()
 	s, err := testserver.Start(dir, nil)
 	if err != nil {

@@ -17,6 +17,7 @@ import (
 // TestAllocatingSurvivesRestart: an allocation a server left "allocating"
 // when it stopped is finished by the next server.
 func TestAllocatingSurvivesRestart(t *testing.T) {
+	testserver.KeepLogs(t)
 	dir := t.TempDir()
 	s, err := testserver.Start(dir, nil)
 	if err != nil {

@@ -351,6 +351,7 @@ func TestARefusedRenewalIsNotSentEverySecond(t *testing.T) {
 // certificates are valid for validity, and heartbeats every second.
 func shortCertificatesServer(t *testing.T, validity time.Duration) *testserver.Server {
 	t.Helper()
+	testserver.KeepLogs(t)
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
 		o.AgentCertificateValidity, o.HeartbeatInterval = validity, time.Second
 	})
