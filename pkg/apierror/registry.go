@@ -108,6 +108,8 @@ const (
 	ReasonNodeLost metav1.StatusReason = "NodeLost"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
 	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
+	// ReasonStorageFull: etcd's database reached its quota and refuses writes.
+	ReasonStorageFull metav1.StatusReason = "StorageFull"
 	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
 	ReasonNodeInMaintenance metav1.StatusReason = "NodeInMaintenance"
 	// ReasonNodeCleaning: a reservation's node is being cleaned after its previous tenant.
@@ -223,6 +225,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{metav1.StatusReasonServiceUnavailable, http.StatusServiceUnavailable, "The server cannot handle the request right now.",
 			func(Request) string {
 				return "Retry in a few seconds; if it persists, the operators should check `/readyz?verbose` and the storage (etcd)."
+			}},
+		{ReasonStorageFull, http.StatusInsufficientStorage, "The server's storage (etcd) is full: it takes no writes until room is made.",
+			func(r Request) string {
+				return "Reads still work; retry the write later. Operators: delete what is no longer needed (executions that ended: `nodus executions list -n PROJECT`, then `kubectl delete execution NAME -n PROJECT`; reservations and allocations that are over); the embedded etcd then compacts, defragments and takes writes again by itself within seconds (an external etcd needs `etcdctl compact`, `defrag` and `alarm disarm`), or raise --embedded-etcd-quota-bytes and restart."
 			}},
 		{metav1.StatusReasonServerTimeout, http.StatusInternalServerError, "The server could not finish the request in time.",
 			func(Request) string { return "Retry the request; long operations finish in the background." }},

@@ -31,6 +31,8 @@ import (
 // Server is a running embedded etcd.
 type Server struct {
 	etcd *embed.Etcd
+	// quota is the backend's size past which etcd refuses writes.
+	quota int64
 	// ClientURL is where the API server reaches etcd.
 	ClientURL string
 	// TLS is the client credential ClientURL asks for; nil for a member
@@ -59,17 +61,28 @@ type ports struct {
 	HTTP int `json:"http,omitempty"`
 }
 
+// DefaultQuotaBytes is the database size past which the member refuses
+// writes, etcd's recommended largest.
+const DefaultQuotaBytes = 8 << 30
+
 // Start starts etcd with its data under dir, serving TLS with client
 // certificates, and waits until it serves, or until timeout passes.
-func Start(dir string, timeout time.Duration) (*Server, error) { return start(dir, timeout, true) }
+func Start(dir string, timeout time.Duration) (*Server, error) {
+	return start(dir, timeout, true, DefaultQuotaBytes)
+}
+
+// StartWithQuota is Start with a database quota of quotaBytes.
+func StartWithQuota(dir string, timeout time.Duration, quotaBytes int64) (*Server, error) {
+	return start(dir, timeout, true, quotaBytes)
+}
 
 // StartInsecure starts a member that serves plain HTTP on loopback, for
 // tests and benchmarks that stand it in for an external cluster.
 func StartInsecure(dir string, timeout time.Duration) (*Server, error) {
-	return start(dir, timeout, false)
+	return start(dir, timeout, false, DefaultQuotaBytes)
 }
 
-func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
+func start(dir string, timeout time.Duration, secure bool, quotaBytes int64) (*Server, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -105,7 +118,7 @@ func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
 	// database does not grow with them.
 	cfg.AutoCompactionMode = "periodic"
 	cfg.AutoCompactionRetention = "5m"
-	cfg.QuotaBackendBytes = 8 << 30
+	cfg.QuotaBackendBytes = quotaBytes
 	// The embedded etcd is a single member: no follower ever needs the raft
 	// entries etcd keeps in memory for catching up (5,000 by default), and
 	// a restart replays every entry since the last snapshot (up to 10,000)
@@ -144,7 +157,7 @@ func start(dir string, timeout time.Duration, secure bool) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("embedded etcd in %s was not ready within %s", dir, timeout)
 	}
-	return &Server{etcd: e, ClientURL: clientURL.String(), TLS: client}, nil
+	return &Server{etcd: e, quota: quotaBytes, ClientURL: clientURL.String(), TLS: client}, nil
 }
 
 // secureMember makes cfg serve clients and peers only over TLS with client

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -138,6 +139,13 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	}
 	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
 	status.Status.Status = metav1.StatusFailure
+	if w.code >= 500 && strings.Contains(status.Message, rpctypes.ErrNoSpace.Error()) {
+		// etcd's quota, which the library answers as any storage error
+		// (500): the caller did nothing wrong, and nothing but room made
+		// in the store lets a write pass again.
+		w.code, status.Reason = http.StatusInsufficientStorage, apierror.ReasonStorageFull
+		status.Message = "the server's storage is full and takes no writes until room is made: " + status.Message
+	}
 	status.Code = int32(w.code)
 
 	if r := metav1.StatusReason(w.exchange.Reason()); r != "" && apierror.IsRegistered(r) && apierror.Lookup(r, w.code).Code == w.code {

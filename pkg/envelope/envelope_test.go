@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -99,5 +100,25 @@ func TestUnknownReasonFallsBackToTheCodesReason(t *testing.T) {
 	}, "/healthz")
 	if !apierror.IsRegistered(s.Reason) || s.Reason != metav1.StatusReasonInternalError || s.Message != "upstream" {
 		t.Errorf("envelope: %+v", s)
+	}
+}
+
+// etcd's quota reaches the envelope as the library's 500 with etcd's words.
+func TestAFullStoreIsStorageFullNotAnInternalError(t *testing.T) {
+	rec, s := serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusInternalServerError)
+		_, _ = w.Write([]byte(`{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,"message":"etcdserver: mvcc: database space exceeded"}`))
+	}, "/apis/nodus.dev/v1/pools/p")
+	if rec.Code != http.StatusInsufficientStorage || s.Code != http.StatusInsufficientStorage || s.Reason != apierror.ReasonStorageFull ||
+		!strings.Contains(s.Message, "database space exceeded") || !strings.HasSuffix(s.Docs, "/StorageFull") {
+		t.Errorf("answer %d: %+v", rec.Code, s)
+	}
+	// Another 500 stays one.
+	rec, s = serve(t, func(w http.ResponseWriter, _ *http.Request) {
+		http.Error(w, "something broke", http.StatusInternalServerError)
+	}, "/apis/nodus.dev/v1/pools/p")
+	if rec.Code != http.StatusInternalServerError || s.Reason != metav1.StatusReasonInternalError {
+		t.Errorf("answer %d: %+v", rec.Code, s)
 	}
 }

@@ -17,6 +17,8 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
+
+	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 )
 
 // EmbeddedEtcd is the --etcd-servers value that runs etcd inside the server.
@@ -45,6 +47,9 @@ type Options struct {
 	AgentCertificateValidity time.Duration
 	// MaxExecutionsPerProject bounds the Executions a project keeps stored.
 	MaxExecutionsPerProject int
+	// EmbeddedEtcdQuotaBytes is the embedded etcd's database size past
+	// which it refuses writes (StorageFull) until room is made.
+	EmbeddedEtcdQuotaBytes int64
 	// IdempotencyKeysPerCaller bounds the answers of Idempotency-Keys one
 	// caller keeps stored per project; 0 is actions.DefaultKeysPerCaller.
 	IdempotencyKeysPerCaller int
@@ -83,6 +88,7 @@ func NewOptions(out io.Writer) *Options {
 		// Matches node.DefaultAgentCertificateValidity; options do not import the registry.
 		AgentCertificateValidity: 30 * 24 * time.Hour,
 		MaxExecutionsPerProject:  1000,
+		EmbeddedEtcdQuotaBytes:   embeddedetcd.DefaultQuotaBytes,
 		EtcdProbeTimeout:         15 * time.Second,
 		RequestTimeout:           time.Minute,
 		// Matches leader.DefaultLease.
@@ -107,6 +113,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
 	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
 	fs.IntVar(&o.MaxExecutionsPerProject, "max-executions-per-project", o.MaxExecutionsPerProject, "How many Executions (running or ended, until deleted) a project may keep.")
+	fs.Int64Var(&o.EmbeddedEtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EmbeddedEtcdQuotaBytes, "Database size past which the embedded etcd refuses writes (answered 507 StorageFull) until enough is deleted.")
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long the replica that runs the controllers keeps the lead after it stopped renewing it (died, partitioned); whole seconds. Shorter: faster failover; longer: fewer handovers when etcd is slow.")
 	fs.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "Feature gates of the Kubernetes API server library, as key=true|false pairs separated by commas. Nodus turns ListFromCacheSnapshot off (docs/performance.md says why); ListFromCacheSnapshot=true turns it on.")
 	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
@@ -175,6 +182,9 @@ func (o *Options) Validate() error {
 	if o.MaxExecutionsPerProject < 1 {
 		errs = append(errs, fmt.Errorf("--max-executions-per-project %d must be at least 1", o.MaxExecutionsPerProject))
 	}
+	if o.EmbeddedEtcdQuotaBytes < minEmbeddedEtcdQuota {
+		errs = append(errs, fmt.Errorf("--embedded-etcd-quota-bytes %d is below %d (32 MiB)", o.EmbeddedEtcdQuotaBytes, minEmbeddedEtcdQuota))
+	}
 	if o.DocsBaseURL != "" {
 		if u, err := url.Parse(o.DocsBaseURL); err != nil || u.Scheme == "" || u.Host == "" {
 			errs = append(errs, fmt.Errorf("--docs-base-url %q is not an absolute URL", o.DocsBaseURL))
@@ -182,6 +192,10 @@ func (o *Options) Validate() error {
 	}
 	return errors.Join(errs...)
 }
+
+// minEmbeddedEtcdQuota leaves room for what a fresh server stores and a
+// few objects more.
+const minEmbeddedEtcdQuota = 32 << 20
 
 func (o *Options) embeddedEtcd() bool {
 	return len(o.EtcdServers) == 1 && o.EtcdServers[0] == EmbeddedEtcd

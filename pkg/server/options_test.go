@@ -44,3 +44,27 @@ func TestListFromCacheSnapshotIsOffUnlessTheOperatorTurnsItOn(t *testing.T) {
 		}
 	}
 }
+
+func TestTheEmbeddedEtcdQuotaHasAFloor(t *testing.T) {
+	for _, c := range []struct {
+		flag string
+		ok   bool
+	}{
+		{"--embedded-etcd-quota-bytes=33554432", true},
+		{"--embedded-etcd-quota-bytes=33554431", false},
+		{"--embedded-etcd-quota-bytes=0", false},
+	} {
+		o := NewOptions(io.Discard)
+		fs := pflag.NewFlagSet("nodus-server", pflag.ContinueOnError)
+		o.AddFlags(fs)
+		if err := fs.Parse([]string{c.flag}); err != nil {
+			t.Fatal(err)
+		}
+		if err := o.Validate(); (err == nil) != c.ok {
+			t.Errorf("%s: Validate says %v", c.flag, err)
+		}
+	}
+	if o := NewOptions(io.Discard); o.EmbeddedEtcdQuotaBytes != 8<<30 {
+		t.Errorf("the default quota is %d bytes, want 8 GiB", o.EmbeddedEtcdQuotaBytes)
+	}
+}

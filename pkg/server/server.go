@@ -48,6 +48,9 @@ import (
 
 const (
 	etcdStopTimeout = 10 * time.Second
+	// etcdSpaceInterval is how often the embedded etcd, when full, is
+	// checked for room made (embeddedetcd.KeepSpace).
+	etcdSpaceInterval = 5 * time.Second
 	// heartbeatPersistEvery bounds how stale a Node's stored lastHeartbeatTime
 	// may be; liveness itself is exact, through the etcd lease.
 	heartbeatPersistEvery = 5 * time.Minute
@@ -228,6 +231,14 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	}
 	if err := generic.AddPostStartHook("nodus-controllers", c.startControllers); err != nil {
 		return nil, err
+	}
+	if member := c.storage.embedded; member != nil {
+		if err := generic.AddPostStartHook("nodus-etcd-space", func(hook genericapiserver.PostStartHookContext) error {
+			go member.KeepSpace(hook, etcdSpaceInterval)
+			return nil
+		}); err != nil {
+			return nil, err
+		}
 	}
 	// Every replica cuts its own open watches whose access ended, as its
 	// own stores show the change.

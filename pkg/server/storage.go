@@ -55,7 +55,7 @@ func (o *Options) openStorage(ctx context.Context) (st *storage, err error) {
 		}
 	}()
 	if o.embeddedEtcd() {
-		if st.embedded, err = embeddedetcd.Start(filepath.Join(o.DataDir, "etcd"), etcdReadyTimeout); err != nil {
+		if st.embedded, err = embeddedetcd.StartWithQuota(filepath.Join(o.DataDir, "etcd"), etcdReadyTimeout, o.EmbeddedEtcdQuotaBytes); err != nil {
 			return st, err
 		}
 		st.servers = []string{st.embedded.ClientURL}

@@ -55,6 +55,8 @@ var provokedElsewhere = map[metav1.StatusReason]string{
 	apierror.ReasonAllocationUUIDTaken: "TestIronicAllocationUUID (a uuid in use, through /v1)",
 	// A condition's reason: a held node deleted, enrolled again and claimed by another.
 	apierror.ReasonNodeLost: "TestAReservationWhoseNodeWasTakenEnds (Placed and the host's Eligible)",
+	// A full store is a server of its own, with a small etcd quota.
+	apierror.ReasonStorageFull: "TestAFullStoreRefusesWritesAsStorageFullAndTakesThemAgain (a 32 MiB embedded etcd)",
 }
 
 func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {

@@ -1,0 +1,108 @@
+package embeddedetcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
+)
+
+// freedBelow is the share of the quota the database must be under, once
+// compacted and defragmented, for writes to be taken again: right under
+// the quota, the next writes would fill it again at once.
+const freedBelow = 0.9
+
+// KeepSpace takes writes again once room is made, until ctx ends. When the
+// database reaches its quota, etcd raises its NOSPACE alarm and refuses
+// every write that adds (deletes still pass), and the alarm stays until
+// someone disarms it, however much is deleted meanwhile: for a member
+// inside nodus-server, an operator would need etcdctl, the member's client
+// certificate and etcd's maintenance steps. Every
+// interval, while the alarm stands and something was written (deleted)
+// since the last try, KeepSpace compacts the history to now (what was
+// deleted, and the older versions of what was changed, are then gone:
+// watches behind that relist) and, once what is live is under freedBelow
+// of the quota, defragments and disarms.
+func (s *Server) KeepSpace(ctx context.Context, interval time.Duration) {
+	client := s.InProcessClient()
+	defer client.Close()
+	var tried int64 // the revision of the last compaction
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+		revision, err := s.makeRoom(ctx, client, tried)
+		if err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "making room in the embedded etcd")
+			continue
+		}
+		tried = revision
+	}
+}
+
+// makeRoom does one round of KeepSpace and returns the revision it
+// compacted to (tried when it did not).
+func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, tried int64) (int64, error) {
+	alarms, err := client.AlarmList(ctx)
+	if err != nil {
+		return tried, err
+	}
+	var full *pb.AlarmMember
+	for _, a := range alarms.Alarms {
+		if a.Alarm == pb.AlarmType_NOSPACE {
+			full = a
+		}
+	}
+	if full == nil {
+		return tried, nil
+	}
+	before, err := client.Status(ctx, s.ClientURL)
+	if err != nil {
+		return tried, err
+	}
+	revision := before.Header.Revision
+	if revision == tried {
+		return tried, nil // nothing deleted since the last round
+	}
+	if _, err := client.Compact(ctx, revision, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+		return tried, err
+	}
+	// Defragmenting blocks every read and write of the member for as long
+	// as it copies what is live (seconds per GiB): only when it then gives
+	// writes back, not for every delete while the store stays full.
+	compacted, err := client.Status(ctx, s.ClientURL)
+	if err != nil {
+		return revision, err
+	}
+	if float64(compacted.DbSizeInUse) >= freedBelow*float64(s.quota) {
+		klog.InfoS("the embedded etcd is still full: it refuses writes until more is deleted",
+			"databaseBytes", compacted.DbSize, "inUseBytes", compacted.DbSizeInUse, "quotaBytes", s.quota)
+		return revision, nil
+	}
+	// The member's own call: the in-process client's defragment needs a
+	// health notifier that v3client does not give it.
+	if err := s.etcd.Server.Defragment(); err != nil {
+		return revision, err
+	}
+	after, err := client.Status(ctx, s.ClientURL)
+	if err != nil {
+		return revision, err
+	}
+	if float64(after.DbSize) >= freedBelow*float64(s.quota) {
+		klog.InfoS("the embedded etcd is still full after defragmenting: it refuses writes until more is deleted",
+			"databaseBytes", after.DbSize, "quotaBytes", s.quota)
+		return revision, nil
+	}
+	if _, err := client.AlarmDisarm(ctx, (*clientv3.AlarmMember)(full)); err != nil {
+		return revision, err
+	}
+	klog.InfoS("the embedded etcd had filled its quota: compacted, defragmented, and taking writes again",
+		"databaseBytesBefore", before.DbSize, "databaseBytes", after.DbSize, "quotaBytes", s.quota)
+	return revision, nil
+}

@@ -1,0 +1,102 @@
+package embeddedetcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+const testQuota = 32 << 20
+
+// fill writes value under keys made by key(i) until etcd refuses one for
+// its quota; it returns how many it took.
+func fill(ctx context.Context, t *testing.T, client *clientv3.Client, key func(int) string) int {
+	t.Helper()
+	value := strings.Repeat("x", 1<<20)
+	for i := range 1000 {
+		_, err := client.Put(ctx, key(i), value)
+		if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) {
+			return i
+		}
+		if err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	t.Fatalf("1,000 writes of 1 MiB and no refusal for a quota of %d bytes", testQuota)
+	return 0
+}
+
+// The versions of one key fill the database: compacting them makes room.
+func TestAMemberFullOfHistoryTakesWritesAgain(t *testing.T) {
+	s, err := StartWithQuota(t.TempDir(), time.Minute, testQuota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	client := s.InProcessClient()
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	fill(ctx, t, client, func(int) string { return "/history" })
+	if _, err := client.Put(ctx, "/small", "v"); err == nil {
+		t.Fatal("a small write passed with the NOSPACE alarm raised")
+	}
+	if _, err := s.makeRoom(ctx, client, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, "/small", "v"); err != nil {
+		t.Fatalf("a write after the history was compacted: %v", err)
+	}
+	if got, err := client.Get(ctx, "/history"); err != nil || len(got.Kvs) != 1 {
+		t.Fatalf("the key whose history was compacted: %v %v; want its last version", got, err)
+	}
+}
+
+// Keys of their own fill the database: writes stay refused until enough
+// of them are deleted.
+func TestAMemberFullOfLiveDataTakesWritesOnceEnoughIsDeleted(t *testing.T) {
+	s, err := StartWithQuota(t.TempDir(), time.Minute, testQuota)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop(context.Background())
+	client := s.InProcessClient()
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	key := func(i int) string { return fmt.Sprintf("/live/%d", i) }
+	n := fill(ctx, t, client, key)
+	// A delete passes under the alarm; one key is not enough room.
+	if _, err := client.Delete(ctx, key(0)); err != nil {
+		t.Fatalf("a delete under the NOSPACE alarm: %v", err)
+	}
+	tried, err := s.makeRoom(ctx, client, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, "/small", "v"); err == nil {
+		t.Fatalf("a write passed with %d of %d MiB still live in a %d MiB quota", n-1, n, testQuota>>20)
+	}
+	for i := 1; i < n/2; i++ {
+		if _, err := client.Delete(ctx, key(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.makeRoom(ctx, client, tried); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.Put(ctx, "/small", "v"); err != nil {
+		t.Fatalf("a write after half was deleted: %v", err)
+	}
+	if alarms, err := client.AlarmList(ctx); err != nil || len(alarms.Alarms) != 0 {
+		t.Fatalf("alarms after half was deleted: %v %v", alarms, err)
+	}
+}
