@@ -32,17 +32,25 @@ func fill(ctx context.Context, t *testing.T, client *clientv3.Client, key func(i
 	return 0
 }
 
-// The versions of one key fill the database: compacting them makes room.
-func TestAMemberFullOfHistoryTakesWritesAgain(t *testing.T) {
+// smallMember is a member with a quota of testQuota, its in-process
+// client, and a context for the test; all end with t.
+func smallMember(t *testing.T) (*Server, *clientv3.Client, context.Context) {
+	t.Helper()
 	s, err := StartWithQuota(t.TempDir(), time.Minute, testQuota)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Stop(context.Background())
+	t.Cleanup(func() { s.Stop(context.Background()) })
 	client := s.InProcessClient()
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
+	return s, client, ctx
+}
+
+// The versions of one key fill the database: compacting them makes room.
+func TestAMemberFullOfHistoryTakesWritesAgain(t *testing.T) {
+	s, client, ctx := smallMember(t)
 
 	fill(ctx, t, client, func(int) string { return "/history" })
 	if _, err := client.Put(ctx, "/small", "v"); err == nil {
@@ -62,15 +70,7 @@ func TestAMemberFullOfHistoryTakesWritesAgain(t *testing.T) {
 // Keys of their own fill the database: writes stay refused until enough
 // of them are deleted.
 func TestAMemberFullOfLiveDataTakesWritesOnceEnoughIsDeleted(t *testing.T) {
-	s, err := StartWithQuota(t.TempDir(), time.Minute, testQuota)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Stop(context.Background())
-	client := s.InProcessClient()
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	s, client, ctx := smallMember(t)
 
 	key := func(i int) string { return fmt.Sprintf("/live/%d", i) }
 	n := fill(ctx, t, client, key)
