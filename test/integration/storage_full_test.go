@@ -63,7 +63,7 @@ func TestAFullStoreRefusesWritesAsStorageFullAndTakesThemAgain(t *testing.T) {
 	if !ok || status.Status().Code != http.StatusInsufficientStorage || status.Status().Reason != apierror.ReasonStorageFull {
 		t.Fatalf("the write past a 32 MiB quota: %v; want 507 %s", refused, apierror.ReasonStorageFull)
 	}
-	// Nothing else writes meanwhile, and reads and deletes pass.
+	// The next write is refused too; reads and deletes pass.
 	if err := write(ctx); err == nil {
 		t.Fatal("a write passed right after one was refused for the quota")
 	}
