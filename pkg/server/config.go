@@ -261,7 +261,7 @@ func (o *Options) applyAccess(generic *genericapiserver.Config, ca *pki.CA, gett
 	projects := projectexists.New()
 	projects.Projects = getters
 	generic.AdmissionControl = admission.NewChainHandler(resourceversion.NewPlugin(), projects, lendingpolicy.New(getters), nodeclaim.New(getters), noderestriction.New(), nodedeletion.New(), nodeclass.New(),
-		executionlimit.New(keptExecutions{getters, logs}, o.MaxExecutionsPerProject))
+		executionlimit.New(keptExecutions{logs.Client, logs}, o.MaxExecutionsPerProject))
 	return &revocation.Watches{Authorizer: authz, Tokens: getters}, nil
 }
 

@@ -5,10 +5,9 @@ import (
 	"fmt"
 	"reflect"
 
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	etcdclient "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 
@@ -88,41 +87,34 @@ func (s *Stores) Sources() localinformers.Sources {
 // getters read for authentication, authorization and admission.
 func (s *Stores) getters() storeGetters {
 	return storeGetters{projects: s.Projects.Main, tokens: s.AccessTokens.Main, enrollments: s.EnrollmentTokens.Main,
-		nodes: s.Nodes.Main, pools: s.Pools.Main, reservations: s.Reservations.Main, executions: s.Executions.Main}
+		nodes: s.Nodes.Main, pools: s.Pools.Main, reservations: s.Reservations.Main}
 }
 
 // storeGetters read Projects, AccessTokens, EnrollmentTokens, Nodes, Pools
 // and Reservations for authentication, authorization and admission straight
 // from the stores.
 type storeGetters struct {
-	projects, tokens, enrollments, nodes, pools, reservations, executions *genericregistry.Store
-}
-
-// CountExecutions counts a project's Executions as etcd has them now (the
-// library answers from the watch cache once it has caught up, one small etcd
-// read): counted from whatever the cache had, the 21st of 21 executions
-// created one after another could pass a bound of 20.
-func (g storeGetters) CountExecutions(ctx context.Context, project string) (int, error) {
-	obj, err := g.executions.List(genericapirequest.WithNamespace(ctx, project), &metainternalversion.ListOptions{})
-	if err != nil {
-		return 0, err
-	}
-	return len(obj.(*nodusv1.ExecutionList).Items), nil
+	projects, tokens, enrollments, nodes, pools, reservations *genericregistry.Store
 }
 
 // keptExecutions counts what a project keeps of its executions: its
 // Executions, or the outputs kept for them where those are more (an output
 // whose Execution's delete did not reach it stays on its lease).
 type keptExecutions struct {
-	storeGetters
+	kv   etcdclient.KV
 	logs *executionlog.Store
 }
 
+// CountExecutions counts in etcd, as it is now: from whatever the watch
+// cache had, the 21st of 21 executions created one after another could
+// pass a bound of 20. A count, not a consistent LIST, which copied each of
+// the project's executions (up to the bound, 1000) on every create.
 func (k keptExecutions) CountExecutions(ctx context.Context, project string) (int, error) {
-	executions, err := k.storeGetters.CountExecutions(ctx, project)
+	stored, err := k.kv.Get(ctx, etcdPrefix+"/"+nodusv1.GroupName+"/executions/"+project+"/", etcdclient.WithPrefix(), etcdclient.WithCountOnly())
 	if err != nil {
 		return 0, err
 	}
+	executions := int(stored.Count)
 	logs, err := k.logs.Count(ctx, project)
 	if err != nil {
 		return 0, err
