@@ -44,12 +44,15 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/project"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 	"github.com/nodus-dev/nodus/pkg/settle"
+	"github.com/nodus-dev/nodus/pkg/storagespace"
 )
 
 const (
 	etcdStopTimeout = 10 * time.Second
-	// etcdSpaceInterval is how often the embedded etcd, when full, is
-	// checked for room made (embeddedetcd.KeepSpace).
+	// etcdSpaceInterval is how often etcd's members publish their size
+	// and are warned about near their quota (storagespace), and the
+	// embedded one, when full, is checked for room made
+	// (embeddedetcd.KeepSpace).
 	etcdSpaceInterval = 5 * time.Second
 	// heartbeatPersistEvery bounds how stale a Node's stored lastHeartbeatTime
 	// may be; liveness itself is exact, through the etcd lease.
@@ -239,6 +242,13 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		}); err != nil {
 			return nil, err
 		}
+	}
+	space := &storagespace.Watcher{Client: c.storage.client, Endpoints: c.storage.servers}
+	if err := generic.AddPostStartHook("nodus-etcd-space-watch", func(hook genericapiserver.PostStartHookContext) error {
+		go space.Run(hook, etcdSpaceInterval)
+		return nil
+	}); err != nil {
+		return nil, err
 	}
 	// Every replica cuts its own open watches whose access ended, as its
 	// own stores show the change.

@@ -141,18 +141,26 @@ func TestEmbeddedStoresListFromTheWatchCache(t *testing.T) {
 // the server's /metrics; 0 when there is none.
 func metricValue(t *testing.T, s *testserver.Server, prefix string) int {
 	t.Helper()
+	v, _ := metricFloat(t, s, prefix)
+	return int(v)
+}
+
+// metricFloat reads the value of the first line that starts with prefix
+// from the server's /metrics, and whether there is one.
+func metricFloat(t *testing.T, s *testserver.Server, prefix string) (float64, bool) {
+	t.Helper()
 	r := do(t, s.Config, "GET", "/metrics", "", nil)
 	if r.code != http.StatusOK {
 		t.Fatalf("GET /metrics: %d %s", r.code, r.body)
 	}
 	for _, line := range strings.Split(string(r.body), "\n") {
 		if strings.HasPrefix(line, prefix) {
-			n, err := strconv.Atoi(strings.TrimPrefix(line, prefix))
+			v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
 			if err != nil {
 				t.Fatalf("metric line %q: %v", line, err)
 			}
-			return n
+			return v, true
 		}
 	}
-	return 0
+	return 0, false
 }

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"io"
 	"net/http"
@@ -22,21 +21,7 @@ import (
 // leanBeats reads how many heartbeats the lean path answered with code.
 func leanBeats(t *testing.T, s *testserver.Server, code int) int {
 	t.Helper()
-	r := do(t, s.Config, "GET", "/metrics", "", nil)
-	if r.code != http.StatusOK {
-		t.Fatalf("GET /metrics: %d %s", r.code, r.body)
-	}
-	want := `nodus_heartbeat_lean_requests_total{code="` + strconv.Itoa(code) + `"} `
-	for sc := bufio.NewScanner(bytes.NewReader(r.body)); sc.Scan(); {
-		if line := sc.Text(); strings.HasPrefix(line, want) {
-			n, err := strconv.Atoi(strings.TrimPrefix(line, want))
-			if err != nil {
-				t.Fatalf("metric line %q: %v", line, err)
-			}
-			return n
-		}
-	}
-	return 0
+	return metricValue(t, s, `nodus_heartbeat_lean_requests_total{code="`+strconv.Itoa(code)+`"} `)
 }
 
 // TestLeanHeartbeatAnswersAsTheGenericChain sends each heartbeat twice:

@@ -14,6 +14,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/server"
+	"github.com/nodus-dev/nodus/pkg/storagespace"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -62,6 +63,18 @@ func TestAFullStoreRefusesWritesAsStorageFullAndTakesThemAgain(t *testing.T) {
 	status, ok := refused.(apierrors.APIStatus)
 	if !ok || status.Status().Code != http.StatusInsufficientStorage || status.Status().Reason != apierror.ReasonStorageFull {
 		t.Fatalf("the write past a 32 MiB quota: %v; want 507 %s", refused, apierror.ReasonStorageFull)
+	}
+	// Every server publishes how full etcd is (the embedded member's
+	// figures are on no port of its own it reaches): past the warning line
+	// by now.
+	if err := testfleet.Eventually(ctx, 30*time.Second, func(context.Context) (bool, error) {
+		quota, _ := metricFloat(t, s, "nodus_etcd_database_quota_bytes{")
+		database, _ := metricFloat(t, s, "nodus_etcd_database_bytes{")
+		return quota == 32<<20 && database >= storagespace.WarnAt*quota, nil
+	}); err != nil {
+		quota, _ := metricFloat(t, s, "nodus_etcd_database_quota_bytes{")
+		database, _ := metricFloat(t, s, "nodus_etcd_database_bytes{")
+		t.Fatalf("a full store's figures on /metrics: database %v bytes, quota %v", database, quota)
 	}
 	// The next write is refused too; reads and deletes pass.
 	if err := write(ctx); err == nil {
