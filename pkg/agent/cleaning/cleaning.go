@@ -74,7 +74,7 @@ func DefaultPaths() Paths {
 		CronSpools:     []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
 		AtSpools:       []string{"/var/spool/cron/atjobs", "/var/spool/at"},
 		LingerDir:      "/var/lib/systemd/linger",
-		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue"},
+		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock"},
 		MailSpools:     []string{"/var/mail", "/var/spool/mail"},
 		CrashDirs:      []string{"/var/crash", "/var/lib/systemd/coredump"},
 		RuntimeDirs:    "/run/user",
@@ -418,30 +418,51 @@ func removeIfExists(path string) error {
 // /tmp/.X11-unix (root's, 1777) holds the tenant's files as well. Nothing is
 // followed.
 func removeOwned(dir string, owns sessions.OwnedBy, trees bool) (int, error) {
-	return removeOwnedBelow(dir, owns, trees, maxSharedDepth)
-}
-
-// maxSharedDepth bounds how deep removeOwned looks into others' directories.
-const maxSharedDepth = 16
-
-func removeOwnedBelow(dir string, owns sessions.OwnedBy, trees bool, depth int) (int, error) {
-	entries, err := os.ReadDir(dir)
+	root, err := os.OpenRoot(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return 0, nil
 	}
 	if err != nil {
 		return 0, err
 	}
+	defer root.Close()
+	return removeOwnedBelow(root, owns, trees, maxSharedDepth)
+}
+
+// maxSharedDepth bounds how deep removeOwned looks into others' directories.
+const maxSharedDepth = 16
+
+// removeOwnedBelow works from dir's descriptor, never from a path: the
+// owner of a directory it looks into (another user, still logged in) can
+// swap that directory for a symlink to one of root's between the look and
+// the removal, and a path resolved again would then remove root's file of
+// the same name (TestASweepOfSharedDirectoriesFollowsNothingAnotherUserSwaps).
+// A directory it goes into is held open, so a swap changes nothing of what
+// it removes, and os.Root refuses a symlink swapped in that leads out of
+// dir.
+func removeOwnedBelow(dir *os.Root, owns sessions.OwnedBy, trees bool, depth int) (int, error) {
+	listed, err := dir.Open(".")
+	if err != nil {
+		return 0, err
+	}
+	entries, err := listed.ReadDir(-1)
+	listed.Close()
+	if err != nil {
+		return 0, err
+	}
 	n := 0
 	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		var st syscall.Stat_t
-		if err := syscall.Lstat(path, &st); err != nil {
+		info, err := dir.Lstat(e.Name())
+		if err != nil {
+			continue
+		}
+		st, ok := info.Sys().(*syscall.Stat_t)
+		if !ok {
 			continue
 		}
 		if !owns(int(st.Uid)) {
-			if trees && depth > 0 && st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
-				below, err := removeOwnedBelow(path, owns, trees, depth-1)
+			if trees && depth > 0 && info.IsDir() {
+				below, err := removeOwnedIn(dir, e.Name(), owns, depth-1)
 				n += below
 				if err != nil {
 					return n, err
@@ -449,15 +470,28 @@ func removeOwnedBelow(dir string, owns sessions.OwnedBy, trees bool, depth int) 
 			}
 			continue
 		}
-		if e.IsDir() && !trees {
+		if info.IsDir() && !trees {
 			continue
 		}
-		if err := os.RemoveAll(path); err != nil {
+		if err := dir.RemoveAll(e.Name()); err != nil {
 			return n, err
 		}
 		n++
 	}
 	return n, nil
+}
+
+// removeOwnedIn goes into dir's subdirectory name, unless it is gone.
+func removeOwnedIn(dir *os.Root, name string, owns sessions.OwnedBy, depth int) (int, error) {
+	sub, err := dir.OpenRoot(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer sub.Close()
+	return removeOwnedBelow(sub, owns, true, depth)
 }
 
 // resetHome empties home and fills it from skel, owned by uid:gid, with the

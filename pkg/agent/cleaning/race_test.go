@@ -3,6 +3,7 @@ package cleaning
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"os/user"
@@ -83,5 +84,123 @@ func TestAHomeResetFollowsNothingATenantSwaps(t *testing.T) {
 		if st.Mode&0o777 != 0o600 || st.Uid != 0 {
 			t.Errorf("after reset %d, root's file is mode %o, owner %d: the reset followed a tenant's symlink", i, st.Mode&0o777, st.Uid)
 		}
+	}
+}
+
+// TestASweepOfSharedDirectoriesFollowsNothingAnotherUserSwaps: a tenant's
+// files can lie in another user's directories under /tmp (hard links to a
+// file it left writable, or what it wrote there while it could), and that
+// user, still logged in, swaps those directories for symlinks to a
+// directory of root's while the sweep works. Root must delete the tenant's
+// files only where it found them, never a file the symlink names.
+func TestASweepOfSharedDirectoriesFollowsNothingAnotherUserSwaps(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to run the swapping process as an account of its own (CI is root)")
+	}
+	if _, err := exec.LookPath("perl"); err != nil {
+		t.Skip("needs perl (Debian's perl-base) to run the swapping process")
+	}
+	_, uid, gid, remove, err := testhost.SystemAccount("nodus-swap")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(remove)
+	const tenant = 3999999 // the account being cleaned: only its uid matters
+	// Not t.TempDir: its parent is root's, 0700, and the other user must
+	// reach its directory; 1777 as /tmp is.
+	shared, err := os.MkdirTemp("", "nodus-sweep-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(shared) })
+	if err := os.Chmod(shared, 0o1777); err != nil {
+		t.Fatal(err)
+	}
+	roots := t.TempDir() // root's files, which the symlinks name
+	var names []string
+	for i := range 200 {
+		n := fmt.Sprintf("f%03d", i)
+		names = append(names, n)
+		if err := os.WriteFile(filepath.Join(roots, n), []byte("root's\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chmod(roots, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	others := filepath.Join(shared, "d")
+	var dirs []string
+	for k := range 20 {
+		dir := filepath.Join(others, fmt.Sprint("e", k))
+		dirs = append(dirs, dir)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range names {
+			path := filepath.Join(dir, n)
+			if err := os.WriteFile(path, []byte("the tenant's\n"), 0o666); err != nil || os.Chown(path, tenant, tenant) != nil {
+				t.Fatal("writing the tenant's file", err)
+			}
+		}
+		if err := os.Chown(dir, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Chown(others, uid, gid); err != nil {
+		t.Fatal(err)
+	}
+	// The swapper: each directory moved away, a symlink to root's in its
+	// place, then the directory back.
+	swapper := exec.Command("perl", "-e", `my ($t, @d) = @ARGV; while (1) { for (@d) { rename($_, "$_.x") and symlink($t, $_) and unlink($_) and rename("$_.x", $_) } }`, roots)
+	swapper.Args = append(swapper.Args, dirs...)
+	swapper.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := swapper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	stop := func() {
+		if !stopped {
+			stopped = true
+			_ = swapper.Process.Kill()
+			_ = swapper.Wait()
+		}
+	}
+	t.Cleanup(stop)
+
+	owns := func(u int) bool { return u == tenant }
+	for i := 0; i < 5 && !t.Failed(); i++ {
+		_, _ = removeOwned(shared, owns, true) // a swap seen may fail it
+		for _, n := range names {
+			if _, err := os.Lstat(filepath.Join(roots, n)); err != nil {
+				t.Errorf("after sweep %d, root's %s: %v: the sweep followed another user's symlink", i, n, err)
+				break
+			}
+		}
+	}
+	// Once nothing swaps, a sweep takes whatever of the tenant's is left,
+	// wherever a swap left its directory.
+	stop()
+	for _, dir := range dirs {
+		if _, err := os.Lstat(dir); err != nil {
+			_ = os.Rename(dir+".x", dir)
+		}
+	}
+	if _, err := removeOwned(shared, owns, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := filepath.WalkDir(shared, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if info.Sys().(*syscall.Stat_t).Uid == tenant {
+			t.Errorf("%s, the tenant's, is left", path)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
 	}
 }
