@@ -44,6 +44,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/pki"
 	"github.com/nodus-dev/nodus/pkg/projecthistory"
+	"github.com/nodus-dev/nodus/pkg/requestnamespace"
 	"github.com/nodus-dev/nodus/pkg/resourceversion"
 	"github.com/nodus-dev/nodus/pkg/revocation"
 	"github.com/nodus-dev/nodus/pkg/sshca"
@@ -282,11 +283,11 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
-		apiHandler = applycheck.Filter(projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
+		apiHandler = requestnamespace.Filter(applycheck.Filter(projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
 			PerProject: func(u user.Info) bool {
 				_, _, agent := auth.NodeOf(u)
 				return !agent && !slices.Contains(u.GetGroups(), auth.GroupEnrollers)
-			}}))), births, auth.IsOperator), schemas, ownKind(scheme), c.MaxRequestBodyBytes)
+			}}))), births, auth.IsOperator), schemas, ownKind(scheme), c.MaxRequestBodyBytes))
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
 		apiHandler = stackgrow.Handler(apiHandler)

@@ -109,6 +109,18 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"a customer's namespace read", "GET", "/api/v1/namespaces/%25", "", "", alice, 403},
 		{"a customer's project read", "GET", nodus + "/projects/%25", "", "", alice, 403},
 		{"a customer's certificate request", "POST", nodus + "/namespaces/%25/reservedhosts/h/ssh-certificate", "application/json", `{"publicKey":"x"}`, alice, 403},
+		// An operator's: the store's key check answered these 500.
+		{"an operator's list in a namespace of dots", "GET", nodus + "/namespaces/%2E%2E/reservedhosts", "", "", nil, 400},
+		{"an operator's watch in a namespace of a dot", "GET", nodus + "/namespaces/%2E/executions?watch=1", "", "", nil, 400},
+		{"an operator's read in a namespace of dots", "GET", nodus + "/namespaces/%2E%2E/reservedhosts/h", "", "", nil, 400},
+		{"an operator's action in a namespace of dots", "POST", nodus + "/namespaces/%2E%2E/reservedhosts/h/lend", "application/json", `{}`, nil, 400},
+		{"an operator's read in a namespace that is no name", "GET", nodus + "/namespaces/%25/reservedhosts/h", "", "", nil, 400},
+		{"an operator's read of a namespace that is no name", "GET", "/api/v1/namespaces/%25", "", "", nil, 400},
+		// A strategic merge patch's errors the library does not map were
+		// plain: 500.
+		{"strategic merge patch: an unknown directive", "PATCH", nodus + "/projects/acme", "application/strategic-merge-patch+json", `{"$patch":"bogus"}`, nil, 400},
+		{"strategic merge patch: an order of a field there is not", "PATCH", nodus + "/projects/acme", "application/strategic-merge-patch+json", `{"$setElementOrder/bogus":[]}`, nil, 400},
+		{"strategic merge patch: a field of the wrong type", "PATCH", nodus + "/projects/acme", "application/strategic-merge-patch+json", `{"metadata":{"labels":"x"}}`, nil, 422},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -129,6 +141,18 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 	pools, err := s.Client.NodusV1().Pools().List(ctx(t), metav1.ListOptions{})
 	if err != nil || len(pools.Items) != 0 {
 		t.Errorf("bad input must write nothing; pools: %v %d", err, len(pools.Items))
+	}
+	// A strategic merge patch's list item without its merge key: a 400
+	// that does not repeat the patch (the library prints it as a map).
+	owned := project("owned")
+	owned.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Secret", Name: "s", UID: "0b5b1c7e-5f4e-4a8e-9d7e-3c1f2a6b7d8e"}}
+	if _, err := s.Client.NodusV1().Projects().Create(ctx(t), owned, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, s.Config, "PATCH", nodus+"/projects/owned", "application/strategic-merge-patch+json", strings.NewReader(
+		`{"metadata":{"ownerReferences":[{"apiVersion":"v1","kind":"Secret","name":"the-value-not-to-repeat"}]}}`)); r.code != http.StatusBadRequest ||
+		envelopeOf(t, r).Reason != metav1.StatusReasonBadRequest || strings.Contains(string(r.body), "the-value-not-to-repeat") {
+		t.Errorf("a strategic merge patch's list item without its merge key: %d %s", r.code, r.body)
 	}
 	// An Execution's refusal names where, not what: its environment holds
 	// a borrower's secrets, and the answer's message goes to the audit log.

@@ -155,6 +155,7 @@ func (r *REST) takeClaims(ctx context.Context, keys []string, o owner) error {
 // Update claims the Ironic name an update gives the allocation before the
 // update is written, and then releases the name it left.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	objInfo = base.PatchRefusals(ctx, objInfo)
 	if len(options.DryRun) > 0 {
 		return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 	}

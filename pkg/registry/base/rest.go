@@ -88,7 +88,7 @@ func (r *StatusREST) Get(ctx context.Context, name string, options *metav1.GetOp
 
 func (r *StatusREST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	// Status updates never create the object.
-	return r.store.Update(ctx, name, objInfo, createValidation, updateValidation, false, options)
+	return r.store.Update(ctx, name, PatchRefusals(ctx, objInfo), createValidation, updateValidation, false, options)
 }
 
 func (r *StatusREST) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {

@@ -1,0 +1,71 @@
+package base
+
+import (
+	"context"
+	"errors"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apiserver/pkg/endpoints/request"
+	"k8s.io/apiserver/pkg/registry/rest"
+)
+
+// Update is the store's, with a patch that cannot be applied answered 400.
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	return r.Store.Update(ctx, name, PatchRefusals(ctx, objInfo), createValidation, updateValidation, forceAllowCreate, options)
+}
+
+// PatchRefusals answers 400 BadRequest for a patch the library fails to
+// apply with an error of no status: it maps only some of a strategic merge
+// patch's errors, and answered the others (an unknown $patch directive, an
+// order or deletion list for a field the kind does not have, a list item
+// without its merge key) 500 InternalError. A patch's other errors (JSON
+// patch, merge patch, apply, admission) already carry their status and
+// pass as they are; so does every error of an update that is not a patch.
+func PatchRefusals(ctx context.Context, objInfo rest.UpdatedObjectInfo) rest.UpdatedObjectInfo {
+	if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "patch" {
+		return patchRefusals{objInfo}
+	}
+	return objInfo
+}
+
+type patchRefusals struct{ rest.UpdatedObjectInfo }
+
+func (p patchRefusals) UpdatedObject(ctx context.Context, old runtime.Object) (runtime.Object, error) {
+	obj, err := p.UpdatedObjectInfo.UpdatedObject(ctx, old)
+	var status apierrors.APIStatus
+	if err != nil && !errors.As(err, &status) {
+		return nil, apierrors.NewBadRequest("the patch cannot be applied: " + withoutMaps(err.Error()))
+	}
+	return obj, err
+}
+
+// withoutMaps leaves out of the library's message the maps it prints (the
+// patch's, or the object's), which may hold what the caller must not see
+// repeated in an answer and the audit log: an Execution's environment.
+func withoutMaps(msg string) string {
+	var b strings.Builder
+	for {
+		start := strings.Index(msg, "map[")
+		if start < 0 {
+			b.WriteString(msg)
+			return strings.TrimSpace(b.String())
+		}
+		b.WriteString(msg[:start])
+		b.WriteString("{…}")
+		depth, end := 0, len(msg)
+		for i := start + len("map"); i < len(msg); i++ {
+			if msg[i] == '[' {
+				depth++
+			} else if msg[i] == ']' {
+				if depth--; depth == 0 {
+					end = i + 1
+					break
+				}
+			}
+		}
+		msg = msg[end:]
+	}
+}
