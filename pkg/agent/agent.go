@@ -476,6 +476,9 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		a.unrecordable(ctx, desired, fmt.Errorf("reading applied access: %w", err))
 		return
 	}
+	if !desired.Granted() {
+		desired.LoginUser = a.retiredLoginUser(previous, desired)
+	}
 	if desired.Granted() {
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).

@@ -72,3 +72,62 @@ func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T)
 	case <-time.After(time.Second):
 	}
 }
+
+// TestAnAccessThatGrantsNothingMakesNoAccountATenants: the server lists a
+// reservation on the node that lets no one in (released, a UID never seen
+// here) and names as its login user an account of the host's no access
+// ever granted: a supplier's maintenance account, outside the login group.
+// The agent must neither end that account's processes nor record it as a
+// login user, which would let a cleaning that names the reservation reset
+// the account's home.
+func TestAnAccessThatGrantsNothingMakesNoAccountATenants(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to add a login account and run its session (CI is root)")
+	}
+	login, uid, gid, remove, err := testhost.LoginAccount("nodus-maint")
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(remove)
+	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	sshd := t.TempDir()
+	a := &Agent{opts: Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(sshd, "nodus.conf"), LoginGroup: "nodus-login-apply-test"},
+		store: store, procs: sessions.Procs{Root: "/proc"},
+		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
+		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
+		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+	session := exec.Command("sleep", "1000")
+	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	if err := session.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ended := make(chan struct{})
+	go func() { _ = session.Wait(); close(ended) }()
+	t.Cleanup(func() { _ = session.Process.Kill() })
+
+	forged := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "forged", UID: "7c2e4b1a-3d5f-4a6b-8c9d-0e1f2a3b4c5d"}}
+	forged.Spec.LoginUser, forged.Spec.Project = login, "acme"
+	forged.Status.Epoch, forged.Status.State, forged.Status.LoginUser = 5, nodusv1.ReservationStateReleased, login
+	a.apply(context.Background(), forged)
+
+	applied, ok, err := store.Applied("forged")
+	if err != nil || !ok {
+		t.Fatalf("the released access was not recorded: %v", err)
+	}
+	if applied.Epoch != 5 || applied.LoginUser != "" {
+		t.Errorf("recorded %+v: the login user no access granted is recorded as one", applied)
+	}
+	if a.everManaged(login) {
+		t.Error("an account no access granted counts as one a tenant used: a cleaning would reset it")
+	}
+	select {
+	case <-ended:
+		t.Error("an access that grants nothing ended the processes of an account no access granted")
+	case <-time.After(time.Second):
+	}
+}

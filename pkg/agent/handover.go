@@ -76,7 +76,7 @@ func (a *Agent) everManaged(user string) bool {
 	if a.opts.LoginGroup == "" || a.opts.SSHDDropIn == "" {
 		return true
 	}
-	if out, err := exec.Command("id", "-nG", "--", user).Output(); err != nil || slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+	if in, err := a.inLoginGroup(user); err != nil || in {
 		return true // when in doubt, clean: what is left of a tenant must go
 	}
 	all, err := a.store.All()
@@ -89,6 +89,44 @@ func (a *Agent) everManaged(user string) bool {
 		}
 	}
 	return false
+}
+
+// inLoginGroup says whether user is in the login group.
+func (a *Agent) inLoginGroup(user string) (bool, error) {
+	out, err := exec.Command("id", "-nG", "--", user).Output()
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup), nil
+}
+
+// retiredLoginUser is the login user an access that lets no one in
+// (desired) is recorded with, whose sessions end and whose account a
+// cleaning after it resets: the one the server names, unless the agent
+// manages the login group and that account is outside it and is no login
+// user of the access as recorded. Such an account never let a tenant in
+// (everManaged), and the server's word alone must not make it one: its
+// processes would end at every beat, and a cleaning naming the
+// reservation would reset its home. Then it is the login user recorded
+// for the same reservation, or none.
+func (a *Agent) retiredLoginUser(previous, desired state.Access) string {
+	user := desired.LoginUser
+	if user == "" || a.opts.LoginGroup == "" || a.opts.SSHDDropIn == "" {
+		return user // without a login group every account counts (everManaged)
+	}
+	sameObject := previous.Reservation != "" && (previous.UID == "" || desired.UID == "" || previous.UID == desired.UID)
+	if sameObject && (desired.Epoch <= previous.Epoch || previous.LoginUser == user || slices.Contains(previous.FormerLoginUsers, user)) {
+		return user // not newer, so not applied; or a login user recorded
+	}
+	if in, err := a.inLoginGroup(user); err != nil || in {
+		return user // when in doubt, as named: its sessions end
+	}
+	klog.InfoS("not taking a login user no access granted here for an access that lets no one in",
+		"reservation", desired.Reservation, "user", user, "state", desired.State)
+	if sameObject {
+		return previous.LoginUser
+	}
+	return ""
 }
 
 // manageLoginUser puts user in the login group before any access is
@@ -106,7 +144,7 @@ func (a *Agent) manageLoginUser(user string) error {
 			return fmt.Errorf("groupadd %s: %v: %s", a.opts.LoginGroup, err, out)
 		}
 	}
-	if out, err := exec.Command("id", "-nG", "--", user).Output(); err == nil && slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup) {
+	if in, err := a.inLoginGroup(user); err == nil && in {
 		return nil
 	}
 	if out, err := exec.Command("usermod", "--append", "--groups", a.opts.LoginGroup, "--", user).CombinedOutput(); err != nil {

@@ -22,11 +22,11 @@ const freedBelow = 0.9
 // someone disarms it, however much is deleted meanwhile: for a member
 // inside nodus-server, an operator would need etcdctl, the member's client
 // certificate and etcd's maintenance steps. Every interval, while the
-// alarm stands and something was written (deleted) since the last try,
-// KeepSpace compacts the history to now (what was deleted, and the older
-// versions of what was changed, are then gone: watches behind that
-// relist) and, once what is live is under freedBelow of the quota,
-// defragments and disarms.
+// alarm stands, at the first round and then whenever something was
+// written (deleted) since the last try, KeepSpace compacts the history to
+// now (what was deleted, and the older versions of what was changed, are
+// then gone: watches behind that relist) and, once what is live is under
+// freedBelow of the quota, defragments and disarms.
 func (s *Server) KeepSpace(ctx context.Context, interval time.Duration) {
 	client := s.InProcessClient()
 	defer client.Close()
