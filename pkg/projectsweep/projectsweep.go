@@ -44,6 +44,40 @@ func Sweep(ctx context.Context, kv clientv3.KV, layout Layout, project string, m
 	return nil
 }
 
+// SweepUnmade deletes every key of the project's namespace and data while
+// the project's key does not exist: what is there then is an earlier
+// project's. Swept before a project of the name is made, its deletions are
+// history from before the project, which no member's read or watch reaches
+// (package projecthistory); swept after, as Sweep does, a member's list at
+// the project's first revision, or a watch from it replaying the
+// deletions, showed the earlier project's objects. It stops, with no
+// error, once the project exists: a creation that raced it sweeps its own.
+func SweepUnmade(ctx context.Context, kv clientv3.KV, layout Layout, project string) error {
+	for _, prefix := range layout.Namespaced {
+		keys, err := kv.Get(ctx, prefix+project+"/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			return err
+		}
+		for _, k := range keys.Kvs {
+			resp, err := kv.Txn(ctx).If(
+				clientv3.Compare(clientv3.CreateRevision(layout.Projects+project), "=", 0),
+				clientv3.Compare(clientv3.CreateRevision(string(k.Key)), "=", k.CreateRevision),
+			).Then(clientv3.OpDelete(string(k.Key))).Else(clientv3.OpGet(layout.Projects+project, clientv3.WithKeysOnly())).Commit()
+			if err != nil {
+				return err
+			}
+			if !resp.Succeeded {
+				if made := resp.Responses[0].GetResponseRange().Kvs; len(made) > 0 {
+					return nil // made meanwhile
+				}
+				continue // the key changed meanwhile: made again, or gone
+			}
+			klog.InfoS("deleted what an earlier project of the name left", "project", project, "key", string(k.Key))
+		}
+	}
+	return nil
+}
+
 // MadeAt is the create revision of the project's key, 0 when there is none.
 func MadeAt(ctx context.Context, kv clientv3.KV, layout Layout, project string) (int64, error) {
 	resp, err := kv.Get(ctx, layout.Projects+project, clientv3.WithKeysOnly())

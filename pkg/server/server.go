@@ -136,10 +136,15 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 			storage[path] = s
 		}
 	}
-	sweep := func(ctx context.Context, name string, madeAt int64) error {
-		return projectsweep.Sweep(ctx, c.storage.client, projectLayout, name, madeAt)
+	sweeps := project.Sweeps{
+		Unmade: func(ctx context.Context, name string) error {
+			return projectsweep.SweepUnmade(ctx, c.storage.client, projectLayout, name)
+		},
+		Made: func(ctx context.Context, name string, madeAt int64) error {
+			return projectsweep.Sweep(ctx, c.storage.client, projectLayout, name, madeAt)
+		},
 	}
-	for path, s := range project.Storage(c.Stores.Projects, c.Stores.Reservations, sweep) {
+	for path, s := range project.Storage(c.Stores.Projects, c.Stores.Reservations, sweeps) {
 		storage[path] = s
 	}
 	for path, s := range accesstoken.Storage(c.Stores.AccessTokens) {

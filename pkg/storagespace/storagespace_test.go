@@ -81,10 +81,13 @@ func TestAMemberIsWarnedAboutBeforeItIsFull(t *testing.T) {
 		t.Fatalf("published %v, %v, %v; read %+v", database, inUse, quota, r)
 	}
 
-	value := strings.Repeat("x", 1<<20)
+	// Small writes: etcd's status shows the database as its backend last
+	// committed it (every 100 ms), some writes behind; with 1 MiB writes
+	// CI saw it go from under the line to past the quota in one step.
+	value := strings.Repeat("x", 64<<10)
 	written := 0
 	for !r.Past {
-		if written == 40 {
+		if written == 640 {
 			t.Fatalf("40 MiB written to a member of %d bytes and no warning: %+v", testQuota, r)
 		}
 		if _, err := client.Put(ctx, fmt.Sprint("/fill/", written), value); err != nil {

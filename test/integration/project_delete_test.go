@@ -275,8 +275,21 @@ func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
 	// Another customer makes a project of the name: once it exists, its
 	// namespace holds nothing of the earlier one (the creation sweeps
 	// before it answers).
-	if _, err := c.Projects().Create(ctx(t), project("gamma"), metav1.CreateOptions{}); err != nil {
+	made, err := c.Projects().Create(ctx(t), project("gamma", nodusv1.ProjectMember{Name: "bob", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{})
+	if err != nil {
 		t.Fatal(err)
+	}
+	// Nor its history from the project's birth on: a list at the
+	// project's own revision, and a watch from it, which would replay the
+	// sweep's deletions with the objects deleted.
+	bob := tokenFor(t, s, "bob")
+	for _, path := range []string{
+		"/apis/nodus.dev/v1/namespaces/gamma/executions?resourceVersion=" + made.ResourceVersion + "&resourceVersionMatch=Exact",
+		"/apis/nodus.dev/v1/namespaces/gamma/executions?watch=1&timeoutSeconds=2&resourceVersion=" + made.ResourceVersion,
+	} {
+		if r := do(t, bob, "GET", path, "", nil); strings.Contains(string(r.body), "secret") || strings.Contains(string(r.body), `"late"`) {
+			t.Errorf("a member of the new project reads the earlier one's execution: GET %s: %d %.400s", path, r.code, r.body)
+		}
 	}
 	for _, prefix := range []string{key, executionlog.Prefix + "gamma/"} {
 		if resp, err := etcd.Get(ctx(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -33,29 +34,43 @@ const Finalizer = "nodus.dev/project"
 type REST struct {
 	*base.REST
 	Reservations *genericregistry.Store
-	// Sweep deletes what an earlier project of the name left, whose keys
-	// predate madeAt (package projectsweep).
-	Sweep func(ctx context.Context, name string, madeAt int64) error
+	// Sweeps delete what an earlier project of the name left.
+	Sweeps Sweeps
+}
+
+// Sweeps delete what an earlier project of a name left (package
+// projectsweep): Unmade everything, while no project of the name exists;
+// Made the keys that predate madeAt, the project's create revision.
+type Sweeps struct {
+	Unmade func(ctx context.Context, name string) error
+	Made   func(ctx context.Context, name string, madeAt int64) error
 }
 
 // Storage returns the Project storage.
-func Storage(projects, reservations base.Stores, sweep func(ctx context.Context, name string, madeAt int64) error) map[string]rest.Storage {
-	return map[string]rest.Storage{"projects": &REST{REST: &base.REST{Store: projects.Main, Short: []string{"proj"}}, Reservations: reservations.Main, Sweep: sweep}}
+func Storage(projects, reservations base.Stores, sweeps Sweeps) map[string]rest.Storage {
+	return map[string]rest.Storage{"projects": &REST{REST: &base.REST{Store: projects.Main, Short: []string{"proj"}}, Reservations: reservations.Main, Sweeps: sweeps}}
 }
 
-// Create makes the project, then deletes what an earlier project of its
-// name left in its namespace before it answers: its members, told it
-// exists, find it empty. The project's resourceVersion is its key's create
-// revision. A sweep that fails is logged; the project controller sweeps
-// each project it sees once more.
+// Create deletes what an earlier project of its name left in its
+// namespace, makes the project, then deletes what landed in between before
+// it answers: its members, told it exists, find it empty, and nothing of
+// the earlier project in the history they may read from the project's
+// birth on (its resourceVersion, its key's create revision). A sweep
+// before that fails fails the creation; one after is logged, and the
+// project controller sweeps each project it sees once more.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
+	if p, ok := obj.(*nodusv1.Project); ok && p.Name != "" && r.Sweeps.Unmade != nil && len(options.DryRun) == 0 {
+		if err := r.Sweeps.Unmade(ctx, p.Name); err != nil {
+			return nil, apierrors.NewServiceUnavailable("deleting what an earlier project of the name left: " + err.Error())
+		}
+	}
 	out, err := r.Store.Create(ctx, obj, createValidation, options)
-	if err != nil || r.Sweep == nil || len(options.DryRun) > 0 {
+	if err != nil || r.Sweeps.Made == nil || len(options.DryRun) > 0 {
 		return out, err
 	}
 	p := out.(*nodusv1.Project)
 	if madeAt, perr := strconv.ParseInt(p.ResourceVersion, 10, 64); perr == nil {
-		if serr := r.Sweep(ctx, p.Name, madeAt); serr != nil {
+		if serr := r.Sweeps.Made(ctx, p.Name, madeAt); serr != nil {
 			klog.ErrorS(serr, "sweeping what an earlier project of the name left", "project", p.Name)
 		}
 	}
