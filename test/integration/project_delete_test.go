@@ -245,60 +245,82 @@ func TestAProjectKeepsItsFinalizerUntilDeleted(t *testing.T) {
 func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	c := s.Client.NodusV1()
-	if _, err := c.Projects().Create(ctx(t), project("gamma"), metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Projects().Delete(ctx(t), "gamma", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitProjectGone(t, s, "gamma")
-	// What the late write leaves: the execution, and its output.
 	etcd, err := s.EtcdClient()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
-	const key = "/registry/nodus.dev/executions/gamma/late"
-	late := `{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"late","namespace":"gamma","uid":"5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b",` +
-		`"creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"pool":"lends","command":["train"],"env":[{"name":"HF_TOKEN","value":"secret"}],"maxRuntimeSeconds":60},` +
-		`"status":{"phase":"pending"}}`
-	if _, err := etcd.Put(ctx(t), key, late); err != nil {
-		t.Fatal(err)
-	}
-	if err := executionlog.NewStore(etcd).Put(ctx(t), "gamma", "late", "5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b", executionlog.Log{Data: []byte("earlier output")}); err != nil {
-		t.Fatal(err)
-	}
-	waitUntil(t, "the late execution", func(cx context.Context) (*nodusv1.Execution, error) {
-		return c.Executions("gamma").Get(cx, "late", metav1.GetOptions{})
-	}, func(*nodusv1.Execution) bool { return true })
-
-	// Another customer makes a project of the name: once it exists, its
-	// namespace holds nothing of the earlier one (the creation sweeps
-	// before it answers).
-	made, err := c.Projects().Create(ctx(t), project("gamma", nodusv1.ProjectMember{Name: "bob", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Nor its history from the project's birth on: a list at the
-	// project's own revision, and a watch from it, which would replay the
-	// sweep's deletions with the objects deleted.
 	bob := tokenFor(t, s, "bob")
-	for _, path := range []string{
-		"/apis/nodus.dev/v1/namespaces/gamma/executions?resourceVersion=" + made.ResourceVersion + "&resourceVersionMatch=Exact",
-		"/apis/nodus.dev/v1/namespaces/gamma/executions?watch=1&timeoutSeconds=2&resourceVersion=" + made.ResourceVersion,
+	const key = "/registry/nodus.dev/executions/gamma/late"
+	// A project made by POST, and one made by a server-side apply (an
+	// update that creates).
+	for i, made := range []func() (*nodusv1.Project, error){
+		func() (*nodusv1.Project, error) {
+			return c.Projects().Create(ctx(t), project("gamma", nodusv1.ProjectMember{Name: "bob", Role: nodusv1.ProjectRoleViewer}), metav1.CreateOptions{})
+		},
+		func() (*nodusv1.Project, error) {
+			return c.Projects().Patch(ctx(t), "gamma", types.ApplyPatchType,
+				[]byte(`{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"gamma"},"spec":{"members":[{"name":"bob","role":"viewer"}]}}`),
+				metav1.PatchOptions{FieldManager: "t"})
+		},
 	} {
-		if r := do(t, bob, "GET", path, "", nil); strings.Contains(string(r.body), "secret") || strings.Contains(string(r.body), `"late"`) {
-			t.Errorf("a member of the new project reads the earlier one's execution: GET %s: %d %.400s", path, r.code, r.body)
+		if _, err := c.Projects().Create(ctx(t), project("gamma"), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	for _, prefix := range []string{key, executionlog.Prefix + "gamma/"} {
-		if resp, err := etcd.Get(ctx(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
-			t.Errorf("%s is still kept when the project is made", prefix)
+		if err := c.Projects().Delete(ctx(t), "gamma", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
 		}
-	}
-	list, err := c.Executions("gamma").List(ctx(t), metav1.ListOptions{}) // a consistent read: after the creation's answer
-	if err != nil || len(list.Items) != 0 {
-		t.Errorf("the new project shows an execution of the earlier one: %v %+v", err, list)
+		waitProjectGone(t, s, "gamma")
+		// What the late write leaves: the execution, and its output.
+		late := `{"apiVersion":"nodus.dev/v1","kind":"Execution","metadata":{"name":"late","namespace":"gamma","uid":"5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b",` +
+			`"creationTimestamp":"2026-01-01T00:00:00Z"},"spec":{"pool":"lends","command":["train"],"env":[{"name":"HF_TOKEN","value":"secret"}],"maxRuntimeSeconds":60},` +
+			`"status":{"phase":"pending"}}`
+		if _, err := etcd.Put(ctx(t), key, late); err != nil {
+			t.Fatal(err)
+		}
+		if err := executionlog.NewStore(etcd).Put(ctx(t), "gamma", "late", "5d1c7a52-3c1e-4f7e-9a8b-1c2d3e4f5a6b", executionlog.Log{Data: []byte("earlier output")}); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, "the late execution", func(cx context.Context) (*nodusv1.Execution, error) {
+			return c.Executions("gamma").Get(cx, "late", metav1.GetOptions{})
+		}, func(*nodusv1.Execution) bool { return true })
+
+		// Another customer makes a project of the name: once it exists, its
+		// namespace holds nothing of the earlier one (the creation sweeps
+		// before it answers).
+		p, err := made()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if applied := slices.ContainsFunc(p.ManagedFields, func(m metav1.ManagedFieldsEntry) bool {
+			return m.Manager == "t" && m.Operation == metav1.ManagedFieldsOperationApply
+		}); applied != (i == 1) {
+			t.Errorf("made %d: the apply's field manager recorded %v: %+v", i, applied, p.ManagedFields)
+		}
+		for _, prefix := range []string{key, executionlog.Prefix + "gamma/"} {
+			if resp, err := etcd.Get(ctx(t), prefix, clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 0 {
+				t.Errorf("%s is still kept when the project is made", prefix)
+			}
+		}
+		list, err := c.Executions("gamma").List(ctx(t), metav1.ListOptions{}) // a consistent read: after the creation's answer
+		if err != nil || len(list.Items) != 0 {
+			t.Errorf("the new project shows an execution of the earlier one: %v %+v", err, list)
+		}
+		// Nor its history from the project's birth on: a list at the
+		// project's own revision, and a watch from it, which would replay
+		// the sweep's deletions with the objects deleted.
+		for _, path := range []string{
+			"/apis/nodus.dev/v1/namespaces/gamma/executions?resourceVersion=" + p.ResourceVersion + "&resourceVersionMatch=Exact",
+			"/apis/nodus.dev/v1/namespaces/gamma/executions?watch=1&timeoutSeconds=2&resourceVersion=" + p.ResourceVersion,
+		} {
+			if r := do(t, bob, "GET", path, "", nil); strings.Contains(string(r.body), "secret") || strings.Contains(string(r.body), `"late"`) {
+				t.Errorf("a member of the new project reads the earlier one's execution: GET %s: %d %.400s", path, r.code, r.body)
+			}
+		}
+		if err := c.Projects().Delete(ctx(t), "gamma", metav1.DeleteOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		waitProjectGone(t, s, "gamma")
 	}
 }
 

@@ -77,6 +77,25 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 	return out, nil
 }
 
+// Update makes the project through Create when a server-side apply names
+// one that does not exist, so that what an earlier project of the name
+// left is swept before it as for a POST (made by the store's update, its
+// members could read the sweep's deletions from its history on).
+func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if forceAllowCreate && len(options.DryRun) == 0 {
+		// An empty resourceVersion reads etcd.
+		if _, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			obj, err := base.PatchRefusals(ctx, objInfo).UpdatedObject(ctx, r.New())
+			if err != nil {
+				return nil, false, err
+			}
+			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
+			return out, err == nil, err
+		}
+	}
+	return r.REST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+}
+
 // Delete checks the project's reservations, then deletes (the finalizer
 // keeps the object until its contents are gone).
 func (r *REST) Delete(ctx context.Context, name string, deleteValidation rest.ValidateObjectFunc, options *metav1.DeleteOptions) (runtime.Object, bool, error) {
