@@ -601,3 +601,29 @@ func TestALinkedHostFileIsBoundWhereItLeads(t *testing.T) {
 		t.Error("a regular file is not bindable")
 	}
 }
+
+// TestTheUserModeStackRunsUnderSeccomp: slirp4netns runs as root and
+// parses every packet a borrower sends; it must run under its seccomp
+// filter.
+func TestTheUserModeStackRunsUnderSeccomp(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, for a network namespace (CI is root)")
+	}
+	for _, tool := range []string{"ip", "iptables", "slirp4netns"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("egress needs %s (CI installs it)", tool)
+		}
+	}
+	e, err := startEgress("seccomp-test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.close()
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", e.slirp.Process.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(status), "\nSeccomp:\t2\n") {
+		t.Errorf("slirp4netns runs without a seccomp filter:\n%s", status)
+	}
+}
