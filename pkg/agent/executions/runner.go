@@ -645,6 +645,25 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	} else if r.opts.Sandbox == nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "images run only in a sandbox; this host runs executions without one"}
 	}
+	// The sandbox is prepared without x.mu: unpacking an image takes
+	// minutes the first time, and a stop (a cancel, or a drain that stops
+	// every execution of the host one after another) must not wait for it.
+	var box *sandbox.Sandbox
+	if r.opts.Sandbox != nil && x.stopped() == nil {
+		box, err = r.opts.Sandbox.Prepare(sandbox.Spec{
+			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
+			Env: Environment(e, x.account, sandbox.WorkDir, r.hostGPUs()), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
+			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
+			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs, Image: e.Spec.Image,
+		})
+		if err == nil {
+			defer func() {
+				if err := box.Close(); err != nil {
+					klog.ErrorS(err, "removing an execution's sandbox", "execution", e.Namespace+"/"+e.Name)
+				}
+			}()
+		}
+	}
 	// A drain or cancel that came while it was being prepared wins.
 	x.mu.Lock()
 	if x.stop != nil {
@@ -657,20 +676,10 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	}
 	var wait func() error
 	if r.opts.Sandbox != nil {
-		x.box, err = r.opts.Sandbox.Start(sandbox.Spec{
-			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
-			Env: Environment(e, x.account, sandbox.WorkDir, r.hostGPUs()), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
-			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
-			MemoryBytes: e.Status.MemoryLimitMiB << 20, MilliCPUs: e.Status.MilliCPUs, Image: e.Spec.Image,
-		}, x.out)
 		if err == nil {
-			box := x.box
-			wait = box.Wait
-			defer func() {
-				if err := box.Close(); err != nil {
-					klog.ErrorS(err, "removing an execution's sandbox", "execution", e.Namespace+"/"+e.Name)
-				}
-			}()
+			if err = box.Run(x.out); err == nil {
+				x.box, wait = box, box.Wait
+			}
 		}
 	} else {
 		cmd := &exec.Cmd{Path: path, Args: e.Spec.Command}

@@ -394,10 +394,25 @@ type Sandbox struct {
 	closeOnce sync.Once
 }
 
-// Start writes s's bundle and starts it; its output goes to out. It takes
+// Start prepares s's sandbox and runs it; its output goes to out. It takes
 // no context on purpose: a sandbox ends by Signal and Close, never because
 // a caller's context did (its processes would be killed without a report).
 func (rt *Runtime) Start(s Spec, out io.Writer) (*Sandbox, error) {
+	sb, err := rt.Prepare(s)
+	if err != nil {
+		return nil, err
+	}
+	if err := sb.Run(out); err != nil {
+		_ = sb.Close()
+		return nil, err
+	}
+	return sb, nil
+}
+
+// Prepare writes s's bundle: its root (an image's, unpacked the first
+// time, which can take minutes), its network and its config. Run starts
+// it; Close removes one that is not to run.
+func (rt *Runtime) Prepare(s Spec) (*Sandbox, error) {
 	bundle := filepath.Join(rt.StateDir, "bundles", s.ID)
 	rootfs := filepath.Join(bundle, "rootfs")
 	// The bundle is root's; its rootfs becomes the sandbox's "/", which
@@ -452,15 +467,21 @@ func (rt *Runtime) Start(s Spec, out io.Writer) (*Sandbox, error) {
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), data, 0o600); err != nil {
 		return fail(err)
 	}
+	return sb, nil
+}
+
+// Run starts the prepared sandbox; its output goes to out.
+func (sb *Sandbox) Run(out io.Writer) error {
 	// runc run stays in the foreground: it returns the execution's exit
 	// status, and the execution's output is runc's.
-	sb.cmd = exec.Command(rt.Binary, "--root", rt.runcRoot(), "run", "--keep", "--bundle", bundle, s.ID)
-	sb.cmd.Stdout, sb.cmd.Stderr = out, out
-	sb.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := sb.cmd.Start(); err != nil {
-		return fail(fmt.Errorf("starting runc: %w", err))
+	cmd := exec.Command(sb.rt.Binary, "--root", sb.rt.runcRoot(), "run", "--keep", "--bundle", sb.bundle, sb.id)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting runc: %w", err)
 	}
-	return sb, nil
+	sb.cmd = cmd
+	return nil
 }
 
 func (rt *Runtime) runcRoot() string { return filepath.Join(rt.StateDir, "runc") }

@@ -627,3 +627,34 @@ func TestTheUserModeStackRunsUnderSeccomp(t *testing.T) {
 		t.Errorf("slirp4netns runs without a seccomp filter:\n%s", status)
 	}
 }
+
+// TestAPreparedSandboxNotRunLeavesNothing: a stop that comes while an
+// execution's sandbox is prepared (an image unpacked, its network made)
+// closes it without running it; nothing of it stays.
+func TestAPreparedSandboxNotRunLeavesNothing(t *testing.T) {
+	rt := runtimeForTest(t)
+	for _, tool := range []string{"ip", "iptables", "slirp4netns"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("egress needs %s (CI installs it)", tool)
+		}
+	}
+	id := fmt.Sprintf("t%d", time.Now().UnixNano())
+	sb, err := rt.Prepare(Spec{ID: id, Args: []string{"/bin/true"}, UID: nobody, GID: nobody, HostWorkDir: workDir(t), Network: NetworkEgress})
+	if err != nil {
+		t.Fatal(err)
+	}
+	netns := filepath.Join("/run/netns", "nodus-"+id)
+	for _, path := range []string{sb.bundle, netns} {
+		if _, err := os.Stat(path); err != nil {
+			t.Fatalf("prepared, %s: %v", path, err)
+		}
+	}
+	if err := sb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, path := range []string{sb.bundle, netns} {
+		if _, err := os.Stat(path); !os.IsNotExist(err) {
+			t.Errorf("closed without running, %s is left: %v", path, err)
+		}
+	}
+}
