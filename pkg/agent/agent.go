@@ -443,9 +443,14 @@ func (a *Agent) observe(ctx context.Context, r *nodusv1.Reservation) {
 }
 
 func (a *Agent) drainUnlent(ctx context.Context) {
-	if !a.lent() && a.runner.Active() {
-		a.runner.StartDrain(ctx, "the host is no longer lent: its owner withdrew it, its reservation ended, or the reservation no longer holds this machine")
+	if !a.lent() {
+		if a.runner.Active() {
+			a.runner.StartDrain(ctx, "the host is no longer lent: its owner withdrew it, its reservation ended, or the reservation no longer holds this machine")
+		}
+		return
 	}
+	// Lent again with smaller caps: what runs beyond them stops.
+	a.runner.Trim()
 }
 
 // apply applies a reservation's access state if its epoch is newer than the

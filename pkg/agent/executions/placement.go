@@ -3,8 +3,10 @@ package executions
 import (
 	"errors"
 	"fmt"
+	"sort"
 
 	"github.com/google/uuid"
+	"k8s.io/klog/v2"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
@@ -108,4 +110,41 @@ func (r *Runner) overShare(agreement *nodusv1.ReservationLending, e *nodusv1.Exe
 		return "CPUs"
 	}
 	return ""
+}
+
+// Trim stops the executions that run beyond the owner's agreement, newest
+// first: an owner who lends the host again with smaller caps gets back
+// what it no longer lends (within the grace), as a withdrawal gives back
+// everything, instead of borrowers keeping it until their executions end.
+// The oldest are kept while they fit together; executions already being
+// stopped count for nothing. Not lent, there is nothing to trim: the
+// drain stops everything.
+func (r *Runner) Trim() {
+	agreement, lent := r.agreement()
+	if !lent || agreement == nil {
+		return
+	}
+	r.mu.Lock()
+	running := make([]*run, 0, len(r.runs))
+	for _, x := range r.runs {
+		if x.stopped() == nil {
+			running = append(running, x)
+		}
+	}
+	r.mu.Unlock()
+	sort.Slice(running, func(i, j int) bool { return running[i].since.Before(running[j].since) })
+	// A cap of 0 is none, as for a start (overShare), but for GPUs: none lent.
+	within := func(held, lent int64) bool { return lent <= 0 || held <= lent }
+	var gpus, count, memoryMiB, milliCPUs int64
+	for _, x := range running {
+		g, n, m, c := gpus+int64(len(x.gpus)), count+1, memoryMiB+x.memoryMiB, milliCPUs+x.milliCPUs
+		if g <= int64(agreement.MaxGPUs) && within(n, int64(agreement.MaxExecutions)) && within(m, agreement.MemoryMiB) && within(c, agreement.MilliCPUs) {
+			gpus, count, memoryMiB, milliCPUs = g, n, m, c
+			continue
+		}
+		klog.InfoS("stopping an execution beyond what the owner lends now", "execution", x.namespace+"/"+x.name,
+			"maxGPUs", agreement.MaxGPUs, "maxExecutions", agreement.MaxExecutions, "memoryMiB", agreement.MemoryMiB, "milliCPUs", agreement.MilliCPUs)
+		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained,
+			message: "the owner lends the host with smaller caps now: the newest executions beyond them were stopped"})
+	}
 }

@@ -128,6 +128,7 @@ type run struct {
 	gpus            []int32
 	// The sandbox's limits the server gave it, which it holds while it runs.
 	memoryMiB, milliCPUs int64
+	since                time.Time // when this agent took it
 	account              string
 	out                  *tail
 	started              chan struct{} // closed once the process runs (or failed to)
@@ -494,7 +495,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 		return
 	}
 	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
-		memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs,
+		memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs, since: time.Now(),
 		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()

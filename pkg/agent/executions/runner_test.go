@@ -319,3 +319,55 @@ func TestHostNeverRunsMoreThanTheOwnerLends(t *testing.T) {
 		t.Errorf("a second execution under an agreement of one: %q, want executions", got)
 	}
 }
+
+// TestLendingFewerStopsTheNewestBeyondIt: the owner lends the host again
+// with smaller caps while borrowers' executions run. What runs must come
+// within the new agreement: the newest executions beyond it are stopped
+// (drained), the oldest keep running, and what fits is left alone.
+func TestLendingFewerStopsTheNewestBeyondIt(t *testing.T) {
+	agreement := &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
+	r := New(Options{User: "nodus-no-such-borrower", Grace: 10 * time.Millisecond, Lending: func() *nodusv1.ReservationLending { return agreement }})
+	r.procs = sessions.Procs{Root: t.TempDir()}
+	closed := func() chan struct{} { c := make(chan struct{}); close(c); return c }
+	now := time.Now()
+	var runs []*run
+	for i, gpus := range [][]int32{{0, 1}, {2, 3}, {4, 5}, {6, 7}} {
+		x := &run{namespace: "borrower", name: fmt.Sprint("e", i), uid: types.UID(fmt.Sprint("e", i)), gpus: gpus, memoryMiB: 2 << 10, milliCPUs: 2000,
+			since: now.Add(time.Duration(i) * time.Second), started: closed(), done: closed(), reported: closed()}
+		runs = append(runs, x)
+		r.runs[x.uid] = x
+	}
+	r.Trim()
+	for _, x := range runs {
+		if x.stopped() != nil {
+			t.Fatalf("%s stopped within the agreement: %+v", x.name, x.stopped())
+		}
+	}
+	// Fewer GPUs: the two newest go.
+	agreement = &nodusv1.ReservationLending{Lent: true, MaxGPUs: 4, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
+	r.Trim()
+	for i, x := range runs {
+		o := x.stopped()
+		if stop := i >= 2; (o != nil) != stop {
+			t.Errorf("lent 4 GPUs: %s (started %d s after the first) stopped: %+v, want stopped %v", x.name, i, o, stop)
+		}
+		if o != nil && (o.phase != nodusv1.ExecutionDrained || o.reason != ReasonDrained) {
+			t.Errorf("%s stopped as %+v, want drained", x.name, o)
+		}
+	}
+	// Fewer executions, less memory or fewer CPUs: each counts.
+	for _, fewer := range []*nodusv1.ReservationLending{
+		{Lent: true, MaxGPUs: 8, MaxExecutions: 1, MemoryMiB: 8 << 10, MilliCPUs: 8000},
+		{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 3 << 10, MilliCPUs: 8000},
+		{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 2500},
+	} {
+		runs[1].mu.Lock()
+		runs[1].stop = nil
+		runs[1].mu.Unlock()
+		agreement = fewer
+		r.Trim()
+		if runs[0].stopped() != nil || runs[1].stopped() == nil {
+			t.Errorf("lent %+v: the oldest stopped %v, the second %v; want only the second", fewer, runs[0].stopped(), runs[1].stopped())
+		}
+	}
+}
