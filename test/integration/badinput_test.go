@@ -167,10 +167,17 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fits"},"spec":{"supplier":"`+strings.Repeat("x", 1000)+`"}}`)); r.code != http.StatusCreated {
 		t.Errorf("an apply patch that fits: %d %.300s", r.code, r.body)
 	}
-	// An apply that creates may carry the version of a manifest read earlier.
-	if r := do(t, s.Config, "PATCH", nodus+"/pools/from-a-manifest?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(
-		`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"from-a-manifest","resourceVersion":"7"}}`)); r.code != http.StatusCreated {
-		t.Errorf("an apply that creates, with a resourceVersion: %d %.300s", r.code, r.body)
+	// An apply that creates may carry the version of a manifest read
+	// earlier: also of the kinds whose creates an apply routes through
+	// their own Create (a project's sweep, an allocation's name claims).
+	for _, kind := range []struct{ resource, manifest string }{
+		{"pools", `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"from-a-manifest","resourceVersion":"7"}}`},
+		{"projects", `{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"from-a-manifest","resourceVersion":"7","generation":3}}`},
+		{"allocations", `{"apiVersion":"nodus.dev/v1","kind":"Allocation","metadata":{"name":"from-a-manifest","resourceVersion":"7"},"spec":{"resourceClass":"gpu-h100x8"}}`},
+	} {
+		if r := do(t, s.Config, "PATCH", nodus+"/"+kind.resource+"/from-a-manifest?fieldManager=t", "application/apply-patch+yaml", strings.NewReader(kind.manifest)); r.code != http.StatusCreated {
+			t.Errorf("an apply that creates %s, with a resourceVersion: %d %.300s", kind.resource, r.code, r.body)
+		}
 	}
 	if r := do(t, s.Config, "GET", "/healthz", "", nil); r.code != http.StatusOK || r.header.Get("X-Request-Id") == "" {
 		t.Errorf("server unhealthy after bad input, or a success without X-Request-Id: %d %v", r.code, r.header)

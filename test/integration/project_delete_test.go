@@ -322,6 +322,21 @@ func TestANewProjectInheritsNothingLeftBehind(t *testing.T) {
 		}
 		waitProjectGone(t, s, "gamma")
 	}
+	// A create refused for its name sweeps nothing: "acme/e1" is no
+	// project's name, and what project acme keeps for e1 stays.
+	if _, err := c.Projects().Create(ctx(t), project("acme"), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := executionlog.NewStore(etcd).Put(ctx(t), "acme", "e1", "6e2d8b63-4d2f-4f8f-8b9c-2d3e4f5a6b7c", executionlog.Log{Data: []byte("acme's output")}); err != nil {
+		t.Fatal(err)
+	}
+	if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/projects", "application/json", strings.NewReader(
+		`{"apiVersion":"nodus.dev/v1","kind":"Project","metadata":{"name":"acme/e1"}}`)); r.code/100 != 4 {
+		t.Errorf("a project named acme/e1: %d %.300s", r.code, r.body)
+	}
+	if resp, err := etcd.Get(ctx(t), executionlog.Prefix+"acme/e1/", clientv3.WithPrefix(), clientv3.WithCountOnly()); err != nil || resp.Count != 1 {
+		t.Errorf("acme's log for e1 after a refused create of project acme/e1: %v (kept: %v)", err, err == nil && resp.Count == 1)
+	}
 }
 
 // waitProjectGone waits until the project's deletion is finalized.

@@ -112,13 +112,16 @@ func (r *Runner) overShare(agreement *nodusv1.ReservationLending, e *nodusv1.Exe
 	return ""
 }
 
-// Trim stops the executions that run beyond the owner's agreement, newest
-// first: an owner who lends the host again with smaller caps gets back
-// what it no longer lends (within the grace), as a withdrawal gives back
-// everything, instead of borrowers keeping it until their executions end.
-// The oldest are kept while they fit together; executions already being
-// stopped count for nothing. Not lent, there is nothing to trim: the
-// drain stops everything.
+// Trim stops the executions that run beyond the owner's agreement: an
+// owner who lends the host again with smaller caps gets back what it no
+// longer lends (within the grace), as a withdrawal gives back everything,
+// instead of borrowers keeping it until their executions end. Oldest
+// first, each that fits beside those kept is kept, and the others are
+// stopped. Executions already being stopped, or that ended and wait for
+// their report, count for nothing. One started on the agreement before
+// the change, at the moment of it, is stopped at the next event of the
+// node or its reservations. Not lent, there is nothing to trim: the drain
+// stops everything.
 func (r *Runner) Trim() {
 	agreement, lent := r.agreement()
 	if !lent || agreement == nil {
@@ -127,6 +130,11 @@ func (r *Runner) Trim() {
 	r.mu.Lock()
 	running := make([]*run, 0, len(r.runs))
 	for _, x := range r.runs {
+		select {
+		case <-x.done:
+			continue // ended: it holds nothing
+		default:
+		}
 		if x.stopped() == nil {
 			running = append(running, x)
 		}
@@ -145,6 +153,6 @@ func (r *Runner) Trim() {
 		klog.InfoS("stopping an execution beyond what the owner lends now", "execution", x.namespace+"/"+x.name,
 			"maxGPUs", agreement.MaxGPUs, "maxExecutions", agreement.MaxExecutions, "memoryMiB", agreement.MemoryMiB, "milliCPUs", agreement.MilliCPUs)
 		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained,
-			message: "the owner lends the host with smaller caps now: the newest executions beyond them were stopped"})
+			message: "the owner lends the host with smaller caps now: executions that do not fit beside older ones were stopped"})
 	}
 }

@@ -333,10 +333,15 @@ func TestLendingFewerStopsTheNewestBeyondIt(t *testing.T) {
 	var runs []*run
 	for i, gpus := range [][]int32{{0, 1}, {2, 3}, {4, 5}, {6, 7}} {
 		x := &run{namespace: "borrower", name: fmt.Sprint("e", i), uid: types.UID(fmt.Sprint("e", i)), gpus: gpus, memoryMiB: 2 << 10, milliCPUs: 2000,
-			since: now.Add(time.Duration(i) * time.Second), started: closed(), done: closed(), reported: closed()}
+			since: now.Add(time.Duration(i) * time.Second), started: closed(), done: make(chan struct{}), reported: closed()}
+		t.Cleanup(func() { close(x.done) }) // its stop signals until it has ended
 		runs = append(runs, x)
 		r.runs[x.uid] = x
 	}
+	// The oldest of all ended and waits for its report: it holds nothing.
+	ended := &run{namespace: "borrower", name: "ended", uid: "ended", gpus: []int32{8, 9, 10, 11}, memoryMiB: 8 << 10, milliCPUs: 8000,
+		since: now.Add(-time.Hour), started: closed(), done: closed(), reported: make(chan struct{})}
+	r.runs[ended.uid] = ended
 	r.Trim()
 	for _, x := range runs {
 		if x.stopped() != nil {
@@ -346,6 +351,9 @@ func TestLendingFewerStopsTheNewestBeyondIt(t *testing.T) {
 	// Fewer GPUs: the two newest go.
 	agreement = &nodusv1.ReservationLending{Lent: true, MaxGPUs: 4, MaxExecutions: 8, MemoryMiB: 8 << 10, MilliCPUs: 8000}
 	r.Trim()
+	if ended.stopped() != nil {
+		t.Errorf("an execution that ended was stopped: %+v", ended.stopped())
+	}
 	for i, x := range runs {
 		o := x.stopped()
 		if stop := i >= 2; (o != nil) != stop {

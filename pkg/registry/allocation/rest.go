@@ -168,8 +168,14 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 			if err != nil {
 				return nil, false, err
 			}
+			if err := base.ForCreate(obj); err != nil {
+				return nil, false, err
+			}
 			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
-			return out, err == nil, err
+			if !apierrors.IsAlreadyExists(err) {
+				return out, err == nil, err
+			}
+			// Made meanwhile: the apply updates it.
 		}
 	}
 	u := &renaming{UpdatedObjectInfo: objInfo, r: r}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -68,4 +69,21 @@ func withoutMaps(msg string) string {
 		}
 		msg = msg[end:]
 	}
+}
+
+// ForCreate readies what an update that creates (a server-side apply of
+// an object that does not exist) would store, for a kind that makes it
+// through its own Create: as the library's update does when it creates,
+// the system fields are wiped and filled again, and a resourceVersion,
+// which a manifest read earlier may carry, is cleared (the store's create
+// refused it, 500).
+func ForCreate(obj runtime.Object) error {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return err
+	}
+	rest.WipeObjectMetaSystemFields(m)
+	rest.FillObjectMetaSystemFields(m)
+	m.SetResourceVersion("")
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -59,7 +60,10 @@ func Storage(projects, reservations base.Stores, sweeps Sweeps) map[string]rest.
 // before that fails fails the creation; one after is logged, and the
 // project controller sweeps each project it sees once more.
 func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error) {
-	if p, ok := obj.(*nodusv1.Project); ok && p.Name != "" && r.Sweeps.Unmade != nil && len(options.DryRun) == 0 {
+	// Only a name that can be a project's: the store checks it after the
+	// sweep, and "acme/e1" would sweep what project acme keeps for e1.
+	if p, ok := obj.(*nodusv1.Project); ok && len(apimachineryvalidation.ValidateNamespaceName(p.Name, false)) == 0 &&
+		r.Sweeps.Unmade != nil && len(options.DryRun) == 0 {
 		if err := r.Sweeps.Unmade(ctx, p.Name); err != nil {
 			return nil, apierrors.NewServiceUnavailable("deleting what an earlier project of the name left: " + err.Error())
 		}
@@ -89,8 +93,14 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 			if err != nil {
 				return nil, false, err
 			}
+			if err := base.ForCreate(obj); err != nil {
+				return nil, false, err
+			}
 			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
-			return out, err == nil, err
+			if !apierrors.IsAlreadyExists(err) {
+				return out, err == nil, err
+			}
+			// Made meanwhile: the apply updates it.
 		}
 	}
 	return r.REST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
