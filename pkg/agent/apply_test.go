@@ -20,6 +20,16 @@ import (
 	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
+// appliedBy is an agent of node, with opts, that applies reservations'
+// access into store (apply), the host's real processes and accounts its
+// sessions and cleaning.
+func appliedBy(store *state.Store, node *nodusv1.Node, opts Options) *Agent {
+	return &Agent{opts: opts, store: store, procs: sessions.Procs{Root: "/proc"},
+		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
+		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
+		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+}
+
 // TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser: a machine
 // enrolled under a deleted node's name lists that node's reservations; one
 // of them, ending, names the login user the reservation holding the node
@@ -41,10 +51,7 @@ func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T)
 	const holderUID, earlierUID = "5b1d7c52-8a4e-4f4b-9c1e-0d2f3a4b5c6d", "0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	node.Status.Reservation, node.Status.ReservationUID = "holder", holderUID
-	a := &Agent{opts: Options{Grace: 100 * time.Millisecond}, store: store, procs: sessions.Procs{Root: "/proc"},
-		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
-		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
-		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
 	reservation := func(name, uid string, epoch int64, st nodusv1.ReservationState) *nodusv1.Reservation {
 		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
 		r.Spec.LoginUser, r.Spec.Project = login, "acme"
@@ -96,11 +103,7 @@ func TestAnAccessThatGrantsNothingMakesNoAccountATenants(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	sshd := t.TempDir()
-	a := &Agent{opts: Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(sshd, "nodus.conf"), LoginGroup: "nodus-login-apply-test"},
-		store: store, procs: sessions.Procs{Root: "/proc"},
-		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
-		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
-		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(sshd, "nodus.conf"), LoginGroup: "nodus-login-apply-test"})
 	session := exec.Command("sleep", "1000")
 	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
 	if err := session.Start(); err != nil {

@@ -162,20 +162,12 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 	if forceAllowCreate {
 		// A server-side apply of an allocation that does not exist creates
 		// it: through Create, which claims its UUID and Ironic name, as a
-		// POST would. (An empty resourceVersion reads etcd.)
-		if _, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			obj, err := objInfo.UpdatedObject(ctx, r.New())
-			if err != nil {
-				return nil, false, err
-			}
-			if err := base.ForCreate(obj); err != nil {
-				return nil, false, err
-			}
-			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
-			if !apierrors.IsAlreadyExists(err) {
-				return out, err == nil, err
-			}
-			// Made meanwhile: the apply updates it.
+		// POST would.
+		out, made, err := base.CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
+			return r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
+		})
+		if made {
+			return out, err == nil, err
 		}
 	}
 	u := &renaming{UpdatedObjectInfo: objInfo, r: r}

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 )
 
@@ -86,4 +87,29 @@ func ForCreate(obj runtime.Object) error {
 	rest.FillObjectMetaSystemFields(m)
 	m.SetResourceVersion("")
 	return nil
+}
+
+// CreateByApply makes through create what a server-side apply names when
+// it does not exist, for a kind whose Create does more than the store's
+// (a project's sweep, an allocation's name claims): made by the store's
+// update instead, it would skip that. made is false when the object
+// exists (or was made meanwhile): the apply is then the caller's update.
+func CreateByApply(ctx context.Context, store *genericregistry.Store, name string, objInfo rest.UpdatedObjectInfo,
+	create func(runtime.Object) (runtime.Object, error)) (out runtime.Object, made bool, err error) {
+	// An empty resourceVersion reads etcd.
+	if _, err := store.Get(ctx, name, &metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	obj, err := PatchRefusals(ctx, objInfo).UpdatedObject(ctx, store.New())
+	if err != nil {
+		return nil, true, err
+	}
+	if err := ForCreate(obj); err != nil {
+		return nil, true, err
+	}
+	out, err = create(obj)
+	if apierrors.IsAlreadyExists(err) {
+		return nil, false, nil
+	}
+	return out, true, err
 }

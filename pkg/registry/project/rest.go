@@ -87,20 +87,11 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 // members could read the sweep's deletions from its history on).
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	if forceAllowCreate && len(options.DryRun) == 0 {
-		// An empty resourceVersion reads etcd.
-		if _, err := r.Store.Get(ctx, name, &metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			obj, err := base.PatchRefusals(ctx, objInfo).UpdatedObject(ctx, r.New())
-			if err != nil {
-				return nil, false, err
-			}
-			if err := base.ForCreate(obj); err != nil {
-				return nil, false, err
-			}
-			out, err := r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
-			if !apierrors.IsAlreadyExists(err) {
-				return out, err == nil, err
-			}
-			// Made meanwhile: the apply updates it.
+		out, made, err := base.CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
+			return r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
+		})
+		if made {
+			return out, err == nil, err
 		}
 	}
 	return r.REST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
