@@ -30,24 +30,44 @@ func appliedBy(store *state.Store, node *nodusv1.Node, opts Options) *Agent {
 		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
 }
 
+// sessionAndStore adds a login account named after prefix, whose session
+// (a process of its own) session starts, and a state database: what an
+// apply test works on. It needs root.
+func sessionAndStore(t *testing.T, prefix string) (login string, session func() <-chan struct{}, store *state.Store) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to add a login account and run its session (CI is root)")
+	}
+	login, uid, gid, remove, err := testhost.LoginAccount(prefix)
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(remove)
+	store, err = state.Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	session = func() <-chan struct{} {
+		p := exec.Command("sleep", "1000")
+		p.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+		if err := p.Start(); err != nil {
+			t.Fatal(err)
+		}
+		ended := make(chan struct{})
+		go func() { _ = p.Wait(); close(ended) }()
+		t.Cleanup(func() { _ = p.Process.Kill() })
+		return ended
+	}
+	return login, session, store
+}
+
 // TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser: a machine
 // enrolled under a deleted node's name lists that node's reservations; one
 // of them, ending, names the login user the reservation holding the node
 // grants now. Applying it ended that user's sessions: the paying tenant's.
 func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to add a login account and run its session (CI is root)")
-	}
-	login, uid, gid, remove, err := testhost.LoginAccount("nodus-apply")
-	if err != nil {
-		t.Skipf("no account can be added here: %v", err)
-	}
-	t.Cleanup(remove)
-	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	login, session, store := sessionAndStore(t, "nodus-apply")
 	const holderUID, earlierUID = "5b1d7c52-8a4e-4f4b-9c1e-0d2f3a4b5c6d", "0e9d8c7b-6a5f-4e3d-8c2b-1a0f9e8d7c6b"
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	node.Status.Reservation, node.Status.ReservationUID = "holder", holderUID
@@ -63,14 +83,7 @@ func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T)
 	if !a.userStillGranted(login) {
 		t.Fatal("the holder's access was not applied")
 	}
-	session := exec.Command("sleep", "1000")
-	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	if err := session.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan struct{})
-	go func() { _ = session.Wait(); close(ended) }()
-	t.Cleanup(func() { _ = session.Process.Kill() })
+	ended := session()
 
 	a.apply(ctx, reservation("earlier", earlierUID, 5, nodusv1.ReservationStateEnding))
 	select {
@@ -88,30 +101,11 @@ func TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser(t *testing.T)
 // login user, which would let a cleaning that names the reservation reset
 // the account's home.
 func TestAnAccessThatGrantsNothingMakesNoAccountATenants(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to add a login account and run its session (CI is root)")
-	}
-	login, uid, gid, remove, err := testhost.LoginAccount("nodus-maint")
-	if err != nil {
-		t.Skipf("no account can be added here: %v", err)
-	}
-	t.Cleanup(remove)
-	store, err := state.Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
+	login, session, store := sessionAndStore(t, "nodus-maint")
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	sshd := t.TempDir()
 	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(sshd, "nodus.conf"), LoginGroup: "nodus-login-apply-test"})
-	session := exec.Command("sleep", "1000")
-	session.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
-	if err := session.Start(); err != nil {
-		t.Fatal(err)
-	}
-	ended := make(chan struct{})
-	go func() { _ = session.Wait(); close(ended) }()
-	t.Cleanup(func() { _ = session.Process.Kill() })
+	ended := session()
 
 	forged := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "forged", UID: "7c2e4b1a-3d5f-4a6b-8c9d-0e1f2a3b4c5d"}}
 	forged.Spec.LoginUser, forged.Spec.Project = login, "acme"
