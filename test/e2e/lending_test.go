@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -219,6 +220,39 @@ spec: {user: bob}
 	}
 	if out, _ := nodus("bob", "executions", "get", inImage("absent", "true")); !strings.Contains(out, "ImageNotFound") {
 		t.Errorf("an execution in an image the host does not have: %s", out)
+	}
+
+	// A stop does not wait for a sandbox being prepared. The image slow:v1
+	// is an archive whose bytes never come (a FIFO nothing writes to: tar
+	// waits for it as for a disk that hangs), and its execution is
+	// cancelled while the host prepares it: it ends at once, tar still
+	// waiting.
+	if rig.withImages {
+		archive := filepath.Join(rig.dir, "images", "slow.tar")
+		if err := syscall.Mkfifo(archive, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = os.Remove(archive) })
+		out, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "0", "--image", "slow:v1", "--", "true")
+		if err != nil || !strings.Contains(out, "submitted") {
+			t.Fatalf("executions run --image slow:v1: %v %s", err, out)
+		}
+		slow := strings.Fields(out)[1]
+		unpacking := func() bool { return running("-f", "tar -xf "+archive) != "" }
+		waitOr(t, "the host to read the slow image's archive", func() bool { return phase(slow) == "running" && unpacking() }, func() string { return dump(slow) })
+		if out, err := nodus("bob", "executions", "cancel", slow); err != nil {
+			t.Errorf("executions cancel of an execution being prepared: %v %s", err, out)
+		}
+		waitOr(t, "the execution being prepared to be cancelled", func() bool { return phase(slow) == "cancelled" }, func() string { return dump(slow) })
+		if !unpacking() {
+			t.Errorf("the slow image's archive is no longer read: the cancel was not shown to end before its preparation")
+		}
+		// The archive ends (empty): the abandoned preparation fails alone.
+		if f, err := os.OpenFile(archive, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+			_ = f.Close()
+		}
+		waitOr(t, "the abandoned preparation to end", func() bool { return !unpacking() }, func() string { return rig.agentLog.String() })
+		_ = os.Remove(archive)
 	}
 
 	// Lending 256 MiB for two executions at once gives each 128 MiB; one

@@ -132,8 +132,11 @@ type run struct {
 	account              string
 	out                  *tail
 	started              chan struct{} // closed once the process runs (or failed to)
-	done                 chan struct{} // closed when the process has exited
-	reported             chan struct{} // closed when its end was reported (or never will be)
+	// stopping is closed when the agent first decides to stop it: a
+	// preparation still under way is not waited for.
+	stopping chan struct{}
+	done     chan struct{} // closed when the process has exited
+	reported chan struct{} // closed when its end was reported (or never will be)
 
 	mu   sync.Mutex
 	pgid int
@@ -414,6 +417,9 @@ func (r *Runner) stop(x *run, o outcome) {
 	first := x.stop == nil
 	if first {
 		x.stop = &o
+		if x.stopping != nil {
+			close(x.stopping)
+		}
 	}
 	x.mu.Unlock()
 	if !first {
@@ -496,7 +502,7 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 	}
 	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
 		memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs, since: time.Now(),
-		started: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
+		started: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()
 	go func() {
@@ -646,12 +652,11 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	} else if r.opts.Sandbox == nil {
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonStartFailed, message: "images run only in a sandbox; this host runs executions without one"}
 	}
-	// The sandbox is prepared without x.mu: unpacking an image takes
-	// minutes the first time, and a stop (a cancel, or a drain that stops
-	// every execution of the host one after another) must not wait for it.
+	// The sandbox is prepared without x.mu, and a stop does not wait for
+	// it (see prepare).
 	var box *sandbox.Sandbox
 	if r.opts.Sandbox != nil && x.stopped() == nil {
-		box, err = r.opts.Sandbox.Prepare(sandbox.Spec{
+		box, err = r.prepare(x, sandbox.Spec{
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir, r.hostGPUs()), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
 			GPUs: e.Status.GPUIndices, Pids: DefaultPidsLimit, Network: network(e),
@@ -755,6 +760,41 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 			x.mu.Unlock()
 			return nil
 		}
+	}
+}
+
+// errStoppedWhilePreparing: the execution was stopped before its sandbox
+// was ready (its stop's outcome is what is reported).
+var errStoppedWhilePreparing = errors.New("stopped while its sandbox was being prepared")
+
+// prepare prepares x's sandbox unless x is stopped first. A preparation can
+// take minutes (an image unpacked the first time, or another execution's
+// unpacking waited for), and a stop must not wait for it: the cancelled
+// execution would be reported only after it, and a drain, which waits for
+// every execution's report, would hold the release behind it. One abandoned
+// goes on alone and removes what it made; it never runs.
+func (r *Runner) prepare(x *run, spec sandbox.Spec) (*sandbox.Sandbox, error) {
+	type prepared struct {
+		box *sandbox.Sandbox
+		err error
+	}
+	done := make(chan prepared, 1)
+	go func() {
+		box, err := r.opts.Sandbox.Prepare(spec)
+		done <- prepared{box, err}
+	}()
+	select {
+	case p := <-done:
+		return p.box, p.err
+	case <-x.stopping:
+		go func() {
+			if p := <-done; p.err == nil {
+				if err := p.box.Close(); err != nil {
+					klog.ErrorS(err, "removing the sandbox of an execution stopped while it was prepared", "execution", x.namespace+"/"+x.name)
+				}
+			}
+		}()
+		return nil, errStoppedWhilePreparing
 	}
 }
 
