@@ -206,6 +206,10 @@ func (a *tokenAuthenticator) enrollment(ctx context.Context, token string) (*aut
 	if t.Spec.ExpiresAt != nil && !a.now().Before(t.Spec.ExpiresAt.Time) {
 		return nil, false, errors.New("the enrollment token expired at " + t.Spec.ExpiresAt.Format(time.RFC3339))
 	}
+	if t.DeletionTimestamp != nil {
+		// Revoked: a finalizer that keeps the object enrolls nothing.
+		return nil, false, errInvalidToken
+	}
 	return &authenticator.Response{User: &user.DefaultInfo{
 		Name: "nodus:enroller:" + name, Groups: []string{GroupEnrollers},
 		Extra: map[string][]string{ExtraEnrollmentToken: {name}, ExtraEnrollmentTokenUID: {string(t.UID)}},

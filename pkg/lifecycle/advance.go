@@ -47,7 +47,7 @@ type Step struct {
 // Advance is a reservation's lifecycle as a function of (reservation, the
 // node its placement resolves to, the nodes it holds, its project's access
 // revision, now). The epoch rises on every access change — activation,
-// login-user change, reassignment to another node, term end, a member of
+// login-user change, reassignment to another node, term end (or deletion), a member of
 // the project losing SSH access (projectAccess moving on; a release is
 // Release) — and never otherwise. No access is given on a node before the
 // reservation's claim on it is in the store; a node the reservation no
@@ -70,8 +70,9 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, projectA
 	case "", nodusv1.ReservationStatePending:
 		st.State = nodusv1.ReservationStatePending
 		switch {
-		case !now.Before(r.Spec.EndsAt.Time):
-			// The term passed before the reservation ever gave access: nothing to retire.
+		case !now.Before(r.Spec.EndsAt.Time) || r.DeletionTimestamp != nil:
+			// The term passed, or the reservation was deleted (a finalizer
+			// keeps the object), before it ever gave access: nothing to retire.
 			st.State = nodusv1.ReservationStateEnded
 			st.EndedAt = &metav1.Time{Time: now}
 		case now.Before(r.Spec.StartsAt.Time):
@@ -86,7 +87,9 @@ func Advance(r *nodusv1.Reservation, p Placement, held []*nodusv1.Node, projectA
 	case nodusv1.ReservationStateActive:
 		step.Requeue = r.Spec.EndsAt.Sub(now)
 		switch {
-		case !now.Before(r.Spec.EndsAt.Time):
+		case !now.Before(r.Spec.EndsAt.Time) || r.DeletionTimestamp != nil:
+			// A deletion a finalizer holds ends access as the term's end
+			// does: the object stays, the access does not.
 			st.State = nodusv1.ReservationStateEnding
 			st.Epoch++
 			step.Requeue = 0

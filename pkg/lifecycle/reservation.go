@@ -17,16 +17,16 @@ import (
 // lend, withdraw) under the epoch it reviewed, at now; nil when it may.
 func CheckOwnerChange(ctx context.Context, res *nodusv1.Reservation, epoch int64, now time.Time) error {
 	gr, name := nodusv1.Resource("reservedhosts"), res.Name
-	switch res.Status.State {
-	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
+	switch state := res.Status.State; {
+	case state == nodusv1.ReservationStateReleasing || state == nodusv1.ReservationStateReleased:
 		at := ""
 		if res.Status.Release != nil {
 			at = " at " + res.Status.Release.RequestedAt.UTC().Format(time.RFC3339)
 		}
 		return apierror.New(ctx, apierror.ReasonAlreadyReleased, gr, name, fmt.Sprintf("reservedhost %q was already released%s", name, at), "")
-	case nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+	case state == nodusv1.ReservationStateEnding || state == nodusv1.ReservationStateEnded || res.DeletionTimestamp != nil:
 		return termEnded(ctx, res)
-	case nodusv1.ReservationStatePending, "":
+	case state == nodusv1.ReservationStatePending || state == "":
 		return apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name,
 			fmt.Sprintf("reservedhost %q is pending: its term starts at %s", name, res.Spec.StartsAt.UTC().Format(time.RFC3339)), "")
 	}
@@ -45,8 +45,16 @@ func CheckOwnerChange(ctx context.Context, res *nodusv1.Reservation, epoch int64
 }
 
 func termEnded(ctx context.Context, res *nodusv1.Reservation) error {
-	return apierror.New(ctx, apierror.ReasonTermEnded, nodusv1.Resource("reservedhosts"), res.Name,
-		fmt.Sprintf("the term of reservedhost %q ended at %s", res.Name, res.Spec.EndsAt.UTC().Format(time.RFC3339)), "")
+	return apierror.New(ctx, apierror.ReasonTermEnded, nodusv1.Resource("reservedhosts"), res.Name, TermEndedMessage(res), "")
+}
+
+// TermEndedMessage says how res's access ended, its term over or the
+// reservation deleted.
+func TermEndedMessage(res *nodusv1.Reservation) string {
+	if res.DeletionTimestamp != nil {
+		return fmt.Sprintf("reservedhost %q was deleted at %s: its access ended", res.Name, res.DeletionTimestamp.UTC().Format(time.RFC3339))
+	}
+	return fmt.Sprintf("the term of reservedhost %q ended at %s", res.Name, res.Spec.EndsAt.UTC().Format(time.RFC3339))
 }
 
 // Release retires the owner's access to res for good (CheckOwnerChange

@@ -304,7 +304,10 @@ func (w *Watches) Follow(ctx context.Context, factory externalversions.SharedInf
 	if _, err := v1.Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		UpdateFunc: func(old, obj interface{}) {
 			before, after := old.(*nodusv1.Node), obj.(*nodusv1.Node)
-			if before.Status.AgentGeneration != after.Status.AgentGeneration || before.UID != after.UID {
+			// A deletion a finalizer holds ends the agent's access as the
+			// node's removal does.
+			if before.Status.AgentGeneration != after.Status.AgentGeneration || before.UID != after.UID ||
+				(before.DeletionTimestamp == nil && after.DeletionTimestamp != nil) {
 				w.UserChanged(auth.NodeUserPrefix + after.Name)
 			}
 		},

@@ -449,55 +449,10 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	agentCfg := enrollAgent(t, s, "watcher", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}, t.TempDir())
 	const hosts = "/apis/nodus.dev/v1/namespaces/acme/reservedhosts?watch=1"
 	const ownReservations = "/apis/nodus.dev/v1/reservations?watch=1&fieldSelector=status.node%3Dwatcher"
-	// watchUntilCut opens a watch and returns a channel that gets the time its stream ended.
-	watchUntilCut := func(cfg *rest.Config, path string) <-chan time.Time {
-		t.Helper()
-		transport, err := rest.TransportFor(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		watchCtx, cancel := context.WithCancel(context.Background())
-		t.Cleanup(cancel)
-		req, _ := http.NewRequestWithContext(watchCtx, "GET", cfg.Host+path, nil)
-		resp, err := (&http.Client{Transport: transport}).Do(req)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("watch %s: %v %v", path, err, resp)
-		}
-		ended := make(chan time.Time, 1)
-		go func() {
-			defer resp.Body.Close()
-			buf := make([]byte, 4096)
-			for {
-				if _, err := resp.Body.Read(buf); err != nil {
-					ended <- time.Now()
-					return
-				}
-			}
-		}()
-		return ended
-	}
-	cutWithin := func(what string, ended <-chan time.Time, since time.Time) {
-		t.Helper()
-		select {
-		case at := <-ended:
-			t.Logf("%s: the open watch ended %s after the change was sent", what, at.Sub(since).Round(time.Millisecond))
-		case <-time.After(10 * time.Second):
-			t.Errorf("%s: the open watch still streams 10s later", what)
-		}
-	}
-	stillOpen := func(what string, ended <-chan time.Time) {
-		t.Helper()
-		select {
-		case <-ended:
-			t.Errorf("%s: a watch whose access stays was cut", what)
-		case <-time.After(time.Second):
-		}
-	}
-
-	alice := watchUntilCut(f.admin, hosts)
-	mary := watchUntilCut(f.member, hosts)
-	victor := watchUntilCut(f.viewer, hosts)
-	agentWatch := watchUntilCut(agentCfg, ownReservations)
+	alice := watchUntilCut(t, f.admin, hosts)
+	mary := watchUntilCut(t, f.member, hosts)
+	victor := watchUntilCut(t, f.viewer, hosts)
+	agentWatch := watchUntilCut(t, agentCfg, ownReservations)
 
 	// Mary's token is deleted.
 	name, _, _ := strings.Cut(f.member.BearerToken, ".")
@@ -505,7 +460,7 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	if err := s.Client.NodusV1().AccessTokens().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cutWithin("AccessToken deleted", mary, deleted)
+	cutWithin(t, "AccessToken deleted", mary, deleted)
 	if r := do(t, f.member, "GET", hosts, "", nil); r.code != http.StatusUnauthorized {
 		t.Errorf("a new watch with the deleted token: %d", r.code)
 	}
@@ -520,7 +475,7 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	if _, err := s.Client.NodusV1().Projects().Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cutWithin("membership removed", victor, removed)
+	cutWithin(t, "membership removed", victor, removed)
 	if r := do(t, f.viewer, "GET", hosts, "", nil); r.code != http.StatusForbidden {
 		t.Errorf("a new watch after leaving the project: %d", r.code)
 	}
@@ -528,7 +483,7 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	// The node's agent is enrolled again: the old one's watch ends.
 	reenrolled := time.Now()
 	enrollAgent(t, s, "watcher", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", NodeName: "watcher"}, t.TempDir())
-	cutWithin("agent enrolled again", agentWatch, reenrolled)
+	cutWithin(t, "agent enrolled again", agentWatch, reenrolled)
 
 	// An operator expires a token by setting its expiresAt: a token that
 	// had none, or a later one.
@@ -546,7 +501,7 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		open := watchUntilCut(cfg, hosts)
+		open := watchUntilCut(t, cfg, hosts)
 		tok, err := tokens.Get(ctx(t), name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
@@ -556,7 +511,7 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 		if _, err := tokens.Update(ctx(t), tok, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		cutWithin("expiresAt set to a second from now, the token had "+had, open, expired)
+		cutWithin(t, "expiresAt set to a second from now, the token had "+had, open, expired)
 	}
 
 	// A token deleted while a finalizer (an operator's tool's) holds it is
@@ -570,17 +525,17 @@ func TestRevocationEndsOpenWatches(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = tokens.Patch(context.Background(), heldName, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
-	open := watchUntilCut(held, hosts)
+	open := watchUntilCut(t, held, hosts)
 	revoked := time.Now()
 	if err := tokens.Delete(ctx(t), heldName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	cutWithin("AccessToken deleted, held by a finalizer", open, revoked)
+	cutWithin(t, "AccessToken deleted, held by a finalizer", open, revoked)
 	if r := do(t, held, "GET", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts", "", nil); r.code != http.StatusUnauthorized {
 		t.Errorf("a request with a token being deleted: %d %s, want 401", r.code, r.body)
 	}
 
-	stillOpen("alice, still an admin", alice)
+	stillOpen(t, "alice, still an admin", alice)
 }
 
 // TestAnAgentKeyTooWeakIsRefused: the server signs an agent's certificate
@@ -703,8 +658,9 @@ func TestAnEnrollmentTokenKeepsAnExpiry(t *testing.T) {
 // TestADeletedNodeHeldByAFinalizerRetiresItsAgent: a node an operator
 // deleted stays, being deleted, while a finalizer of the operator's tools
 // holds it. Its agent's credential went on working meanwhile: it beat, wrote
-// its status and renewed its certificate for another term. security.md
-// says a deleted node's credentials end; they end at the deletion.
+// its status and renewed its certificate for another term, and its open
+// watches went on streaming what is placed on it. security.md says a
+// deleted node's credentials end; they end at the deletion.
 func TestADeletedNodeHeldByAFinalizerRetiresItsAgent(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	newFleet(t, s)
@@ -716,9 +672,14 @@ func TestADeletedNodeHeldByAFinalizerRetiresItsAgent(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = nodes.Patch(context.Background(), "held", types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 	})
+	// Its watch of its own node's reservations, open before the deletion,
+	// ends with it.
+	open := watchUntilCut(t, cfg, "/apis/nodus.dev/v1/reservations?watch=1&fieldSelector=status.node%3Dheld")
+	deleted := time.Now()
 	if err := nodes.Delete(ctx(t), "held", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	cutWithin(t, "the node deleted, held by a finalizer", open, deleted)
 	waitCode(t, cfg, "/apis/nodus.dev/v1/nodes/held", http.StatusForbidden)
 	for what, r := range map[string]response{
 		"a heartbeat":    do(t, cfg, "POST", "/apis/nodus.dev/v1/nodes/held/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`)),
@@ -729,5 +690,55 @@ func TestADeletedNodeHeldByAFinalizerRetiresItsAgent(t *testing.T) {
 		if r.code != http.StatusForbidden || envelopeOf(t, r).Reason != apierror.ReasonAgentCredentialRetired {
 			t.Errorf("%s by the agent of a node being deleted: %d %s, want 403 AgentCredentialRetired", what, r.code, r.body)
 		}
+	}
+}
+
+// watchUntilCut opens a watch as cfg and returns a channel that gets the
+// time its stream ended.
+func watchUntilCut(t *testing.T, cfg *rest.Config, path string) <-chan time.Time {
+	t.Helper()
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	watchCtx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(watchCtx, "GET", cfg.Host+path, nil)
+	resp, err := (&http.Client{Transport: transport}).Do(req)
+	if err != nil || resp.StatusCode != 200 {
+		t.Fatalf("watch %s: %v %v", path, err, resp)
+	}
+	ended := make(chan time.Time, 1)
+	go func() {
+		defer resp.Body.Close()
+		buf := make([]byte, 4096)
+		for {
+			if _, err := resp.Body.Read(buf); err != nil {
+				ended <- time.Now()
+				return
+			}
+		}
+	}()
+	return ended
+}
+
+// cutWithin fails t unless the watch ended within 10 s.
+func cutWithin(t *testing.T, what string, ended <-chan time.Time, since time.Time) {
+	t.Helper()
+	select {
+	case at := <-ended:
+		t.Logf("%s: the open watch ended %s after the change was sent", what, at.Sub(since).Round(time.Millisecond))
+	case <-time.After(10 * time.Second):
+		t.Errorf("%s: the open watch still streams 10s later", what)
+	}
+}
+
+// stillOpen fails t if the watch ends within a second.
+func stillOpen(t *testing.T, what string, ended <-chan time.Time) {
+	t.Helper()
+	select {
+	case <-ended:
+		t.Errorf("%s: a watch whose access stays was cut", what)
+	case <-time.After(time.Second):
 	}
 }

@@ -270,6 +270,12 @@ func eligible(r *nodusv1.Reservation, now metav1.Time) metav1.Condition {
 		c.Reason, c.Message = "NotStarted", "the term starts at "+r.Spec.StartsAt.UTC().Format(time.RFC3339)
 	case nodusv1.ReservationStateReleasing, nodusv1.ReservationStateReleased:
 		c.Reason, c.Message = "Released", "the owner released this host's capacity"
+	case nodusv1.ReservationStateEnding, nodusv1.ReservationStateEnded:
+		if r.DeletionTimestamp != nil {
+			c.Reason, c.Message = "TermEnded", "the reservation was deleted at "+r.DeletionTimestamp.UTC().Format(time.RFC3339)+": its access ended"
+			break
+		}
+		fallthrough
 	default:
 		c.Reason, c.Message = "TermEnded", "the term ended at "+r.Spec.EndsAt.UTC().Format(time.RFC3339)
 	}

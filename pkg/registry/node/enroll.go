@@ -97,6 +97,9 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if token.Spec.ExpiresAt != nil && !time.Now().Before(token.Spec.ExpiresAt.Time) {
 		return nil, apierrors.NewUnauthorized(fmt.Sprintf("enrollment token %q expired at %s", tokenName, token.Spec.ExpiresAt.UTC().Format(time.RFC3339)))
 	}
+	if token.DeletionTimestamp != nil {
+		return nil, deletedToken(tokenName)
+	}
 	if token.Status.UsedAt != nil {
 		if err := usedBySomeoneElse(ctx, token, name, key); err != nil {
 			return nil, err
@@ -152,6 +155,9 @@ func (e *EnrollREST) use(ctx context.Context, tokenName, name, key string) (*nod
 	used, _, err := e.Tokens.Update(ctx, tokenName, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 			t := old.(*nodusv1.EnrollmentToken).DeepCopy()
+			if t.DeletionTimestamp != nil {
+				return t, deletedToken(tokenName)
+			}
 			if t.Status.UsedAt != nil {
 				return t, usedBySomeoneElse(ctx, t, name, key)
 			}
@@ -162,6 +168,12 @@ func (e *EnrollREST) use(ctx context.Context, tokenName, name, key string) (*nod
 		return nil, err
 	}
 	return used.(*nodusv1.EnrollmentToken), nil
+}
+
+// deletedToken: the token was deleted and a finalizer keeps the object; a
+// deletion revokes it, whatever holds it.
+func deletedToken(name string) error {
+	return apierrors.NewUnauthorized(fmt.Sprintf("enrollment token %q was deleted: it enrolls nothing", name))
 }
 
 // bind records on the token the node it enrolls and the generation it

@@ -135,6 +135,10 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 	}
 	now := time.Now()
 	switch {
+	case res.DeletionTimestamp != nil && res.Status.State != nodusv1.ReservationStateReleasing && res.Status.State != nodusv1.ReservationStateReleased:
+		// Deleted, and kept by a finalizer: no access, whatever the
+		// controller has written yet.
+		return nil, apierror.New(ctx, apierror.ReasonTermEnded, gr, name, lifecycle.TermEndedMessage(res), "")
 	case res.Status.State == nodusv1.ReservationStatePending || res.Status.State == "":
 		return nil, apierror.New(ctx, apierror.ReasonReservationNotActive, gr, name, fmt.Sprintf("reservedhost %q is not active yet", name), "")
 	case res.Status.State == nodusv1.ReservationStateReleasing || res.Status.State == nodusv1.ReservationStateReleased:
