@@ -422,6 +422,20 @@ func TestAReleasedTermNoLongerChanges(t *testing.T) {
 			t.Errorf("a released reservation's term moved: %v", err)
 		}
 	}
+	// Nor does its status go back: a patch of the status subresource (an
+	// apply of a manifest saved before the release alike) made it active
+	// again at its epoch, and the controller claimed its node again.
+	for _, patch := range []string{`{"status":{"state":"active","release":null}}`, `{"status":{"state":"active"}}`, `{"status":{"release":null}}`} {
+		if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/reservations/released/status", "application/merge-patch+json", strings.NewReader(patch)); r.code != http.StatusUnprocessableEntity {
+			t.Errorf("a released reservation's status patched with %s: %d %s, want 422", patch, r.code, r.body)
+		}
+		if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/released/status", "application/merge-patch+json", strings.NewReader(patch)); patch != `{"status":{"state":"active"}}` && r.code != http.StatusUnprocessableEntity {
+			t.Errorf("a released host's status patched with %s: %d %s, want 422", patch, r.code, r.body)
+		}
+	}
+	if got := f.reservation(t, "released"); got.Status.Release == nil || (got.Status.State != nodusv1.ReservationStateReleasing && got.Status.State != nodusv1.ReservationStateReleased) {
+		t.Errorf("the released reservation after the patches: %+v", got.Status)
+	}
 	// Before a release the operator still extends the term.
 	f.host(t, "kept", now.Add(-time.Hour), now.Add(time.Hour))
 	r, err := c.Get(ctx(t), "kept", metav1.GetOptions{})

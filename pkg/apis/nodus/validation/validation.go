@@ -342,8 +342,56 @@ func ValidateReservationStatus(r, old *nodusv1.Reservation) field.ErrorList {
 	if r.Status.Epoch < 0 {
 		errs = append(errs, field.Invalid(status.Child("epoch"), r.Status.Epoch, "must not be negative"))
 	}
+	if old != nil {
+		errs = append(errs, stateMovesForward(r.Status.State, old.Status.State, status.Child("state"))...)
+		errs = append(errs, releaseStays(r.Status.Release, old.Status.Release, status.Child("release"))...)
+	}
 	errs = append(errs, metav1validation.ValidateConditions(r.Status.Conditions, status.Child("conditions"))...)
 	return errs
+}
+
+// stateStep orders a reservation's states; a state moves only to a later
+// step, and from releasing only to released, from ending only to ended.
+var stateStep = map[nodusv1.ReservationState]int{
+	"": 0, nodusv1.ReservationStatePending: 0, nodusv1.ReservationStateActive: 1,
+	nodusv1.ReservationStateReleasing: 2, nodusv1.ReservationStateEnding: 2,
+	nodusv1.ReservationStateReleased: 3, nodusv1.ReservationStateEnded: 3,
+}
+
+// released says whether state belongs to a release, not to a term's end.
+func released(state nodusv1.ReservationState) bool {
+	return state == nodusv1.ReservationStateReleasing || state == nodusv1.ReservationStateReleased
+}
+
+// stateMovesForward refuses a status write that moves a reservation's state
+// back (a released one active again: its node claimed again, certificates
+// issued again) or from a release to a term's end or back. Only the
+// lifecycle moves it, and only forward.
+func stateMovesForward(state, was nodusv1.ReservationState, path *field.Path) field.ErrorList {
+	if state == was {
+		return nil
+	}
+	to, known := stateStep[state]
+	from := stateStep[was]
+	crossed := from >= 2 && released(state) != released(was)
+	if !known || to >= from && !crossed {
+		return nil // an unknown state is refused by its own check
+	}
+	return field.ErrorList{field.Forbidden(path, fmt.Sprintf("a reservation that is %s never becomes %s: a release is irreversible and an ended term does not begin again", was, state))}
+}
+
+// releaseStays refuses a status write that removes a recorded release or
+// moves its time.
+func releaseStays(rel, was *nodusv1.ReservedHostReleaseStatus, path *field.Path) field.ErrorList {
+	switch {
+	case was == nil:
+		return nil
+	case rel == nil:
+		return field.ErrorList{field.Forbidden(path, "a release is irreversible: it stays recorded")}
+	case !rel.RequestedAt.Equal(&was.RequestedAt):
+		return field.ErrorList{field.Forbidden(path.Child("requestedAt"), "a release's time never changes")}
+	}
+	return nil
 }
 
 // ValidateReservedHost checks a ReservedHost projection.
@@ -374,6 +422,10 @@ func ValidateReservedHostStatus(h, old *nodusv1.ReservedHost) field.ErrorList {
 	}
 	if old != nil && r.Epoch < old.Status.Reservation.Epoch {
 		errs = append(errs, field.Invalid(res.Child("epoch"), r.Epoch, fmt.Sprintf("must not decrease (was %d): epochs are never reused", old.Status.Reservation.Epoch)))
+	}
+	if old != nil {
+		errs = append(errs, stateMovesForward(r.State, old.Status.Reservation.State, res.Child("state"))...)
+		errs = append(errs, releaseStays(h.Status.Release, old.Status.Release, status.Child("release"))...)
 	}
 	if old != nil && !old.Status.Reservation.EndsAt.IsZero() && !r.EndsAt.Equal(&old.Status.Reservation.EndsAt) &&
 		(old.Status.Release != nil) {

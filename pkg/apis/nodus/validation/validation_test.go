@@ -302,3 +302,62 @@ func TestAnExecutionsRefusalsDoNotRepeatItsEnvironment(t *testing.T) {
 		t.Errorf("the refusal of a changed spec repeats the environment: %v", msg)
 	}
 }
+
+// TestAReservationsStatusOnlyMovesForward: a status write (an operator's
+// patch of the status subresource, an apply of an old manifest) made a
+// released reservation active again at its epoch: the controller claimed
+// its node again, and members got SSH certificates. A release is
+// irreversible, and a term that ended does not begin again.
+func TestAReservationsStatusOnlyMovesForward(t *testing.T) {
+	at := func(state nodusv1.ReservationState, released bool) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{Status: nodusv1.ReservationStatus{State: state, Epoch: 3}}
+		if released {
+			r.Status.Release = &nodusv1.ReservedHostReleaseStatus{RequestedAt: jan}
+		}
+		return r
+	}
+	const (
+		pending   = nodusv1.ReservationStatePending
+		active    = nodusv1.ReservationStateActive
+		releasing = nodusv1.ReservationStateReleasing
+		released  = nodusv1.ReservationStateReleased
+		ending    = nodusv1.ReservationStateEnding
+		ended     = nodusv1.ReservationStateEnded
+	)
+	for _, tc := range []struct {
+		from, to nodusv1.ReservationState
+		ok       bool
+	}{
+		{"", pending, true}, {pending, active, true}, {pending, ended, true}, {active, releasing, true}, {active, ending, true},
+		{releasing, released, true}, {ending, ended, true}, {active, active, true}, {released, released, true},
+		{active, pending, false}, {releasing, active, false}, {released, active, false}, {released, releasing, false},
+		{ending, active, false}, {ended, active, false}, {ended, pending, false}, {ended, ending, false},
+		{releasing, ending, false}, {released, ended, false}, {ending, releasing, false}, {ended, released, false},
+	} {
+		wasReleased := tc.from == releasing || tc.from == released
+		isReleased := tc.to == releasing || tc.to == released
+		errs := ValidateReservationStatus(at(tc.to, isReleased || (wasReleased && tc.ok)), at(tc.from, wasReleased))
+		if (len(errs) == 0) != tc.ok {
+			t.Errorf("%q → %q: %v, want allowed %v", tc.from, tc.to, errs, tc.ok)
+		}
+	}
+	// The release stays as it was recorded.
+	undone := at(released, false)
+	if got := fields(ValidateReservationStatus(undone, at(released, true))); got != "status.release" {
+		t.Errorf("a release removed: %q", got)
+	}
+	moved := at(released, true)
+	moved.Status.Release.RequestedAt = dec
+	if got := fields(ValidateReservationStatus(moved, at(released, true))); got != "status.release.requestedAt" {
+		t.Errorf("a release's time moved: %q", got)
+	}
+	host := &nodusv1.ReservedHost{ObjectMeta: metav1.ObjectMeta{Name: "h", Namespace: "acme"}, Status: nodusv1.ReservedHostStatus{
+		Reservation: nodusv1.HostReservation{Project: "acme", StartsAt: jan, EndsAt: dec, LoginUser: "ubuntu", Epoch: 4, State: released},
+		Release:     &nodusv1.ReservedHostReleaseStatus{RequestedAt: jan}}}
+	unreleased := host.DeepCopy()
+	unreleased.Status.Release = nil
+	unreleased.Status.Reservation.State = active
+	if got := fields(ValidateReservedHostStatus(unreleased, host)); got != "status.release status.reservation.state" {
+		t.Errorf("a host's release undone: %q", got)
+	}
+}
