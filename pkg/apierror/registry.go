@@ -123,7 +123,8 @@ const (
 	// ReasonEnrollmentTokenUsed: a used enrollment token presented by another agent key, for
 	// another node, or after the enrollment it made was superseded.
 	ReasonEnrollmentTokenUsed metav1.StatusReason = "EnrollmentTokenUsed"
-	// ReasonServerOwnedField: a node agent wrote a status field only the server writes.
+	// ReasonServerOwnedField: a node agent, or anyone but the server for the
+	// lifecycle's fields, wrote a status field only the server writes.
 	ReasonServerOwnedField metav1.StatusReason = "ServerOwnedField"
 	// ReasonTooManyIdempotencyKeys: a caller keeps as many idempotent answers as it may.
 	ReasonTooManyIdempotencyKeys metav1.StatusReason = "TooManyIdempotencyKeys"
@@ -373,9 +374,9 @@ var registry = func() map[metav1.StatusReason]Reason {
 			func(r Request) string {
 				return "Have an operator issue a new token for this node (`nodus pools token POOL --node " + orDefault(r.Name, "NAME") + "`) and run the printed `nodusd enroll`. A `nodusd enroll` that lost its answer finishes when run again on the same host with the same --state-dir, which keeps its key (enroll.key) until enrolled."
 			}},
-		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a field of its Node the server or the operator owns.",
-			func(Request) string {
-				return "An agent reports only status.inventory, status.sshHostKey, status.sshAddress and status.executionSlots (and heartbeats); drop the other fields from the write. States, claims, conditions, epochs and generations are the server's; labels, annotations, finalizers and owner references the operator's."
+		{ReasonServerOwnedField, http.StatusForbidden, "A node agent may not write a field of its Node the server or the operator owns; no one but the server writes a Node's claims, cleaning or provision state.",
+			func(r Request) string {
+				return "An agent reports only status.inventory, status.sshHostKey, status.sshAddress and status.executionSlots (and heartbeats); drop the other fields from the write. States, claims, conditions, epochs and generations are the server's; labels, annotations, finalizers and owner references the operator's. An operator moves a node's lifecycle through the server's actions: `nodus nodes clean " + orDefault(r.Name, "NAME") + "` asks for a cleaning again, an allocation's or reservation's end frees the node."
 			}},
 		{ReasonAgentCredentialRetired, http.StatusForbidden, "The agent certificate was replaced or its node deleted.",
 			func(r Request) string {

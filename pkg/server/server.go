@@ -16,6 +16,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/registry/rest"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	restclient "k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/docs"
@@ -293,6 +294,14 @@ func everyResourceReportsReadiness(storage map[string]rest.Storage) error {
 
 // Run serves until ctx is done, then stops the API server and, after it,
 // the embedded etcd.
+// LoopbackConfig is a client configuration with the server's own identity,
+// the one its controllers write with: what no operator's credential may
+// write (a node's claims), it may. Tests run a controller of their own as
+// another replica of the server would.
+func (s *Server) LoopbackConfig() *restclient.Config {
+	return restclient.CopyConfig(s.generic.LoopbackClientConfig)
+}
+
 func (s *Server) Run(ctx context.Context) error {
 	s.config.out("nodus-server: serving on %s", s.config.URL)
 	s.config.out("admin kubeconfig: %s", s.config.KubeconfigPath)

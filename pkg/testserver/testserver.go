@@ -32,7 +32,10 @@ type Server struct {
 	URL            string
 	// Config authenticates as the bootstrap operator.
 	Config *rest.Config
-	Client versioned.Interface
+	// ServerConfig authenticates as the server itself (its loopback), for
+	// a controller a test runs as another replica of the server would.
+	ServerConfig *rest.Config
+	Client       versioned.Interface
 	// Stores are the server's registry stores, for tests that read
 	// underneath the API.
 	Stores *server.Stores
@@ -76,6 +79,8 @@ func Start(dataDir string, out io.Writer, tweaks ...func(*server.Options)) (*Ser
 		return nil, err
 	}
 	s.Config.QPS, s.Config.Burst = 1000, 2000
+	s.ServerConfig = srv.LoopbackConfig()
+	s.ServerConfig.QPS, s.ServerConfig.Burst = 1000, 2000
 	if s.Client, err = versioned.NewForConfig(s.Config); err != nil {
 		s.Stop()
 		return nil, err

@@ -43,7 +43,8 @@ func TestANodeClaimWhoseAnswerWasLostIsKept(t *testing.T) {
 	defer etcd.Close()
 	takeTheLead(t, etcd)
 
-	lossy := rest.CopyConfig(s.Config)
+	// The controller writes claims, as the server's own does.
+	lossy := rest.CopyConfig(s.ServerConfig)
 	lost := &lostClaimAnswers{watchLag: 300 * time.Millisecond}
 	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
 	client := versioned.NewForConfigOrDie(lossy)

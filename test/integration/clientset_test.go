@@ -70,7 +70,6 @@ func TestClientsetCRUD(t *testing.T) {
 			t.Errorf("create must reset status to enroll, got %+v", n.Status)
 		}
 		n.Status.Inventory = nodusv1.NodeInventory{CPU: 64, MemoryMiB: 1 << 20, DiskGiB: 100}
-		n.Status.ProvisionState = nodusv1.ProvisionStateAvailable
 		n.Spec.Maintenance = true
 		n, err = c.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
 		if err != nil {
@@ -78,6 +77,12 @@ func TestClientsetCRUD(t *testing.T) {
 		}
 		if n.Status.Inventory.CPU != 64 || n.Spec.Maintenance {
 			t.Errorf("status update must change status only: %+v / %+v", n.Status, n.Spec)
+		}
+		// Available, as the server makes an enrolled node (no client's status
+		// write may: TestAnOperatorsStatusWriteMovesNoClaim).
+		forgeNodeInEtcd(t, s, "gpu-001", func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateAvailable })
+		if n, err = c.Nodes().Get(ctx, "gpu-001", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
 		}
 		n.Status.Inventory.CPU = 1
 		n.Spec.Maintenance, n.Spec.MaintenanceReason = true, "disk swap"

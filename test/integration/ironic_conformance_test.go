@@ -364,15 +364,9 @@ func TestAClaimItsAllocationDidNotTakeIsRepaired(t *testing.T) {
 // track of it would have.
 func claimFor(t *testing.T, s *testserver.Server, node, allocation string) {
 	t.Helper()
-	c := s.Client.NodusV1()
-	n, err := c.Nodes().Get(ctx(t), node, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n.Status.Allocation = allocation
-	if _, err := c.Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	// Past the API: no client's status write moves a claim
+	// (TestAnOperatorsStatusWriteMovesNoClaim).
+	forgeNodeInEtcd(t, s, node, func(n *nodusv1.Node) { n.Status.Allocation = allocation })
 }
 
 // ironicFault checks that r is an Ironic error of code and returns its

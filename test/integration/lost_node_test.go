@@ -387,8 +387,9 @@ func TestAFormerLenderNeitherDrainsNorStartsAnothersBorrowers(t *testing.T) {
 
 // TestANodeSetAvailableByHandStillOwesItsCleaning: only the node's agent's
 // evidence of a cleaning makes a node available after a tenant. A status
-// write that set it available by hand (an operator's, a tool's) while the
-// cleaning was pending let the next reservation claim it, the former
+// write that set it available by hand (an operator's, a tool's, before
+// such writes were refused) while the cleaning was pending let the next
+// reservation claim it, the former
 // tenant's account untouched. The cleaning's own record keeps it.
 func TestANodeSetAvailableByHandStillOwesItsCleaning(t *testing.T) {
 	s := testserver.StartTestServer(t)
@@ -402,10 +403,10 @@ func TestANodeSetAvailableByHandStillOwesItsCleaning(t *testing.T) {
 			Phase: nodusv1.CleaningPending, RequestedAt: metav1.Now()}
 	})
 	waitNode(t, s, "handed", func(n *nodusv1.Node) bool { return n.Status.Cleaning != nil })
-	if _, err := s.Client.NodusV1().Nodes().Patch(ctx(t), "handed", types.MergePatchType, []byte(`{"status":{"provisionState":"available"}}`),
-		metav1.PatchOptions{}, "status"); err != nil {
-		t.Fatal(err)
-	}
+	// An operator's status write may not (TestAnOperatorsStatusWriteMovesNoClaim);
+	// one stored before that was refused, or written past the API, is.
+	forgeNodeInEtcd(t, s, "handed", func(n *nodusv1.Node) { n.Status.ProvisionState = nodusv1.ProvisionStateAvailable })
+	waitNode(t, s, "handed", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
 	f.reserve(t, "handed", nodusv1.ReservationPlacement{Node: "handed"}, now.Add(-time.Minute), now.Add(time.Hour))
 	next := waitReservation(t, s, "handed", func(r *nodusv1.Reservation) bool {
 		return meta.FindStatusCondition(r.Status.Conditions, "Placed") != nil
@@ -415,5 +416,53 @@ func TestANodeSetAvailableByHandStillOwesItsCleaning(t *testing.T) {
 	}
 	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "handed", metav1.GetOptions{}); err != nil || n.Status.Reservation != "" {
 		t.Errorf("the node's claim: %v %q, want none until its cleaning succeeded", err, n.Status.Reservation)
+	}
+}
+
+// TestAnOperatorsStatusWriteMovesNoClaim: a node's claim, its cleaning and
+// its provision state are the lifecycle's. An operator's status write (a
+// patch, or a PUT of a manifest saved before the claim, without its
+// resourceVersion) that cleared a tenant's claim let the next reservation
+// claim the node with the first tenant's access still live and nothing
+// cleaned; one that marked a pending cleaning succeeded handed the next
+// tenant an uncleaned node. Facts an agent reports stay the operator's to
+// correct.
+func TestAnOperatorsStatusWriteMovesNoClaim(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "held", now.Add(-time.Hour), now.Add(time.Hour))
+	nodes := s.Client.NodusV1().Nodes()
+	saved, err := nodes.Get(ctx(t), "held", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	refused := func(what string, r response) {
+		t.Helper()
+		if r.code != http.StatusForbidden || envelopeOf(t, r).Reason != apierror.ReasonServerOwnedField {
+			t.Errorf("%s: %d %s, want 403 ServerOwnedField", what, r.code, r.body)
+		}
+	}
+	const status = "/apis/nodus.dev/v1/nodes/held/status"
+	for _, patch := range []string{
+		`{"status":{"reservation":null,"reservationUID":null}}`,
+		`{"status":{"provisionState":"available"}}`,
+		`{"status":{"cleaning":{"request":9,"phase":"Succeeded"}}}`,
+		`{"status":{"allocation":"other","allocationUID":"0f1e2d3c-4b5a-4978-8695-a4b3c2d1e0f9"}}`,
+		`{"status":{"appliedEpoch":99}}`,
+	} {
+		refused("an operator's status patch "+patch, do(t, s.Config, "PATCH", status, "application/merge-patch+json", strings.NewReader(patch)))
+	}
+	before := saved.DeepCopy()
+	before.ResourceVersion = ""
+	before.Status.Reservation, before.Status.ReservationUID, before.Status.ProvisionState = "", "", nodusv1.ProvisionStateAvailable
+	body, _ := json.Marshal(before)
+	refused("an operator's PUT of a manifest without the claim", do(t, s.Config, "PUT", status, "application/json", strings.NewReader(string(body))))
+	if n, err := nodes.Get(ctx(t), "held", metav1.GetOptions{}); err != nil || n.Status.Reservation != "held" || n.Status.ProvisionState != nodusv1.ProvisionStateActive {
+		t.Errorf("the node after the refused writes: %v %q %s", err, n.Status.Reservation, n.Status.ProvisionState)
+	}
+	// What an agent reports, an operator may still correct.
+	if r := do(t, s.Config, "PATCH", status, "application/merge-patch+json", strings.NewReader(`{"status":{"inventory":{"cpu":96,"memoryMiB":1048576,"diskGiB":100}}}`)); r.code != http.StatusOK {
+		t.Errorf("an operator's correction of the inventory: %d %s", r.code, r.body)
 	}
 }

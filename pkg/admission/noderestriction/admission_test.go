@@ -27,20 +27,32 @@ func TestAgentsWriteOnlyTheirOwnFacts(t *testing.T) {
 		who     user.Info
 		refused string
 	}{
-		"inventory":               {change: func(s *nodusv1.NodeStatus) { s.Inventory.CPU = 64 }, who: agent},
-		"ssh address":             {change: func(s *nodusv1.NodeStatus) { s.SSHAddress = "10.0.0.1:22" }, who: agent},
-		"execution slots":         {change: func(s *nodusv1.NodeStatus) { s.ExecutionSlots = 8 }, who: agent},
-		"provision state":         {change: func(s *nodusv1.NodeStatus) { s.ProvisionState = nodusv1.ProvisionStateAvailable }, who: agent, refused: "status.provisionState"},
-		"the cleaning outcome":    {change: func(s *nodusv1.NodeStatus) { s.Cleaning.Phase = nodusv1.CleaningSucceeded }, who: agent, refused: "status.cleaning"},
-		"the reservation claim":   {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" }, who: agent, refused: "status.reservation"},
-		"the claim's UID":         {change: func(s *nodusv1.NodeStatus) { s.ReservationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.reservationUID"},
-		"the allocation":          {change: func(s *nodusv1.NodeStatus) { s.Allocation = "a9" }, who: agent, refused: "status.allocation"},
-		"the allocation's UID":    {change: func(s *nodusv1.NodeStatus) { s.AllocationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.allocationUID"},
-		"the applied epoch":       {change: func(s *nodusv1.NodeStatus) { s.AppliedEpoch = 9 }, who: agent, refused: "status.appliedEpoch"},
-		"the agent generation":    {change: func(s *nodusv1.NodeStatus) { s.AgentGeneration = 9 }, who: agent, refused: "status.agentGeneration"},
-		"conditions":              {change: func(s *nodusv1.NodeStatus) { s.Conditions = []metav1.Condition{{Type: "Ready"}} }, who: agent, refused: "status.conditions"},
-		"the heartbeat time":      {change: func(s *nodusv1.NodeStatus) { s.LastHeartbeatTime = &metav1.Time{} }, who: agent, refused: "status.lastHeartbeatTime"},
-		"an operator may, though": {change: func(s *nodusv1.NodeStatus) { s.ProvisionState = nodusv1.ProvisionStateAvailable }, who: operator},
+		"inventory":             {change: func(s *nodusv1.NodeStatus) { s.Inventory.CPU = 64 }, who: agent},
+		"ssh address":           {change: func(s *nodusv1.NodeStatus) { s.SSHAddress = "10.0.0.1:22" }, who: agent},
+		"execution slots":       {change: func(s *nodusv1.NodeStatus) { s.ExecutionSlots = 8 }, who: agent},
+		"provision state":       {change: func(s *nodusv1.NodeStatus) { s.ProvisionState = nodusv1.ProvisionStateAvailable }, who: agent, refused: "status.provisionState"},
+		"the cleaning outcome":  {change: func(s *nodusv1.NodeStatus) { s.Cleaning.Phase = nodusv1.CleaningSucceeded }, who: agent, refused: "status.cleaning"},
+		"the reservation claim": {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" }, who: agent, refused: "status.reservation"},
+		"the claim's UID":       {change: func(s *nodusv1.NodeStatus) { s.ReservationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.reservationUID"},
+		"the allocation":        {change: func(s *nodusv1.NodeStatus) { s.Allocation = "a9" }, who: agent, refused: "status.allocation"},
+		"the allocation's UID":  {change: func(s *nodusv1.NodeStatus) { s.AllocationUID = "1b4e28ba-2fa1-11d2-883f-0016d3cca427" }, who: agent, refused: "status.allocationUID"},
+		"the applied epoch":     {change: func(s *nodusv1.NodeStatus) { s.AppliedEpoch = 9 }, who: agent, refused: "status.appliedEpoch"},
+		"the agent generation":  {change: func(s *nodusv1.NodeStatus) { s.AgentGeneration = 9 }, who: agent, refused: "status.agentGeneration"},
+		"conditions":            {change: func(s *nodusv1.NodeStatus) { s.Conditions = []metav1.Condition{{Type: "Ready"}} }, who: agent, refused: "status.conditions"},
+		"the heartbeat time":    {change: func(s *nodusv1.NodeStatus) { s.LastHeartbeatTime = &metav1.Time{} }, who: agent, refused: "status.lastHeartbeatTime"},
+		// An operator corrects what an agent reports, and nothing of the
+		// lifecycle; the server's own controllers write it.
+		"an operator's inventory":        {change: func(s *nodusv1.NodeStatus) { s.Inventory.CPU = 64 }, who: operator},
+		"an operator's agent generation": {change: func(s *nodusv1.NodeStatus) { s.AgentGeneration = 3 }, who: operator},
+		"an operator's provision state":  {change: func(s *nodusv1.NodeStatus) { s.ProvisionState = nodusv1.ProvisionStateAvailable }, who: operator, refused: "status.provisionState"},
+		"an operator's cleaning outcome": {change: func(s *nodusv1.NodeStatus) { s.Cleaning.Phase = nodusv1.CleaningSucceeded }, who: operator, refused: "status.cleaning"},
+		"an operator's claim":            {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" }, who: operator, refused: "status.reservation"},
+		"an operator's allocation":       {change: func(s *nodusv1.NodeStatus) { s.Allocation = "a9" }, who: operator, refused: "status.allocation"},
+		"an operator's applied epoch":    {change: func(s *nodusv1.NodeStatus) { s.AppliedEpoch = 9 }, who: operator, refused: "status.appliedEpoch"},
+		"the server's claim": {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" },
+			who: &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.AllAuthenticated, user.SystemPrivilegedGroup}}},
+		"a privileged user's claim is not the server's": {change: func(s *nodusv1.NodeStatus) { s.Reservation = "r9" },
+			who: &user.DefaultInfo{Name: "someone", Groups: []string{user.SystemPrivilegedGroup}}, refused: "status.reservation"},
 	}
 	for name, tc := range cases {
 		next := old.DeepCopy()
