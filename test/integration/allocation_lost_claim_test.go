@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"path"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -126,4 +129,98 @@ type laggingBody struct {
 func (b *laggingBody) Read(p []byte) (int, error) {
 	time.Sleep(b.lag)
 	return b.ReadCloser.Read(p)
+}
+
+// TestAClaimConflictFailsNoNamedAllocation: an allocation that names its
+// node (a backfill, or candidate nodes) tried the node, met a conflict
+// (any write to the node between the controller's cache and its claim: a
+// heartbeat that was kept, an operator's label) and, the one node it may
+// have being "tried", failed for good: "node … does not exist". A conflict
+// is a reason to look again, not a verdict.
+func TestAClaimConflictFailsNoNamedAllocation(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "named-0", "candidate-0")
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	takeTheLead(t, etcd)
+
+	// Each node's first claim meets a write that lands just before it.
+	racing := rest.CopyConfig(s.ServerConfig)
+	race := &writeBeforeClaim{touch: func(node string) error {
+		_, err := s.Client.NodusV1().Nodes().Patch(context.Background(), node, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"touched":"yes"}}}`), metav1.PatchOptions{})
+		return err
+	}, done: map[string]bool{}}
+	racing.Wrap(func(next http.RoundTripper) http.RoundTripper { race.next = next; return race })
+	client := versioned.NewForConfigOrDie(racing)
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	controller, err := allocationcontroller.New(client, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(runCtx.Done())
+	go controller.Run(runCtx, 2)
+
+	for name, spec := range map[string]nodusv1.AllocationSpec{
+		"backfill":  {ResourceClass: "gpu-h100x8", Node: "named-0"},
+		"candidate": {ResourceClass: "gpu-h100x8", CandidateNodes: []string{"candidate-0"}},
+	} {
+		if _, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec},
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, node := range map[string]string{"backfill": "named-0", "candidate": "candidate-0"} {
+		var a *nodusv1.Allocation
+		if err := testfleet.Eventually(ctx(t), 20*time.Second, func(cx context.Context) (bool, error) {
+			var err error
+			a, err = s.Client.NodusV1().Allocations().Get(cx, name, metav1.GetOptions{})
+			return err == nil && a.Status.State != nodusv1.AllocationStateAllocating, err
+		}); err != nil {
+			t.Fatalf("allocation %s never left allocating: %v", name, err)
+		}
+		if a.Status.State != nodusv1.AllocationStateActive || a.Status.Node != node {
+			t.Errorf("allocation %s after a conflict on its node: %s on %q (%s), want active on %s", name, a.Status.State, a.Status.Node, a.Status.LastError, node)
+		}
+	}
+	if race.count() < 2 {
+		t.Errorf("%d claims met a write first, want both", race.count())
+	}
+}
+
+// writeBeforeClaim passes requests on; before the first status write of
+// each node it writes the node itself, so that the claim conflicts.
+type writeBeforeClaim struct {
+	next  http.RoundTripper
+	touch func(node string) error
+	mu    sync.Mutex
+	done  map[string]bool
+}
+
+func (w *writeBeforeClaim) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method == http.MethodPut && strings.HasSuffix(req.URL.Path, "/status") && strings.Contains(req.URL.Path, "/nodes/") {
+		node := path.Base(path.Dir(req.URL.Path))
+		w.mu.Lock()
+		first := !w.done[node]
+		w.done[node] = true
+		w.mu.Unlock()
+		if first {
+			if err := w.touch(node); err != nil {
+				return nil, err
+			}
+		}
+	}
+	return w.next.RoundTrip(req)
+}
+
+func (w *writeBeforeClaim) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.done)
 }

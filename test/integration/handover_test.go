@@ -804,3 +804,37 @@ func backfill(t *testing.T, s *testserver.Server, name, node string) *nodusv1.Al
 	}
 	return a
 }
+
+// TestAReleasingReservationMakesNoAllocation: a class reservation makes
+// its allocation reservation-NAME while it may give access. Released and
+// still draining, it made it again when an operator deleted it (its node
+// in maintenance, so the delete was allowed): the new allocation took a
+// free node, and outlived the release (a later allocation of the name is
+// left alone), holding that node for no one.
+func TestAReleasingReservationMakesNoAllocation(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "class-a", "class-b")
+	c := s.Client.NodusV1()
+	now := time.Now()
+	f.reserve(t, "draining", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
+	h := f.waitHost(t, "draining", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	if r := f.release(t, f.admin, "draining", fmt.Sprintf(`{"agreed":true,"epoch":%d}`, h.Status.Reservation.Epoch), ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	node := f.reservation(t, "draining").Status.Node
+	if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/nodes/"+node, "application/merge-patch+json",
+		strings.NewReader(`{"spec":{"maintenance":true,"maintenanceReason":"rma"}}`)); r.code != http.StatusOK {
+		t.Fatalf("maintenance: %d %s", r.code, r.body)
+	}
+	if err := c.Allocations().Delete(ctx(t), "reservation-draining", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(3 * time.Second)
+	if a, err := c.Allocations().Get(ctx(t), "reservation-draining", metav1.GetOptions{}); err == nil {
+		t.Errorf("the releasing reservation made its allocation again: %+v", a.Status)
+	}
+	if r := f.reservation(t, "draining"); r.Status.State != nodusv1.ReservationStateReleasing {
+		t.Errorf("the reservation: %s, want still releasing (nothing drained it)", r.Status.State)
+	}
+}

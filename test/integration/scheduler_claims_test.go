@@ -40,7 +40,7 @@ func TestTwoSchedulersNeverPlaceAGPUTwice(t *testing.T) {
 	runCtx, stop := context.WithCancel(context.Background())
 	defer stop()
 	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
-	stale, err := scheduler.New(s.Client, factory, etcd)
+	stale, err := scheduler.New(versioned.NewForConfigOrDie(s.ServerConfig), factory, etcd)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -64,7 +64,7 @@ func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 		}
 	}
 
-	lossy := rest.CopyConfig(s.Config)
+	lossy := rest.CopyConfig(s.ServerConfig)
 	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
 	client := versioned.NewForConfigOrDie(lossy)
 	runCtx, stop := context.WithCancel(context.Background())

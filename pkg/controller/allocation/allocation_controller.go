@@ -282,6 +282,12 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		if node == nil && lastError == "" {
 			return fmt.Errorf("allocation %s: the free nodes of class %q are being claimed", a.Name, a.Spec.ResourceClass)
 		}
+		if node == nil && len(tried) > 0 && (a.Spec.Node != "" || len(a.Spec.CandidateNodes) > 0) {
+			// The nodes it names were tried and changed under the claim
+			// (a conflict says nothing of who holds them): looked at
+			// again with the cache as it is then, never failed for it.
+			return fmt.Errorf("allocation %s: its nodes changed while being claimed", a.Name)
+		}
 		if node == nil && a.Labels[LabelReservation] != "" {
 			return c.wait(ctx, a, lastError)
 		}

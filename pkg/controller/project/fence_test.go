@@ -13,6 +13,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/project"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/projectsweep"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -40,7 +41,7 @@ func TestALeaderResumingAfterItsLeadEmptiesNothingOfTheNextProject(t *testing.T)
 	api := s.Client.NodusV1()
 	now := time.Now()
 	layout := projectsweep.Layout{Projects: "/registry/" + nodusv1.GroupName + "/projects/"}
-	paused, err := project.New(s.Client, externalversions.NewSharedInformerFactory(s.Client, 0), etcd, []string{executionlog.Prefix}, layout)
+	paused, err := project.New(versioned.NewForConfigOrDie(s.ServerConfig), externalversions.NewSharedInformerFactory(s.Client, 0), etcd, []string{executionlog.Prefix}, layout)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/reservation"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -47,7 +48,8 @@ func TestALaggingCacheEndsNoReservation(t *testing.T) {
 func withCache(t *testing.T, s *testserver.Server, r *nodusv1.Reservation, node *nodusv1.Node, host *nodusv1.ReservedHost) *reservation.Controller {
 	t.Helper()
 	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
-	controller, err := reservation.New(s.Client, factory)
+	// It writes as the server's own controller does.
+	controller, err := reservation.New(versioned.NewForConfigOrDie(s.ServerConfig), factory)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,5 +171,29 @@ func TestALaggingCacheForgetsNoLiveReservation(t *testing.T) {
 	}
 	if got, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{}); err != nil || got.UID != host.UID {
 		t.Errorf("a cache without live r1 deleted its host: %v", err)
+	}
+}
+
+// TestAPausedLeaderForgetsNoNamesake: a replica found reservation r1 gone
+// from etcd, and paused (a GC pause, a stalled VM) past its lead. Another
+// replica led meanwhile: r1 was made again, claimed its node and got its
+// host. Resumed with caches that show all that under the name r1, the
+// first forgot the deleted r1 with the new one's things: it handed the new
+// tenant's node to cleaning (its sessions ended, its account reset) and
+// deleted its host. What the caches show is asked against etcd once more.
+func TestAPausedLeaderForgetsNoNamesake(t *testing.T) {
+	s, again, node, host := activeOnItsClaim(t)
+	ctx, c := t.Context(), s.Client.NodusV1()
+	controller := withCache(t, s, nil, node, host)
+	if err := controller.Forget(ctx, "r1"); err != nil {
+		t.Fatal(err)
+	}
+	after, err := c.Nodes().Get(ctx, "n1", metav1.GetOptions{})
+	if err != nil || after.Status.ReservationUID != again.UID || after.Status.Cleaning != nil {
+		t.Errorf("the paused leader handed the live namesake's node over: %v, claim %s/%s, cleaning %+v", err,
+			after.Status.Reservation, after.Status.ReservationUID, after.Status.Cleaning)
+	}
+	if got, err := c.ReservedHosts("acme").Get(ctx, "r1", metav1.GetOptions{}); err != nil || got.UID != host.UID {
+		t.Errorf("the paused leader deleted the live namesake's host: %v", err)
 	}
 }

@@ -323,6 +323,23 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
+	// The allocation a class placement made for it would hold the node for
+	// ever: only a released or ended reservation lets it go otherwise.
+	owned, err := c.allocationsLabelled(name)
+	if err != nil {
+		return err
+	}
+	// Asked again, after the caches were read: the caller's check may be
+	// old (this replica paused, and another led meanwhile), and a
+	// reservation made again under the name since may have claimed a node,
+	// a host and an allocation the caches now show under the name. Its own
+	// sync retires what the deleted one left, by UID (forgetEarlier).
+	if _, err := c.client.NodusV1().Reservations().Get(ctx, name, metav1.GetOptions{}); err == nil {
+		klog.InfoS("not forgetting a reservation: one of its name exists again", "reservation", name)
+		return nil
+	} else if !apierrors.IsNotFound(err) {
+		return err
+	}
 	var handovers []*nodusv1.Node
 	for _, n := range held {
 		handovers = append(handovers, lifecycle.Handover(n, name, epoch, users, c.now()))
@@ -333,12 +350,6 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	c.finalMu.Lock()
 	delete(c.finalEpochs, name)
 	c.finalMu.Unlock()
-	// The allocation a class placement made for it would hold the node for
-	// ever: only a released or ended reservation lets it go otherwise.
-	owned, err := c.allocationsLabelled(name)
-	if err != nil {
-		return err
-	}
 	for _, a := range owned {
 		uid := a.UID // not another allocation made since under the name
 		err := c.client.NodusV1().Allocations().Delete(ctx, a.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
@@ -520,7 +531,12 @@ func (c *Controller) allocation(ctx context.Context, r *nodusv1.Reservation) (*n
 	if err == nil || !apierrors.IsNotFound(err) {
 		return a, err
 	}
-	if r.Spec.Placement.ResourceClass == "" || lifecycle.Final(r.Status.State) {
+	// Only a reservation that may still give access needs one: made while
+	// it is releasing or ending (its allocation deleted by an operator), an
+	// allocation would take a free node for no one, and outlive the
+	// reservation (madeAfterTheEnd keeps a later allocation of the name).
+	if r.Spec.Placement.ResourceClass == "" || r.DeletionTimestamp != nil ||
+		(r.Status.State != "" && r.Status.State != nodusv1.ReservationStatePending && r.Status.State != nodusv1.ReservationStateActive) {
 		return nil, nil
 	}
 	// An allocation of this name that was just deleted may still hold its
