@@ -6,6 +6,7 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -133,7 +134,7 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left < 0 {
-		return 0, fmt.Errorf("the server's answer is larger than %d MiB: refused", maxAnswerBytes>>20)
+		return 0, fmt.Errorf("the server's answer is larger than %d MiB: %w", maxAnswerBytes>>20, errRefused)
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
@@ -141,7 +142,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return n, fmt.Errorf("the server's answer is larger than %d MiB: refused", maxAnswerBytes>>20)
+		return n, fmt.Errorf("the server's answer is larger than %d MiB: %w", maxAnswerBytes>>20, errRefused)
 	}
 	return n, err
 }
@@ -158,9 +159,13 @@ func (r refuseRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	_ = resp.Body.Close()
-	return nil, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there",
-		resp.StatusCode, oneLine(resp.Header.Get("Location")))
+	return nil, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there (%w)",
+		resp.StatusCode, oneLine(resp.Header.Get("Location")), errRefused)
 }
+
+// errRefused marks an answer nodus refused to take: asked again, the
+// server would send it again, so it is no reason to retry.
+var errRefused = errors.New("refused")
 
 // Client is the typed client of the current context.
 func (g *Globals) Client() (versioned.Interface, *rest.Config, error) {

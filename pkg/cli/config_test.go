@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
 // run runs nodus with args on the configuration config, in process.
@@ -262,5 +264,71 @@ current-context: nodus-admin@nodus
 	}
 	if out, code := run(config, "login", "--server", "https://other:8443", "--token", "t.secret", "--name", "x"); code != ExitUsage {
 		t.Errorf("--name without a kubeconfig to adopt: %d %s", code, out)
+	}
+}
+
+// TestLoginRefusesACAFileThatHoldsNoCertificate: --ca-file was stored as
+// it was, and a DER file or a wrong file (a key, a kubeconfig) made every
+// later command fail with "unable to load root certificates", no fix, exit
+// 1. It is refused at login, where the mistake is.
+func TestLoginRefusesACAFileThatHoldsNoCertificate(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("test-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{"pem": ca.CertPEM, "der": ca.Cert.Raw, "empty": nil, "text": []byte("not a certificate\n"),
+		"key": []byte("-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIA==\n-----END EC PRIVATE KEY-----\n")}
+	for name, data := range files {
+		file := filepath.Join(dir, name+".crt")
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config := filepath.Join(dir, name, "config")
+		var out bytes.Buffer
+		cmd, g := NewCommand(Streams{In: strings.NewReader("alice-laptop.s3cret\n"), Out: &out, Err: &out})
+		cmd.SetArgs([]string{"--kubeconfig", config, "login", "--server", "https://nodus.example:8443", "--token", "-", "--ca-file", file})
+		code := Report(cmd.Execute(), g.Output, &out)
+		_, statErr := os.Stat(config)
+		switch {
+		case name == "pem" && (code != 0 || statErr != nil):
+			t.Errorf("a PEM CA file: exit %d %s", code, out.String())
+		case name != "pem" && (code != ExitUsage || statErr == nil || !strings.Contains(out.String(), "--ca-file")):
+			t.Errorf("a CA file holding %s: exit %d %s (configuration written: %v), want a usage error naming --ca-file", name, code, out.String(), statErr == nil)
+		}
+	}
+}
+
+// TestAdoptingRunsNoCommandOfTheFile: a kubeconfig's user may run a
+// command (exec, an auth provider) on every request. Adopted, it ran on
+// every nodus command: a file someone else wrote is a command of theirs.
+// nodus adopts tokens and client certificates only.
+func TestAdoptingRunsNoCommandOfTheFile(t *testing.T) {
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "ran")
+	for name, user := range map[string]string{
+		"exec":          `{exec: {apiVersion: client.authentication.k8s.io/v1, command: /bin/sh, args: ["-c", "touch ` + marker + `"]}}`,
+		"auth-provider": `{auth-provider: {name: oidc, config: {idp-issuer-url: "https://issuer.example"}}}`,
+	} {
+		file := filepath.Join(dir, name)
+		if err := os.WriteFile(file, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://nodus.example:8443"}}]
+users: [{name: u, user: `+user+`}]
+contexts: [{name: theirs, context: {cluster: c, user: u}}]
+current-context: theirs
+`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		config := filepath.Join(dir, name+"-nodus", "config")
+		if out, code := run(config, "login", "--from-kubeconfig", file); code != ExitUsage || !strings.Contains(out, "does not adopt") {
+			t.Errorf("adopting a context whose user runs %s: exit %d %s, want a usage error", name, code, out)
+		}
+		if _, err := os.Stat(config); err == nil {
+			t.Errorf("adopting a context whose user runs %s wrote the configuration", name)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the adopted file's command ran")
 	}
 }

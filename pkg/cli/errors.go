@@ -113,18 +113,24 @@ func Report(err error, output string, w io.Writer) int {
 // unreached is the next step when err is that the server was not reached,
 // or not trusted: nothing the server said, so no fix of its own.
 func unreached(err error) string {
-	var unknownAuthority x509.UnknownAuthorityError
-	var invalid x509.CertificateInvalidError
-	var hostname x509.HostnameError
 	var op *net.OpError
 	var dns *net.DNSError
 	switch {
-	case errors.As(err, &unknownAuthority) || errors.As(err, &invalid) || errors.As(err, &hostname):
+	case untrusted(err):
 		return "The server's certificate is not one this configuration trusts: log in again with its CA, `nodus login --server URL --ca-file ca.crt` (the server serves it at /ca.crt; compare its fingerprint with your operator's)."
 	case errors.As(err, &dns) || errors.As(err, &op):
 		return "The server did not answer: check that nodus-server runs and that this configuration points at it (`nodus config get-contexts` shows where)."
 	}
 	return ""
+}
+
+// untrusted says whether err is that the server's certificate is not one
+// the configuration trusts.
+func untrusted(err error) bool {
+	var unknownAuthority x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var hostname x509.HostnameError
+	return errors.As(err, &unknownAuthority) || errors.As(err, &invalid) || errors.As(err, &hostname)
 }
 
 // lastErrorBody keeps the body of the latest error response: client-go

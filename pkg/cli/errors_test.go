@@ -1,14 +1,22 @@
 package cli
 
 import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // TestAnErrorIsShownWithItsOwnAnswersFix: the fix, docs and request ID
@@ -118,4 +126,49 @@ func (o oneByteReader) Read(p []byte) (int, error) {
 		p = p[:1]
 	}
 	return o.r.Read(p)
+}
+
+// TestARefusedAnswerIsNotRetried: release, lend and executions run retry
+// what may succeed when sent again. Every error that was not an API status
+// counted, a server nodus does not trust and an answer it refused
+// included: a release against a wrong CA was sent five times over ten
+// seconds before its fix showed.
+func TestARefusedAnswerIsNotRetried(t *testing.T) {
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"an unknown authority": {&url.Error{Op: "Post", URL: "https://x", Err: x509.UnknownAuthorityError{}}, false},
+		"another host's name":  {&url.Error{Op: "Post", URL: "https://x", Err: x509.HostnameError{Certificate: &x509.Certificate{}, Host: "x"}}, false},
+		"a redirect":           {refuseRedirectError(t), false},
+		"an answer too large":  {fmt.Errorf("decoding: %w", tooLarge()), false},
+		"cancelled":            {&url.Error{Op: "Post", URL: "https://x", Err: context.Canceled}, false},
+		"a refused connection": {&url.Error{Op: "Post", URL: "https://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, true},
+		"503":                  {apierrors.NewServiceUnavailable("busy"), true},
+		"429":                  {apierrors.NewTooManyRequests("slow down", 1), true},
+		"409":                  {apierrors.NewConflict(schema.GroupResource{Resource: "reservedhosts"}, "h", errors.New("epoch")), false},
+	} {
+		if got := transient(tc.err); got != tc.want {
+			t.Errorf("%s (%v): transient %v, want %v", name, tc.err, got, tc.want)
+		}
+	}
+}
+
+// tooLarge is what the CLI's transport says of an answer past its bound.
+func tooLarge() error {
+	_, err := (&boundedBody{ReadCloser: io.NopCloser(strings.NewReader("xx")), left: -1}).Read(make([]byte, 8))
+	return err
+}
+
+// refuseRedirectError is what the CLI's transport says of a redirect.
+func refuseRedirectError(t *testing.T) error {
+	t.Helper()
+	server := httptest.NewServer(http.RedirectHandler("https://elsewhere.example/", http.StatusFound))
+	defer server.Close()
+	req, _ := http.NewRequest("GET", server.URL, nil)
+	_, err := refuseRedirects{http.DefaultTransport}.RoundTrip(req)
+	if err == nil {
+		t.Fatal("a redirect was taken")
+	}
+	return err
 }

@@ -166,13 +166,38 @@ func executionsCommand(g *Globals, s Streams) *cobra.Command {
 // from the agent of the host it ran on, another tenant's machine: every
 // control character is shown as \xNN, and Unicode's direction controls as
 // \uNNNN, but line breaks, tabs, carriage returns (progress bars) and
-// colours (SGR sequences, which only style text). A sequence cut between
-// two writes is shown escaped. Colours can still hide text (the same
-// colour for text and background); what they cannot do is outlast the
-// output: end resets them.
+// colours (SGR sequences, which only style text). A character or colour
+// sequence cut between two writes (logs -f prints what each poll brings,
+// cut anywhere) waits for the rest in the next; one never finished is
+// shown escaped at the end. Colours can still hide text (the same colour
+// for text and background); what they cannot do is outlast the output:
+// end resets them.
 type outputSafe struct {
 	w      io.Writer
 	styled bool // an SGR sequence other than a reset was written last
+	// cut is the start of a character or SGR sequence at the end of the
+	// last write, kept for the next.
+	cut []byte
+}
+
+// sgrStart is a beginning of an SGR sequence that may yet be one.
+var sgrStart = regexp.MustCompile(`^\x1b(\[[0-9;]{0,32})?$`)
+
+// cutTail is how many bytes at the end of p begin a character or an SGR
+// sequence that p does not finish.
+func cutTail(p []byte) int {
+	if i := bytes.LastIndexByte(p, 0x1b); i >= 0 && len(p)-i <= 34 && sgrStart.Match(p[i:]) {
+		return len(p) - i
+	}
+	for k := 1; k <= utf8.UTFMax-1 && k <= len(p); k++ {
+		if start := len(p) - k; utf8.RuneStart(p[start]) {
+			if !utf8.FullRune(p[start:]) {
+				return k
+			}
+			break
+		}
+	}
+	return 0
 }
 
 // sgr is one Select Graphic Rendition sequence: ESC [ parameters m.
@@ -182,6 +207,23 @@ var sgr = regexp.MustCompile(`^\x1b\[[0-9;]{0,32}m`)
 const sgrReset = "\x1b[0m"
 
 func (o *outputSafe) Write(p []byte) (int, error) {
+	written := len(p)
+	if len(o.cut) > 0 {
+		p = append(o.cut, p...)
+		o.cut = nil
+	}
+	if k := cutTail(p); k > 0 {
+		o.cut = append([]byte(nil), p[len(p)-k:]...)
+		p = p[:len(p)-k]
+	}
+	if err := o.write(p); err != nil {
+		return 0, err
+	}
+	return written, nil
+}
+
+// write escapes p and writes it.
+func (o *outputSafe) write(p []byte) error {
 	var b bytes.Buffer
 	for i := 0; i < len(p); {
 		if m := sgr.Find(p[i:]); m != nil {
@@ -205,15 +247,18 @@ func (o *outputSafe) Write(p []byte) (int, error) {
 		}
 		i += size
 	}
-	if _, err := o.w.Write(b.Bytes()); err != nil {
-		return 0, err
-	}
-	return len(p), nil
+	_, err := o.w.Write(b.Bytes())
+	return err
 }
 
 // end resets the terminal's style if the output left one set, so that it
 // does not colour (or hide) what the shell prints next.
 func (o *outputSafe) end() {
+	if len(o.cut) > 0 {
+		// Never finished: shown escaped, as any broken sequence.
+		_ = o.write(o.cut)
+		o.cut = nil
+	}
 	if o.styled {
 		_, _ = io.WriteString(o.w, sgrReset)
 		o.styled = false

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	certutil "k8s.io/client-go/util/cert"
 
 	"github.com/nodus-dev/nodus/pkg/failover"
 )
@@ -173,6 +174,14 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		if _, err := failover.Servers(cluster.Server); err != nil {
 			return "", usageError(fmt.Errorf("%s: context %q: %w", oneLine(o.Adopt), oneLine(name), err))
 		}
+		// A user entry that runs a command (exec) or a provider's plugin
+		// would run it on every nodus command: one adopted from a file
+		// someone else wrote is a command of theirs. nodus-server's own
+		// kubeconfigs hold a token or a client certificate.
+		if user.Exec != nil || user.AuthProvider != nil {
+			return "", usageError(fmt.Errorf("%s: context %q authenticates by running a command (exec or auth-provider), which nodus does not adopt: log in with a token (nodus login --server URL --ca-file FILE) or adopt a kubeconfig with a token or client certificate",
+				oneLine(o.Adopt), oneLine(name)))
+		}
 		if cluster.InsecureSkipTLSVerify {
 			return "", usageError(fmt.Errorf("%s: context %q skips the verification of its server's certificate (insecure-skip-tls-verify): give the cluster its CA (certificate-authority-data) instead",
 				oneLine(o.Adopt), oneLine(name)))
@@ -200,6 +209,12 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		if o.CAFile != "" {
 			if cluster.CertificateAuthorityData, err = os.ReadFile(o.CAFile); err != nil {
 				return "", usageError(err)
+			}
+			// Checked here, where the mistake is: stored as it is, a file
+			// that is not a PEM certificate (DER, a key) fails every later
+			// command with a TLS error.
+			if _, err := certutil.ParseCertsPEM(cluster.CertificateAuthorityData); err != nil {
+				return "", usageError(fmt.Errorf("--ca-file %s holds no PEM certificate (%v): give the server's CA certificate, as nodus-server writes it (ca.crt)", oneLine(o.CAFile), err))
 			}
 		}
 		cfg.Clusters[name], cfg.AuthInfos[name] = cluster, &clientcmdapi.AuthInfo{Token: o.Token}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -149,13 +150,30 @@ func projectsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			marked := false
 			if retire {
-				patch := []byte(`{"metadata":{"annotations":{"` + nodusv1.AnnotationRetireReservations + `":"true"}}}`)
-				if _, err := c.NodusV1().Projects().Patch(cmd.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				p, err := c.NodusV1().Projects().Get(cmd.Context(), args[0], metav1.GetOptions{})
+				if err != nil {
 					return err
+				}
+				if p.Annotations[nodusv1.AnnotationRetireReservations] != "true" {
+					patch := []byte(`{"metadata":{"annotations":{"` + nodusv1.AnnotationRetireReservations + `":"true"}}}`)
+					if _, err := c.NodusV1().Projects().Patch(cmd.Context(), args[0], types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+						return err
+					}
+					marked = true
 				}
 			}
 			if err := c.NodusV1().Projects().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
+				if marked && !apierrors.IsNotFound(err) {
+					// Left on a project not deleted, the mark would let a
+					// later plain delete retire its reservations unasked.
+					unmark := []byte(`{"metadata":{"annotations":{"` + nodusv1.AnnotationRetireReservations + `":null}}}`)
+					if _, uerr := c.NodusV1().Projects().Patch(context.WithoutCancel(cmd.Context()), args[0], types.MergePatchType, unmark, metav1.PatchOptions{}); uerr != nil {
+						return fmt.Errorf("%w; the project keeps its %s annotation, which lets any later delete retire its reservations: remove it (kubectl annotate project %s %s-)",
+							err, nodusv1.AnnotationRetireReservations, args[0], nodusv1.AnnotationRetireReservations)
+					}
+				}
 				return err
 			}
 			fmt.Fprintf(s.Out, "project %s is being deleted; it is gone once everything in it is\n", args[0])
@@ -263,10 +281,14 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			}
 			// The token goes to nodusd on stdin: on its command line every
 			// account of the host would read it (ps), and the shell's history keep it.
+			expires := "never: it stays valid until deleted"
+			if t.Spec.ExpiresAt != nil {
+				expires = t.Spec.ExpiresAt.UTC().Format(time.RFC3339)
+			}
 			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\n"+
 				"run on the host, as root, and paste the token on the line it reads (not on the command line, where ps and the shell's history show it):\n"+
 				"  nodusd enroll --server %s --token - --ca-hash %s%s\n",
-				t.Spec.ExpiresAt.UTC().Format(time.RFC3339), t.Status.Token, cfg.Host, t.Status.CAFingerprint, name)
+				expires, t.Status.Token, cfg.Host, t.Status.CAFingerprint, name)
 			return nil
 		},
 	}

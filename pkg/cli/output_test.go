@@ -87,3 +87,33 @@ func TestAnExecutionsColoursEndWithIt(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputCutBetweenPollsPrintsWhole: logs -f prints what each poll
+// brings, cut anywhere: a character (a progress bar's █, CJK) or a colour
+// sequence split between two polls was shown as \xNN escapes. The cut
+// part waits for the rest; one never finished is still shown escaped.
+func TestOutputCutBetweenPollsPrintsWhole(t *testing.T) {
+	for _, c := range []struct {
+		parts []string
+		want  string
+	}{
+		{[]string{"\xe2\x96", "\x88 50%\n"}, "█ 50%\n"},
+		{[]string{"step \xe6", "\xad\xa5\n"}, "step 步\n"},
+		{[]string{"\x1b[1;3", "1mred\x1b[0m\n"}, "\x1b[1;31mred\x1b[0m\n"},
+		{[]string{"\x1b", "[32mgreen\x1b[m\n"}, "\x1b[32mgreen\x1b[m\n"},
+		{[]string{"done \xe2\x96"}, `done \xe2\x96`},
+		{[]string{"\x1b[1", "]52;c;x\x07\n"}, `\x1b[1]52;c;x\x07` + "\n"},
+	} {
+		var out bytes.Buffer
+		safe := &outputSafe{w: &out}
+		for _, part := range c.parts {
+			if n, err := safe.Write([]byte(part)); err != nil || n != len(part) {
+				t.Fatalf("Write(%q) = %d, %v", part, n, err)
+			}
+		}
+		safe.end()
+		if out.String() != c.want {
+			t.Errorf("output %q printed as %q, want %q", c.parts, out.String(), c.want)
+		}
+	}
+}

@@ -55,10 +55,18 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, oneLine(r.State))
 	fmt.Fprintln(o.Out, "Your project's access to this host ends and its lending drains. This cannot be undone.")
 	if !o.Yes && !o.DryRun {
-		fmt.Fprintf(o.Out, "Type the host name (%s) to release it: ", name)
+		// On stderr: with stdout sent to a file, the question still shows.
+		fmt.Fprintf(o.Err, "Type the host name (%s) to release it: ", name)
 		line, _ := bufio.NewReader(o.In).ReadString('\n')
 		if strings.TrimSpace(line) != name {
 			return usageError(errors.New("not confirmed; nothing was released (type the host's name when asked, or pass --yes)"))
+		}
+		// The host is written while a person reads (a heartbeat kept, a
+		// condition): its ETag moves, and the release would be refused
+		// with 412 though nothing shown changed. What was shown is what
+		// is agreed to: read again, it is released if that is unchanged.
+		if h, err = o.stillAsShown(ctx, h); err != nil {
+			return err
 		}
 	}
 	agreed, epoch := true, r.Epoch
@@ -83,6 +91,27 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 		return nil
 	}
 	return o.waitDrained(ctx, project, name)
+}
+
+// stillAsShown reads shown's host again and returns it if what the
+// confirmation showed (the term, the epoch, the state, the object itself)
+// is unchanged.
+func (o *ReleaseOptions) stillAsShown(ctx context.Context, shown *nodusv1.ReservedHost) (*nodusv1.ReservedHost, error) {
+	c, _, err := o.Client()
+	if err != nil {
+		return nil, err
+	}
+	now, err := c.NodusV1().ReservedHosts(shown.Namespace).Get(ctx, shown.Name, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	was, is := shown.Status.Reservation, now.Status.Reservation
+	if now.UID != shown.UID || is.Epoch != was.Epoch || is.State != was.State || !is.StartsAt.Equal(&was.StartsAt) || !is.EndsAt.Equal(&was.EndsAt) {
+		return nil, apierrors.NewConflict(nodusv1.Resource("reservedhosts"), shown.Name,
+			fmt.Errorf("it changed while you confirmed (now epoch %d, state %s, until %s); nothing was released: run nodus release again to see it as it is",
+				is.Epoch, oneLine(is.State), is.EndsAt.UTC().Format(time.RFC3339)))
+	}
+	return now, nil
 }
 
 func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) error {

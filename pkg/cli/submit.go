@@ -67,8 +67,13 @@ func submitExecution(ctx context.Context, c versioned.Interface, project string,
 
 // transient says whether a request may succeed if sent again unchanged: the
 // server could not be reached, failed (5xx), or asked to slow down (429).
+// An answer nodus refused (a redirect, one too large) and a server it does
+// not trust (its certificate) would be the same the next time.
 func transient(err error) bool {
 	var status apierrors.APIStatus
+	if errors.Is(err, errRefused) || untrusted(err) || errors.Is(err, context.Canceled) {
+		return false
+	}
 	if !errors.As(err, &status) || status.Status().Code == 0 {
 		return true
 	}

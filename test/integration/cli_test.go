@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -644,5 +645,112 @@ func pendingExecution(t *testing.T, s *testserver.Server) {
 	if _, err := c.Executions("acme").Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "e1"},
 		Spec: nodusv1.ExecutionSpec{Pool: "lends", Command: []string{"true"}, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCLIReleaseConfirmedWhileTheHostWasWritten: nodus release shows the
+// host, asks for its name, and sends the ETag it showed. The server writes
+// the host while a person reads (a heartbeat it keeps, a condition), and
+// the release was refused with 412 though nothing shown had changed. What
+// was shown is what is agreed to: unchanged, it is released; changed (a
+// new epoch), nothing is.
+func TestCLIReleaseConfirmedWhileTheHostWasWritten(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	alice := loggedIn(t, s, f.admin) // a release is an admin's
+	for _, tc := range []struct {
+		name, meanwhile string
+		released        bool
+	}{
+		{"kept", `{"metadata":{"labels":{"rack":"b7"}}}`, true},
+		{"moved", "", false},
+	} {
+		f.host(t, tc.name, now.Add(-time.Hour), now.Add(time.Hour))
+		meanwhile := func() {
+			if tc.meanwhile != "" {
+				if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/"+tc.name, "application/merge-patch+json",
+					strings.NewReader(tc.meanwhile)); r.code != http.StatusOK {
+					t.Fatalf("writing the host: %d %s", r.code, r.body)
+				}
+				return
+			}
+			// A new epoch: a member with SSH access removed from the project.
+			p, err := s.Client.NodusV1().Projects().Get(ctx(t), "acme", metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			p.Spec.Members = slices.DeleteFunc(p.Spec.Members, func(m nodusv1.ProjectMember) bool { return m.Name == "mary" })
+			if _, err := s.Client.NodusV1().Projects().Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			epoch := f.reservation(t, tc.name).Status.Epoch
+			f.waitHost(t, tc.name, func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.Epoch > epoch })
+		}
+		var out bytes.Buffer
+		cmd, g := cli.NewCommand(cli.Streams{In: &typedAfter{before: meanwhile, line: tc.name + "\n"}, Out: &out, Err: &out})
+		cmd.SetArgs([]string{"--kubeconfig", alice.config, "release", "acme/" + tc.name})
+		code := cli.Report(cmd.Execute(), g.Output, &out)
+		state := f.reservation(t, tc.name).Status.State
+		switch {
+		case tc.released && (code != 0 || state != nodusv1.ReservationStateReleasing && state != nodusv1.ReservationStateReleased):
+			t.Errorf("%s: the host written while its release was confirmed, nothing shown changed: exit %d, state %s\n%s", tc.name, code, state, out.String())
+		case !tc.released && (code != cli.ExitConflict || state != nodusv1.ReservationStateActive || !strings.Contains(out.String(), "changed while you confirmed")):
+			t.Errorf("%s: the epoch moved while the release was confirmed: exit %d, state %s\n%s", tc.name, code, state, out.String())
+		}
+	}
+}
+
+// typedAfter is a person's answer: before runs when it is first read.
+type typedAfter struct {
+	before func()
+	line   string
+	done   bool
+}
+
+func (r *typedAfter) Read(p []byte) (int, error) {
+	if !r.done {
+		r.done = true
+		r.before()
+	}
+	if r.line == "" {
+		return 0, io.EOF
+	}
+	n := copy(p, r.line)
+	r.line = r.line[n:]
+	return n, nil
+}
+
+// TestCLIProjectDeleteThatFailsLeavesNoRetireMark: projects delete
+// --retire-reservations marks the project (nodus.dev/retire-reservations)
+// and then deletes it. When the delete failed (a 503, a dropped
+// connection), the mark stayed, and a later plain delete, by anyone,
+// retired every live reservation of the customer unasked.
+func TestCLIProjectDeleteThatFailsLeavesNoRetireMark(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "gpu-001", now.Add(-time.Hour), now.Add(time.Hour))
+	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+			if req.Method == http.MethodDelete && strings.HasSuffix(req.URL.Path, "/projects/acme") {
+				answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the store is not reachable")
+				return true
+			}
+			return false
+		})
+	ops := loggedInTo(t, proxy.Host, proxy.CAData, tokenFor(t, s, "ops", auth.GroupOperators).BearerToken)
+	if out, code := ops.run("", "projects", "delete", "acme", "--retire-reservations"); code != cli.ExitServer {
+		t.Errorf("projects delete --retire-reservations whose delete failed: exit %d, want %d\n%s", code, cli.ExitServer, out)
+	}
+	p, err := s.Client.NodusV1().Projects().Get(ctx(t), "acme", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mark, ok := p.Annotations[nodusv1.AnnotationRetireReservations]; ok {
+		t.Errorf("the project not deleted keeps %s=%q", nodusv1.AnnotationRetireReservations, mark)
+	}
+	if r := do(t, s.Config, "DELETE", "/apis/nodus.dev/v1/projects/acme", "", nil); r.code != http.StatusConflict {
+		t.Errorf("a later plain delete of a project with a live reservation: %d %s, want 409 ProjectHasReservations", r.code, r.body)
 	}
 }

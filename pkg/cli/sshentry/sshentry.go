@@ -83,7 +83,12 @@ func Make(h Host) (Entry, error) {
 		// forwarded there serves them all (and anyone root on the host).
 		// A "Host *" that forwards it does not reach this host; ssh -A
 		// still does, asked for each time.
-		{"ForwardAgent", "no"}, {"ForwardX11", "no"}}
+		{"ForwardAgent", "no"}, {"ForwardX11", "no"},
+		// The host key is the one the server pins, in nodus' own block of
+		// known_hosts: keys a host offers after login (a "Host *" with
+		// UpdateHostKeys yes) would be added outside the block, and stay
+		// trusted for the alias when the reservation moves to another machine.
+		{"UpdateHostKeys", "no"}}
 	config := "Host " + alias + "\n"
 	options := make([]string, 0, len(settings))
 	for _, kv := range settings {
