@@ -818,7 +818,9 @@ func TestAReleasingReservationMakesNoAllocation(t *testing.T) {
 	c := s.Client.NodusV1()
 	now := time.Now()
 	f.reserve(t, "draining", nodusv1.ReservationPlacement{ResourceClass: "gpu-h100x8"}, now.Add(-time.Hour), now.Add(time.Hour))
-	h := f.waitHost(t, "draining", func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.State == nodusv1.ReservationStateActive })
+	h := f.waitHost(t, "draining", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive
+	})
 	if r := f.release(t, f.admin, "draining", fmt.Sprintf(`{"agreed":true,"epoch":%d}`, h.Status.Reservation.Epoch), ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}
