@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -164,6 +165,11 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 	}
 	if t.DeletionTimestamp != nil {
 		// Revoked: a finalizer that keeps the object keeps no access.
+		return nil, false, errInvalidToken
+	}
+	if strings.HasPrefix(t.Spec.User, SystemPrefix) || slices.ContainsFunc(t.Spec.Groups, func(g string) bool { return strings.HasPrefix(g, SystemPrefix) }) {
+		// Made before such names were refused: it would pass for the
+		// server itself, or for Kubernetes.
 		return nil, false, errInvalidToken
 	}
 	groups := append([]string{}, t.Spec.Groups...)

@@ -119,6 +119,9 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	if u == nil {
 		return authorizer.DecisionDeny, "no user", nil
 	}
+	if passesForTheSystem(attrs) {
+		return authorizer.DecisionDeny, "no one acts as a system: user or group: the server itself is one, and writes what no one else may", nil
+	}
 	if IsOperator(u) {
 		return authorizer.DecisionAllow, "operator", nil
 	}
@@ -417,3 +420,20 @@ func selects(attrs authorizer.Attributes, field, value string) bool {
 	}
 	return false
 }
+
+// passesForTheSystem says whether attrs ask to impersonate a system: user
+// or group (Kubernetes' names, the server's own loopback among them:
+// system:apiserver in system:masters, which alone writes a node's claims).
+func passesForTheSystem(attrs authorizer.Attributes) bool {
+	if attrs.GetVerb() != "impersonate" || attrs.GetAPIGroup() != "" {
+		return false
+	}
+	switch attrs.GetResource() {
+	case "users", "groups":
+		return strings.HasPrefix(attrs.GetName(), SystemPrefix)
+	}
+	return false
+}
+
+// SystemPrefix begins the names Kubernetes keeps for itself.
+const SystemPrefix = "system:"

@@ -292,8 +292,6 @@ func everyResourceReportsReadiness(storage map[string]rest.Storage) error {
 	return nil
 }
 
-// Run serves until ctx is done, then stops the API server and, after it,
-// the embedded etcd.
 // LoopbackConfig is a client configuration with the server's own identity,
 // the one its controllers write with: what no operator's credential may
 // write (a node's claims), it may. Tests run a controller of their own as
@@ -302,6 +300,8 @@ func (s *Server) LoopbackConfig() *restclient.Config {
 	return restclient.CopyConfig(s.generic.LoopbackClientConfig)
 }
 
+// Run serves until ctx is done, then stops the API server and, after it,
+// the embedded etcd.
 func (s *Server) Run(ctx context.Context) error {
 	s.config.out("nodus-server: serving on %s", s.config.URL)
 	s.config.out("admin kubeconfig: %s", s.config.KubeconfigPath)

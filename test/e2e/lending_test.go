@@ -232,7 +232,14 @@ spec: {user: bob}
 		if err := syscall.Mkfifo(archive, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = os.Remove(archive) })
+		// Whatever happens, tar gets its end: blocked, it would hold every
+		// later image's preparation on this host.
+		release := func() {
+			if f, err := os.OpenFile(archive, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
+				_ = f.Close()
+			}
+		}
+		t.Cleanup(func() { release(); _ = os.Remove(archive) })
 		out, err := nodus("bob", "executions", "run", "-n", "beta", "--pool", "e2e", "--gpus", "0", "--image", "slow:v1", "--", "true")
 		if err != nil || !strings.Contains(out, "submitted") {
 			t.Fatalf("executions run --image slow:v1: %v %s", err, out)
@@ -248,9 +255,7 @@ spec: {user: bob}
 			t.Errorf("the slow image's archive is no longer read: the cancel was not shown to end before its preparation")
 		}
 		// The archive ends (empty): the abandoned preparation fails alone.
-		if f, err := os.OpenFile(archive, os.O_WRONLY|syscall.O_NONBLOCK, 0); err == nil {
-			_ = f.Close()
-		}
+		release()
 		waitOr(t, "the abandoned preparation to end", func() bool { return !unpacking() }, func() string { return rig.agentLog.String() })
 		_ = os.Remove(archive)
 	}

@@ -676,6 +676,7 @@ func TestCLIReleaseConfirmedWhileTheHostWasWritten(t *testing.T) {
 				return
 			}
 			// A new epoch: a member with SSH access removed from the project.
+			epoch := f.reservation(t, tc.name).Status.Epoch
 			p, err := s.Client.NodusV1().Projects().Get(ctx(t), "acme", metav1.GetOptions{})
 			if err != nil {
 				t.Fatal(err)
@@ -684,7 +685,6 @@ func TestCLIReleaseConfirmedWhileTheHostWasWritten(t *testing.T) {
 			if _, err := s.Client.NodusV1().Projects().Update(ctx(t), p, metav1.UpdateOptions{}); err != nil {
 				t.Fatal(err)
 			}
-			epoch := f.reservation(t, tc.name).Status.Epoch
 			f.waitHost(t, tc.name, func(h *nodusv1.ReservedHost) bool { return h.Status.Reservation.Epoch > epoch })
 		}
 		var out bytes.Buffer

@@ -12,10 +12,13 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/uuid"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
@@ -460,6 +463,31 @@ func TestAnOperatorsStatusWriteMovesNoClaim(t *testing.T) {
 	refused("an operator's PUT of a manifest without the claim", do(t, s.Config, "PUT", status, "application/json", strings.NewReader(string(body))))
 	if n, err := nodes.Get(ctx(t), "held", metav1.GetOptions{}); err != nil || n.Status.Reservation != "held" || n.Status.ProvisionState != nodusv1.ProvisionStateActive {
 		t.Errorf("the node after the refused writes: %v %q %s", err, n.Status.Reservation, n.Status.ProvisionState)
+	}
+	// Nor may anyone pass for the server: an operator impersonating it, or
+	// a token made out to its name or group.
+	for what, asServer := range map[string]*rest.Config{
+		"impersonating the server": func() *rest.Config {
+			cfg := rest.CopyConfig(s.Config)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
+			return cfg
+		}(),
+		"impersonating its group": func() *rest.Config {
+			cfg := rest.CopyConfig(s.Config)
+			cfg.Impersonate = rest.ImpersonationConfig{UserName: "ops", Groups: []string{user.SystemPrivilegedGroup}}
+			return cfg
+		}(),
+	} {
+		if r := do(t, asServer, "PATCH", status, "application/merge-patch+json", strings.NewReader(`{"status":{"reservation":null,"reservationUID":null}}`)); r.code != http.StatusForbidden {
+			t.Errorf("%s, a status patch clearing the claim: %d %s, want 403", what, r.code, r.body)
+		}
+	}
+	for _, spec := range []nodusv1.AccessTokenSpec{{User: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}},
+		{User: "ops", Groups: []string{user.SystemPrivilegedGroup}}, {User: "system:kube-controller-manager"}} {
+		if _, err := s.Client.NodusV1().AccessTokens().Create(ctx(t), &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{GenerateName: "t-"}, Spec: spec},
+			metav1.CreateOptions{}); !apierrors.IsInvalid(err) {
+			t.Errorf("a token for user %q, groups %v: %v, want 422 (system: names are Kubernetes' and the server's own)", spec.User, spec.Groups, err)
+		}
 	}
 	// What an agent reports, an operator may still correct.
 	if r := do(t, s.Config, "PATCH", status, "application/merge-patch+json", strings.NewReader(`{"status":{"inventory":{"cpu":96,"memoryMiB":1048576,"diskGiB":100}}}`)); r.code != http.StatusOK {

@@ -424,7 +424,9 @@ func TestAReleasedTermNoLongerChanges(t *testing.T) {
 	}
 	// Nor does its status go back: a patch of the status subresource (an
 	// apply of a manifest saved before the release alike) made it active
-	// again at its epoch, and the controller claimed its node again.
+	// again at its epoch, and the controller claimed its node again. (The
+	// host shows the release once the controller projected it.)
+	f.waitHost(t, "released", func(h *nodusv1.ReservedHost) bool { return h.Status.Release != nil })
 	for _, patch := range []string{`{"status":{"state":"active","release":null}}`, `{"status":{"state":"active"}}`, `{"status":{"release":null}}`} {
 		if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/reservations/released/status", "application/merge-patch+json", strings.NewReader(patch)); r.code != http.StatusUnprocessableEntity {
 			t.Errorf("a released reservation's status patched with %s: %d %s, want 422", patch, r.code, r.body)

@@ -135,6 +135,9 @@ type run struct {
 	// stopping is closed when the agent first decides to stop it: a
 	// preparation still under way is not waited for.
 	stopping chan struct{}
+	// prepared is closed once no preparation of its sandbox is under way
+	// (or none was ever started).
+	prepared chan struct{}
 	done     chan struct{} // closed when the process has exited
 	reported chan struct{} // closed when its end was reported (or never will be)
 
@@ -502,14 +505,14 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 	}
 	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
 		memoryMiB: e.Status.MemoryLimitMiB, milliCPUs: e.Status.MilliCPUs, since: time.Now(),
-		started: make(chan struct{}), stopping: make(chan struct{}), done: make(chan struct{}), reported: make(chan struct{})}
+		started: make(chan struct{}), stopping: make(chan struct{}), prepared: make(chan struct{}), done: make(chan struct{}),
+		reported: make(chan struct{})}
 	r.runs[e.UID] = x
 	r.mu.Unlock()
 	go func() {
 		var final *outcome
 		defer func() {
 			r.mu.Lock()
-			delete(r.runs, e.UID)
 			// Only an end reported here: one the server shows running
 			// after a start that never ran (a claim that landed late) is
 			// still reported as an orphan. One that already left the
@@ -520,6 +523,14 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 			}
 			r.mu.Unlock()
 			close(x.reported)
+			// A preparation its stop abandoned (see prepare) holds the
+			// run's GPUs and account until it ends: one at a time each,
+			// however often a borrower submits and cancels while an
+			// image's unpacking hangs.
+			<-x.prepared
+			r.mu.Lock()
+			delete(r.runs, e.UID)
+			r.mu.Unlock()
 			r.offerWaiting(ctx)
 		}()
 		final = r.execute(ctx, e, x)
@@ -655,7 +666,14 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	// The sandbox is prepared without x.mu, and a stop does not wait for
 	// it (see prepare).
 	var box *sandbox.Sandbox
+	preparing := false
+	defer func() {
+		if !preparing {
+			close(x.prepared)
+		}
+	}()
 	if r.opts.Sandbox != nil && x.stopped() == nil {
+		preparing = true
 		box, err = r.prepare(x, sandbox.Spec{
 			ID: "nodus-" + string(e.UID), Args: append([]string{path}, e.Spec.Command[1:]...),
 			Env: Environment(e, x.account, sandbox.WorkDir, r.hostGPUs()), UID: cred.Uid, GID: cred.Gid, HostWorkDir: dir,
@@ -772,7 +790,8 @@ var errStoppedWhilePreparing = errors.New("stopped while its sandbox was being p
 // unpacking waited for), and a stop must not wait for it: the cancelled
 // execution would be reported only after it, and a drain, which waits for
 // every execution's report, would hold the release behind it. One abandoned
-// goes on alone and removes what it made; it never runs.
+// goes on alone and removes what it made; it never runs, and holds its
+// run's GPUs and account until it ends (x.prepared).
 func (r *Runner) prepare(x *run, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	type prepared struct {
 		box *sandbox.Sandbox
@@ -785,9 +804,11 @@ func (r *Runner) prepare(x *run, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 	}()
 	select {
 	case p := <-done:
+		close(x.prepared)
 		return p.box, p.err
 	case <-x.stopping:
 		go func() {
+			defer close(x.prepared)
 			if p := <-done; p.err == nil {
 				if err := p.box.Close(); err != nil {
 					klog.ErrorS(err, "removing the sandbox of an execution stopped while it was prepared", "execution", x.namespace+"/"+x.name)

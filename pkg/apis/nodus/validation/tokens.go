@@ -1,6 +1,8 @@
 package validation
 
 import (
+	"strings"
+
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
@@ -16,15 +18,26 @@ func ValidateAccessToken(t *nodusv1.AccessToken) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("user"), "the user name the token authenticates as"))
 	} else if len(t.Spec.User) > 253 {
 		errs = append(errs, field.TooLong(spec.Child("user"), "", 253))
+	} else if strings.HasPrefix(t.Spec.User, systemPrefix) {
+		errs = append(errs, field.Invalid(spec.Child("user"), t.Spec.User, systemNames))
 	}
 	for i, g := range t.Spec.Groups {
 		if g == "" {
 			errs = append(errs, field.Required(spec.Child("groups").Index(i), ""))
+		} else if strings.HasPrefix(g, systemPrefix) {
+			errs = append(errs, field.Invalid(spec.Child("groups").Index(i), g, systemNames))
 		}
 	}
 	errs = append(errs, validateFreeText(t.Spec.Description, spec.Child("description"))...)
 	return errs
 }
+
+// systemPrefix begins the user and group names Kubernetes keeps for
+// itself; the server's own identity (system:apiserver in system:masters)
+// is one, and a token made out to it would pass for the server.
+const systemPrefix = "system:"
+
+const systemNames = "must not begin with \"system:\": those names are Kubernetes' and the server's own (operators are in nodus:operators)"
 
 // ValidateAccessTokenUpdate keeps who a token authenticates as fixed: a new
 // identity needs a new token.
