@@ -604,6 +604,14 @@ func (r *Runner) offerWaiting(ctx context.Context) {
 // reported (another party already ended it).
 func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *outcome {
 	defer close(x.done)
+	// Every way out closes x.prepared, unless a preparation started (see
+	// prepare, which closes it when that ends).
+	preparing := false
+	defer func() {
+		if !preparing {
+			close(x.prepared)
+		}
+	}()
 	startedOnce := false
 	markStarted := func() {
 		if !startedOnce {
@@ -666,12 +674,6 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	// The sandbox is prepared without x.mu, and a stop does not wait for
 	// it (see prepare).
 	var box *sandbox.Sandbox
-	preparing := false
-	defer func() {
-		if !preparing {
-			close(x.prepared)
-		}
-	}()
 	if r.opts.Sandbox != nil && x.stopped() == nil {
 		preparing = true
 		box, err = r.prepare(x, sandbox.Spec{
