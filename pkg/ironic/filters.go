@@ -57,7 +57,12 @@ var nodeListParams = map[string]nodeFilter{
 		return v["maintenance"] == want, err
 	}},
 	"instance_uuid": {match: func(v map[string]interface{}, raw string) (bool, error) {
-		return asString(v["instance_uuid"]) == raw, nil
+		// As Ironic's UUID type: any spelling of a UUID, and 400 for what is none.
+		uid, ok := canonicalUUID(raw)
+		if !ok {
+			return false, errorf(http.StatusBadRequest, "Invalid UUID for instance_uuid: %q", raw)
+		}
+		return asString(v["instance_uuid"]) == uid, nil
 	}},
 	"chassis_uuid": {match: never},
 	"provision_state": {since: version{9}, match: func(v map[string]interface{}, raw string) (bool, error) {

@@ -368,6 +368,11 @@ func (c *call) readPatch() ([]patchOp, error) {
 	if err := c.decode(&ops); err != nil {
 		return nil, err
 	}
+	if ops == nil {
+		// `null`: Ironic wants a list of operations (an empty one is a
+		// patch of nothing).
+		return nil, errorf(http.StatusBadRequest, "Invalid input for field/attribute patch: a list of operations is required, not null")
+	}
 	for _, op := range ops {
 		switch op.Op {
 		case "add", "replace", "remove":

@@ -1,13 +1,16 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -85,4 +88,67 @@ func TestAnAllocationListRefusesAnUnknownArgument(t *testing.T) {
 	if r := list("resource_class=gpu&state=active&owner=acme&limit=5&sort_key=created_at&sort_dir=desc&fields=uuid,state"); r.code != http.StatusOK {
 		t.Errorf("Ironic's own arguments: %d %s", r.code, r.body)
 	}
+}
+
+// TestAPatchThatIsNullIsRefused: Ironic's PATCH takes a list of operations
+// and refuses a body of `null` (400); Nodus took it for no operations and
+// answered 200, as if a change had been made. An empty list is still a
+// patch of nothing.
+func TestAPatchThatIsNullIsRefused(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "patched")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	patch := func(body string) response {
+		return do(t, op, "PATCH", "/v1/nodes/patched", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	ironicFault(t, patch(`null`), http.StatusBadRequest)
+	if r := patch(`[]`); r.code != http.StatusOK {
+		t.Errorf("an empty list of operations: %d %s", r.code, r.body)
+	}
+}
+
+// TestAnInstanceUUIDFilterIsAUUID: the node list's instance_uuid filter
+// compared the raw string: a UUID in capitals matched nothing, and a value
+// that is no UUID listed nothing where Ironic answers 400.
+func TestAnInstanceUUIDFilterIsAUUID(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "taken")
+	if _, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "instance"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8", Node: "taken"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if a := waitAllocation(t, s, "instance"); a.Status.State != nodusv1.AllocationStateActive {
+		t.Fatalf("the allocation: %+v", a.Status)
+	}
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	list := func(value string) response {
+		return do(t, op, "GET", "/v1/nodes?instance_uuid="+url.QueryEscape(value), "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	var all struct {
+		Nodes []struct {
+			Name         string `json:"name"`
+			InstanceUUID string `json:"instance_uuid"`
+		} `json:"nodes"`
+	}
+	r := do(t, op, "GET", "/v1/nodes?fields=name,instance_uuid", "", nil, "X-OpenStack-Ironic-API-Version", "1.60")
+	if err := json.Unmarshal(r.body, &all); err != nil || r.code != http.StatusOK {
+		t.Fatalf("the node list: %d %s", r.code, r.body)
+	}
+	instance := ""
+	for _, n := range all.Nodes {
+		if n.Name == "taken" {
+			instance = n.InstanceUUID
+		}
+	}
+	if instance == "" {
+		t.Fatalf("the allocated node shows no instance_uuid: %s", r.body)
+	}
+	for _, spelling := range []string{instance, strings.ToUpper(instance)} {
+		if got := list(spelling); got.code != http.StatusOK || !strings.Contains(string(got.body), `"taken"`) {
+			t.Errorf("instance_uuid=%s: %d %s", spelling, got.code, got.body)
+		}
+	}
+	ironicFault(t, list("not-a-uuid"), http.StatusBadRequest)
 }
