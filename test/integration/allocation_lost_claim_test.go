@@ -50,16 +50,7 @@ func TestANodeClaimWhoseAnswerWasLostIsKept(t *testing.T) {
 	lossy := rest.CopyConfig(s.ServerConfig)
 	lost := &lostClaimAnswers{watchLag: 300 * time.Millisecond}
 	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
-	client := versioned.NewForConfigOrDie(lossy)
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	factory := externalversions.NewSharedInformerFactory(client, 0)
-	controller, err := allocationcontroller.New(client, factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(runCtx.Done())
-	go controller.Run(runCtx, 4)
+	runAllocationController(t, lossy, 4)
 
 	const allocations = 4
 	for i := range allocations {
@@ -156,16 +147,7 @@ func TestAClaimConflictFailsNoNamedAllocation(t *testing.T) {
 		return err
 	}, done: map[string]bool{}}
 	racing.Wrap(func(next http.RoundTripper) http.RoundTripper { race.next = next; return race })
-	client := versioned.NewForConfigOrDie(racing)
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	factory := externalversions.NewSharedInformerFactory(client, 0)
-	controller, err := allocationcontroller.New(client, factory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(runCtx.Done())
-	go controller.Run(runCtx, 2)
+	runAllocationController(t, racing, 2)
 
 	for name, spec := range map[string]nodusv1.AllocationSpec{
 		"backfill":  {ResourceClass: "gpu-h100x8", Node: "named-0"},
@@ -223,4 +205,20 @@ func (w *writeBeforeClaim) count() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return len(w.done)
+}
+
+// runAllocationController runs an allocation controller of the test's,
+// writing through cfg, until the test ends.
+func runAllocationController(t *testing.T, cfg *rest.Config, workers int) {
+	t.Helper()
+	client := versioned.NewForConfigOrDie(cfg)
+	runCtx, stop := context.WithCancel(context.Background())
+	t.Cleanup(stop)
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	controller, err := allocationcontroller.New(client, factory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(runCtx.Done())
+	go controller.Run(runCtx, workers)
 }
