@@ -54,7 +54,10 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 	fmt.Fprintf(o.Out, "Release %s/%s\n  term:   %s until %s (unchanged by a release)\n  epoch:  %d\n  state:  %s\n",
 		project, name, r.StartsAt.UTC().Format(time.RFC3339), r.EndsAt.UTC().Format(time.RFC3339), r.Epoch, oneLine(r.State))
 	fmt.Fprintln(o.Out, "Your project's access to this host ends and its lending drains. This cannot be undone.")
-	if !o.Yes && !o.DryRun {
+	// A host already released is not asked about: the server says so, with
+	// its fix (AlreadyReleased).
+	alreadyReleased := r.State == nodusv1.ReservationStateReleasing || r.State == nodusv1.ReservationStateReleased
+	if !o.Yes && !o.DryRun && !alreadyReleased {
 		// On stderr: with stdout sent to a file, the question still shows.
 		fmt.Fprintf(o.Err, "Type the host name (%s) to release it: ", name)
 		line, _ := bufio.NewReader(o.In).ReadString('\n')

@@ -699,6 +699,11 @@ func TestCLIReleaseConfirmedWhileTheHostWasWritten(t *testing.T) {
 			t.Errorf("%s: the epoch moved while the release was confirmed: exit %d, state %s\n%s", tc.name, code, state, out.String())
 		}
 	}
+	// A host already released is not asked about again: the server's
+	// answer says so.
+	if out, code := alice.run("", "release", "acme/kept"); code != cli.ExitConflict || strings.Contains(out, "Type the host name") || !strings.Contains(out, "already released") {
+		t.Errorf("nodus release of a released host: exit %d\n%s", code, out)
+	}
 }
 
 // typedAfter is a person's answer: before runs when it is first read.
