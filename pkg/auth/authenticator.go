@@ -19,6 +19,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	secretpkg "github.com/nodus-dev/nodus/pkg/registry/secret"
@@ -167,7 +168,7 @@ func (a *tokenAuthenticator) AuthenticateToken(ctx context.Context, token string
 		// Revoked: a finalizer that keeps the object keeps no access.
 		return nil, false, errInvalidToken
 	}
-	if strings.HasPrefix(t.Spec.User, SystemPrefix) || slices.ContainsFunc(t.Spec.Groups, func(g string) bool { return strings.HasPrefix(g, SystemPrefix) }) {
+	if validation.IsSystemName(t.Spec.User) || slices.ContainsFunc(t.Spec.Groups, validation.IsSystemName) {
 		// Made before such names were refused: it would pass for the
 		// server itself, or for Kubernetes.
 		return nil, false, errInvalidToken

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/lending"
 )
@@ -430,10 +431,7 @@ func passesForTheSystem(attrs authorizer.Attributes) bool {
 	}
 	switch attrs.GetResource() {
 	case "users", "groups":
-		return strings.HasPrefix(attrs.GetName(), SystemPrefix)
+		return validation.IsSystemName(attrs.GetName())
 	}
 	return false
 }
-
-// SystemPrefix begins the names Kubernetes keeps for itself.
-const SystemPrefix = "system:"

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
 // ReleaseOptions are `nodus release`'s.
@@ -68,7 +69,7 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 		// condition): its ETag moves, and the release would be refused
 		// with 412 though nothing shown changed. What was shown is what
 		// is agreed to: read again, it is released if that is unchanged.
-		if h, err = o.stillAsShown(ctx, h); err != nil {
+		if h, err = stillAsShown(ctx, c, h); err != nil {
 			return err
 		}
 	}
@@ -99,11 +100,7 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 // stillAsShown reads shown's host again and returns it if what the
 // confirmation showed (the term, the epoch, the state, the object itself)
 // is unchanged.
-func (o *ReleaseOptions) stillAsShown(ctx context.Context, shown *nodusv1.ReservedHost) (*nodusv1.ReservedHost, error) {
-	c, _, err := o.Client()
-	if err != nil {
-		return nil, err
-	}
+func stillAsShown(ctx context.Context, c versioned.Interface, shown *nodusv1.ReservedHost) (*nodusv1.ReservedHost, error) {
 	now, err := c.NodusV1().ReservedHosts(shown.Namespace).Get(ctx, shown.Name, metav1.GetOptions{})
 	if err != nil {
 		return nil, err

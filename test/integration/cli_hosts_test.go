@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/rest"
-
 	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -21,14 +19,7 @@ func TestHostsOfEveryProjectFailWhenAProjectCannotBeRead(t *testing.T) {
 	f := newFleet(t, s)
 	now := time.Now()
 	f.host(t, "gpu-001", now.Add(-time.Hour), now.Add(time.Hour))
-	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
-		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
-			if req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/namespaces/acme/reservedhosts") {
-				answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the store is not reachable")
-				return true
-			}
-			return false
-		})
+	proxy := unavailableFor(t, s, http.MethodGet, "/namespaces/acme/reservedhosts")
 	direct := loggedInTo(t, s.Config.Host, s.Config.CAData, f.member.BearerToken)
 	if out, code := direct.run("", "hosts", "list", "-A"); code != 0 || !strings.Contains(out, "acme/gpu-001") {
 		t.Fatalf("hosts list -A: %d %s", code, out)

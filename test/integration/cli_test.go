@@ -736,14 +736,7 @@ func TestCLIProjectDeleteThatFailsLeavesNoRetireMark(t *testing.T) {
 	f := newFleet(t, s)
 	now := time.Now()
 	f.host(t, "gpu-001", now.Add(-time.Hour), now.Add(time.Hour))
-	proxy := lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
-		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
-			if req.Method == http.MethodDelete && strings.HasSuffix(req.URL.Path, "/projects/acme") {
-				answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the store is not reachable")
-				return true
-			}
-			return false
-		})
+	proxy := unavailableFor(t, s, http.MethodDelete, "/projects/acme")
 	ops := loggedInTo(t, proxy.Host, proxy.CAData, tokenFor(t, s, "ops", auth.GroupOperators).BearerToken)
 	if out, code := ops.run("", "projects", "delete", "acme", "--retire-reservations"); code != cli.ExitServer {
 		t.Errorf("projects delete --retire-reservations whose delete failed: exit %d, want %d\n%s", code, cli.ExitServer, out)

@@ -8,10 +8,13 @@ import (
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
 // lossyProxy serves the API at a URL of its own and forwards every request
@@ -84,3 +87,17 @@ func (r *rewriter) Write(p []byte) (int, error) {
 func (r *rewriter) Flush() { http.NewResponseController(r.ResponseWriter).Flush() }
 
 func (r *rewriter) Unwrap() http.ResponseWriter { return r.ResponseWriter }
+
+// unavailableFor is a proxy of s's API that answers 503 to the requests
+// of method whose path ends with suffix, and forwards the rest.
+func unavailableFor(t *testing.T, s *testserver.Server, method, suffix string) *rest.Config {
+	t.Helper()
+	return lossyProxy(t, &rest.Config{Host: s.Config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.Config.CAData}},
+		func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+			if req.Method == method && strings.HasSuffix(req.URL.Path, suffix) {
+				answerStatus(w, http.StatusServiceUnavailable, "ServiceUnavailable", "the store is not reachable")
+				return true
+			}
+			return false
+		})
+}

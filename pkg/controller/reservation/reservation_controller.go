@@ -136,17 +136,7 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 func (c *Controller) sync(ctx context.Context, name string) error {
 	r, err := c.reservations.Get(name)
 	if apierrors.IsNotFound(err) {
-		// The node and host caches may show a reservation's claim and host
-		// before this cache shows the reservation (three watches): asked
-		// as etcd has it, a live one is not forgotten; its own add event
-		// syncs it when the cache catches up.
-		_, err := c.client.NodusV1().Reservations().Get(ctx, name, metav1.GetOptions{})
-		if err == nil {
-			return nil
-		}
-		if !apierrors.IsNotFound(err) {
-			return err
-		}
+		// Gone from this cache; forget asks etcd before it retires anything.
 		return c.forget(ctx, name)
 	}
 	if err != nil {
@@ -329,11 +319,14 @@ func (c *Controller) forget(ctx context.Context, name string) error {
 	if err != nil {
 		return err
 	}
-	// Asked again, after the caches were read: the caller's check may be
-	// old (this replica paused, and another led meanwhile), and a
-	// reservation made again under the name since may have claimed a node,
-	// a host and an allocation the caches now show under the name. Its own
-	// sync retires what the deleted one left, by UID (forgetEarlier).
+	// Asked of etcd, after the caches were read: the node and host caches
+	// may show a live reservation's claim and host before the reservation's
+	// own cache shows it (three watches), and a reservation made again
+	// under the name while this replica paused (another led meanwhile) may
+	// have claimed a node, a host and an allocation the caches now show
+	// under the name. What the caches show was written after such a
+	// reservation existed, so etcd shows it: its own sync takes over (and
+	// retires what a deleted one left, by UID: forgetEarlier).
 	if _, err := c.client.NodusV1().Reservations().Get(ctx, name, metav1.GetOptions{}); err == nil {
 		klog.InfoS("not forgetting a reservation: one of its name exists again", "reservation", name)
 		return nil

@@ -18,13 +18,13 @@ func ValidateAccessToken(t *nodusv1.AccessToken) field.ErrorList {
 		errs = append(errs, field.Required(spec.Child("user"), "the user name the token authenticates as"))
 	} else if len(t.Spec.User) > 253 {
 		errs = append(errs, field.TooLong(spec.Child("user"), "", 253))
-	} else if strings.HasPrefix(t.Spec.User, systemPrefix) {
+	} else if IsSystemName(t.Spec.User) {
 		errs = append(errs, field.Invalid(spec.Child("user"), t.Spec.User, systemNames))
 	}
 	for i, g := range t.Spec.Groups {
 		if g == "" {
 			errs = append(errs, field.Required(spec.Child("groups").Index(i), ""))
-		} else if strings.HasPrefix(g, systemPrefix) {
+		} else if IsSystemName(g) {
 			errs = append(errs, field.Invalid(spec.Child("groups").Index(i), g, systemNames))
 		}
 	}
@@ -32,10 +32,11 @@ func ValidateAccessToken(t *nodusv1.AccessToken) field.ErrorList {
 	return errs
 }
 
-// systemPrefix begins the user and group names Kubernetes keeps for
-// itself; the server's own identity (system:apiserver in system:masters)
-// is one, and a token made out to it would pass for the server.
-const systemPrefix = "system:"
+// IsSystemName says whether a user or group name is one Kubernetes keeps
+// for itself ("system:…"); the server's own identity (system:apiserver in
+// system:masters) is one, and a token made out to it, or an impersonation
+// of it, would pass for the server.
+func IsSystemName(name string) bool { return strings.HasPrefix(name, "system:") }
 
 const systemNames = "must not begin with \"system:\": those names are Kubernetes' and the server's own (operators are in nodus:operators)"
 
