@@ -27,10 +27,15 @@ func TestEveryCommandAnErrorSuggestsParses(t *testing.T) {
 			texts["the fix of "+string(r.Name)+" for "+req.Resource] = r.Fix(req)
 		}
 	}
-	pages, err := filepath.Glob("../../docs/errors/*.md")
-	if err != nil || len(pages) == 0 {
-		t.Fatalf("no docs pages: %v", err)
+	for _, r := range cliReasons {
+		texts["the fix of "+r.Name] = r.Fix
 	}
+	pages, err := filepath.Glob("../../docs/errors/*.md")
+	cliPages, cliErr := filepath.Glob("../../docs/cli/*.md")
+	if err != nil || cliErr != nil || len(pages) == 0 || len(cliPages) == 0 {
+		t.Fatalf("no docs pages: %v %v", err, cliErr)
+	}
+	pages = append(pages, cliPages...)
 	for _, page := range pages {
 		data, err := os.ReadFile(page)
 		if err != nil {

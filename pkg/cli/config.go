@@ -6,7 +6,6 @@ package cli
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,7 +133,7 @@ type boundedBody struct {
 
 func (b *boundedBody) Read(p []byte) (int, error) {
 	if b.left < 0 {
-		return 0, fmt.Errorf("the server's answer is larger than %d MiB: %w", maxAnswerBytes>>20, errRefused)
+		return 0, answerTooLarge()
 	}
 	if int64(len(p)) > b.left+1 {
 		p = p[:b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
@@ -142,7 +141,7 @@ func (b *boundedBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	b.left -= int64(n)
 	if b.left < 0 {
-		return n, fmt.Errorf("the server's answer is larger than %d MiB: %w", maxAnswerBytes>>20, errRefused)
+		return n, answerTooLarge()
 	}
 	return n, err
 }
@@ -159,13 +158,13 @@ func (r refuseRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	_ = resp.Body.Close()
-	return nil, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there (%w)",
-		resp.StatusCode, oneLine(resp.Header.Get("Location")), errRefused)
+	return nil, refuse(reasonRedirectRefused, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there",
+		resp.StatusCode, oneLine(resp.Header.Get("Location"))))
 }
 
-// errRefused marks an answer nodus refused to take: asked again, the
-// server would send it again, so it is no reason to retry.
-var errRefused = errors.New("refused")
+func answerTooLarge() error {
+	return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answer is larger than %d MiB", maxAnswerBytes>>20))
+}
 
 // Client is the typed client of the current context.
 func (g *Globals) Client() (versioned.Interface, *rest.Config, error) {
@@ -312,7 +311,7 @@ func (g *Globals) host(ctx context.Context, ref string) (versioned.Interface, *n
 	// What nodus does next (release, lend, ssh) names the host it got:
 	// it must be the one asked for.
 	if h.Namespace != project || h.Name != name {
-		return nil, nil, fmt.Errorf("refusing %s: the server answered for %s", ref, oneLine(h.Namespace+"/"+h.Name))
+		return nil, nil, refuse(reasonAnswerRefused, fmt.Errorf("refusing %s: the server answered for %s", ref, oneLine(h.Namespace+"/"+h.Name)))
 	}
 	return c, h, nil
 }

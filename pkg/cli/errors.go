@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -57,16 +56,13 @@ func Report(err error, output string, w io.Writer) int {
 	}
 	var status apierrors.APIStatus
 	if !errors.As(err, &status) {
-		fix := unreached(err)
-		if fix == "" {
+		r, ok := refusalOf(err)
+		if !ok {
 			fmt.Fprintf(w, "error: %s\n", terminalSafe(err.Error()))
 			return ExitOther
 		}
-		// One line: a certificate's names (a man in the middle's own
-		// certificate's) may hold line breaks that would forge a fix.
-		fmt.Fprintf(w, "error: %s\n", oneLine(err.Error()))
-		fmt.Fprintf(w, "  fix:     %s\n", fix)
-		return ExitServer
+		reportRefusal(r, err.Error(), output, w)
+		return r.reason.Exit
 	}
 	s := status.Status()
 	var env envelope
@@ -110,18 +106,30 @@ func Report(err error, output string, w io.Writer) int {
 	return ExitOther
 }
 
-// unreached is the next step when err is that the server was not reached,
-// or not trusted: nothing the server said, so no fix of its own.
-func unreached(err error) string {
-	var op *net.OpError
-	var dns *net.DNSError
-	switch {
-	case untrusted(err):
-		return "The server's certificate is not one this configuration trusts: log in again with its CA, `nodus login --server URL --ca-file ca.crt` (the server serves it at /ca.crt; compare its fingerprint with your operator's)."
-	case errors.As(err, &dns) || errors.As(err, &op):
-		return "The server did not answer: check that nodus-server runs and that this configuration points at it (`nodus config get-contexts` shows where)."
+// reportRefusal prints a failure of nodus' own as Report prints the
+// server's: the error (message: all the CLI said around it), its fix and
+// its page; with -o json as a Status.
+func reportRefusal(r *refusal, message, output string, w io.Writer) {
+	docs := "nodus errors " + r.reason.Name
+	if output == "json" {
+		body, _ := json.Marshal(struct {
+			Kind       string `json:"kind"`
+			APIVersion string `json:"apiVersion"`
+			Status     string `json:"status"`
+			Message    string `json:"message"`
+			Reason     string `json:"reason"`
+			Fix        string `json:"fix"`
+			Docs       string `json:"docs"`
+		}{"Status", "v1", "Failure", message, r.reason.Name, r.Fix(), docs})
+		fmt.Fprintln(w, jsonTerminalSafe(string(body)))
+		return
 	}
-	return ""
+	// One line each: a certificate's names (a man in the middle's own
+	// certificate's) or a server's text may hold line breaks that would
+	// forge a fix.
+	fmt.Fprintf(w, "error: %s\n", oneLine(message))
+	fmt.Fprintf(w, "  fix:     %s\n", oneLine(r.Fix()))
+	fmt.Fprintf(w, "  docs:    %s\n", docs)
 }
 
 // untrusted says whether err is that the server's certificate is not one

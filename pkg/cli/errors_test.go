@@ -3,9 +3,11 @@ package cli
 import (
 	"context"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -17,6 +19,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/nodus-dev/nodus/docs"
+	"github.com/nodus-dev/nodus/pkg/apierror"
 )
 
 // TestAnErrorIsShownWithItsOwnAnswersFix: the fix, docs and request ID
@@ -171,4 +176,94 @@ func refuseRedirectError(t *testing.T) error {
 		t.Fatal("a redirect was taken")
 	}
 	return err
+}
+
+// TestAFailureOfNodusOwnIsShownWithItsFixAndPage: nodus' own refusals (a
+// redirect, an answer too large, an answer it does not trust) printed the
+// error alone and exited 1, as a local failure: no fix, no page. Each has
+// a reason now, shown with its fix and the command that prints its page,
+// and exits as the server's failure it is; -o json prints it as a Status.
+func TestAFailureOfNodusOwnIsShownWithItsFixAndPage(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		reason *cliReason
+	}{
+		{refuseRedirectError(t), reasonRedirectRefused},
+		{fmt.Errorf("decoding: %w", tooLarge()), reasonAnswerTooLarge},
+		{refuse(reasonAnswerRefused, errors.New("refusing acme/gpu-1: the server answered for acme/gpu-2")), reasonAnswerRefused},
+		{&url.Error{Op: "Get", URL: "https://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, reasonServerUnreachable},
+		{&url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}}, reasonServerNotTrusted},
+	} {
+		var out strings.Builder
+		if code := Report(tc.err, "", &out); code != tc.reason.Exit || code == ExitOther {
+			t.Errorf("%s: exit %d, want %d", tc.reason.Name, code, tc.reason.Exit)
+		}
+		lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
+		if len(lines) != 3 || lines[0] != "error: "+oneLine(tc.err.Error()) || lines[1] != "  fix:     "+tc.reason.Fix ||
+			lines[2] != "  docs:    nodus errors "+tc.reason.Name {
+			t.Errorf("%s is shown as:\n%s", tc.reason.Name, out.String())
+		}
+		out.Reset()
+		Report(tc.err, "json", &out)
+		var status envelope
+		if err := json.Unmarshal([]byte(out.String()), &status); err != nil || status.Reason != tc.reason.Name ||
+			status.Fix != tc.reason.Fix || status.Docs != "nodus errors "+tc.reason.Name || status.Message != tc.err.Error() {
+			t.Errorf("%s with -o json: %v\n%s", tc.reason.Name, err, out.String())
+		}
+	}
+	// A failure's own fix, where it knows better than its reason.
+	var out strings.Builder
+	Report(refuseWithFix(reasonNotDrained, errors.New("not drained"), "Wait for acme/gpu-1."), "", &out)
+	if !strings.Contains(out.String(), "  fix:     Wait for acme/gpu-1.\n") {
+		t.Errorf("a failure's own fix is not shown:\n%s", out.String())
+	}
+	// A failure that is none of nodus' reasons stays a local one.
+	out.Reset()
+	if code := Report(errors.New("disk full"), "", &out); code != ExitOther || out.String() != "error: disk full\n" {
+		t.Errorf("a local failure: exit %d\n%s", code, out.String())
+	}
+}
+
+// TestEveryReasonOfNodusOwnHasItsPage: each reason of nodus' own has a
+// summary, a fix and a page that states its exit code; no name is also a
+// server's reason (`nodus errors NAME` would show one for the other); and
+// no page is of a reason that is gone.
+func TestEveryReasonOfNodusOwnHasItsPage(t *testing.T) {
+	names := map[string]bool{}
+	for _, r := range cliReasons {
+		names[r.Name] = true
+		if r.Summary == "" || r.Fix == "" || r.Exit == ExitOK || r.Exit == ExitUsage {
+			t.Errorf("%s: summary %q, fix %q, exit %d", r.Name, r.Summary, r.Fix, r.Exit)
+		}
+		if apierror.IsRegistered(metav1.StatusReason(r.Name)) {
+			t.Errorf("%s is the name of a server's reason too", r.Name)
+		}
+		var out strings.Builder
+		cmd, _ := NewCommand(Streams{In: strings.NewReader(""), Out: &out, Err: &out})
+		cmd.SetArgs([]string{"errors", r.Name})
+		if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "# "+r.Name+"\n") ||
+			!strings.Contains(out.String(), fmt.Sprintf("nodus exit code %d.", r.Exit)) {
+			t.Errorf("nodus errors %s: %v\n%.200s", r.Name, err, out.String())
+		}
+	}
+	pages, err := fs.ReadDir(docs.CLIPages, "cli")
+	if err != nil || len(pages) != len(cliReasons) {
+		t.Errorf("%d pages of nodus' own reasons, %d reasons: %v", len(pages), len(cliReasons), err)
+	}
+	for _, page := range pages {
+		if !names[strings.TrimSuffix(page.Name(), ".md")] {
+			t.Errorf("docs/cli/%s is the page of no reason", page.Name())
+		}
+	}
+	// The server's pages are printed as well, and nothing else is.
+	var out strings.Builder
+	cmd, _ := NewCommand(Streams{In: strings.NewReader(""), Out: &out, Err: &out})
+	cmd.SetArgs([]string{"errors", "NodeReserved"})
+	if err := cmd.Execute(); err != nil || !strings.HasPrefix(out.String(), "# NodeReserved\n") {
+		t.Errorf("nodus errors NodeReserved: %v\n%.200s", err, out.String())
+	}
+	cmd.SetArgs([]string{"errors", "../errors/NodeReserved"})
+	if err := cmd.Execute(); err == nil || Report(err, "", io.Discard) != ExitUsage {
+		t.Errorf("nodus errors of no reason: %v", err)
+	}
 }

@@ -318,7 +318,8 @@ func readLog(ctx context.Context, c versioned.Interface, project, name string) (
 		return nil, err
 	}
 	if len(raw) > maxLogAnswer {
-		return nil, fmt.Errorf("refusing the log of %s/%s: the server sent more output than it keeps (%d KiB)", project, name, nodusv1.MaxExecutionLogBytes>>10)
+		return nil, refuseWithFix(reasonAnswerTooLarge, fmt.Errorf("refusing the log of %s/%s: the server sent more output than it keeps (%d KiB)", project, name, nodusv1.MaxExecutionLogBytes>>10),
+			"Tell your operator: a nodus-server keeps at most this much of an execution's output, so the server, or something between it and you, is at fault.")
 	}
 	return raw, nil
 }

@@ -106,7 +106,7 @@ func (o *HostsOptions) List(ctx context.Context) error {
 				}
 				// Not the server's error as it sends one: its text (every
 				// string of the object) is not printed.
-				return fmt.Errorf("the server's watch of hosts ended with an error event that is no Status (%T)", e.Object)
+				return refuse(reasonAnswerRefused, fmt.Errorf("the server's watch of hosts ended with an error event that is no Status (%T)", e.Object))
 			}
 			h, ok := e.Object.(*nodusv1.ReservedHost)
 			if !ok {

@@ -247,8 +247,11 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			if nodeName != "" && class == "" {
 				// Re-enrolling keeps the node's spec; the token only has to be valid.
 				n, err := c.NodusV1().Nodes().Get(cmd.Context(), nodeName, metav1.GetOptions{})
+				if apierrors.IsNotFound(err) {
+					return fmt.Errorf("--resource-class is needed for a new node (and --traits, --login-user): %w", err)
+				}
 				if err != nil {
-					return fmt.Errorf("--resource-class is needed for a new node (reading node %s: %w)", nodeName, err)
+					return fmt.Errorf("reading node %s to keep its class: %w", nodeName, err)
 				}
 				spec.ResourceClass, spec.Traits, spec.LoginUser = n.Spec.ResourceClass, n.Spec.Traits, n.Spec.LoginUser
 			}
@@ -272,8 +275,8 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 				} else if err := c.NodusV1().EnrollmentTokens().Delete(cmd.Context(), t.Name, metav1.DeleteOptions{}); err != nil {
 					revoked = fmt.Sprintf("deleting it failed (%s): delete enrollment token %s", oneLine(err), t.Name)
 				}
-				return fmt.Errorf("refusing the server's answer: its token %s or CA hash %s is not of the form a nodus-server gives; %s",
-					oneLine(strconv.Quote(t.Status.Token)), oneLine(strconv.Quote(t.Status.CAFingerprint)), revoked)
+				return refuse(reasonAnswerRefused, fmt.Errorf("refusing the server's answer: its token %s or CA hash %s is not of the form a nodus-server gives; %s",
+					oneLine(strconv.Quote(t.Status.Token)), oneLine(strconv.Quote(t.Status.CAFingerprint)), revoked))
 			}
 			name := "" // nodusd enroll defaults to the host name
 			if nodeName != "" {
@@ -344,7 +347,7 @@ func nodesCommand(g *Globals, s Streams) *cobra.Command {
 				return err
 			}
 			if n.Status.Cleaning == nil {
-				return fmt.Errorf("unexpected answer from the server: node %s shows no cleaning request", args[0])
+				return refuse(reasonAnswerRefused, fmt.Errorf("unexpected answer from the server: node %s shows no cleaning request", args[0]))
 			}
 			fmt.Fprintf(s.Out, "node %s: cleaning request %d asked of its agent; `nodus nodes get %s -o yaml` shows status.cleaning\n",
 				args[0], n.Status.Cleaning.Request, args[0])
@@ -468,8 +471,8 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 				if err := c.NodusV1().AccessTokens().Delete(cmd.Context(), args[0], metav1.DeleteOptions{}); err != nil {
 					revoked = fmt.Sprintf("revoking it failed (%s): run nodus tokens revoke %s", oneLine(err), args[0])
 				}
-				return fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives; %s",
-					oneLine(strconv.Quote(t.Status.Token)), revoked)
+				return refuse(reasonAnswerRefused, fmt.Errorf("refusing the server's answer: its token %s is not of the form a nodus-server gives; %s",
+					oneLine(strconv.Quote(t.Status.Token)), revoked))
 			}
 			// The token is handed over apart from the command: on a command
 			// line it would be in ps and the shell's history.

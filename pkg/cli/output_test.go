@@ -23,7 +23,8 @@ func TestACertificatesNamesForgeNoLine(t *testing.T) {
 		t.Errorf("exit %d, want %d", code, ExitServer)
 	}
 	lines := strings.Split(strings.TrimSuffix(out.String(), "\n"), "\n")
-	if len(lines) != 2 || !strings.HasPrefix(lines[0], "error: ") || !strings.HasPrefix(lines[1], "  fix:     The server's certificate") {
+	if len(lines) != 3 || !strings.HasPrefix(lines[0], "error: ") || !strings.HasPrefix(lines[1], "  fix:     Log in again with the server's CA") ||
+		lines[2] != "  docs:    nodus errors ServerNotTrusted" {
 		t.Errorf("the report of a certificate with forged names:\n%s", out.String())
 	}
 }

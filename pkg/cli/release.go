@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
@@ -84,6 +85,12 @@ func (o *ReleaseOptions) Run(ctx context.Context, ref string) error {
 			&nodusv1.ReservedHostReleaseRequest{Agreed: &agreed, Epoch: &epoch}, opts)
 		return err
 	}); err != nil {
+		// --wait is for a host released and drained: one released before
+		// (by a run whose wait ran out) is waited for as it is.
+		if o.Wait && !o.DryRun && apierrors.ReasonForError(err) == apierror.ReasonAlreadyReleased {
+			fmt.Fprintf(o.Out, "%s/%s was already released\n", project, name)
+			return o.waitDrained(ctx, project, name)
+		}
 		return err
 	}
 	if o.DryRun {
@@ -130,7 +137,8 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 			return nil
 		}
 		if time.Since(start) > o.Timeout {
-			return fmt.Errorf("not drained after %s: the host's agent has not confirmed yet (is it connected?)", o.Timeout)
+			return refuseWithFix(reasonNotDrained, fmt.Errorf("released, but not drained after %s: the host's agent has not confirmed yet that nothing runs", o.Timeout),
+				fmt.Sprintf("The release is recorded and stays. Wait longer: `nodus release %s/%s --wait --timeout 30m` waits again and releases nothing twice; if it does not drain, ask your operator whether the host's agent is connected.", project, name))
 		}
 		fmt.Fprintf(o.Out, "waiting for the host's agent to confirm that sessions and executions ended (%s)\n", time.Since(start).Round(time.Second))
 		select {

@@ -45,7 +45,7 @@ func NewCommand(s Streams) (*cobra.Command, *Globals) {
 			},
 		})
 	root.AddCommand(operatorCommands(g, s)...)
-	root.AddCommand(executionsCommand(g, s), newLendCommand(g, s), newWithdrawCommand(g, s), newLendingCommand(g, s))
+	root.AddCommand(executionsCommand(g, s), newLendCommand(g, s), newWithdrawCommand(g, s), newLendingCommand(g, s), newErrorsCommand(s))
 	root.AddCommand(&cobra.Command{
 		Use: "whoami", Short: "Who the server takes you for", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

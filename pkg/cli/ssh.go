@@ -87,7 +87,7 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	// (o.host checked), and valid names, before anything is written.
 	project, name := h.Namespace, h.Name
 	if err := sshentry.CheckNames(project, name); err != nil {
-		return fmt.Errorf("refusing to connect to %s: %w", ref, err)
+		return refuse(reasonAnswerRefused, fmt.Errorf("refusing to connect to %s: %w", ref, err))
 	}
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
 		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, oneLine(h.Status.Reservation.State)))
@@ -95,7 +95,7 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	// Before any file is written: a refused answer must leave the
 	// certificate of another server's alias (--replace) as it was.
 	if _, err := sshentry.CheckConnect(h.Status.Connect.LoginUser, h.Status.Connect.HostKey); err != nil {
-		return fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err)
+		return refuse(reasonAnswerRefused, fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err))
 	}
 	dir := filepath.Join(DataDir(), "ssh")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -131,8 +131,11 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	entry, err := sshentry.Make(sshentry.Host{Project: project, Name: name, Address: address,
 		LoginUser: h.Status.Connect.LoginUser, HostKey: h.Status.Connect.HostKey,
 		KnownHosts: filepath.Join(dir, "known_hosts"), IdentityFile: key, CertificateFile: certFile})
+	if unusable := new(sshentry.UnusablePathError); errors.As(err, &unusable) {
+		return err // this machine's own paths: nothing the server sent
+	}
 	if err != nil {
-		return fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err)
+		return refuse(reasonAnswerRefused, fmt.Errorf("refusing to connect to %s/%s: %w", project, name, err))
 	}
 	alias := entry.Alias
 	if err := replaceBlock(filepath.Join(dir, "known_hosts"), alias, entry.KnownHosts); err != nil {
@@ -160,7 +163,7 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	}
 	binary, err := exec.LookPath("ssh")
 	if err != nil {
-		return errors.New("the system ssh client is not installed")
+		return refuse(reasonSSHClientMissing, errors.New("the system ssh client is not installed"))
 	}
 	return syscall.Exec(binary, sshArgs(entry, o.Home, command), os.Environ())
 }
@@ -213,23 +216,24 @@ func (o *SSHOptions) certificate(ctx context.Context, h *nodusv1.ReservedHost, p
 		return "", err
 	}
 	if !sshvalue.IsPrincipalOf(answer.Principal, h.Name, epoch) {
-		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: its principal %q is not one of %s at epoch %d",
-			h.Namespace, h.Name, answer.Principal, h.Name, epoch)
+		return "", refuse(reasonAnswerRefused, fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: its principal %q is not one of %s at epoch %d",
+			h.Namespace, h.Name, oneLine(answer.Principal), h.Name, epoch))
 	}
 	cert, err := userCertificate(answer.Certificate, pub, answer.Principal)
 	if err != nil {
-		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err)
+		return "", refuse(reasonAnswerRefused, fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: %w", h.Namespace, h.Name, err))
 	}
 	// Not validFor: a certificate valid from the server's now may not be
 	// yet by this clock, a little behind; one that expired is none.
 	if cert.ValidBefore != ssh.CertTimeInfinity && cert.ValidBefore <= uint64(time.Now().Unix()) {
-		return "", fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: it expired at %s (is this machine's clock right?)",
-			h.Namespace, h.Name, time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339))
+		return "", refuseWithFix(reasonAnswerRefused, fmt.Errorf("refusing the SSH certificate the server signed for %s/%s: it expired at %s",
+			h.Namespace, h.Name, time.Unix(int64(cert.ValidBefore), 0).UTC().Format(time.RFC3339)),
+			"Check this machine's clock (a certificate the server signed for an hour cannot have expired unless the clock is ahead); if it is right, tell your operator: the server's clock, or its answer, is wrong.")
 	}
 	// The address is kept beside the certificate and used for as long as
 	// it is: checked before either is written.
 	if _, _, err := sshvalue.ParseAddress(answer.Address); err != nil {
-		return "", fmt.Errorf("refusing to connect to %s/%s: the server sent SSH address %q: %w", h.Namespace, h.Name, oneLine(answer.Address), err)
+		return "", refuse(reasonAnswerRefused, fmt.Errorf("refusing to connect to %s/%s: the server sent SSH address %q: %w", h.Namespace, h.Name, oneLine(answer.Address), err))
 	}
 	if err := atomicfile.Write(certFile, ssh.MarshalAuthorizedKey(cert), 0o600); err != nil {
 		return "", err

@@ -68,11 +68,15 @@ func submitExecution(ctx context.Context, c versioned.Interface, project string,
 // transient says whether a request may succeed if sent again unchanged: the
 // server could not be reached, failed (5xx), or asked to slow down (429).
 // An answer nodus refused (a redirect, one too large) and a server it does
-// not trust (its certificate) would be the same the next time.
+// not trust (its certificate) would be the same the next time: their
+// reasons say which are transient.
 func transient(err error) bool {
 	var status apierrors.APIStatus
-	if errors.Is(err, errRefused) || untrusted(err) || errors.Is(err, context.Canceled) {
+	if errors.Is(err, context.Canceled) {
 		return false
+	}
+	if r, ok := refusalOf(err); ok {
+		return r.reason.Transient
 	}
 	if !errors.As(err, &status) || status.Status().Code == 0 {
 		return true

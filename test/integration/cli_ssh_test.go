@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -57,7 +58,7 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 			return h.Status.Connect != nil && h.Status.Connect.HostKey == want.Status.SSHHostKey
 		})
 		out, code := mary.run("", "ssh", "acme/forged", "--config-only")
-		if code == 0 || !strings.Contains(out, "refusing to connect") || !strings.Contains(out, what) {
+		if code != cli.ExitServer || !strings.Contains(out, "refusing to connect") || !strings.Contains(out, what) || !strings.Contains(out, answerRefused) {
 			t.Errorf("a forged %s: exit %d %s", what, code, out)
 		}
 		// Not even the certificate: with --replace it would take another
@@ -74,6 +75,9 @@ func TestCLISSHRefusesForgedServerValues(t *testing.T) {
 		}
 	}
 }
+
+// answerRefused is how nodus points at the page of an answer it refused.
+const answerRefused = "docs:    nodus errors AnswerRefused"
 
 // TestCLISSHRefusesWhatItDidNotAskFor: nodus ssh writes the certificate
 // the server signs into a file ssh presents, under a name made of the
@@ -106,8 +110,8 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 			home := ownHome(t)
 			mary := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
 			out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only")
-			if code == 0 || !strings.Contains(out, lie.refusal) {
-				t.Errorf("exit %d, want a refusal saying %q:\n%s", code, lie.refusal, out)
+			if code != cli.ExitServer || !strings.Contains(out, lie.refusal) || !strings.Contains(out, answerRefused) {
+				t.Errorf("exit %d, want %d, a refusal saying %q and its page:\n%s", code, cli.ExitServer, lie.refusal, out)
 			}
 			certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub"))
 			if _, err := os.Stat(filepath.Join(home, ".ssh", "config")); err == nil || len(certs) > 0 {
@@ -120,7 +124,7 @@ func TestCLISSHRefusesWhatItDidNotAskFor(t *testing.T) {
 			// another must not release or lend that one.
 			alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
 			for _, args := range [][]string{{"release", "acme/gpu-007", "--yes"}, {"lend", "acme/gpu-007", "--gpus", "1"}} {
-				if out, code := alice.run("", args...); code == 0 || !strings.Contains(out, lie.refusal) {
+				if out, code := alice.run("", args...); code != cli.ExitServer || !strings.Contains(out, lie.refusal) || !strings.Contains(out, answerRefused) {
 					t.Errorf("nodus %s through an answer about another host: exit %d, want a refusal saying %q:\n%s", strings.Join(args, " "), code, lie.refusal, out)
 				}
 			}
@@ -181,8 +185,8 @@ func TestCLISSHRefusesAnExpiredCertificate(t *testing.T) {
 	home := ownHome(t)
 	mary := loggedInTo(t, proxy.Host, proxy.CAData, f.member.BearerToken)
 	out, code := mary.run("", "ssh", "acme/gpu-007", "--config-only")
-	if code == 0 || !strings.Contains(out, "expired") {
-		t.Errorf("an expired certificate: exit %d, want a refusal saying it expired:\n%s", code, out)
+	if code != cli.ExitServer || !strings.Contains(out, "expired") || !strings.Contains(out, "fix:     Check this machine's clock") || !strings.Contains(out, answerRefused) {
+		t.Errorf("an expired certificate: exit %d, want %d, a refusal saying it expired, its fix and page:\n%s", code, cli.ExitServer, out)
 	}
 	if certs, _ := filepath.Glob(filepath.Join(home, ".config", "nodus", "ssh", "*cert.pub")); len(certs) > 0 {
 		t.Errorf("an expired certificate was written: %v", certs)

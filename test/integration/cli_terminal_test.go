@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -187,7 +188,7 @@ func TestCLIFollowsNoRedirect(t *testing.T) {
 	ownHome(t)
 	alice := loggedInTo(t, proxy.Host, proxy.CAData, f.admin.BearerToken)
 	out, code := alice.run("", "hosts", "list", "-n", "acme")
-	if code == 0 || reached.Load() != 0 || !strings.Contains(out, "redirect") {
+	if code != cli.ExitServer || reached.Load() != 0 || !strings.Contains(out, "redirect") || !strings.Contains(out, "docs:    nodus errors RedirectRefused") {
 		t.Errorf("nodus hosts list, answered with a redirect: exit %d, the other address reached %d times: %q", code, reached.Load(), out)
 	}
 }

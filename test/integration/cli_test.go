@@ -706,6 +706,42 @@ func TestCLIReleaseConfirmedWhileTheHostWasWritten(t *testing.T) {
 	}
 }
 
+// TestCLIReleaseWaitsForAHostAlreadyReleased: a release --wait whose wait
+// ran out (an agent slow to confirm) said only "not drained" and exited 1,
+// and running it again to wait longer failed at once: the host was
+// already released. The wait that ran out says what to run, and that run
+// waits for the host as it is.
+func TestCLIReleaseWaitsForAHostAlreadyReleased(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	now := time.Now()
+	f.host(t, "slow", now.Add(-time.Hour), now.Add(time.Hour))
+	alice := loggedIn(t, s, f.admin)
+	out, code := alice.run("", "release", "acme/slow", "--yes", "--wait", "--timeout", "1s")
+	if code != cli.ExitServer || !strings.Contains(out, "released acme/slow at epoch 2") ||
+		!strings.Contains(out, "nodus release acme/slow --wait --timeout 30m") || !strings.Contains(out, "docs:    nodus errors NotDrained") {
+		t.Errorf("a release whose agent did not confirm in time: exit %d, want %d with what to run next\n%s", code, cli.ExitServer, out)
+	}
+	// Run again, it waits until the agent's evidence drains the host.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		out, code = alice.run("", "release", "acme/slow", "--wait", "--timeout", "60s")
+	}()
+	time.Sleep(1500 * time.Millisecond)
+	if r := f.heartbeat(t, "slow", nodusv1.NodeHeartbeat{AgentGeneration: 1, Reservations: []nodusv1.ReservationEvidence{evidence("slow", 2, 0, 0)}}); r.code != http.StatusOK {
+		t.Fatalf("heartbeat: %d %s", r.code, r.body)
+	}
+	<-done
+	if code != 0 || !strings.Contains(out, "already released") || !strings.Contains(out, "drained after") || strings.Contains(out, "Type the host name") {
+		t.Errorf("release --wait of a host already released: exit %d, want 0 once drained\n%s", code, out)
+	}
+	// Without --wait it is refused, as before: nothing to do.
+	if out, code := alice.run("", "release", "acme/slow"); code != cli.ExitConflict || !strings.Contains(out, "already released") {
+		t.Errorf("release of a released host, without --wait: exit %d, want %d\n%s", code, cli.ExitConflict, out)
+	}
+}
+
 // typedAfter is a person's answer: before runs when it is first read.
 type typedAfter struct {
 	before func()

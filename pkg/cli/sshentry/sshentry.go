@@ -116,6 +116,12 @@ func CheckConnect(user, hostKey string) (string, error) {
 	return key, nil
 }
 
+// UnusablePathError is CheckPath's refusal: of a path of this machine's,
+// not of anything a server sent.
+type UnusablePathError struct{ problem string }
+
+func (e *UnusablePathError) Error() string { return e.problem }
+
 // CheckPath refuses a local path ssh_config cannot hold as one quoted
 // argument naming that very file: a relative one (ssh resolves it against
 // ~/.ssh, or the directory it runs in), quotes, control characters, '%'
@@ -123,11 +129,11 @@ func CheckConnect(user, hostKey string) (string, error) {
 // (Include takes a pattern), or a leading '~'.
 func CheckPath(path string) error {
 	if !strings.HasPrefix(path, "/") {
-		return fmt.Errorf("%q is not an absolute path", path)
+		return &UnusablePathError{fmt.Sprintf("%q is not an absolute path", path)}
 	}
 	for _, r := range path {
 		if r < 0x20 || r == 0x7f || strings.ContainsRune(`"%$*?[`, r) {
-			return fmt.Errorf("holds %q, which ssh_config cannot take in a path", r)
+			return &UnusablePathError{fmt.Sprintf("holds %q, which ssh_config cannot take in a path", r)}
 		}
 	}
 	return nil
