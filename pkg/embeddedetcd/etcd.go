@@ -164,26 +164,47 @@ func start(dir string, timeout time.Duration, secure bool, quotaBytes int64) (*S
 // certificates of the member's own CA in dir, and returns the client
 // credential (created on first use).
 func secureMember(cfg *embed.Config, dir string) (*ClientTLS, error) {
-	ca, err := pki.LoadOrCreateCA(dir, "nodus-embedded-etcd")
+	files, err := memberCertificates(dir)
 	if err != nil {
-		return nil, err
-	}
-	hosts := []string{"127.0.0.1", "localhost"}
-	serverCert, serverKey, err := ca.LoadOrCreateServing(dir, "server", hosts)
-	if err != nil {
-		return nil, err
-	}
-	peerCert, peerKey, err := ca.LoadOrCreatePeer(dir, "peer", hosts)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := ca.LoadOrCreateClient(dir, "client", "nodus-server", nil); err != nil {
 		return nil, err
 	}
 	caFile := filepath.Join(dir, "ca.crt")
-	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: serverCert, KeyFile: serverKey, TrustedCAFile: caFile, ClientCertAuth: true}
-	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: peerCert, KeyFile: peerKey, TrustedCAFile: caFile, ClientCertAuth: true}
+	cfg.ClientTLSInfo = transport.TLSInfo{CertFile: files.serverCert, KeyFile: files.serverKey, TrustedCAFile: caFile, ClientCertAuth: true}
+	cfg.PeerTLSInfo = transport.TLSInfo{CertFile: files.peerCert, KeyFile: files.peerKey, TrustedCAFile: caFile, ClientCertAuth: true}
 	return clientCredential(dir), nil
+}
+
+type memberFiles struct{ serverCert, serverKey, peerCert, peerKey string }
+
+// memberCertificates loads the member's CA in dir and its serving, peer
+// and client certificates, issuing each that is missing or near its end.
+func memberCertificates(dir string) (memberFiles, error) {
+	var f memberFiles
+	ca, err := pki.LoadOrCreateCA(dir, "nodus-embedded-etcd")
+	if err != nil {
+		return f, err
+	}
+	hosts := []string{"127.0.0.1", "localhost"}
+	if f.serverCert, f.serverKey, err = ca.LoadOrCreateServing(dir, "server", hosts); err != nil {
+		return f, err
+	}
+	if f.peerCert, f.peerKey, err = ca.LoadOrCreatePeer(dir, "peer", hosts); err != nil {
+		return f, err
+	}
+	_, err = ca.LoadOrCreateClient(dir, "client", "nodus-server", nil)
+	return f, err
+}
+
+// RenewCertificates issues the member's certificates anew where they near
+// their end, for a server that runs longer than they last: etcd reads its
+// serving and peer files at each handshake, and its clients (the API
+// server's too) read theirs at each connection.
+func (s *Server) RenewCertificates() error {
+	if s.TLS == nil {
+		return nil
+	}
+	_, err := memberCertificates(filepath.Dir(s.TLS.CertFile))
+	return err
 }
 
 func clientCredential(pkiDir string) *ClientTLS {

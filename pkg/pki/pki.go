@@ -29,6 +29,12 @@ const (
 	caValidity     = 10 * 365 * 24 * time.Hour
 	leafValidity   = 365 * 24 * time.Hour
 	clockSkewSlack = 5 * time.Minute
+	// renewBefore is how close to its end a certificate is issued anew
+	// when it is loaded: at a start, or by a running server's daily
+	// check. One loaded as it was for as long as the file lasted expired
+	// after a year, and the server that loaded it could no longer reach
+	// its own etcd.
+	renewBefore = 30 * 24 * time.Hour
 )
 
 // CA is a loaded certificate authority.
@@ -156,10 +162,11 @@ func (ca *CA) IssueClient(user string, groups []string) (Pair, error) {
 	})
 }
 
-// LoadOrCreateClient reads DIR/NAME.crt and NAME.key or issues them.
+// LoadOrCreateClient reads DIR/NAME.crt and NAME.key, or issues them
+// when they are missing, of another CA, or near their end.
 func (ca *CA) LoadOrCreateClient(dir, name, user string, groups []string) (Pair, error) {
 	certPath, keyPath := filepath.Join(dir, name+".crt"), filepath.Join(dir, name+".key")
-	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil && ca.signed(certPEM) {
+	if certPEM, keyPEM, err := readPair(certPath, keyPath); err == nil && ca.signed(certPEM) && lasting(certPEM) {
 		return Pair{certPEM, keyPEM}, nil
 	}
 	pair, err := ca.IssueClient(user, groups)
@@ -188,21 +195,30 @@ func (ca *CA) issue(tmpl *x509.Certificate) (Pair, error) {
 // signed says whether certPEM was issued by ca: a replica that joined a
 // cluster replaces what its own earlier CA issued.
 func (ca *CA) signed(certPEM []byte) bool {
-	block, _ := pem.Decode(certPEM)
-	if block == nil {
-		return false
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
+	cert, err := parseCertificate(certPEM)
 	return err == nil && cert.CheckSignatureFrom(ca.Cert) == nil
 }
 
-func covers(certPEM []byte, hosts []string) bool {
+// parseCertificate is the first certificate of certPEM.
+func parseCertificate(certPEM []byte) (*x509.Certificate, error) {
 	block, _ := pem.Decode(certPEM)
 	if block == nil {
-		return false
+		return nil, errors.New("no PEM certificate")
 	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil || time.Now().After(cert.NotAfter.Add(-30*24*time.Hour)) {
+	return x509.ParseCertificate(block.Bytes)
+}
+
+// lasting says whether certPEM is a certificate further than renewBefore
+// from its end.
+func lasting(certPEM []byte) bool {
+	cert, err := parseCertificate(certPEM)
+	return err == nil && time.Now().Before(cert.NotAfter.Add(-renewBefore))
+}
+
+// covers says whether certPEM is lasting and names every one of hosts.
+func covers(certPEM []byte, hosts []string) bool {
+	cert, err := parseCertificate(certPEM)
+	if err != nil || !lasting(certPEM) {
 		return false
 	}
 	for _, h := range hosts {

@@ -90,6 +90,9 @@ type Config struct {
 	watches           *revocation.Watches
 	ca                *pki.CA
 	sshCA             *sshca.CA
+	// renew issues this replica's certificates anew where they near their
+	// end (renewCredentials).
+	renew func() error
 }
 
 // actionSubresources are the POST subresources with the action contract
@@ -151,6 +154,15 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
+	renew := func() error {
+		if _, _, _, err := o.writeCredentials(id, url); err != nil {
+			return err
+		}
+		if st.embedded != nil {
+			return st.embedded.RenewCertificates()
+		}
+		return nil
+	}
 
 	// Before the generic config, which reads feature gates.
 	effective, err := apiLibraryVersion(o.FeatureGates)
@@ -202,7 +214,7 @@ func (o *Options) Config() (cfg *Config, err error) {
 		KubeconfigPath: kubeconfig, URL: url, out: out, storage: st, identityCreated: id.created,
 		executionLogs: logs, watches: watches,
 		liveness: liveness.New(st.client, st.leases, 3*o.HeartbeatInterval), heartbeatInterval: o.HeartbeatInterval,
-		agentCertValidity: o.AgentCertificateValidity, ca: id.ca, sshCA: id.sshCA,
+		agentCertValidity: o.AgentCertificateValidity, ca: id.ca, sshCA: id.sshCA, renew: renew,
 	}, nil
 }
 

@@ -317,6 +317,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.config.storage.close(context.Background())
 		return fmt.Errorf("register the replica in etcd: %w", err)
 	}
+	go s.config.renewCredentials(ctx)
 	err := s.generic.PrepareRun().RunWithContext(ctx)
 	// etcd outlives the API server, on its own deadline.
 	stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
