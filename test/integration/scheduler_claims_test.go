@@ -1,13 +1,20 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
+	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
@@ -102,4 +109,100 @@ func gpuPlacements(executions []nodusv1.Execution) (map[string]string, []string)
 		}
 	}
 	return placed, doubles
+}
+
+// TestALosingSchedulerKeepsTheWinnersClaims: two schedulers (an old
+// leader and a new one) place the same execution on the same GPU. The
+// first claims the GPU; the second finds the claim held by the execution
+// and takes it as its own; the second's status write lands and the first's
+// is refused (a conflict). The first then released the claims it had made,
+// which the landed placement stands on, and the GPU was free for another
+// execution while the first still held it.
+func TestALosingSchedulerKeepsTheWinnersClaims(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 1000}, false)
+	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
+		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	takeTheLead(t, etcd) // the only scheduler is the one below
+	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
+	if _, err := borrower.Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "contested"},
+		Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: 1, MaxRuntimeSeconds: 3600}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	// Each placement's write is preceded by the same write from the other
+	// scheduler, which lands: this one's then meets a conflict.
+	beaten := &beatenToIt{}
+	cfg := rest.CopyConfig(s.ServerConfig)
+	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { beaten.next = next; return beaten })
+	client := versioned.NewForConfigOrDie(cfg)
+	runCtx, stop := context.WithCancel(context.Background())
+	defer stop()
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	sched, err := scheduler.New(client, factory, etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	factory.Start(runCtx.Done())
+	go sched.Run(runCtx)
+
+	var placed *nodusv1.Execution
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		placed, err = borrower.Get(c, "contested", metav1.GetOptions{})
+		return err == nil && placed.Status.Phase == nodusv1.ExecutionScheduled && beaten.refused.Load() > 0, err
+	}); err != nil {
+		t.Fatalf("the placement: %v (refused writes %d)", err, beaten.refused.Load())
+	}
+	time.Sleep(time.Second) // the refused write's aftermath, and a later pass
+	claims, err := etcd.Get(ctx(t), scheduler.ClaimsPrefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("%s%s/%d", scheduler.ClaimsPrefix, placed.Status.Host, placed.Status.GPUIndices[0])
+	var held []string
+	for _, kv := range claims.Kvs {
+		if string(kv.Key) == want && strings.HasPrefix(string(kv.Value), "beta/contested/"+string(placed.UID)+"@") {
+			held = append(held, string(kv.Key))
+		}
+	}
+	if len(held) != 1 {
+		t.Errorf("the placement on %s GPU %v stands on no claim: the claims are %v", placed.Status.Host, placed.Status.GPUIndices, claims.Kvs)
+	}
+}
+
+// beatenToIt sends each Execution status write twice: the first stands
+// for another scheduler's identical write, which lands; the second,
+// the caller's, then conflicts.
+type beatenToIt struct {
+	next    http.RoundTripper
+	refused atomic.Int32
+}
+
+func (b *beatenToIt) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.Method != http.MethodPut || !strings.HasSuffix(req.URL.Path, "/status") || !strings.Contains(req.URL.Path, "/executions/") {
+		return b.next.RoundTrip(req)
+	}
+	body, err := io.ReadAll(req.Body)
+	req.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	other := req.Clone(req.Context())
+	other.Body = io.NopCloser(bytes.NewReader(body))
+	if resp, err := b.next.RoundTrip(other); err == nil {
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	req.Body = io.NopCloser(bytes.NewReader(body))
+	resp, err := b.next.RoundTrip(req)
+	if err == nil && resp.StatusCode == http.StatusConflict {
+		b.refused.Add(1)
+	}
+	return resp, err
 }

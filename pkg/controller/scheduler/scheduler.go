@@ -770,7 +770,7 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 				// never got an answer may have landed: its claims stay, and
 				// a later pass keeps them while the execution holds the
 				// GPUs, or drops them once it surely does not (claimEnded).
-				if outcome.Refused(err) {
+				if outcome.Refused(err) && !c.placedAnyway(ctx, w, err) {
 					if err := c.claims.releaseOwned(context.WithoutCancel(ctx), w.place.alias, w.place.gpus, made); err != nil {
 						klog.ErrorS(err, "releasing GPU claims of a placement that was not written", "execution", w.execution.Namespace+"/"+w.execution.Name)
 					}
@@ -789,6 +789,27 @@ func (c *Controller) apply(ctx context.Context, writes []write) error {
 	}
 	wg.Wait()
 	return firstErr
+}
+
+// placedAnyway says whether w's execution, whose status write was refused
+// with err, may hold w's placement all the same: a conflict can be another
+// scheduler's write of this very placement (an old leader and a new one
+// deciding alike), which found this write's claims held by the execution
+// and stands on them. Unless the execution as stored shows otherwise, the
+// claims stay; a later pass drops them once the execution surely does not
+// hold them (claimEnded).
+func (c *Controller) placedAnyway(ctx context.Context, w write, err error) bool {
+	if !apierrors.IsConflict(err) {
+		return false
+	}
+	stored, getErr := c.client.NodusV1().Executions(w.execution.Namespace).Get(context.WithoutCancel(ctx), w.execution.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(getErr):
+		return false
+	case getErr != nil:
+		return true
+	}
+	return stored.UID == w.execution.UID && holds(stored, *w.place)
 }
 
 // A placement whose write got no answer is written again after
