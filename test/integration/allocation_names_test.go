@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -59,5 +60,35 @@ func TestADryRunOfAnAllocationAnswersAsItsCreate(t *testing.T) {
 	}
 	if _, err := allocations.Create(ctx(t), allocation("third", "gpu-8"), metav1.CreateOptions{}); err != nil {
 		t.Errorf("the name a dry run asked for was left claimed: %v", err)
+	}
+	// kubectl apply --server-side --dry-run=server, and kubectl diff: the
+	// same answer as the apply itself (they answered 201 and 200).
+	apply := func(name, ironicName string) response {
+		return do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/allocations/"+name+"?fieldManager=ops&force=true&dryRun=All", "application/apply-patch+yaml",
+			strings.NewReader(fmt.Sprintf("apiVersion: nodus.dev/v1\nkind: Allocation\nmetadata: {name: %s}\nspec: {ironicName: %s, resourceClass: gpu}\n", name, ironicName)))
+	}
+	expectReason(t, apply("fourth", "gpu-7"), http.StatusConflict, apierror.ReasonAllocationNameTaken)
+	expectReason(t, apply("third", "gpu-7"), http.StatusConflict, apierror.ReasonAllocationNameTaken)
+	rename := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/allocations/third?dryRun=All", "application/merge-patch+json",
+		strings.NewReader(`{"spec":{"ironicName":"gpu-7"}}`))
+	expectReason(t, rename, http.StatusConflict, apierror.ReasonAllocationNameTaken)
+	if r := apply("third", "gpu-9"); r.code != http.StatusOK {
+		t.Errorf("a dry-run rename to a free name: %d %s", r.code, r.body)
+	}
+	if r := apply("fourth", "gpu-9"); r.code != http.StatusCreated {
+		t.Errorf("a dry-run apply of a new allocation with a free name: %d %s", r.code, r.body)
+	}
+	// Nothing was written, taken or released by the dry runs.
+	if a, err := allocations.Get(ctx(t), "third", metav1.GetOptions{}); err != nil || a.Spec.IronicName != "gpu-8" {
+		t.Errorf("after dry runs, third: %v %+v", err, a)
+	}
+	if _, err := allocations.Get(ctx(t), "fourth", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a dry-run apply wrote the allocation: %v", err)
+	}
+	if _, err := allocations.Create(ctx(t), allocation("fifth", "gpu-8"), metav1.CreateOptions{}); apierrors.ReasonForError(err) != metav1.StatusReason(apierror.ReasonAllocationNameTaken) {
+		t.Errorf("third's name, after dry-run renames of third: %v, want AllocationNameTaken", err)
+	}
+	if _, err := allocations.Create(ctx(t), allocation("fifth", "gpu-9"), metav1.CreateOptions{}); err != nil {
+		t.Errorf("the name dry runs asked for was left claimed: %v", err)
 	}
 }

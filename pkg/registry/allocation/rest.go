@@ -156,21 +156,23 @@ func (r *REST) takeClaims(ctx context.Context, keys []string, o owner) error {
 // update is written, and then releases the name it left.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
 	objInfo = base.PatchRefusals(ctx, objInfo)
-	if len(options.DryRun) > 0 {
-		return r.Store.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
-	}
 	if forceAllowCreate {
 		// A server-side apply of an allocation that does not exist creates
 		// it: through Create, which claims its UUID and Ironic name, as a
-		// POST would.
+		// POST would (a dry run checks them, as a POST's does).
 		out, made, err := base.CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
-			return r.Create(ctx, obj, createValidation, &metav1.CreateOptions{FieldManager: options.FieldManager, FieldValidation: options.FieldValidation})
+			return r.Create(ctx, obj, createValidation, base.CreateOptionsOf(options))
 		})
 		if made {
 			return out, err == nil, err
 		}
 	}
-	u := &renaming{UpdatedObjectInfo: objInfo, r: r}
+	u := &renaming{UpdatedObjectInfo: objInfo, r: r, dryRun: len(options.DryRun) > 0}
+	if u.dryRun {
+		// Nothing is written, taken or released; a name another
+		// allocation holds is refused, as in the update itself.
+		return r.Store.Update(ctx, name, u, createValidation, updateValidation, forceAllowCreate, options)
+	}
 	out, created, err := r.Store.Update(ctx, name, u, createValidation, updateValidation, forceAllowCreate, options)
 	var keys []string
 	switch {
@@ -195,6 +197,7 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 type renaming struct {
 	rest.UpdatedObjectInfo
 	r           *REST
+	dryRun      bool // check the new name's claim, take none
 	owner       owner
 	left, taken []string // names the allocation had, and those claimed for it
 }
@@ -215,6 +218,12 @@ func (u *renaming) UpdatedObject(ctx context.Context, oldObj runtime.Object) (ru
 	to := next.Spec.IronicName
 	if to == "" || to == old.Spec.IronicName || !validation.IsIronicName(to) {
 		return obj, nil // nothing to claim; validation refuses a bad name
+	}
+	if u.dryRun {
+		if err := u.r.claims.check(ctx, []string{nameClaim(to)}, u.owner); err != nil {
+			return nil, u.r.claimError(ctx, next, err, false)
+		}
+		return obj, nil
 	}
 	if err := u.r.claims.take(ctx, []string{nameClaim(to)}, u.owner); err != nil {
 		return nil, u.r.claimError(ctx, next, err, false)

@@ -89,6 +89,12 @@ func ForCreate(obj runtime.Object) error {
 	return nil
 }
 
+// CreateOptionsOf are the options of a create that an update with
+// options makes (a server-side apply of an object that does not exist).
+func CreateOptionsOf(options *metav1.UpdateOptions) *metav1.CreateOptions {
+	return &metav1.CreateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager, FieldValidation: options.FieldValidation}
+}
+
 // CreateByApply makes through create what a server-side apply names when
 // it does not exist, for a kind whose Create does more than the store's
 // (a project's sweep, an allocation's name claims): made by the store's
