@@ -2,6 +2,8 @@ package integration
 
 import (
 	"fmt"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,12 +59,16 @@ func TestAnExecutionOnASilentHostEnds(t *testing.T) {
 			t.Fatalf("the execution on %s ended within its runtime: %+v", node, e.Status)
 		}
 	}
-	// Started two hours ago, with a minute to run: on the silent host it
-	// ends; on the host whose agent reports, the agent says when it ends.
-	for _, name := range running {
+	// Started half an hour ago, with a minute to run: on the silent host
+	// it ends; on the host whose agent reports, the agent says when it
+	// ends.
+	startedAgo := func(name string, ago time.Duration) {
 		forgeInEtcd(t, s, "/registry/nodus.dev/executions/b1/"+name, func(e *nodusv1.Execution) {
-			e.Status.StartedAt = &metav1.Time{Time: time.Now().Add(-2 * time.Hour).Truncate(time.Second)}
+			e.Status.StartedAt = &metav1.Time{Time: time.Now().Add(-ago).Truncate(time.Second)}
 		})
+	}
+	for _, name := range running {
+		startedAgo(name, 30*time.Minute)
 	}
 	ended := f.waitExecution(t, "b1", running[silent], func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionRunning })
 	if ended.Status.Phase != nodusv1.ExecutionFailed || ended.Status.Reason != "HostUnreachable" || ended.Status.FinishedAt == nil {
@@ -71,5 +77,39 @@ func TestAnExecutionOnASilentHostEnds(t *testing.T) {
 	time.Sleep(2 * time.Second)
 	if e := f.waitExecution(t, "b1", running[alive], func(*nodusv1.Execution) bool { return true }); e.Status.Phase != nodusv1.ExecutionRunning {
 		t.Errorf("the execution on the host whose agent reports was ended by the server: %+v", e.Status)
+	}
+
+	// An agent that reports but never ends an execution (at fault, or the
+	// owner's, who is root on the host) held the borrower's GPUs, cap and
+	// project deletion for as long as it liked. Past its maximum runtime
+	// by more than an hour and ten minutes, the server ends it.
+	startedAgo(running[alive], 2*time.Hour)
+	overdue := f.waitExecution(t, "b1", running[alive], func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionRunning })
+	if overdue.Status.Phase != nodusv1.ExecutionFailed || overdue.Status.Reason != "NotEndedByHost" || overdue.Status.FinishedAt == nil {
+		t.Errorf("an execution its live agent let run two hours past its runtime: %+v", overdue.Status)
+	}
+	if r := f.report(t, alive, "b1", running[alive], nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded}); r.code != http.StatusConflict {
+		t.Errorf("the agent's late report of an execution the server ended: %d %s", r.code, r.body)
+	}
+	// The same for a cancel the agent does not confirm: after fifteen
+	// minutes the execution is cancelled without it.
+	e := f.submit(t, "b1", 8, 3600)
+	f.waitExecution(t, "b1", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	if r := f.report(t, alive, "b1", e.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Fatalf("report running: %d %s", r.code, r.body)
+	}
+	if r := do(t, f.borrowers["b1"], "POST", "/apis/nodus.dev/v1/namespaces/b1/executions/"+e.Name+"/cancel", "application/json", strings.NewReader("{}")); r.code != 200 {
+		t.Fatalf("cancel: %d %s", r.code, r.body)
+	}
+	time.Sleep(2 * time.Second)
+	if e := f.waitExecution(t, "b1", e.Name, func(*nodusv1.Execution) bool { return true }); e.Status.Phase != nodusv1.ExecutionRunning || e.Status.CancelRequestedAt == nil {
+		t.Fatalf("a cancel just asked for ended the execution without its agent: %+v", e.Status)
+	}
+	forgeInEtcd(t, s, "/registry/nodus.dev/executions/b1/"+e.Name, func(e *nodusv1.Execution) {
+		e.Status.CancelRequestedAt = &metav1.Time{Time: time.Now().Add(-20 * time.Minute).Truncate(time.Second)}
+	})
+	cancelled := f.waitExecution(t, "b1", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionRunning })
+	if cancelled.Status.Phase != nodusv1.ExecutionCancelled || !strings.Contains(cancelled.Status.Message, "did not confirm") {
+		t.Errorf("a cancel its live agent did not confirm in twenty minutes: %+v", cancelled.Status)
 	}
 }

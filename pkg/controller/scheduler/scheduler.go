@@ -351,6 +351,17 @@ func (c *Controller) Pass(ctx context.Context) error {
 				writes = append(writes, write{execution: hostLost(e, now)})
 			case node != nil && !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
 				writes = append(writes, write{execution: hostUnreachable(e, now)})
+			case node != nil && overdue(e, now.Time):
+				writes = append(writes, write{execution: notEndedByHost(e, now)})
+			}
+		case e.Status.Phase == nodusv1.ExecutionRunning && !isAssumed && stopUnconfirmed(e, now.Time):
+			node, err := nodeOf(p.alias)
+			if err != nil {
+				c.mu.Unlock()
+				return err
+			}
+			if node != nil && meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady) {
+				writes = append(writes, write{execution: stoppedByServer(e, now)})
 			}
 		case e.Status.Phase == nodusv1.ExecutionRunning && h == nil:
 			node, err := nodeOf(p.alias)
@@ -550,6 +561,60 @@ func bestFit(candidates []*host, gpus int32) *host {
 // restarted one ends what an earlier one left before it reports again, so
 // the host takes no placement while the execution could still run there.
 const unreachableAfter = 10 * time.Minute
+
+// overdueAfter is how long past unreachableAfter an execution may stay
+// scheduled or running on a host whose agent reports: a live agent ended
+// it long before (its timer, the grace between TERM and KILL). One that
+// reports and does not end it (at fault, or the owner's, who is root
+// there) would hold the borrower's GPUs, cap and project deletion for as
+// long as it likes; stopAfter is the same for a cancel or a drain it does
+// not confirm.
+const (
+	overdueAfter = time.Hour
+	stopAfter    = 15 * time.Minute
+)
+
+// overdue says whether e is past its maximum runtime by unreachableAfter
+// and overdueAfter.
+func overdue(e *nodusv1.Execution, now time.Time) bool {
+	return outlived(e, now.Add(-overdueAfter))
+}
+
+// stopUnconfirmed says whether e, running, was asked to stop (cancelled,
+// drained) longer than stopAfter ago.
+func stopUnconfirmed(e *nodusv1.Execution, now time.Time) bool {
+	asked := e.Status.CancelRequestedAt
+	if asked == nil {
+		asked = e.Status.DrainRequestedAt
+	}
+	return asked != nil && now.After(asked.Add(stopAfter))
+}
+
+// notEndedByHost is e ended by the server because its host's agent, alive,
+// let it run past its maximum runtime: its agent, which sees only
+// unfinished executions, stops it if it still runs it.
+func notEndedByHost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := e.DeepCopy()
+	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionFailed, &now
+	w.Status.Reason = "NotEndedByHost"
+	w.Status.Message = "its maximum runtime passed over an hour ago and its host's agent, which reports, did not end it: the server ended it; whether it still ran is unknown"
+	return w
+}
+
+// stoppedByServer is e, asked to stop, ended by the server because its
+// host's agent did not confirm the stop in time: cancelled or drained, as
+// it was asked.
+func stoppedByServer(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := e.DeepCopy()
+	w.Status.FinishedAt = &now
+	if e.Status.CancelRequestedAt != nil {
+		w.Status.Phase, w.Status.Reason = nodusv1.ExecutionCancelled, "Cancelled"
+	} else {
+		w.Status.Phase, w.Status.Reason = nodusv1.ExecutionDrained, "Drained"
+	}
+	w.Status.Message = fmt.Sprintf("its host's agent did not confirm the stop within %s: the server ended it; whether it still ran is unknown", stopAfter)
+	return w
+}
 
 // outlived says whether e, scheduled or running, is past its maximum
 // runtime by unreachableAfter.
