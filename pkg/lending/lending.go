@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"slices"
 	"strings"
+	"time"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
@@ -28,6 +29,15 @@ func HostAlias(node *nodusv1.Node) string {
 // therefore drain lending without touching the agreement itself.
 func Lent(r *nodusv1.Reservation) bool {
 	return r.Status.State == nodusv1.ReservationStateActive && r.Status.Lending != nil && r.Status.Lending.Lent
+}
+
+// LentAt says whether borrowers may be given the host at now: lent, with
+// its term not over and its reservation not deleted. Until the reservation
+// controller moves such a reservation on (behind on its work, or between
+// two leaders), Lent still says yes; a placement or a start in that time
+// would begin what the term's end drains at once.
+func LentAt(r *nodusv1.Reservation, now time.Time) bool {
+	return Lent(r) && now.Before(r.Spec.EndsAt.Time) && r.DeletionTimestamp == nil
 }
 
 // State is the owner-visible lending state of r.

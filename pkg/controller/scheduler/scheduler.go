@@ -337,7 +337,7 @@ func (c *Controller) Pass(ctx context.Context) error {
 			h.take(e.Namespace, p)
 		}
 		switch {
-		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.Lent(h.reservation)):
+		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.LentAt(h.reservation, now.Time)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
 		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed && outlived(e, now.Time):
@@ -752,7 +752,7 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		// has not reported its inventory) would be no limit to the sandbox.
 		// Only on the node the reservation holds: a machine enrolled under
 		// the name of a deleted one is not the lender's until claimed.
-		h.placeable = lending.Lent(r) && lifecycle.Holds(r, node) && !node.Spec.Maintenance &&
+		h.placeable = lending.LentAt(r, c.now()) && lifecycle.Holds(r, node) && !node.Spec.Maintenance &&
 			meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady) &&
 			agreement.MemoryMiB > 0 && agreement.MilliCPUs > 0
 		all = append(all, h)

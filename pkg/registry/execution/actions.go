@@ -374,7 +374,7 @@ func (r *ReportREST) lent(ctx context.Context, node *nodusv1.Node, fresh bool) (
 		return false, err
 	}
 	for i := range list.(*nodusv1.ReservationList).Items {
-		if res := &list.(*nodusv1.ReservationList).Items[i]; lending.Lent(res) && lifecycle.Holds(res, node) {
+		if res := &list.(*nodusv1.ReservationList).Items[i]; lending.LentAt(res, time.Now()) && lifecycle.Holds(res, node) {
 			return true, nil
 		}
 	}

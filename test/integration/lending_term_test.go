@@ -1,0 +1,75 @@
+package integration
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodus-dev/nodus/pkg/apierror"
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestAHostWhoseTermIsOverTakesNoBorrower: the reservation controller ends
+// a reservation at endsAt; until it has (behind on its work, or between
+// two leaders), the reservation still read active and lent, and the
+// scheduler placed borrowers' executions on its host and the host's agent
+// could start them, all to be drained a moment later, after the owner's
+// term. A host whose term is over takes no placement and no start, and an
+// execution placed on it before is drained.
+func TestAHostWhoseTermIsOverTakesNoBorrower(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
+		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	takeTheLead(t, etcd) // no reservation controller ends the term: only the scheduler below runs
+	runScheduler := func() (stop func()) {
+		client := versioned.NewForConfigOrDie(s.ServerConfig)
+		runCtx, cancel := context.WithCancel(context.Background())
+		factory := externalversions.NewSharedInformerFactory(client, 0)
+		sched, err := scheduler.New(client, factory, etcd)
+		if err != nil {
+			t.Fatal(err)
+		}
+		factory.Start(runCtx.Done())
+		go sched.Run(runCtx)
+		return func() { cancel(); factory.Shutdown() }
+	}
+	stop := runScheduler()
+	placedBefore := f.submit(t, "beta", 1, 3600)
+	f.waitExecution(t, "beta", placedBefore.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	stop()
+
+	// The term ends; the reservation still reads active and lent.
+	forgeInEtcd(t, s, "/registry/nodus.dev/reservations/gpu-00", func(r *nodusv1.Reservation) {
+		r.Spec.EndsAt = metav1.NewTime(time.Now().Add(-time.Minute).Truncate(time.Second))
+	})
+	if r := f.reservation(t, "gpu-00"); r.Status.State != nodusv1.ReservationStateActive || r.Status.Lending == nil || !r.Status.Lending.Lent {
+		t.Fatalf("the reservation should still read active and lent: %+v", r.Status)
+	}
+	started := f.report(t, "gpu-00", "beta", placedBefore.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning})
+	expectReason(t, started, http.StatusConflict, apierror.ReasonHostNotLent)
+
+	defer runScheduler()()
+	placedAfter := f.submit(t, "beta", 1, 3600)
+	drained := f.waitExecution(t, "beta", placedBefore.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionScheduled })
+	if drained.Status.Phase != nodusv1.ExecutionDrained {
+		t.Errorf("an execution placed before the term ended, not started: %+v", drained.Status)
+	}
+	time.Sleep(2 * time.Second) // passes of the scheduler
+	if e := f.waitExecution(t, "beta", placedAfter.Name, func(*nodusv1.Execution) bool { return true }); e.Status.Phase != nodusv1.ExecutionPending {
+		t.Errorf("an execution submitted after the term ended was placed on its host: %+v", e.Status)
+	}
+}
