@@ -251,6 +251,26 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: "pending"}); r.code != 400 {
 		t.Errorf("reporting pending: %d %s", r.code, r.body)
 	}
+	// An agent tells the borrower how its execution ended only where it
+	// could know: not a success of one it never started, a cancel the
+	// borrower never asked for, or an end the server decides.
+	for what, lie := range map[string]struct {
+		report nodusv1.ExecutionReport
+		code   int
+	}{
+		"a success without a start":          {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionSucceeded}, http.StatusConflict},
+		"a cancel nobody asked for":          {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionCancelled, Reason: "Cancelled"}, http.StatusConflict},
+		"the server's HostUnreachable":       {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed, Reason: "HostUnreachable"}, http.StatusUnprocessableEntity},
+		"the server's NotEndedByHost":        {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed, Reason: "NotEndedByHost"}, http.StatusUnprocessableEntity},
+		"the server's Waiting, as it starts": {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Waiting"}, http.StatusUnprocessableEntity},
+	} {
+		if r := f.report(t, node, "beta", placed.Name, lie.report); r.code != lie.code {
+			t.Errorf("an agent reports %s: %d %s, want %d", what, r.code, r.body, lie.code)
+		}
+	}
+	if e := f.waitExecution(t, "beta", placed.Name, func(*nodusv1.Execution) bool { return true }); e.Status.Phase != nodusv1.ExecutionScheduled {
+		t.Fatalf("refused reports changed the execution: %+v", e.Status)
+	}
 	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
 		t.Fatalf("report running: %d %s", r.code, r.body)
 	}

@@ -293,6 +293,15 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 			if e.Status.Phase == nodusv1.ExecutionPending || (report.Phase == nodusv1.ExecutionRunning && e.Status.Phase != nodusv1.ExecutionScheduled) {
 				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase))
 			}
+			// What the borrower reads of its end is the agent's word only
+			// where the agent could know it: a success needs a start, a
+			// cancel the borrower's asking.
+			if report.Phase == nodusv1.ExecutionSucceeded && e.Status.Phase != nodusv1.ExecutionRunning {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q never started: it cannot have succeeded", name))
+			}
+			if report.Phase == nodusv1.ExecutionCancelled && e.Status.CancelRequestedAt == nil {
+				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q was not cancelled by its borrower: report how it ended", name))
+			}
 			e.Status.Phase = report.Phase
 			e.Status.Reason, e.Status.Message = report.Reason, report.Message
 			if report.Phase == nodusv1.ExecutionRunning {

@@ -737,12 +737,21 @@ const MaxReportText = maxFreeTextBytes
 // word, as a condition's reason.
 var reportReason = regexp.MustCompile(`^[A-Z][A-Za-z0-9]{0,63}$`)
 
+// ServerExecutionReasons are the reasons of what the server decides about
+// an execution (its waiting and placement; its end when no agent can say,
+// or its agent would not): an agent reporting one would tell the borrower
+// the server ended it.
+var ServerExecutionReasons = sets.New("Waiting", "Scheduled", "HostLost", "HostUnreachable", "NotEndedByHost")
+
 // ValidateExecutionReport checks an agent's report before anything of it
 // is written: its message and reason land in the Execution's status.
 func ValidateExecutionReport(r *nodusv1.ExecutionReport) field.ErrorList {
 	var errs field.ErrorList
-	if r.Reason != "" && !reportReason.MatchString(r.Reason) {
+	switch {
+	case r.Reason != "" && !reportReason.MatchString(r.Reason):
 		errs = append(errs, field.Invalid(field.NewPath("reason"), r.Reason, "must be one CamelCase word of at most 64 letters and digits"))
+	case ServerExecutionReasons.Has(r.Reason):
+		errs = append(errs, field.Invalid(field.NewPath("reason"), r.Reason, "is a reason the server gives, not an agent"))
 	}
 	errs = append(errs, validateReportedMessage(r.Message, MaxReportText, field.NewPath("message"))...)
 	if r.LogDroppedBytes < 0 {
