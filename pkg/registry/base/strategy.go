@@ -6,7 +6,10 @@ package base
 
 import (
 	"context"
+	"reflect"
 
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/storage/names"
@@ -56,6 +59,9 @@ func NewStrategy(typer runtime.ObjectTyper, rules Rules) Strategy {
 func (s Strategy) NamespaceScoped() bool { return s.rules.Namespaced }
 
 func (s Strategy) PrepareForCreate(ctx context.Context, obj runtime.Object) {
+	if m, err := meta.Accessor(obj); err == nil {
+		m.SetGeneration(1)
+	}
 	if s.rules.PrepareForCreate != nil {
 		s.rules.PrepareForCreate(ctx, obj)
 	}
@@ -68,6 +74,36 @@ func (s Strategy) PrepareForUpdate(_ context.Context, obj, old runtime.Object) {
 	if s.rules.PrepareForUpdate != nil {
 		s.rules.PrepareForUpdate(obj, old)
 	}
+	nextGeneration(obj, old)
+}
+
+// nextGeneration counts the changes of obj's spec in its generation, as
+// Kubernetes does (tools compare it with what a controller observed): the
+// library keeps the old one on every update, and a kind's strategy moves
+// it. Objects stored before generations were kept start at 1.
+func nextGeneration(obj, old runtime.Object) {
+	m, err := meta.Accessor(obj)
+	if err != nil {
+		return
+	}
+	generation := max(m.GetGeneration(), 1)
+	if !apiequality.Semantic.DeepEqual(specOf(obj), specOf(old)) {
+		generation++
+	}
+	m.SetGeneration(generation)
+}
+
+// specOf is the Spec field of a Nodus object, nil for a kind without one
+// (its generation stays 1).
+func specOf(obj runtime.Object) interface{} {
+	v := reflect.ValueOf(obj)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return nil
+	}
+	if spec := v.Elem().FieldByName("Spec"); spec.IsValid() {
+		return spec.Interface()
+	}
+	return nil
 }
 
 func (s Strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
