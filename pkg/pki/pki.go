@@ -20,6 +20,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
@@ -222,6 +224,10 @@ func covers(certPEM []byte, hosts []string) bool {
 		return false
 	}
 	for _, h := range hosts {
+		// A wildcard is no host name to verify: the certificate names it.
+		if strings.HasPrefix(h, "*.") && slices.Contains(cert.DNSNames, h) {
+			continue
+		}
 		if cert.VerifyHostname(h) != nil {
 			return false
 		}
@@ -243,6 +249,12 @@ func ParseCA(certPEM, keyPEM []byte) (*CA, error) {
 	key, err := x509.ParseECPrivateKey(kb.Bytes)
 	if err != nil {
 		return nil, fmt.Errorf("parse CA key: %w", err)
+	}
+	// A pair that does not belong together (a write stopped between the
+	// two files, a file copied from elsewhere) would sign certificates
+	// that its certificate does not verify.
+	if !cert.IsCA || !key.PublicKey.Equal(cert.PublicKey) {
+		return nil, fmt.Errorf("the CA certificate (%s) is not a CA's, or not of the CA key beside it", cert.Subject.CommonName)
 	}
 	return &CA{Cert: cert, Key: key, CertPEM: certPEM}, nil
 }

@@ -90,3 +90,29 @@ func (ca *CA) issueFor(t *testing.T, name string, left time.Duration) Pair {
 	}
 	return out
 }
+
+// TestACAPairMustBelongTogether: a CA certificate beside another CA's key
+// (a write stopped between the two files, a file copied from elsewhere)
+// loaded, and signed certificates its certificate did not verify.
+func TestACAPairMustBelongTogether(t *testing.T) {
+	a, errA := NewCA("a")
+	b, errB := NewCA("b")
+	if errA != nil || errB != nil {
+		t.Fatal(errA, errB)
+	}
+	keyB, err := b.KeyPEM()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ParseCA(a.CertPEM, keyB); err == nil {
+		t.Error("a CA certificate with another CA's key was taken")
+	}
+	leaf := a.issueFor(t, "client", time.Hour)
+	keyA, _ := a.KeyPEM()
+	if _, err := ParseCA(leaf.CertPEM, keyA); err == nil {
+		t.Error("a certificate that is no CA's was taken for the CA")
+	}
+	if _, err := ParseCA(a.CertPEM, keyA); err != nil {
+		t.Errorf("a CA's own pair: %v", err)
+	}
+}

@@ -81,6 +81,11 @@ const sshCAFile = "ssh-user-ca"
 func localIdentity(pkiDir string) (clusteridentity.Identity, error) {
 	ca, err := pki.LoadCA(pkiDir)
 	if errors.Is(err, os.ErrNotExist) {
+		// A certificate without its key is a CA clients may trust whose
+		// key was lost: a new CA would replace it, unasked.
+		if _, statErr := os.Stat(filepath.Join(pkiDir, "ca.crt")); statErr == nil {
+			return clusteridentity.Identity{}, fmt.Errorf("%s has no ca.key beside its ca.crt: restore the key, or remove ca.crt to make a new CA (every credential the old one signed stops working)", pkiDir)
+		}
 		ca, err = pki.NewCA("nodus-ca")
 	}
 	if err != nil {

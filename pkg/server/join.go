@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -10,17 +11,24 @@ import (
 var ErrEmbeddedJoin = errors.New("this server keeps its data in embedded etcd, which serves it alone: replicas share an external etcd cluster (docs/ha.md)")
 
 // JoinCommand is the command line that starts another replica of this
-// server's cluster: the same etcd, etcd credentials, cluster key and port.
-// Each replica still needs its own address in --tls-san when clients reach
-// it by a name of its own.
+// server's cluster: the same etcd, etcd credentials, cluster key and port,
+// and the bind address when it is a wildcard. Each replica still needs its
+// own address in --tls-san when clients reach it by a name of its own, and
+// its own --bind-address when it binds one.
 func (o *Options) JoinCommand() (string, error) {
 	if o.embeddedEtcd() {
 		return "", ErrEmbeddedJoin
 	}
 	args := []string{"nodus-server", "--etcd-servers=" + strings.Join(o.EtcdServers, ",")}
+	// An address of this machine's own would not bind on another: only a
+	// wildcard is the cluster's.
+	bind := ""
+	if ip := net.ParseIP(o.BindAddress); ip != nil && ip.IsUnspecified() {
+		bind = o.BindAddress
+	}
 	for _, f := range []struct{ flag, value string }{
 		{"--etcd-cafile", o.EtcdCAFile}, {"--etcd-certfile", o.EtcdCertFile}, {"--etcd-keyfile", o.EtcdKeyFile},
-		{"--cluster-key-file", o.ClusterKeyFile}, {"--bind-address", o.BindAddress},
+		{"--cluster-key-file", o.ClusterKeyFile}, {"--bind-address", bind},
 	} {
 		if f.value != "" {
 			args = append(args, f.flag+"="+f.value)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
@@ -166,6 +167,11 @@ func (o *Options) Validate() error {
 	}
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
+	}
+	for _, san := range o.TLSSANs {
+		if net.ParseIP(san) == nil && len(utilvalidation.IsDNS1123Subdomain(san)) > 0 && len(utilvalidation.IsWildcardDNS1123Subdomain(san)) > 0 {
+			errs = append(errs, fmt.Errorf("--tls-san %q is neither an IP address nor a DNS name (give the host alone: no scheme, port or path)", san))
+		}
 	}
 	if o.HeartbeatInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--heartbeat-interval %s is below one second", o.HeartbeatInterval))

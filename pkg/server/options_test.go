@@ -2,12 +2,16 @@ package server
 
 import (
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/features"
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
+
+	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
 func TestFeatureGatesFlagNamesOnlyTheLibrarysGates(t *testing.T) {
@@ -66,5 +70,63 @@ func TestTheEmbeddedEtcdQuotaHasAFloor(t *testing.T) {
 	}
 	if o := NewOptions(io.Discard); o.EmbeddedEtcdQuotaBytes != 8<<30 {
 		t.Errorf("the default quota is %d bytes, want 8 GiB", o.EmbeddedEtcdQuotaBytes)
+	}
+}
+
+// TestATLSSANIsAHost: a --tls-san that is a URL or host:port was taken as
+// a DNS name no client ever matches (and, never covered, the serving
+// certificate was issued anew at every start).
+func TestATLSSANIsAHost(t *testing.T) {
+	for _, c := range []struct {
+		san string
+		ok  bool
+	}{
+		{"nodus.example.com", true}, {"10.0.0.7", true}, {"fd00::7", true}, {"*.nodus.example.com", true},
+		{"https://nodus.example.com:8443", false}, {"nodus.example.com:8443", false}, {"", false}, {"Nodus_Example", false},
+	} {
+		o := NewOptions(io.Discard)
+		o.TLSSANs = []string{c.san}
+		if err := o.Validate(); (err == nil) != c.ok {
+			t.Errorf("--tls-san %q: Validate says %v", c.san, err)
+		}
+	}
+}
+
+// TestTheJoinCommandCarriesOnlyTheClustersFlags: the printed command line
+// named this replica's bind address, on which another machine cannot
+// listen.
+func TestTheJoinCommandCarriesOnlyTheClustersFlags(t *testing.T) {
+	for _, c := range []struct {
+		bind    string
+		carried bool
+	}{{"10.0.0.1", false}, {"0.0.0.0", true}, {"::", true}} {
+		o := NewOptions(io.Discard)
+		o.EtcdServers, o.ClusterKeyFile, o.BindAddress = []string{"https://etcd-1:2379"}, "/etc/nodus/cluster.key", c.bind
+		line, err := o.JoinCommand()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if carried := strings.Contains(line, "--bind-address"); carried != c.carried || !strings.Contains(line, "--cluster-key-file=/etc/nodus/cluster.key") {
+			t.Errorf("bound to %s: %s", c.bind, line)
+		}
+	}
+}
+
+// TestACACertificateWithoutItsKeyIsNotReplaced: a ca.crt whose key was
+// lost was replaced by a new CA, unasked, when etcd had no identity yet.
+func TestACACertificateWithoutItsKeyIsNotReplaced(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := pki.NewCA("old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "ca.crt"), ca.CertPEM, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := localIdentity(dir); err == nil || !strings.Contains(err.Error(), "no ca.key") {
+		t.Errorf("a ca.crt without its key: %v", err)
+	}
+	if _, err := localIdentity(t.TempDir()); err != nil {
+		t.Errorf("an empty directory: %v", err)
 	}
 }

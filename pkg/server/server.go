@@ -310,7 +310,7 @@ func (s *Server) Run(ctx context.Context) error {
 		s.config.out("cluster identity: made by this replica and stored in etcd, sealed with the cluster key")
 	}
 	if s.config.joinCommand != "" {
-		s.config.out("start another replica of this cluster with: %s", s.config.joinCommand)
+		s.config.out("start another replica of this cluster (with its own --tls-san names, and --bind-address if it binds one address) with: %s", s.config.joinCommand)
 	}
 	// In-flight idempotent requests name this boot of this replica.
 	if err := s.config.idempotent.Register(ctx, s.config.replicaID, s.config.replicaAddress); err != nil {
