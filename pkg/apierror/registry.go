@@ -223,6 +223,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 			func(Request) string {
 				return "Retry once; if it fails again, send the requestId of this error to the operators so they can find it in the server log."
 			}},
+		{metav1.StatusReasonStoreReadError, http.StatusInternalServerError, "An object in the server's storage cannot be read.",
+			func(r Request) string {
+				return "Send the requestId to the operators: details.causes names the unreadable key. Reads of the other objects are unaffected; an operator can delete the unreadable one with the DeleteOptions field ignoreStoreReadErrorWithClusterBreakingPotential (docs/errors/StorageReadError)."
+			}},
 		{metav1.StatusReasonServiceUnavailable, http.StatusServiceUnavailable, "The server cannot handle the request right now.",
 			func(Request) string {
 				return "Retry in a few seconds; if it persists, the operators should check `/readyz?verbose` and the storage (etcd)."

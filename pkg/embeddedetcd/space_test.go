@@ -14,11 +14,17 @@ import (
 
 const testQuota = 32 << 20
 
+// valueSize is what fill writes at a time: small beside the quota, so that
+// one value deleted from a full member leaves it above freedBelow however
+// the database's pages fell (with 1 MiB values, a member that took 29 of
+// them was under it once one was deleted, and writes came back).
+const valueSize = 256 << 10
+
 // fill writes value under keys made by key(i) until etcd refuses one for
 // its quota; it returns how many it took.
 func fill(ctx context.Context, t *testing.T, client *clientv3.Client, key func(int) string) int {
 	t.Helper()
-	value := strings.Repeat("x", 1<<20)
+	value := strings.Repeat("x", valueSize)
 	for i := range 1000 {
 		_, err := client.Put(ctx, key(i), value)
 		if errors.Is(err, rpctypes.ErrGRPCNoSpace) || errors.Is(err, rpctypes.ErrNoSpace) {
@@ -28,7 +34,7 @@ func fill(ctx context.Context, t *testing.T, client *clientv3.Client, key func(i
 			t.Fatalf("write %d: %v", i, err)
 		}
 	}
-	t.Fatalf("1,000 writes of 1 MiB and no refusal for a quota of %d bytes", testQuota)
+	t.Fatalf("1,000 writes of %d KiB and no refusal for a quota of %d bytes", valueSize>>10, testQuota)
 	return 0
 }
 
@@ -83,7 +89,7 @@ func TestAMemberFullOfLiveDataTakesWritesOnceEnoughIsDeleted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := client.Put(ctx, "/small", "v"); err == nil {
-		t.Fatalf("a write passed with %d of %d MiB still live in a %d MiB quota", n-1, n, testQuota>>20)
+		t.Fatalf("a write passed with %d of %d values of %d KiB still live in a %d MiB quota", n-1, n, valueSize>>10, testQuota>>20)
 	}
 	for i := 1; i < n/2; i++ {
 		if _, err := client.Delete(ctx, key(i)); err != nil {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
+	"sigs.k8s.io/yaml"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	"github.com/nodus-dev/nodus/pkg/exchange"
@@ -195,9 +196,14 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 var protobufMagic = []byte("k8s\x00")
 
 // decodeStatus reads the Status an inner layer wrote, in the media type the
-// client negotiated: JSON, or protobuf for clients that ask for it.
+// client negotiated: JSON, YAML, or protobuf for clients that ask for it.
 func decodeStatus(body []byte, contentType string, status *Status) bool {
-	if mediaType, _, _ := mime.ParseMediaType(contentType); mediaType != runtime.ContentTypeProtobuf {
+	mediaType, _, _ := mime.ParseMediaType(contentType)
+	switch mediaType {
+	case runtime.ContentTypeYAML:
+		return yaml.Unmarshal(body, status) == nil
+	case runtime.ContentTypeProtobuf:
+	default:
 		return json.Unmarshal(body, status) == nil
 	}
 	var unknown runtime.Unknown

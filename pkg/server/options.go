@@ -58,6 +58,13 @@ type Options struct {
 	AuditLogPath string
 	// AuditPolicyFile overrides the built-in audit policy.
 	AuditPolicyFile string
+	// AuditLogMaxSize (MB), AuditLogMaxBackups and AuditLogMaxAge (days)
+	// keep the audit log's files, as kube-apiserver's flags of the names.
+	AuditLogMaxSize, AuditLogMaxBackups, AuditLogMaxAge int
+	// AuditWebhookConfigFile sends audit events to a webhook as well (a
+	// kubeconfig naming it): a copy off the machine that no flood of
+	// requests here rotates away.
+	AuditWebhookConfigFile string
 
 	// LeaderElectLeaseDuration is how long a replica that leads the
 	// controllers and dies without a word keeps the lead.
@@ -94,7 +101,9 @@ func NewOptions(out io.Writer) *Options {
 		RequestTimeout:           time.Minute,
 		// Matches leader.DefaultLease.
 		LeaderElectLeaseDuration: 5 * time.Second,
-		Out:                      out,
+		// The library's defaults: 100 files of 100 MB, kept a year.
+		AuditLogMaxSize: 100, AuditLogMaxBackups: 100, AuditLogMaxAge: 366,
+		Out: out,
 	}
 }
 
@@ -111,7 +120,11 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringSliceVar(&o.TLSSANs, "tls-san", o.TLSSANs, "Extra host names or IPs the serving certificate covers.")
 	fs.StringVar(&o.DocsBaseURL, "docs-base-url", o.DocsBaseURL, "Base URL of the error docs pages named in error bodies; default: this server's /docs/errors.")
 	fs.StringVar(&o.AuditLogPath, "audit-log-path", o.AuditLogPath, `Audit log file; default DIR/audit.log, "-" for standard output.`)
-	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml.")
+	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml at each start.")
+	fs.IntVar(&o.AuditLogMaxSize, "audit-log-maxsize", o.AuditLogMaxSize, "Size in megabytes at which the audit log file is rotated.")
+	fs.IntVar(&o.AuditLogMaxBackups, "audit-log-maxbackup", o.AuditLogMaxBackups, "Rotated audit log files kept (0: all).")
+	fs.IntVar(&o.AuditLogMaxAge, "audit-log-maxage", o.AuditLogMaxAge, "Days a rotated audit log file is kept (0: no limit by age).")
+	fs.StringVar(&o.AuditWebhookConfigFile, "audit-webhook-config-file", o.AuditWebhookConfigFile, "Also send audit events to the webhook this kubeconfig names (a copy off the machine).")
 	fs.DurationVar(&o.AgentCertificateValidity, "agent-certificate-validity", o.AgentCertificateValidity, "How long an agent certificate is valid; agents renew theirs two thirds into it (with the same generation).")
 	fs.IntVar(&o.MaxExecutionsPerProject, "max-executions-per-project", o.MaxExecutionsPerProject, "How many Executions (running or ended, until deleted) a project may keep.")
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EmbeddedEtcdQuotaBytes, "Database size past which the embedded etcd refuses writes (answered 507 StorageFull) until enough is deleted.")

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -328,5 +329,50 @@ func TestALongRequestURIIsRefusedBeforeTheAuditLog(t *testing.T) {
 	}
 	if n := strings.Count(string(data), "10.9.8.7"); n > 0 {
 		t.Errorf("the audit log holds %d addresses of the refused X-Forwarded-For (%d bytes)", n, len(data))
+	}
+}
+
+// TestTheAuditLogKeepsWhatItsFlagsSay: the audit log's files were the
+// library's defaults, 100 files of 100 MB, with no flag to change them (or
+// to send the events off the machine): a disk could not be sized for it,
+// nor a history kept longer. --audit-log-maxsize and --audit-log-maxbackup
+// bound it, and the built-in policy's copy in DIR says it is rewritten.
+func TestTheAuditLogKeepsWhatItsFlagsSay(t *testing.T) {
+	dir := t.TempDir()
+	s, err := testserver.Start(dir, nil, func(o *server.Options) { o.AuditLogMaxSize, o.AuditLogMaxBackups = 1, 1 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	if _, err := s.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: "fra2"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Audited with their request (a write to a Nodus object): 200 KB each.
+	for i := range 16 {
+		body := fmt.Sprintf(`{"metadata":{"annotations":{"note":%q}}}`, strings.Repeat(string(rune('a'+i)), 200<<10))
+		if r := do(t, s.Config, "PATCH", "/apis/nodus.dev/v1/pools/fra2", "application/merge-patch+json", strings.NewReader(body)); r.code != http.StatusOK {
+			t.Fatalf("patch: %d %.200s", r.code, r.body)
+		}
+	}
+	var files []string
+	var total int64
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		matches, err := filepath.Glob(filepath.Join(dir, "audit*.log"))
+		files, total = matches, 0
+		for _, f := range matches {
+			if info, err := os.Stat(f); err == nil {
+				total += info.Size()
+			}
+		}
+		return len(matches) == 2, err
+	}); err != nil {
+		t.Fatalf("the audit log's files: %v (%d bytes), want the log and one rotated file: %v", files, total, err)
+	}
+	if total > 3<<20 {
+		t.Errorf("the audit log holds %d bytes in %v, past two files of 1 MB", total, files)
+	}
+	policy, err := os.ReadFile(filepath.Join(dir, "audit-policy.yaml"))
+	if err != nil || !strings.HasPrefix(string(policy), "# Written by nodus-server at each start") {
+		t.Errorf("the built-in policy's copy does not say it is rewritten: %v %.120s", err, policy)
 	}
 }

@@ -57,6 +57,8 @@ var provokedElsewhere = map[metav1.StatusReason]string{
 	apierror.ReasonNodeLost: "TestAReservationWhoseNodeWasTakenEnds (Placed and the host's Eligible)",
 	// A full store is a server of its own, with a small etcd quota.
 	apierror.ReasonStorageFull: "TestAFullStoreRefusesWritesAsStorageFullAndTakesThemAgain (a 32 MiB embedded etcd)",
+	// An object written into etcd past the API that does not decode.
+	metav1.StatusReasonStoreReadError: "TestAnErrorKeepsItsReasonWhateverItsMediaType (a pool that is a JSON string in etcd)",
 }
 
 func TestErrorRegistryHasDocsForEveryReason(t *testing.T) {
@@ -451,4 +453,45 @@ func certificateRequest(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+}
+
+// TestAnErrorKeepsItsReasonWhateverItsMediaType: the envelope read the
+// library's Status as JSON or protobuf only. Asked for YAML, the Status
+// came as YAML, and its reason was rebuilt from the code alone (409
+// AlreadyExists became Conflict) and its causes lost. And the library's
+// StorageReadError, an object in etcd that cannot be read, became an
+// InternalError with no word of which key.
+func TestAnErrorKeepsItsReasonWhateverItsMediaType(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	const pools = "/apis/nodus.dev/v1/pools"
+	pool := `{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"fra2"}}`
+	if r := do(t, s.Config, "POST", pools, "application/json", strings.NewReader(pool)); r.code != http.StatusCreated {
+		t.Fatalf("create: %d %s", r.code, r.body)
+	}
+	yamlAccept := []string{"Accept", "application/yaml"}
+	expectReason(t, do(t, s.Config, "POST", pools, "application/json", strings.NewReader(pool), yamlAccept...), http.StatusConflict, metav1.StatusReasonAlreadyExists)
+	invalid := expectReason(t, do(t, s.Config, "POST", pools, "application/json",
+		strings.NewReader(`{"apiVersion":"nodus.dev/v1","kind":"Pool","metadata":{"name":"Not_A_Name"}}`), yamlAccept...), http.StatusUnprocessableEntity, metav1.StatusReasonInvalid)
+	if invalid.Details == nil || len(invalid.Details.Causes) == 0 {
+		t.Errorf("a 422 asked for in YAML lost its causes: %+v", invalid.Status)
+	}
+
+	putInEtcd(t, s, "/registry/nodus.dev/pools/broken", "not a pool")
+	// A list read from etcd names the key; so does a read of the object
+	// (the library's InternalError, in its message).
+	unreadable := expectReason(t, do(t, s.Config, "GET", pools, "", nil), http.StatusInternalServerError, metav1.StatusReasonStoreReadError)
+	if unreadable.Details == nil || len(unreadable.Details.Causes) == 0 || !strings.Contains(unreadable.Details.Causes[0].Field, "/registry/nodus.dev/pools/broken") {
+		t.Errorf("a list with an unreadable object does not name its key: %+v", unreadable.Status)
+	}
+	if r := do(t, s.Config, "GET", pools+"/broken", "", nil); r.code != http.StatusInternalServerError || !strings.Contains(string(r.body), "pools/broken") {
+		t.Errorf("a read of an unreadable object: %d %.300s", r.code, r.body)
+	}
+	// What its page says to do: an operator deletes it without reading it.
+	if r := do(t, s.Config, "DELETE", pools+"/broken", "application/json",
+		strings.NewReader(`{"kind":"DeleteOptions","apiVersion":"v1","ignoreStoreReadErrorWithClusterBreakingPotential":true}`)); r.code != http.StatusOK {
+		t.Errorf("the unsafe delete of an unreadable object: %d %s", r.code, r.body)
+	}
+	if r := do(t, s.Config, "GET", pools+"/broken", "", nil); r.code != http.StatusNotFound {
+		t.Errorf("the unreadable object after its delete: %d %s", r.code, r.body)
+	}
 }
