@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -381,11 +382,15 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 			Liveness: c.liveness, Resync: c.heartbeatInterval, Now: time.Now}
 		factory.Start(ctx.Done())
 		go settleAfterFill(ctx, factory)
-		go allocations.Run(ctx, allocationWorkers)
-		go scheduler.Run(ctx)
-		go projects.Run(ctx, controllerWorkers)
-		go liveness.Run(ctx)
+		// The lead is handed on (resigned) once this returns: after the
+		// controllers' last writes, not beside them.
+		var controllers sync.WaitGroup
+		controllers.Go(func() { allocations.Run(ctx, allocationWorkers) })
+		controllers.Go(func() { scheduler.Run(ctx) })
+		controllers.Go(func() { projects.Run(ctx, controllerWorkers) })
+		controllers.Go(func() { liveness.Run(ctx) })
 		reservations.Run(ctx, controllerWorkers)
+		controllers.Wait()
 		factory.Shutdown()
 	})
 	return nil
