@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -50,6 +51,10 @@ func newCommand() *cobra.Command {
 			if rotateTo != "" {
 				if err := opts.RotateClusterKey(cmd.Context(), rotateTo); err != nil {
 					return fmt.Errorf("nodus-server: %w", err)
+				}
+				if opts.ClusterKeyFile == "" {
+					fmt.Fprintf(cmd.OutOrStdout(), "the cluster identity is sealed with %s now, and %s holds it for the next start\n", rotateTo, filepath.Join(opts.DataDir, "cluster.key"))
+					return nil
 				}
 				fmt.Fprintf(cmd.OutOrStdout(), "the cluster identity is sealed with %s now: give it to every replica as --cluster-key-file before it restarts\n", rotateTo)
 				return nil

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/google/uuid"
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/clusteridentity"
@@ -29,7 +30,7 @@ type identity struct {
 // a single server made before (so that its credentials keep working), or
 // new ones. Nothing is written, in etcd or DIR, when the key is wrong.
 func (o *Options) loadIdentity(ctx context.Context, st *storage) (*identity, error) {
-	key, err := o.clusterKey()
+	key, err := o.clusterKeyFor(ctx, st)
 	if err != nil {
 		return nil, err
 	}
@@ -53,6 +54,24 @@ func (o *Options) loadIdentity(ctx context.Context, st *storage) (*identity, err
 		return nil, err
 	}
 	return &identity{ca: ca, sshCA: sshCA, created: created}, nil
+}
+
+// clusterKeyFor is clusterKey, made only while st holds no identity: a
+// DIR/cluster.key that went missing is not replaced by a new key, which
+// would open nothing of what etcd holds.
+func (o *Options) clusterKeyFor(ctx context.Context, st *storage) ([]byte, error) {
+	if o.ClusterKeyFile == "" {
+		if _, err := os.Stat(o.clusterKeyPath()); errors.Is(err, os.ErrNotExist) {
+			resp, err := st.client.Get(ctx, clusteridentity.EtcdKey, clientv3.WithCountOnly())
+			if err != nil {
+				return nil, fmt.Errorf("cluster identity: %w", err)
+			}
+			if resp.Count > 0 {
+				return nil, fmt.Errorf("%s is missing, and etcd holds the cluster identity sealed with the key it held: restore the file (a copy of it, or the key you keep elsewhere); a new key would open nothing", o.clusterKeyPath())
+			}
+		}
+	}
+	return o.clusterKey()
 }
 
 // clusterKey reads --cluster-key-file; with embedded etcd and no flag,
@@ -162,6 +181,13 @@ func (o *Options) RotateClusterKey(ctx context.Context, newKeyFile string) error
 	defer st.close(context.Background())
 	if err := clusteridentity.Reseal(ctx, st.client, oldKey, newKey); err != nil {
 		return fmt.Errorf("rotate the cluster key: %w", err)
+	}
+	if o.ClusterKeyFile == "" {
+		// The key a plain start reads: left as it was, the next start
+		// would not open the identity it just resealed.
+		if err := atomicfile.Write(o.clusterKeyPath(), append(bytes.Clone(newKey), '\n'), 0o600); err != nil {
+			return fmt.Errorf("the identity is sealed with %s now, but writing it to %s failed (copy it there before the next start): %w", newKeyFile, o.clusterKeyPath(), err)
+		}
 	}
 	return nil
 }

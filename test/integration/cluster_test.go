@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net/http"
 	"os"
@@ -250,5 +251,53 @@ func TestReplicasRefuseToStartWrongly(t *testing.T) {
 	defer rotated.Stop()
 	if !bytes.Equal(publicFile(t, rotated, "/ca.crt"), publicFile(t, first, "/ca.crt")) {
 		t.Error("the rotation changed the cluster CA")
+	}
+}
+
+// TestAnEmbeddedServersKeyFollowsItsRotation: a server on embedded etcd
+// keeps its cluster key in DIR/cluster.key. Rotated with
+// --rotate-cluster-key-to, the identity was sealed with the new key and
+// the file kept the old one: the next plain start was refused. And a
+// DIR/cluster.key that went missing was replaced by a new key, which
+// opened nothing, before the start was refused.
+func TestAnEmbeddedServersKeyFollowsItsRotation(t *testing.T) {
+	dir := t.TempDir()
+	s, err := testserver.Start(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca := publicFile(t, s, "/ca.crt")
+	s.Stop()
+
+	newKey := clusterKeyFile(t)
+	rotate := server.NewOptions(nil)
+	rotate.DataDir = dir
+	if err := rotate.RotateClusterKey(ctx(t), newKey); err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(newKey)
+	if got, _ := os.ReadFile(filepath.Join(dir, "cluster.key")); !bytes.Equal(got, want) {
+		t.Errorf("DIR/cluster.key after the rotation: %q, want the new key", got)
+	}
+	s, err = testserver.Start(dir, nil)
+	if err != nil {
+		t.Fatalf("a plain start after the rotation: %v", err)
+	}
+	if !bytes.Equal(publicFile(t, s, "/ca.crt"), ca) {
+		t.Error("the rotation changed the CA")
+	}
+	s.Stop()
+
+	if err := os.Remove(filepath.Join(dir, "cluster.key")); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := testserver.Start(dir, nil); err == nil || !strings.Contains(err.Error(), "cluster.key is missing") {
+		if err == nil {
+			s.Stop()
+		}
+		t.Errorf("a start without its cluster key: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cluster.key")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a start refused for a missing key made one: %v", err)
 	}
 }
