@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -191,5 +192,18 @@ func TestNamespacesAreSelectedByTheirNameLabel(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the selected watch showed nothing")
+	}
+}
+
+// TestAMissingNamespaceIsANamespace: `kubectl get namespace missing`
+// answered `projects.nodus.dev "missing" not found`, the projection's
+// source, where kubectl and client-go expect the resource asked for.
+func TestAMissingNamespaceIsANamespace(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	_, err := kubernetes.NewForConfigOrDie(s.Config).CoreV1().Namespaces().Get(ctx(t), "missing", metav1.GetOptions{})
+	status, ok := err.(apierrors.APIStatus)
+	if !apierrors.IsNotFound(err) || !ok || status.Status().Details == nil || status.Status().Details.Kind != "namespaces" ||
+		status.Status().Details.Group != "" || status.Status().Message != `namespaces "missing" not found` {
+		t.Errorf("a namespace that does not exist: %v %+v", err, status)
 	}
 }

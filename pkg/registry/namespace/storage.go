@@ -7,6 +7,7 @@ import (
 	"context"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,6 +49,11 @@ func (r *REST) ShortNames() []string    { return []string{"ns"} }
 
 func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
 	obj, err := r.projects.Get(ctx, name, options)
+	if apierrors.IsNotFound(err) {
+		// Of the resource asked for: `namespaces "x" not found`, as
+		// kubectl and client-go expect of this path, not the project's.
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	}
 	if err != nil {
 		return nil, err
 	}
