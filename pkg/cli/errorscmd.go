@@ -20,7 +20,7 @@ func newErrorsCommand(s Streams) *cobra.Command {
 		Use:   "errors [REASON]",
 		Short: "Explain an error's reason: what happened and what to do",
 		Long: "Print the page of an error's reason, as an error names it (the reason of the server's answer, or one of nodus' own).\n" +
-			"Without a reason, list them. The pages are this nodus' own; a server serves its version of its reasons' at /docs/errors/REASON.",
+			"Without a reason, list them. The pages are those this nodus was built with; a server serves the pages of its own reasons, as its version has them, at /docs/errors/REASON.",
 		Example: "  nodus errors AnswerRefused\n  nodus errors NodeReserved",
 		Args:    cobra.MaximumNArgs(1),
 		ValidArgsFunction: func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {

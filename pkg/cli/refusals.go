@@ -38,7 +38,7 @@ var (
 		Fix:     "Nothing of the answer was used or written. Tell your operator, with the message: a nodus-server does not send this, so the server, or something between it and you, is at fault."}
 	reasonNotDrained = &cliReason{Name: "NotDrained", Exit: ExitServer, Transient: true,
 		Summary: "The host's agent has not confirmed within --timeout that nothing runs on the host any more.",
-		Fix:     "The release is recorded and stays. Wait longer (`nodus release HOST --wait --timeout 30m` asks again and releases nothing twice), and ask your operator whether the host's agent is connected."}
+		Fix:     "The release is recorded and stays. Wait longer (`nodus release PROJECT/NAME --wait --timeout 30m` waits again and releases nothing twice), and ask your operator whether the host's agent is connected."}
 	reasonSSHClientMissing = &cliReason{Name: "SSHClientMissing", Exit: ExitOther,
 		Summary: "The system's ssh client is not installed.",
 		Fix:     "Install OpenSSH's client (`apt install openssh-client`, `dnf install openssh-clients`; macOS has it) and run nodus ssh again: the host's entry is installed already."}

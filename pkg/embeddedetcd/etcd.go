@@ -8,6 +8,7 @@
 package embeddedetcd
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -198,13 +199,28 @@ func memberCertificates(dir string) (memberFiles, error) {
 // RenewCertificates issues the member's certificates anew where they near
 // their end, for a server that runs longer than they last: etcd reads its
 // serving and peer files at each handshake, and its clients (the API
-// server's too) read theirs at each connection.
-func (s *Server) RenewCertificates() error {
+// server's too) read theirs at each connection. It returns the files it
+// wrote.
+func (s *Server) RenewCertificates() ([]string, error) {
 	if s.TLS == nil {
-		return nil
+		return nil, nil
 	}
-	_, err := memberCertificates(filepath.Dir(s.TLS.CertFile))
-	return err
+	dir := filepath.Dir(s.TLS.CertFile)
+	files := []string{filepath.Join(dir, "server.crt"), filepath.Join(dir, "peer.crt"), filepath.Join(dir, "client.crt")}
+	before := make([][]byte, len(files))
+	for i, f := range files {
+		before[i], _ = os.ReadFile(f)
+	}
+	if _, err := memberCertificates(dir); err != nil {
+		return nil, err
+	}
+	var renewed []string
+	for i, f := range files {
+		if after, _ := os.ReadFile(f); !bytes.Equal(after, before[i]) {
+			renewed = append(renewed, f)
+		}
+	}
+	return renewed, nil
 }
 
 func clientCredential(pkiDir string) *ClientTLS {

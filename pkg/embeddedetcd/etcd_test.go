@@ -125,14 +125,18 @@ func TestAMemberOutlivesItsCertificates(t *testing.T) {
 	if err := put(dir); err == nil {
 		t.Fatal("an expired client certificate was taken: the test shows nothing")
 	}
-	if err := s.RenewCertificates(); err != nil {
-		t.Fatal(err)
+	renewed, err := s.RenewCertificates()
+	if err != nil || len(renewed) != 2 {
+		t.Fatalf("RenewCertificates wrote %v (%v), want the client and server certificates", renewed, err)
 	}
 	if err := put(dir); err != nil {
 		t.Errorf("a client after RenewCertificates: %v", err)
 	}
 	if left := servedFor(t, s); left < 300*24*time.Hour {
 		t.Errorf("after RenewCertificates, the member serves a certificate that ends in %s", left)
+	}
+	if renewed, err := s.RenewCertificates(); err != nil || len(renewed) != 0 {
+		t.Errorf("RenewCertificates of lasting certificates wrote %v (%v)", renewed, err)
 	}
 }
 

@@ -99,28 +99,40 @@ func DefaultShare(total int64, lentGPUs, hostGPUs int32) int64 {
 // WithHostShare is l with the memory and CPUs it leaves uncapped (a lend
 // made before every lend had to cap them, from a host that had not reported
 // its inventory) capped at the default share of the host inv describes, as
-// a lend would cap them now, and the caps it has held to what the host
-// has: a reservation moved to another machine keeps its agreement, which
-// was checked against the first machine only. l itself is not changed. A
-// cap stays 0 where inv does not know the host's figure: the caller must
-// then refuse to run anything, as 0 is no limit to the sandbox.
+// a lend would cap them now. l itself is not changed. A cap stays 0 where
+// inv does not know the host's figure: the caller must then refuse to run
+// anything, as 0 is no limit to the sandbox.
 func WithHostShare(l *nodusv1.ReservationLending, inv *nodusv1.NodeInventory) *nodusv1.ReservationLending {
-	if l == nil || inv == nil {
+	if l == nil || (l.MemoryMiB > 0 && l.MilliCPUs > 0) || inv == nil {
 		return l
 	}
 	out := *l
 	hostGPUs := int32(len(inv.GPUs))
-	switch {
-	case out.MemoryMiB <= 0:
+	if out.MemoryMiB <= 0 {
 		out.MemoryMiB = hostShare(inv.MemoryMiB, out.MaxGPUs, hostGPUs)
-	case inv.MemoryMiB > 0:
-		out.MemoryMiB = min(out.MemoryMiB, inv.MemoryMiB)
 	}
-	switch {
-	case out.MilliCPUs <= 0:
+	if out.MilliCPUs <= 0 {
 		out.MilliCPUs = hostShare(int64(inv.CPU)*1000, out.MaxGPUs, hostGPUs)
-	case inv.CPU > 0:
-		out.MilliCPUs = min(out.MilliCPUs, int64(inv.CPU)*1000)
+	}
+	return &out
+}
+
+// HeldToHost is l with its memory and CPUs no more than the machine inv
+// describes has: a reservation moved to another node keeps its agreement,
+// which was checked against the first machine only. The scheduler places
+// by it; the host's agent keeps to the agreement as lent, which its
+// placements then never pass. l itself is not changed; a figure inv does
+// not know holds nothing back.
+func HeldToHost(l *nodusv1.ReservationLending, inv *nodusv1.NodeInventory) *nodusv1.ReservationLending {
+	if l == nil || inv == nil {
+		return l
+	}
+	out := *l
+	if inv.MemoryMiB > 0 && out.MemoryMiB > inv.MemoryMiB {
+		out.MemoryMiB = inv.MemoryMiB
+	}
+	if milli := int64(inv.CPU) * 1000; milli > 0 && out.MilliCPUs > milli {
+		out.MilliCPUs = milli
 	}
 	return &out
 }

@@ -36,7 +36,7 @@ func TestAnExecutionsShareIsNeverNoLimit(t *testing.T) {
 // sandbox; the scheduler and the agent cap them at the share a lend would
 // give now, each from the inventory it knows, and leave them 0 only where
 // that inventory does not know the host's figure.
-func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
+func TestAnAgreementWithoutCapsIsCappedAtTheHostsShare(t *testing.T) {
 	eightGPUs := &nodusv1.NodeInventory{CPU: 64, MemoryMiB: 512 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
 	cases := []struct {
 		name              string
@@ -50,11 +50,6 @@ func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
 		{"a host without GPUs", &nodusv1.ReservationLending{Lent: true, MaxExecutions: 4}, &nodusv1.NodeInventory{CPU: 4, MemoryMiB: 8192}, 8192, 4000},
 		{"an inventory not known", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 2, MaxExecutions: 2}, nil, 0, 0},
 		{"an inventory without memory", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 2, MaxExecutions: 2}, &nodusv1.NodeInventory{CPU: 8}, 0, 8000},
-		// A reservation moved to a smaller machine keeps the agreement made
-		// on the first: it lends no more than this one has.
-		{"caps past what the host has", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 2 << 20, MilliCPUs: 224000}, eightGPUs, 512 << 10, 64000},
-		{"caps within what the host has", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 1 << 10, MilliCPUs: 2000}, eightGPUs, 1 << 10, 2000},
-		{"caps, an inventory without figures", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 2 << 20, MilliCPUs: 224000}, &nodusv1.NodeInventory{}, 2 << 20, 224000},
 	}
 	for _, tc := range cases {
 		before := *tc.l
@@ -68,5 +63,31 @@ func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
 	}
 	if WithHostShare(nil, eightGPUs) != nil {
 		t.Error("no agreement got caps")
+	}
+}
+
+// TestAnAgreementIsHeldToTheHostsShare: a reservation moved to a smaller
+// machine keeps the agreement made on the first; the scheduler places on
+// it no more than this one has.
+func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
+	eightGPUs := &nodusv1.NodeInventory{CPU: 64, MemoryMiB: 512 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
+	for _, tc := range []struct {
+		name              string
+		l                 *nodusv1.ReservationLending
+		inv               *nodusv1.NodeInventory
+		memoryMiB, milliC int64
+	}{
+		{"caps past what the host has", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MemoryMiB: 2 << 20, MilliCPUs: 224000}, eightGPUs, 512 << 10, 64000},
+		{"caps within what the host has", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MemoryMiB: 1 << 10, MilliCPUs: 2000}, eightGPUs, 1 << 10, 2000},
+		{"an inventory without figures", &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MemoryMiB: 2 << 20, MilliCPUs: 224000}, &nodusv1.NodeInventory{}, 2 << 20, 224000},
+	} {
+		before := *tc.l
+		got := HeldToHost(tc.l, tc.inv)
+		if got.MemoryMiB != tc.memoryMiB || got.MilliCPUs != tc.milliC {
+			t.Errorf("%s: held at %d MiB, %d thousandths; want %d, %d", tc.name, got.MemoryMiB, got.MilliCPUs, tc.memoryMiB, tc.milliC)
+		}
+		if *tc.l != before {
+			t.Errorf("%s: the agreement itself changed: %+v", tc.name, *tc.l)
+		}
 	}
 }

@@ -91,8 +91,8 @@ type Config struct {
 	ca                *pki.CA
 	sshCA             *sshca.CA
 	// renew issues this replica's certificates anew where they near their
-	// end (renewCredentials).
-	renew func() error
+	// end (renewCredentials), and returns the files it wrote.
+	renew func() ([]string, error)
 }
 
 // actionSubresources are the POST subresources with the action contract
@@ -154,14 +154,13 @@ func (o *Options) Config() (cfg *Config, err error) {
 	if err != nil {
 		return nil, err
 	}
-	renew := func() error {
-		if _, _, _, err := o.writeCredentials(id, url); err != nil {
-			return err
+	renew := func() ([]string, error) {
+		renewed, err := o.renewCredentials(id, url)
+		if err != nil || st.embedded == nil {
+			return renewed, err
 		}
-		if st.embedded != nil {
-			return st.embedded.RenewCertificates()
-		}
-		return nil
+		member, err := st.embedded.RenewCertificates()
+		return append(renewed, member...), err
 	}
 
 	// Before the generic config, which reads feature gates.

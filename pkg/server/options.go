@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -121,7 +122,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.DocsBaseURL, "docs-base-url", o.DocsBaseURL, "Base URL of the error docs pages named in error bodies; default: this server's /docs/errors.")
 	fs.StringVar(&o.AuditLogPath, "audit-log-path", o.AuditLogPath, `Audit log file; default DIR/audit.log, "-" for standard output.`)
 	fs.StringVar(&o.AuditPolicyFile, "audit-policy-file", o.AuditPolicyFile, "Audit policy; default: the built-in policy (deploy/audit-policy.yaml), written to DIR/audit-policy.yaml at each start.")
-	fs.IntVar(&o.AuditLogMaxSize, "audit-log-maxsize", o.AuditLogMaxSize, "Size in megabytes at which the audit log file is rotated.")
+	fs.IntVar(&o.AuditLogMaxSize, "audit-log-maxsize", o.AuditLogMaxSize, "Size in megabytes at which the audit log file is rotated (0: never rotated, it grows without bound).")
 	fs.IntVar(&o.AuditLogMaxBackups, "audit-log-maxbackup", o.AuditLogMaxBackups, "Rotated audit log files kept (0: all).")
 	fs.IntVar(&o.AuditLogMaxAge, "audit-log-maxage", o.AuditLogMaxAge, "Days a rotated audit log file is kept (0: no limit by age).")
 	fs.StringVar(&o.AuditWebhookConfigFile, "audit-webhook-config-file", o.AuditWebhookConfigFile, "Also send audit events to the webhook this kubeconfig names (a copy off the machine).")
@@ -181,9 +182,16 @@ func (o *Options) Validate() error {
 	if net.ParseIP(o.BindAddress) == nil {
 		errs = append(errs, fmt.Errorf("--bind-address %q is not an IP address", o.BindAddress))
 	}
-	for _, san := range o.TLSSANs {
-		if net.ParseIP(san) == nil && len(utilvalidation.IsDNS1123Subdomain(san)) > 0 && len(utilvalidation.IsWildcardDNS1123Subdomain(san)) > 0 {
+	for i, san := range o.TLSSANs {
+		// DNS names are compared without case, and a certificate names
+		// them without the root's dot.
+		name := strings.ToLower(strings.TrimSuffix(san, "."))
+		if net.ParseIP(san) == nil && len(utilvalidation.IsDNS1123Subdomain(name)) > 0 && len(utilvalidation.IsWildcardDNS1123Subdomain(name)) > 0 {
 			errs = append(errs, fmt.Errorf("--tls-san %q is neither an IP address nor a DNS name (give the host alone: no scheme, port or path)", san))
+			continue
+		}
+		if net.ParseIP(san) == nil {
+			o.TLSSANs[i] = name
 		}
 	}
 	if o.HeartbeatInterval < time.Second {

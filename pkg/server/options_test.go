@@ -1,11 +1,16 @@
 package server
 
 import (
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/pflag"
 	"k8s.io/apiserver/pkg/features"
@@ -81,7 +86,7 @@ func TestATLSSANIsAHost(t *testing.T) {
 		san string
 		ok  bool
 	}{
-		{"nodus.example.com", true}, {"10.0.0.7", true}, {"fd00::7", true}, {"*.nodus.example.com", true},
+		{"nodus.example.com", true}, {"10.0.0.7", true}, {"fd00::7", true}, {"*.nodus.example.com", true}, {"API.Example.com.", true},
 		{"https://nodus.example.com:8443", false}, {"nodus.example.com:8443", false}, {"", false}, {"Nodus_Example", false},
 	} {
 		o := NewOptions(io.Discard)
@@ -128,5 +133,67 @@ func TestACACertificateWithoutItsKeyIsNotReplaced(t *testing.T) {
 	}
 	if _, err := localIdentity(t.TempDir()); err != nil {
 		t.Errorf("an empty directory: %v", err)
+	}
+}
+
+// TestARunningServerRenewsWhatNearsItsEnd: the daily check issues the
+// serving certificate and the operator's credential anew within their last
+// 30 days, and writes admin.kubeconfig again then, and only then (an
+// operator's edit of it is kept otherwise).
+func TestARunningServerRenewsWhatNearsItsEnd(t *testing.T) {
+	o := NewOptions(io.Discard)
+	o.DataDir = t.TempDir()
+	ca, err := pki.NewCA("nodus-ca")
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := &identity{ca: ca}
+	if _, _, _, err := o.writeCredentials(id, "https://127.0.0.1:8443"); err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
+	edited := []byte("# an operator's edit\n")
+	if err := os.WriteFile(kubeconfig, edited, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if renewed, err := o.renewCredentials(id, "https://127.0.0.1:8443"); err != nil || len(renewed) != 0 {
+		t.Fatalf("lasting credentials: renewed %v, %v", renewed, err)
+	}
+	if got, _ := os.ReadFile(kubeconfig); string(got) != string(edited) {
+		t.Errorf("admin.kubeconfig was written again with nothing renewed")
+	}
+	for _, name := range []string{"serving", "admin"} {
+		endsIn(t, ca, filepath.Join(o.pkiDir(), name+".crt"), 10*24*time.Hour)
+	}
+	renewed, err := o.renewCredentials(id, "https://127.0.0.1:8443")
+	if err != nil || len(renewed) != 3 {
+		t.Fatalf("credentials near their end: renewed %v, %v", renewed, err)
+	}
+	got, _ := os.ReadFile(kubeconfig)
+	admin, _ := os.ReadFile(filepath.Join(o.pkiDir(), "admin.crt"))
+	if !strings.Contains(string(got), base64.StdEncoding.EncodeToString(admin)) {
+		t.Errorf("admin.kubeconfig does not hold the renewed credential")
+	}
+}
+
+// endsIn signs the certificate at path again, with its key, to end in left.
+func endsIn(t *testing.T, ca *pki.CA, path string, left time.Duration) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(data)
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert.NotAfter = time.Now().Add(left)
+	der, err := x509.CreateCertificate(rand.Reader, cert, ca.Cert, cert.PublicKey, ca.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
 	}
 }

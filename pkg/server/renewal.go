@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -25,7 +26,11 @@ func (c *Config) renewCredentials(ctx context.Context) {
 			return
 		case <-ticker.C:
 		}
-		if err := c.renew(); err != nil {
+		renewed, err := c.renew()
+		if len(renewed) > 0 {
+			c.out("nodus-server: certificates near their end issued anew: %s", strings.Join(renewed, ", "))
+		}
+		if err != nil {
 			c.out("nodus-server: renewing this replica's certificates failed (the next try is in %s): %v", credentialCheckInterval, err)
 		}
 	}

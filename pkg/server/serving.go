@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"net"
 	"os"
@@ -73,6 +74,35 @@ func (o *Options) writeCredentials(id *identity, url string) (certFile, keyFile,
 		return "", "", "", fmt.Errorf("write %s: %w", kubeconfig, err)
 	}
 	return certFile, keyFile, kubeconfig, nil
+}
+
+// renewCredentials issues this replica's serving certificate and the
+// bootstrap operator's credential anew where they near their end, and
+// writes the kubeconfig again only when its credential changed (an
+// operator's edit of it is kept otherwise). It returns the files it wrote.
+func (o *Options) renewCredentials(id *identity, url string) ([]string, error) {
+	serving, admin := filepath.Join(o.pkiDir(), "serving.crt"), filepath.Join(o.pkiDir(), "admin.crt")
+	servingBefore, _ := os.ReadFile(serving)
+	adminBefore, _ := os.ReadFile(admin)
+	if _, _, err := id.ca.LoadOrCreateServing(o.pkiDir(), "serving", o.servingHosts()); err != nil {
+		return nil, fmt.Errorf("serving certificate: %w", err)
+	}
+	pair, err := id.ca.LoadOrCreateClient(o.pkiDir(), "admin", auth.AdminUser, []string{auth.GroupOperators})
+	if err != nil {
+		return nil, fmt.Errorf("admin credential: %w", err)
+	}
+	var renewed []string
+	if after, _ := os.ReadFile(serving); !bytes.Equal(after, servingBefore) {
+		renewed = append(renewed, serving)
+	}
+	if !bytes.Equal(pair.CertPEM, adminBefore) {
+		kubeconfig := filepath.Join(o.DataDir, "admin.kubeconfig")
+		if err := writeKubeconfig(kubeconfig, url, id.ca.CertPEM, pair); err != nil {
+			return renewed, fmt.Errorf("write %s: %w", kubeconfig, err)
+		}
+		renewed = append(renewed, admin, kubeconfig)
+	}
+	return renewed, nil
 }
 
 // applyServing makes the generic server serve HTTPS on listener with the

@@ -73,6 +73,20 @@ func TestGenerationCountsSpecChanges(t *testing.T) {
 	if got := patch("nodes", "gpu-001", "", `{"spec":{"maintenance":true}}`); got != before+1 {
 		t.Errorf("a node put in maintenance: generation %d, want %d", got, before+1)
 	}
+	// A spec the server completes on update (an enrollment token sent
+	// without its expiry keeps the one it has) is no change.
+	tok, err := c.EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{Name: "rack-1"},
+		Spec: nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok.Spec.ExpiresAt, tok.Labels = nil, map[string]string{"rack": "1"}
+	if tok, err = c.EnrollmentTokens().Update(ctx, tok, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if tok.Generation != 1 {
+		t.Errorf("an enrollment token updated without its expiry: generation %d, want 1", tok.Generation)
+	}
 	// A kind without a spec stays at 1, however its status moves.
 	h := f.host(t, "gpu-002", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
 	if h.Generation != 1 {

@@ -82,8 +82,14 @@ func TestAnExecutionOnASilentHostEnds(t *testing.T) {
 	// An agent that reports but never ends an execution (at fault, or the
 	// owner's, who is root on the host) held the borrower's GPUs, cap and
 	// project deletion for as long as it liked. Past its maximum runtime
-	// by more than an hour and ten minutes, the server ends it.
+	// by more than six hours and ten minutes (room for an image that takes
+	// long to prepare), the server ends it.
 	startedAgo(running[alive], 2*time.Hour)
+	time.Sleep(2 * time.Second)
+	if e := f.waitExecution(t, "b1", running[alive], func(*nodusv1.Execution) bool { return true }); e.Status.Phase != nodusv1.ExecutionRunning {
+		t.Fatalf("an execution two hours past its runtime, on a host whose agent reports, was ended (an image may take hours to prepare): %+v", e.Status)
+	}
+	startedAgo(running[alive], 7*time.Hour)
 	overdue := f.waitExecution(t, "b1", running[alive], func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionRunning })
 	if overdue.Status.Phase != nodusv1.ExecutionFailed || overdue.Status.Reason != "NotEndedByHost" || overdue.Status.FinishedAt == nil {
 		t.Errorf("an execution its live agent let run two hours past its runtime: %+v", overdue.Status)
@@ -93,7 +99,9 @@ func TestAnExecutionOnASilentHostEnds(t *testing.T) {
 	}
 	// The same for a cancel the agent does not confirm: after fifteen
 	// minutes the execution is cancelled without it.
-	e := f.submit(t, "b1", 8, 3600)
+	// Its maximum runtime (a minute) is past too, by half an hour, which
+	// is not yet overdue: the cancel is what ends it.
+	e := f.submit(t, "b1", 8, 60)
 	f.waitExecution(t, "b1", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	if r := f.report(t, alive, "b1", e.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
 		t.Fatalf("report running: %d %s", r.code, r.body)
@@ -106,6 +114,7 @@ func TestAnExecutionOnASilentHostEnds(t *testing.T) {
 		t.Fatalf("a cancel just asked for ended the execution without its agent: %+v", e.Status)
 	}
 	forgeInEtcd(t, s, "/registry/nodus.dev/executions/b1/"+e.Name, func(e *nodusv1.Execution) {
+		e.Status.StartedAt = &metav1.Time{Time: time.Now().Add(-30 * time.Minute).Truncate(time.Second)}
 		e.Status.CancelRequestedAt = &metav1.Time{Time: time.Now().Add(-20 * time.Minute).Truncate(time.Second)}
 	})
 	cancelled := f.waitExecution(t, "b1", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionRunning })

@@ -340,38 +340,15 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.LentAt(h.reservation, now.Time)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
-		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed && outlived(e, now.Time):
+		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed &&
+			(outlived(e, now.Time) || stopUnconfirmed(e, now.Time) || (e.Status.Phase == nodusv1.ExecutionRunning && h == nil)):
 			node, err := nodeOf(p.alias)
 			if err != nil {
 				c.mu.Unlock()
 				return err
 			}
-			switch {
-			case node == nil && e.Status.Phase == nodusv1.ExecutionRunning:
-				writes = append(writes, write{execution: hostLost(e, now)})
-			case node != nil && !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
-				writes = append(writes, write{execution: hostUnreachable(e, now)})
-			case node != nil && overdue(e, now.Time):
-				writes = append(writes, write{execution: notEndedByHost(e, now)})
-			}
-		case e.Status.Phase == nodusv1.ExecutionRunning && !isAssumed && stopUnconfirmed(e, now.Time):
-			node, err := nodeOf(p.alias)
-			if err != nil {
-				c.mu.Unlock()
-				return err
-			}
-			if node != nil && meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady) {
-				writes = append(writes, write{execution: stoppedByServer(e, now)})
-			}
-		case e.Status.Phase == nodusv1.ExecutionRunning && h == nil:
-			node, err := nodeOf(p.alias)
-			if err != nil {
-				c.mu.Unlock()
-				return err
-			}
-			if node == nil {
-				// The operator deleted the node: no agent will ever report it.
-				writes = append(writes, write{execution: hostLost(e, now)})
+			if end := endedByServer(e, node, now); end != nil {
+				writes = append(writes, write{execution: end})
 			}
 		}
 	}
@@ -562,15 +539,36 @@ func bestFit(candidates []*host, gpus int32) *host {
 // the host takes no placement while the execution could still run there.
 const unreachableAfter = 10 * time.Minute
 
+// endedByServer is e, placed on node (nil: deleted), as the server ends it
+// when no agent will, or when its agent would not; nil while it is the
+// agent's to end.
+func endedByServer(e *nodusv1.Execution, node *nodusv1.Node, now metav1.Time) *nodusv1.Execution {
+	ready := node != nil && meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady)
+	switch {
+	case node == nil && e.Status.Phase == nodusv1.ExecutionRunning:
+		// The operator deleted the node: no agent will ever report it.
+		return hostLost(e, now)
+	case node != nil && !ready && outlived(e, now.Time):
+		return hostUnreachable(e, now)
+	case ready && e.Status.Phase == nodusv1.ExecutionRunning && stopUnconfirmed(e, now.Time):
+		return stoppedByServer(e, now)
+	case ready && overdue(e, now.Time):
+		return notEndedByHost(e, now)
+	}
+	return nil
+}
+
 // overdueAfter is how long past unreachableAfter an execution may stay
-// scheduled or running on a host whose agent reports: a live agent ended
-// it long before (its timer, the grace between TERM and KILL). One that
-// reports and does not end it (at fault, or the owner's, who is root
-// there) would hold the borrower's GPUs, cap and project deletion for as
-// long as it likes; stopAfter is the same for a cancel or a drain it does
-// not confirm.
+// scheduled or running on a host whose agent reports. Its maximum runtime
+// counts from when the agent took it on, its agent's timer from when its
+// sandbox was ready: the margin is for an image that takes long to
+// prepare (six hours) and for the agent's grace between TERM and KILL. An
+// agent that reports and still does not end it (at fault, or the owner's,
+// who is root there) would hold the borrower's GPUs, cap and project
+// deletion for as long as it likes; stopAfter is the same for a cancel or
+// a drain it does not confirm.
 const (
-	overdueAfter = time.Hour
+	overdueAfter = 6 * time.Hour
 	stopAfter    = 15 * time.Minute
 )
 
@@ -597,7 +595,8 @@ func notEndedByHost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	w := e.DeepCopy()
 	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionFailed, &now
 	w.Status.Reason = "NotEndedByHost"
-	w.Status.Message = "its maximum runtime passed over an hour ago and its host's agent, which reports, did not end it: the server ended it; whether it still ran is unknown"
+	w.Status.Message = fmt.Sprintf("its host's agent, which reports, neither ended it nor said so within %s past its maximum runtime (counted from when the host took it on): the server ended it; whether it still ran is unknown",
+		unreachableAfter+overdueAfter)
 	return w
 }
 
@@ -739,7 +738,7 @@ func (c *Controller) hosts() (map[string]*host, []*host, error) {
 		if err != nil {
 			continue
 		}
-		agreement := lending.WithHostShare(r.Status.Lending, &node.Status.Inventory)
+		agreement := lending.HeldToHost(lending.WithHostShare(r.Status.Lending, &node.Status.Inventory), &node.Status.Inventory)
 		h := &host{
 			alias: c.alias(node), pool: node.Spec.Pool, reservation: r, agreement: agreement,
 			maxGPUs: r.Status.Lending.MaxGPUs, maxExec: r.Status.Lending.MaxExecutions,
