@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"net/http"
 	"testing"
 	"time"
@@ -10,9 +9,6 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
-	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -35,19 +31,7 @@ func TestAHostWhoseTermIsOverTakesNoBorrower(t *testing.T) {
 	}
 	defer etcd.Close()
 	takeTheLead(t, etcd) // no reservation controller ends the term: only the scheduler below runs
-	runScheduler := func() (stop func()) {
-		client := versioned.NewForConfigOrDie(s.ServerConfig)
-		runCtx, cancel := context.WithCancel(context.Background())
-		factory := externalversions.NewSharedInformerFactory(client, 0)
-		sched, err := scheduler.New(client, factory, etcd)
-		if err != nil {
-			t.Fatal(err)
-		}
-		factory.Start(runCtx.Done())
-		go sched.Run(runCtx)
-		return func() { cancel(); factory.Shutdown() }
-	}
-	stop := runScheduler()
+	stop := runScheduler(t, s.ServerConfig, etcd)
 	placedBefore := f.submit(t, "beta", 1, 3600)
 	f.waitExecution(t, "beta", placedBefore.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	stop()
@@ -62,7 +46,7 @@ func TestAHostWhoseTermIsOverTakesNoBorrower(t *testing.T) {
 	started := f.report(t, "gpu-00", "beta", placedBefore.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning})
 	expectReason(t, started, http.StatusConflict, apierror.ReasonHostNotLent)
 
-	defer runScheduler()()
+	runScheduler(t, s.ServerConfig, etcd)
 	placedAfter := f.submit(t, "beta", 1, 3600)
 	drained := f.waitExecution(t, "beta", placedBefore.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase != nodusv1.ExecutionScheduled })
 	if drained.Status.Phase != nodusv1.ExecutionDrained {

@@ -11,8 +11,12 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"k8s.io/client-go/rest"
 
 	"github.com/nodus-dev/nodus/pkg/controller/leader"
+	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -105,4 +109,25 @@ func takeTheLead(t *testing.T, etcd *clientv3.Client) (giveBack func()) {
 			t.Fatalf("giving the lead back: %v", err)
 		}
 	}
+}
+
+// runScheduler runs a scheduler of the test's own, writing with cfg and
+// claiming GPUs in etcd: beside the server's (an old leader), or, with the
+// lead taken (takeTheLead), alone. It ends with the test, or when stop is
+// called.
+func runScheduler(t *testing.T, cfg *rest.Config, etcd *clientv3.Client) (stop func()) {
+	t.Helper()
+	client := versioned.NewForConfigOrDie(cfg)
+	runCtx, cancel := context.WithCancel(context.Background())
+	factory := externalversions.NewSharedInformerFactory(client, 0)
+	sched, err := scheduler.New(client, factory, etcd)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	factory.Start(runCtx.Done())
+	go sched.Run(runCtx)
+	stop = func() { cancel(); factory.Shutdown() }
+	t.Cleanup(stop)
+	return stop
 }

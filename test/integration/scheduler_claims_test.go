@@ -19,7 +19,6 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -44,15 +43,7 @@ func TestTwoSchedulersNeverPlaceAGPUTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer etcd.Close()
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	factory := externalversions.NewSharedInformerFactory(s.Client, 0)
-	stale, err := scheduler.New(versioned.NewForConfigOrDie(s.ServerConfig), factory, etcd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(runCtx.Done())
-	go stale.Run(runCtx)
+	runScheduler(t, s.ServerConfig, etcd) // an old leader's, beside the server's
 
 	const submitted, gpus = 40, 16
 	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
@@ -141,16 +132,7 @@ func TestALosingSchedulerKeepsTheWinnersClaims(t *testing.T) {
 	beaten := &beatenToIt{}
 	cfg := rest.CopyConfig(s.ServerConfig)
 	cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { beaten.next = next; return beaten })
-	client := versioned.NewForConfigOrDie(cfg)
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	factory := externalversions.NewSharedInformerFactory(client, 0)
-	sched, err := scheduler.New(client, factory, etcd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(runCtx.Done())
-	go sched.Run(runCtx)
+	runScheduler(t, cfg, etcd)
 
 	var placed *nodusv1.Execution
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {

@@ -15,7 +15,6 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/controller/scheduler"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
-	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
@@ -66,16 +65,7 @@ func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 
 	lossy := rest.CopyConfig(s.ServerConfig)
 	lossy.Wrap(func(next http.RoundTripper) http.RoundTripper { lost.next = next; return lost })
-	client := versioned.NewForConfigOrDie(lossy)
-	runCtx, stop := context.WithCancel(context.Background())
-	defer stop()
-	factory := externalversions.NewSharedInformerFactory(client, 0)
-	sched, err := scheduler.New(client, factory, etcd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	factory.Start(runCtx.Done())
-	go sched.Run(runCtx)
+	runScheduler(t, lossy, etcd)
 
 	var placed []nodusv1.Execution
 	err = testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {

@@ -45,18 +45,9 @@ func (r *REST) Create(ctx context.Context, obj runtime.Object, createValidation 
 
 // Update makes the token through Create when a server-side apply names
 // one that does not exist: made by the store's update, it got no secret,
-// stored a token that could never authenticate and answered 201 without
-// one.
+// stored a token that could never authenticate and answered 201 without one.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	if forceAllowCreate {
-		out, made, err := base.CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
-			return r.Create(ctx, obj, createValidation, base.CreateOptionsOf(options))
-		})
-		if made {
-			return out, err == nil, err
-		}
-	}
-	return r.REST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	return r.UpdateCreatingBy(ctx, r.Create, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 }
 
 // SplitToken splits a bearer token into the AccessToken's name and its secret.

@@ -89,6 +89,24 @@ func ForCreate(obj runtime.Object) error {
 	return nil
 }
 
+// CreateFunc is a kind's Create.
+type CreateFunc func(ctx context.Context, obj runtime.Object, createValidation rest.ValidateObjectFunc, options *metav1.CreateOptions) (runtime.Object, error)
+
+// UpdateCreatingBy is Update, but an apply of an object that does not exist
+// is made by create (CreateByApply), dry runs too: for a kind whose Create
+// does more than the store's (a token's secret).
+func (r *REST) UpdateCreatingBy(ctx context.Context, create CreateFunc, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
+	if forceAllowCreate {
+		out, made, err := CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
+			return create(ctx, obj, createValidation, CreateOptionsOf(options))
+		})
+		if made {
+			return out, err == nil, err
+		}
+	}
+	return r.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+}
+
 // CreateOptionsOf are the options of a create that an update with
 // options makes (a server-side apply of an object that does not exist).
 func CreateOptionsOf(options *metav1.UpdateOptions) *metav1.CreateOptions {

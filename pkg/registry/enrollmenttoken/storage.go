@@ -45,15 +45,7 @@ func Storage(stores base.Stores, caFingerprint string) map[string]rest.Storage {
 // one that does not exist: made by the store's update, it got no secret,
 // stored a token that could never enroll and answered 201 without one.
 func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObjectInfo, createValidation rest.ValidateObjectFunc, updateValidation rest.ValidateObjectUpdateFunc, forceAllowCreate bool, options *metav1.UpdateOptions) (runtime.Object, bool, error) {
-	if forceAllowCreate {
-		out, made, err := base.CreateByApply(ctx, r.Store, name, objInfo, func(obj runtime.Object) (runtime.Object, error) {
-			return r.Create(ctx, obj, createValidation, base.CreateOptionsOf(options))
-		})
-		if made {
-			return out, err == nil, err
-		}
-	}
-	return r.REST.Update(ctx, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
+	return r.UpdateCreatingBy(ctx, r.Create, name, objInfo, createValidation, updateValidation, forceAllowCreate, options)
 }
 
 // Create stores the token's hash and answers with the token.
