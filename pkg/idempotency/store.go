@@ -72,6 +72,9 @@ type Store struct {
 	ReplicaTTL time.Duration
 
 	owner string // "replica/boot" of this process, once registered
+	// registered is this process' registration: its key and entry, to
+	// mark it draining.
+	registered struct{ key, entry string }
 
 	mu sync.Mutex
 	// claims are the leases of the in-flight records this process holds:
@@ -111,6 +114,10 @@ type registration struct {
 	// tell at once that its process is gone; "" when it cannot be reached
 	// by a known address, and its lease decides.
 	Address string `json:"address,omitempty"`
+	// Draining: the replica stopped taking requests and finishes those it
+	// runs. Its port no longer answers, yet its in-flight requests are not
+	// cut: its lease decides, which it keeps until they are done.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // Register records this process as the running boot of replica (an ID
@@ -125,6 +132,7 @@ func (s *Store) Register(ctx context.Context, replica, address string) error {
 		return err
 	}
 	s.owner = replica + "/" + boot
+	s.registered.key, s.registered.entry = replicasPrefix+replica, string(entry)
 	go func() {
 		for {
 			for range alive {
@@ -146,6 +154,30 @@ func (s *Store) Register(ctx context.Context, replica, address string) error {
 		}
 	}()
 	return nil
+}
+
+// Drain marks this process' registration draining: from now on its port
+// may refuse connections while it finishes the requests it runs, and no
+// peer takes their keys over while its registration lives. Call it when
+// the server stops taking requests, and end Register's context once the
+// last request is done.
+func (s *Store) Drain(ctx context.Context) error {
+	if s.registered.key == "" {
+		return nil
+	}
+	var r registration
+	if err := json.Unmarshal([]byte(s.registered.entry), &r); err != nil {
+		return err
+	}
+	r.Draining = true
+	entry, _ := json.Marshal(r)
+	// Only the entry this process wrote, on the lease it keeps: a later
+	// boot's is not this one's to mark.
+	_, err := s.Client.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(s.registered.key), "=", s.registered.entry)).
+		Then(clientv3.OpPut(s.registered.key, string(entry), clientv3.WithIgnoreLease())).
+		Commit()
+	return err
 }
 
 func (s *Store) register(ctx context.Context, replica, entry string) (<-chan *clientv3.LeaseKeepAliveResponse, error) {
@@ -191,7 +223,7 @@ func (s *Store) ownerRuns(ctx context.Context, owner string) (bool, error) {
 	if r.Boot != boot {
 		return false, nil
 	}
-	if r.Address == "" {
+	if r.Address == "" || r.Draining {
 		return true, nil
 	}
 	conn, err := (&net.Dialer{Timeout: probeTimeout}).DialContext(ctx, "tcp", r.Address)

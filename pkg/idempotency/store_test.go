@@ -2,6 +2,7 @@ package idempotency_test
 
 import (
 	"context"
+	"net"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -262,6 +263,50 @@ func TestFinishStoresTheAnswer(t *testing.T) {
 	for key, code := range map[string]int{"alice/withdraw": 200, "alice/lend": 201} {
 		if r, err := checks.Get(ctx, key); err != nil || r == nil || r.InFlight() || r.Code != code {
 			t.Errorf("%s: %+v, %v; want the answer %d", key, r, err, code)
+		}
+	}
+}
+
+// TestADrainingReplicasRequestsAreNotTakenOver: a stopping replica closes
+// its listener and finishes the requests it runs. Its peers took the
+// closed port for a crash and ran a retry of such a request beside it (two
+// SSH certificates for one key). Marked draining, its requests are its own
+// for as long as its registration lives; a replica whose port refuses
+// without that mark is gone, as before.
+func TestADrainingReplicasRequestsAreNotTakenOver(t *testing.T) {
+	_, _, checks := stores(t, testfleet.EtcdReaches[0], 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	for _, c := range []struct {
+		replica  string
+		draining bool
+	}{{"draining", true}, {"crashed", false}} {
+		s := idempotency.NewStore(checks.Client)
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Register(ctx, c.replica, l.Addr().String()); err != nil {
+			t.Fatal(err)
+		}
+		key := "alice/" + c.replica + "/ssh-certificate"
+		begin(t, s, key)
+		if c.draining {
+			if err := s.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l.Close() // the stop closed its listener
+		r, err := checks.Begin(ctx, key, "fingerprint")
+		if err != nil || r == nil || !r.InFlight() {
+			t.Fatalf("%s: the retry found %+v, %v", c.replica, r, err)
+		}
+		took, err := checks.TakeOver(ctx, key, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if took == c.draining {
+			t.Errorf("%s replica: its request taken over %v, want %v", c.replica, took, !c.draining)
 		}
 	}
 }

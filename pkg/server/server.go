@@ -313,13 +313,26 @@ func (s *Server) Run(ctx context.Context) error {
 	if s.config.joinCommand != "" {
 		s.config.out("start another replica of this cluster (with its own --tls-san names, and --bind-address if it binds one address) with: %s", s.config.joinCommand)
 	}
-	// In-flight idempotent requests name this boot of this replica.
-	if err := s.config.idempotent.Register(ctx, s.config.replicaID, s.config.replicaAddress); err != nil {
+	// In-flight idempotent requests name this boot of this replica. The
+	// registration outlives ctx: a stop drains the requests in flight
+	// (their listener closed), and a peer must not take their keys over
+	// meanwhile, so it is marked draining then, and kept until they are
+	// done.
+	registered, deregister := context.WithCancel(context.WithoutCancel(ctx))
+	defer deregister()
+	if err := s.config.idempotent.Register(registered, s.config.replicaID, s.config.replicaAddress); err != nil {
 		s.config.storage.close(context.Background())
 		return fmt.Errorf("register the replica in etcd: %w", err)
 	}
+	go func() {
+		<-ctx.Done()
+		if err := s.config.idempotent.Drain(registered); err != nil && registered.Err() == nil {
+			klog.ErrorS(err, "marking the replica draining")
+		}
+	}()
 	go s.config.renewCredentials(ctx)
 	err := s.generic.PrepareRun().RunWithContext(ctx)
+	deregister() // the requests are done: its lease lapses now
 	// etcd outlives the API server, on its own deadline.
 	stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
 	defer cancel()

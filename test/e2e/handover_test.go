@@ -231,7 +231,7 @@ echo planted`
 			out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.cleaning.request} {.status.cleaning.phase}")
 			return out == fmt.Sprintf("%d Succeeded", before+1)
 		}
-		waitFor(t, name+" to be active", func() bool {
+		waitOr(t, name+" to be active", func() bool {
 			if drained == 0 && isDrained() {
 				drained = time.Since(released)
 			}
@@ -249,7 +249,7 @@ echo planted`
 			}
 			drained, cleaned = orAt(drained, active), orAt(cleaned, active)
 			return true
-		})
+		}, func() string { return handoverState(s, rig, ns, host, name) })
 		toNext = append(toNext, active)
 		toDrained, toCleaned = append(toDrained, drained), append(toCleaned, cleaned)
 		current = project + "/" + name
@@ -441,7 +441,7 @@ func wayOutRuns(t *testing.T, s *serverProcess, rig sshRig) {
 func certifiedLogin(t *testing.T, s *serverProcess, rig sshRig, name string) certLogin {
 	t.Helper()
 	var hostKey, loginUser string
-	waitFor(t, name+" to be connected", func() bool {
+	waitOr(t, name+" to be connected", func() bool {
 		out, _, _ := s.kubectl("get", "reservedhost", name, "-n", "acme", "-o",
 			`jsonpath={.status.conditions[?(@.type=="Connected")].status} {.status.connect.loginUser} {.status.connect.hostKey}`)
 		fields := strings.SplitN(out, " ", 3)
@@ -450,7 +450,7 @@ func certifiedLogin(t *testing.T, s *serverProcess, rig sshRig, name string) cer
 		}
 		loginUser, hostKey = fields[1], fields[2]
 		return fields[0] == "True"
-	})
+	}, func() string { return handoverState(s, rig, "acme", name, name) })
 	knownHosts := filepath.Join(rig.dir, "known_hosts-"+name)
 	if err := os.WriteFile(knownHosts, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", rig.port, hostKey)), 0o600); err != nil {
 		t.Fatal(err)
@@ -479,4 +479,18 @@ type certLogin struct{ args []string }
 
 func (l certLogin) run(args ...string) error {
 	return exec.Command("ssh", append(l.args, args...)...).Run()
+}
+
+// handoverState is what a handover that did not happen in time shows: the
+// predecessor host's release, the next reservation, the rig node's
+// cleaning and conditions, and the agent's log.
+func handoverState(s *serverProcess, rig sshRig, ns, previous, next string) string {
+	release, _, _ := s.kubectl("get", "reservedhost", previous, "-n", ns, "-o", "jsonpath={.status.reservation.state} {.status.release}")
+	reservation, _, _ := s.kubectl("get", "reservation", next, "-o", "jsonpath={.status}")
+	node, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.cleaning} {.status.conditions} {.status.reservation} {.status.appliedEpoch}")
+	log := rig.agentLog.String()
+	if len(log) > 16<<10 {
+		log = "…" + log[len(log)-16<<10:]
+	}
+	return fmt.Sprintf("%s/%s: %s\nreservation %s: %s\nnode e2e-node: %s\nnodusd (the end of its log):\n%s", ns, previous, release, next, reservation, node, log)
 }
