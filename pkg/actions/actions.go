@@ -206,7 +206,7 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 	// (electing a leader), the answer waits for the release, at most until
 	// the in-flight record's lease ends it.
 	done := context.WithoutCancel(ctx)
-	if held.code == 0 || retryLater(held.code) || held.passed {
+	if held.code == 0 || retryLater(held.code) || decidedByHeaders(held.code) || held.passed {
 		if err := store.Abandon(done, scope); err != nil {
 			klog.ErrorS(err, "releasing an idempotency key after a failed action", "path", req.URL.Path)
 		}
@@ -245,6 +245,14 @@ func serveOnce(w http.ResponseWriter, req *http.Request, handler http.Handler, s
 // again and the action recognises that part as its own).
 func retryLater(code int) bool {
 	return code >= 500 || code == http.StatusTooManyRequests || code == http.StatusRequestTimeout
+}
+
+// decidedByHeaders says whether an answer of code was decided by a header
+// the fingerprint leaves out (If-Match, Content-Type, Accept), before any
+// effect: kept, it was replayed for a day to the corrected retry its own
+// fix asks for (read the host again, send its new ETag).
+func decidedByHeaders(code int) bool {
+	return code == http.StatusPreconditionFailed || code == http.StatusUnsupportedMediaType || code == http.StatusNotAcceptable
 }
 
 type requestKeyContext struct{}

@@ -258,6 +258,14 @@ func TestReleaseCapacity(t *testing.T) {
 		if f.reservation(t, "h-idem").Status.Epoch != 2 {
 			t.Errorf("a replay must not release again")
 		}
+		// A refusal for a stale If-Match is not kept: the retry its fix
+		// asks for (the host read again, its new ETag), with the same key,
+		// runs. It was replayed, 412, for a day.
+		term("h-idem-stale")
+		expectReason(t, f.release(t, f.admin, "h-idem-stale", agreed, "", "Idempotency-Key", "retry-2", "If-Match", `"999999"`), 412, apierror.ReasonPreconditionFailed)
+		if fresh := f.release(t, f.admin, "h-idem-stale", agreed, "", "Idempotency-Key", "retry-2"); fresh.code != 200 || fresh.header.Get("Idempotent-Replayed") != "" {
+			t.Errorf("the corrected retry of a stale If-Match with its key: %d (replayed %q) %s", fresh.code, fresh.header.Get("Idempotent-Replayed"), fresh.body)
+		}
 		// The release carries its request's key, for a retry after a crash.
 		if got, want := f.reservation(t, "h-idem").Status.ReleaseRequest,
 			scopeKey("alice", "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h-idem/release-capacity", "retry-1"); got != want {
