@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/endpoints/responsewriter"
@@ -272,6 +273,10 @@ func MarkReplayed(ctx context.Context) {
 	exchange.From(ctx).SetResponseHeader(headerReplayed, "true")
 }
 
+// AuditReplayOf is the audit annotation of a replayed answer: the request
+// id (and audit id) of the request that produced it.
+const AuditReplayOf = "nodus.dev/idempotent-replay-of"
+
 // replay writes the first answer again, marked as a replay. An error body
 // names the request that produced it.
 func replay(w http.ResponseWriter, req *http.Request, r *idempotency.Record) {
@@ -279,6 +284,9 @@ func replay(w http.ResponseWriter, req *http.Request, r *idempotency.Record) {
 		w.Header().Set(k, v)
 	}
 	w.Header().Set(headerReplayed, "true")
+	// In the audit log a replay reads as the action done again: it names
+	// the request whose answer it is.
+	audit.AddAuditAnnotation(req.Context(), AuditReplayOf, r.RequestID)
 	exchange.From(req.Context()).SetRequestID(r.RequestID)
 	// The first answer's own fix, not the reason's general one.
 	exchange.From(req.Context()).SetFix(r.Fix)

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -45,6 +46,8 @@ type auditEvent struct {
 	Level string `json:"level"`
 	// RawRequest is the request body as kept, to see whether it was.
 	RawRequest json.RawMessage `json:"-"`
+	// Annotations are what the server added to the event.
+	Annotations map[string]string `json:"annotations"`
 }
 
 // answeredEpoch is the epoch of the ReservedHost in the answer, 0 for errors.
@@ -95,6 +98,44 @@ func TestAuditRecordsReleases(t *testing.T) {
 			e.ResponseStatus.Code != tc.code || e.RequestObject.Epoch != tc.sentEpoch || e.answeredEpoch() != tc.answeredEpoch {
 			t.Errorf("audit event for %s: %+v", id, e)
 		}
+	}
+}
+
+// TestAuditNamesTheRequestAReplayAnswers: an idempotent replay was
+// audited as the release done again (a second event, status 200, no mark),
+// and read as two releases. It names the request whose answer it is.
+func TestAuditNamesTheRequestAReplayAnswers(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.host(t, "h-replayed", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	first := f.release(t, f.admin, "h-replayed", agreed, "", "Idempotency-Key", "once")
+	again := f.release(t, f.admin, "h-replayed", agreed, "", "Idempotency-Key", "once")
+	if first.code != 200 || again.code != 200 || again.header.Get("Idempotent-Replayed") != "true" {
+		t.Fatalf("release and its replay: %d %d %q", first.code, again.code, again.header.Get("Idempotent-Replayed"))
+	}
+	firstID := first.header.Get("X-Request-Id")
+	var events map[string]auditEvent
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(context.Context) (bool, error) {
+		events = auditEvents(t, filepath.Join(s.DataDir, "audit.log"), "release-capacity")
+		return len(events) >= 2, nil
+	}); err != nil {
+		t.Fatalf("audit events: %v %+v", err, events)
+	}
+	var replays, originals int
+	for id, e := range events {
+		switch e.Annotations[actions.AuditReplayOf] {
+		case firstID:
+			replays++
+		case "":
+			if id == firstID {
+				originals++
+			}
+		default:
+			t.Errorf("event %s names another request: %v", id, e.Annotations)
+		}
+	}
+	if replays != 1 || originals != 1 {
+		t.Errorf("the release and its replay: %d replays naming %s, %d originals: %+v", replays, firstID, originals, events)
 	}
 }
 
