@@ -9,7 +9,7 @@ import (
 // credentialCheckInterval is how often a running server looks at its own
 // certificates: each is issued anew within its last 30 days, so a daily
 // look leaves a month for one that fails.
-var credentialCheckInterval = 24 * time.Hour
+const credentialCheckInterval = 24 * time.Hour
 
 // renewCredentials issues this replica's certificates anew as they near
 // their end, for as long as ctx lasts: the serving certificate (the API
