@@ -332,7 +332,7 @@ func (s *Server) Run(ctx context.Context) error {
 	}()
 	go s.config.renewCredentials(ctx)
 	err := s.generic.PrepareRun().RunWithContext(ctx)
-	deregister() // the requests are done: its lease lapses now
+	deregister() // the requests are done: the registration lapses with its lease (seconds)
 	// etcd outlives the API server, on its own deadline.
 	stopCtx, cancel := context.WithTimeout(context.Background(), etcdStopTimeout)
 	defer cancel()
