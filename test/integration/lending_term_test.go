@@ -21,15 +21,7 @@ import (
 // execution placed on it before is drained.
 func TestAHostWhoseTermIsOverTakesNoBorrower(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
-	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
-		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
-	}
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
+	f, etcd := oneLentHost(t, s, 8)
 	takeTheLead(t, etcd) // no reservation controller ends the term: only the scheduler below runs
 	stop := runScheduler(t, s.ServerConfig, etcd)
 	placedBefore := f.submit(t, "beta", 1, 3600)

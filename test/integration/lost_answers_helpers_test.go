@@ -18,6 +18,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/generated/informers/externalversions"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
+	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
 // lostAnswers stands in for the answers of writes that a fault lost, and
@@ -130,4 +131,21 @@ func runScheduler(t *testing.T, cfg *rest.Config, etcd *clientv3.Client) (stop f
 	stop = func() { cancel(); factory.Shutdown() }
 	t.Cleanup(stop)
 	return stop
+}
+
+// oneLentHost is a lending fleet of one 8-GPU host, gpu-00, lent at epoch
+// 1 to project beta (up to cap GPUs), and a client of the server's etcd,
+// closed with the test: for tests that run a scheduler of their own.
+func oneLentHost(t *testing.T, s *testserver.Server, cap int32) (*lendingFleet, *clientv3.Client) {
+	t.Helper()
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": cap}, false)
+	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
+		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
+	}
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	return f, etcd
 }

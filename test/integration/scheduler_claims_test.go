@@ -111,15 +111,7 @@ func gpuPlacements(executions []nodusv1.Execution) (map[string]string, []string)
 // execution while the first still held it.
 func TestALosingSchedulerKeepsTheWinnersClaims(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 1000}, false)
-	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
-		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
-	}
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
+	f, etcd := oneLentHost(t, s, 1000)
 	takeTheLead(t, etcd) // the only scheduler is the one below
 	borrower := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta")
 	if _, err := borrower.Create(ctx(t), &nodusv1.Execution{ObjectMeta: metav1.ObjectMeta{Name: "contested"},
@@ -136,6 +128,7 @@ func TestALosingSchedulerKeepsTheWinnersClaims(t *testing.T) {
 
 	var placed *nodusv1.Execution
 	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		var err error
 		placed, err = borrower.Get(c, "contested", metav1.GetOptions{})
 		return err == nil && placed.Status.Phase == nodusv1.ExecutionScheduled && beaten.refused.Load() > 0, err
 	}); err != nil {

@@ -38,15 +38,7 @@ func TestAPlacementWhoseAnswerWasLostKeepsItsClaims(t *testing.T) {
 
 func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 1000}, false)
-	if r := f.lend(t, f.admin, "lend", "gpu-00", `{"epoch":1}`); r.code != 200 {
-		t.Fatalf("lend gpu-00: %d %s", r.code, r.body)
-	}
-	etcd, err := s.EtcdClient()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer etcd.Close()
+	f, etcd := oneLentHost(t, s, 1000)
 	// The only scheduler is the one below: every placement is one whose
 	// answer was lost.
 	takeTheLead(t, etcd)
@@ -68,7 +60,7 @@ func placeWithLostAnswers(t *testing.T, lost *lostPlacementAnswers) {
 	runScheduler(t, lossy, etcd)
 
 	var placed []nodusv1.Execution
-	err = testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+	err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
 		list, err := borrower.List(c, metav1.ListOptions{})
 		if err != nil {
 			return false, err
