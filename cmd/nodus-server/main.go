@@ -5,14 +5,13 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 
 	"github.com/nodus-dev/nodus/pkg/server"
+	"github.com/nodus-dev/nodus/pkg/shutdownsignal"
 )
 
 func main() {
@@ -59,7 +58,7 @@ func newCommand() *cobra.Command {
 				fmt.Fprintf(cmd.OutOrStdout(), "the cluster identity is sealed with %s now: give it to every replica as --cluster-key-file before it restarts\n", rotateTo)
 				return nil
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			ctx, stop := shutdownsignal.Context(cmd.Context(), "nodus-server", cmd.ErrOrStderr())
 			defer stop()
 			return run(ctx, opts)
 		},

@@ -10,9 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/failover"
+	"github.com/nodus-dev/nodus/pkg/shutdownsignal"
 )
 
 // version is set at build time with -ldflags "-X main.version=…".
@@ -153,7 +152,7 @@ func runCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGTERM, os.Interrupt)
+			ctx, stop := shutdownsignal.Context(cmd.Context(), "nodusd", cmd.ErrOrStderr())
 			defer stop()
 			return a.Run(ctx)
 		},
