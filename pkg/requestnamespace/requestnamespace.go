@@ -11,6 +11,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
+	"k8s.io/apimachinery/pkg/api/validation/path"
 	"k8s.io/apiserver/pkg/endpoints/request"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
@@ -24,7 +25,14 @@ func Filter(handler http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		info, ok := request.RequestInfoFrom(req.Context())
 		if ok && info.IsResourceRequest && info.Namespace != "" {
-			if problems := apimachineryvalidation.ValidateNamespaceName(info.Namespace, false); len(problems) > 0 {
+			validate := func(name string) []string { return apimachineryvalidation.ValidateNamespaceName(name, false) }
+			if info.APIGroup == "" && info.Resource == "namespaces" && info.Subresource == "" {
+				// A read of a namespace by a name no project can have is
+				// of one that is not there: 404, as kube-apiserver
+				// answers. Only a name that cannot be a key is refused.
+				validate = path.IsValidPathSegmentName
+			}
+			if problems := validate(info.Namespace); len(problems) > 0 {
 				apierror.Write(w, apierrors.NewBadRequest(fmt.Sprintf("%q is not a valid namespace (project) name: %s",
 					info.Namespace, strings.Join(problems, "; "))))
 				return

@@ -116,6 +116,11 @@ func TestBadInputGetsA4xxEnvelope(t *testing.T) {
 		{"an operator's action in a namespace of dots", "POST", nodus + "/namespaces/%2E%2E/reservedhosts/h/lend", "application/json", `{}`, nil, 400},
 		{"an operator's read in a namespace that is no name", "GET", nodus + "/namespaces/%25/reservedhosts/h", "", "", nil, 400},
 		{"an operator's read of a namespace that is no name", "GET", "/api/v1/namespaces/%25", "", "", nil, 400},
+		// A name no project can have names no namespace: 404, as
+		// kube-apiserver answers (it was 400).
+		{"an operator's read of a namespace no project can be", "GET", "/api/v1/namespaces/Bad_Name", "", "", nil, 404},
+		{"a customer's read of a namespace no project can be", "GET", "/api/v1/namespaces/Bad_Name", "", "", alice, 403},
+		{"an operator's list in a namespace no project can be", "GET", nodus + "/namespaces/Bad_Name/reservedhosts", "", "", nil, 400},
 		// A strategic merge patch's errors the library does not map were
 		// plain: 500.
 		{"strategic merge patch: an unknown directive", "PATCH", nodus + "/projects/acme", "application/strategic-merge-patch+json", `{"$patch":"bogus"}`, nil, 400},

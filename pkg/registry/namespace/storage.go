@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -48,6 +49,10 @@ func (r *REST) GetSingularName() string { return "namespace" }
 func (r *REST) ShortNames() []string    { return []string{"ns"} }
 
 func (r *REST) Get(ctx context.Context, name string, options *metav1.GetOptions) (runtime.Object, error) {
+	if len(apimachineryvalidation.ValidateNamespaceName(name, false)) > 0 {
+		// No project can have this name.
+		return nil, apierrors.NewNotFound(corev1.Resource("namespaces"), name)
+	}
 	obj, err := r.projects.Get(ctx, name, options)
 	if apierrors.IsNotFound(err) {
 		// Of the resource asked for: `namespaces "x" not found`, as
