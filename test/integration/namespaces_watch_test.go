@@ -207,3 +207,81 @@ func TestAMissingNamespaceIsANamespace(t *testing.T) {
 		t.Errorf("a namespace that does not exist: %v %+v", err, status)
 	}
 }
+
+// TestNamespacesAreSelectedByTheirPhase: `kubectl get ns --field-selector
+// status.phase=Active` went to the projects' store, which has no such
+// field, and was refused 400. A project being deleted shows a Terminating
+// namespace, and leaves a watch of the Active ones as DELETED.
+func TestNamespacesAreSelectedByTheirPhase(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	const hold = "test.nodus.dev/hold"
+	if _, err := s.Client.NodusV1().Projects().Create(ctx(t), &nodusv1.Project{ObjectMeta: metav1.ObjectMeta{Name: "leaving",
+		Finalizers: []string{hold}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := s.Client.NodusV1().Projects().Get(ctx(t), "leaving", metav1.GetOptions{})
+			if err != nil {
+				return nil
+			}
+			p.Finalizers = slices.DeleteFunc(p.Finalizers, func(f string) bool { return f == hold })
+			_, err = s.Client.NodusV1().Projects().Update(ctx(t), p, metav1.UpdateOptions{})
+			return err
+		})
+	})
+	client := kubernetes.NewForConfigOrDie(s.Config)
+	names := func(selector string) []string {
+		t.Helper()
+		list, err := client.CoreV1().Namespaces().List(ctx(t), metav1.ListOptions{FieldSelector: selector})
+		if err != nil {
+			t.Fatalf("%s: %v", selector, err)
+		}
+		var out []string
+		for _, ns := range list.Items {
+			out = append(out, ns.Name+"/"+string(ns.Status.Phase))
+		}
+		slices.Sort(out)
+		return out
+	}
+	w, err := client.CoreV1().Namespaces().Watch(ctx(t), metav1.ListOptions{FieldSelector: "status.phase=Active"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	if err := s.Client.NodusV1().Projects().Delete(ctx(t), "leaving", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for selector, want := range map[string][]string{
+		"status.phase=Active":                         {"acme/Active", "other/Active"},
+		"status.phase==Terminating":                   {"leaving/Terminating"},
+		"status.phase!=Active":                        {"leaving/Terminating"},
+		"metadata.name=acme,status.phase=Active":      {"acme/Active"},
+		"metadata.name=acme,status.phase=Terminating": nil,
+	} {
+		if got := names(selector); !slices.Equal(got, want) {
+			t.Errorf("%s: %v, want %v", selector, got, want)
+		}
+	}
+	if _, err := client.CoreV1().Namespaces().List(ctx(t), metav1.ListOptions{FieldSelector: "status.bogus=x"}); !apierrors.IsBadRequest(err) {
+		t.Errorf("a field namespaces do not have: %v, want 400", err)
+	}
+	events := map[string]watch.EventType{}
+	timeout := time.After(30 * time.Second)
+	for events["leaving"] != watch.Deleted {
+		select {
+		case e := <-w.ResultChan():
+			ns, ok := e.Object.(*corev1.Namespace)
+			if !ok {
+				t.Fatalf("a %s event of %T", e.Type, e.Object)
+			}
+			if e.Type != watch.Deleted && ns.Status.Phase != corev1.NamespaceActive {
+				t.Errorf("the watch of Active namespaces showed %s %s", e.Type, ns.Name+"/"+string(ns.Status.Phase))
+			}
+			events[ns.Name] = e.Type
+		case <-timeout:
+			t.Fatalf("the deleted project did not leave the watch of Active namespaces: %v", events)
+		}
+	}
+}

@@ -11,8 +11,10 @@ import (
 	apimachineryvalidation "k8s.io/apimachinery/pkg/api/validation"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
@@ -77,7 +79,8 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 		options.Limit, options.Continue = 0, ""
 	}
 	options, named := byNameLabel(options)
-	visible = both(visible, named)
+	options, phased := byPhase(options)
+	visible = both(both(visible, named), phased)
 	obj, err := r.projects.List(ctx, options)
 	if err != nil {
 		return nil, err
@@ -87,8 +90,8 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if !all {
 		list.ListMeta = metav1.ListMeta{ResourceVersion: projects.ResourceVersion}
 	}
-	if named != nil {
-		list.RemainingItemCount = nil // it counted projects of every name
+	if named != nil || phased != nil {
+		list.RemainingItemCount = nil // it counted projects of every name and phase
 	}
 	for i := range projects.Items {
 		if visible(&projects.Items[i]) {
@@ -106,10 +109,12 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
 	visible, all := visibleTo(ctx)
 	options, named := byNameLabel(options)
-	if named != nil {
-		// A namespace's name label never changes: an event of one it does
-		// not match is of no namespace this watch shows, in any form.
-		visible, all = both(visible, named), false
+	options, phased := byPhase(options)
+	if named != nil || phased != nil {
+		// An event of a namespace the selection does not match is of none
+		// this watch shows, in any form; one whose phase leaves the
+		// selection (its deletion began) is DELETED from it.
+		visible, all = both(both(visible, named), phased), false
 	}
 	shown := map[string]bool{}
 	if !all {
@@ -236,15 +241,55 @@ func toNamespace(p *nodusv1.Project) *corev1.Namespace {
 			DeletionTimestamp: p.DeletionTimestamp,
 			Labels:            labels,
 		},
-		Status: corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
-	}
-	if p.DeletionTimestamp != nil {
-		ns.Status.Phase = corev1.NamespaceTerminating
+		Status: corev1.NamespaceStatus{Phase: phaseOf(p)},
 	}
 	if p.Spec.DisplayName != "" {
 		ns.Annotations = map[string]string{"nodus.dev/display-name": p.Spec.DisplayName}
 	}
 	return ns
+}
+
+func phaseOf(p *nodusv1.Project) corev1.NamespacePhase {
+	if p.DeletionTimestamp != nil {
+		return corev1.NamespaceTerminating
+	}
+	return corev1.NamespaceActive
+}
+
+// PhaseField is the field selector of a namespace's phase, as
+// kube-apiserver offers it (`kubectl get ns --field-selector
+// status.phase=Active`).
+const PhaseField = "status.phase"
+
+// byPhase takes the requirements on PhaseField out of options' field
+// selector, which the projects' store does not know (a project has no
+// phase: its namespace has), and returns them as a test of the phase a
+// project's namespace shows; nil when there are none.
+func byPhase(options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, func(*nodusv1.Project) bool) {
+	if options == nil || options.FieldSelector == nil {
+		return options, nil
+	}
+	var rest, phases []fields.Selector
+	for _, req := range options.FieldSelector.Requirements() {
+		term := fields.OneTermEqualSelector(req.Field, req.Value)
+		if req.Operator == selection.NotEquals {
+			term = fields.OneTermNotEqualSelector(req.Field, req.Value)
+		}
+		if req.Field == PhaseField {
+			phases = append(phases, term)
+		} else {
+			rest = append(rest, term)
+		}
+	}
+	if len(phases) == 0 {
+		return options, nil
+	}
+	options = options.DeepCopy()
+	options.FieldSelector = fields.AndSelectors(rest...)
+	selected := fields.AndSelectors(phases...)
+	return options, func(p *nodusv1.Project) bool {
+		return selected.Matches(fields.Set{PhaseField: string(phaseOf(p))})
+	}
 }
 
 // byNameLabel takes the requirements on nameLabel out of options' label
