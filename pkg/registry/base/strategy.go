@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apiserver/pkg/storage/names"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
 
 // Rules is what a kind's package says about its objects.
@@ -106,15 +108,18 @@ func specOf(obj runtime.Object) interface{} {
 	return nil
 }
 
+// Validate and the ValidateUpdates check, beyond the kind's rules, every
+// time the object holds (metadata.managedFields' too, which any writer
+// sends): the store must be able to read back what it writes.
 func (s Strategy) Validate(_ context.Context, obj runtime.Object) field.ErrorList {
-	return s.rules.Validate(obj)
+	return append(s.rules.Validate(obj), validation.ValidateTimes(obj)...)
 }
 
 func (s Strategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	if s.rules.ValidateUpdate != nil {
-		return s.rules.ValidateUpdate(obj, old)
+		return append(s.rules.ValidateUpdate(obj, old), validation.ValidateTimes(obj)...)
 	}
-	return s.rules.Validate(obj)
+	return s.Validate(context.Background(), obj)
 }
 
 func (s Strategy) WarningsOnCreate(_ context.Context, obj runtime.Object) []string {
@@ -151,9 +156,9 @@ func (s StatusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 
 func (s StatusStrategy) ValidateUpdate(_ context.Context, obj, old runtime.Object) field.ErrorList {
 	if s.rules.ValidateStatus != nil {
-		return s.rules.ValidateStatus(obj, old)
+		return append(s.rules.ValidateStatus(obj, old), validation.ValidateTimes(obj)...)
 	}
-	return nil
+	return validation.ValidateTimes(obj)
 }
 
 func (s StatusStrategy) WarningsOnUpdate(context.Context, runtime.Object, runtime.Object) []string {
