@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -126,5 +127,42 @@ func TestAnAccessThatGrantsNothingMakesNoAccountATenants(t *testing.T) {
 	case <-ended:
 		t.Error("an access that grants nothing ended the processes of an account no access granted")
 	case <-time.After(time.Second):
+	}
+}
+
+// TestATenantWhoCouldBecomeRootCannotLeaveItsAccountUncleaned: a login
+// user that could become root when it was granted, and no clean command.
+// With root the tenant makes its account one the agent does not reset (a
+// uid outside /etc/login.defs' range, or the borrowers' account in the
+// agent's configuration, as here) before it leaves. The cleaning passed
+// the account over and succeeded, and the node went to the next tenant
+// with whatever the first left as root; it must fail as for any tenant
+// that could become root.
+func TestATenantWhoCouldBecomeRootCannotLeaveItsAccountUncleaned(t *testing.T) {
+	login, _, store := sessionAndStore(t, "nodus-root")
+	sudoers := t.TempDir()
+	if err := os.WriteFile(filepath.Join(sudoers, "tenant"), []byte(login+" ALL=(ALL) NOPASSWD:ALL\n"), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	const uid = "3f1e2d4c-5b6a-4798-8a9b-0c1d2e3f4a5b"
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	node.Status.Reservation, node.Status.ReservationUID = "r", uid
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
+	a.cleaning.Paths.Sudoers, a.cleaning.Paths.SudoersDir = filepath.Join(sudoers, "none"), sudoers
+	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: uid}}
+	r.Spec.LoginUser, r.Spec.Project = login, "acme"
+	r.Status.Epoch, r.Status.State, r.Status.LoginUser = 1, nodusv1.ReservationStateActive, login
+	a.apply(context.Background(), r)
+	if ways, err := store.RootAccess(login); err != nil || len(ways) == 0 {
+		t.Fatalf("the grant did not record that %s could become root: %v %v", login, ways, err)
+	}
+
+	a.runner = executions.New(executions.Options{User: login})
+	if a.refuseLoginUser(login) == nil {
+		t.Fatal("the account is not refused: the test does not test the case")
+	}
+	ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 1, Reservation: "r", Epoch: 2})
+	if ev.Succeeded || !strings.Contains(ev.Message, "login user "+login+" can become root") {
+		t.Errorf("the cleaning after a tenant that could become root, without a clean command: %+v", ev)
 	}
 }

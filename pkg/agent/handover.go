@@ -242,11 +242,24 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 	}
 	var keep, skipped []string
+	granted := map[string][]string{}
 	for _, u := range users {
 		if err := a.refuseLoginUser(u); err != nil {
-			// No tenant was let in as it: nothing of a tenant to reset, and
-			// a system account's home is a system directory.
+			// No tenant may be let in as it: nothing of a tenant to reset,
+			// and a system account's home is a system directory. Unless it
+			// was granted as one that could become root: its uid, the
+			// system's range of people's uids and the agent's own
+			// configuration are then the tenant's to change, and what it
+			// could do with root is still on the host.
 			klog.ErrorS(err, "not cleaning an account no tenant may use", "user", u)
+			skipped = append(skipped, "left "+u+" alone: "+err.Error())
+			ways, err := a.store.RootAccess(u)
+			if err != nil {
+				return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "reading how " + u + " could become root: " + err.Error()}
+			}
+			if len(ways) > 0 {
+				granted[u] = ways
+			}
 			continue
 		}
 		if a.userStillGranted(u) {
@@ -265,7 +278,6 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		}
 		keep = append(keep, u)
 	}
-	granted := map[string][]string{}
 	for _, u := range keep {
 		ways, err := a.store.RootAccess(u)
 		if err != nil {
@@ -278,7 +290,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	if r.Err == nil {
 		// Clean (with a command, for an account that could become root): the
 		// next tenant's grant looks again at the host as it is then.
-		for _, u := range keep {
+		for u := range granted {
 			if err := a.store.ForgetRootAccess(u); err != nil {
 				klog.ErrorS(err, "forgetting how a cleaned login user could become root", "user", u)
 			}

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"os/user"
@@ -118,8 +119,10 @@ type Report struct {
 // stops at the first failure: a node whose cleaning failed is never handed on.
 // Without a command it fails for a login user that can become root, or
 // could when it was granted (granted, by user: the tenant could have taken
-// the rights away since): such a tenant could have changed anything on the
-// host, nodusd included, and resetting its account proves nothing.
+// the rights away since, or made its account one the agent does not reset,
+// which granted names though users does not): such a tenant could have
+// changed anything on the host, nodusd included, and resetting its account
+// proves nothing.
 func (c *Cleaner) Clean(ctx context.Context, request int64, users []string, granted map[string][]string) Report {
 	var r Report
 	for _, name := range users {
@@ -130,7 +133,13 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string, gran
 			return r
 		}
 	}
-	for _, name := range users {
+	checked := slices.Clone(users)
+	for _, name := range slices.Sorted(maps.Keys(granted)) {
+		if !slices.Contains(checked, name) {
+			checked = append(checked, name)
+		}
+	}
+	for _, name := range checked {
 		ways, err := c.RootAccess(name)
 		if err != nil {
 			r.Err = fmt.Errorf("looking for ways %s can become root: %w", name, err)

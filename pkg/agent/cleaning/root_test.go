@@ -121,6 +121,12 @@ func TestALoginUserThatCanBecomeRootIsNotCleanWithoutACommand(t *testing.T) {
 	if r = s.cleaner.Clean(context.Background(), 3, []string{"tenant"}, nil); r.Err != nil {
 		t.Fatalf("cleaning after a tenant that never could become root: %v", r.Err)
 	}
+	// A tenant with root made its account one the agent does not reset (a
+	// uid outside UID_MIN..UID_MAX): what it could do is still on the host.
+	r = s.cleaner.Clean(context.Background(), 5, nil, map[string][]string{"tenant": {"member of group sudo"}})
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "login user tenant can become root") {
+		t.Fatalf("cleaning after a tenant that could become root and whose account is not reset: %v", r.Err)
+	}
 
 	s.cleaner.Command = "true"
 	r = s.cleaner.Clean(context.Background(), 4, []string{"tenant"}, map[string][]string{"tenant": {"member of group sudo"}})
