@@ -166,3 +166,17 @@ func TestATenantWhoCouldBecomeRootCannotLeaveItsAccountUncleaned(t *testing.T) {
 		t.Errorf("the cleaning after a tenant that could become root, without a clean command: %+v", ev)
 	}
 }
+
+// TestACleaningThatCannotReadItsStateFails: whether another access grants
+// the account came from the state database; when it could not be read,
+// the cleaning took every account as granted, reset none, and succeeded.
+func TestACleaningThatCannotReadItsStateFails(t *testing.T) {
+	login, _, store := sessionAndStore(t, "nodus-unread")
+	a := appliedBy(store, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, Options{Grace: 100 * time.Millisecond})
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 1, Users: []string{login}}); ev.Succeeded {
+		t.Errorf("a cleaning that could not read the state database succeeded: %+v", ev)
+	}
+}

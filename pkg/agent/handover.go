@@ -50,18 +50,26 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 }
 
 // userStillGranted says whether another reservation's applied access lets
-// user in: ending its processes would end that tenant's sessions.
+// user in: ending its processes would end that tenant's sessions. When the
+// state database cannot tell, it keeps them: the principals are gone anyway.
 func (a *Agent) userStillGranted(user string) bool {
+	granted, err := a.grantedNow(user)
+	return granted || err != nil
+}
+
+// grantedNow is userStillGranted with the state database's error, for the
+// cleaning, which fails rather than pass over an account it cannot tell of.
+func (a *Agent) grantedNow(user string) (bool, error) {
 	all, err := a.store.All()
 	if err != nil {
-		return true // when in doubt, keep sessions; the principals are gone anyway
+		return false, err
 	}
 	for _, acc := range all {
 		if acc.Granted() && acc.LoginUser == user && !a.withheld(acc.Reservation) && a.claimed(acc) {
-			return true
+			return true, nil
 		}
 	}
-	return false
+	return false, nil
 }
 
 // everManaged says whether an access on this host may have used user, so
@@ -262,7 +270,11 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 			}
 			continue
 		}
-		if a.userStillGranted(u) {
+		inUse, err := a.grantedNow(u)
+		if err != nil {
+			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "reading whether another access grants " + u + ": " + err.Error()}
+		}
+		if inUse {
 			// Another reservation's tenant uses this account now; never reset it under them.
 			klog.InfoS("not cleaning an account that is granted again", "user", u)
 			continue
