@@ -342,29 +342,29 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	return steps, nil
 }
 
-// removeCrashes removes the files in dir that the account owns (apport's
-// reports) or whose name gives its uid as systemd-coredump names its dumps
+// removeCrashes removes what the account owns in dir (apport's reports;
+// in /var/crash, world-writable on Ubuntu, also the directories it made
+// there, whole, as in the temporary directories) and the files whose name
+// gives its uid as systemd-coredump names its dumps
 // (core.COMM.UID.BOOT-ID.PID.TIMESTAMP[.COMPRESSION], owned by root), and
 // reports how many.
 func removeCrashes(dir string, owns sessions.OwnedBy, uid int) (int, error) {
+	n, err := removeOwned(dir, owns, true)
+	if err != nil {
+		return n, err
+	}
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return n, nil
 	}
 	if err != nil {
-		return 0, err
+		return n, err
 	}
-	n := 0
 	for _, e := range entries {
-		path := filepath.Join(dir, e.Name())
-		var st syscall.Stat_t
-		if err := syscall.Lstat(path, &st); err != nil || st.Mode&syscall.S_IFMT == syscall.S_IFDIR {
+		if !e.Type().IsRegular() || !coreDumpOf(e.Name(), uid) {
 			continue
 		}
-		if !owns(int(st.Uid)) && !coreDumpOf(e.Name(), uid) {
-			continue
-		}
-		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return n, err
 		}
 		n++

@@ -81,9 +81,17 @@ func newScratch(t *testing.T) *scratch {
 	write("coredump/core.python3."+me+"."+bootID+".4711.1733380000000000.zst", "the tenant's process memory\n", 0o640)
 	write("coredump/core.my.app."+me+"."+bootID+".4712.1733380000000000", "the tenant's process memory\n", 0o640)
 	write("coredump/core.python3.1"+me+"."+bootID+".4713.1733380000000000.zst", "another uid's\n", 0o640)
+	// /var/crash is world-writable on Ubuntu: a directory the tenant made
+	// there survived the cleaning, which removed files only.
+	if err := os.MkdirAll(filepath.Join(root, "crash/kept"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write("crash/kept/loot", "the tenant's\n", 0o644)
 	if os.Getuid() == 0 {
-		if err := os.Lchown(filepath.Join(root, "crash/_usr_bin_python3."+me+".crash"), uid, uid); err != nil {
-			t.Fatal(err)
+		for _, owned := range []string{"crash/_usr_bin_python3." + me + ".crash", "crash/kept", "crash/kept/loot"} {
+			if err := os.Lchown(filepath.Join(root, owned), uid, uid); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 	s.cleaner = &Cleaner{
@@ -124,6 +132,9 @@ func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 	}
 	if os.Getuid() == 0 && s.exists("crash/_usr_bin_python3."+me+".crash") {
 		t.Error("the tenant's crash report survived the cleaning")
+	}
+	if os.Getuid() == 0 && s.exists("crash/kept") {
+		t.Error("a directory the tenant made among the crash reports survived the cleaning")
 	}
 	if !s.exists("coredump/core.python3.1" + me + "." + bootID + ".4713.1733380000000000.zst") {
 		t.Error("another uid's core dump was removed")
