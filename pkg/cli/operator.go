@@ -452,7 +452,12 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 	create := &cobra.Command{
 		Use: "create NAME --user USER", Short: "Create an access token; it is shown once", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if expires > 0 {
+			switch {
+			case expires < 0 || cmd.Flags().Changed("expires") && expires == 0:
+				// Left out, a token lasts until revoked; a lifetime of none
+				// or less is no lifetime, and must not become that.
+				return usageError(fmt.Errorf("--expires %s: a token's lifetime must be positive (leave --expires out for one that lasts until revoked)", expires))
+			case expires > 0:
 				spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(expires).Truncate(time.Second)}
 			}
 			c, cfg, err := g.Client()

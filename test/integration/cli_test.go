@@ -236,6 +236,15 @@ func TestCLIGolden(t *testing.T) {
 	if out, code := operator.run("", "tokens", "create", "bob-laptop", "--user", "bob", "--expires", "24h"); code != 0 || !strings.Contains(out, "bob-laptop.") {
 		t.Errorf("tokens create: %d %s", code, out)
 	}
+	// A lifetime of none or less made a token that never expired.
+	for _, expires := range []string{"-24h", "0s"} {
+		if out, code := operator.run("", "tokens", "create", "bob-forever", "--user", "bob", "--expires", expires); code != cli.ExitUsage || !strings.Contains(out, "must be positive") {
+			t.Errorf("tokens create --expires %s: %d %s", expires, code, out)
+		}
+	}
+	if _, err := s.Client.NodusV1().AccessTokens().Get(ctx(t), "bob-forever", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a token was made with a lifetime of none or less: %v", err)
+	}
 	if out, code := operator.run("", "tokens", "revoke", "bob-laptop"); code != 0 {
 		t.Errorf("tokens revoke: %d %s", code, out)
 	}
