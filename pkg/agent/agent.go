@@ -166,6 +166,10 @@ func New(opts Options) (*Agent, error) {
 	if opts.DiskPath == "" {
 		opts.DiskPath = "/"
 	}
+	if opts.SSHAddress == "" {
+		// Not refused: an operator may enroll and clean a machine first.
+		klog.InfoS("WARNING: no --ssh-address (sshAddress in the configuration file): tenants of this host get no SSH certificate (SSHAddressUnknown) until nodusd reports where its sshd is reached")
+	}
 	if opts.Socket == "" {
 		opts.Socket = filepath.Join(opts.StateDir, "agent.sock")
 	}

@@ -108,6 +108,8 @@ const (
 	ReasonNodeLost metav1.StatusReason = "NodeLost"
 	// ReasonNodeNotFound: a reservation names a node that does not exist.
 	ReasonNodeNotFound metav1.StatusReason = "NodeNotFound"
+	// ReasonSSHAddressUnknown: the host's agent reports no address where its sshd is reached.
+	ReasonSSHAddressUnknown metav1.StatusReason = "SSHAddressUnknown"
 	// ReasonStorageFull: etcd's database reached its quota and refuses writes.
 	ReasonStorageFull metav1.StatusReason = "StorageFull"
 	// ReasonNodeInMaintenance: a reservation's node is in maintenance.
@@ -353,6 +355,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonNodeNotFound, http.StatusConflict, "The reservation's node does not exist.",
 			func(r Request) string {
 				return "Check the node's name (`nodus nodes list`); enroll it first if it is new. The reservation stays pending and activates once the node exists."
+			}},
+		{ReasonSSHAddressUnknown, http.StatusConflict, "The host's agent reports no address where its SSH server is reached.",
+			func(r Request) string {
+				return "Ask your operator: the host's nodusd runs without --ssh-address (sshAddress in its configuration file). The host's Connected condition turns True once its agent reports one; then connect again."
 			}},
 		{ReasonNodeInMaintenance, http.StatusConflict, "The reservation's node is in maintenance.",
 			func(r Request) string {

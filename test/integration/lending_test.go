@@ -63,6 +63,7 @@ func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[str
 			t.Fatal(err)
 		}
 		n.Status.Inventory = nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500}
+		n.Status.SSHAddress = "192.0.2.20:22"
 		for g := 0; g < 8; g++ {
 			n.Status.Inventory.GPUs = append(n.Status.Inventory.GPUs, nodusv1.NodeGPU{Type: "h100-sxm-80g", MemoryMiB: 81559})
 		}

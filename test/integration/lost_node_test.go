@@ -58,7 +58,7 @@ func TestAReservationWhoseNodeWasTakenEnds(t *testing.T) {
 	forgeNodeInEtcd(t, s, "taken", func(n *nodusv1.Node) {
 		n.Status.Reservation, n.Status.ReservationUID = taker.Name, taker.UID
 		n.Status.ProvisionState = nodusv1.ProvisionStateActive
-		n.Status.AgentGeneration, n.Status.SSHHostKey = 1, testfleet.HostKey("taken again")
+		n.Status.AgentGeneration, n.Status.SSHHostKey, n.Status.SSHAddress = 1, testfleet.HostKey("taken again"), "192.0.2.76:22"
 	})
 	waitReservation(t, s, "taker", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateActive })
 
@@ -175,7 +175,7 @@ func TestAReplacementTheReservationHasNotClaimedIsNotItsMachine(t *testing.T) {
 
 	body, _ := json.Marshal(map[string]string{"publicKey": testfleet.HostKey("mary's laptop")})
 	if r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/swapped/ssh-certificate", "application/json",
-		strings.NewReader(string(body))); r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "192.0.2.77") {
+		strings.NewReader(string(body))); r.code != http.StatusConflict || !strings.Contains(string(r.body), `"reason":"NodeNotFound"`) || strings.Contains(string(r.body), "192.0.2.77") {
 		t.Errorf("a certificate for a machine the reservation has not claimed: %d %s", r.code, r.body)
 	}
 	// The controller writes the host after the reservation's blocker: once

@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -132,7 +134,40 @@ func TestACertificateForAHostWhoseNodeIsGoneNamesNoNode(t *testing.T) {
 	deleteGoneNode(t, s, "supplier-rack7-n3")
 	r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/web/ssh-certificate", "application/json",
 		strings.NewReader(sshCertificateRequest(t)))
-	if r.code != http.StatusServiceUnavailable || strings.Contains(string(r.body), "supplier-rack7") {
-		t.Errorf("a certificate for a host whose node is gone: %d %s, want 503 naming no node", r.code, r.body)
+	// 409 with the provider's reason: a 503 told the member to retry
+	// and to check the server.
+	if env := envelopeOf(t, r); r.code != http.StatusConflict || env.Reason != apierror.ReasonNodeNotFound || strings.Contains(string(r.body), "supplier-rack7") {
+		t.Errorf("a certificate for a host whose node is gone: %d %s, want 409 NodeNotFound naming no node", r.code, r.body)
+	}
+}
+
+// TestAHostWithoutAnSSHAddressIsNotConnected: an agent that runs without
+// --ssh-address reports a host key and no address. The certificate was
+// issued with an empty address, which `nodus ssh` then refused as the
+// server's fault; the host showed a way to connect and Connected True.
+func TestAHostWithoutAnSSHAddressIsNotConnected(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	// A node whose agent beats: Connected would be True but for the address.
+	f := newLendingFleet(t, s, 1, nil, false)
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "gpu-00", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n.Status.SSHAddress, n.Status.SSHHostKey = "", testfleet.HostKey("gpu-00")
+		_, err = s.Client.NodusV1().Nodes().UpdateStatus(ctx(t), n, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitHost(t, "gpu-00", func(h *nodusv1.ReservedHost) bool {
+		c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected)
+		return h.Status.Reservation.State == nodusv1.ReservationStateActive && c != nil && c.Reason == "SSHAddressUnknown" &&
+			c.Status == metav1.ConditionFalse && h.Status.Connect == nil
+	})
+	r := do(t, f.member, "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/gpu-00/ssh-certificate", "application/json",
+		strings.NewReader(sshCertificateRequest(t)))
+	if env := envelopeOf(t, r); r.code != http.StatusConflict || env.Reason != apierror.ReasonSSHAddressUnknown || !strings.Contains(env.Fix, "--ssh-address") {
+		t.Errorf("a certificate for a host without an SSH address: %d %s", r.code, r.body)
 	}
 }

@@ -64,7 +64,7 @@ func (f *fleet) node(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	n.Status.AgentGeneration = 1
-	n.Status.SSHHostKey = testfleet.HostKey(name)
+	n.Status.SSHHostKey, n.Status.SSHAddress = testfleet.HostKey(name), "192.0.2.10:22"
 	n.Status.Inventory = nodusv1.NodeInventory{CPU: 224, MemoryMiB: 2 << 20, DiskGiB: 3500,
 		GPUs: []nodusv1.NodeGPU{{Type: "h100-sxm-80g", MemoryMiB: 81559, Driver: "550.54.15"}}}
 	if _, err := c.Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {

@@ -205,7 +205,7 @@ func project(r *nodusv1.Reservation, o observed) *nodusv1.ReservedHost {
 		host.Status.Inventory = node.Status.Inventory
 		host.Status.Pool = node.Spec.Pool
 		host.Status.LastHeartbeatTime = node.Status.LastHeartbeatTime
-		if node.Status.SSHHostKey != "" && host.Status.Reservation.LoginUser != "" {
+		if node.Status.SSHHostKey != "" && node.Status.SSHAddress != "" && host.Status.Reservation.LoginUser != "" {
 			host.Status.Connect = &nodusv1.ReservedHostConnect{
 				Command:   fmt.Sprintf("nodus ssh %s/%s", r.Spec.Project, r.Name),
 				Host:      fmt.Sprintf("%s.%s.nodus", r.Name, r.Spec.Project),
@@ -231,6 +231,8 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
 	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
 		c.Reason, c.Message = "HeartbeatMissing", "the host's agent has not reported within three heartbeat intervals"
+	case node.Status.SSHAddress == "":
+		c.Reason, c.Message = "SSHAddressUnknown", "the host's agent reports no address where its SSH server is reached (nodusd --ssh-address)"
 	case refusedHere(r, node):
 		// The agent's words, validated as one line where the heartbeat
 		// landed: why the host does not let this tenant in.

@@ -150,10 +150,14 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 		return nil, err
 	}
 	node, err := r.Nodes.Get(genericapirequest.WithNamespace(ctx, ""), res.Status.Node, &metav1.GetOptions{})
+	// Refused as the provider's doing, never a retry's matter (503 said
+	// to retry and to check the server), and naming the host, never the
+	// node: node names are the supplier's.
+	askTheOperator := fmt.Sprintf("Ask your operator about the host's machine (`nodus hosts get %s/%s` shows its Connected condition); release the host (`nodus release %s/%s`) if it is gone for good.",
+		namespace, name, namespace, name)
 	if apierrors.IsNotFound(err) {
-		// The operator removed the machine. The store's NotFound would
-		// name the node, which is the supplier's and never the customer's.
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider removed it", name))
+		return nil, apierror.New(ctx, apierror.ReasonNodeNotFound, gr, name,
+			fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider removed it", name), askTheOperator)
 	}
 	if err != nil {
 		return nil, err
@@ -163,7 +167,14 @@ func (r *SSHCertificateREST) Create(ctx context.Context, name string, obj runtim
 		// deleted, which this reservation has not claimed (it is in
 		// maintenance, say): not the tenant's until the claim is in the
 		// store, and its address is not theirs to learn.
-		return nil, apierrors.NewServiceUnavailable(fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider replaced it, and the new one is not this reservation's yet", name))
+		return nil, apierror.New(ctx, apierror.ReasonNodeNotFound, gr, name,
+			fmt.Sprintf("reservedhost %q has no machine to connect to now: its provider replaced it, and the new one is not this reservation's yet", name), askTheOperator)
+	}
+	if node.(*nodusv1.Node).Status.SSHAddress == "" {
+		// A certificate without an address is of no use, and the CLI
+		// would take the answer for a server's fault.
+		return nil, apierror.New(ctx, apierror.ReasonSSHAddressUnknown, gr, name,
+			fmt.Sprintf("the agent of reservedhost %q reports no address where its SSH server is reached", name), "")
 	}
 	validBefore := now.Add(MaxCertificateLifetime)
 	if res.Spec.EndsAt.Time.Before(validBefore) {
