@@ -30,7 +30,7 @@ func readyNode(name string, applied int64) *nodusv1.Node {
 
 func freeNode(name string) *nodusv1.Node {
 	n := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: nodusv1.NodeSpec{Pool: "fra1", LoginUser: "admin"},
-		Status: nodusv1.NodeStatus{SSHHostKey: "ssh-ed25519 AAAA", ProvisionState: nodusv1.ProvisionStateAvailable}}
+		Status: nodusv1.NodeStatus{SSHHostKey: "ssh-ed25519 AAAA", SSHAddress: "192.0.2.10:22", ProvisionState: nodusv1.ProvisionStateAvailable}}
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived"})
 	return n
 }
