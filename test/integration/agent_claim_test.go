@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"os/exec"
@@ -286,6 +287,9 @@ func TestAReportIsCheckedBeforeAnythingIsWritten(t *testing.T) {
 		"a message of 2 KiB":        {Phase: nodusv1.ExecutionFailed, Reason: "Exited", Message: strings.Repeat("m", 2<<10)},
 		"a reason that is a phrase": {Phase: nodusv1.ExecutionFailed, Reason: "it exited, badly"},
 		"negative dropped bytes":    {Phase: nodusv1.ExecutionFailed, Reason: "Exited", LogDroppedBytes: -1},
+		// With the server's own cut of a long log added, the count wrapped
+		// negative and the note of earlier output went.
+		"dropped bytes that wrap": {Phase: nodusv1.ExecutionFailed, Reason: "Exited", LogDroppedBytes: math.MaxInt64, Log: strings.Repeat("l", nodusv1.MaxExecutionLogBytes+1)},
 	} {
 		if r := report(rep); r.code != http.StatusUnprocessableEntity || envelopeOf(t, r).Reason != metav1.StatusReasonInvalid {
 			t.Errorf("a report with %s: %d %.300s", what, r.code, r.body)

@@ -31,6 +31,9 @@ var (
 	loginUserPattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 )
 
+// MaxLogDroppedBytes bounds the output an agent says an execution dropped.
+const MaxLogDroppedBytes = 1 << 60
+
 const (
 	maxTraits        = 50
 	maxCandidates    = 1000
@@ -754,8 +757,12 @@ func ValidateExecutionReport(r *nodusv1.ExecutionReport) field.ErrorList {
 		errs = append(errs, field.Invalid(field.NewPath("reason"), r.Reason, "is a reason the server gives, not an agent"))
 	}
 	errs = append(errs, validateReportedMessage(r.Message, MaxReportText, field.NewPath("message"))...)
-	if r.LogDroppedBytes < 0 {
+	switch {
+	case r.LogDroppedBytes < 0:
 		errs = append(errs, field.Invalid(field.NewPath("logDroppedBytes"), r.LogDroppedBytes, "must not be negative"))
+	case r.LogDroppedBytes > MaxLogDroppedBytes:
+		// The server adds what it cuts itself to it: the sum must not wrap.
+		errs = append(errs, field.Invalid(field.NewPath("logDroppedBytes"), r.LogDroppedBytes, fmt.Sprintf("must be at most %d (an exbibyte)", int64(MaxLogDroppedBytes))))
 	}
 	return errs
 }
