@@ -39,6 +39,9 @@ var (
 	reasonNotDrained = &cliReason{Name: "NotDrained", Exit: ExitServer, Transient: true,
 		Summary: "The host's agent has not confirmed within --timeout that nothing runs on the host any more.",
 		Fix:     "The release is recorded and stays. Wait longer (`nodus release PROJECT/NAME --wait --timeout 30m` waits again and releases nothing twice), and ask your operator whether the host's agent is connected."}
+	reasonHostNotConnectable = &cliReason{Name: "HostNotConnectable", Exit: ExitConflict,
+		Summary: "The host gives no access now, or shows no way to connect to it.",
+		Fix:     "`nodus hosts get PROJECT/NAME` shows the host's state and its Connected condition, which says why. A pending host is connectable from its start; one released or past its term is not any more; for a host that is active but not connected, ask your operator."}
 	reasonSSHClientMissing = &cliReason{Name: "SSHClientMissing", Exit: ExitOther,
 		Summary: "The system's ssh client is not installed.",
 		Fix:     "Install OpenSSH's client (`apt install openssh-client`, `dnf install openssh-clients`; macOS has it) and run nodus ssh again: the host's entry is installed already."}
@@ -47,7 +50,7 @@ var (
 // cliReasons lists every reason of nodus' own, in the order `nodus errors`
 // shows them.
 var cliReasons = []*cliReason{reasonServerUnreachable, reasonServerNotTrusted, reasonRedirectRefused,
-	reasonAnswerTooLarge, reasonAnswerRefused, reasonNotDrained, reasonSSHClientMissing}
+	reasonAnswerTooLarge, reasonAnswerRefused, reasonNotDrained, reasonHostNotConnectable, reasonSSHClientMissing}
 
 // A refusal is an error of a cliReason.
 type refusal struct {

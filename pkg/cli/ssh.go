@@ -22,6 +22,7 @@ import (
 
 	"github.com/spf13/cobra"
 	"golang.org/x/crypto/ssh"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -90,7 +91,12 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 		return refuse(reasonAnswerRefused, fmt.Errorf("refusing to connect to %s: %w", ref, err))
 	}
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
-		return usageError(fmt.Errorf("%s has no access now (state %s): nothing to connect to", ref, oneLine(h.Status.Reservation.State)))
+		why := "state " + oneLine(h.Status.Reservation.State)
+		if c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected); c != nil && c.Status != metav1.ConditionTrue {
+			why += ", not connected: " + oneLine(c.Reason) + ", " + oneLine(c.Message)
+		}
+		return refuseWithFix(reasonHostNotConnectable, fmt.Errorf("%s has no access now (%s): nothing to connect to", ref, why),
+			fmt.Sprintf("`nodus hosts get %s` shows the host's state and its Connected condition. A pending host is connectable from its start; one released or past its term is not any more; for a host that is active but not connected, ask your operator.", ref))
 	}
 	// Before any file is written: a refused answer must leave the
 	// certificate of another server's alias (--replace) as it was.

@@ -6,9 +6,12 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/cli"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -56,5 +59,25 @@ func TestCLISSHAliasIsOneServers(t *testing.T) {
 	}
 	if out, code := first.run("", "ssh", "acme/gpu-007", "--config-only"); code == 0 || !strings.Contains(out, proxy.Host) {
 		t.Errorf("nodus ssh of the first server once the second took the alias: exit %d, want a refusal naming the second:\n%s", code, out)
+	}
+}
+
+// TestCLISSHOfAHostWithoutAccessSaysWhy: `nodus ssh` of a host that gives
+// no access answered a usage error (exit 2) without a reason, a page or a
+// next step; it is the CLI's HostNotConnectable, with the host's state.
+func TestCLISSHOfAHostWithoutAccessSaysWhy(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	f.node(t, "later")
+	f.reserve(t, "later", nodusv1.ReservationPlacement{Node: "later"}, time.Now().Add(time.Hour), time.Now().Add(2*time.Hour))
+	f.waitHost(t, "later", func(h *nodusv1.ReservedHost) bool {
+		return h.Status.Reservation.State == nodusv1.ReservationStatePending
+	})
+	ownHome(t)
+	mary := loggedInTo(t, s.Config.Host, s.Config.CAData, f.member.BearerToken)
+	out, code := mary.run("", "ssh", "acme/later", "--config-only")
+	if code != cli.ExitConflict || !strings.Contains(out, "HostNotConnectable") || !strings.Contains(out, "state pending") ||
+		!strings.Contains(out, "nodus hosts get acme/later") {
+		t.Errorf("nodus ssh of a pending host: exit %d\n%s", code, out)
 	}
 }
