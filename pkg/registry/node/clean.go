@@ -48,7 +48,9 @@ func (c *CleanREST) Create(ctx context.Context, name string, obj runtime.Object,
 		func(ctx context.Context, _, old runtime.Object) (runtime.Object, error) {
 			next, blocked := lifecycle.Reclean(old.(*nodusv1.Node), now())
 			if blocked != nil {
-				return nil, apierror.New(ctx, blocked.Reason, nodusv1.Resource("nodes"), name, blocked.Message, "")
+				// The reason's own fix is for a reservation placed here.
+				return nil, apierror.New(ctx, blocked.Reason, nodusv1.Resource("nodes"), name, blocked.Message,
+					fmt.Sprintf("Nothing to do: node %s is cleaned by itself when its reservation's access ends (release it, or wait for its term's end; `nodus nodes get %s` shows status.reservation). Ask for a cleaning again only of a node no reservation holds.", name, name))
 			}
 			return next, nil
 		}), nil, nil, false, &metav1.UpdateOptions{DryRun: options.DryRun, FieldManager: options.FieldManager})
