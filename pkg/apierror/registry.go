@@ -358,7 +358,7 @@ var registry = func() map[metav1.StatusReason]Reason {
 			}},
 		{ReasonSSHAddressUnknown, http.StatusConflict, "The host's agent reports no address where its SSH server is reached.",
 			func(r Request) string {
-				return "Ask your operator: the host's nodusd runs without --ssh-address (sshAddress in its configuration file). The host's Connected condition turns True once its agent reports one; then connect again."
+				return "Ask your operator: the host's nodusd runs without --ssh-address (sshAddress in its configuration file). The host shows a connect once its agent reports one; then connect again."
 			}},
 		{ReasonNodeInMaintenance, http.StatusConflict, "The reservation's node is in maintenance.",
 			func(r Request) string {

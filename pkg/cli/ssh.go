@@ -92,8 +92,8 @@ func (o *SSHOptions) Run(ctx context.Context, ref string, command []string) erro
 	}
 	if h.Status.Reservation.State != nodusv1.ReservationStateActive || h.Status.Connect == nil {
 		why := "state " + oneLine(h.Status.Reservation.State)
-		if c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected); c != nil && c.Status != metav1.ConditionTrue {
-			why += ", not connected: " + oneLine(c.Reason) + ", " + oneLine(c.Message)
+		if c := meta.FindStatusCondition(h.Status.Conditions, nodusv1.ReservedHostConditionConnected); c != nil {
+			why += ", Connected " + oneLine(c.Status) + ": " + oneLine(c.Reason) + ", " + oneLine(c.Message)
 		}
 		return refuseWithFix(reasonHostNotConnectable, fmt.Errorf("%s has no access now (%s): nothing to connect to", ref, why),
 			fmt.Sprintf("`nodus hosts get %s` shows the host's state and its Connected condition. A pending host is connectable from its start; one released or past its term is not any more; for a host that is active but not connected, ask your operator.", ref))

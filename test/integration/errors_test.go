@@ -56,7 +56,7 @@ var provokedElsewhere = map[metav1.StatusReason]string{
 	// A condition's reason: a held node deleted, enrolled again and claimed by another.
 	apierror.ReasonNodeLost: "TestAReservationWhoseNodeWasTakenEnds (Placed and the host's Eligible)",
 	// A node's agent that reports no SSH address takes a node of its own.
-	apierror.ReasonSSHAddressUnknown: "TestAHostWithoutAnSSHAddressIsNotConnected (a certificate, and the host's Connected)",
+	apierror.ReasonSSHAddressUnknown: "TestAHostWithoutAnSSHAddressGivesNoCertificate (a certificate, and the host's Connected message)",
 	// A full store is a server of its own, with a small etcd quota.
 	apierror.ReasonStorageFull: "TestAFullStoreRefusesWritesAsStorageFullAndTakesThemAgain (a 32 MiB embedded etcd)",
 	// An object written into etcd past the API that does not decode.

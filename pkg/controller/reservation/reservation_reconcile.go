@@ -231,8 +231,6 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 		c.Reason, c.Message = "NoHost", "no physical host is placed yet"
 	case !meta.IsStatusConditionTrue(node.Status.Conditions, nodusv1.NodeConditionReady):
 		c.Reason, c.Message = "HeartbeatMissing", "the host's agent has not reported within three heartbeat intervals"
-	case node.Status.SSHAddress == "":
-		c.Reason, c.Message = "SSHAddressUnknown", "the host's agent reports no address where its SSH server is reached (nodusd --ssh-address)"
 	case refusedHere(r, node):
 		// The agent's words, validated as one line where the heartbeat
 		// landed: why the host does not let this tenant in.
@@ -244,6 +242,10 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 	default:
 		c.Status, c.Reason = metav1.ConditionTrue, "AgentCurrent"
 		c.Message = fmt.Sprintf("the host's current agent reports on time at epoch %d", r.Status.Epoch)
+	}
+	if node != nil && node.Status.SSHAddress == "" {
+		// Whatever the agent's currency, no one can connect to the host.
+		c.Message += "; the agent reports no address where its SSH server is reached (nodusd --ssh-address), so the host shows no connect and gives no certificate (SSHAddressUnknown)"
 	}
 	return c
 }
