@@ -4,6 +4,7 @@ import (
 	"context"
 
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -11,18 +12,93 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
 
 // List shows a node agent only the executions on its host that have not
-// finished (agentView).
+// finished (agentView); of a list at a past revision, only those that run
+// there still (runsNow).
 func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	return r.REST.List(ctx, agentView(ctx, options))
+	view, agent := agentView(ctx, options)
+	obj, err := r.REST.List(ctx, view)
+	if err != nil || !agent || !readsHistory(options) {
+		return obj, err
+	}
+	list := obj.(*nodusv1.ExecutionList)
+	kept := make([]nodusv1.Execution, 0, len(list.Items))
+	for i := range list.Items {
+		if r.runsNow(ctx, &list.Items[i]) {
+			kept = append(kept, list.Items[i])
+		}
+	}
+	list.Items = kept
+	return list, nil
 }
 
 // Watch is List's view as a watch: an execution that finishes leaves an
-// agent's watch as deleted.
+// agent's watch as deleted. A watch from a past revision replays what ran
+// then: an agent is shown an execution only while it runs on the host
+// still (runsNow), and a deleted one without its spec (it needs the UID
+// alone, to stop it).
 func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	return r.REST.Watch(ctx, agentView(ctx, options))
+	view, agent := agentView(ctx, options)
+	w, err := r.REST.Watch(ctx, view)
+	if err != nil || !agent {
+		return w, err
+	}
+	return watchfilter.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		x, ok := executionOf(e.Object)
+		switch {
+		case !ok || e.Type == watch.Bookmark || e.Type == watch.Error:
+			return e, true
+		case e.Type == watch.Deleted:
+			gone := &nodusv1.Execution{TypeMeta: x.TypeMeta, ObjectMeta: x.ObjectMeta, Status: x.Status}
+			return watch.Event{Type: watch.Deleted, Object: gone}, true
+		}
+		return e, r.runsNow(ctx, x)
+	}), nil
+}
+
+// runsNow says whether x, as an agent's list or watch shows it, is the
+// execution that is on its host and unfinished now, as the watch cache
+// holds it: the cache has taken every event a watcher is sent before it
+// sends it. What an agent reads is bounded to what its host runs now: a
+// credential a tenant with root copied reads no earlier borrower's
+// command and environment from the store's history.
+func (r *REST) runsNow(ctx context.Context, x *nodusv1.Execution) bool {
+	obj, err := r.REST.Store.Get(genericapirequest.WithNamespace(ctx, x.Namespace), x.Name, &metav1.GetOptions{ResourceVersion: "0"})
+	if err != nil {
+		return false
+	}
+	now := obj.(*nodusv1.Execution)
+	return now.UID == x.UID && now.Status.Host == x.Status.Host && now.Status.Host != "" && !now.Status.Phase.Finished()
+}
+
+// readsHistory says whether a list reads a past revision (etcd serves it
+// from its history) rather than the present.
+func readsHistory(options *metainternalversion.ListOptions) bool {
+	if options == nil {
+		return false
+	}
+	switch {
+	case options.Continue != "" || options.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		return true
+	case options.ResourceVersionMatch == "" && options.Limit > 0:
+		// A limit with a resourceVersion and no match reads exactly that
+		// revision, as lists did before resourceVersionMatch.
+		return options.ResourceVersion != "" && options.ResourceVersion != "0"
+	}
+	return false
+}
+
+// executionOf is the execution an event carries, also inside the watch
+// cache's wrapper that shares its serializations between watchers.
+func executionOf(obj runtime.Object) (*nodusv1.Execution, bool) {
+	if cached, ok := obj.(runtime.CacheableObject); ok {
+		obj = cached.GetObject()
+	}
+	x, ok := obj.(*nodusv1.Execution)
+	return x, ok
 }
 
 // finalPhases are the phases in which an execution has ended
@@ -44,13 +120,13 @@ var unfinished = func() fields.Selector {
 // borrower deletes it; an agent's credential is its host's, which a tenant
 // with root there may have copied (docs/security.md), and would read every
 // earlier borrower's executions on the host.
-func agentView(ctx context.Context, options *metainternalversion.ListOptions) *metainternalversion.ListOptions {
+func agentView(ctx context.Context, options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, bool) {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
-		return options
+		return options, false
 	}
 	if _, _, agent := auth.NodeOf(u); !agent {
-		return options
+		return options, false
 	}
 	narrowed := &metainternalversion.ListOptions{}
 	if options != nil {
@@ -61,5 +137,5 @@ func agentView(ctx context.Context, options *metainternalversion.ListOptions) *m
 	} else {
 		narrowed.FieldSelector = fields.AndSelectors(narrowed.FieldSelector, unfinished)
 	}
-	return narrowed
+	return narrowed, true
 }

@@ -19,7 +19,7 @@ func TestAnAgentSeesOnlyUnfinishedExecutions(t *testing.T) {
 	agent := &user.DefaultInfo{Name: auth.NodeUserPrefix + "gpu-001", Groups: []string{auth.GroupNodes},
 		Extra: map[string][]string{auth.ExtraAgentGeneration: {"1"}}}
 	asked := &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.host", "host-abc")}
-	view := agentView(genericapirequest.WithUser(context.Background(), agent), asked)
+	view, _ := agentView(genericapirequest.WithUser(context.Background(), agent), asked)
 	if asked.FieldSelector.String() != "status.host=host-abc" {
 		t.Fatalf("the caller's options changed: %s", asked.FieldSelector)
 	}
@@ -34,10 +34,10 @@ func TestAnAgentSeesOnlyUnfinishedExecutions(t *testing.T) {
 		}
 	}
 	member := &user.DefaultInfo{Name: "mary"}
-	if got := agentView(genericapirequest.WithUser(context.Background(), member), asked); got != asked {
+	if got, _ := agentView(genericapirequest.WithUser(context.Background(), member), asked); got != asked {
 		t.Errorf("a member's view was narrowed: %s", got.FieldSelector)
 	}
-	if got := agentView(genericapirequest.WithUser(context.Background(), agent), nil); got.FieldSelector.Matches(fields.Set{"status.phase": "succeeded"}) {
+	if got, _ := agentView(genericapirequest.WithUser(context.Background(), agent), nil); got.FieldSelector.Matches(fields.Set{"status.phase": "succeeded"}) {
 		t.Errorf("an agent's list without options sees finished executions")
 	}
 }
