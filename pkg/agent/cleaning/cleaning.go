@@ -257,25 +257,10 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	// own): the next tenant of the account gets those uids again.
 	c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
 
-	for _, dir := range c.Paths.CronSpools {
-		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
-			return steps, fmt.Errorf("removing the crontab: %w", err)
-		}
-	}
-	steps = append(steps, "removed the crontab of "+name)
-	jobs := 0
-	for _, dir := range c.Paths.AtSpools {
-		n, err := removeOwned(dir, owns, false)
-		if err != nil {
-			return steps, fmt.Errorf("removing at jobs: %w", err)
-		}
-		jobs += n
-	}
-	steps = append(steps, fmt.Sprintf("removed %d at jobs of %s", jobs, name))
-	if c.Paths.LingerDir != "" {
-		if err := removeIfExists(filepath.Join(c.Paths.LingerDir, name)); err != nil {
-			return steps, fmt.Errorf("ending lingering: %w", err)
-		}
+	scheduled, err := c.unschedule(name, owns)
+	steps = append(steps, scheduled...)
+	if err != nil {
+		return steps, err
 	}
 	// Again, now that nothing can start a process of the account: a cron
 	// or at job, or a user service, that started after the first sweep.
@@ -339,6 +324,52 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		return steps, fmt.Errorf("resetting %s: %w", home, err)
 	}
 	steps = append(steps, fmt.Sprintf("reset %s (with ~/.ssh) from %s", home, c.Paths.Skel))
+	return steps, nil
+}
+
+// Unschedule removes what would start a process of account name later:
+// its crontab, its at jobs (its subordinate uids' too) and its lingering.
+// Run when the account's access ends, before its sessions are ended: a
+// cron job would otherwise run the tenant's code again every minute until
+// the cleaning, which the server may ask for much later. A missing
+// account has nothing scheduled.
+func (c *Cleaner) Unschedule(name string) ([]string, error) {
+	u, uid, _, err := c.account(name)
+	if u == nil || err != nil {
+		return nil, err
+	}
+	if uid == 0 {
+		return nil, fmt.Errorf("account %s is uid 0: a login user must be unprivileged", name)
+	}
+	owns, err := sessions.Owner(c.Paths.SubUIDFile, name, uid)
+	if err != nil {
+		return nil, fmt.Errorf("reading the subordinate uids of %s: %w", name, err)
+	}
+	return c.unschedule(name, owns)
+}
+
+func (c *Cleaner) unschedule(name string, owns sessions.OwnedBy) ([]string, error) {
+	var steps []string
+	for _, dir := range c.Paths.CronSpools {
+		if err := removeIfExists(filepath.Join(dir, name)); err != nil {
+			return steps, fmt.Errorf("removing the crontab: %w", err)
+		}
+	}
+	steps = append(steps, "removed the crontab of "+name)
+	jobs := 0
+	for _, dir := range c.Paths.AtSpools {
+		n, err := removeOwned(dir, owns, false)
+		if err != nil {
+			return steps, fmt.Errorf("removing at jobs: %w", err)
+		}
+		jobs += n
+	}
+	steps = append(steps, fmt.Sprintf("removed %d at jobs of %s", jobs, name))
+	if c.Paths.LingerDir != "" {
+		if err := removeIfExists(filepath.Join(c.Paths.LingerDir, name)); err != nil {
+			return steps, fmt.Errorf("ending lingering: %w", err)
+		}
+	}
 	return steps, nil
 }
 
