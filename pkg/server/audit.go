@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodus-dev/nodus/deploy"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
+	"github.com/nodus-dev/nodus/pkg/auditlimit"
 )
 
 // writtenPolicyHeader heads the built-in policy where the server writes it.
@@ -37,5 +38,13 @@ func (o *Options) applyAudit(generic *genericapiserver.Config) error {
 	if errs := audit.Validate(); len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	return audit.ApplyTo(generic)
+	if err := audit.ApplyTo(generic); err != nil {
+		return err
+	}
+	if generic.AuditBackend != nil {
+		// Before the handler chain is built on it: anyone who reaches the
+		// port can send requests the policy records.
+		generic.AuditBackend = auditlimit.New(generic.AuditBackend)
+	}
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/actions"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/auditlimit"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -415,5 +416,40 @@ func TestTheAuditLogKeepsWhatItsFlagsSay(t *testing.T) {
 	policy, err := os.ReadFile(filepath.Join(dir, "audit-policy.yaml"))
 	if err != nil || !strings.HasPrefix(string(policy), "# Written by nodus-server at each start") {
 		t.Errorf("the built-in policy's copy does not say it is rewritten: %v %.120s", err, policy)
+	}
+}
+
+// TestUnauthenticatedRequestsCannotFloodTheAuditLog: the policy records
+// failed authentications (who tried what), and anyone who reaches the port
+// can send them: a flood rotated the log until the record of what tenants
+// did was gone. Past a budget they are counted, not written; what others
+// do is written as before.
+func TestUnauthenticatedRequestsCannotFloodTheAuditLog(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	anonymous := rest.AnonymousClientConfig(s.Config)
+	const marker = "audit-flood-7c1f"
+	const sent = 400
+	start := time.Now()
+	for i := 0; i < sent; i++ {
+		if r := do(t, anonymous, "GET", fmt.Sprintf("/apis/nodus.dev/v1/namespaces/acme/executions?labelSelector=%s-%d", marker, i), "", nil); r.code != http.StatusUnauthorized {
+			t.Fatalf("an unauthenticated request: %d %.300s", r.code, r.body)
+		}
+	}
+	elapsed := time.Since(start)
+	if _, err := s.Client.NodusV1().Pools().Create(ctx(t), &nodusv1.Pool{ObjectMeta: metav1.ObjectMeta{Name: marker}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	log := filepath.Join(s.DataDir, "audit.log")
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) {
+		data, _ := os.ReadFile(log)
+		return strings.Contains(string(data), `"name":"`+marker+`"`), nil
+	}); err != nil {
+		t.Fatal("an operator's write after the flood never reached the audit log")
+	}
+	data, _ := os.ReadFile(log)
+	written := strings.Count(string(data), marker+"-")
+	budget := auditlimit.Burst + int(elapsed.Seconds()*auditlimit.PerSecond) + auditlimit.PerSecond
+	if written == 0 || written > budget {
+		t.Errorf("%d of %d unauthenticated requests in %s were written to the audit log; want some, at most %d", written, sent, elapsed, budget)
 	}
 }
