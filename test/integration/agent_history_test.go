@@ -31,7 +31,14 @@ func TestAnAgentReadsNoEarlierBorrowersRun(t *testing.T) {
 	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d}`, f.reservation(t, node).Status.Epoch)); r.code != 200 {
 		t.Fatalf("lend: %d %s", r.code, r.body)
 	}
-	placed := f.submit(t, "beta", 1, 60)
+	// As `kubectl apply` makes it: its annotation holds the spec again.
+	placed, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "job-", Labels: map[string]string{"team": "vision"},
+			Annotations: map[string]string{"kubectl.kubernetes.io/last-applied-configuration": `{"spec":{"command":["train"]}}`}},
+		Spec: nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"train"}, GPUs: 1, MaxRuntimeSeconds: 60}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	running := f.waitExecution(t, "beta", placed.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	if r := f.report(t, node, "beta", placed.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
 		t.Fatalf("report running: %d %s", r.code, r.body)
@@ -41,7 +48,9 @@ func TestAnAgentReadsNoEarlierBorrowersRun(t *testing.T) {
 		t.Fatalf("report succeeded: %d %s", r.code, r.body)
 	}
 	f.waitExecution(t, "beta", placed.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionSucceeded })
-	revealed := func(e *nodusv1.Execution) bool { return e.UID == placed.UID && len(e.Spec.Command) > 0 }
+	revealed := func(e *nodusv1.Execution) bool {
+		return e.UID == placed.UID && (len(e.Spec.Command) > 0 || len(e.Annotations) > 0 || len(e.Labels) > 0 || len(e.ManagedFields) > 0)
+	}
 
 	// Its list at the revision it was placed at, from etcd's history.
 	exact := onHost
@@ -70,7 +79,7 @@ func TestAnAgentReadsNoEarlierBorrowersRun(t *testing.T) {
 		case e := <-w.ResultChan():
 			x, ok := e.Object.(*nodusv1.Execution)
 			if ok && revealed(x) {
-				t.Errorf("a watch from resourceVersion %s showed the finished execution's command in a %s event: %v", before.ResourceVersion, e.Type, x.Spec.Command)
+				t.Errorf("a watch from resourceVersion %s showed the finished execution in a %s event: %v %v", before.ResourceVersion, e.Type, x.Spec.Command, x.Annotations)
 			}
 			if e.Type == watch.Error {
 				t.Fatalf("the watch ended: %+v", e.Object)

@@ -3,6 +3,7 @@ package execution
 import (
 	"context"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -27,7 +28,12 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	list := obj.(*nodusv1.ExecutionList)
 	kept := make([]nodusv1.Execution, 0, len(list.Items))
 	for i := range list.Items {
-		if r.runsNow(ctx, &list.Items[i]) {
+		// As of the list's revision or later: the cache may be behind it.
+		runs, err := r.runsNow(ctx, &list.Items[i], list.ResourceVersion)
+		if err != nil {
+			return nil, err
+		}
+		if runs {
 			kept = append(kept, list.Items[i])
 		}
 	}
@@ -52,26 +58,39 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 		case !ok || e.Type == watch.Bookmark || e.Type == watch.Error:
 			return e, true
 		case e.Type == watch.Deleted:
-			gone := &nodusv1.Execution{TypeMeta: x.TypeMeta, ObjectMeta: x.ObjectMeta, Status: x.Status}
+			// Its key and UID only: its labels, annotations (kubectl's
+			// last-applied-configuration holds the spec), managed fields
+			// and status are the borrower's record.
+			gone := &nodusv1.Execution{TypeMeta: x.TypeMeta, ObjectMeta: metav1.ObjectMeta{Namespace: x.Namespace, Name: x.Name,
+				UID: x.UID, ResourceVersion: x.ResourceVersion}}
 			return watch.Event{Type: watch.Deleted, Object: gone}, true
 		}
-		return e, r.runsNow(ctx, x)
+		runs, err := r.runsNow(ctx, x, "0")
+		if err != nil {
+			// Neither shown nor passed over in silence: the client lists
+			// again.
+			return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}, true
+		}
+		return e, runs
 	}), nil
 }
 
 // runsNow says whether x, as an agent's list or watch shows it, is the
 // execution that is on its host and unfinished now, as the watch cache
-// holds it: the cache has taken every event a watcher is sent before it
-// sends it. What an agent reads is bounded to what its host runs now: a
+// holds it at notOlderThan or later: the cache has taken every event a
+// watcher is sent before it sends it. What an agent reads is bounded to what its host runs now: a
 // credential a tenant with root copied reads no earlier borrower's
 // command and environment from the store's history.
-func (r *REST) runsNow(ctx context.Context, x *nodusv1.Execution) bool {
-	obj, err := r.REST.Store.Get(genericapirequest.WithNamespace(ctx, x.Namespace), x.Name, &metav1.GetOptions{ResourceVersion: "0"})
+func (r *REST) runsNow(ctx context.Context, x *nodusv1.Execution, notOlderThan string) (bool, error) {
+	obj, err := r.REST.Store.Get(genericapirequest.WithNamespace(ctx, x.Namespace), x.Name, &metav1.GetOptions{ResourceVersion: notOlderThan})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
 	if err != nil {
-		return false
+		return false, err
 	}
 	now := obj.(*nodusv1.Execution)
-	return now.UID == x.UID && now.Status.Host == x.Status.Host && now.Status.Host != "" && !now.Status.Phase.Finished()
+	return now.UID == x.UID && now.Status.Host == x.Status.Host && now.Status.Host != "" && !now.Status.Phase.Finished(), nil
 }
 
 // readsHistory says whether a list reads a past revision (etcd serves it
