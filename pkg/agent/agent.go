@@ -708,11 +708,11 @@ func (a *Agent) beat(ctx context.Context) error {
 			sessions = sessionsOf(acc.LoginUser)
 		}
 		if sessions > 0 && !acc.Granted() {
-			a.endLeftSessions(ctx, acc.LoginUser, applied)
+			a.endLeftSessions(ctx, acc.LoginUser, applied, true)
 		}
 		for _, former := range acc.FormerLoginUsers {
 			if sessionsOf(former) > 0 {
-				a.endLeftSessions(ctx, former, applied)
+				a.endLeftSessions(ctx, former, applied, true)
 			}
 		}
 		if !current {
@@ -750,8 +750,10 @@ func (a *Agent) beat(ctx context.Context) error {
 // but who still runs some: the ending apply started was cut short (nodusd
 // stopped within the grace period, and apply does not run again for an
 // epoch already recorded), or a process outlived it. A user some access
-// still grants is left alone; one ending per user at a time.
-func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []state.Access) {
+// still grants is left alone; one ending per user at a time. A retired
+// access's user also loses what it scheduled (endTenancy); a term that
+// ended by this host's clock alone is not over until the server says so.
+func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []state.Access, retired bool) {
 	if user == "" || a.refuseLoginUser(user) != nil ||
 		slices.ContainsFunc(applied, func(acc state.Access) bool {
 			return acc.Granted() && acc.LoginUser == user && !a.termEndedHere(acc.Reservation)
@@ -770,7 +772,12 @@ func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []stat
 	}
 	klog.InfoS("ending the processes of a login user whose access is retired", "user", user)
 	go func() {
-		a.procs.EndSessions(ctx, user, a.opts.Grace)
+		if retired {
+			// What the cut-short retirement did not unschedule goes too.
+			a.endTenancy(ctx, user)
+		} else {
+			a.procs.EndSessions(ctx, user, a.opts.Grace)
+		}
 		a.mu.Lock()
 		delete(a.ending, user)
 		a.mu.Unlock()

@@ -50,17 +50,47 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 }
 
 // endTenancy ends what a login user whose access ended for good runs now
-// and what would run later: its crontab, at jobs and lingering first (a
-// cron job would start the tenant's code again every minute until the
-// cleaning, which the server may ask for much later), then its sessions.
+// and what would run later: its crontab, at jobs and lingering (a cron job
+// would start the tenant's code again every minute until the cleaning,
+// which the server may ask for much later), its sessions, and what those
+// scheduled again within their grace.
 func (a *Agent) endTenancy(ctx context.Context, user string) {
-	if steps, err := a.cleaning.Unschedule(user); err != nil {
-		// Its processes end all the same, and the cleaning fails on it.
-		klog.ErrorS(err, "removing what the login user scheduled", "user", user)
-	} else {
-		klog.InfoS("removed what the login user scheduled", "user", user, "steps", steps)
+	unschedule := a.mayUnschedule(user)
+	if unschedule {
+		a.unschedule(user)
 	}
 	a.procs.EndSessions(ctx, user, a.opts.Grace)
+	if unschedule {
+		a.unschedule(user)
+	}
+}
+
+func (a *Agent) unschedule(user string) {
+	if steps, err := a.cleaning.Unschedule(user); err != nil {
+		// Its processes end all the same; the next sweep of its left
+		// sessions tries again, and the cleaning fails on it.
+		klog.ErrorS(err, "removing what the login user scheduled", "user", user)
+	} else {
+		klog.V(2).InfoS("removed what the login user scheduled", "user", user, "steps", steps)
+	}
+}
+
+// mayUnschedule says whether what user scheduled may go for good: no
+// access recorded here grants it, not even one withheld for a moment (an
+// access not yet recorded, or refused), and an access here granted it once
+// (a supplier's account is never a tenant's). When in doubt, it may not:
+// the processes still end, and the cleaning removes the rest.
+func (a *Agent) mayUnschedule(user string) bool {
+	all, err := a.store.All()
+	if err != nil {
+		return false
+	}
+	for _, acc := range all {
+		if acc.Granted() && acc.LoginUser == user && a.claimed(acc) {
+			return false
+		}
+	}
+	return a.everManaged(user)
 }
 
 // userStillGranted says whether another reservation's applied access lets

@@ -64,7 +64,7 @@ func (a *Agent) endTerms(ctx context.Context, now time.Time) {
 			// for as long as the server has not ended the term.
 			if login != "" && a.procs.Count(login) > 0 {
 				if applied, err := a.store.All(); err == nil {
-					a.endLeftSessions(ctx, login, applied)
+					a.endLeftSessions(ctx, login, applied, false)
 				}
 			}
 			continue

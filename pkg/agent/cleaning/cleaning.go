@@ -163,7 +163,9 @@ func (c *Cleaner) Clean(ctx context.Context, request int64, users []string, gran
 	if c.Command == "" {
 		return r
 	}
-	code, output, err := c.runCommand(ctx, request, users)
+	// Every account the host may hold a tenant's leftovers of, the
+	// refused ones that could become root with them.
+	code, output, err := c.runCommand(ctx, request, checked)
 	r.CommandExitCode, r.CommandOutput = &code, output
 	switch {
 	case err != nil:
