@@ -82,7 +82,7 @@ func TestTheFirstSignalCancelsAndTheSecondExits(t *testing.T) {
 	}
 }
 
-func TestStopReleasesTheSignals(t *testing.T) {
+func TestStopEndsTheContext(t *testing.T) {
 	ctx, stop := shutdownsignal.Context(context.Background(), "test", new(bytes.Buffer))
 	stop()
 	if ctx.Err() == nil {

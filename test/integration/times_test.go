@@ -19,7 +19,7 @@ import (
 // time is refused 422 wherever it is, and nothing is written.
 func TestATimeTheStoreCannotReadBackIsRefused(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	f := newLendingFleet(t, s, 0, map[string]int32{"lab": 8}, false)
+	f := newLendingFleet(t, s, 1, map[string]int32{"lab": 8}, false)
 	tenant := f.borrowers["lab"]
 	const nodus = "/apis/nodus.dev/v1"
 	const far = `"9999-12-31T23:00:00-02:00"`
@@ -49,6 +49,8 @@ func TestATimeTheStoreCannotReadBackIsRefused(t *testing.T) {
 			`{"metadata":{` + managedFields + `}}`, s.Config, nodus + "/namespaces/lab/executions/near"},
 		{"an operator's patch of a project's managedFields time", "PATCH", nodus + "/projects/acme", "application/merge-patch+json",
 			`{"metadata":{` + managedFields + `}}`, s.Config, nodus + "/projects"},
+		{"an operator's status write of a node's heartbeat time", "PATCH", nodus + "/nodes/gpu-00/status", "application/merge-patch+json",
+			`{"status":{"lastHeartbeatTime":` + far + `}}`, s.Config, nodus + "/nodes"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
