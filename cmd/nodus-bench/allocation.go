@@ -76,7 +76,7 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 	}
 	defer w.Stop()
 	var mu sync.Mutex
-	posted, done := map[string]time.Time{}, map[string]time.Duration{}
+	posted, done, errored := map[string]time.Time{}, map[string]time.Duration{}, map[string]bool{}
 	finished := make(chan struct{})
 	failed := 0
 	go func() {
@@ -92,6 +92,7 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 					done[a.Name] = at.Sub(start)
 					if a.Status.State == nodusv1.AllocationStateError {
 						failed++
+						errored[a.Name] = true
 					}
 				}
 			}
@@ -121,15 +122,26 @@ func allocationRun(c config, binary, dir string, replicas int) error {
 		return fmt.Errorf("only %d of %d allocations finished", len(done), c.allocations)
 	}
 	elapsed := time.Since(start)
+	// Only the allocations that became active count, in the rate and in
+	// the latencies; the failed are told apart.
 	var lat []time.Duration
 	mu.Lock()
-	for _, d := range done {
-		lat = append(lat, d)
+	for name, d := range done {
+		if !errored[name] {
+			lat = append(lat, d)
+		}
 	}
 	mu.Unlock()
+	if len(lat) == 0 {
+		return fmt.Errorf("none of %d allocations became active (%d failed)", c.allocations, failed)
+	}
 	p50, p99 := percentiles(lat)
+	perSecond := float64(len(lat)) / elapsed.Seconds()
 	fmt.Printf("allocation: %d allocations over %d ready nodes, %d server(s), %d concurrent clients\n", c.allocations, c.nodes, replicas, c.concurrency)
 	fmt.Printf("  %.0f allocations/s (first POST to last active); POST → active p50 %s p99 %s; %d failed\n",
-		float64(c.allocations)/elapsed.Seconds(), p50, p99, failed)
+		perSecond, p50, p99, failed)
+	if updateRate > 0 {
+		fmt.Printf("  %.2f× the API UPDATE rate of this run's crud scenario (%.0f/s, JSON client)\n", perSecond/updateRate, updateRate)
+	}
 	return nil
 }

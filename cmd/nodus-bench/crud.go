@@ -68,23 +68,32 @@ func crud(s *server, c config) error {
 	}{{"", api}, {"protobuf", pb.NodusV1()}}
 	var rows []row
 	// extras are more ways to make the same request, each a row of its own.
+	// Each phase starts once the server and etcd are quiet: the controllers'
+	// answers to one phase's writes must not land in the next phase's
+	// window (on two cores they would slow whichever side comes next).
+	quietly := func(n, conc int, op func(i int) error) (result, error) {
+		if err := s.quiesce(ctx); err != nil {
+			return result{}, err
+		}
+		return timed(n, conc, op)
+	}
 	measure := func(op string, n, conc int, apiOp func(api nodusv1client.NodusV1Interface, i int) error, etcdOp func(i int) error, extras ...variant) error {
 		var measured []row
 		for _, client := range clients {
-			a, err := timed(n, conc, func(i int) error { return apiOp(client.api, i) })
+			a, err := quietly(n, conc, func(i int) error { return apiOp(client.api, i) })
 			if err != nil {
 				return fmt.Errorf("%s through the API (%s): %w", op, client.suffix, err)
 			}
 			measured = append(measured, row{op: withSuffix(op, client.suffix), api: a})
 		}
 		for _, extra := range extras {
-			a, err := timed(n, conc, extra.op)
+			a, err := quietly(n, conc, extra.op)
 			if err != nil {
 				return fmt.Errorf("%s through the API (%s): %w", op, extra.suffix, err)
 			}
 			measured = append(measured, row{op: withSuffix(op, extra.suffix), api: a})
 		}
-		e, err := timed(n, conc, etcdOp)
+		e, err := quietly(n, conc, etcdOp)
 		if err != nil {
 			return fmt.Errorf("%s on raw etcd: %w", op, err)
 		}
@@ -106,7 +115,7 @@ func crud(s *server, c config) error {
 	if err != nil {
 		return err
 	}
-	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, 1,
+	if err := measure(fmt.Sprintf("LIST (%d objects)", c.objects), c.lists, c.concurrency,
 		func(api nodusv1client.NodusV1Interface, _ int) error {
 			l, err := api.ReservedHosts("bench").List(ctx, metav1.ListOptions{})
 			if err == nil && len(l.Items) != c.objects {
@@ -161,8 +170,17 @@ func crud(s *server, c config) error {
 		return err
 	}
 	printCRUD(rows, c, len(value))
+	for _, r := range rows {
+		if r.op == "UPDATE" {
+			updateRate = r.api.perSecond
+		}
+	}
 	return nil
 }
+
+// updateRate is the JSON client's UPDATE rate of this run's crud scenario,
+// the allocation rate's baseline (issue 16); 0 when crud did not run.
+var updateRate float64
 
 // jsonListDecoder reads the ReservedHosts of bench once, as JSON, and
 // returns a function that decodes that body as client-go's JSON client does

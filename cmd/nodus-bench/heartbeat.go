@@ -4,18 +4,23 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
 // heartbeat measures what heartbeats of many nodes cost the server and
 // etcd: the first beat of each node (which creates its liveness lease and
-// marks it ready), then steady-state rounds in which every node beats once.
-// Figures are per heartbeat and extrapolated to nodes/interval beats a second.
+// marks it ready), then the steady state, every node beating once per
+// interval for a window, measured over the window; the periodic refresh of
+// the stored lastHeartbeatTime, measured apart and added at its rate; and
+// reserved nodes' beats with evidence, as fast as the server answers.
 func heartbeat(s *server, c config) error {
 	ctx := context.Background()
 	fmt.Fprintf(os.Stderr, "heartbeat: creating %d nodes\n", c.nodes)
@@ -25,41 +30,7 @@ func heartbeat(s *server, c config) error {
 	beat := func(i int) error {
 		return testfleet.Heartbeat(ctx, s.client, fleetName(i), nodusv1.NodeHeartbeat{})
 	}
-	type round struct {
-		name              string
-		beats             int
-		elapsed, cpu      time.Duration
-		writes, proposals int64
-		p50, p99          time.Duration
-	}
-	measure := func(name string, rounds, nodes int, beat func(i int) error) (round, error) {
-		rev0, raft0, err := s.etcdCounters(ctx)
-		if err != nil {
-			return round{}, err
-		}
-		cpu0, err := s.cpu()
-		if err != nil {
-			return round{}, err
-		}
-		start := time.Now()
-		var lat []time.Duration
-		for r := 0; r < rounds; r++ {
-			res, err := timedLatencies(nodes, c.concurrency*4, beat)
-			if err != nil {
-				return round{}, err
-			}
-			lat = append(lat, res...)
-		}
-		elapsed := time.Since(start)
-		cpu1, _ := s.cpu()
-		rev1, raft1, err := s.etcdCounters(ctx)
-		if err != nil {
-			return round{}, err
-		}
-		p50, p99 := percentiles(lat)
-		return round{name, rounds * nodes, elapsed, cpu1 - cpu0, rev1 - rev0, raft1 - raft0, p50, p99}, nil
-	}
-	first, err := measure("first beat of each node", 1, c.nodes, beat)
+	first, err := measureRounds(ctx, s, "first beat of each node", 1, c.nodes, c.concurrency*4, beat)
 	if err != nil {
 		return err
 	}
@@ -71,7 +42,29 @@ func heartbeat(s *server, c config) error {
 	if _, err := timedLatencies(c.nodes, c.concurrency*4, beat); err != nil {
 		return err
 	}
-	steady, err := measure("steady state", c.rounds, c.nodes, beat)
+	// The steady state as a fleet makes it: every node once per interval,
+	// each beat at its time, the server's CPU and etcd's writes measured
+	// over the window (not rounds as fast as the server answers, divided
+	// by their beats: background work would be spread over more beats).
+	fmt.Fprintf(os.Stderr, "heartbeat: %s paced at %d nodes / %s\n", c.heartbeatWindow, c.nodes, c.interval)
+	if err := s.quiesce(ctx); err != nil {
+		return err
+	}
+	// What the same server costs with no beat in a window as long: the
+	// controllers, the liveness resync, the runtime. Nothing expires in
+	// it (three intervals would).
+	idle, err := idleWindow(ctx, s, min(c.heartbeatWindow, 2*c.interval))
+	if err != nil {
+		return err
+	}
+	steady, err := paced(ctx, s, c, beat)
+	if err != nil {
+		return err
+	}
+	// What the window leaves out: each node's stored lastHeartbeatTime is
+	// written again once it is PersistEvery old. Measured apart, on nodes
+	// whose stored time is made that old.
+	refresh, plain, err := refreshCost(ctx, s, c, beat)
 	if err != nil {
 		return err
 	}
@@ -95,33 +88,212 @@ func heartbeat(s *server, c config) error {
 	if err := s.quiesce(ctx); err != nil {
 		return err
 	}
-	withEvidence, err := measure("reserved, with evidence", c.rounds*c.nodes/reserved, reserved, beatWithEvidence)
+	withEvidence, err := measureRounds(ctx, s, "reserved, with evidence", c.rounds*c.nodes/reserved, reserved, c.concurrency*4, beatWithEvidence)
 	if err != nil {
 		return err
 	}
 	rate := float64(c.nodes) / c.interval.Seconds()
-	fmt.Printf("heartbeat: %d nodes, %d concurrent agents' connections\n", c.nodes, c.concurrency*4)
-	for _, r := range []round{first, steady} {
-		perBeatWrites := float64(r.writes) / float64(r.beats)
-		perBeatProposals := float64(r.proposals) / float64(r.beats)
-		perBeatCPU := r.cpu / time.Duration(r.beats)
-		fmt.Printf("  %-24s %6d beats in %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
-			float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
-		fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat\n", "", perBeatWrites, perBeatProposals, perBeatCPU)
-		fmt.Printf("  %-24s at %d nodes / %s: %.1f etcd writes/s, %.1f raft proposals/s, %.2f server cores\n", "",
-			c.nodes, c.interval, perBeatWrites*rate, perBeatProposals*rate, perBeatCPU.Seconds()*rate)
-	}
-	r := withEvidence
-	fmt.Printf("  %d of the nodes reserved, each beat naming its reservation and applied epoch (the agent's evidence):\n", reserved)
+	fmt.Printf("heartbeat: %d nodes; beats sent by %d workers with the operator's client certificate over one connection\n"+
+		"  (not each agent's own certificate and connection: docs/performance.md)\n", c.nodes, c.concurrency*4)
+	r := first
+	fmt.Printf("  %-24s %6d beats in %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
+		float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
+	fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat\n", "",
+		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats))
+	r = steady
+	fmt.Printf("  %-24s %6d beats paced over %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
+		float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
+	fmt.Printf("  %-24s in the window: etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
+		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats), r.cpu.Seconds()/r.elapsed.Seconds())
+	fmt.Printf("  %-24s the same server with no beat for %s just before: %.2f cores, %.1f etcd writes/s\n", "",
+		idle.elapsed.Round(time.Second), idle.cpu.Seconds()/idle.elapsed.Seconds(), float64(idle.writes)/idle.elapsed.Seconds())
+	refreshes := float64(c.nodes) / node.DefaultPersistEvery.Seconds()
+	refreshWrites := float64(refresh.writes) / float64(refresh.beats)
+	refreshProposals := float64(refresh.proposals) / float64(refresh.beats)
+	extraCPU := max(refresh.cpu/time.Duration(refresh.beats)-plain.cpu/time.Duration(plain.beats), 0)
+	fmt.Printf("  %-24s the %s refresh of a node's stored lastHeartbeatTime, measured apart on %d nodes: etcd writes %.3f per refreshing beat,\n"+
+		"  %-24s server CPU %s more than a plain beat's; %.1f refreshes/s at %d nodes\n", "", node.DefaultPersistEvery, refresh.beats, refreshWrites,
+		"", extraCPU, refreshes, c.nodes)
+	fmt.Printf("  %-24s at %d nodes / %s: %.1f etcd writes/s, %.1f raft proposals/s, %.2f server cores (the refresh's: %.1f writes/s, %.2f cores)\n", "",
+		c.nodes, c.interval, float64(r.writes)/r.elapsed.Seconds()+refreshWrites*refreshes, float64(r.proposals)/r.elapsed.Seconds()+refreshProposals*refreshes,
+		r.cpu.Seconds()/r.elapsed.Seconds()+extraCPU.Seconds()*refreshes, refreshWrites*refreshes, extraCPU.Seconds()*refreshes)
+	r = withEvidence
+	fmt.Printf("  %d of the nodes reserved, each beat naming its reservation and applied epoch (the agent's evidence), rounds as fast as the server answers:\n", reserved)
 	fmt.Printf("  %-24s %6d beats in %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
 		float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
 	fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat; %.2f cores if all %d nodes were reserved\n", "",
 		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats),
 		(r.cpu/time.Duration(r.beats)).Seconds()*rate, c.nodes)
-	fmt.Printf("  between the two windows one unmeasured round lets nodes marked not ready during the first beats recover.\n")
-	fmt.Printf("  not in these windows: each node's stored lastHeartbeatTime is refreshed at most every 5 min,\n" +
-		"  one Node write (and one ReservedHost write for a reserved node) per node per 5 min.\n\n")
+	fmt.Printf("  between the first beats and the steady state one unmeasured round lets nodes marked not ready meanwhile recover;\n" +
+		"  a reserved node's refresh also writes its ReservedHost (not measured here).\n\n")
 	return nil
+}
+
+// paced beats every node once per c.interval for c.heartbeatWindow, each
+// beat at its time, and measures the server over the window.
+func paced(ctx context.Context, s *server, c config, beat func(i int) error) (heartbeatRound, error) {
+	rev0, raft0, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	rate := float64(c.nodes) / c.interval.Seconds()
+	total := int(rate * c.heartbeatWindow.Seconds())
+	jobs := make(chan int, total)
+	lat := make([]time.Duration, total)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range c.concurrency * 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range jobs {
+				t := time.Now()
+				if err := beat(k % c.nodes); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+				lat[k] = time.Since(t)
+			}
+		}()
+	}
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Millisecond)
+	for sent := 0; sent < total; {
+		<-tick.C
+		for due := min(int(rate*time.Since(start).Seconds()), total); sent < due; sent++ {
+			jobs <- sent
+		}
+	}
+	tick.Stop()
+	close(jobs)
+	wg.Wait()
+	elapsed := time.Since(start)
+	select {
+	case err := <-errs:
+		return heartbeatRound{}, err
+	default:
+	}
+	cpu1, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	rev1, raft1, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	if late := elapsed - c.heartbeatWindow; late > c.heartbeatWindow/20 {
+		return heartbeatRound{}, fmt.Errorf("the paced beats took %s for a window of %s: the server (or this machine) does not keep up with %.0f beats/s", elapsed, c.heartbeatWindow, rate)
+	}
+	p50, p99 := percentiles(lat)
+	return heartbeatRound{"steady state", total, elapsed, cpu1 - cpu0, rev1 - rev0, raft1 - raft0, p50, p99}, nil
+}
+
+// idleWindow measures the server over window with no beat sent.
+func idleWindow(ctx context.Context, s *server, window time.Duration) (heartbeatRound, error) {
+	rev0, raft0, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	start := time.Now()
+	time.Sleep(window)
+	elapsed := time.Since(start)
+	cpu1, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	rev1, raft1, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	return heartbeatRound{name: "idle", elapsed: elapsed, cpu: cpu1 - cpu0, writes: rev1 - rev0, proposals: raft1 - raft0}, nil
+}
+
+// refreshSample is how many nodes the refresh of lastHeartbeatTime is
+// measured on.
+const refreshSample = 1000
+
+// refreshCost measures a beat that refreshes its node's stored
+// lastHeartbeatTime (one made older than PersistEvery first, which is not
+// measured) and, for the same nodes right after, a plain beat.
+func refreshCost(ctx context.Context, s *server, c config, beat func(i int) error) (refresh, plain heartbeatRound, err error) {
+	n := min(refreshSample, c.nodes)
+	old := metav1.NewTime(time.Now().Add(-node.DefaultPersistEvery - time.Minute))
+	if err := parallel(n, c.concurrency*4, func(i int) error {
+		return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			got, err := s.client.NodusV1().Nodes().Get(ctx, fleetName(i), metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			got.Status.LastHeartbeatTime = &old
+			_, err = s.client.NodusV1().Nodes().UpdateStatus(ctx, got, metav1.UpdateOptions{})
+			return err
+		})
+	}); err != nil {
+		return refresh, plain, fmt.Errorf("making stored heartbeat times old: %w", err)
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return refresh, plain, err
+	}
+	if refresh, err = measureRounds(ctx, s, "refreshing", 1, n, c.concurrency*4, beat); err != nil {
+		return refresh, plain, err
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return refresh, plain, err
+	}
+	plain, err = measureRounds(ctx, s, "plain", 1, n, c.concurrency*4, beat)
+	return refresh, plain, err
+}
+
+// heartbeatRound is what a window of beats cost.
+type heartbeatRound struct {
+	name              string
+	beats             int
+	elapsed, cpu      time.Duration
+	writes, proposals int64
+	p50, p99          time.Duration
+}
+
+// measureRounds beats nodes 0..nodes-1 rounds times, as fast as conc
+// workers are answered, and measures the server over it.
+func measureRounds(ctx context.Context, s *server, name string, rounds, nodes, conc int, beat func(i int) error) (heartbeatRound, error) {
+	rev0, raft0, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	cpu0, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	start := time.Now()
+	var lat []time.Duration
+	for r := 0; r < rounds; r++ {
+		res, err := timedLatencies(nodes, conc, beat)
+		if err != nil {
+			return heartbeatRound{}, err
+		}
+		lat = append(lat, res...)
+	}
+	elapsed := time.Since(start)
+	cpu1, err := s.cpu()
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	rev1, raft1, err := s.etcdCounters(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	p50, p99 := percentiles(lat)
+	return heartbeatRound{name, rounds * nodes, elapsed, cpu1 - cpu0, rev1 - rev0, raft1 - raft0, p50, p99}, nil
 }
 
 // reservedBeaters is how many of the heartbeat scenario's nodes are

@@ -46,7 +46,7 @@ type config struct {
 	lentHosts, latencyHosts, latencyRuns       int
 	pending                                    int
 	watchers, watchedHosts, watchUpdates       int
-	interval                                   time.Duration
+	interval, heartbeatWindow                  time.Duration
 }
 
 func main() {
@@ -57,11 +57,11 @@ func main() {
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
 	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
 	flag.IntVar(&c.updates, "updates", 2000, "crud: UPDATE requests per side")
-	flag.IntVar(&c.lists, "lists", 30, "crud: LIST requests per side")
+	flag.IntVar(&c.lists, "lists", 200, "crud: LIST requests per side")
 	flag.IntVar(&c.concurrency, "concurrency", 8, "concurrent clients")
 	flag.IntVar(&c.releases, "releases", 200, "release: hosts to release")
 	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat, allocation: simulated nodes; memory: nodes, each reserved")
-	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: steady-state rounds measured after the first")
+	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: rounds of all -nodes beats' worth measured with evidence (reserved nodes)")
 	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes")
 	flag.IntVar(&c.lentHosts, "lent-hosts", 1000, "lending: lent 8-GPU hosts")
 	flag.IntVar(&c.latencyHosts, "latency-hosts", 4, "lending: hosts with simulated agents for the create → running latency")
@@ -70,7 +70,8 @@ func main() {
 	flag.IntVar(&c.watchers, "watchers", 10000, "watchers: agents' Reservation watches open (status.node=NODE), one per node")
 	flag.IntVar(&c.watchedHosts, "watched-hosts", 1000, "watchers: of those nodes, how many are reserved")
 	flag.IntVar(&c.watchUpdates, "watch-updates", 2000, "watchers: Reservation updates timed until their node's watch shows them, per round")
-	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: the interval the figures are extrapolated to")
+	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: how often each node beats in the paced steady state")
+	flag.DurationVar(&c.heartbeatWindow, "heartbeat-window", 30*time.Second, "heartbeat: how long the paced steady state is measured")
 	flag.Parse()
 	if c.watchedHosts < 1 || c.watchers < c.watchedHosts || c.watchUpdates < 1 {
 		fmt.Fprintf(os.Stderr, "nodus-bench: -watched-hosts (%d) and -watch-updates (%d) must be at least 1, and -watchers (%d) at least -watched-hosts\n",

@@ -91,10 +91,20 @@ func (s *server) cpu() (time.Duration, error) {
 		return 0, err
 	}
 	// Fields after the command name (which may hold spaces) start after ")".
-	fields := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseInt(fields[11], 10, 64)
-	stime, _ := strconv.ParseInt(fields[12], 10, 64)
-	const ticksPerSecond = 100 // USER_HZ on Linux
+	end := strings.LastIndexByte(string(data), ')')
+	if end < 0 || end+2 > len(data) {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", s.proc.Cmd.Process.Pid)
+	}
+	fields := strings.Fields(string(data[end+2:]))
+	if len(fields) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields after the command name", s.proc.Cmd.Process.Pid, len(fields))
+	}
+	utime, err1 := strconv.ParseInt(fields[11], 10, 64)
+	stime, err2 := strconv.ParseInt(fields[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: utime %q, stime %q", s.proc.Cmd.Process.Pid, fields[11], fields[12])
+	}
+	const ticksPerSecond = 100 // USER_HZ on Linux (sysconf(_SC_CLK_TCK), 100 on every Linux ABI Go supports)
 	return time.Duration(utime+stime) * time.Second / ticksPerSecond, nil
 }
 

@@ -56,10 +56,7 @@ const (
 	// embedded one, when full, is checked for room made
 	// (embeddedetcd.KeepSpace).
 	etcdSpaceInterval = 5 * time.Second
-	// heartbeatPersistEvery bounds how stale a Node's stored lastHeartbeatTime
-	// may be; liveness itself is exact, through the etcd lease.
-	heartbeatPersistEvery = 5 * time.Minute
-	controllerWorkers     = 4
+	controllerWorkers = 4
 	// allocationWorkers is how many pending allocations are claimed at
 	// once. A pass is two writes in a row (the node's claim, then the
 	// allocation's status), each a round trip through the API to etcd, so
@@ -175,7 +172,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores.Nodes.Status}
 	heartbeats := &node.HeartbeatREST{
 		Nodes: c.Stores.Nodes.Status, NodeSpecs: c.Stores.Nodes.Main, Reservations: c.Stores.Reservations.Status, Liveness: c.liveness,
-		Interval: c.heartbeatInterval, PersistEvery: heartbeatPersistEvery,
+		Interval: c.heartbeatInterval, PersistEvery: node.DefaultPersistEvery,
 	}
 	storage["nodes/heartbeat"] = heartbeats
 	c.beats.filter.Serve(heartbeats)

@@ -42,6 +42,10 @@ type HeartbeatREST struct {
 	Now          func() time.Time
 }
 
+// DefaultPersistEvery bounds how stale a Node's stored lastHeartbeatTime
+// may be; liveness itself is exact, through the etcd lease.
+const DefaultPersistEvery = 5 * time.Minute
+
 var (
 	_ rest.NamedCreater    = &HeartbeatREST{}
 	_ rest.StorageMetadata = &HeartbeatREST{}
