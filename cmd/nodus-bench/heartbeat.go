@@ -89,6 +89,13 @@ func heartbeat(s *server, c config) error {
 	if _, err := timedLatencies(reserved, c.concurrency*4, beatWithEvidence); err != nil {
 		return err
 	}
+	// The other nodes too, unmeasured: since the paced window, the
+	// refresh's measurement and the reservations may have taken three
+	// intervals, and their marking not ready (and ready again) would land
+	// in the window.
+	if _, err := timedLatencies(c.nodes-reserved, c.concurrency*4, func(i int) error { return beat(reserved + i) }); err != nil {
+		return err
+	}
 	if err := s.quiesce(ctx); err != nil {
 		return err
 	}
