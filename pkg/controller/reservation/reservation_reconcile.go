@@ -243,8 +243,9 @@ func connected(r *nodusv1.Reservation, node *nodusv1.Node, now metav1.Time) meta
 		c.Status, c.Reason = metav1.ConditionTrue, "AgentCurrent"
 		c.Message = fmt.Sprintf("the host's current agent reports on time at epoch %d", r.Status.Epoch)
 	}
-	if node != nil && node.Status.SSHAddress == "" {
-		// Whatever the agent's currency, no one can connect to the host.
+	if node != nil && node.Status.SSHHostKey != "" && node.Status.SSHAddress == "" {
+		// Whatever the agent's currency, no one can connect to the host;
+		// an agent that has reported neither has reported nothing yet.
 		c.Message += "; the agent reports no address where its SSH server is reached (nodusd --ssh-address), so the host shows no connect and gives no certificate (SSHAddressUnknown)"
 	}
 	return c
