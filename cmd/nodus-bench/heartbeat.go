@@ -143,11 +143,7 @@ func heartbeat(s *server, c config) error {
 // paced beats every node once per c.interval for c.heartbeatWindow, each
 // beat at its time, and measures the server over the window.
 func paced(ctx context.Context, s *server, c config, beat func(i int) error) (heartbeatRound, error) {
-	rev0, raft0, err := s.etcdCounters(ctx)
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	cpu0, err := s.cpu()
+	m, err := s.startMeter(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
@@ -190,11 +186,7 @@ func paced(ctx context.Context, s *server, c config, beat func(i int) error) (he
 		return heartbeatRound{}, err
 	default:
 	}
-	cpu1, err := s.cpu()
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	rev1, raft1, err := s.etcdCounters(ctx)
+	cpu, writes, proposals, err := m.stop(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
@@ -202,31 +194,23 @@ func paced(ctx context.Context, s *server, c config, beat func(i int) error) (he
 		return heartbeatRound{}, fmt.Errorf("the paced beats took %s for a window of %s: the server (or this machine) does not keep up with %.0f beats/s", elapsed, c.heartbeatWindow, rate)
 	}
 	p50, p99 := percentiles(lat)
-	return heartbeatRound{"steady state", total, elapsed, cpu1 - cpu0, rev1 - rev0, raft1 - raft0, p50, p99}, nil
+	return heartbeatRound{"steady state", total, elapsed, cpu, writes, proposals, p50, p99}, nil
 }
 
 // idleWindow measures the server over window with no beat sent.
 func idleWindow(ctx context.Context, s *server, window time.Duration) (heartbeatRound, error) {
-	rev0, raft0, err := s.etcdCounters(ctx)
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	cpu0, err := s.cpu()
+	m, err := s.startMeter(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
 	start := time.Now()
 	time.Sleep(window)
 	elapsed := time.Since(start)
-	cpu1, err := s.cpu()
+	cpu, writes, proposals, err := m.stop(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
-	rev1, raft1, err := s.etcdCounters(ctx)
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	return heartbeatRound{name: "idle", elapsed: elapsed, cpu: cpu1 - cpu0, writes: rev1 - rev0, proposals: raft1 - raft0}, nil
+	return heartbeatRound{name: "idle", elapsed: elapsed, cpu: cpu, writes: writes, proposals: proposals}, nil
 }
 
 // refreshSample is how many nodes the refresh of lastHeartbeatTime is
@@ -287,11 +271,7 @@ func measureRounds(ctx context.Context, s *server, name string, rounds, nodes, c
 // beat is answered: what the beats' writes set off (the watch caches,
 // the controllers' informers) is then in it.
 func measureSettled(ctx context.Context, s *server, name string, rounds, nodes, conc int, beat func(i int) error, settle time.Duration) (heartbeatRound, error) {
-	rev0, raft0, err := s.etcdCounters(ctx)
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	cpu0, err := s.cpu()
+	m, err := s.startMeter(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
@@ -306,16 +286,12 @@ func measureSettled(ctx context.Context, s *server, name string, rounds, nodes, 
 	}
 	time.Sleep(settle)
 	elapsed := time.Since(start)
-	cpu1, err := s.cpu()
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	rev1, raft1, err := s.etcdCounters(ctx)
+	cpu, writes, proposals, err := m.stop(ctx)
 	if err != nil {
 		return heartbeatRound{}, err
 	}
 	p50, p99 := percentiles(lat)
-	return heartbeatRound{name, rounds * nodes, elapsed, cpu1 - cpu0, rev1 - rev0, raft1 - raft0, p50, p99}, nil
+	return heartbeatRound{name, rounds * nodes, elapsed, cpu, writes, proposals, p50, p99}, nil
 }
 
 // reservedBeaters is how many of the heartbeat scenario's nodes are
@@ -382,4 +358,35 @@ func timedLatencies(n, conc int, op func(i int) error) ([]time.Duration, error) 
 		return err
 	})
 	return lat, err
+}
+
+// meter reads the server's CPU time and etcd's counters at the start of a
+// window.
+type meter struct {
+	s               *server
+	cpu             time.Duration
+	revision, index int64
+}
+
+func (s *server) startMeter(ctx context.Context) (meter, error) {
+	revision, index, err := s.etcdCounters(ctx)
+	if err != nil {
+		return meter{}, err
+	}
+	cpu, err := s.cpu()
+	return meter{s: s, cpu: cpu, revision: revision, index: index}, err
+}
+
+// stop is what the server spent since the start: CPU time, etcd writes
+// (revisions) and raft proposals.
+func (m meter) stop(ctx context.Context) (cpu time.Duration, writes, proposals int64, err error) {
+	now, err := m.s.cpu()
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	revision, index, err := m.s.etcdCounters(ctx)
+	if err != nil {
+		return 0, 0, 0, err
+	}
+	return now - m.cpu, revision - m.revision, index - m.index, nil
 }
