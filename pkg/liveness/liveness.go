@@ -30,14 +30,21 @@ type Tracker struct {
 	streams *streams
 
 	mu     sync.Mutex
-	leases map[string]clientv3.LeaseID
+	leases map[string]heard
+}
+
+// heard is what this replica knows of a node's liveness: the lease its key
+// lives on, and when this replica last renewed it for a beat.
+type heard struct {
+	lease clientv3.LeaseID
+	at    time.Time
 }
 
 // New returns a tracker whose nodes die ttl after their last beat. leases
 // is the lease service of client's etcd, on which the tracker keeps its
 // keep-alive streams: LeaseService(client) for a client over the network.
 func New(client *clientv3.Client, leases pb.LeaseClient, ttl time.Duration) *Tracker {
-	return &Tracker{client: client, ttl: ttl, streams: newStreams(client, leases), leases: map[string]clientv3.LeaseID{}}
+	return &Tracker{client: client, ttl: ttl, streams: newStreams(client, leases), leases: map[string]heard{}}
 }
 
 // LeaseService is the lease service on client's gRPC connection.
@@ -49,8 +56,9 @@ func LeaseService(client *clientv3.Client) pb.LeaseClient {
 // before this beat.
 func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err error) {
 	t.mu.Lock()
-	lease, known := t.leases[node]
+	h, known := t.leases[node]
 	t.mu.Unlock()
+	lease := h.lease
 	if !known {
 		resp, err := t.client.Get(ctx, Prefix+node)
 		if err != nil {
@@ -169,21 +177,33 @@ func (t *Tracker) AliveSet(ctx context.Context) (map[string]bool, error) {
 	return alive, nil
 }
 
-// WatchDeaths calls died for every node whose key expires, until ctx ends.
-func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
+// WatchDeaths calls died for every node whose key expires, until ctx ends,
+// with the last beat this replica heard of it (LastBeat).
+func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string, lastBeat time.Time)) {
 	for resp := range t.client.Watch(ctx, Prefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
 		for _, ev := range resp.Events {
 			node := strings.TrimPrefix(string(ev.Kv.Key), Prefix)
 			t.mu.Lock()
+			h := t.leases[node]
 			delete(t.leases, node)
 			t.mu.Unlock()
-			died(node)
+			died(node, h.at)
 		}
 	}
 }
 
-func (t *Tracker) remember(node string, lease clientv3.LeaseID) {
+// LastBeat is when this replica last renewed node's lease for a beat: the
+// zero time when it heard none since it started or since the lease
+// expired. A beat another replica took may be later.
+func (t *Tracker) LastBeat(node string) time.Time {
 	t.mu.Lock()
-	t.leases[node] = lease
+	defer t.mu.Unlock()
+	return t.leases[node].at
+}
+
+func (t *Tracker) remember(node string, lease clientv3.LeaseID) {
+	now := time.Now()
+	t.mu.Lock()
+	t.leases[node] = heard{lease: lease, at: now}
 	t.mu.Unlock()
 }

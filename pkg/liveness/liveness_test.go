@@ -88,7 +88,7 @@ func beatsOverTheStreams(t *testing.T, client *clientv3.Client, tr *Tracker) {
 
 	// A lease revoked behind the tracker's back: the stream answers that it
 	// is gone, and the beat grants a new one.
-	lease := tr.leases["n-00"]
+	lease := tr.leases["n-00"].lease
 	if _, err := client.Revoke(ctx, lease); err != nil {
 		t.Fatal(err)
 	}
@@ -114,12 +114,12 @@ func beatsOverTheStreams(t *testing.T, client *clientv3.Client, tr *Tracker) {
 			t.Errorf("beat after the streams broke: revived %v, %v", revived, err)
 		}
 	}
-	before, _ := client.TimeToLive(ctx, tr.leases["n-01"])
+	before, _ := client.TimeToLive(ctx, tr.leases["n-01"].lease)
 	time.Sleep(1100 * time.Millisecond)
 	if _, err := tr.Beat(ctx, "n-01"); err != nil {
 		t.Fatal(err)
 	}
-	after, _ := client.TimeToLive(ctx, tr.leases["n-01"])
+	after, _ := client.TimeToLive(ctx, tr.leases["n-01"].lease)
 	if after.TTL <= before.TTL-1 {
 		t.Errorf("the beat did not renew the lease: TTL %d before, %d after", before.TTL, after.TTL)
 	}
@@ -196,7 +196,7 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 		}
 		for i, tr := range replicas {
 			tr.mu.Lock()
-			lease := tr.leases[node]
+			lease := tr.leases[node].lease
 			tr.mu.Unlock()
 			if clientv3.LeaseID(resp.Kvs[0].Lease) != lease {
 				t.Errorf("%s: replica %d renews lease %x; the key lives on %x", node, i, lease, resp.Kvs[0].Lease)
@@ -207,7 +207,7 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 	if _, err := a.Beat(ctx, "gpu-1"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.Revoke(ctx, a.leases["gpu-1"]); err != nil { // it expired
+	if _, err := client.Revoke(ctx, a.leases["gpu-1"].lease); err != nil { // it expired
 		t.Fatal(err)
 	}
 	if revived, err := b.Beat(ctx, "gpu-1"); err != nil || !revived {
@@ -240,5 +240,78 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 		}
 		wg.Wait()
 		onOneLease(node, a, b)
+	}
+}
+
+// TestADeathCarriesTheLastBeatHeard: when a node's key expires, the
+// replica that renewed it says when it last did (the node's last beat, which
+// the liveness controller records then instead of refreshing a stored time
+// with beats); a replica that heard none of its beats says nothing.
+func TestADeathCarriesTheLastBeatHeard(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	etcd, client, err := testfleet.StartEtcd(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		client.Close()
+		etcd.Stop(context.Background())
+	})
+	a := New(client, LeaseService(client), 30*time.Second)
+	b := New(client, LeaseService(client), 30*time.Second)
+	type death struct {
+		node     string
+		lastBeat time.Time
+	}
+	deaths := make(chan death, 4)
+	watching, stop := context.WithCancel(ctx)
+	defer stop()
+	go a.WatchDeaths(watching, func(node string, lastBeat time.Time) { deaths <- death{node, lastBeat} })
+
+	if _, err := a.Beat(ctx, "gpu-1"); err != nil {
+		t.Fatal(err)
+	}
+	first := a.LastBeat("gpu-1")
+	time.Sleep(50 * time.Millisecond)
+	before := time.Now()
+	if _, err := a.Beat(ctx, "gpu-1"); err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	last := a.LastBeat("gpu-1")
+	if last.Before(before) || last.After(after) || !last.After(first) {
+		t.Fatalf("LastBeat after the second beat = %v, want between %v and %v (the first was %v)", last, before, after, first)
+	}
+	if _, err := b.Beat(ctx, "gpu-2"); err != nil {
+		t.Fatal(err)
+	}
+	if !a.LastBeat("gpu-2").IsZero() {
+		t.Errorf("replica a says it heard gpu-2 at %v; only b did", a.LastBeat("gpu-2"))
+	}
+
+	time.Sleep(time.Second) // the watch is open before the leases end
+	for _, lease := range []clientv3.LeaseID{a.leases["gpu-1"].lease, b.leases["gpu-2"].lease} {
+		if _, err := client.Revoke(ctx, lease); err != nil { // they expired
+			t.Fatal(err)
+		}
+	}
+	got := map[string]time.Time{}
+	for range 2 {
+		select {
+		case d := <-deaths:
+			got[d.node] = d.lastBeat
+		case <-ctx.Done():
+			t.Fatalf("deaths seen: %v", got)
+		}
+	}
+	if !got["gpu-1"].Equal(last) {
+		t.Errorf("gpu-1 died with last beat %v, want %v (the last one a renewed)", got["gpu-1"], last)
+	}
+	if lb, ok := got["gpu-2"]; !ok || !lb.IsZero() {
+		t.Errorf("gpu-2 died with last beat %v (seen %v), want the zero time: a heard none of its beats", lb, ok)
+	}
+	if !a.LastBeat("gpu-1").IsZero() {
+		t.Errorf("after its death a still says gpu-1 beat at %v", a.LastBeat("gpu-1"))
 	}
 }

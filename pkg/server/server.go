@@ -172,7 +172,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	storage["nodes/clean"] = &node.CleanREST{Nodes: c.Stores.Nodes.Status}
 	heartbeats := &node.HeartbeatREST{
 		Nodes: c.Stores.Nodes.Status, NodeSpecs: c.Stores.Nodes.Main, Reservations: c.Stores.Reservations.Status, Liveness: c.liveness,
-		Interval: c.heartbeatInterval, PersistEvery: node.DefaultPersistEvery,
+		Interval: c.heartbeatInterval,
 	}
 	storage["nodes/heartbeat"] = heartbeats
 	c.beats.filter.Serve(heartbeats)

@@ -1,6 +1,8 @@
 // Package nodeliveness marks a Node not ready when its agent's liveness lease
 // expires (three missed heartbeat intervals), and on start-up and every
-// resync for any node that claims to be ready without a live lease.
+// resync for any node that claims to be ready without a live lease. It
+// records then the node's last beat this replica heard: a Ready node's
+// beats write nothing, its stored lastHeartbeatTime included.
 package nodeliveness
 
 import (
@@ -25,7 +27,8 @@ import (
 type Liveness interface {
 	Alive(ctx context.Context, node string) (bool, error)
 	AliveSet(ctx context.Context) (map[string]bool, error)
-	WatchDeaths(ctx context.Context, died func(node string))
+	WatchDeaths(ctx context.Context, died func(node string, lastBeat time.Time))
+	LastBeat(node string) time.Time
 }
 
 // Controller keeps Node Ready conditions honest.
@@ -42,8 +45,8 @@ type Controller struct {
 
 // Run watches lease expiries and resyncs until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	go c.Liveness.WatchDeaths(ctx, func(node string) {
-		if err := c.markNotReady(ctx, node); err != nil {
+	go c.Liveness.WatchDeaths(ctx, func(node string, lastBeat time.Time) {
+		if err := c.markNotReady(ctx, node, lastBeat); err != nil {
 			klog.ErrorS(err, "marking a node not ready", "node", node)
 		}
 	})
@@ -72,13 +75,16 @@ func (c *Controller) resync(ctx context.Context) {
 			continue
 		}
 		// markNotReady reads the lease again: the node may have beaten since the range.
-		if err := c.markNotReady(ctx, n.Name); err != nil {
+		if err := c.markNotReady(ctx, n.Name, c.Liveness.LastBeat(n.Name)); err != nil {
 			klog.ErrorS(err, "marking a node not ready", "node", n.Name)
 		}
 	}
 }
 
-func (c *Controller) markNotReady(ctx context.Context, name string) error {
+// markNotReady writes node name not ready, with lastBeat (when this replica
+// heard one) as its lastHeartbeatTime unless a later one is stored: a beat
+// another replica took, or a write of the node by a later beat.
+func (c *Controller) markNotReady(ctx context.Context, name string, lastBeat time.Time) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := c.Client.NodusV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -96,6 +102,10 @@ func (c *Controller) markNotReady(ctx context.Context, name string) error {
 		})
 		if !changed {
 			return nil
+		}
+		if beat := metav1.NewTime(lastBeat.Truncate(time.Second)); !lastBeat.IsZero() &&
+			(n.Status.LastHeartbeatTime == nil || beat.After(n.Status.LastHeartbeatTime.Time)) {
+			n.Status.LastHeartbeatTime = &beat
 		}
 		_, err = c.Client.NodusV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodus-node-liveness"})
 		return err

@@ -2302,7 +2302,7 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 					},
 					"lastHeartbeatTime": {
 						SchemaProps: spec.SchemaProps{
-							Description: "LastHeartbeatTime is the latest heartbeat of the agent.",
+							Description: "LastHeartbeatTime is the latest heartbeat of the agent the server recorded: the beat that last changed the node (it became ready, applied an epoch, reported a refusal or a cleaning) or, once the node is not ready, the last beat the server heard before the node's lease expired. A ready node's beats that change nothing do not write it: the Ready condition says whether the agent beats.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},
@@ -3659,7 +3659,7 @@ func schema_pkg_apis_nodus_v1_ReservedHostStatus(ref common.ReferenceCallback) c
 					},
 					"lastHeartbeatTime": {
 						SchemaProps: spec.SchemaProps{
-							Description: "LastHeartbeatTime is the latest host heartbeat.",
+							Description: "LastHeartbeatTime is the latest host heartbeat, as its node records it: that of the host's last change, or its last before it stopped beating. The Connected condition says whether the host's agent beats.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},

@@ -28,23 +28,20 @@ import (
 
 // HeartbeatREST serves POST nodes/{name}/heartbeat, the agent's report.
 // Liveness costs an etcd lease keep-alive; the Node is written only when
-// something in it changes (readiness, applied epoch), and its
-// lastHeartbeatTime at most every PersistEvery. A report is evidence only
-// from the node's current agent generation, and per reservation only at the
-// reservation's current epoch.
+// something in it changes (readiness, applied epoch, refusal, cleaning),
+// with the beat's time as its lastHeartbeatTime. A Ready node's beats
+// that change nothing write nothing: its lease says it beats, and the
+// liveness controller records its last beat when the lease expires. A
+// report is evidence only from the node's current agent generation, and
+// per reservation only at the reservation's current epoch.
 type HeartbeatREST struct {
 	Nodes        *genericregistry.Store // nodes/status
 	NodeSpecs    *genericregistry.Store // nodes, for the maintenance a failed cleaning sets
 	Reservations *genericregistry.Store // reservations/status
 	Liveness     *liveness.Tracker
 	Interval     time.Duration
-	PersistEvery time.Duration
 	Now          func() time.Time
 }
-
-// DefaultPersistEvery bounds how stale a Node's stored lastHeartbeatTime
-// may be; liveness itself is exact, through the etcd lease.
-const DefaultPersistEvery = 5 * time.Minute
 
 var (
 	_ rest.NamedCreater    = &HeartbeatREST{}
@@ -144,7 +141,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 				if c := h.cleaning(n, beat); c.Node != nil {
 					n = c.Node
 				}
-				h.applyBeat(n, applied, refusal, now, revived)
+				h.applyBeat(n, applied, refusal, now)
 				return n, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
 		if err != nil {
@@ -302,27 +299,24 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 // so that that write conflicts and the controller looks again.
 func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time, revived bool) bool {
 	c := n.DeepCopy()
-	h.applyBeat(c, applied, refusal, now, revived)
+	h.applyBeat(c, applied, refusal, now)
 	return c.Status.AppliedEpoch != n.Status.AppliedEpoch || !equality.Semantic.DeepEqual(c.Status.AccessRefusal, n.Status.AccessRefusal) ||
 		!meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) ||
-		!c.Status.LastHeartbeatTime.Equal(n.Status.LastHeartbeatTime)
+		c.Status.ProvisionState != n.Status.ProvisionState ||
+		n.Status.LastHeartbeatTime == nil || (revived && !now.Equal(n.Status.LastHeartbeatTime))
 }
 
-// applyBeat is what a beat writes to node n: Ready, the applied epoch, the
-// agent's refusal (none when it reports none), and the beat's time when the
-// last one written is PersistEvery old, or the beat revived the lease
-// (nodeChanged).
-func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time, revived bool) {
+// applyBeat is what a beat that changes node n (nodeChanged) writes to it:
+// Ready, the applied epoch, the agent's refusal (none when it reports
+// none), and the beat's time.
+func (h *HeartbeatREST) applyBeat(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time) {
 	n.Status.AppliedEpoch = applied
 	n.Status.AccessRefusal = refusal
 	meta.SetStatusCondition(&n.Status.Conditions, metav1.Condition{
 		Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived",
 		Message: "the agent reports on time", LastTransitionTime: now,
 	})
-	if n.Status.LastHeartbeatTime == nil || now.Sub(n.Status.LastHeartbeatTime.Time) >= h.PersistEvery ||
-		(revived && !now.Equal(n.Status.LastHeartbeatTime)) {
-		n.Status.LastHeartbeatTime = &now
-	}
+	n.Status.LastHeartbeatTime = &now
 	if n.Status.ProvisionState == nodusv1.ProvisionStateEnroll {
 		n.Status.ProvisionState = nodusv1.ProvisionStateAvailable
 	}

@@ -87,24 +87,25 @@ func TestEvidenceTheCacheCannotSettleGoesToEtcd(t *testing.T) {
 
 // TestABeatThatRevivedTheLeaseWritesTheNode: the liveness controller read
 // a node (Ready) and found its lease gone; a beat then revives the lease.
-// Were the beat to write nothing (the node as it read it is Ready, its
-// last beat time recent enough), the controller's NotReady would land after
-// it, under what it read, and hold until the next beat. A beat that revived
-// the lease writes the node, so that that NotReady conflicts.
+// Were the beat to write nothing (the node as it read it is Ready, and a
+// Ready node's beats write nothing however old its stored beat time), the
+// controller's NotReady would land after it, under what it read, and hold
+// until the next beat. A beat that revived the lease writes the node, so
+// that that NotReady conflicts.
 func TestABeatThatRevivedTheLeaseWritesTheNode(t *testing.T) {
-	h := &HeartbeatREST{PersistEvery: time.Minute}
+	h := &HeartbeatREST{}
 	now := metav1.NewTime(time.Date(2026, 12, 4, 10, 0, 30, 0, time.UTC))
-	recent := metav1.NewTime(now.Add(-20 * time.Second))
-	ready := &nodusv1.Node{Status: nodusv1.NodeStatus{AppliedEpoch: 3, LastHeartbeatTime: &recent,
+	old := metav1.NewTime(now.Add(-time.Hour))
+	ready := &nodusv1.Node{Status: nodusv1.NodeStatus{AppliedEpoch: 3, LastHeartbeatTime: &old, ProvisionState: nodusv1.ProvisionStateAvailable,
 		Conditions: []metav1.Condition{{Type: nodusv1.NodeConditionReady, Status: metav1.ConditionTrue, Reason: "HeartbeatReceived"}}}}
 	if h.nodeChanged(ready, 3, nil, now, false) {
-		t.Error("a beat of a Ready node with a recent beat time, its lease alive, writes the node")
+		t.Error("a beat of a Ready node, its lease alive, writes the node because its stored beat time is an hour old")
 	}
 	if !h.nodeChanged(ready, 3, nil, now, true) {
 		t.Fatal("a beat that revived the lease does not write the node")
 	}
 	written := ready.DeepCopy()
-	h.applyBeat(written, 3, nil, now, true)
+	h.applyBeat(written, 3, nil, now)
 	if !written.Status.LastHeartbeatTime.Equal(&now) {
 		t.Errorf("the beat that revived the lease wrote beat time %v, want %v", written.Status.LastHeartbeatTime, now)
 	}

@@ -34,7 +34,9 @@ type ReservedHostStatus struct {
 	// NodeInventory is the host’s hardware and software.
 	// +required
 	Inventory NodeInventory `json:"inventory" protobuf:"bytes,3,opt,name=inventory"`
-	// LastHeartbeatTime is the latest host heartbeat.
+	// LastHeartbeatTime is the latest host heartbeat, as its node records
+	// it: that of the host's last change, or its last before it stopped
+	// beating. The Connected condition says whether the host's agent beats.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty" protobuf:"bytes,4,opt,name=lastHeartbeatTime"`
 	// Pool is the enrolled capacity group used for this host’s lending agreement.
