@@ -34,7 +34,8 @@ type Tracker struct {
 }
 
 // heard is what this replica knows of a node's liveness: the lease its key
-// lives on, and when this replica last renewed it for a beat.
+// lives on (0 once it expired), and when this replica last renewed it for
+// a beat.
 type heard struct {
 	lease clientv3.LeaseID
 	at    time.Time
@@ -56,9 +57,9 @@ func LeaseService(client *clientv3.Client) pb.LeaseClient {
 // before this beat.
 func (t *Tracker) Beat(ctx context.Context, node string) (revived bool, err error) {
 	t.mu.Lock()
-	h, known := t.leases[node]
+	lease := t.leases[node].lease
 	t.mu.Unlock()
-	lease := h.lease
+	known := lease != 0
 	if !known {
 		resp, err := t.client.Get(ctx, Prefix+node)
 		if err != nil {
@@ -177,24 +178,25 @@ func (t *Tracker) AliveSet(ctx context.Context) (map[string]bool, error) {
 	return alive, nil
 }
 
-// WatchDeaths calls died for every node whose key expires, until ctx ends,
-// with the last beat this replica heard of it (LastBeat).
-func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string, lastBeat time.Time)) {
+// WatchDeaths calls died for every node whose key expires, until ctx ends.
+// This replica forgets the node's lease, not its last beat (LastBeat).
+func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
 	for resp := range t.client.Watch(ctx, Prefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
 		for _, ev := range resp.Events {
 			node := strings.TrimPrefix(string(ev.Kv.Key), Prefix)
 			t.mu.Lock()
-			h := t.leases[node]
-			delete(t.leases, node)
+			if h, ok := t.leases[node]; ok {
+				t.leases[node] = heard{at: h.at}
+			}
 			t.mu.Unlock()
-			died(node, h.at)
+			died(node)
 		}
 	}
 }
 
-// LastBeat is when this replica last renewed node's lease for a beat: the
-// zero time when it heard none since it started or since the lease
-// expired. A beat another replica took may be later.
+// LastBeat is when this replica last renewed node's lease for a beat, the
+// zero time when it heard none since it started. A beat another replica
+// took may be later.
 func (t *Tracker) LastBeat(node string) time.Time {
 	t.mu.Lock()
 	defer t.mu.Unlock()

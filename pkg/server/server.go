@@ -361,6 +361,8 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 	if err != nil {
 		return err
 	}
+	recorder := &nodeliveness.Recorder{Client: client, Liveness: c.liveness}
+	go recorder.Run(hook.Context)
 	go leader.Run(hook, c.storage.client, c.leaderLease, func(ctx context.Context) {
 		factory := localinformers.NewFactory(
 			externalversions.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, externalversions.WithTransform(withoutManagedFields)), c.Stores.Sources())

@@ -9,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/liveness"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -84,4 +85,67 @@ func TestAReadyNodesBeatsWriteNothingAndItsLastBeatIsRecorded(t *testing.T) {
 	f.waitHost(t, "h-beats", func(h *nodusv1.ReservedHost) bool {
 		return h.Status.LastHeartbeatTime.Equal(last)
 	})
+}
+
+// TestAReplicaThatDoesNotLeadRecordsTheLastBeatItHeard: agents beat
+// whichever replica they reach, and the replica leading the controllers
+// (which marks a silent node not ready) may have heard none of a node's
+// last beats. The replica that heard them records the last one when the
+// node's lease expires, leading or not.
+func TestAReplicaThatDoesNotLeadRecordsTheLastBeatItHeard(t *testing.T) {
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	f := newFleet(t, s)
+	f.node(t, "h-follower")
+	etcd, err := s.EtcdClient()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { etcd.Close() })
+	giveBack := takeTheLead(t, etcd) // the server leads nothing now
+
+	var before, after time.Time
+	for range 5 {
+		before = time.Now()
+		if r := f.heartbeat(t, "h-follower", nodusv1.NodeHeartbeat{AgentGeneration: 1}); r.code != 200 {
+			t.Fatalf("heartbeat: %d %s", r.code, r.body)
+		}
+		after = time.Now()
+		time.Sleep(400 * time.Millisecond)
+	}
+	nodes := s.Client.NodusV1().Nodes()
+	var n *nodusv1.Node
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		gone, err := etcd.Get(c, liveness.Prefix+"h-follower")
+		if err != nil || len(gone.Kvs) > 0 {
+			return false, err
+		}
+		n, err = nodes.Get(c, "h-follower", metav1.GetOptions{})
+		return err == nil && n.Status.LastHeartbeatTime != nil && !n.Status.LastHeartbeatTime.Time.Before(before.Truncate(time.Second)), err
+	}); err != nil {
+		t.Fatalf("the node's last beat, sent between %s and %s, was never recorded: %v; lastHeartbeatTime %v", before, after, err, n.Status.LastHeartbeatTime)
+	}
+	if n.Status.LastHeartbeatTime.Time.After(after) {
+		t.Fatalf("lastHeartbeatTime %v is later than the last beat, sent between %s and %s", n.Status.LastHeartbeatTime, before, after)
+	}
+	if !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+		t.Fatalf("the node was marked not ready with no replica leading: %+v", n.Status.Conditions)
+	}
+	recorded := n.Status.LastHeartbeatTime
+
+	// Once a replica leads again, the node is marked not ready, its
+	// recorded last beat kept.
+	giveBack()
+	if err := testfleet.Eventually(ctx(t), 30*time.Second, func(c context.Context) (bool, error) {
+		n, err = nodes.Get(c, "h-follower", metav1.GetOptions{})
+		return err == nil && meta.IsStatusConditionFalse(n.Status.Conditions, nodusv1.NodeConditionReady), err
+	}); err != nil {
+		t.Fatalf("the node was never marked not ready: %v", err)
+	}
+	if !n.Status.LastHeartbeatTime.Equal(recorded) {
+		t.Errorf("marking the node not ready changed its lastHeartbeatTime from %v to %v", recorded, n.Status.LastHeartbeatTime)
+	}
 }

@@ -1,8 +1,10 @@
 // Package nodeliveness marks a Node not ready when its agent's liveness lease
 // expires (three missed heartbeat intervals), and on start-up and every
-// resync for any node that claims to be ready without a live lease. It
-// records then the node's last beat this replica heard: a Ready node's
-// beats write nothing, its stored lastHeartbeatTime included.
+// resync for any node that claims to be ready without a live lease. A
+// ready node's beats write nothing, its stored lastHeartbeatTime included:
+// its last beat is recorded when its lease expires, by the controller with
+// the NotReady and by the Recorder of every replica (the replica the agent
+// beat may not be the one that leads).
 package nodeliveness
 
 import (
@@ -27,7 +29,7 @@ import (
 type Liveness interface {
 	Alive(ctx context.Context, node string) (bool, error)
 	AliveSet(ctx context.Context) (map[string]bool, error)
-	WatchDeaths(ctx context.Context, died func(node string, lastBeat time.Time))
+	WatchDeaths(ctx context.Context, died func(node string))
 	LastBeat(node string) time.Time
 }
 
@@ -45,8 +47,8 @@ type Controller struct {
 
 // Run watches lease expiries and resyncs until ctx ends.
 func (c *Controller) Run(ctx context.Context) {
-	go c.Liveness.WatchDeaths(ctx, func(node string, lastBeat time.Time) {
-		if err := c.markNotReady(ctx, node, lastBeat); err != nil {
+	go c.Liveness.WatchDeaths(ctx, func(node string) {
+		if err := c.markNotReady(ctx, node); err != nil {
 			klog.ErrorS(err, "marking a node not ready", "node", node)
 		}
 	})
@@ -75,16 +77,15 @@ func (c *Controller) resync(ctx context.Context) {
 			continue
 		}
 		// markNotReady reads the lease again: the node may have beaten since the range.
-		if err := c.markNotReady(ctx, n.Name, c.Liveness.LastBeat(n.Name)); err != nil {
+		if err := c.markNotReady(ctx, n.Name); err != nil {
 			klog.ErrorS(err, "marking a node not ready", "node", n.Name)
 		}
 	}
 }
 
-// markNotReady writes node name not ready, with lastBeat (when this replica
-// heard one) as its lastHeartbeatTime unless a later one is stored: a beat
-// another replica took, or a write of the node by a later beat.
-func (c *Controller) markNotReady(ctx context.Context, name string, lastBeat time.Time) error {
+// markNotReady writes node name not ready, with the last beat this replica
+// heard of it (recordBeat).
+func (c *Controller) markNotReady(ctx context.Context, name string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		n, err := c.Client.NodusV1().Nodes().Get(ctx, name, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -103,11 +104,57 @@ func (c *Controller) markNotReady(ctx context.Context, name string, lastBeat tim
 		if !changed {
 			return nil
 		}
-		if beat := metav1.NewTime(lastBeat.Truncate(time.Second)); !lastBeat.IsZero() &&
-			(n.Status.LastHeartbeatTime == nil || beat.After(n.Status.LastHeartbeatTime.Time)) {
-			n.Status.LastHeartbeatTime = &beat
-		}
+		recordBeat(n, c.Liveness.LastBeat(name))
 		_, err = c.Client.NodusV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodus-node-liveness"})
 		return err
 	})
+}
+
+// Recorder runs on every replica. When a node's lease expires it records
+// the last beat this replica heard of the node as its lastHeartbeatTime,
+// unless a later one is stored: agents beat whichever replica they reach,
+// and the one that leads the controllers, which marks the node not ready,
+// may have heard none of its last beats.
+type Recorder struct {
+	Client   versioned.Interface
+	Liveness Liveness
+}
+
+// Run records last beats until ctx ends.
+func (r *Recorder) Run(ctx context.Context) {
+	r.Liveness.WatchDeaths(ctx, func(node string) {
+		if err := r.record(ctx, node); err != nil {
+			klog.ErrorS(err, "recording a node's last heartbeat", "node", node)
+		}
+	})
+}
+
+func (r *Recorder) record(ctx context.Context, name string) error {
+	lastBeat := r.Liveness.LastBeat(name)
+	if lastBeat.IsZero() {
+		return nil
+	}
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := r.Client.NodusV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil || !recordBeat(n, lastBeat) {
+			return err
+		}
+		_, err = r.Client.NodusV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{FieldManager: "nodus-node-liveness"})
+		return err
+	})
+}
+
+// recordBeat sets lastBeat as n's lastHeartbeatTime when it is later than
+// the stored one (a beat another replica heard, or one that wrote the node
+// since), and says whether it did.
+func recordBeat(n *nodusv1.Node, lastBeat time.Time) bool {
+	beat := metav1.NewTime(lastBeat.Truncate(time.Second))
+	if lastBeat.IsZero() || (n.Status.LastHeartbeatTime != nil && !beat.After(n.Status.LastHeartbeatTime.Time)) {
+		return false
+	}
+	n.Status.LastHeartbeatTime = &beat
+	return true
 }
