@@ -4,13 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -20,24 +23,39 @@ import (
 // interval for a window, measured over the window; beats of nodes whose
 // stored lastHeartbeatTime is old (what a periodic refresh of it would
 // write, measured apart); and reserved nodes' beats with evidence, as fast
-// as the server answers.
+// as the server answers. Each node's beats go as its agent's: with the
+// certificate its enrollment issued, over a connection of its own.
 func heartbeat(s *server, c config) error {
 	ctx := context.Background()
-	fmt.Fprintf(os.Stderr, "heartbeat: creating %d nodes\n", c.nodes)
-	if err := seedFleet(ctx, s, c.nodes, c.concurrency*4, false); err != nil {
+	fmt.Fprintf(os.Stderr, "heartbeat: enrolling %d agents\n", c.nodes)
+	start := time.Now()
+	agents, err := enrollFleet(ctx, s, c.nodes, c.concurrency*4)
+	if err != nil {
 		return err
 	}
+	enrolled := time.Since(start)
 	beat := func(i int) error {
-		return testfleet.Heartbeat(ctx, s.client, fleetName(i), nodusv1.NodeHeartbeat{})
+		return testfleet.Heartbeat(ctx, agents[i].client, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation})
 	}
 	first, err := measureRounds(ctx, s, "first beat of each node", 1, c.nodes, c.concurrency*4, beat)
 	if err != nil {
 		return err
 	}
+	// An unmeasured round: nodes whose first beat came more than three
+	// intervals before their second (the first round opens every agent's
+	// connection, and may take that long) were marked not ready meanwhile,
+	// and their next beat writes them ready again — a recovery, not the
+	// steady state.
+	fmt.Fprintf(os.Stderr, "heartbeat: one settling round\n")
+	if _, err := timedLatencies(c.nodes, c.concurrency*4, beat); err != nil {
+		return err
+	}
 	// What the same server costs with no beat in a window, once the
 	// controllers' answers to the first beats are done: the controllers,
-	// the liveness resync, the runtime. Shorter than an interval, so that
-	// no node has gone three intervals without a beat by the next round.
+	// the liveness resync, the runtime, every agent's connection open.
+	// Shorter than an interval, so that no node goes three intervals
+	// without a beat before the next round, which the steady state
+	// follows at once.
 	if err := s.quiesce(ctx); err != nil {
 		return err
 	}
@@ -45,11 +63,6 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
-	// One unmeasured round first: nodes whose first beat came more than
-	// three intervals before their second were marked not ready meanwhile,
-	// and their next beat writes them ready again — a recovery, not the
-	// steady state.
-	fmt.Fprintf(os.Stderr, "heartbeat: one settling round\n")
 	if _, err := timedLatencies(c.nodes, c.concurrency*4, beat); err != nil {
 		return err
 	}
@@ -62,6 +75,23 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	steady, err := paced(ctx, s, c, beat)
+	if err != nil {
+		return err
+	}
+	connected, err := s.residentSet() // every agent's connection open
+	if err != nil {
+		return err
+	}
+	// The same beats with the operator's certificate over one connection,
+	// as the bench sent them until session 46, the agents' connections
+	// open and idle: what each agent's own identity and connection add.
+	operatorBeat := func(i int) error {
+		return testfleet.Heartbeat(ctx, s.client, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation})
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return err
+	}
+	viaOperator, err := paced(ctx, s, c, operatorBeat)
 	if err != nil {
 		return err
 	}
@@ -82,7 +112,8 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	beatWithEvidence := func(i int) error {
-		return testfleet.Heartbeat(ctx, s.client, fleetName(i), nodusv1.NodeHeartbeat{Reservations: evidence[i : i+1]})
+		return testfleet.Heartbeat(ctx, agents[i].client, fleetName(i),
+			nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation, Reservations: evidence[i : i+1]})
 	}
 	// The first beat with evidence records each node's applied epoch (a
 	// write), which the controllers then project into each ReservedHost:
@@ -105,8 +136,8 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	rate := float64(c.nodes) / c.interval.Seconds()
-	fmt.Printf("heartbeat: %d nodes; beats sent by %d workers with the operator's client certificate over one connection\n"+
-		"  (not each agent's own certificate and connection: docs/performance.md)\n", c.nodes, c.concurrency*4)
+	fmt.Printf("heartbeat: %d nodes, each beating with its own agent's certificate over its own connection (%d agents enrolled in %s); beats sent by %d workers\n",
+		c.nodes, c.nodes, enrolled.Round(time.Second), c.concurrency*4)
 	r := first
 	fmt.Printf("  %-24s %6d beats in %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
 		float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
@@ -117,8 +148,13 @@ func heartbeat(s *server, c config) error {
 		float64(r.beats)/r.elapsed.Seconds(), r.p50, r.p99)
 	fmt.Printf("  %-24s in the window: etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
 		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats), r.cpu.Seconds()/r.elapsed.Seconds())
-	fmt.Printf("  %-24s the same server with no beat for %s after the first beats: %.2f cores, %.1f etcd writes/s\n", "",
+	fmt.Printf("  %-24s the same server with no beat for %s, every agent connected: %.2f cores, %.1f etcd writes/s\n", "",
 		idle.elapsed.Round(time.Second), idle.cpu.Seconds()/idle.elapsed.Seconds(), float64(idle.writes)/idle.elapsed.Seconds())
+	fmt.Printf("  %-24s server RSS at the end of the window, %d agents connected: %d MB (anonymous %d MB)\n", "",
+		c.nodes, connected.rss>>20, connected.anon>>20)
+	fmt.Printf("  %-24s the same paced beats with the operator's certificate over one connection (the bench until session 46): p50 %s, p99 %s;\n"+
+		"  %-24s server CPU %s per beat, %.2f cores\n", "", viaOperator.p50, viaOperator.p99,
+		"", viaOperator.cpu/time.Duration(viaOperator.beats), viaOperator.cpu.Seconds()/viaOperator.elapsed.Seconds())
 	fmt.Printf("  %-24s beats of %d nodes whose stored lastHeartbeatTime is %s old, measured apart: etcd writes %.3f and raft proposals %.3f per beat;\n"+
 		"  %-24s server CPU %s per beat, %s for the same nodes' next beat (a periodic refresh of the stored time would write here)\n", "",
 		oldTime.beats, oldTimeAge, float64(oldTime.writes)/float64(oldTime.beats), float64(oldTime.proposals)/float64(oldTime.beats),
@@ -132,8 +168,63 @@ func heartbeat(s *server, c config) error {
 	fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat; %.2f cores if all %d nodes were reserved\n", "",
 		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats),
 		(r.cpu/time.Duration(r.beats)).Seconds()*rate, c.nodes)
-	fmt.Printf("  between the first beats and the steady state one unmeasured round lets nodes marked not ready meanwhile recover.\n\n")
+	fmt.Printf("  between the first beats and the idle window one unmeasured round lets nodes marked not ready meanwhile recover;\n" +
+		"  another one between the idle window and the steady state.\n\n")
 	return nil
+}
+
+// agent is a simulated node's agent: a client with the certificate its
+// enrollment issued, on a connection of its own, and the generation its
+// beats name.
+type agent struct {
+	client     versioned.Interface
+	generation int64
+}
+
+// enrollFleet creates project and pool "bench" and enrolls n nodes into
+// the pool as nodusd does (an enrollment token each, a key and a
+// certificate request; the agents' state under the server's directory),
+// and returns their agents.
+func enrollFleet(ctx context.Context, s *server, n, conc int) ([]agent, error) {
+	if need := uint64(n + 1000); !enoughFiles(need) {
+		return nil, fmt.Errorf("%d agents' connections need %d open files in this process and the server's; raise ulimit -n (the hard limit)", n, need)
+	}
+	if err := seedFleet(ctx, s, 0, conc, false); err != nil {
+		return nil, err
+	}
+	agents := make([]agent, n)
+	spec := nodusv1.EnrollmentTokenSpec{Pool: "bench", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
+	if err := parallel(n, conc, func(i int) error {
+		cfg, err := testfleet.EnrollAgent(ctx, s.client, s.config.Host, fleetName(i), spec, filepath.Join(s.dir, "agents", fleetName(i)))
+		if err != nil {
+			return err
+		}
+		agents[i].client, err = versioned.NewForConfig(cfg)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	nodes, err := s.client.NodusV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	generations := map[string]int64{}
+	for _, node := range nodes.Items {
+		generations[node.Name] = node.Status.AgentGeneration
+	}
+	for i := range agents {
+		if agents[i].generation = generations[fleetName(i)]; agents[i].generation == 0 {
+			return nil, fmt.Errorf("node %s has no agent generation after its enrollment", fleetName(i))
+		}
+	}
+	return agents, nil
+}
+
+// enoughFiles says whether this process may open need files (Go raises the
+// soft limit to the hard one at start, and so does the server).
+func enoughFiles(need uint64) bool {
+	var limit syscall.Rlimit
+	return syscall.Getrlimit(syscall.RLIMIT_NOFILE, &limit) != nil || limit.Cur >= need
 }
 
 // paced beats every node once per c.interval for c.heartbeatWindow, each
