@@ -353,10 +353,11 @@ func throughput(ctx context.Context, s *server, c config, pool *nodusv1.Pool) er
 }
 
 // idleWrites measures what Node writes that change nothing a scheduling
-// pass reads cost the server while executions are placed: at 10,000 nodes
-// the heartbeats alone write each Node's lastHeartbeatTime every 5 minutes,
-// 33 writes a second. Label writes stand for them, against the same
-// writes to the hosts' ReservedHosts, which no pass reads.
+// pass reads cost the server while executions are placed (an operator's
+// labels, an agent's inventory; until session 46 the heartbeats wrote each
+// Node's lastHeartbeatTime every 5 minutes, 33 writes a second at 10,000
+// nodes). Label writes stand for them, against the same writes to the
+// hosts' ReservedHosts, which no pass reads.
 func idleWrites(ctx context.Context, s *server, c config) error {
 	api := s.client.NodusV1()
 	n := 2 * c.lentHosts
@@ -390,7 +391,7 @@ func idleWrites(ctx context.Context, s *server, c config) error {
 	if err != nil {
 		return err
 	}
-	fmt.Printf("  %d Node writes no pass needs (labels, as heartbeats' lastHeartbeatTime): %.0f/s, server CPU %s each; the same to ReservedHosts (baseline): %.0f/s, %s each; Node/ReservedHost CPU %.2f\n\n",
+	fmt.Printf("  %d Node writes no pass needs (labels): %.0f/s, server CPU %s each; the same to ReservedHosts (baseline): %.0f/s, %s each; Node/ReservedHost CPU %.2f\n\n",
 		n, nodeRate, nodeCPU.Round(time.Microsecond), hostRate, hostCPU.Round(time.Microsecond), float64(nodeCPU)/float64(hostCPU))
 	return nil
 }

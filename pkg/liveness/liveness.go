@@ -16,6 +16,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"k8s.io/klog/v2"
 )
 
 // Prefix holds one key per live node; its value is the lease id.
@@ -31,6 +32,7 @@ type Tracker struct {
 
 	mu     sync.Mutex
 	leases map[string]heard
+	swept  time.Time // when forget last dropped dead nodes' beats
 }
 
 // heard is what this replica knows of a node's liveness: the lease its key
@@ -179,20 +181,63 @@ func (t *Tracker) AliveSet(ctx context.Context) (map[string]bool, error) {
 }
 
 // WatchDeaths calls died for every node whose key expires, until ctx ends.
-// This replica forgets the node's lease, not its last beat (LastBeat).
+// This replica forgets the node's lease, not yet its last beat (LastBeat).
+// A watch that ends (etcd compacted past it, a lost connection) is opened
+// again where it stopped, or from now when that is compacted.
 func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
-	for resp := range t.client.Watch(ctx, Prefix, clientv3.WithPrefix(), clientv3.WithFilterPut()) {
-		for _, ev := range resp.Events {
-			node := strings.TrimPrefix(string(ev.Kv.Key), Prefix)
-			t.mu.Lock()
-			if h, ok := t.leases[node]; ok {
-				t.leases[node] = heard{at: h.at}
+	var from int64
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterPut()}
+		if from > 0 {
+			opts = append(opts, clientv3.WithRev(from))
+		}
+		for resp := range t.client.Watch(clientv3.WithRequireLeader(ctx), Prefix, opts...) {
+			if resp.CompactRevision > 0 {
+				klog.InfoS("node liveness: deaths since the watch's last revision were compacted away; watching from now", "compacted", resp.CompactRevision)
+				from = 0
+				break
 			}
-			t.mu.Unlock()
-			died(node)
+			if err := resp.Err(); err != nil {
+				klog.InfoS("node liveness: the watch of deaths ended", "err", err)
+				break
+			}
+			for _, ev := range resp.Events {
+				node := strings.TrimPrefix(string(ev.Kv.Key), Prefix)
+				t.forget(node)
+				died(node)
+			}
+			from = resp.Header.Revision + 1
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
 		}
 	}
 }
+
+// forget forgets node's lease, and the last beats of nodes that died long
+// ago: whoever records a death has done so, and nodes deleted since leave
+// nothing behind.
+func (t *Tracker) forget(node string) {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.leases[node]; ok {
+		t.leases[node] = heard{at: h.at}
+	}
+	if now.Sub(t.swept) < forgetAfter*t.ttl {
+		return
+	}
+	t.swept = now
+	for n, h := range t.leases {
+		if h.lease == 0 && now.Sub(h.at) > forgetAfter*t.ttl {
+			delete(t.leases, n)
+		}
+	}
+}
+
+// forgetAfter is how many TTLs a dead node's last beat is kept.
+const forgetAfter = 10
 
 // LastBeat is when this replica last renewed node's lease for a beat, the
 // zero time when it heard none since it started. A beat another replica

@@ -286,23 +286,35 @@ func TestALastBeatOutlivesTheLease(t *testing.T) {
 		t.Errorf("replica a says it heard gpu-2 at %v; only b did", a.LastBeat("gpu-2"))
 	}
 
-	time.Sleep(time.Second) // the watch is open before the leases end
-	for _, lease := range []clientv3.LeaseID{a.leases["gpu-1"].lease, b.leases["gpu-2"].lease} {
+	// The watch is open once it reports a probe's death.
+	for probed := false; !probed; {
+		if _, err := a.Beat(ctx, "probe"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := client.Revoke(ctx, leaseOf(a, "probe")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case node := <-deaths:
+			probed = node == "probe"
+		case <-time.After(time.Second):
+		case <-ctx.Done():
+			t.Fatal("the watch of deaths never reported the probe's")
+		}
+	}
+	for _, lease := range []clientv3.LeaseID{leaseOf(a, "gpu-1"), leaseOf(b, "gpu-2")} {
 		if _, err := client.Revoke(ctx, lease); err != nil { // they expired
 			t.Fatal(err)
 		}
 	}
 	died := map[string]bool{}
-	for range 2 {
+	for !died["gpu-1"] || !died["gpu-2"] {
 		select {
 		case node := <-deaths:
 			died[node] = true
 		case <-ctx.Done():
 			t.Fatalf("deaths seen: %v", died)
 		}
-	}
-	if !died["gpu-1"] || !died["gpu-2"] {
-		t.Fatalf("deaths seen: %v", died)
 	}
 	if got := a.LastBeat("gpu-1"); !got.Equal(last) {
 		t.Errorf("after its death a says gpu-1 last beat at %v, want %v", got, last)
@@ -314,4 +326,12 @@ func TestALastBeatOutlivesTheLease(t *testing.T) {
 	if revived, err := a.Beat(ctx, "gpu-1"); err != nil || !revived {
 		t.Fatalf("the beat after the death: revived %v, %v", revived, err)
 	}
+}
+
+// leaseOf is the lease tr renews for node, read under its lock (its watch
+// of deaths writes beside the test).
+func leaseOf(tr *Tracker, node string) clientv3.LeaseID {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.leases[node].lease
 }

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -354,16 +355,22 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 }
 
 // startControllers runs the controllers on the replica that wins the
-// election. They write through the loopback, like any client, and read from
-// informers fed by this replica's stores.
+// election, and on every replica the recorder of nodes' last beats. They
+// write through the loopback, like any client, and read from informers fed
+// by this replica's stores.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
 	client, err := loopbackClientset(hook.LoopbackClientConfig, c.loopbackHandler)
 	if err != nil {
 		return err
 	}
-	recorder := &nodeliveness.Recorder{Client: client, Liveness: c.liveness}
+	// Every replica records the last beats it heard of nodes that die; the
+	// leading one's liveness controller does so with the NotReady.
+	var leading atomic.Bool
+	recorder := &nodeliveness.Recorder{Client: client, Liveness: c.liveness, Leading: leading.Load}
 	go recorder.Run(hook.Context)
 	go leader.Run(hook, c.storage.client, c.leaderLease, func(ctx context.Context) {
+		leading.Store(true)
+		defer leading.Store(false)
 		factory := localinformers.NewFactory(
 			externalversions.NewSharedInformerFactoryWithOptions(client, 10*time.Minute, externalversions.WithTransform(withoutManagedFields)), c.Stores.Sources())
 		reservations, err := reservationcontroller.New(client, factory)

@@ -23,7 +23,8 @@ import (
 // beat it heard as the node's lastHeartbeatTime, and the tenant's host
 // shows it.
 func TestAReadyNodesBeatsWriteNothingAndItsLastBeatIsRecorded(t *testing.T) {
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
+	// A lease of 6 s outlasts the set-up between two beats below.
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = 2 * time.Second })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +45,7 @@ func TestAReadyNodesBeatsWriteNothingAndItsLastBeatIsRecorded(t *testing.T) {
 	})
 
 	// The stored time made an hour old, as a node Ready that long has it.
+	beat()
 	old := metav1.NewTime(time.Now().Add(-time.Hour).Truncate(time.Second))
 	n, err := nodes.Get(ctx(t), "h-beats", metav1.GetOptions{})
 	if err != nil {
@@ -52,6 +54,9 @@ func TestAReadyNodesBeatsWriteNothingAndItsLastBeatIsRecorded(t *testing.T) {
 	n.Status.LastHeartbeatTime = &old
 	if n, err = nodes.UpdateStatus(ctx(t), n, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
+	}
+	if !meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+		t.Fatalf("the node is not ready before the beats: %+v", n.Status.Conditions)
 	}
 	var before, after time.Time
 	for range 5 {

@@ -118,6 +118,9 @@ func (c *Controller) markNotReady(ctx context.Context, name string) error {
 type Recorder struct {
 	Client   versioned.Interface
 	Liveness Liveness
+	// Leading says whether this replica leads the controllers: then the
+	// Controller records the last beat with the NotReady, in one write.
+	Leading func() bool
 }
 
 // Run records last beats until ctx ends.
@@ -131,7 +134,7 @@ func (r *Recorder) Run(ctx context.Context) {
 
 func (r *Recorder) record(ctx context.Context, name string) error {
 	lastBeat := r.Liveness.LastBeat(name)
-	if lastBeat.IsZero() {
+	if lastBeat.IsZero() || (r.Leading != nil && r.Leading()) {
 		return nil
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

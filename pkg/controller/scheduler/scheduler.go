@@ -143,10 +143,10 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 // placementChanged says whether an update of a Node changes anything a pass
 // reads of it (hosts, aliases, and the agent's readiness for the executions
 // placed there): keep it in step with them. Most Node writes change none of
-// it, above all a heartbeat's lastHeartbeatTime, written every 5 minutes
-// (33 writes a second at 10,000 nodes), and each started a pass over every
-// execution and GPU claim, back to back on the leader. The resync's pass
-// still comes every 30 s.
+// it (labels, an inventory report, until session 46 a heartbeat's
+// lastHeartbeatTime every 5 minutes: 33 writes a second at 10,000 nodes),
+// and each started a pass over every execution and GPU claim, back to back
+// on the leader. The resync's pass still comes every 30 s.
 func placementChanged(old, new *nodusv1.Node) bool {
 	ready := func(n *nodusv1.Node) bool {
 		return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady)

@@ -2302,7 +2302,7 @@ func schema_pkg_apis_nodus_v1_NodeStatus(ref common.ReferenceCallback) common.Op
 					},
 					"lastHeartbeatTime": {
 						SchemaProps: spec.SchemaProps{
-							Description: "LastHeartbeatTime is the latest heartbeat of the agent the server recorded: the beat that last changed the node (it became ready, applied an epoch, reported a refusal or a cleaning) or, once the node is not ready, the last beat the server heard before the node's lease expired. A ready node's beats that change nothing do not write it: the Ready condition says whether the agent beats.",
+							Description: "LastHeartbeatTime is the latest heartbeat of the agent the server recorded: the beat that last changed the node (it became ready, applied an epoch, reported a refusal or a cleaning) or, once the node's lease expired, the last beat a server replica heard before. A ready node's beats that change nothing do not write it: the Ready condition says whether the agent beats.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},

@@ -292,11 +292,13 @@ func (h *HeartbeatREST) drain(ctx context.Context, node string, e nodusv1.Reserv
 }
 
 // nodeChanged says whether the beat changes node n. A beat that revived
-// the node's lease always does: the liveness controller may have read the
-// node, Ready in the cache as in etcd, and found the lease gone a moment
-// before, and its NotReady, written under what it read, would land after
-// this beat and hold until the next. The beat's write moves the node on,
-// so that that write conflicts and the controller looks again.
+// the node's lease does, with its time (unless the stored time is this
+// very second, which only a clock ahead or an operator's write makes): the
+// liveness controller may have read the node, Ready in the cache as in
+// etcd, and found the lease gone a moment before, and its NotReady,
+// written under what it read, would land after this beat and hold until
+// the next. The beat's write moves the node on, so that that write
+// conflicts and the controller looks again.
 func (h *HeartbeatREST) nodeChanged(n *nodusv1.Node, applied int64, refusal *nodusv1.AccessRefusal, now metav1.Time, revived bool) bool {
 	c := n.DeepCopy()
 	h.applyBeat(c, applied, refusal, now)

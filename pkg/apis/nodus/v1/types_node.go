@@ -98,10 +98,10 @@ type NodeStatus struct {
 	Conditions []metav1.Condition `json:"conditions,omitempty" protobuf:"bytes,4,rep,name=conditions"`
 	// LastHeartbeatTime is the latest heartbeat of the agent the server
 	// recorded: the beat that last changed the node (it became ready,
-	// applied an epoch, reported a refusal or a cleaning) or, once the node
-	// is not ready, the last beat the server heard before the node's lease
-	// expired. A ready node's beats that change nothing do not write it:
-	// the Ready condition says whether the agent beats.
+	// applied an epoch, reported a refusal or a cleaning) or, once the
+	// node's lease expired, the last beat a server replica heard before.
+	// A ready node's beats that change nothing do not write it: the Ready
+	// condition says whether the agent beats.
 	// +optional
 	LastHeartbeatTime *metav1.Time `json:"lastHeartbeatTime,omitempty" protobuf:"bytes,5,opt,name=lastHeartbeatTime"`
 	// ProvisionState is enroll, available, active or cleaning.

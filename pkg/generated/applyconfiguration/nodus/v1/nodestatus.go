@@ -28,10 +28,10 @@ type NodeStatusApplyConfiguration struct {
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 	// LastHeartbeatTime is the latest heartbeat of the agent the server
 	// recorded: the beat that last changed the node (it became ready,
-	// applied an epoch, reported a refusal or a cleaning) or, once the node
-	// is not ready, the last beat the server heard before the node's lease
-	// expired. A ready node's beats that change nothing do not write it:
-	// the Ready condition says whether the agent beats.
+	// applied an epoch, reported a refusal or a cleaning) or, once the
+	// node's lease expired, the last beat a server replica heard before.
+	// A ready node's beats that change nothing do not write it: the Ready
+	// condition says whether the agent beats.
 	LastHeartbeatTime *apismetav1.Time `json:"lastHeartbeatTime,omitempty"`
 	// ProvisionState is enroll, available, active or cleaning.
 	ProvisionState *nodusv1.ProvisionState `json:"provisionState,omitempty"`
