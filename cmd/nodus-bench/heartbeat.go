@@ -2,14 +2,20 @@ package main
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
+	"net/http"
 	"os"
-	"path/filepath"
 	"sync"
 	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -33,6 +39,7 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
+	defer closeAgents(agents)
 	enrolled := time.Since(start)
 	unconnected, err := s.residentSet() // no agent's connection open yet
 	if err != nil {
@@ -185,13 +192,16 @@ func heartbeat(s *server, c config) error {
 // beats name.
 type agent struct {
 	client     versioned.Interface
+	http       *http.Client
 	generation int64
 }
 
 // enrollFleet creates project and pool "bench" and enrolls n nodes into
-// the pool as nodusd does (an enrollment token each, a key and a
-// certificate request; the agents' state under the server's directory),
-// and returns their agents.
+// the pool through the enrollment API as nodusd does (an enrollment token
+// each, a key of its own and a certificate request), and returns their
+// agents. The tokens go over one connection: nodusd's enrollment keeps
+// two of its own, and 10,000 of them would hold as many open files in
+// this process.
 func enrollFleet(ctx context.Context, s *server, n, conc int) ([]agent, error) {
 	if need := uint64(n + 1000); !enoughFiles(need) {
 		return nil, fmt.Errorf("%d agents' connections need %d open files in this process and the server's; raise ulimit -n (the hard limit)", n, need)
@@ -199,32 +209,62 @@ func enrollFleet(ctx context.Context, s *server, n, conc int) ([]agent, error) {
 	if err := seedFleet(ctx, s, 0, conc, false); err != nil {
 		return nil, err
 	}
-	agents := make([]agent, n)
-	spec := nodusv1.EnrollmentTokenSpec{Pool: "bench", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
-	if err := parallel(n, conc, func(i int) error {
-		cfg, err := testfleet.EnrollAgent(ctx, s.client, s.config.Host, fleetName(i), spec, filepath.Join(s.dir, "agents", fleetName(i)))
-		if err != nil {
-			return err
-		}
-		agents[i].client, err = versioned.NewForConfig(cfg)
-		return err
-	}); err != nil {
-		return nil, err
-	}
-	nodes, err := s.client.NodusV1().Nodes().List(ctx, metav1.ListOptions{})
+	tokens, err := rest.TransportFor(&rest.Config{Host: s.config.Host, TLSClientConfig: rest.TLSClientConfig{CAData: s.config.CAData}})
 	if err != nil {
 		return nil, err
 	}
-	generations := map[string]int64{}
-	for _, node := range nodes.Items {
-		generations[node.Name] = node.Status.AgentGeneration
+	agents := make([]agent, n)
+	spec := nodusv1.EnrollmentTokenSpec{Pool: "bench", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
+	err = parallel(n, conc, func(i int) error {
+		name := fleetName(i)
+		tok, err := s.client.NodusV1().EnrollmentTokens().Create(ctx, &nodusv1.EnrollmentToken{ObjectMeta: metav1.ObjectMeta{GenerateName: name + "-"}, Spec: spec},
+			metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			return err
+		}
+		csr, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+		if err != nil {
+			return err
+		}
+		keyDER, err := x509.MarshalECPrivateKey(key)
+		if err != nil {
+			return err
+		}
+		enrolling, err := versioned.NewForConfig(&rest.Config{Host: s.config.Host, BearerToken: tok.Status.Token, Transport: tokens})
+		if err != nil {
+			return err
+		}
+		answer, err := enrolling.NodusV1().Nodes().Enroll(ctx, name,
+			&nodusv1.NodeEnrollment{CertificateRequest: string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: csr}))}, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("enrolling %s: %w", name, err)
+		}
+		cfg := &rest.Config{Host: s.config.Host, QPS: -1, TLSClientConfig: rest.TLSClientConfig{CertData: []byte(answer.Certificate),
+			KeyData: pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), CAData: []byte(answer.CA)}}
+		if agents[i].http, err = rest.HTTPClientFor(cfg); err != nil {
+			return err
+		}
+		agents[i].generation = answer.AgentGeneration
+		agents[i].client, err = versioned.NewForConfigAndClient(cfg, agents[i].http)
+		return err
+	})
+	if err != nil {
+		closeAgents(agents)
 	}
-	for i := range agents {
-		if agents[i].generation = generations[fleetName(i)]; agents[i].generation == 0 {
-			return nil, fmt.Errorf("node %s has no agent generation after its enrollment", fleetName(i))
+	return agents, err
+}
+
+// closeAgents closes the agents' connections.
+func closeAgents(agents []agent) {
+	for _, a := range agents {
+		if a.http != nil {
+			a.http.CloseIdleConnections()
 		}
 	}
-	return agents, nil
 }
 
 // enoughFiles says whether this process may open need files (Go raises the
