@@ -191,7 +191,8 @@ func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
 		if from > 0 {
 			opts = append(opts, clientv3.WithRev(from))
 		}
-		for resp := range t.client.Watch(clientv3.WithRequireLeader(ctx), Prefix, opts...) {
+		watching, stop := context.WithCancel(clientv3.WithRequireLeader(ctx))
+		for resp := range t.client.Watch(watching, Prefix, opts...) {
 			if resp.CompactRevision > 0 {
 				klog.InfoS("node liveness: deaths since the watch's last revision were compacted away; watching from now", "compacted", resp.CompactRevision)
 				from = 0
@@ -208,6 +209,7 @@ func (t *Tracker) WatchDeaths(ctx context.Context, died func(node string)) {
 			}
 			from = resp.Header.Revision + 1
 		}
+		stop() // a watch left by a break ends with it
 		select {
 		case <-ctx.Done():
 		case <-time.After(time.Second):

@@ -3,8 +3,8 @@
 // resync for any node that claims to be ready without a live lease. A
 // ready node's beats write nothing, its stored lastHeartbeatTime included:
 // its last beat is recorded when its lease expires, by the controller with
-// the NotReady and by the Recorder of every replica (the replica the agent
-// beat may not be the one that leads).
+// the NotReady and by the Recorder of each replica that does not lead (the
+// replica the agent beat may not be the one that leads).
 package nodeliveness
 
 import (
