@@ -168,16 +168,11 @@ func beatsWhenTheStreamsEndUnderThem(t *testing.T, _ *clientv3.Client, tr *Track
 	}
 }
 
-// TestReplicasKeepTheLeaseTheKeyLivesOn: two replicas share the keys. One
-// remembers a lease that expired (its watch has not told it yet) while
-// the other revived the node with a lease of its own; the first one's next
-// beat must take that lease, not put the key on a third that only it
-// renews — the agent beating the second replica would then see its node
-// die a TTL later. Two replicas reviving a node at once must end on one
-// lease too.
-func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
+// twoReplicas is two replicas' trackers on one etcd, a network client of
+// it for the test's own checks, and a minute for the test.
+func twoReplicas(t *testing.T) (context.Context, *clientv3.Client, *Tracker, *Tracker) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	t.Cleanup(cancel)
 	etcd, client, err := testfleet.StartEtcd(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -186,8 +181,18 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 		client.Close()
 		etcd.Stop(context.Background())
 	})
-	a := New(client, LeaseService(client), 30*time.Second)
-	b := New(client, LeaseService(client), 30*time.Second)
+	return ctx, client, New(client, LeaseService(client), 30*time.Second), New(client, LeaseService(client), 30*time.Second)
+}
+
+// TestReplicasKeepTheLeaseTheKeyLivesOn: two replicas share the keys. One
+// remembers a lease that expired (its watch has not told it yet) while
+// the other revived the node with a lease of its own; the first one's next
+// beat must take that lease, not put the key on a third that only it
+// renews — the agent beating the second replica would then see its node
+// die a TTL later. Two replicas reviving a node at once must end on one
+// lease too.
+func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
+	ctx, client, a, b := twoReplicas(t)
 	onOneLease := func(node string, replicas ...*Tracker) {
 		t.Helper()
 		resp, err := client.Get(ctx, Prefix+node)
@@ -248,18 +253,7 @@ func TestReplicasKeepTheLeaseTheKeyLivesOn(t *testing.T) {
 // lease expires instead of refreshing a stored time with beats), after the
 // lease expired too; a replica that heard none of its beats says nothing.
 func TestALastBeatOutlivesTheLease(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	etcd, client, err := testfleet.StartEtcd(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		client.Close()
-		etcd.Stop(context.Background())
-	})
-	a := New(client, LeaseService(client), 30*time.Second)
-	b := New(client, LeaseService(client), 30*time.Second)
+	ctx, client, a, b := twoReplicas(t)
 	deaths := make(chan string, 4)
 	watching, stop := context.WithCancel(ctx)
 	defer stop()
