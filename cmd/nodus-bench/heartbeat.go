@@ -106,7 +106,6 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
-	viaOperator.name = "operator's connection"
 	// What a window shorter than a refresh period cannot show: until
 	// session 46 each node's stored lastHeartbeatTime was written again
 	// once it was 5 minutes old. Measured apart, on nodes whose stored time
