@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/heartbeatstream"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
 )
 
@@ -30,7 +32,9 @@ import (
 // stored lastHeartbeatTime is old (what a periodic refresh of it would
 // write, measured apart); and reserved nodes' beats with evidence, as fast
 // as the server answers. Each node's beats go as its agent's: with the
-// certificate its enrollment issued, over a connection of its own.
+// certificate its enrollment issued, over a heartbeat stream on a
+// connection of its own (as nodusd sends them); the same paced beats go
+// once more as a request each, for comparison.
 func heartbeat(s *server, c config) error {
 	ctx := context.Background()
 	fmt.Fprintf(os.Stderr, "heartbeat: enrolling %d agents\n", c.nodes)
@@ -45,8 +49,9 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
+	// Each agent beats over its heartbeat stream, as nodusd does.
 	beat := func(i int) error {
-		return testfleet.Heartbeat(ctx, agents[i].client, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation})
+		return agents[i].beat(ctx, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation})
 	}
 	first, err := measureRounds(ctx, s, "first beat of each node", 1, c.nodes, c.concurrency*4, beat)
 	if err != nil {
@@ -93,6 +98,22 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
+	// The same beats as a request each, over each agent's connection (as
+	// nodusd sent them until session 47, and still does to a server that
+	// refuses its stream): what the streams save. The streams are closed
+	// first: an agent beats over one or the other, and a stream with no
+	// beat for a while is ended by the server.
+	closeStreams(agents)
+	asRequests := func(i int) error {
+		return testfleet.Heartbeat(ctx, agents[i].client, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation})
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return err
+	}
+	viaRequests, err := paced(ctx, s, c, asRequests)
+	if err != nil {
+		return err
+	}
 	// The same beats with the operator's certificate over one connection,
 	// as the bench sent them until session 46, the agents' connections
 	// open and idle: what each agent's own identity and connection add.
@@ -110,6 +131,10 @@ func heartbeat(s *server, c config) error {
 	// session 46 each node's stored lastHeartbeatTime was written again
 	// once it was 5 minutes old. Measured apart, on nodes whose stored time
 	// is made an hour old.
+	// The agents open their streams again, unmeasured.
+	if _, err := timedLatencies(c.nodes, c.concurrency*4, beat); err != nil {
+		return err
+	}
 	oldTime, plain, err := oldTimeCost(ctx, s, c, beat)
 	if err != nil {
 		return err
@@ -123,8 +148,7 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	beatWithEvidence := func(i int) error {
-		return testfleet.Heartbeat(ctx, agents[i].client, fleetName(i),
-			nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation, Reservations: evidence[i : i+1]})
+		return agents[i].beat(ctx, fleetName(i), nodusv1.NodeHeartbeat{AgentGeneration: agents[i].generation, Reservations: evidence[i : i+1]})
 	}
 	// The first beat with evidence records each node's applied epoch (a
 	// write), which the controllers then project into each ReservedHost:
@@ -147,7 +171,7 @@ func heartbeat(s *server, c config) error {
 		return err
 	}
 	rate := float64(c.nodes) / c.interval.Seconds()
-	fmt.Printf("heartbeat: %d nodes, each beating with its own agent's certificate over its own connection (%d agents enrolled in %s); beats sent by %d workers\n",
+	fmt.Printf("heartbeat: %d nodes, each beating with its own agent's certificate over its own heartbeat stream and connection (%d agents enrolled in %s); beats sent by %d workers\n",
 		c.nodes, c.nodes, enrolled.Round(time.Second), c.concurrency*4)
 	r := first
 	fmt.Printf("  %-24s %6d beats in %-8s (%.0f/s)  p50 %-9s p99 %-9s\n", r.name+":", r.beats, r.elapsed.Round(time.Millisecond),
@@ -164,6 +188,10 @@ func heartbeat(s *server, c config) error {
 	fmt.Printf("  %-24s server RSS after the enrollments, before any agent's beat: %d MB (anonymous %d MB); at the end of the window,\n"+
 		"  %-24s %d agents connected: %d MB (anonymous %d MB)\n", "", unconnected.rss>>20, unconnected.anon>>20,
 		"", c.nodes, connected.rss>>20, connected.anon>>20)
+	fmt.Printf("  %-24s the same paced beats as a request each over each agent's connection (nodusd until session 47), after the streams' window,\n"+
+		"  %-24s the streams open and idle: p50 %s, p99 %s; etcd writes %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
+		"", viaRequests.p50, viaRequests.p99, float64(viaRequests.writes)/float64(viaRequests.beats),
+		viaRequests.cpu/time.Duration(viaRequests.beats), viaRequests.cpu.Seconds()/viaRequests.elapsed.Seconds())
 	fmt.Printf("  %-24s the same paced beats with the operator's certificate over one connection (the bench until session 46), after the agents' window,\n"+
 		"  %-24s their connections open and idle: p50 %s, p99 %s; etcd writes %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
 		"", viaOperator.p50, viaOperator.p99, float64(viaOperator.writes)/float64(viaOperator.beats),
@@ -181,18 +209,60 @@ func heartbeat(s *server, c config) error {
 	fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat; %.2f cores if all %d nodes were reserved\n", "",
 		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats),
 		(r.cpu/time.Duration(r.beats)).Seconds()*rate, c.nodes)
+	brokenStreams.Lock()
+	fmt.Printf("  %-24s agents' heartbeat streams that broke (their beat sent as a request, a new stream opened at the next): %d %q\n", "",
+		brokenStreams.count, brokenStreams.reasons)
+	brokenStreams.Unlock()
 	fmt.Printf("  between the first beats and the idle window one unmeasured round lets nodes marked not ready meanwhile recover;\n" +
 		"  another one between the idle window and the steady state.\n\n")
 	return nil
 }
 
 // agent is a simulated node's agent: a client with the certificate its
-// enrollment issued, on a connection of its own, and the generation its
-// beats name.
+// enrollment issued, on a connection of its own, the generation its beats
+// name, and its heartbeat stream once it beat.
 type agent struct {
 	client     versioned.Interface
 	http       *http.Client
 	generation int64
+
+	mu     sync.Mutex // one beat at a time on the stream
+	stream *heartbeatstream.Stream
+}
+
+// brokenStreams counts the agents' streams that broke, and keeps the first
+// few reasons: nodusd sends such a beat as a request and opens another
+// stream at its next beat, and so does the bench.
+var brokenStreams struct {
+	sync.Mutex
+	count   int
+	reasons []string
+}
+
+// beat sends hb as node's agent on its heartbeat stream, opening it first,
+// as nodusd does: a beat whose stream broke goes as a request, and the next
+// beat opens a new stream.
+func (a *agent) beat(ctx context.Context, node string, hb nodusv1.NodeHeartbeat) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.stream == nil {
+		s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), node)
+		if err != nil {
+			return fmt.Errorf("opening the heartbeat stream of %s: %w", node, err)
+		}
+		a.stream = s
+	}
+	_, err := a.stream.Beat(ctx, &hb, time.Minute)
+	if !errors.Is(err, heartbeatstream.ErrBroken) {
+		return err
+	}
+	a.stream = nil
+	brokenStreams.Lock()
+	if brokenStreams.count++; len(brokenStreams.reasons) < 3 {
+		brokenStreams.reasons = append(brokenStreams.reasons, fmt.Sprintf("%s at %s: %v", node, time.Now().Format(time.TimeOnly), err))
+	}
+	brokenStreams.Unlock()
+	return testfleet.Heartbeat(ctx, a.client, node, hb)
 }
 
 // enrollFleet creates project and pool "bench" and enrolls n nodes into
@@ -257,12 +327,27 @@ func enrollFleet(ctx context.Context, s *server, n, conc int) ([]agent, error) {
 	return agents, err
 }
 
-// closeAgents closes the agents' connections.
+// closeAgents closes the agents' heartbeat streams and connections.
 func closeAgents(agents []agent) {
-	for _, a := range agents {
-		if a.http != nil {
-			a.http.CloseIdleConnections()
+	closeStreams(agents)
+	for i := range agents {
+		if agents[i].http != nil {
+			agents[i].http.CloseIdleConnections()
 		}
+	}
+}
+
+// closeStreams closes the agents' heartbeat streams; their next beats open
+// new ones.
+func closeStreams(agents []agent) {
+	for i := range agents {
+		a := &agents[i]
+		a.mu.Lock()
+		if a.stream != nil {
+			a.stream.Close()
+			a.stream = nil
+		}
+		a.mu.Unlock()
 	}
 }
 

@@ -117,6 +117,8 @@ type Agent struct {
 	mu       sync.Mutex
 	interval time.Duration
 	beatNow  chan struct{}
+	// beats is the heartbeat stream, used by the heartbeats goroutine only.
+	beats beatStream
 	// evidence is the latest cleaning done, reported until the node shows it.
 	evidence *nodusv1.CleaningEvidence
 	// ending holds the login users whose processes a beat is ending.
@@ -730,7 +732,7 @@ func (a *Agent) beat(ctx context.Context) error {
 		})
 	}
 	hb.Reservations = a.withRefusals(hb.Reservations)
-	answer, err := a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, &hb, metav1.CreateOptions{})
+	answer, err := a.send(ctx, &hb)
 	if err != nil {
 		return err
 	}

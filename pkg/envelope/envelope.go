@@ -138,39 +138,9 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 		// plain text; keep their words as the message.
 		status = Status{Status: metav1.Status{Message: strings.TrimSpace(w.body.String())}}
 	}
-	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
-	status.Status.Status = metav1.StatusFailure
-	if w.code >= 500 && strings.Contains(status.Message, rpctypes.ErrNoSpace.Error()) {
-		// etcd's quota, which the library answers as any storage error
-		// (500): the caller did nothing wrong, and nothing but room made
-		// in the store lets a write pass again.
-		w.code, status.Reason = http.StatusInsufficientStorage, apierror.ReasonStorageFull
-		status.Message = "the server's storage is full and takes no writes until room is made: " + status.Message
-	}
-	status.Code = int32(w.code)
-
-	if r := metav1.StatusReason(w.exchange.Reason()); r != "" && apierror.IsRegistered(r) && apierror.Lookup(r, w.code).Code == w.code {
-		status.Reason = r
-	}
-	reason := apierror.Lookup(status.Reason, w.code)
-	status.Reason = reason.Name
-	if status.Message == "" {
-		status.Message = reason.Summary
-	}
-	status.RequestID = w.exchange.RequestID()
-	status.Docs = apierror.DocsURL(docsBase(req, opts.DocsBaseURL), reason.Name)
-	status.Fix = w.exchange.Fix()
-	if status.Fix == "" {
-		status.Fix = reason.Fix(describe(req, opts.Resolver))
-	}
-	if s, err := strconv.Atoi(w.Header().Get("Retry-After")); err == nil && s > 0 {
-		if status.Details == nil {
-			status.Details = &metav1.StatusDetails{}
-		}
-		if status.Details.RetryAfterSeconds == 0 {
-			status.Details.RetryAfterSeconds = int32(s)
-		}
-	}
+	retryAfter, _ := strconv.Atoi(w.Header().Get("Retry-After"))
+	status = Complete(req, w.exchange, w.code, status.Status, retryAfter, opts)
+	w.code = int(status.Code)
 
 	for _, f := range opts.Formats {
 		if f.Match(req.URL.Path) {
@@ -189,6 +159,50 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.ResponseWriter.WriteHeader(w.code)
 	_, _ = w.ResponseWriter.Write(body)
+}
+
+// Complete makes s, an error answered with code to req, the envelope every
+// error response gets: its registered reason (the one the request's
+// exchange ex names, when registered with that code), message, docs link,
+// fix and request id. retryAfter is the answer's Retry-After, in seconds (0:
+// none). Streams whose lines carry errors (an agent's heartbeat stream)
+// complete each with it, as this filter completes a response.
+func Complete(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status, retryAfter int, opts Options) Status {
+	status := Status{Status: s}
+	status.TypeMeta = metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}
+	status.Status.Status = metav1.StatusFailure
+	if code >= 500 && strings.Contains(status.Message, rpctypes.ErrNoSpace.Error()) {
+		// etcd's quota, which the library answers as any storage error
+		// (500): the caller did nothing wrong, and nothing but room made
+		// in the store lets a write pass again.
+		code, status.Reason = http.StatusInsufficientStorage, apierror.ReasonStorageFull
+		status.Message = "the server's storage is full and takes no writes until room is made: " + status.Message
+	}
+	status.Code = int32(code)
+
+	if r := metav1.StatusReason(ex.Reason()); r != "" && apierror.IsRegistered(r) && apierror.Lookup(r, code).Code == code {
+		status.Reason = r
+	}
+	reason := apierror.Lookup(status.Reason, code)
+	status.Reason = reason.Name
+	if status.Message == "" {
+		status.Message = reason.Summary
+	}
+	status.RequestID = ex.RequestID()
+	status.Docs = apierror.DocsURL(docsBase(req, opts.DocsBaseURL), reason.Name)
+	status.Fix = ex.Fix()
+	if status.Fix == "" {
+		status.Fix = reason.Fix(describe(req, opts.Resolver))
+	}
+	if retryAfter > 0 {
+		if status.Details == nil {
+			status.Details = &metav1.StatusDetails{}
+		}
+		if status.Details.RetryAfterSeconds == 0 {
+			status.Details.RetryAfterSeconds = int32(retryAfter)
+		}
+	}
+	return status
 }
 
 // protobufMagic starts every protobuf body of the apiserver library: a

@@ -39,6 +39,7 @@ import (
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
 	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/handlers/negotiation"
 	"k8s.io/apiserver/pkg/endpoints/handlers/responsewriters"
@@ -49,6 +50,8 @@ import (
 	kjson "sigs.k8s.io/json"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+	"github.com/nodus-dev/nodus/pkg/heartbeatstream"
 )
 
 const (
@@ -66,7 +69,13 @@ var served = compbasemetrics.NewCounterVec(&compbasemetrics.CounterOpts{
 	StabilityLevel: compbasemetrics.ALPHA,
 }, []string{"code"})
 
-func init() { legacyregistry.MustRegister(served) }
+var openStreams = compbasemetrics.NewGauge(&compbasemetrics.GaugeOpts{
+	Name:           "nodus_heartbeat_streams",
+	Help:           "Heartbeat streams open on this server: agents that beat over one long-lived request each.",
+	StabilityLevel: compbasemetrics.ALPHA,
+})
+
+func init() { legacyregistry.MustRegister(served, openStreams) }
 
 // Options are the parts of the server the lean path shares with the generic chain.
 type Options struct {
@@ -94,8 +103,15 @@ type Options struct {
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.
 	WaitGroup *utilwaitgroup.SafeWaitGroup
-	// BodyLimit is the most bytes the lean path reads of a body.
+	// BodyLimit is the most bytes the lean path reads of a body, and of a
+	// beat on a stream.
 	BodyLimit int64
+	// Interval is the agents' heartbeat interval: a stream without a beat
+	// for heartbeatstream.IdleLimit of it ends.
+	Interval time.Duration
+	// Envelope completes a Status a stream's beat fails with, as the
+	// envelope filter completes an error response (envelope.Complete).
+	Envelope func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status) any
 }
 
 // Filter serves plain heartbeats and passes everything else to Next.
@@ -105,12 +121,18 @@ type Filter struct {
 	inflight chan struct{}
 	beats    atomic.Pointer[rest.NamedCreater]
 	objects  admission.ObjectInterfaces
+	// encoder writes a stream's answers, in JSON.
+	encoder runtime.Encoder
+	streams streams
 }
 
 // New returns the filter in front of next. Until Serve names the heartbeat
 // storage, every request goes to next.
 func New(next http.Handler, opts Options) *Filter {
 	f := &Filter{next: next, opts: opts, objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}
+	if info, ok := runtime.SerializerInfoForMediaType(opts.Serializer.SupportedMediaTypes(), runtime.ContentTypeJSON); ok {
+		f.encoder = opts.Serializer.EncoderForVersion(info.Serializer, gv)
+	}
 	if opts.MaxInFlight > 0 {
 		f.inflight = make(chan struct{}, opts.MaxInFlight)
 	}
@@ -136,10 +158,16 @@ func (f *Filter) Serve(beats rest.NamedCreater) { f.beats.Store(&beats) }
 var gv = nodusv1.SchemeGroupVersion
 
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	name, ok := plainBeat(req)
+	name, tail, ok := plainBeat(req)
 	beats := f.beats.Load()
-	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 {
+	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 || f.inflight == nil {
 		f.next.ServeHTTP(w, req)
+		return
+	}
+	if tail == heartbeatstream.Subresource {
+		if f.encoder == nil || f.opts.Envelope == nil || !f.serveStream(w, req, name, *beats) {
+			f.next.ServeHTTP(w, req)
+		}
 		return
 	}
 	select {
@@ -181,17 +209,8 @@ func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, be
 	if err != nil || !ok {
 		return false
 	}
-	info := &request.RequestInfo{IsResourceRequest: true, Path: req.URL.Path, Verb: "create", APIPrefix: "apis",
-		APIGroup: gv.Group, APIVersion: gv.Version, Resource: resource, Subresource: sub, Name: name,
-		Parts: []string{resource, name, sub}}
-	attrs := authorizer.AttributesRecord{User: resp.User, Verb: "create", APIGroup: gv.Group, APIVersion: gv.Version,
-		Resource: resource, Subresource: sub, Name: name, ResourceRequest: true, Path: req.URL.Path}
-	if f.opts.AuditBackend != nil && f.opts.AuditPolicy != nil && f.opts.AuditPolicy.EvaluatePolicyRule(attrs).Level != auditinternal.LevelNone {
-		return false
-	}
-	// The generic create handler names the (empty, cluster-wide) namespace.
-	ctx := request.WithNamespace(request.WithRequestInfo(request.WithUser(req.Context(), resp.User), info), "")
-	if decision, _, err := f.opts.Authorizer.Authorize(ctx, attrs); err != nil || decision != authorizer.DecisionAllow {
+	ctx, attrs := beatAttributes(req, resp.User, name)
+	if f.audited(attrs) || !f.allowed(ctx, attrs) {
 		return false
 	}
 	// The body is read by the deadline: the generic chain's timeout filter
@@ -209,15 +228,11 @@ func (f *Filter) serve(w http.ResponseWriter, req *http.Request, name string, be
 		req.Body = replay(body, req.Body)
 		return false
 	}
-	beat := &nodusv1.NodeHeartbeat{}
-	if strict, err := kjson.UnmarshalStrict(body, beat); err != nil || len(strict) > 0 ||
-		(beat.APIVersion != "" && beat.APIVersion != gv.String()) || (beat.Kind != "" && beat.Kind != "NodeHeartbeat") {
+	beat, lax, err := f.decode(body)
+	if err != nil || lax {
 		req.Body = replay(body, req.Body)
 		return false
 	}
-	// The generic decoder defaults the object and hands it on without its type.
-	f.opts.Scheme.Default(beat)
-	beat.TypeMeta = metav1.TypeMeta{}
 
 	req = req.WithContext(ctx)
 	w.Header().Set(auditinternal.HeaderAuditID, req.Header.Get(auditinternal.HeaderAuditID))
@@ -255,10 +270,67 @@ func readBy(w http.ResponseWriter, req *http.Request, deadline time.Time, limit 
 	return io.ReadAll(io.LimitReader(req.Body, limit+1))
 }
 
-// answer runs the beat through admission and the storage and writes the
-// result as the generic create handler writes it (200 for an action).
+// beatAttributes is the context and the authorization attributes of u's
+// heartbeat of node name, as the generic chain makes them for
+// POST nodes/{name}/heartbeat.
+func beatAttributes(req *http.Request, u user.Info, name string) (context.Context, authorizer.AttributesRecord) {
+	path := prefix + name + "/" + sub
+	info := &request.RequestInfo{IsResourceRequest: true, Path: path, Verb: "create", APIPrefix: "apis",
+		APIGroup: gv.Group, APIVersion: gv.Version, Resource: resource, Subresource: sub, Name: name,
+		Parts: []string{resource, name, sub}}
+	attrs := authorizer.AttributesRecord{User: u, Verb: "create", APIGroup: gv.Group, APIVersion: gv.Version,
+		Resource: resource, Subresource: sub, Name: name, ResourceRequest: true, Path: path}
+	// The generic create handler names the (empty, cluster-wide) namespace.
+	return request.WithNamespace(request.WithRequestInfo(request.WithUser(req.Context(), u), info), ""), attrs
+}
+
+// audited says whether the audit policy records a beat with attrs: the
+// generic chain records it, and the lean path leaves it to it.
+func (f *Filter) audited(attrs authorizer.AttributesRecord) bool {
+	return f.opts.AuditBackend != nil && f.opts.AuditPolicy != nil && f.opts.AuditPolicy.EvaluatePolicyRule(attrs).Level != auditinternal.LevelNone
+}
+
+// allowed says whether the authorizer allows the beat.
+func (f *Filter) allowed(ctx context.Context, attrs authorizer.AttributesRecord) bool {
+	decision, _, err := f.opts.Authorizer.Authorize(ctx, attrs)
+	return err == nil && decision == authorizer.DecisionAllow
+}
+
+// decode reads a beat's body as the generic create handler does: a
+// NodeHeartbeat of this version (or of no stated type), defaulted, and
+// handed on without its type. lax says that it decoded only leniently
+// (unknown or duplicate fields), which the generic handler takes with a
+// warning.
+func (f *Filter) decode(body []byte) (beat *nodusv1.NodeHeartbeat, lax bool, err error) {
+	beat = &nodusv1.NodeHeartbeat{}
+	strict, err := kjson.UnmarshalStrict(body, beat)
+	switch {
+	case err != nil:
+		return nil, false, err
+	case beat.APIVersion != "" && beat.APIVersion != gv.String():
+		return nil, false, fmt.Errorf("apiVersion %q is not %s", beat.APIVersion, gv)
+	case beat.Kind != "" && beat.Kind != "NodeHeartbeat":
+		return nil, false, fmt.Errorf("kind %q is not NodeHeartbeat", beat.Kind)
+	}
+	f.opts.Scheme.Default(beat)
+	beat.TypeMeta = metav1.TypeMeta{}
+	return beat, len(strict) > 0, nil
+}
+
+// answer runs the beat and writes the result as the generic create handler
+// writes it (200 for an action).
 func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, beat *nodusv1.NodeHeartbeat, beats rest.NamedCreater, deadline time.Time) int {
-	ctx, cancel := context.WithDeadline(req.Context(), deadline)
+	out, err := f.create(req.Context(), name, beat, beats, deadline)
+	if err != nil {
+		return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
+	}
+	responsewriters.WriteObjectNegotiated(f.opts.Serializer, negotiation.DefaultEndpointRestrictions, gv, w, req, http.StatusOK, out, false)
+	return http.StatusOK
+}
+
+// create runs the beat through admission and the storage, by deadline.
+func (f *Filter) create(ctx context.Context, name string, beat *nodusv1.NodeHeartbeat, beats rest.NamedCreater, deadline time.Time) (runtime.Object, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
 	defer cancel()
 	options := &metav1.CreateOptions{}
 	user, _ := request.UserFrom(ctx)
@@ -266,7 +338,7 @@ func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, b
 		gv.WithResource(resource), sub, admission.Create, options, false, user)
 	if m, ok := f.opts.Admission.(admission.MutationInterface); ok && m.Handles(admission.Create) {
 		if err := m.Admit(ctx, attrs, f.objects); err != nil {
-			return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
+			return nil, err
 		}
 	}
 	validate := rest.AdmissionToValidateObjectFunc(f.opts.Admission, attrs, f.objects)
@@ -275,44 +347,41 @@ func (f *Filter) answer(w http.ResponseWriter, req *http.Request, name string, b
 		// As the generic create handler words a request past its bound.
 		err = apierrors.NewTimeoutError(fmt.Sprintf("request did not complete within requested timeout - %s", ctx.Err()), 0)
 	}
-	if err != nil {
-		return responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
-	}
-	responsewriters.WriteObjectNegotiated(f.opts.Serializer, negotiation.DefaultEndpointRestrictions, gv, w, req, http.StatusOK, out, false)
-	return http.StatusOK
+	return out, err
 }
 
-// plainBeat says whether req is a heartbeat that needs nothing of the
-// generic chain but what the lean path runs, and of which node.
-func plainBeat(req *http.Request) (string, bool) {
+// plainBeat says whether req is a heartbeat, or the opening of a heartbeat
+// stream (tail), that needs nothing of the generic chain but what the lean
+// path runs, and of which node.
+func plainBeat(req *http.Request) (name, tail string, ok bool) {
 	if req.Method != http.MethodPost || req.URL.RawQuery != "" {
-		return "", false
+		return "", "", false
 	}
 	rest, ok := strings.CutPrefix(req.URL.Path, prefix)
 	name, tail, found := strings.Cut(rest, "/")
-	if !ok || !found || tail != sub || len(validation.IsDNS1123Subdomain(name)) > 0 {
-		return "", false
+	if !ok || !found || (tail != sub && tail != heartbeatstream.Subresource) || len(validation.IsDNS1123Subdomain(name)) > 0 {
+		return "", "", false
 	}
 	// Agents beat with their certificate. A bearer token (or no
 	// credential) goes down the generic chain: one the lean path declined
 	// would be looked up twice.
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 || req.Header.Get("Authorization") != "" {
-		return "", false
+		return "", "", false
 	}
 	for key := range req.Header {
 		if strings.HasPrefix(key, "Impersonate-") || key == "Idempotency-Key" || key == "Content-Encoding" {
-			return "", false
+			return "", "", false
 		}
 	}
 	if mediaType, _, err := mime.ParseMediaType(req.Header.Get("Content-Type")); err != nil || mediaType != "application/json" {
-		return "", false
+		return "", "", false
 	}
 	switch strings.ReplaceAll(req.Header.Get("Accept"), " ", "") {
 	case "", "*/*", "application/json", "application/json,*/*":
 	default:
-		return "", false
+		return "", "", false
 	}
-	return name, true
+	return name, tail, true
 }
 
 // replay is the body as it came: what was read, then the rest.

@@ -34,6 +34,7 @@ func TestPlainBeatTakesOnlyAHeartbeat(t *testing.T) {
 		name   string
 		req    *http.Request
 		node   string
+		tail   string
 		taken  bool
 		change func(*http.Request)
 	}{
@@ -45,12 +46,18 @@ func TestPlainBeatTakesOnlyAHeartbeat(t *testing.T) {
 		{name: "a query", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeat?pretty=true")},
 		{name: "a bearer token", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeat"), change: func(r *http.Request) { r.Header.Set("Authorization", "Bearer x") }},
 		{name: "no client certificate", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeat"), change: func(r *http.Request) { r.TLS = nil }},
+		{name: "a stream", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeatstream"), node: "n1", tail: "heartbeatstream", taken: true},
+		{name: "a stream with a query", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeatstream?watch=true")},
+		{name: "a stream with impersonation", req: beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeatstream"), change: func(r *http.Request) { r.Header.Set("Impersonate-User", "x") }},
 	} {
 		if c.change != nil {
 			c.change(c.req)
 		}
-		if node, taken := plainBeat(c.req); taken != c.taken || node != c.node {
-			t.Errorf("%s: taken %v for node %q, want %v for %q", c.name, taken, node, c.taken, c.node)
+		if c.taken && c.tail == "" {
+			c.tail = "heartbeat"
+		}
+		if node, tail, taken := plainBeat(c.req); taken != c.taken || node != c.node || tail != c.tail {
+			t.Errorf("%s: taken %v for node %q (%q), want %v for %q (%q)", c.name, taken, node, tail, c.taken, c.node, c.tail)
 		}
 	}
 }

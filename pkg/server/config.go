@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -37,6 +38,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/applycheck"
 	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/envelope"
+	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/heartbeatpath"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
@@ -293,6 +295,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 	births projecthistory.Births, schemas *applycheck.Schemas, paths *pathIndex, beats *leanBeats) {
 	docsBase := o.DocsBaseURL
 	keysPerCaller := o.IdempotencyKeysPerCaller
+	heartbeatInterval := o.HeartbeatInterval
 	generic.BuildHandlerChainFunc = func(apiHandler http.Handler, c *genericapiserver.Config) http.Handler {
 		apiHandler = requestnamespace.Filter(applycheck.Filter(projecthistory.Filter(resourceversion.Filter(watches.Filter(actions.WithActions(apiHandler, idempotent, actions.Options{BodyLimits: actionSubresources, KeysPerCaller: keysPerCaller,
 			PerProject: func(u user.Info) bool {
@@ -313,19 +316,24 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 		// Plain heartbeats skip the generic chain's per-request work; every
 		// other request, and every beat the lean path does not take, goes
 		// down the chain. Inside the envelope: its errors get the envelope.
+		envelopeOpts := envelope.Options{
+			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
+			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
+		}
 		beats.filter = heartbeatpath.New(chain, heartbeatpath.Options{
 			Authenticator: c.Authentication.Authenticator, APIAudiences: c.Authentication.APIAudiences,
 			Authorizer: c.Authorization.Authorizer, AuditBackend: c.AuditBackend, AuditPolicy: c.AuditPolicyRuleEvaluator,
 			Admission: c.AdmissionControl, Scheme: scheme, Serializer: c.Serializer, Timeout: c.RequestTimeout,
 			MaxInFlight: leanSlots, WaitGroup: c.NonLongRunningRequestWaitGroup,
-			BodyLimit: actionSubresources["nodes/heartbeat"],
+			BodyLimit: actionSubresources["nodes/heartbeat"], Interval: heartbeatInterval,
+			// A stream's failed beat gets the Status every error response gets.
+			Envelope: func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status) any {
+				return envelope.Complete(req, ex, code, s, 0, envelopeOpts)
+			},
 		})
 		// Before authentication and the audit log: inside the envelope, so
 		// that its refusal is answered as every other.
-		handler := envelope.WithEnvelope(withRequestBounds(beats.filter), envelope.Options{
-			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
-			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
-		})
+		handler := envelope.WithEnvelope(withRequestBounds(beats.filter), envelopeOpts)
 		return stackgrow.Handler(ironic.WithDefaultVersion(ironic.WithAuthToken(handler)))
 	}
 }

@@ -234,6 +234,11 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	// then, so that a balancer sends nothing to a replica that would turn it
 	// away. kube-apiserver registers the same hook; the generic server only
 	// collects the checks (InstallAPIGroup).
+	// Heartbeat streams are long-running: shutdown does not wait for them,
+	// and each would hold the listener's until its agent's next beat.
+	if err := generic.AddPreShutdownHook("nodus-heartbeat-streams", func() error { c.beats.filter.Stop(); return nil }); err != nil {
+		return nil, err
+	}
 	if err := generic.AddPostStartHook("storage-readiness", generic.StorageReadinessHook.Hook); err != nil {
 		return nil, err
 	}

@@ -1,0 +1,71 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/heartbeatstream"
+)
+
+// beatStream is the agent's heartbeat stream: its beats go over one
+// long-lived request (package heartbeatstream), which costs the server a
+// fraction of a request per beat. A server that does not serve streams,
+// or one that ended the stream, gets the beat as a POST.
+type beatStream struct {
+	open *heartbeatstream.Stream
+	// retryAt is when to try opening a stream again after a refusal.
+	retryAt time.Time
+}
+
+const (
+	// streamRefusedRetry is how long the agent beats with POSTs after a
+	// server refused its stream (one that predates streams: 404; one that
+	// audits each beat: 405): a server's configuration changes rarely.
+	streamRefusedRetry = 10 * time.Minute
+	// streamFailedRetry is how long after an opening that failed otherwise
+	// (the network, a restarting server).
+	streamFailedRetry = 30 * time.Second
+	// minBeatTimeout bounds the wait for a beat's answer on the stream.
+	minBeatTimeout = 30 * time.Second
+)
+
+// send sends hb, on the heartbeat stream when one is open or opens, and
+// returns the server's answer. A beat whose stream broke before its answer
+// is sent again as a POST (a beat counts the same twice).
+func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.NodeHeartbeat, error) {
+	if s := a.beatStream(ctx); s != nil {
+		answer, err := s.Beat(ctx, hb, max(minBeatTimeout, a.currentInterval()))
+		if !errors.Is(err, heartbeatstream.ErrBroken) {
+			return answer, err
+		}
+		klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
+		a.beats.open = nil // the next beat opens another
+	}
+	return a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, hb, metav1.CreateOptions{})
+}
+
+// beatStream is the open heartbeat stream, opening one if none is; nil
+// when the server refused one lately.
+func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
+	if a.beats.open != nil || time.Now().Before(a.beats.retryAt) {
+		return a.beats.open
+	}
+	s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), a.id.Node)
+	if err != nil {
+		retry := streamFailedRetry
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+			retry = streamRefusedRetry
+		}
+		a.beats.retryAt = time.Now().Add(retry)
+		klog.InfoS("the server refused a heartbeat stream; beating with requests", "err", err, "retryIn", retry)
+		return nil
+	}
+	a.beats.open = s
+	return s
+}
