@@ -75,6 +75,7 @@ func heartbeat(s *server, c config) error {
 	if err := s.quiesce(ctx); err != nil {
 		return err
 	}
+	fmt.Fprintf(os.Stderr, "heartbeat: %s with no beat\n", min(c.heartbeatWindow, c.interval))
 	idle, err := idleWindow(ctx, s, min(c.heartbeatWindow, c.interval))
 	if err != nil {
 		return err
