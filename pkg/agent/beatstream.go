@@ -19,7 +19,11 @@ import (
 // or one that ended the stream, gets the beat as a POST.
 type beatStream struct {
 	open *heartbeatstream.Stream
-	// retryAt is when to try opening a stream again after a refusal.
+	// carried is how many beats the open stream carried.
+	carried int
+	// retryAt is when to try opening a stream again after a refusal, or
+	// after a stream that broke before it carried a few beats (a proxy that
+	// cuts long requests would have every beat open one).
 	retryAt time.Time
 }
 
@@ -33,6 +37,9 @@ const (
 	streamFailedRetry = 30 * time.Second
 	// minBeatTimeout bounds the wait for a beat's answer on the stream.
 	minBeatTimeout = 30 * time.Second
+	// minCarried is how many beats a stream carries before it breaks for
+	// the next to be opened at once.
+	minCarried = 3
 )
 
 // send sends hb, on the heartbeat stream when one is open or opens, and
@@ -41,10 +48,17 @@ const (
 func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.NodeHeartbeat, error) {
 	if s := a.beatStream(ctx); s != nil {
 		answer, err := s.Beat(ctx, hb, max(minBeatTimeout, a.currentInterval()))
-		if !errors.Is(err, heartbeatstream.ErrBroken) {
+		// A server shutting down ends the stream after its answer; a
+		// request may reach another replica.
+		if !errors.Is(err, heartbeatstream.ErrBroken) && !apierrors.IsServiceUnavailable(err) {
+			a.beats.carried++
 			return answer, err
 		}
 		klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
+		s.Close()
+		if a.beats.carried < minCarried {
+			a.beats.retryAt = time.Now().Add(streamFailedRetry)
+		}
 		a.beats.open = nil // the next beat opens another
 	}
 	return a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, hb, metav1.CreateOptions{})
@@ -66,6 +80,6 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 		klog.InfoS("the server refused a heartbeat stream; beating with requests", "err", err, "retryIn", retry)
 		return nil
 	}
-	a.beats.open = s
+	a.beats.open, a.beats.carried = s, 0
 	return s
 }

@@ -26,6 +26,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -98,7 +99,8 @@ type Options struct {
 	// MaxInFlight bounds the beats served at once; beyond it the generic
 	// chain's in-flight limit answers. It is a share of the server's
 	// mutating limit, which the generic chain gets the rest of (LeanShare);
-	// 0 sends every beat down the generic chain.
+	// 0 sends every beat down the generic chain, and refuses streams. The
+	// beats of streams have as many workers of their own, and wait for one.
 	MaxInFlight int
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.
@@ -111,7 +113,7 @@ type Options struct {
 	Interval time.Duration
 	// Envelope completes a Status a stream's beat fails with, as the
 	// envelope filter completes an error response (envelope.Complete).
-	Envelope func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status) any
+	Envelope func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status, retryAfter int) any
 }
 
 // Filter serves plain heartbeats and passes everything else to Next.
@@ -124,6 +126,8 @@ type Filter struct {
 	// encoder writes a stream's answers, in JSON.
 	encoder runtime.Encoder
 	streams streams
+	// workers starts the workers that run the streams' beats, once.
+	workers sync.Once
 }
 
 // New returns the filter in front of next. Until Serve names the heartbeat
@@ -160,14 +164,17 @@ var gv = nodusv1.SchemeGroupVersion
 func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	name, tail, ok := plainBeat(req)
 	beats := f.beats.Load()
-	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 || f.inflight == nil {
-		f.next.ServeHTTP(w, req)
-		return
-	}
-	if tail == heartbeatstream.Subresource {
-		if f.encoder == nil || f.opts.Envelope == nil || !f.serveStream(w, req, name, *beats) {
+	if ok && beats != nil && tail == heartbeatstream.Subresource {
+		// The generic chain serves no stream: the lean path answers every
+		// opening it authenticates and the authorizer allows, if only
+		// with why it does not serve it.
+		if !f.serveStream(w, req, name, *beats) {
 			f.next.ServeHTTP(w, req)
 		}
+		return
+	}
+	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 || f.inflight == nil {
+		f.next.ServeHTTP(w, req)
 		return
 	}
 	select {

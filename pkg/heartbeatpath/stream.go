@@ -42,8 +42,20 @@ type streams struct {
 	mu      sync.Mutex
 	open    map[string]*openStream
 	stopped bool
-	work    chan func()
-	start   sync.Once
+
+	init sync.Once
+	// work takes the beats the workers run, and stop, closed by Stop, ends
+	// the workers (work is never closed: a stream may be sending).
+	work chan func()
+	stop chan struct{}
+}
+
+// started makes the channels once.
+func (s *streams) started() (work chan func(), stop chan struct{}) {
+	s.init.Do(func() {
+		s.work, s.stop = make(chan func()), make(chan struct{})
+	})
+	return s.work, s.stop
 }
 
 type openStream struct {
@@ -90,6 +102,7 @@ func (s *streams) remove(node string, o *openStream) {
 // listener's shutdown until its agent wrote.
 func (f *Filter) Stop() {
 	s := &f.streams
+	_, stop := s.started()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.stopped {
@@ -99,44 +112,35 @@ func (f *Filter) Stop() {
 	for _, o := range s.open {
 		o.cancel()
 	}
-	if s.work != nil {
-		close(s.work)
-	}
+	close(stop)
 }
 
 // run runs job on one of the filter's MaxInFlight workers, and waits for
 // it. A beat runs deep (admission, storage, etcd's client), and would grow
 // the stack of every stream's goroutine; the workers' stacks grow once.
-// False when the server stopped.
+// False when ctx ended or the server stopped before a worker took it.
 func (f *Filter) run(ctx context.Context, job func()) bool {
-	s := &f.streams
-	s.start.Do(func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.stopped {
-			return
-		}
-		s.work = make(chan func())
+	work, stop := f.streams.started()
+	f.workers.Do(func() {
 		for range cap(f.inflight) {
-			go func(work <-chan func()) {
-				for j := range work {
-					j()
+			go func() {
+				for {
+					select {
+					case j := <-work:
+						j()
+					case <-stop:
+						return
+					}
 				}
-			}(s.work)
+			}()
 		}
 	})
-	s.mu.Lock()
-	work := s.work
-	stopped := s.stopped
-	s.mu.Unlock()
-	if stopped || work == nil {
-		return false
-	}
 	done := make(chan struct{})
-	wrapped := func() { defer close(done); job() }
 	select {
-	case work <- wrapped:
+	case work <- func() { defer close(done); job() }:
 	case <-ctx.Done():
+		return false
+	case <-stop:
 		return false
 	}
 	<-done
@@ -149,7 +153,8 @@ func (f *Filter) idleLimit() time.Duration {
 }
 
 // serveStream serves a heartbeat stream of node name, or says that it did
-// not touch w and that the generic chain is to answer the request.
+// not touch w and that the generic chain is to answer the request (one the
+// authenticator or the authorizer does not pass).
 func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name string, beats rest.NamedCreater) bool {
 	resp, ok, err := f.opts.Authenticator.AuthenticateRequest(req)
 	if err != nil || !ok {
@@ -159,24 +164,28 @@ func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name stri
 	if !f.allowed(ctx, attrs) {
 		return false
 	}
-	if f.audited(attrs) {
+	switch {
+	case len(f.opts.APIAudiences) > 0 || f.inflight == nil || f.encoder == nil || f.opts.Envelope == nil:
+		f.refuse(w, req, name, "this server takes heartbeats as requests only (it has API audiences, or no share of its in-flight limit for heartbeats)")
+		return true
+	case f.audited(attrs):
 		// The audit log has an event for every beat sent as a request; a
 		// stream's beats would have one for the stream.
-		f.refuse(w, req, name, "this server's audit policy records every heartbeat, which it does for heartbeats sent as requests only",
-			"Send each heartbeat as POST /apis/nodus.dev/v1/nodes/"+name+"/heartbeat (nodusd does so by itself when its stream is refused).")
+		f.refuse(w, req, name, "this server's audit policy records every heartbeat, which it does for heartbeats sent as requests only")
 		return true
 	}
 	rc := http.NewResponseController(w)
 	if req.ProtoMajor < 2 {
 		if err := rc.EnableFullDuplex(); err != nil {
-			f.refuse(w, req, name, "a heartbeat stream needs HTTP/2 (or an HTTP/1.1 connection that reads and writes at once, which this one cannot)",
-				"Connect with HTTP/2, or send each heartbeat as POST /apis/nodus.dev/v1/nodes/"+name+"/heartbeat.")
+			f.refuse(w, req, name, "a heartbeat stream needs HTTP/2, or an HTTP/1.1 connection that reads and writes at once, which this one cannot")
 			return true
 		}
 	}
 	open, ok := f.streams.add(req.Context(), name)
 	if !ok {
-		return false // stopping: the generic chain answers as it does to every request then
+		code := responsewriters.ErrorNegotiated(apierrors.NewServiceUnavailable("the server is shutting down"), f.opts.Serializer, gv, w, req)
+		served.WithLabelValues(strconv.Itoa(code)).Inc()
+		return true
 	}
 	defer f.streams.remove(name, open)
 	defer func() {
@@ -196,9 +205,9 @@ func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name stri
 		return true
 	}
 	// A stream that ends (a newer one of its node, the server's stop)
-	// stops waiting for its next beat.
-	// The request's own end cancels it too, and x/net/http2 panics on a
-	// deadline set once the handler returned: the stop is fenced by done.
+	// stops waiting for its next beat. The request's own end cancels it
+	// too, and x/net/http2 panics on a deadline set once the handler
+	// returned: the stop is fenced by done.
 	var fence sync.Mutex
 	done := false
 	stop := context.AfterFunc(open.ctx, func() {
@@ -216,44 +225,62 @@ func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name stri
 	}()
 	in := bufio.NewReaderSize(req.Body, 1<<10)
 	requestID := w.Header().Get("X-Request-Id")
-	for seq := 1; ; {
+	// A refusal names the heartbeat's path: its fix is a heartbeat's.
+	asBeat := beatRequestOf(req, name)
+	for seq := 1; ; seq++ {
+		// The idle limit runs from the last beat: lines with nothing in
+		// them do not keep a stream open.
 		if err := rc.SetReadDeadline(time.Now().Add(f.idleLimit())); err != nil {
 			return true
 		}
-		if open.ctx.Err() != nil { // after the deadline is set: a stop before it would be lost
+		var line []byte
+		for len(bytes.TrimSpace(line)) == 0 {
+			if open.ctx.Err() != nil { // after the deadline is set: a stop before it would be lost
+				return true
+			}
+			line, err = readLine(in, f.opts.BodyLimit)
+			if errors.Is(err, errLineTooLong) {
+				_, ex := exchange.With(open.ctx, req.Header, requestID+"-"+strconv.Itoa(seq))
+				f.writeLine(w, rc, asBeat, ex, apierrors.NewRequestEntityTooLargeError(
+					fmt.Sprintf("a heartbeat on the stream is over %d bytes; the stream ends", f.opts.BodyLimit)))
+				return true
+			}
+			if err != nil {
+				return true // the agent closed it, or went quiet past the idle limit
+			}
+		}
+		// x/net/http2 ends the request's body when a read deadline passes,
+		// read or not: none while the beat runs.
+		if err := rc.SetReadDeadline(time.Time{}); err != nil {
 			return true
-		}
-		line, err := readLine(in, f.opts.BodyLimit)
-		if errors.Is(err, errLineTooLong) {
-			_, ex := exchange.With(open.ctx, req.Header, requestID+"-"+strconv.Itoa(seq))
-			f.writeLine(w, rc, req, ex, apierrors.NewRequestEntityTooLargeError(
-				fmt.Sprintf("a heartbeat on the stream is over %d bytes; the stream ends", f.opts.BodyLimit)))
-			return true
-		}
-		if err != nil {
-			return true // the agent closed it, or went quiet past the idle limit
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
 		}
 		ctx, ex := exchange.With(open.ctx, req.Header, requestID+"-"+strconv.Itoa(seq))
-		seq++
 		var answer any
 		var end bool
 		if !f.run(open.ctx, func() { answer, end = f.streamBeat(ctx, req, name, line, beats) }) {
 			return true
 		}
-		if !f.writeLine(w, rc, req, ex, answer) || end {
+		if !f.writeLine(w, rc, asBeat, ex, answer) || end {
 			return true
 		}
 	}
 }
 
+// beatRequestOf is req, a stream of node name, as a POST of one of its beats.
+func beatRequestOf(req *http.Request, name string) *http.Request {
+	beat := *req
+	u := *req.URL
+	u.Path, u.RawPath = prefix+name+"/"+sub, ""
+	beat.URL = &u
+	return &beat
+}
+
 // refuse answers the opening of a stream that this server does not serve
-// for the caller: 405, with why and what to do.
-func (f *Filter) refuse(w http.ResponseWriter, req *http.Request, name, why, fix string) {
+// for the caller: 405, with why, and heartbeats as requests as what to do.
+func (f *Filter) refuse(w http.ResponseWriter, req *http.Request, name, why string) {
 	err := apierror.New(req.Context(), metav1.StatusReasonMethodNotAllowed, gv.WithResource(resource).GroupResource(), name,
-		"heartbeat streams are not served: "+why, fix)
+		"heartbeat streams are not served: "+why,
+		"Send each heartbeat as POST /apis/nodus.dev/v1/nodes/"+name+"/heartbeat (nodusd does so by itself when its stream is refused).")
 	code := responsewriters.ErrorNegotiated(err, f.opts.Serializer, gv, w, req)
 	served.WithLabelValues(strconv.Itoa(code)).Inc()
 }
@@ -273,11 +300,10 @@ func (f *Filter) streamBeat(ctx context.Context, req *http.Request, name string,
 		}
 		defer f.opts.WaitGroup.Done()
 	}
+	// On a worker, where no HTTP server recovers: every panic, the
+	// aborting one too, ends the stream with a 500.
 	defer func() {
 		if r := recover(); r != nil {
-			if r == http.ErrAbortHandler {
-				panic(r)
-			}
 			utilruntime.HandleError(fmt.Errorf("heartbeat of %s panicked: %v", name, r))
 			answer, end = apierrors.NewInternalError(fmt.Errorf("the heartbeat failed")), true
 		}
@@ -317,7 +343,10 @@ func (f *Filter) writeLine(w http.ResponseWriter, rc *http.ResponseController, r
 	case error:
 		status := responsewriters.ErrorToAPIStatus(a)
 		code = int(status.Code)
-		body, err = json.Marshal(f.opts.Envelope(req, ex, code, *status))
+		headers := http.Header{}
+		ex.CopyResponseHeaders(headers)
+		retryAfter, _ := strconv.Atoi(headers.Get("Retry-After"))
+		body, err = json.Marshal(f.opts.Envelope(req, ex, code, *status, retryAfter))
 	case runtime.Object:
 		body, err = runtime.Encode(f.encoder, a)
 	default:
@@ -337,7 +366,8 @@ func (f *Filter) writeLine(w http.ResponseWriter, rc *http.ResponseController, r
 	if _, err := w.Write(body); err != nil {
 		return false
 	}
-	return rc.Flush() == nil
+	// A deadline left set would reset the stream between beats.
+	return rc.Flush() == nil && rc.SetWriteDeadline(time.Time{}) == nil
 }
 
 // errLineTooLong says that a stream's line is over the body limit.

@@ -327,8 +327,8 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			MaxInFlight: leanSlots, WaitGroup: c.NonLongRunningRequestWaitGroup,
 			BodyLimit: actionSubresources["nodes/heartbeat"], Interval: heartbeatInterval,
 			// A stream's failed beat gets the Status every error response gets.
-			Envelope: func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status) any {
-				return envelope.Complete(req, ex, code, s, 0, envelopeOpts)
+			Envelope: func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status, retryAfter int) any {
+				return envelope.Complete(req, ex, code, s, retryAfter, envelopeOpts)
 			},
 		})
 		// Before authentication and the audit log: inside the envelope, so

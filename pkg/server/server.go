@@ -229,16 +229,16 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	c.paths.set(generic.ListedPaths())
 	// The loopback reaches the same handler chain the secure port serves.
 	c.loopbackHandler = generic.Handler
-	// Until every watch cache is filled, a watch (an agent's, an informer's)
-	// is answered 429 and a list with a selector waits: /readyz stays 503 until
-	// then, so that a balancer sends nothing to a replica that would turn it
-	// away. kube-apiserver registers the same hook; the generic server only
-	// collects the checks (InstallAPIGroup).
 	// Heartbeat streams are long-running: shutdown does not wait for them,
 	// and each would hold the listener's until its agent's next beat.
 	if err := generic.AddPreShutdownHook("nodus-heartbeat-streams", func() error { c.beats.filter.Stop(); return nil }); err != nil {
 		return nil, err
 	}
+	// Until every watch cache is filled, a watch (an agent's, an informer's)
+	// is answered 429 and a list with a selector waits: /readyz stays 503 until
+	// then, so that a balancer sends nothing to a replica that would turn it
+	// away. kube-apiserver registers the same hook; the generic server only
+	// collects the checks (InstallAPIGroup).
 	if err := generic.AddPostStartHook("storage-readiness", generic.StorageReadinessHook.Hook); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,7 @@ import (
 // rawStream is a heartbeat stream read and written line by line, as the
 // wire carries it.
 type rawStream struct {
+	proto  int // the HTTP version's major number
 	in     *io.PipeWriter
 	out    *bufio.Reader
 	cancel context.CancelFunc
@@ -62,7 +63,7 @@ func openStream(t *testing.T, cfg *rest.Config, node string) (*rawStream, *respo
 		body, _ := io.ReadAll(resp.Body)
 		return nil, &response{code: resp.StatusCode, header: resp.Header, body: body}
 	}
-	s := &rawStream{in: w, out: bufio.NewReader(resp.Body), cancel: cancel}
+	s := &rawStream{proto: resp.ProtoMajor, in: w, out: bufio.NewReader(resp.Body), cancel: cancel}
 	t.Cleanup(s.close)
 	return s, nil
 }
@@ -378,5 +379,72 @@ func TestNodusdBeatsOverAStream(t *testing.T) {
 	<-ran
 	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(context.Context) (bool, error) { return streams() == before, nil }); err != nil {
 		t.Errorf("the stopped agent's stream stayed open: %d (%d before)", streams(), before)
+	}
+}
+
+// TestASilentHeartbeatStreamEnds: a stream holds a goroutine and a
+// connection's stream on the server; one whose agent stopped beating (a
+// party holding the credential, or a host that hung) ends once no beat came
+// for three intervals and 10 s, when the node is not ready anyway. Lines
+// with nothing in them are no beats: they neither keep it open nor are
+// checked as beats are. Before the stream ends, a beat longer after the
+// last than the server's request timeout is answered: the answer's write
+// deadline once reset the stream between beats.
+func TestASilentHeartbeatStreamEnds(t *testing.T) {
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
+		o.HeartbeatInterval, o.RequestTimeout = time.Second, time.Second
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newFleet(t, s)
+	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	stream, refused := openStream(t, own, "stream-1")
+	if refused != nil {
+		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
+	}
+	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
+		t.Fatalf("first beat: %d %s", r.code, r.body)
+	}
+	time.Sleep(3 * time.Second)
+	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
+		t.Fatalf("a beat 3 s after the last: %d %s", r.code, r.body)
+	}
+	start := time.Now()
+	go func() {
+		for {
+			if _, err := io.WriteString(stream.in, "\n"); err != nil {
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	stream.ends(t)
+	if took, limit := time.Since(start), heartbeatstream.IdleLimit(time.Second); took < limit-time.Second {
+		t.Errorf("the stream ended %s after its last beat, before the idle limit %s", took, limit)
+	}
+}
+
+// TestAHeartbeatStreamOverHTTP1: an agent whose connection is HTTP/1.1 (a
+// proxy between it and the server) streams too: the server reads and writes
+// the request at once, or refuses the stream with why.
+func TestAHeartbeatStreamOverHTTP1(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	http1 := rest.CopyConfig(own)
+	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
+	stream, refused := openStream(t, http1, "stream-1")
+	if refused != nil {
+		t.Fatalf("the stream was refused over HTTP/1.1: %d %s", refused.code, refused.body)
+	}
+	if stream.proto != 1 {
+		t.Fatalf("the stream went over HTTP/%d", stream.proto)
+	}
+	for range 3 {
+		if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
+			t.Fatalf("a beat over HTTP/1.1: %d %s", r.code, r.body)
+		}
 	}
 }
