@@ -190,7 +190,7 @@ func heartbeat(s *server, c config) error {
 		"  %-24s %d agents connected: %d MB (anonymous %d MB)\n", "", unconnected.rss>>20, unconnected.anon>>20,
 		"", c.nodes, connected.rss>>20, connected.anon>>20)
 	fmt.Printf("  %-24s the same paced beats as a request each over each agent's connection (nodusd until session 47), after the streams' window,\n"+
-		"  %-24s the streams open and idle: p50 %s, p99 %s; etcd writes %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
+		"  %-24s the streams closed: p50 %s, p99 %s; etcd writes %.3f per beat; server CPU %s per beat, %.2f cores\n", "",
 		"", viaRequests.p50, viaRequests.p99, float64(viaRequests.writes)/float64(viaRequests.beats),
 		viaRequests.cpu/time.Duration(viaRequests.beats), viaRequests.cpu.Seconds()/viaRequests.elapsed.Seconds())
 	fmt.Printf("  %-24s the same paced beats with the operator's certificate over one connection (the bench until session 46), after the agents' window,\n"+

@@ -14,6 +14,9 @@
 // authenticate or is not allowed, an audit policy that records heartbeats,
 // a full in-flight limit, a server shutting down. So every refusal keeps
 // its generic answer and reason.
+//
+// It also serves agents' heartbeat streams (stream.go), whose every beat it
+// takes by the same code.
 package heartbeatpath
 
 import (
