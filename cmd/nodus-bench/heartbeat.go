@@ -247,7 +247,7 @@ func (a *agent) beat(ctx context.Context, node string, hb nodusv1.NodeHeartbeat)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.stream == nil {
-		s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), node)
+		s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), node, time.Minute)
 		if err != nil {
 			return fmt.Errorf("opening the heartbeat stream of %s: %w", node, err)
 		}

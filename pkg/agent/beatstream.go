@@ -35,8 +35,6 @@ const (
 	// streamFailedRetry is how long after an opening that failed otherwise
 	// (the network, a restarting server).
 	streamFailedRetry = 30 * time.Second
-	// minBeatTimeout bounds the wait for a beat's answer on the stream.
-	minBeatTimeout = 30 * time.Second
 	// minCarried is how many beats a stream carries before it breaks for
 	// the next to be opened at once.
 	minCarried = 3
@@ -47,17 +45,26 @@ const (
 // is sent again as a POST (a beat counts the same twice).
 func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.NodeHeartbeat, error) {
 	if s := a.beatStream(ctx); s != nil {
-		answer, err := s.Beat(ctx, hb, max(minBeatTimeout, a.currentInterval()))
+		answer, err := s.Beat(ctx, hb, streamBeatTimeout(a.currentInterval()))
 		// A server shutting down ends the stream after its answer; a
 		// request may reach another replica.
 		if !errors.Is(err, heartbeatstream.ErrBroken) && !apierrors.IsServiceUnavailable(err) {
 			a.beats.carried++
 			return answer, err
 		}
-		klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
 		s.Close()
-		if a.beats.carried < minCarried {
+		switch {
+		case a.beats.carried == 0:
+			// Opened, and not one beat answered: something between nodusd
+			// and the server answers the opening but does not stream (an
+			// HTTP/1.1 proxy that reads no body once it answers).
+			a.beats.retryAt = time.Now().Add(streamRefusedRetry)
+			klog.InfoS("the heartbeat stream carried no beat; beating with requests", "err", err, "retryIn", streamRefusedRetry)
+		case a.beats.carried < minCarried:
 			a.beats.retryAt = time.Now().Add(streamFailedRetry)
+			klog.InfoS("the heartbeat stream ended early; beating with requests", "err", err, "retryIn", streamFailedRetry)
+		default:
+			klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
 		}
 		a.beats.open = nil // the next beat opens another
 	}
@@ -70,10 +77,10 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 	if a.beats.open != nil || time.Now().Before(a.beats.retryAt) {
 		return a.beats.open
 	}
-	s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), a.id.Node)
+	s, err := heartbeatstream.Open(ctx, a.client.NodusV1().RESTClient(), a.id.Node, streamBeatTimeout(a.currentInterval()))
 	if err != nil {
 		retry := streamFailedRetry
-		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) {
+		if apierrors.IsNotFound(err) || apierrors.IsMethodNotSupported(err) || errors.Is(err, heartbeatstream.ErrNoAnswer) {
 			retry = streamRefusedRetry
 		}
 		a.beats.retryAt = time.Now().Add(retry)
@@ -82,4 +89,12 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 	}
 	a.beats.open, a.beats.carried = s, 0
 	return s
+}
+
+// streamBeatTimeout is how long a beat on the stream waits for its answer,
+// and its opening for the server's, given the heartbeat interval: half of it (1 to 10 s), so that a stalled
+// stream leaves the beat time to go as a request before the node is three
+// intervals without one. A beat answers in milliseconds.
+func streamBeatTimeout(interval time.Duration) time.Duration {
+	return min(max(interval/2, time.Second), 10*time.Second)
 }

@@ -24,6 +24,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,19 +64,41 @@ type answer struct {
 	err  error
 }
 
+// ErrNoAnswer says that the opening of a stream was not answered in time:
+// something between the agent and the server may not stream (an HTTP/1.1
+// proxy that reads the rest of a request's body before it answers).
+var ErrNoAnswer = errors.New("the heartbeat stream's opening was not answered in time")
+
 // Open opens a heartbeat stream for node over c, a client of nodus.dev/v1
 // (its transport's connection, and its credential). It returns when the
-// server answered the opening: a server that does not serve streams answers
-// an error (404 from one that predates them, 405 from one whose audit
-// policy records each beat), and the caller beats with POSTs.
-func Open(ctx context.Context, c rest.Interface, node string) (*Stream, error) {
+// server answered the opening, or after timeout with ErrNoAnswer: a server
+// that does not serve streams answers an error (404 from one that predates
+// them, 405 from one whose audit policy records each beat), and the caller
+// beats with POSTs.
+func Open(ctx context.Context, c rest.Interface, node string, timeout time.Duration) (*Stream, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	r, w := io.Pipe()
+	// A cancelled request does not end a transport that waits on the body:
+	// ending the body does.
+	var timedOut atomic.Bool
+	timer := time.AfterFunc(timeout, func() {
+		timedOut.Store(true)
+		_ = w.CloseWithError(ErrNoAnswer)
+		cancel()
+	})
 	body, err := c.Post().Resource("nodes").Name(node).SubResource(Subresource).
 		SetHeader("Content-Type", "application/json").Body(io.Reader(r)).Stream(ctx)
+	timer.Stop()
+	if err == nil && timedOut.Load() {
+		body.Close()
+		err = ErrNoAnswer
+	}
 	if err != nil {
 		cancel()
 		_ = w.CloseWithError(err)
+		if timedOut.Load() && !errors.Is(err, ErrNoAnswer) {
+			err = fmt.Errorf("%w: %v", ErrNoAnswer, err)
+		}
 		return nil, err
 	}
 	s := &Stream{in: w, ctx: ctx, cancel: cancel, answers: make(chan answer, 1)}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -33,7 +34,13 @@ func TestAnAgentStopsNamingAFinalReservation(t *testing.T) {
 	enrollAgent(t, s, "agent-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
 	var mu sync.Mutex
 	var named [][]string // the reservations each beat named, in order
-	proxy := agentProxy(t, s, dir, func(_ http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+	proxy := agentProxy(t, s, dir, func(w http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+		if strings.HasSuffix(req.URL.Path, "/nodes/agent-1/heartbeatstream") {
+			// As a server older than streams: the agent beats with
+			// requests, whose bodies this test reads.
+			answerStatus(w, http.StatusNotFound, metav1.StatusReasonNotFound, "the server could not find the requested resource")
+			return true
+		}
 		if !strings.HasSuffix(req.URL.Path, "/nodes/agent-1/heartbeat") {
 			return false
 		}

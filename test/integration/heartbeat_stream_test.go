@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -132,6 +133,25 @@ func (s *rawStream) ends(t *testing.T) {
 	}
 }
 
+// streamSpec is the enrollment of the tests' streaming node, stream-1.
+var streamSpec = nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
+
+// streamingAgent enrolls node stream-1's agent on s (with newFleet's pool),
+// opens its heartbeat stream and sends a first beat on it.
+func streamingAgent(t *testing.T, s *testserver.Server) (*rest.Config, *rawStream) {
+	t.Helper()
+	newFleet(t, s)
+	own := enrollAgent(t, s, "stream-1", streamSpec, t.TempDir())
+	stream, refused := openStream(t, own, "stream-1")
+	if refused != nil {
+		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
+	}
+	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
+		t.Fatalf("first beat: %d %s", r.code, r.body)
+	}
+	return own, stream
+}
+
 // TestAHeartbeatStreamAnswersAsPlainBeats sends each beat of the lean
 // path's equivalence test as a POST and on one stream: each answer on the
 // stream must be the POST's (the same object, or the same refusal: reason,
@@ -139,7 +159,7 @@ func (s *rawStream) ends(t *testing.T) {
 func TestAHeartbeatStreamAnswersAsPlainBeats(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	own := enrollAgent(t, s, "stream-1", streamSpec, t.TempDir())
 	_ = f
 	const path = "/apis/nodus.dev/v1/nodes/stream-1/heartbeat"
 	streams := map[string]*rawStream{}
@@ -199,7 +219,7 @@ func TestAHeartbeatStreamIsOpenedOnlyAsItsBeatsAreAllowed(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	f.node(t, "other")
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	own := enrollAgent(t, s, "stream-1", streamSpec, t.TempDir())
 	for _, c := range []struct {
 		name, node string
 		cfg        *rest.Config
@@ -227,16 +247,8 @@ func TestAHeartbeatStreamIsOpenedOnlyAsItsBeatsAreAllowed(t *testing.T) {
 // stream is refused as a POST of it is, and the stream ends.
 func TestAHeartbeatStreamEndsWhenItsAgentIsReEnrolled(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	newFleet(t, s)
-	spec := nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}
-	old := enrollAgent(t, s, "stream-1", spec, t.TempDir())
-	stream, refused := openStream(t, old, "stream-1")
-	if refused != nil {
-		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
-	}
-	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
-		t.Fatalf("first beat: %d %s", r.code, r.body)
-	}
+	old, stream := streamingAgent(t, s)
+	spec := streamSpec
 	spec.NodeName = "stream-1"
 	enrollAgent(t, s, "stream-1", spec, t.TempDir())
 	plain := do(t, old, "POST", "/apis/nodus.dev/v1/nodes/stream-1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
@@ -256,15 +268,7 @@ func TestAHeartbeatStreamEndsWhenItsAgentIsReEnrolled(t *testing.T) {
 // node holds one stream (and one goroutine) however often it reconnects.
 func TestAHeartbeatStreamIsBounded(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	newFleet(t, s)
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
-	first, refused := openStream(t, own, "stream-1")
-	if refused != nil {
-		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
-	}
-	if r := first.beat(t, `{"agentGeneration":1}`); r.code != 200 {
-		t.Fatalf("first beat: %d %s", r.code, r.body)
-	}
+	own, first := streamingAgent(t, s)
 	second, _ := openStream(t, own, "stream-1")
 	first.ends(t)
 	if r := second.beat(t, `{"agentGeneration":1}`); r.code != 200 {
@@ -288,15 +292,7 @@ func TestAHeartbeatStreamIsBounded(t *testing.T) {
 // that agents beat the next replica.
 func TestStoppingTheServerEndsItsHeartbeatStreams(t *testing.T) {
 	s := testserver.StartTestServer(t)
-	newFleet(t, s)
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
-	stream, refused := openStream(t, own, "stream-1")
-	if refused != nil {
-		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
-	}
-	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
-		t.Fatalf("first beat: %d %s", r.code, r.body)
-	}
+	_, stream := streamingAgent(t, s)
 	start := time.Now()
 	go s.Stop()
 	stream.ends(t)
@@ -335,7 +331,7 @@ func TestAnAuditedServerRefusesHeartbeatStreamsAndItsAgentsBeatWithRequests(t *t
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := heartbeatstream.Open(ctx(t), client.NodusV1().RESTClient(), "stream-1"); err == nil {
+	if _, err := heartbeatstream.Open(ctx(t), client.NodusV1().RESTClient(), "stream-1", 10*time.Second); err == nil {
 		t.Error("the agent's stream opened on an audited server")
 	}
 	runAgent(t, agent.Options{StateDir: agentDir, DiskPath: agentDir, Grace: 100 * time.Millisecond})
@@ -398,15 +394,7 @@ func TestASilentHeartbeatStreamEnds(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.Stop)
-	newFleet(t, s)
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
-	stream, refused := openStream(t, own, "stream-1")
-	if refused != nil {
-		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
-	}
-	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
-		t.Fatalf("first beat: %d %s", r.code, r.body)
-	}
+	_, stream := streamingAgent(t, s)
 	time.Sleep(3 * time.Second)
 	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
 		t.Fatalf("a beat 3 s after the last: %d %s", r.code, r.body)
@@ -432,7 +420,7 @@ func TestASilentHeartbeatStreamEnds(t *testing.T) {
 func TestAHeartbeatStreamOverHTTP1(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	newFleet(t, s)
-	own := enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, t.TempDir())
+	own := enrollAgent(t, s, "stream-1", streamSpec, t.TempDir())
 	http1 := rest.CopyConfig(own)
 	http1.TLSClientConfig.NextProtos = []string{"http/1.1"}
 	stream, refused := openStream(t, http1, "stream-1")
@@ -446,5 +434,55 @@ func TestAHeartbeatStreamOverHTTP1(t *testing.T) {
 		if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
 			t.Fatalf("a beat over HTTP/1.1: %d %s", r.code, r.body)
 		}
+	}
+}
+
+// TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests: a proxy between
+// nodusd and the server that answers the stream's opening but does not pass
+// its body on once it answered (an HTTP/1.1 proxy without full duplex, as
+// httputil.ReverseProxy on an HTTP/1.1 server) left the first beat waiting
+// 30 s for an answer, the node not ready meanwhile, and the next stream
+// opened 30 s later to stall again. nodusd gives a beat on a stream half an
+// interval, sends it as a request, and beats with requests from then on.
+func TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests(t *testing.T) {
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "stream-1", streamSpec, dir)
+	var openings, requests atomic.Int32
+	proxy := agentProxy(t, s, dir, func(_ http.ResponseWriter, req *http.Request, _ http.Handler) bool {
+		switch {
+		case strings.HasSuffix(req.URL.Path, "/nodes/stream-1/"+heartbeatstream.Subresource):
+			openings.Add(1)
+		case strings.HasSuffix(req.URL.Path, "/nodes/stream-1/heartbeat"):
+			requests.Add(1)
+		}
+		return false
+	})
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, Servers: []string{proxy}})
+	ready := func(n *nodusv1.Node) bool {
+		return meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady)
+	}
+	waitNode(t, s, "stream-1", ready)
+	// Five more intervals: every beat a request, the node ready throughout,
+	// and no other stream tried.
+	seen := requests.Load()
+	deadline := time.Now().Add(5 * time.Second)
+	for time.Now().Before(deadline) {
+		n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "stream-1", metav1.GetOptions{})
+		if err != nil || !ready(n) {
+			t.Fatalf("the node went not ready behind the proxy: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if got := requests.Load() - seen; got < 3 {
+		t.Errorf("%d beats as requests in 5 s at a 1 s interval", got)
+	}
+	if got := openings.Load(); got != 1 {
+		t.Errorf("the agent opened %d streams through a proxy that cannot stream", got)
 	}
 }
