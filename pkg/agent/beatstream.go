@@ -72,7 +72,7 @@ func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.N
 }
 
 // beatStream is the open heartbeat stream, opening one if none is; nil
-// when the server refused one lately.
+// when one was refused, or failed, lately.
 func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 	if a.beats.open != nil || time.Now().Before(a.beats.retryAt) {
 		return a.beats.open
@@ -84,7 +84,7 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 			retry = streamRefusedRetry
 		}
 		a.beats.retryAt = time.Now().Add(retry)
-		klog.InfoS("the server refused a heartbeat stream; beating with requests", "err", err, "retryIn", retry)
+		klog.InfoS("no heartbeat stream (refused, or not answered in time); beating with requests", "err", err, "retryIn", retry)
 		return nil
 	}
 	a.beats.open, a.beats.carried = s, 0
@@ -92,9 +92,10 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 }
 
 // streamBeatTimeout is how long a beat on the stream waits for its answer,
-// and its opening for the server's, given the heartbeat interval: half of it (1 to 10 s), so that a stalled
-// stream leaves the beat time to go as a request before the node is three
-// intervals without one. A beat answers in milliseconds.
+// and an opening for the server's, given the heartbeat interval: half of
+// it (1 to 10 s), so that a stalled stream leaves the beat time to go as a
+// request before the node is three intervals without one. A beat answers
+// in milliseconds.
 func streamBeatTimeout(interval time.Duration) time.Duration {
 	return min(max(interval/2, time.Second), 10*time.Second)
 }
