@@ -56,8 +56,8 @@ func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.N
 		switch {
 		case a.beats.carried == 0:
 			// Opened, and not one beat answered: something between nodusd
-			// and the server answers the opening but does not stream (an
-			// HTTP/1.1 proxy that reads no body once it answers).
+			// and the server passed the opening's answer on but does not
+			// stream (a proxy that buffers bodies).
 			a.beats.retryAt = time.Now().Add(streamRefusedRetry)
 			klog.InfoS("the heartbeat stream carried no beat; beating with requests", "err", err, "retryIn", streamRefusedRetry)
 		case a.beats.carried < minCarried:

@@ -65,8 +65,9 @@ type answer struct {
 }
 
 // ErrNoAnswer says that the opening of a stream was not answered in time:
-// something between the agent and the server may not stream (an HTTP/1.1
-// proxy that reads the rest of a request's body before it answers).
+// something between the agent and the server may not stream (a proxy on
+// Go's HTTP/1.1 server, which reads up to 256 KiB more of a request's body
+// before it writes an answer).
 var ErrNoAnswer = errors.New("the heartbeat stream's opening was not answered in time")
 
 // Open opens a heartbeat stream for node over c, a client of nodus.dev/v1

@@ -437,13 +437,13 @@ func TestAHeartbeatStreamOverHTTP1(t *testing.T) {
 	}
 }
 
-// TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests: a proxy between
-// nodusd and the server that answers the stream's opening but does not pass
-// its body on once it answered (an HTTP/1.1 proxy without full duplex, as
-// httputil.ReverseProxy on an HTTP/1.1 server) left the first beat waiting
-// 30 s for an answer, the node not ready meanwhile, and the next stream
-// opened 30 s later to stall again. nodusd gives a beat on a stream half an
-// interval, sends it as a request, and beats with requests from then on.
+// TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests: behind a proxy
+// that cannot stream (httputil.ReverseProxy on Go's HTTP/1.1 server, which
+// reads up to 256 KiB more of a request's body before it writes the
+// answer), the stream's opening was never answered, and nodusd never beat:
+// its node stayed not ready. nodusd gives an opening, and a beat on a
+// stream, half an interval, sends the beat as a request, and beats with
+// requests from then on.
 func TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests(t *testing.T) {
 	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
 	if err != nil {
