@@ -152,6 +152,23 @@ func streamingAgent(t *testing.T, s *testserver.Server) (*rest.Config, *rawStrea
 	return own, stream
 }
 
+// beatingEverySecond starts a server whose agents beat every second, with
+// change applied to its options too.
+func beatingEverySecond(t *testing.T, change func(*server.Options)) *testserver.Server {
+	t.Helper()
+	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
+		o.HeartbeatInterval = time.Second
+		if change != nil {
+			change(o)
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
 // TestAHeartbeatStreamAnswersAsPlainBeats sends each beat of the lean
 // path's equivalence test as a POST and on one stream: each answer on the
 // stream must be the POST's (the same object, or the same refusal: reason,
@@ -343,14 +360,10 @@ func TestAnAuditedServerRefusesHeartbeatStreamsAndItsAgentsBeatWithRequests(t *t
 // TestNodusdBeatsOverAStream: a real agent opens its node's heartbeat
 // stream and keeps its node ready over it; when it stops, the stream ends.
 func TestNodusdBeatsOverAStream(t *testing.T) {
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s := beatingEverySecond(t, nil)
 	newFleet(t, s)
 	dir := t.TempDir()
-	enrollAgent(t, s, "stream-1", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "ubuntu"}, dir)
+	enrollAgent(t, s, "stream-1", streamSpec, dir)
 	// The gauge is the process's, which earlier tests' servers shared.
 	streams := func() int { return metricValue(t, s, "nodus_heartbeat_streams ") }
 	before := streams()
@@ -387,13 +400,7 @@ func TestNodusdBeatsOverAStream(t *testing.T) {
 // last than the server's request timeout is answered: the answer's write
 // deadline once reset the stream between beats.
 func TestASilentHeartbeatStreamEnds(t *testing.T) {
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) {
-		o.HeartbeatInterval, o.RequestTimeout = time.Second, time.Second
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s := beatingEverySecond(t, func(o *server.Options) { o.RequestTimeout = time.Second })
 	_, stream := streamingAgent(t, s)
 	time.Sleep(3 * time.Second)
 	if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
@@ -445,11 +452,7 @@ func TestAHeartbeatStreamOverHTTP1(t *testing.T) {
 // stream, half an interval, sends the beat as a request, and beats with
 // requests from then on.
 func TestAnAgentBehindAProxyThatCannotStreamBeatsWithRequests(t *testing.T) {
-	s, err := testserver.Start(t.TempDir(), nil, func(o *server.Options) { o.HeartbeatInterval = time.Second })
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(s.Stop)
+	s := beatingEverySecond(t, nil)
 	newFleet(t, s)
 	dir := t.TempDir()
 	enrollAgent(t, s, "stream-1", streamSpec, dir)
