@@ -279,6 +279,40 @@ func TestAHeartbeatStreamEndsWhenItsAgentIsReEnrolled(t *testing.T) {
 	stream.ends(t)
 }
 
+// TestAHeartbeatStreamEndsWhenItsCertificateExpires: a stream outlives its
+// certificate no more than a beat does. Its beats pass until the
+// certificate expires; the first after is refused 401, as a POST with that
+// certificate is, and the stream ends. (nodusd renews its certificate two
+// thirds into it, and the renewal closes its connections, its stream's
+// too: this is an agent whose renewals failed.)
+func TestAHeartbeatStreamEndsWhenItsCertificateExpires(t *testing.T) {
+	s := shortCertificatesServer(t, 10*time.Second)
+	dir := t.TempDir()
+	own := enrollAgent(t, s, "stream-1", streamSpec, dir)
+	notAfter := certIn(t, dir).NotAfter
+	stream, refused := openStream(t, own, "stream-1")
+	if refused != nil {
+		t.Fatalf("the stream was refused: %d %s", refused.code, refused.body)
+	}
+	// A beat a second keeps the stream within its idle limit (13 s).
+	for time.Until(notAfter) > time.Second {
+		if r := stream.beat(t, `{"agentGeneration":1}`); r.code != 200 {
+			t.Fatalf("a beat %s before the certificate expires: %d %s", time.Until(notAfter), r.code, r.body)
+		}
+		time.Sleep(time.Second)
+	}
+	time.Sleep(time.Until(notAfter) + time.Second)
+	plain := do(t, own, "POST", "/apis/nodus.dev/v1/nodes/stream-1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
+	onStream := stream.beat(t, `{"agentGeneration":1}`)
+	if plain.code != 401 || onStream.code != 401 {
+		t.Fatalf("a beat with an expired certificate: POST %d %s, stream %d %s", plain.code, plain.body, onStream.code, onStream.body)
+	}
+	if p, o := envelopeOf(t, plain), envelopeOf(t, onStream); o.Reason != p.Reason || o.Fix != p.Fix {
+		t.Errorf("refusals differ:\nPOST:   %s\nstream: %s", plain.body, onStream.body)
+	}
+	stream.ends(t)
+}
+
 // TestAHeartbeatStreamIsBounded: a line over the heartbeat's body limit is
 // refused as a POST of that body is, and ends the stream (the server reads
 // no further into it); a node's newer stream ends its older one, so that a

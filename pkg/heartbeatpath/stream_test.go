@@ -1,0 +1,224 @@
+package heartbeatpath
+
+import (
+	"bufio"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"io"
+	"math/big"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
+	"k8s.io/apiserver/pkg/authentication/authenticator"
+	"k8s.io/apiserver/pkg/authentication/user"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
+	"k8s.io/apiserver/pkg/registry/rest"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/exchange"
+)
+
+// These tests reach what the integration tests' servers cannot be brought
+// to on demand: an opening while the server stops, a server with API
+// audiences, a beat that panics on its worker. The filter's authenticator
+// lets every certificate in as node n1's agent and its authorizer allows
+// every beat: who may stream is the integration tests'
+// (TestAHeartbeatStreamIsOpenedOnlyAsItsBeatsAreAllowed).
+
+// beatStorage takes beats as the storage would, or runs create instead.
+type beatStorage struct {
+	create func()
+}
+
+func (beatStorage) New() runtime.Object { return &nodusv1.NodeHeartbeat{} }
+
+func (s beatStorage) Create(_ context.Context, _ string, obj runtime.Object, _ rest.ValidateObjectFunc, _ *metav1.CreateOptions) (runtime.Object, error) {
+	if s.create != nil {
+		s.create()
+	}
+	return obj, nil
+}
+
+// streamFilter is a lean path in front of a generic chain that answers 418
+// (nothing is to reach it here), with change applied to its options.
+func streamFilter(t *testing.T, storage beatStorage, change func(*Options)) *Filter {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := nodusv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	metav1.AddToGroupVersion(scheme, metav1.SchemeGroupVersion)
+	opts := Options{
+		Scheme: scheme, Serializer: serializer.NewCodecFactory(scheme), BodyLimit: 1 << 10, MaxInFlight: 2, Interval: time.Second,
+		Authenticator: authenticator.RequestFunc(func(*http.Request) (*authenticator.Response, bool, error) {
+			return &authenticator.Response{User: &user.DefaultInfo{Name: "nodus:agent:n1"}}, true, nil
+		}),
+		Authorizer: authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
+			return authorizer.DecisionAllow, "", nil
+		}),
+		Envelope: func(_ *http.Request, _ *exchange.Exchange, _ int, s metav1.Status, _ int) any { return s },
+	}
+	if change != nil {
+		change(&opts)
+	}
+	f := New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("%s %s reached the generic chain", r.Method, r.URL.Path)
+		w.WriteHeader(http.StatusTeapot)
+	}), opts)
+	f.Serve(storage)
+	t.Cleanup(f.Stop)
+	return f
+}
+
+// opening is a stream's opening as an agent sends it over HTTP/2.
+func opening() *http.Request {
+	req := beatRequest("/apis/nodus.dev/v1/nodes/n1/heartbeatstream")
+	req.Body = io.NopCloser(strings.NewReader(""))
+	req.Proto, req.ProtoMajor, req.ProtoMinor = "HTTP/2.0", 2, 0
+	return req
+}
+
+func statusOf(t *testing.T, w *httptest.ResponseRecorder) metav1.Status {
+	t.Helper()
+	var s metav1.Status
+	if err := json.Unmarshal(w.Body.Bytes(), &s); err != nil {
+		t.Fatalf("%d %q is not a Status: %v", w.Code, w.Body, err)
+	}
+	return s
+}
+
+// TestAStoppingServerRefusesStreams: after the pre-shutdown hook ended the
+// streams, an opening that still arrives is told the server stops (503: the
+// agent beats with requests, to the next replica), not kept open.
+func TestAStoppingServerRefusesStreams(t *testing.T) {
+	f := streamFilter(t, beatStorage{}, nil)
+	f.Stop()
+	w := httptest.NewRecorder()
+	f.ServeHTTP(w, opening())
+	if s := statusOf(t, w); w.Code != http.StatusServiceUnavailable || s.Reason != metav1.StatusReasonServiceUnavailable {
+		t.Errorf("an opening after the stop: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestAServerWithAPIAudiencesRefusesStreams: with API audiences the lean
+// path does not authenticate beats as the generic chain would, so it
+// serves no stream and says so (405: the agent beats with requests).
+func TestAServerWithAPIAudiencesRefusesStreams(t *testing.T) {
+	f := streamFilter(t, beatStorage{}, func(o *Options) { o.APIAudiences = authenticator.Audiences{"nodus"} })
+	w := httptest.NewRecorder()
+	f.ServeHTTP(w, opening())
+	if s := statusOf(t, w); w.Code != http.StatusMethodNotAllowed || s.Reason != metav1.StatusReasonMethodNotAllowed ||
+		!strings.Contains(s.Message, "API audiences") {
+		t.Errorf("an opening on a server with API audiences: %d %s", w.Code, w.Body)
+	}
+}
+
+// TestABeatThatPanicsEndsItsStreamWithA500: a beat runs on a worker, where
+// no HTTP server recovers a panic: the beat is answered 500, its stream
+// ends, and the worker goes on serving the next stream's beats.
+func TestABeatThatPanicsEndsItsStreamWithA500(t *testing.T) {
+	var panics atomic.Bool
+	f := streamFilter(t, beatStorage{create: func() {
+		if panics.Load() {
+			panic("the storage failed")
+		}
+	}}, nil)
+	srv := httptest.NewUnstartedServer(f)
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{clientCertificate(t)}
+
+	for i, want := range []int{http.StatusInternalServerError, http.StatusOK} {
+		panics.Store(i == 0)
+		in, answers := openOn(t, client, srv.URL)
+		if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		line, err := answers.ReadBytes('\n')
+		if err != nil {
+			t.Fatalf("stream %d: no answer: %v", i+1, err)
+		}
+		var answer metav1.Status
+		if err := json.Unmarshal(line, &answer); err != nil {
+			t.Fatal(err)
+		}
+		code := http.StatusOK // a NodeHeartbeat
+		if answer.Kind == "Status" {
+			code = int(answer.Code)
+		}
+		if code != want {
+			t.Fatalf("stream %d: %s, want %d", i+1, line, want)
+		}
+		if want == http.StatusInternalServerError {
+			// Well within the idle limit (13 s), which would end it too.
+			ended := make(chan error, 1)
+			go func() {
+				_, err := answers.ReadBytes('\n')
+				ended <- err
+			}()
+			select {
+			case err := <-ended:
+				if err == nil {
+					t.Fatal("the stream answered again after the panic")
+				}
+			case <-time.After(3 * time.Second):
+				t.Fatal("the stream did not end after the panic")
+			}
+		}
+		in.Close()
+	}
+}
+
+// openOn opens n1's stream on url, returning its request body's writer and
+// its answers.
+func openOn(t *testing.T, client *http.Client, url string) (*io.PipeWriter, *bufio.Reader) {
+	t.Helper()
+	r, w := io.Pipe()
+	req, err := http.NewRequest(http.MethodPost, url+"/apis/nodus.dev/v1/nodes/n1/heartbeatstream", r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK || resp.ProtoMajor != 2 {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("the opening: %s %d %s", resp.Proto, resp.StatusCode, body)
+	}
+	return w, bufio.NewReader(resp.Body)
+}
+
+// clientCertificate is a self-signed client certificate: the filter takes
+// only beats sent with one (its authenticator here takes any).
+func clientCertificate(t *testing.T) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
+}
