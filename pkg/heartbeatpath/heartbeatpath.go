@@ -99,11 +99,12 @@ type Options struct {
 	// included, so that a body that never comes holds neither a slot nor
 	// the server's shutdown.
 	Timeout time.Duration
-	// MaxInFlight bounds the beats served at once; beyond it the generic
-	// chain's in-flight limit answers. It is a share of the server's
-	// mutating limit, which the generic chain gets the rest of (LeanShare);
-	// 0 sends every beat down the generic chain, and refuses streams. The
-	// beats of streams have as many workers of their own, and wait for one.
+	// MaxInFlight bounds the beats served at once, plain and on streams
+	// together; beyond it a plain beat goes down the generic chain, whose
+	// in-flight limit answers it, and a stream's beat waits. It is a share
+	// of the server's mutating limit, which the generic chain gets the rest
+	// of (LeanShare); 0 sends every beat down the generic chain, and
+	// refuses streams. The beats of streams run on as many workers.
 	MaxInFlight int
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.

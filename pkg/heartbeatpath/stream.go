@@ -118,9 +118,22 @@ func (f *Filter) Stop() {
 // run runs job on one of the filter's MaxInFlight workers, and waits for
 // it. A beat runs deep (admission, storage, etcd's client), and would grow
 // the stack of every stream's goroutine; the workers' stacks grow once.
-// False when ctx ended or the server stopped before a worker took it.
+// The job holds one of the lean path's in-flight slots, as a plain beat
+// does, so that the beats of streams and of requests together stay within
+// the lean path's share of the server's limit: a stream's beat waits for a
+// slot (a plain beat finding none goes down the generic chain, whose limit
+// answers it). False when ctx ended or the server stopped before a worker
+// took it.
 func (f *Filter) run(ctx context.Context, job func()) bool {
 	work, stop := f.streams.started()
+	select {
+	case f.inflight <- struct{}{}:
+		defer func() { <-f.inflight }()
+	case <-ctx.Done():
+		return false
+	case <-stop:
+		return false
+	}
 	f.workers.Do(func() {
 		for range cap(f.inflight) {
 			go func() {

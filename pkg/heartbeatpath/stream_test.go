@@ -55,6 +55,15 @@ func (s beatStorage) Create(_ context.Context, _ string, obj runtime.Object, _ r
 // (nothing is to reach it here), with change applied to its options.
 func streamFilter(t *testing.T, storage beatStorage, change func(*Options)) *Filter {
 	t.Helper()
+	return leanFilter(t, storage, change, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		t.Errorf("%s %s reached the generic chain", r.Method, r.URL.Path)
+		w.WriteHeader(http.StatusTeapot)
+	}))
+}
+
+// leanFilter is a lean path in front of generic.
+func leanFilter(t *testing.T, storage beatStorage, change func(*Options), generic http.Handler) *Filter {
+	t.Helper()
 	scheme := runtime.NewScheme()
 	if err := nodusv1.AddToScheme(scheme); err != nil {
 		t.Fatal(err)
@@ -73,10 +82,7 @@ func streamFilter(t *testing.T, storage beatStorage, change func(*Options)) *Fil
 	if change != nil {
 		change(&opts)
 	}
-	f := New(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		t.Errorf("%s %s reached the generic chain", r.Method, r.URL.Path)
-		w.WriteHeader(http.StatusTeapot)
-	}), opts)
+	f := New(generic, opts)
 	f.Serve(storage)
 	t.Cleanup(f.Stop)
 	return f
@@ -135,13 +141,7 @@ func TestABeatThatPanicsEndsItsStreamWithA500(t *testing.T) {
 			panic("the storage failed")
 		}
 	}}, nil)
-	srv := httptest.NewUnstartedServer(f)
-	srv.EnableHTTP2 = true
-	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	client := srv.Client()
-	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{clientCertificate(t)}
+	srv, client := serveOverHTTP2(t, f)
 
 	for i, want := range []int{http.StatusInternalServerError, http.StatusOK} {
 		panics.Store(i == 0)
@@ -182,6 +182,68 @@ func TestABeatThatPanicsEndsItsStreamWithA500(t *testing.T) {
 		}
 		in.Close()
 	}
+}
+
+// serveOverHTTP2 serves h as nodus-server's port does (HTTP/2, TLS, client
+// certificates), and returns a client with a certificate.
+func serveOverHTTP2(t *testing.T, h http.Handler) (*httptest.Server, *http.Client) {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.TLS = &tls.Config{ClientAuth: tls.RequireAnyClientCert}
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	client := srv.Client()
+	client.Transport.(*http.Transport).TLSClientConfig.Certificates = []tls.Certificate{clientCertificate(t)}
+	return srv, client
+}
+
+// TestStreamsAndRequestsShareTheLeanLimit: the lean path's share of the
+// server's in-flight limit bounds its beats, on streams and as requests
+// together. With one slot, taken by a stream's beat, a plain beat goes down
+// the generic chain (whose limit answers it), and the lean path never runs
+// more beats at once than its share.
+func TestStreamsAndRequestsShareTheLeanLimit(t *testing.T) {
+	stored, release := make(chan struct{}), make(chan struct{})
+	var storing atomic.Int32
+	var generic atomic.Int32
+	f := leanFilter(t, beatStorage{create: func() {
+		if storing.Add(1) == 1 {
+			stored <- struct{}{}
+			<-release
+		}
+	}}, func(o *Options) { o.MaxInFlight = 1 }, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		generic.Add(1)
+		w.WriteHeader(http.StatusTooManyRequests)
+	}))
+	srv, client := serveOverHTTP2(t, f)
+	in, answers := openOn(t, client, srv.URL)
+	if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	<-stored // the stream's beat holds the slot
+	resp, err := client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || generic.Load() != 1 {
+		t.Errorf("a plain beat while a stream's beat held the lean path's one slot: %d, %d at the generic chain; want it sent there", resp.StatusCode, generic.Load())
+	}
+	close(release)
+	if _, err := answers.ReadBytes('\n'); err != nil {
+		t.Fatalf("the stream's beat: %v", err)
+	}
+	// The slot is free again: the next plain beat is the lean path's.
+	resp, err = client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || generic.Load() != 1 {
+		t.Errorf("a plain beat once the slot was free: %d, %d at the generic chain", resp.StatusCode, generic.Load())
+	}
+	in.Close()
 }
 
 // openOn opens n1's stream on url, returning its request body's writer and
