@@ -147,7 +147,12 @@ var registry = func() map[metav1.StatusReason]Reason {
 				return "Correct the request body or query parameter named in the message and send it again; `kubectl explain " + orDefault(r.Resource, "<resource>") + "` shows the accepted fields."
 			}},
 		{metav1.StatusReasonUnauthorized, http.StatusUnauthorized, "The request carries no valid credential.",
-			func(Request) string {
+			func(r Request) string {
+				if r.Resource == "nodes" && (r.Subresource == "heartbeat" || r.Subresource == "heartbeatstream" || r.Subresource == "renew") {
+					// An agent's own paths: its certificate expired (its renewals failed) or is another server's.
+					return "If this is nodusd: its certificate expired (it renews it two thirds into its validity; its log says why it could not) or is not of this server's CA. Enroll the host again: an operator runs `nodus pools token POOL --node " +
+						orDefault(r.Name, "NODE") + "`, then run the printed `nodusd enroll` on the host."
+				}
 				return "Authenticate: use the kubeconfig nodus-server wrote (DIR/admin.kubeconfig) or `nodus login --server URL` (it asks for a current access token from an operator)."
 			}},
 		{metav1.StatusReasonForbidden, http.StatusForbidden, "The caller may not do this.",

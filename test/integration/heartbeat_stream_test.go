@@ -309,6 +309,8 @@ func TestAHeartbeatStreamEndsWhenItsCertificateExpires(t *testing.T) {
 	}
 	if p, o := envelopeOf(t, plain), envelopeOf(t, onStream); o.Reason != p.Reason || o.Fix != p.Fix {
 		t.Errorf("refusals differ:\nPOST:   %s\nstream: %s", plain.body, onStream.body)
+	} else if !strings.Contains(o.Fix, "nodusd enroll") || !strings.Contains(o.Fix, "--node stream-1") {
+		t.Errorf("the fix of an agent's expired certificate does not say to enroll the node again: %s", o.Fix)
 	}
 	stream.ends(t)
 }
