@@ -42,33 +42,49 @@ const (
 
 // send sends hb, on the heartbeat stream when one is open or opens, and
 // returns the server's answer. A beat whose stream broke before its answer
-// is sent again as a POST (a beat counts the same twice).
+// is sent again as a POST (a beat counts the same twice), as is one the
+// server had no room for on the stream (429).
 func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.NodeHeartbeat, error) {
 	if s := a.beatStream(ctx); s != nil {
 		answer, err := s.Beat(ctx, hb, streamBeatTimeout(a.currentInterval()))
-		// A server shutting down ends the stream after its answer; a
-		// request may reach another replica.
-		if !errors.Is(err, heartbeatstream.ErrBroken) && !apierrors.IsServiceUnavailable(err) {
+		switch {
+		case apierrors.IsTooManyRequests(err):
+			// The server had no room for the beat on the stream, which
+			// stays open: as a request it meets the server's limit, and
+			// the client's retries after it, as every other request.
+			a.beats.carried++
+		case !errors.Is(err, heartbeatstream.ErrBroken) && !apierrors.IsServiceUnavailable(err):
 			a.beats.carried++
 			return answer, err
-		}
-		s.Close()
-		switch {
-		case a.beats.carried == 0:
-			// Opened, and not one beat answered: something between nodusd
-			// and the server passed the opening's answer on but does not
-			// stream (a proxy that buffers bodies).
-			a.beats.retryAt = time.Now().Add(streamRefusedRetry)
-			klog.InfoS("the heartbeat stream carried no beat; beating with requests", "err", err, "retryIn", streamRefusedRetry)
-		case a.beats.carried < minCarried:
-			a.beats.retryAt = time.Now().Add(streamFailedRetry)
-			klog.InfoS("the heartbeat stream ended early; beating with requests", "err", err, "retryIn", streamFailedRetry)
 		default:
-			klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
+			// The stream broke, or the server shuts down (it ends the
+			// stream after a 503): a request may reach another replica.
+			a.streamBroke(s, err)
 		}
-		a.beats.open = nil // the next beat opens another
 	}
 	return a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, hb, metav1.CreateOptions{})
+}
+
+// streamBroke closes s, which broke with err, and decides when the next
+// beat opens another: at once after a stream that carried a few beats,
+// later after one that carried fewer (a proxy that cuts long requests), or
+// none (a path that passes the opening on but not the beats).
+func (a *Agent) streamBroke(s *heartbeatstream.Stream, err error) {
+	s.Close()
+	switch {
+	case a.beats.carried == 0:
+		// Opened, and not one beat answered: something between nodusd
+		// and the server passed the opening's answer on but does not
+		// stream (a proxy that buffers bodies).
+		a.beats.retryAt = time.Now().Add(streamRefusedRetry)
+		klog.InfoS("the heartbeat stream carried no beat; beating with requests", "err", err, "retryIn", streamRefusedRetry)
+	case a.beats.carried < minCarried:
+		a.beats.retryAt = time.Now().Add(streamFailedRetry)
+		klog.InfoS("the heartbeat stream ended early; beating with requests", "err", err, "retryIn", streamFailedRetry)
+	default:
+		klog.V(2).InfoS("the heartbeat stream ended; sending the beat as a request", "err", err)
+	}
+	a.beats.open = nil // the next beat opens another
 }
 
 // beatStream is the open heartbeat stream, opening one if none is; nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
@@ -38,6 +39,7 @@ type stream struct {
 	answered int  // the beats answered before the stream ends (-1: all)
 	then     int  // the Status code of the beat after them, if not 0
 	silent   bool // answer no beat at all
+	busyAt   int  // the beat (from 1) answered 429, the stream going on
 }
 
 func serveBeats(t *testing.T, streams func(opening int) stream) (*beatServer, versioned.Interface) {
@@ -72,6 +74,10 @@ func serveBeats(t *testing.T, streams func(opening int) stream) (*beatServer, ve
 				switch {
 				case how.silent:
 					continue
+				case how.busyAt == n+1:
+					_ = json.NewEncoder(w).Encode(status(http.StatusTooManyRequests))
+					_ = rc.Flush()
+					continue
 				case how.answered >= 0 && n == how.answered:
 					if how.then != 0 {
 						_ = json.NewEncoder(w).Encode(status(how.then))
@@ -97,19 +103,28 @@ func serveBeats(t *testing.T, streams func(opening int) stream) (*beatServer, ve
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Connected beforehand: the beats' timeouts are not the TLS handshake's.
+	if err := clients.NodusV1().RESTClient().Get().AbsPath("/connect").Do(context.Background()).Error(); !apierrors.IsNotFound(err) {
+		t.Fatalf("connecting: %v", err)
+	}
 	return b, clients
 }
 
+// status is the Status nodus-server answers with code.
 func status(code int) *metav1.Status {
+	reason := map[int]metav1.StatusReason{
+		http.StatusNotFound: metav1.StatusReasonNotFound, http.StatusMethodNotAllowed: metav1.StatusReasonMethodNotAllowed,
+		http.StatusTooManyRequests: metav1.StatusReasonTooManyRequests, http.StatusServiceUnavailable: metav1.StatusReasonServiceUnavailable,
+	}[code]
 	return &metav1.Status{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Status"}, Status: metav1.StatusFailure, Code: int32(code),
-		Reason: metav1.StatusReason(http.StatusText(code)), Message: "from the stand-in"}
+		Reason: reason, Message: "from the stand-in"}
 }
 
-// beatsTo is an agent of node n1 beating every 2 s (a beat waits 1 s for
-// its answer on the stream) through clients. Its stream ends with the
-// test, before the stand-in, which waits for its requests.
-func beatsTo(t *testing.T, clients versioned.Interface) *Agent {
-	a := &Agent{client: clients, id: identity{Node: "n1"}, interval: 2 * time.Second}
+// beatsTo is an agent of node n1 beating every interval (a beat waits half
+// of it for its answer on the stream) through clients. Its stream ends
+// with the test, before the stand-in, which waits for its requests.
+func beatsTo(t *testing.T, clients versioned.Interface, interval time.Duration) *Agent {
+	a := &Agent{client: clients, id: identity{Node: "n1"}, interval: interval}
 	t.Cleanup(func() {
 		if a.beats.open != nil {
 			a.beats.open.Close()
@@ -141,7 +156,7 @@ func (b *beatServer) saw(t *testing.T, when string, openings, onStreams, posts i
 // once, since this one carried its beats.
 func TestABeatAStoppingServerRefusedOnItsStreamIsSentAgain(t *testing.T) {
 	b, clients := serveBeats(t, func(int) stream { return stream{answered: 3, then: http.StatusServiceUnavailable} })
-	a := beatsTo(t, clients)
+	a := beatsTo(t, clients, 20*time.Second)
 	for n := 1; n <= 4; n++ {
 		a.beatOnce(t, n)
 	}
@@ -150,18 +165,31 @@ func TestABeatAStoppingServerRefusedOnItsStreamIsSentAgain(t *testing.T) {
 	b.saw(t, "the next beat", 2, 5, 1)
 }
 
+// TestABeatTheServerHadNoRoomForOnItsStreamGoesAsARequest: a 429 on the
+// stream (no in-flight slot came free) is not the stream's end: the beat
+// goes as a request, which meets the generic chain's limit and client-go's
+// retries, and the next beat goes on the same stream.
+func TestABeatTheServerHadNoRoomForOnItsStreamGoesAsARequest(t *testing.T) {
+	b, clients := serveBeats(t, func(int) stream { return stream{answered: -1, busyAt: 2} })
+	a := beatsTo(t, clients, 20*time.Second)
+	for n := 1; n <= 3; n++ {
+		a.beatOnce(t, n)
+	}
+	b.saw(t, "a beat answered 429 on the stream", 1, 3, 1)
+}
+
 // TestAStreamThatBreaksEarlyIsNotReopenedAtOnce: a proxy that cuts long
 // requests would have each beat open a stream, and break it; after a
 // stream that carried fewer than three beats, nodusd beats with requests
 // for a while (streamFailedRetry).
 func TestAStreamThatBreaksEarlyIsNotReopenedAtOnce(t *testing.T) {
 	b, clients := serveBeats(t, func(int) stream { return stream{answered: 1} })
-	a := beatsTo(t, clients)
+	a := beatsTo(t, clients, 20*time.Second)
 	for n := 1; n <= 4; n++ {
 		a.beatOnce(t, n)
 	}
 	b.saw(t, "a stream that carried one beat", 1, 2, 3)
-	if wait := time.Until(a.beats.retryAt); wait < streamFailedRetry-time.Minute || wait > streamFailedRetry {
+	if wait := time.Until(a.beats.retryAt); wait < streamFailedRetry-5*time.Second || wait > streamFailedRetry {
 		t.Errorf("the next stream is tried in %s, want %s", wait, streamFailedRetry)
 	}
 }
@@ -178,7 +206,11 @@ func TestARefusedOrSilentStreamGetsRequests(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			b, clients := serveBeats(t, func(int) stream { return how })
-			a := beatsTo(t, clients)
+			interval := 20 * time.Second
+			if how.silent {
+				interval = 2 * time.Second // its beat waits 1 s for an answer that never comes
+			}
+			a := beatsTo(t, clients, interval)
 			for n := 1; n <= 3; n++ {
 				a.beatOnce(t, n)
 			}
@@ -187,7 +219,7 @@ func TestARefusedOrSilentStreamGetsRequests(t *testing.T) {
 				onStreams = 1
 			}
 			b.saw(t, name, 1, onStreams, 3)
-			if wait := time.Until(a.beats.retryAt); wait < streamRefusedRetry-time.Minute || wait > streamRefusedRetry {
+			if wait := time.Until(a.beats.retryAt); wait < streamRefusedRetry-5*time.Second || wait > streamRefusedRetry {
 				t.Errorf("the next stream is tried in %s, want %s", wait, streamRefusedRetry)
 			}
 		})
@@ -204,9 +236,9 @@ func TestAStreamOpenedAfterAFailedOneIsUsed(t *testing.T) {
 		}
 		return stream{answered: -1}
 	})
-	a := beatsTo(t, clients)
+	a := beatsTo(t, clients, 20*time.Second)
 	a.beatOnce(t, 1)
-	if wait := time.Until(a.beats.retryAt); wait < streamFailedRetry-time.Minute || wait > streamFailedRetry {
+	if wait := time.Until(a.beats.retryAt); wait < streamFailedRetry-5*time.Second || wait > streamFailedRetry {
 		t.Errorf("after a 503 at the opening the next stream is tried in %s, want %s", wait, streamFailedRetry)
 	}
 	a.beats.retryAt = time.Now() // as streamFailedRetry later

@@ -101,7 +101,8 @@ type Options struct {
 	Timeout time.Duration
 	// MaxInFlight bounds the beats served at once, plain and on streams
 	// together; beyond it a plain beat goes down the generic chain, whose
-	// in-flight limit answers it, and a stream's beat waits. It is a share
+	// in-flight limit answers it, and a stream's beat waits a moment for a
+	// slot, then is answered 429 (its agent sends it as a request). It is a share
 	// of the server's mutating limit, which the generic chain gets the rest
 	// of (LeanShare); 0 sends every beat down the generic chain, and
 	// refuses streams. The beats of streams run on as many workers.
@@ -177,27 +178,31 @@ func (f *Filter) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		}
 		return
 	}
-	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 || f.inflight == nil {
+	if !ok || beats == nil || len(f.opts.APIAudiences) > 0 || f.inflight == nil || !f.serveInSlot(w, req, name, *beats) {
 		f.next.ServeHTTP(w, req)
-		return
 	}
+}
+
+// serveInSlot serves a plain beat in one of the lean path's in-flight
+// slots, or says that the generic chain is to: no slot is free (its own
+// limit answers), the server is shutting down (it says so), or serve did
+// not take the beat. The slot is free again before the generic chain runs:
+// a beat the lean path declines holds none of its share there, which the
+// streams' beats wait for.
+func (f *Filter) serveInSlot(w http.ResponseWriter, req *http.Request, name string, beats rest.NamedCreater) bool {
 	select {
 	case f.inflight <- struct{}{}:
 		defer func() { <-f.inflight }()
 	default:
-		f.next.ServeHTTP(w, req)
-		return
+		return false
 	}
 	if f.opts.WaitGroup != nil {
 		if err := f.opts.WaitGroup.Add(1); err != nil {
-			f.next.ServeHTTP(w, req) // shutting down: the generic chain says so
-			return
+			return false
 		}
 		defer f.opts.WaitGroup.Done()
 	}
-	if !f.serve(w, req, name, *beats) {
-		f.next.ServeHTTP(w, req)
-	}
+	return f.serve(w, req, name, beats)
 }
 
 // serve answers the beat, or says that it did not touch w and that the

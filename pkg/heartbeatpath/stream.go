@@ -115,24 +115,31 @@ func (f *Filter) Stop() {
 	close(stop)
 }
 
+// errBusy says that no in-flight slot came free for a stream's beat within
+// slotWait.
+var errBusy = errors.New("no in-flight slot came free")
+
 // run runs job on one of the filter's MaxInFlight workers, and waits for
 // it. A beat runs deep (admission, storage, etcd's client), and would grow
 // the stack of every stream's goroutine; the workers' stacks grow once.
 // The job holds one of the lean path's in-flight slots, as a plain beat
 // does, so that the beats of streams and of requests together stay within
-// the lean path's share of the server's limit: a stream's beat waits for a
-// slot (a plain beat finding none goes down the generic chain, whose limit
-// answers it). False when ctx ended or the server stopped before a worker
-// took it.
-func (f *Filter) run(ctx context.Context, job func()) bool {
+// the lean path's share of the server's limit. It waits slotWait for one at
+// most (errBusy), and returns ctx's error, or errStopped, when the stream or
+// the server ended before a worker took the job.
+func (f *Filter) run(ctx context.Context, job func()) error {
 	work, stop := f.streams.started()
+	wait := time.NewTimer(f.slotWait())
+	defer wait.Stop()
 	select {
 	case f.inflight <- struct{}{}:
 		defer func() { <-f.inflight }()
+	case <-wait.C:
+		return errBusy
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	case <-stop:
-		return false
+		return errStopped
 	}
 	f.workers.Do(func() {
 		for range cap(f.inflight) {
@@ -152,12 +159,27 @@ func (f *Filter) run(ctx context.Context, job func()) bool {
 	select {
 	case work <- func() { defer close(done); job() }:
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	case <-stop:
-		return false
+		return errStopped
 	}
 	<-done
-	return true
+	return nil
+}
+
+// errStopped says that the server stopped.
+var errStopped = errors.New("the server is shutting down")
+
+// slotWait is how long a stream's beat waits for an in-flight slot: a
+// quarter of the heartbeat interval, a second at most. Its agent waits half
+// an interval (1 to 10 s) for the answer; a beat that waited longer than
+// this is answered 429, and the agent sends it as a request, which meets
+// the generic chain's limit (and client-go's retries) as every other.
+func (f *Filter) slotWait() time.Duration {
+	if f.opts.Interval <= 0 {
+		return time.Second
+	}
+	return min(time.Second, f.opts.Interval/4)
 }
 
 // idleLimit is how long a stream waits for its next beat.
@@ -270,7 +292,10 @@ func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name stri
 		ctx, ex := exchange.With(open.ctx, req.Header, requestID+"-"+strconv.Itoa(seq))
 		var answer any
 		var end bool
-		if !f.run(open.ctx, func() { answer, end = f.streamBeat(ctx, req, name, line, beats) }) {
+		switch err := f.run(open.ctx, func() { answer, end = f.streamBeat(ctx, req, name, line, beats) }); {
+		case errors.Is(err, errBusy):
+			answer = apierrors.NewTooManyRequests("the server serves as many heartbeats at once as it may; send this one as a request", 1)
+		case err != nil:
 			return true
 		}
 		if !f.writeLine(w, rc, asBeat, ex, answer) || end {

@@ -140,7 +140,7 @@ func TestABeatThatPanicsEndsItsStreamWithA500(t *testing.T) {
 		if panics.Load() {
 			panic("the storage failed")
 		}
-	}}, nil)
+	}}, func(o *Options) { o.MaxInFlight = 1 }) // one worker: the one that panicked serves the next beat
 	srv, client := serveOverHTTP2(t, f)
 
 	for i, want := range []int{http.StatusInternalServerError, http.StatusOK} {
@@ -243,6 +243,101 @@ func TestStreamsAndRequestsShareTheLeanLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || generic.Load() != 1 {
 		t.Errorf("a plain beat once the slot was free: %d, %d at the generic chain", resp.StatusCode, generic.Load())
 	}
+	in.Close()
+}
+
+// beatOn sends a beat on a stream and reads its answer's code: 200 for a
+// NodeHeartbeat, the Status's otherwise.
+func beatOn(t *testing.T, in io.Writer, answers *bufio.Reader) int32 {
+	t.Helper()
+	if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
+		t.Fatal(err)
+	}
+	line, err := answers.ReadBytes('\n')
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	var answer metav1.Status
+	if err := json.Unmarshal(line, &answer); err != nil {
+		t.Fatal(err)
+	}
+	if answer.Kind != "Status" {
+		return http.StatusOK
+	}
+	return answer.Code
+}
+
+// TestAStreamsBeatWithNoSlotIsAnswered429: a stream's beat waits a moment
+// for an in-flight slot, not for as long as its agent waits for the answer
+// (which would break the stream): then it is answered 429, as the generic
+// chain answers a request over its limit, and the stream goes on.
+func TestAStreamsBeatWithNoSlotIsAnswered429(t *testing.T) {
+	stored, release := make(chan struct{}), make(chan struct{})
+	var storing atomic.Int32
+	f := streamFilter(t, beatStorage{create: func() {
+		if storing.Add(1) == 1 {
+			stored <- struct{}{}
+			<-release
+		}
+	}}, func(o *Options) { o.MaxInFlight, o.Interval = 1, 400*time.Millisecond })
+	srv, client := serveOverHTTP2(t, f)
+	posted := make(chan int, 1)
+	go func() {
+		resp, err := client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
+		if err != nil {
+			posted <- 0
+			return
+		}
+		resp.Body.Close()
+		posted <- resp.StatusCode
+	}()
+	<-stored // the plain beat holds the one slot
+	in, answers := openOn(t, client, srv.URL)
+	start := time.Now()
+	if code := beatOn(t, in, answers); code != http.StatusTooManyRequests {
+		t.Errorf("a stream's beat while the one slot was taken: %d, want 429", code)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Errorf("the busy beat was answered after %s; its agent waits 200ms at this interval", took)
+	}
+	close(release)
+	if code := <-posted; code != http.StatusOK {
+		t.Errorf("the plain beat: %d", code)
+	}
+	if code := beatOn(t, in, answers); code != http.StatusOK {
+		t.Errorf("the stream's next beat, the slot free: %d", code)
+	}
+	in.Close()
+}
+
+// TestABeatTheLeanPathDeclinesHoldsNoSlot: a plain beat the lean path
+// does not take (here one with a field it does not know) goes down the
+// generic chain without one of the lean path's slots, which the streams'
+// beats wait for.
+func TestABeatTheLeanPathDeclinesHoldsNoSlot(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	f := leanFilter(t, beatStorage{}, func(o *Options) { o.MaxInFlight, o.Interval = 1, 400*time.Millisecond },
+		http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			entered <- struct{}{}
+			<-release
+			w.WriteHeader(http.StatusCreated)
+		}))
+	srv, client := serveOverHTTP2(t, f)
+	posted := make(chan struct{})
+	go func() {
+		defer close(posted)
+		resp, err := client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1,"unknown":1}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	<-entered // the declined beat is in the generic chain
+	in, answers := openOn(t, client, srv.URL)
+	if code := beatOn(t, in, answers); code != http.StatusOK {
+		t.Errorf("a stream's beat while a declined plain beat was in the generic chain: %d, want 200", code)
+	}
+	close(release)
+	<-posted
 	in.Close()
 }
 
