@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
@@ -213,6 +214,7 @@ func heartbeat(s *server, c config) error {
 	brokenStreams.Lock()
 	fmt.Printf("  %-24s agents' heartbeat streams that broke (their beat sent as a request, a new stream opened at the next): %d %q\n", "",
 		brokenStreams.count, brokenStreams.reasons)
+	fmt.Printf("  %-24s agents' beats the server had no room for on their stream (answered 429, sent as a request): %d\n", "", brokenStreams.busy)
 	brokenStreams.Unlock()
 	fmt.Printf("  between the first beats and the idle window one unmeasured round lets nodes marked not ready meanwhile recover;\n" +
 		"  another one between the idle window and the steady state.\n\n")
@@ -233,16 +235,19 @@ type agent struct {
 
 // brokenStreams counts the agents' streams that broke, and keeps the first
 // few reasons: nodusd sends such a beat as a request and opens another
-// stream at its next beat, and so does the bench.
+// stream at its next beat, and so does the bench. busy counts the beats
+// answered 429 on their stream, which go as a request too.
 var brokenStreams struct {
 	sync.Mutex
 	count   int
 	reasons []string
+	busy    int
 }
 
 // beat sends hb as node's agent on its heartbeat stream, opening it first,
 // as nodusd does: a beat whose stream broke goes as a request, and the next
-// beat opens a new stream.
+// beat opens a new stream; a beat the server had no room for on the stream
+// (429) goes as a request, and the stream stays.
 func (a *agent) beat(ctx context.Context, node string, hb nodusv1.NodeHeartbeat) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -254,6 +259,12 @@ func (a *agent) beat(ctx context.Context, node string, hb nodusv1.NodeHeartbeat)
 		a.stream = s
 	}
 	_, err := a.stream.Beat(ctx, &hb, time.Minute)
+	if apierrors.IsTooManyRequests(err) {
+		brokenStreams.Lock()
+		brokenStreams.busy++
+		brokenStreams.Unlock()
+		return testfleet.Heartbeat(ctx, a.client, node, hb)
+	}
 	if !errors.Is(err, heartbeatstream.ErrBroken) {
 		return err
 	}

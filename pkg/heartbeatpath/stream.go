@@ -129,18 +129,18 @@ var errBusy = errors.New("no in-flight slot came free")
 // the server ended before a worker took the job.
 func (f *Filter) run(ctx context.Context, job func()) error {
 	work, stop := f.streams.started()
-	wait := time.NewTimer(f.slotWait())
-	defer wait.Stop()
-	select {
-	case f.inflight <- struct{}{}:
-		defer func() { <-f.inflight }()
-	case <-wait.C:
-		return errBusy
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-stop:
-		return errStopped
+	if !f.takeSlot(ctx, stop) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		select {
+		case <-stop:
+			return errStopped
+		default:
+			return errBusy
+		}
 	}
+	defer func() { <-f.inflight }()
 	f.workers.Do(func() {
 		for range cap(f.inflight) {
 			go func() {
@@ -165,6 +165,26 @@ func (f *Filter) run(ctx context.Context, job func()) error {
 	}
 	<-done
 	return nil
+}
+
+// takeSlot takes one of the lean path's in-flight slots, waiting slotWait
+// at most (no timer when one is free, as it is but under load).
+func (f *Filter) takeSlot(ctx context.Context, stop <-chan struct{}) bool {
+	select {
+	case f.inflight <- struct{}{}:
+		return true
+	default:
+	}
+	wait := time.NewTimer(f.slotWait())
+	defer wait.Stop()
+	select {
+	case f.inflight <- struct{}{}:
+		return true
+	case <-wait.C:
+	case <-ctx.Done():
+	case <-stop:
+	}
+	return false
 }
 
 // errStopped says that the server stopped.
@@ -295,6 +315,7 @@ func (f *Filter) serveStream(w http.ResponseWriter, req *http.Request, name stri
 		switch err := f.run(open.ctx, func() { answer, end = f.streamBeat(ctx, req, name, line, beats) }); {
 		case errors.Is(err, errBusy):
 			answer = apierrors.NewTooManyRequests("the server serves as many heartbeats at once as it may; send this one as a request", 1)
+			ex.SetFix("Send this heartbeat as POST /apis/nodus.dev/v1/nodes/" + name + "/heartbeat (nodusd does so by itself), and the next ones on the stream.")
 		case err != nil:
 			return true
 		}

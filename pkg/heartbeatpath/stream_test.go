@@ -27,6 +27,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/envelope"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 )
 
@@ -77,7 +78,9 @@ func leanFilter(t *testing.T, storage beatStorage, change func(*Options), generi
 		Authorizer: authorizer.AuthorizerFunc(func(context.Context, authorizer.Attributes) (authorizer.Decision, string, error) {
 			return authorizer.DecisionAllow, "", nil
 		}),
-		Envelope: func(_ *http.Request, _ *exchange.Exchange, _ int, s metav1.Status, _ int) any { return s },
+		Envelope: func(req *http.Request, ex *exchange.Exchange, code int, s metav1.Status, retryAfter int) any {
+			return envelope.Complete(req, ex, code, s, retryAfter, envelope.Options{})
+		},
 	}
 	if change != nil {
 		change(&opts)
@@ -217,11 +220,12 @@ func TestStreamsAndRequestsShareTheLeanLimit(t *testing.T) {
 		w.WriteHeader(http.StatusTooManyRequests)
 	}))
 	srv, client := serveOverHTTP2(t, f)
+	t.Cleanup(func() { releaseOnce(release) }) // before the server's end, which waits for its handlers
 	in, answers := openOn(t, client, srv.URL)
 	if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
-	<-stored // the stream's beat holds the slot
+	within(t, stored, "the stream's beat's storage") // it holds the slot
 	resp, err := client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
 	if err != nil {
 		t.Fatal(err)
@@ -230,7 +234,7 @@ func TestStreamsAndRequestsShareTheLeanLimit(t *testing.T) {
 	if resp.StatusCode != http.StatusTooManyRequests || generic.Load() != 1 {
 		t.Errorf("a plain beat while a stream's beat held the lean path's one slot: %d, %d at the generic chain; want it sent there", resp.StatusCode, generic.Load())
 	}
-	close(release)
+	releaseOnce(release)
 	if _, err := answers.ReadBytes('\n'); err != nil {
 		t.Fatalf("the stream's beat: %v", err)
 	}
@@ -246,25 +250,54 @@ func TestStreamsAndRequestsShareTheLeanLimit(t *testing.T) {
 	in.Close()
 }
 
-// beatOn sends a beat on a stream and reads its answer's code: 200 for a
-// NodeHeartbeat, the Status's otherwise.
-func beatOn(t *testing.T, in io.Writer, answers *bufio.Reader) int32 {
+// beatOn sends a beat on a stream and reads its answer: its code (200 for
+// a NodeHeartbeat, the Status's otherwise) and the Status, if it is one.
+func beatOn(t *testing.T, in io.Writer, answers *bufio.Reader) (int32, envelope.Status) {
 	t.Helper()
 	if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
 		t.Fatal(err)
 	}
-	line, err := answers.ReadBytes('\n')
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
+	read := make(chan []byte, 1)
+	go func() {
+		line, _ := answers.ReadBytes('\n')
+		read <- line
+	}()
+	var line []byte
+	select {
+	case line = <-read:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the beat was not answered in 10 s")
 	}
-	var answer metav1.Status
+	var answer envelope.Status
 	if err := json.Unmarshal(line, &answer); err != nil {
-		t.Fatal(err)
+		t.Fatalf("the answer %q: %v", line, err)
 	}
 	if answer.Kind != "Status" {
-		return http.StatusOK
+		return http.StatusOK, answer
 	}
-	return answer.Code
+	return answer.Code, answer
+}
+
+// releaseOnce closes release unless the test did.
+func releaseOnce(release chan struct{}) {
+	select {
+	case <-release:
+	default:
+		close(release)
+	}
+}
+
+// within waits for ch, failing the test after 10 s.
+func within[T any](t *testing.T, ch <-chan T, what string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%s: not in 10 s", what)
+	}
+	var zero T
+	return zero
 }
 
 // TestAStreamsBeatWithNoSlotIsAnswered429: a stream's beat waits a moment
@@ -281,6 +314,7 @@ func TestAStreamsBeatWithNoSlotIsAnswered429(t *testing.T) {
 		}
 	}}, func(o *Options) { o.MaxInFlight, o.Interval = 1, 400*time.Millisecond })
 	srv, client := serveOverHTTP2(t, f)
+	t.Cleanup(func() { releaseOnce(release) }) // before the server's end, which waits for its handlers
 	posted := make(chan int, 1)
 	go func() {
 		resp, err := client.Post(srv.URL+"/apis/nodus.dev/v1/nodes/n1/heartbeat", "application/json", strings.NewReader(`{"agentGeneration":1}`))
@@ -291,20 +325,22 @@ func TestAStreamsBeatWithNoSlotIsAnswered429(t *testing.T) {
 		resp.Body.Close()
 		posted <- resp.StatusCode
 	}()
-	<-stored // the plain beat holds the one slot
+	within(t, stored, "the plain beat's storage") // it holds the one slot
 	in, answers := openOn(t, client, srv.URL)
 	start := time.Now()
-	if code := beatOn(t, in, answers); code != http.StatusTooManyRequests {
-		t.Errorf("a stream's beat while the one slot was taken: %d, want 429", code)
+	code, busy := beatOn(t, in, answers)
+	if code != http.StatusTooManyRequests || busy.Reason != metav1.StatusReasonTooManyRequests || busy.Details == nil ||
+		busy.Details.RetryAfterSeconds != 1 || !strings.Contains(busy.Fix, "POST /apis/nodus.dev/v1/nodes/n1/heartbeat") {
+		t.Errorf("a stream's beat while the one slot was taken: %d %+v, want 429 TooManyRequests, retry after 1 s, sent as a POST", code, busy)
 	}
 	if took := time.Since(start); took > 5*time.Second {
 		t.Errorf("the busy beat was answered after %s; its agent waits 200ms at this interval", took)
 	}
-	close(release)
-	if code := <-posted; code != http.StatusOK {
+	releaseOnce(release)
+	if code := within(t, posted, "the plain beat's answer"); code != http.StatusOK {
 		t.Errorf("the plain beat: %d", code)
 	}
-	if code := beatOn(t, in, answers); code != http.StatusOK {
+	if code, _ := beatOn(t, in, answers); code != http.StatusOK {
 		t.Errorf("the stream's next beat, the slot free: %d", code)
 	}
 	in.Close()
@@ -323,6 +359,7 @@ func TestABeatTheLeanPathDeclinesHoldsNoSlot(t *testing.T) {
 			w.WriteHeader(http.StatusCreated)
 		}))
 	srv, client := serveOverHTTP2(t, f)
+	t.Cleanup(func() { releaseOnce(release) }) // before the server's end, which waits for its handlers
 	posted := make(chan struct{})
 	go func() {
 		defer close(posted)
@@ -331,13 +368,13 @@ func TestABeatTheLeanPathDeclinesHoldsNoSlot(t *testing.T) {
 			resp.Body.Close()
 		}
 	}()
-	<-entered // the declined beat is in the generic chain
+	within(t, entered, "the declined beat in the generic chain")
 	in, answers := openOn(t, client, srv.URL)
-	if code := beatOn(t, in, answers); code != http.StatusOK {
+	if code, _ := beatOn(t, in, answers); code != http.StatusOK {
 		t.Errorf("a stream's beat while a declined plain beat was in the generic chain: %d, want 200", code)
 	}
-	close(release)
-	<-posted
+	releaseOnce(release)
+	within(t, posted, "the declined beat's answer")
 	in.Close()
 }
 
