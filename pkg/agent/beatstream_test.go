@@ -4,19 +4,16 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"net/http"
-	"net/http/httptest"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/standin"
 )
 
 // These tests hold nodusd's choice between its heartbeat stream and a POST
@@ -45,7 +42,7 @@ type stream struct {
 func serveBeats(t *testing.T, streams func(opening int) stream) (*beatServer, versioned.Interface) {
 	t.Helper()
 	b := &beatServer{}
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	clients := standin.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case "/apis/nodus.dev/v1/nodes/n1/heartbeat":
 			b.posts.Add(1)
@@ -95,18 +92,6 @@ func serveBeats(t *testing.T, streams func(opening int) stream) (*beatServer, ve
 			http.NotFound(w, r)
 		}
 	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	clients, err := versioned.NewForConfig(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// Connected beforehand: the beats' timeouts are not the TLS handshake's.
-	if err := clients.NodusV1().RESTClient().Get().AbsPath("/connect").Do(context.Background()).Error(); !apierrors.IsNotFound(err) {
-		t.Fatalf("connecting: %v", err)
-	}
 	return b, clients
 }
 

@@ -4,10 +4,8 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"net/http"
-	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -16,7 +14,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/standin"
 )
 
 // These tests hold the client to its contract against servers that do
@@ -27,13 +25,13 @@ import (
 
 const streamPath = "/apis/nodus.dev/v1/nodes/n1/" + Subresource
 
-// server is an HTTP/2 server over TLS, as nodus-server's port, whose
-// handler of the stream's path is serve; ended is closed when a stream's
-// request ended on the server's side (its body can no longer be read).
+// server is a stand-in for nodus-server's port whose handler of the
+// stream's path is serve; ended is sent to when a stream's request ended on
+// the server's side (its body can no longer be read).
 func server(t *testing.T, serve func(w http.ResponseWriter, r *http.Request)) (rest.Interface, <-chan struct{}) {
 	t.Helper()
 	ended := make(chan struct{}, 16)
-	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	clients := standin.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost || r.URL.Path != streamPath {
 			http.NotFound(w, r)
 			return
@@ -41,14 +39,6 @@ func server(t *testing.T, serve func(w http.ResponseWriter, r *http.Request)) (r
 		defer func() { ended <- struct{}{} }()
 		serve(w, r)
 	}))
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	clients, err := versioned.NewForConfig(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	return clients.NodusV1().RESTClient(), ended
 }
 
@@ -81,15 +71,6 @@ func echo(beats int) func(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 		}
-	}
-}
-
-// connect opens c's connection to the server beforehand, so that a
-// timeout measured after it is the request's alone, not the TLS handshake's.
-func connect(t *testing.T, c rest.Interface) {
-	t.Helper()
-	if err := c.Get().AbsPath("/connect").Do(context.Background()).Error(); !apierrors.IsNotFound(err) {
-		t.Fatalf("connecting: %v", err)
 	}
 }
 
@@ -148,7 +129,6 @@ func TestAnOpeningNotAnsweredIsGivenUp(t *testing.T) {
 	c, ended := server(t, func(w http.ResponseWriter, r *http.Request) {
 		<-r.Context().Done()
 	})
-	connect(t, c)
 	start := time.Now()
 	s, err := Open(context.Background(), c, "n1", time.Second)
 	if s != nil || !errors.Is(err, ErrNoAnswer) {
