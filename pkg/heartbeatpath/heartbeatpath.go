@@ -102,10 +102,10 @@ type Options struct {
 	// MaxInFlight bounds the beats served at once, plain and on streams
 	// together; beyond it a plain beat goes down the generic chain, whose
 	// in-flight limit answers it, and a stream's beat waits a moment for a
-	// slot, then is answered 429 (its agent sends it as a request). It is a share
-	// of the server's mutating limit, which the generic chain gets the rest
-	// of (LeanShare); 0 sends every beat down the generic chain, and
-	// refuses streams. The beats of streams run on as many workers.
+	// slot, then is answered 429 (its agent sends it as a request). It is
+	// a share of the server's mutating limit, which the generic chain gets
+	// the rest of (LeanShare); 0 sends every beat down the generic chain,
+	// and refuses streams. The beats of streams run on as many workers.
 	MaxInFlight int
 	// WaitGroup is the generic server's non-long-running requests, which
 	// shutdown waits for.
