@@ -149,23 +149,8 @@ func TestABeatThatPanicsEndsItsStreamWithA500(t *testing.T) {
 	for i, want := range []int{http.StatusInternalServerError, http.StatusOK} {
 		panics.Store(i == 0)
 		in, answers := openOn(t, client, srv.URL)
-		if _, err := io.WriteString(in, `{"agentGeneration":1}`+"\n"); err != nil {
-			t.Fatal(err)
-		}
-		line, err := answers.ReadBytes('\n')
-		if err != nil {
-			t.Fatalf("stream %d: no answer: %v", i+1, err)
-		}
-		var answer metav1.Status
-		if err := json.Unmarshal(line, &answer); err != nil {
-			t.Fatal(err)
-		}
-		code := http.StatusOK // a NodeHeartbeat
-		if answer.Kind == "Status" {
-			code = int(answer.Code)
-		}
-		if code != want {
-			t.Fatalf("stream %d: %s, want %d", i+1, line, want)
+		if code, answer := beatOn(t, in, answers); int(code) != want {
+			t.Fatalf("stream %d: %d %+v, want %d", i+1, code, answer, want)
 		}
 		if want == http.StatusInternalServerError {
 			// Well within the idle limit (13 s), which would end it too.
