@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"k8s.io/apiserver/pkg/admission"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/endpoints/openapi"
+	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/apiserver/pkg/features"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	"k8s.io/apiserver/pkg/server/dynamiccertificates"
@@ -41,6 +44,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/heartbeatpath"
+	"github.com/nodus-dev/nodus/pkg/heartbeatstream"
 	"github.com/nodus-dev/nodus/pkg/idempotency"
 	"github.com/nodus-dev/nodus/pkg/ironic"
 	"github.com/nodus-dev/nodus/pkg/liveness"
@@ -304,7 +308,10 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 			}}))), births, auth.IsOperator), schemas, ownKind(scheme), c.MaxRequestBodyBytes))
 		// The generic chain's timeout filter runs what it wraps on a new
 		// goroutine: grow its stack before the storage and encoding below.
-		apiHandler = stackgrow.Handler(apiHandler)
+		apiHandler = stackgrow.Handler(apiHandler, func(r *http.Request) bool {
+			info, ok := request.RequestInfoFrom(r.Context())
+			return ok && c.LongRunningFunc(r, info)
+		})
 		// Beats the lean path takes are mutating requests the generic
 		// chain's in-flight limit does not see: they get a share of it,
 		// so that the server's limit stays what it was set to.
@@ -334,8 +341,23 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 		// Before authentication and the audit log: inside the envelope, so
 		// that its refusal is answered as every other.
 		handler := envelope.WithEnvelope(withRequestBounds(beats.filter), envelopeOpts)
-		return stackgrow.Handler(ironic.WithDefaultVersion(ironic.WithAuthToken(handler)))
+		return stackgrow.Handler(ironic.WithDefaultVersion(ironic.WithAuthToken(handler)), longRunningByURL)
 	}
+}
+
+// longRunningByURL tells the requests that hold their goroutine for as
+// long as they last, before the generic chain resolves them: watches (the
+// watch parameter, as the library parses it, or the deprecated /watch/
+// path) and heartbeat streams. A request it misses is only grown.
+func longRunningByURL(r *http.Request) bool {
+	switch {
+	case strings.HasSuffix(r.URL.Path, "/"+heartbeatstream.Subresource), strings.Contains(r.URL.Path, "/watch/"):
+		return true
+	case !strings.Contains(r.URL.RawQuery, "watch="):
+		return false
+	}
+	watch, err := strconv.ParseBool(r.URL.Query().Get("watch"))
+	return err == nil && watch
 }
 
 // ownKind tells the kinds of the nodus.dev group, those the apply check's

@@ -32,10 +32,19 @@ func Grow() {
 //go:noinline
 func keep([]byte) {}
 
-// Handler grows the stack of each request's goroutine before next runs.
-func Handler(next http.Handler) http.Handler {
+// Handler grows the stack of each request's goroutine before next runs,
+// but a long-running one's (a watch, a heartbeat stream): its goroutine
+// lives as long as the request, and a stack grown to 64 KB stays that size
+// for a handler parked as deep as the generic chain's, since the runtime
+// halves a stack only when less than a quarter of it is in use. 30,000
+// agents' watches held 1.9 GB of such stacks (docs/performance.md, "Agents'
+// watches alongside their beats"); grown by the runtime as it needs, a
+// long-running request's stack copies cost it once.
+func Handler(next http.Handler, longRunning func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		Grow()
+		if !longRunning(r) {
+			Grow()
+		}
 		next.ServeHTTP(w, r)
 	})
 }
