@@ -172,6 +172,52 @@ func heartbeat(s *server, c config) error {
 	if err != nil {
 		return err
 	}
+	// What a fleet's agents hold besides their streams: nodusd's watches,
+	// each an informer on its agent's connection. The same paced beats
+	// (the reserved nodes' with their evidence) without them and then with
+	// all of them open: their memory on the server, and what they add to
+	// the beats' cost. Last, so that no earlier window runs on the heap
+	// they leave.
+	fleetBeat := func(i int) error {
+		if i < reserved {
+			return beatWithEvidence(i)
+		}
+		return beat(i)
+	}
+	fmt.Fprintf(os.Stderr, "heartbeat: %s paced, %d of the nodes reserved\n", c.heartbeatWindow, reserved)
+	if err := s.quiesce(ctx); err != nil {
+		return err
+	}
+	withoutWatches, err := paced(ctx, s, c, fleetBeat)
+	if err != nil {
+		return err
+	}
+	notWatching, err := s.residentSet()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(os.Stderr, "heartbeat: opening %d agents' watches\n", c.nodes)
+	start = time.Now()
+	var watches *agentWatches
+	// The agents beat meanwhile, as nodusd's do while its informers start:
+	// opening takes longer than a stream waits for its next beat.
+	// Eight agents at a time (-concurrency): 32 starved the beats on two
+	// cores for longer than the streams wait, as a fleet's agents all
+	// watching again at once would.
+	err = beatingWhile(ctx, c, fleetBeat, func() (err error) {
+		watches, err = openAgentWatches(ctx, s, agents, c.concurrency)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("agents' watches: %w", err)
+	}
+	watchesOpened, openWatches := time.Since(start), watches.count()
+	fmt.Fprintf(os.Stderr, "heartbeat: %s paced with the agents' watches open\n", c.heartbeatWindow)
+	withWatches, watching, err := pacedWithWatches(ctx, s, c, fleetBeat)
+	watches.stop()
+	if err != nil {
+		return err
+	}
 	rate := float64(c.nodes) / c.interval.Seconds()
 	fmt.Printf("heartbeat: %d nodes, each beating with its own agent's certificate over its own heartbeat stream and connection (%d agents enrolled in %s); beats sent by %d workers\n",
 		c.nodes, c.nodes, enrolled.Round(time.Second), c.concurrency*4)
@@ -211,6 +257,20 @@ func heartbeat(s *server, c config) error {
 	fmt.Printf("  %-24s etcd writes %.3f and raft proposals %.3f per beat; server CPU %s per beat; %.2f cores if all %d nodes were reserved\n", "",
 		float64(r.writes)/float64(r.beats), float64(r.proposals)/float64(r.beats), r.cpu/time.Duration(r.beats),
 		(r.cpu/time.Duration(r.beats)).Seconds()*rate, c.nodes)
+	fmt.Printf("  the same paced beats at %d nodes / %s, %d of them reserved (their beats with evidence), after the rounds above:\n", c.nodes, c.interval, reserved)
+	for _, w := range []struct {
+		what string
+		r    heartbeatRound
+		rss  residentSet
+	}{
+		{"no watch open:", withoutWatches, notWatching},
+		{fmt.Sprintf("every agent's watches open as nodusd holds them (its reservations, its Node, the executions on its host: %d watches, opened in %s):",
+			openWatches, watchesOpened.Round(time.Second)), withWatches, watching},
+	} {
+		fmt.Printf("  %-24s %s\n  %-24s p50 %s, p99 %s; etcd writes %.3f per beat; server CPU %s per beat, %.2f cores; server RSS %d MB (anonymous %d MB)\n",
+			"", w.what, "", w.r.p50, w.r.p99, float64(w.r.writes)/float64(w.r.beats), w.r.cpu/time.Duration(w.r.beats),
+			w.r.cpu.Seconds()/w.r.elapsed.Seconds(), w.rss.rss>>20, w.rss.anon>>20)
+	}
 	brokenStreams.Lock()
 	fmt.Printf("  %-24s agents' heartbeat streams that broke (their beat sent as a request, a new stream opened at the next): %d %q\n", "",
 		brokenStreams.count, brokenStreams.reasons)
@@ -571,6 +631,80 @@ func reserveBeaters(ctx context.Context, s *server, n, conc int) ([]nodusv1.Rese
 		evidence[i] = nodusv1.ReservationEvidence{Name: fleetName(i), AppliedEpoch: epochs[fleetName(i)]}
 	}
 	return evidence, nil
+}
+
+// beatingWhile runs fn while every node beats once per c.interval,
+// unmeasured, and returns fn's error, or the first beat's that failed.
+func beatingWhile(ctx context.Context, c config, beat func(i int) error, fn func() error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	rate := float64(c.nodes) / c.interval.Seconds()
+	jobs := make(chan int)
+	errs := make(chan error, 1)
+	var wg sync.WaitGroup
+	for range c.concurrency * 4 {
+		wg.Go(func() {
+			for k := range jobs {
+				if err := beat(k % c.nodes); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	wg.Go(func() {
+		defer close(jobs)
+		start := time.Now()
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for sent := 0; ; {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			for due := int(rate * time.Since(start).Seconds()); sent < due; sent++ {
+				select {
+				case jobs <- sent:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	})
+	err := fn()
+	cancel()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+// pacedWithWatches measures the paced beats once the agents' watches are
+// open, and the server's RSS at the window's end. Nodes whose beats came
+// late while the watches opened may have been marked not ready: an
+// unmeasured round first, as between the other windows.
+func pacedWithWatches(ctx context.Context, s *server, c config, beat func(i int) error) (heartbeatRound, residentSet, error) {
+	if _, err := timedLatencies(c.nodes, c.concurrency*4, beat); err != nil {
+		return heartbeatRound{}, residentSet{}, err
+	}
+	if err := s.quiesce(ctx); err != nil {
+		return heartbeatRound{}, residentSet{}, err
+	}
+	r, err := paced(ctx, s, c, beat)
+	if err != nil {
+		return heartbeatRound{}, residentSet{}, err
+	}
+	rss, err := s.residentSet()
+	return r, rss, err
 }
 
 // quiesce waits until etcd's revision has not moved for a second: the
