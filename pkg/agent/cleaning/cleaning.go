@@ -436,6 +436,9 @@ func emptyRuntimeDir(dir string, uid int) (int, error) {
 		return 0, nil
 	}
 	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil // logind removes it once the uid's last session ends
+	}
 	if err != nil {
 		return 0, err
 	}
@@ -482,13 +485,25 @@ const maxSharedDepth = 16
 // A directory it goes into is held open, so a swap changes nothing of what
 // it removes, and os.Root refuses a symlink swapped in that leads out of
 // dir.
+//
+// A directory removed while the sweep is in it reads as gone (ENOENT), not
+// empty: other programs make and remove their own in /tmp all the time,
+// and such a directory holds nothing, since only an empty one can be
+// removed. Its sweep has nothing to do; failing it would fail the
+// cleaning and put the node in maintenance.
 func removeOwnedBelow(dir *os.Root, owns sessions.OwnedBy, trees bool, depth int) (int, error) {
 	listed, err := dir.Open(".")
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}
 	entries, err := listed.ReadDir(-1)
 	listed.Close()
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
 	if err != nil {
 		return 0, err
 	}

@@ -2,6 +2,7 @@ package cleaning
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -202,5 +203,57 @@ func TestASweepOfSharedDirectoriesFollowsNothingAnotherUserSwaps(t *testing.T) {
 		return nil
 	}); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestASweepOfSharedDirectoriesOutlastsDirectoriesOthersRemove: other
+// programs make and remove directories of their own in /tmp all the time
+// (every test suite, every build). One removed after the sweep went into
+// it and before it read it is gone with all it held: the sweep must go on
+// (a failed sweep fails the cleaning, and a node whose cleaning failed is
+// put in maintenance for good), and still take the tenant's files.
+func TestASweepOfSharedDirectoriesOutlastsDirectoriesOthersRemove(t *testing.T) {
+	shared := t.TempDir()
+	const tenant = 54321 // a uid no one here runs as: the sweep tells owners by number
+	owns := func(uid int) bool { return uid == tenant }
+	tenantsFile := filepath.Join(shared, "zz-the-tenant's")
+	writeTenantsFile := func() {
+		if os.Geteuid() != 0 {
+			return // only root can give a file to another uid: the sweep alone is checked
+		}
+		if err := os.WriteFile(tenantsFile, []byte("left behind\n"), 0o600); err != nil || os.Chown(tenantsFile, tenant, tenant) != nil {
+			t.Fatal("writing the tenant's file", err)
+		}
+	}
+	// Another program's directories, each made and removed again at once:
+	// the sweep meets one between the two often enough.
+	stop := make(chan struct{})
+	churned := make(chan struct{})
+	go func() {
+		defer close(churned)
+		names := []string{"a-churn", "b-churn", "c-churn"}
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			for _, n := range names {
+				_ = os.Mkdir(filepath.Join(shared, n), 0o755)
+			}
+			for _, n := range names {
+				_ = os.Remove(filepath.Join(shared, n))
+			}
+		}
+	}()
+	defer func() { close(stop); <-churned }()
+	for i := 0; i < 2000; i++ {
+		writeTenantsFile()
+		if _, err := removeOwned(shared, owns, true); err != nil {
+			t.Fatalf("sweep %d: %v", i, err)
+		}
+		if _, err := os.Lstat(tenantsFile); os.Geteuid() == 0 && !errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("sweep %d left the tenant's file: %v", i, err)
+		}
 	}
 }
