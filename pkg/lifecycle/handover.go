@@ -52,6 +52,12 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 		// An Ironic client's allocation, or another reservation's: its
 		// owner believes the node its own.
 		return &Blocker{apierror.ReasonNodeAllocated, fmt.Sprintf("node %s is held by allocation %s", node.Name, node.Status.Allocation)}
+	case OwesCleaning(node) && node.Status.Cleaning != nil && node.Status.Cleaning.Phase == nodusv1.CleaningFailed:
+		// Not the agent's message: it names what the previous tenant left,
+		// and the next tenant may read this one.
+		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s's cleaning after its previous tenant failed (cleaning request %d); "+
+			"it waits for an operator to clean it again (`nodus nodes clean %s`, then `nodus nodes maintenance %s off`)",
+			node.Name, cleaningRequest(node), node.Name, node.Name)}
 	case OwesCleaning(node):
 		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))}
 	case node.Spec.Maintenance:

@@ -132,6 +132,22 @@ func TestClaimBlocker(t *testing.T) {
 	if b := ClaimBlocker(given, "n1", legacy); b != nil {
 		t.Errorf("a claim without a UID, of the reservation given the node: %+v", b)
 	}
+	// A cleaning that failed is not one going on: the reservation waits on
+	// an operator, and says so, without the agent's words, which name what
+	// the previous tenant left (the next tenant may read this message).
+	cleaning := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}, Status: nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateCleaning,
+		Cleaning: &nodusv1.NodeCleaning{Request: 3, Phase: nodusv1.CleaningPending}}}
+	if b := ClaimBlocker(r2, "n1", cleaning); b == nil || b.Reason != "NodeCleaning" || !strings.Contains(b.Message, "is being cleaned") {
+		t.Errorf("a node being cleaned: %+v", b)
+	}
+	failed := cleaning.DeepCopy()
+	failed.Status.Cleaning.Phase, failed.Status.Cleaning.Message = nodusv1.CleaningFailed, "resetting ops: removing files in /tmp: permission denied"
+	failed.Spec.Maintenance = true
+	if b := ClaimBlocker(r2, "n1", failed); b == nil || b.Reason != "NodeCleaning" || strings.Contains(b.Message, "is being cleaned") ||
+		!strings.Contains(b.Message, "failed (cleaning request 3)") || strings.Contains(b.Message, "resetting ops") ||
+		!strings.Contains(b.Message, "nodus nodes clean n1") {
+		t.Errorf("a node whose cleaning failed: %+v", b)
+	}
 }
 
 func TestDrainNeedsCurrentEvidence(t *testing.T) {
