@@ -376,12 +376,15 @@ spec:
   endsAt: "%s"
 `, name, time.Now().Add(-time.Hour).UTC().Format(time.RFC3339), time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339)), "create")
 	var hostKey string
-	waitFor(t, "the host to be connected", func() bool {
+	waitOr(t, "the host to be connected", func() bool {
 		out, _, _ := s.kubectl("get", "reservedhost", name, "-n", "acme", "-o",
 			`jsonpath={.status.conditions[?(@.type=="Connected")].status} {.status.connect.hostKey}`)
 		status, key, _ := strings.Cut(out, " ")
 		hostKey = key
 		return status == "True" && key != ""
+	}, func() string {
+		conditions, _, _ := s.kubectl("get", "reservedhost", name, "-n", "acme", "-o", "jsonpath={.status.conditions}")
+		return "acme/" + name + "'s conditions: " + conditions + "\n" + handoverState(s, rig, "acme", name, name)
 	})
 	knownHosts := filepath.Join(dir, "known_hosts")
 	if err := os.WriteFile(knownHosts, []byte(fmt.Sprintf("[127.0.0.1]:%d %s\n", port, hostKey)), 0o600); err != nil {
