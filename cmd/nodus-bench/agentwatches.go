@@ -79,7 +79,9 @@ func openAgentWatches(ctx context.Context, s *server, agents []agent, conc int) 
 }
 
 // selecting is an informer factory of client whose lists and watches
-// select by field, as nodusd's: no resync (it resyncs from its own cache).
+// select by field, as nodusd's. Without a resync: nodusd's executions
+// informer has one (30 s), but a resync replays the informer's own cache
+// and sends the server nothing.
 func selecting(client versioned.Interface, fieldSelector string) externalversions.SharedInformerFactory {
 	return externalversions.NewSharedInformerFactoryWithOptions(client, 0,
 		externalversions.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = fieldSelector }))

@@ -437,16 +437,37 @@ func paced(ctx context.Context, s *server, c config, beat func(i int) error) (he
 	if err != nil {
 		return heartbeatRound{}, err
 	}
-	rate := float64(c.nodes) / c.interval.Seconds()
-	total := int(rate * c.heartbeatWindow.Seconds())
-	jobs := make(chan int, total)
+	total := int(float64(c.nodes) / c.interval.Seconds() * c.heartbeatWindow.Seconds())
 	lat := make([]time.Duration, total)
+	start := time.Now()
+	if err := pace(ctx, c, total, lat, beat); err != nil {
+		return heartbeatRound{}, err
+	}
+	elapsed := time.Since(start)
+	cpu, writes, proposals, err := m.stop(ctx)
+	if err != nil {
+		return heartbeatRound{}, err
+	}
+	if late := elapsed - c.heartbeatWindow; late > c.heartbeatWindow/20 {
+		return heartbeatRound{}, fmt.Errorf("the paced beats took %s for a window of %s: the server (or this machine) does not keep up with %.0f beats/s",
+			elapsed, c.heartbeatWindow, float64(c.nodes)/c.interval.Seconds())
+	}
+	p50, p99 := percentiles(lat)
+	return heartbeatRound{"steady state", total, elapsed, cpu, writes, proposals, p50, p99}, nil
+}
+
+// pace sends beats k = 0, 1, … (of node k mod c.nodes) at c.nodes per
+// c.interval, each at its time, from c.concurrency*4 workers, until total
+// are sent, or until ctx ends when total is negative. It records each
+// beat's latency in lat, when given, and returns the first beat's error,
+// once every beat sent has returned.
+func pace(ctx context.Context, c config, total int, lat []time.Duration, beat func(i int) error) error {
+	rate := float64(c.nodes) / c.interval.Seconds()
+	jobs := make(chan int)
 	errs := make(chan error, 1)
 	var wg sync.WaitGroup
 	for range c.concurrency * 4 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for k := range jobs {
 				t := time.Now()
 				if err := beat(k % c.nodes); err != nil {
@@ -455,36 +476,42 @@ func paced(ctx context.Context, s *server, c config, beat func(i int) error) (he
 					default:
 					}
 				}
-				lat[k] = time.Since(t)
+				if lat != nil {
+					lat[k] = time.Since(t)
+				}
 			}
-		}()
+		})
 	}
 	start := time.Now()
 	tick := time.NewTicker(10 * time.Millisecond)
-	for sent := 0; sent < total; {
-		<-tick.C
-		for due := min(int(rate*time.Since(start).Seconds()), total); sent < due; sent++ {
-			jobs <- sent
+send:
+	for sent := 0; total < 0 || sent < total; {
+		select {
+		case <-ctx.Done():
+			break send
+		case <-tick.C:
+		}
+		due := int(rate * time.Since(start).Seconds())
+		if total >= 0 {
+			due = min(due, total)
+		}
+		for ; sent < due; sent++ {
+			select {
+			case jobs <- sent:
+			case <-ctx.Done():
+				break send
+			}
 		}
 	}
 	tick.Stop()
 	close(jobs)
 	wg.Wait()
-	elapsed := time.Since(start)
 	select {
 	case err := <-errs:
-		return heartbeatRound{}, err
+		return err
 	default:
+		return ctx.Err()
 	}
-	cpu, writes, proposals, err := m.stop(ctx)
-	if err != nil {
-		return heartbeatRound{}, err
-	}
-	if late := elapsed - c.heartbeatWindow; late > c.heartbeatWindow/20 {
-		return heartbeatRound{}, fmt.Errorf("the paced beats took %s for a window of %s: the server (or this machine) does not keep up with %.0f beats/s", elapsed, c.heartbeatWindow, rate)
-	}
-	p50, p99 := percentiles(lat)
-	return heartbeatRound{"steady state", total, elapsed, cpu, writes, proposals, p50, p99}, nil
 }
 
 // idleWindow measures the server over window with no beat sent.
@@ -636,55 +663,20 @@ func reserveBeaters(ctx context.Context, s *server, n, conc int) ([]nodusv1.Rese
 // beatingWhile runs fn while every node beats once per c.interval,
 // unmeasured, and returns fn's error, or the first beat's that failed.
 func beatingWhile(ctx context.Context, c config, beat func(i int) error, fn func() error) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	rate := float64(c.nodes) / c.interval.Seconds()
-	jobs := make(chan int)
-	errs := make(chan error, 1)
-	var wg sync.WaitGroup
-	for range c.concurrency * 4 {
-		wg.Go(func() {
-			for k := range jobs {
-				if err := beat(k % c.nodes); err != nil {
-					select {
-					case errs <- err:
-					default:
-					}
-				}
-			}
-		})
-	}
-	wg.Go(func() {
-		defer close(jobs)
-		start := time.Now()
-		tick := time.NewTicker(10 * time.Millisecond)
-		defer tick.Stop()
-		for sent := 0; ; {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			for due := int(rate * time.Since(start).Seconds()); sent < due; sent++ {
-				select {
-				case jobs <- sent:
-				case <-ctx.Done():
-					return
-				}
-			}
-		}
-	})
+	beating, stop := context.WithCancel(ctx)
+	defer stop()
+	beats := make(chan error, 1)
+	go func() { beats <- pace(beating, c, -1, nil, beat) }()
 	err := fn()
-	cancel()
-	wg.Wait()
-	if err != nil {
+	stop()
+	beatErr := <-beats
+	switch {
+	case err != nil:
 		return err
-	}
-	select {
-	case err := <-errs:
-		return err
+	case errors.Is(beatErr, context.Canceled) && ctx.Err() == nil:
+		return nil // stopped here, once fn was done
 	default:
-		return nil
+		return beatErr
 	}
 }
 
