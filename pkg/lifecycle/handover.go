@@ -52,14 +52,8 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 		// An Ironic client's allocation, or another reservation's: its
 		// owner believes the node its own.
 		return &Blocker{apierror.ReasonNodeAllocated, fmt.Sprintf("node %s is held by allocation %s", node.Name, node.Status.Allocation)}
-	case OwesCleaning(node) && node.Status.Cleaning != nil && node.Status.Cleaning.Phase == nodusv1.CleaningFailed:
-		// Not the agent's message: it names what the previous tenant left,
-		// and the next tenant may read this one.
-		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s's cleaning after its previous tenant failed (cleaning request %d); "+
-			"it waits for an operator to clean it again (`nodus nodes clean %s`, then `nodus nodes maintenance %s off`)",
-			node.Name, cleaningRequest(node), node.Name, node.Name)}
 	case OwesCleaning(node):
-		return &Blocker{apierror.ReasonNodeCleaning, fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))}
+		return &Blocker{apierror.ReasonNodeCleaning, CleaningOwed(node)}
 	case node.Spec.Maintenance:
 		msg := fmt.Sprintf("node %s is in maintenance", node.Name)
 		if node.Spec.MaintenanceReason != "" {
@@ -78,6 +72,19 @@ func ClaimBlocker(r *nodusv1.Reservation, nodeName string, node *nodusv1.Node) *
 func OwesCleaning(node *nodusv1.Node) bool {
 	c := node.Status.Cleaning
 	return node.Status.ProvisionState == nodusv1.ProvisionStateCleaning || (c != nil && c.Phase != nodusv1.CleaningSucceeded)
+}
+
+// CleaningOwed says why no one may claim node, which OwesCleaning: its
+// cleaning goes on, or it failed and the node waits for an operator. Not
+// with the agent's message of a failure: it names what the previous tenant
+// left, and the next tenant may read this one.
+func CleaningOwed(node *nodusv1.Node) string {
+	if c := node.Status.Cleaning; c != nil && c.Phase == nodusv1.CleaningFailed {
+		return fmt.Sprintf("node %s's cleaning after its previous tenant failed (cleaning request %d); "+
+			"it waits for an operator to clean it again (`nodus nodes clean %s`, then `nodus nodes maintenance %s off`)",
+			node.Name, c.Request, node.Name, node.Name)
+	}
+	return fmt.Sprintf("node %s is being cleaned after its previous tenant (cleaning request %d)", node.Name, cleaningRequest(node))
 }
 
 // AllocationName is the Allocation reservation r uses: the one it names,

@@ -66,7 +66,7 @@ func backfill(a *nodusv1.Allocation, nodes []*nodusv1.Node) (*nodusv1.Node, stri
 			return nil, fmt.Sprintf("node %s is held by reservation %s", n.Name, n.Status.Reservation)
 		}
 		if lifecycle.OwesCleaning(n) {
-			return nil, fmt.Sprintf("node %s is being cleaned after its previous tenant", n.Name)
+			return nil, lifecycle.CleaningOwed(n)
 		}
 		if a.Spec.ResourceClass != "" && n.Spec.ResourceClass != a.Spec.ResourceClass {
 			return nil, fmt.Sprintf("node %s has resource class %q, not %q", n.Name, n.Spec.ResourceClass, a.Spec.ResourceClass)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -293,5 +294,26 @@ func TestAUIDNamesItsNodeWhateverNodeIsNamedLikeIt(t *testing.T) {
 	x.update(hostnamed)
 	if got, ok := x.lookup(hostnamed.Name); !ok || got != hostnamed {
 		t.Errorf("lookup of a node named like a UID no node has: %v %v", got, ok)
+	}
+}
+
+// TestABackfillSaysWhetherTheCleaningGoesOnOrFailed: an allocation for a
+// node that owes its cleaning waits in either case, but one whose cleaning
+// failed waits for an operator, and its last error says so.
+func TestABackfillSaysWhetherTheCleaningGoesOnOrFailed(t *testing.T) {
+	a := allocationOf("a1", "")
+	a.Spec.Node = "n1"
+	cleaning := readyNode("n1", "gpu", 10)
+	cleaning.Status.ProvisionState = nodusv1.ProvisionStateCleaning
+	cleaning.Status.Cleaning = &nodusv1.NodeCleaning{Request: 2, Phase: nodusv1.CleaningPending}
+	if n, why := backfill(a, []*nodusv1.Node{cleaning}); n != nil || why != "node n1 is being cleaned after its previous tenant (cleaning request 2)" {
+		t.Errorf("a node being cleaned: %v %q", n, why)
+	}
+	failed := cleaning.DeepCopy()
+	failed.Status.Cleaning.Phase, failed.Status.Cleaning.Message = nodusv1.CleaningFailed, "resetting ops: removing files in /tmp: permission denied"
+	failed.Spec.Maintenance = true
+	n, why := backfill(a, []*nodusv1.Node{failed})
+	if n != nil || !strings.Contains(why, "failed (cleaning request 2)") || !strings.Contains(why, "nodus nodes clean n1") || strings.Contains(why, "resetting ops") {
+		t.Errorf("a node whose cleaning failed: %v %q", n, why)
 	}
 }
