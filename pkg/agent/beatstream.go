@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -62,7 +63,24 @@ func (a *Agent) send(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.N
 			a.streamBroke(s, err)
 		}
 	}
-	return a.client.NodusV1().Nodes().Heartbeat(ctx, a.id.Node, hb, metav1.CreateOptions{})
+	return a.post(ctx, hb)
+}
+
+// post sends hb as a request, which waits for its answer no longer than
+// requestBeatTimeout. The server bounds a beat itself (34 s), but one that
+// keeps the connection alive and never answers (HTTP/2's pings still
+// answered, so the transport keeps the connection) would hold every later
+// beat behind this one while the node dies; kubelet bounds its heartbeat
+// client by its interval for the same reason.
+func (a *Agent) post(ctx context.Context, hb *nodusv1.NodeHeartbeat) (*nodusv1.NodeHeartbeat, error) {
+	timeout := requestBeatTimeout(a.currentInterval())
+	beat, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	answer, err := a.client.NodusV1().Nodes().Heartbeat(beat, a.id.Node, hb, metav1.CreateOptions{})
+	if err != nil && ctx.Err() == nil && beat.Err() != nil {
+		return nil, fmt.Errorf("the server did not answer the heartbeat within %s: %w", timeout, err)
+	}
+	return answer, err
 }
 
 // streamBroke closes s, which broke with err, and decides when the next
@@ -114,4 +132,11 @@ func (a *Agent) beatStream(ctx context.Context) *heartbeatstream.Stream {
 // in milliseconds.
 func streamBeatTimeout(interval time.Duration) time.Duration {
 	return min(max(interval/2, time.Second), 10*time.Second)
+}
+
+// requestBeatTimeout is how long a beat sent as a request waits for its
+// answer: the interval (1 to 30 s), as kubelet's heartbeat client waits.
+// A beat that failed is tried again a second later (heartbeats).
+func requestBeatTimeout(interval time.Duration) time.Duration {
+	return min(max(interval, time.Second), 30*time.Second)
 }

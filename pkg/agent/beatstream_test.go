@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -231,4 +232,68 @@ func TestAStreamOpenedAfterAFailedOneIsUsed(t *testing.T) {
 		a.beatOnce(t, n)
 	}
 	b.saw(t, "a stream after a failed opening", 2, 3, 1)
+}
+
+// TestABeatRequestTheServerNeverAnswersEndsInTime: a beat sent as a
+// request waits for its answer no longer than the heartbeat interval, as a
+// beat on the stream waits half of it. A server that keeps the connection
+// alive but never answers (its handler stuck; HTTP/2's pings still
+// answered, so the transport's health check never ends the connection)
+// held the agent's beats for good, and its node died while nodusd waited;
+// now the beat fails and is tried again, and a server that recovers gets
+// the next.
+func TestABeatRequestTheServerNeverAnswersEndsInTime(t *testing.T) {
+	var posts atomic.Int32
+	released := make(chan struct{})
+	clients := standin.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/apis/nodus.dev/v1/nodes/n1/heartbeat":
+			if posts.Add(1) == 1 {
+				select { // stuck until the client gives up, or the test ends
+				case <-r.Context().Done():
+				case <-released:
+				}
+				return
+			}
+			var hb nodusv1.NodeHeartbeat
+			_ = json.NewDecoder(r.Body).Decode(&hb)
+			hb.APIVersion, hb.Kind = nodusv1.SchemeGroupVersion.String(), "NodeHeartbeat"
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_ = json.NewEncoder(w).Encode(&hb)
+		default: // no streams: every beat is a request
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			_ = json.NewEncoder(w).Encode(status(http.StatusNotFound))
+		}
+	}))
+	t.Cleanup(func() { close(released) }) // before the stand-in waits for its handlers
+	interval := 2 * time.Second
+	a := beatsTo(t, clients, interval)
+
+	sent := make(chan error, 1)
+	start := time.Now()
+	go func() {
+		_, err := a.send(context.Background(), &nodusv1.NodeHeartbeat{AgentGeneration: 1})
+		sent <- err
+	}()
+	select {
+	case err := <-sent:
+		took := time.Since(start)
+		if err == nil {
+			t.Fatal("a beat the server never answered was taken as answered")
+		}
+		if took < interval || took > interval+3*time.Second {
+			t.Errorf("the unanswered beat failed after %s, want about the interval (%s)", took, interval)
+		}
+		if !strings.Contains(err.Error(), "did not answer the heartbeat within 2s") {
+			t.Errorf("the unanswered beat's error does not say what happened: %v", err)
+		}
+	case <-time.After(10 * interval):
+		t.Fatalf("a beat the server never answered still waits after %s", 10*interval)
+	}
+	a.beatOnce(t, 2)
+	if n := posts.Load(); n != 2 {
+		t.Errorf("the server got %d heartbeat requests, want 2", n)
+	}
 }
