@@ -15,6 +15,7 @@ import (
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	nodusvalidation "github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 )
@@ -94,6 +95,11 @@ func (c *call) createAllocation() error {
 		if a.Spec.ResourceClass == "" {
 			a.Spec.ResourceClass = n.Spec.ResourceClass // as Ironic, when backfilling
 		}
+	}
+	// Each candidate is a read: bounded before they are looked up.
+	if len(a.Spec.CandidateNodes) > nodusvalidation.MaxCandidates {
+		exchange.From(ctx).SetFix(fmt.Sprintf("Name at most %d candidate nodes, or leave candidate_nodes out to choose among every node of the resource class.", nodusvalidation.MaxCandidates))
+		return errorf(http.StatusBadRequest, "candidate_nodes names %d candidate nodes; at most %d are accepted", len(a.Spec.CandidateNodes), nodusvalidation.MaxCandidates)
 	}
 	// As Ironic: candidates are resolved to UUIDs now, in their order, and
 	// one that names no node is a 400. A node named twice (by name and by

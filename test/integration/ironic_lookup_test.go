@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
@@ -183,6 +184,26 @@ func TestIronicAllocationCandidatesOnceEach(t *testing.T) {
 		return r.code == http.StatusOK && json.Unmarshal(r.body, &a) == nil && a.State != "allocating", nil
 	}); err != nil || a.State != "error" || !strings.Contains(a.LastError, "contain the target node") {
 		t.Errorf("a backfill of a node not among its candidates: %+v (%v)", a, err)
+	}
+}
+
+// TestIronicCandidatesAreBoundedBeforeTheyAreLookedUp: an allocation
+// names at most 1,000 candidate nodes; more are refused before any is
+// looked up (each is a read), not after every one of them was.
+func TestIronicCandidatesAreBoundedBeforeTheyAreLookedUp(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	names := make([]string, 1001)
+	for i := range names {
+		names[i] = fmt.Sprintf("%q", fmt.Sprintf("absent-%d", i))
+	}
+	body := `{"resource_class":"gpu-h100x8","candidate_nodes":[` + strings.Join(names, ",") + `]}`
+	r := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(body), "X-OpenStack-Ironic-API-Version", ironicVersion)
+	if r.code != http.StatusBadRequest || !strings.Contains(string(r.body), "names 1001 candidate nodes; at most 1000") {
+		t.Errorf("1,001 candidates, none of them a node: %d %s, want 400 naming the bound (not the first unknown node)", r.code, r.body)
+	}
+	if r := do(t, op, "GET", "/v1/allocations", "", nil, "X-OpenStack-Ironic-API-Version", ironicVersion); r.code != http.StatusOK || strings.Contains(string(r.body), "absent-") {
+		t.Errorf("after the refusal: %d %s", r.code, r.body)
 	}
 }
 

@@ -19,8 +19,8 @@ func ValidateAllocation(a *nodusv1.Allocation) field.ErrorList {
 	errs = append(errs, validateResourceClass(a.Spec.ResourceClass, spec.Child("resourceClass"), a.Spec.Node == "")...)
 	errs = append(errs, validateTraits(a.Spec.Traits, spec.Child("traits"))...)
 	candidates := spec.Child("candidateNodes")
-	if len(a.Spec.CandidateNodes) > maxCandidates {
-		errs = append(errs, field.TooMany(candidates, len(a.Spec.CandidateNodes), maxCandidates))
+	if len(a.Spec.CandidateNodes) > MaxCandidates {
+		errs = append(errs, field.TooMany(candidates, len(a.Spec.CandidateNodes), MaxCandidates))
 	}
 	seen := sets.New[string]()
 	for i, c := range a.Spec.CandidateNodes {

@@ -34,9 +34,11 @@ var (
 // MaxLogDroppedBytes bounds the output an agent says an execution dropped.
 const MaxLogDroppedBytes = 1 << 60
 
+// MaxCandidates is how many candidate nodes an allocation may name.
+const MaxCandidates = 1000
+
 const (
 	maxTraits        = 50
-	maxCandidates    = 1000
 	maxMembers       = 500
 	maxFreeTextBytes = 1024
 )
