@@ -51,6 +51,6 @@ verify:
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "not gofmt-ed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-## bench: API vs raw etcd, release latency, heartbeat cost, allocation, lending and agents' watches figures (nodus-server runs as a child process)
+## bench: API vs raw etcd, release latency, heartbeat cost, allocation, lending, agents' watches and Ironic read figures (nodus-server runs as a child process)
 bench: build
 	bin/nodus-bench -server bin/nodus-server $(ARGS)

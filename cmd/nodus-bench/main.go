@@ -22,6 +22,10 @@
 //     cost: updates timed until the node's watch shows them, with 1,000 and
 //     with 10,000 such watches open, and a LIST by node against a GET;
 //
+//   - ironic: GET of one node through OpenStack Ironic's /v1, by name and by
+//     UUID, against the API's GET of the same Node, on 10,000 nodes of which
+//     1,000 are allocated;
+//
 //   - memory: the server's RSS with 10,000 nodes and 10,000 reserved hosts,
 //     and the time from a restart on that data to ready.
 //
@@ -52,17 +56,17 @@ type config struct {
 func main() {
 	var c config
 	var scenarios, binary string
-	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending,watchers,memory", "which measurements to run")
+	flag.StringVar(&scenarios, "scenarios", "crud,release,heartbeat,allocation,lending,watchers,ironic,memory", "which measurements to run")
 	flag.StringVar(&binary, "server", "", "nodus-server binary (default: build it)")
 	flag.IntVar(&c.objects, "objects", 1000, "crud: ReservedHosts to create; LIST returns all of them")
-	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side")
+	flag.IntVar(&c.gets, "gets", 5000, "crud: GET requests per side; ironic: GET requests per row")
 	flag.IntVar(&c.updates, "updates", 2000, "crud: UPDATE requests per side")
 	flag.IntVar(&c.lists, "lists", 200, "crud: LIST requests per side")
 	flag.IntVar(&c.concurrency, "concurrency", 8, "concurrent clients")
 	flag.IntVar(&c.releases, "releases", 200, "release: hosts to release")
-	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat, allocation: simulated nodes; memory: nodes, each reserved")
+	flag.IntVar(&c.nodes, "nodes", 10000, "heartbeat, allocation, ironic: simulated nodes; memory: nodes, each reserved")
 	flag.IntVar(&c.rounds, "rounds", 2, "heartbeat: rounds of all -nodes beats' worth measured with evidence (reserved nodes)")
-	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes")
+	flag.IntVar(&c.allocations, "allocations", 1000, "allocation: allocations to make over -nodes nodes; ironic: nodes allocated")
 	flag.IntVar(&c.lentHosts, "lent-hosts", 1000, "lending: lent 8-GPU hosts")
 	flag.IntVar(&c.latencyHosts, "latency-hosts", 4, "lending: hosts with simulated agents for the create → running latency")
 	flag.IntVar(&c.latencyRuns, "latency-runs", 100, "lending: executions timed one at a time")
@@ -92,7 +96,7 @@ func run(c config, binary string, scenarios []string) error {
 			}
 			continue
 		}
-		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat, "lending": lendingBench, "watchers": watchers}[name]
+		scenario, ok := map[string]func(*server, config) error{"crud": crud, "release": release, "heartbeat": heartbeat, "lending": lendingBench, "watchers": watchers, "ironic": ironic}[name]
 		if !ok {
 			return fmt.Errorf("unknown scenario %q", name)
 		}

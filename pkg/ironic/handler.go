@@ -32,6 +32,10 @@ type Handler struct {
 	// names and UUIDs unique, its deletes follow Ironic's rule (409 for
 	// active nodes).
 	Allocations *allocation.REST
+
+	// nodeNames and allocationNames find an object read by UUID with one
+	// read, most times.
+	nodeNames, allocationNames namesByUID
 }
 
 // apiError is an error with its Ironic status code.
@@ -131,11 +135,6 @@ type call struct {
 	req  *http.Request
 	v    version
 	base string
-
-	// namesByUID are the node names by UID of each list findNode read
-	// (the watch cache's, then etcd's), kept for the call: an allocation
-	// names up to a thousand candidates by UUID, and each listed the fleet.
-	namesByUID map[*metainternalversion.ListOptions]map[string]string
 }
 
 // ctx is the request's context, marked cluster-scoped for the stores.
@@ -334,50 +333,47 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 		}
 		return obj.(*nodusv1.Node), nil
 	}
-	// The watch cache first; on a miss, etcd: a node made a moment ago
-	// may not be in the cache yet.
+	// The name this server last saw with the UID first (one read); then
+	// the watch cache's list, then etcd's: a node made a moment ago may not
+	// be in the cache yet. Each list is learnt for the next lookups.
+	if name, ok := c.h.nodeNames.name(uid); ok {
+		if n, err := c.nodeOfUID(name, uid); n != nil || err != nil {
+			return n, err
+		}
+	}
 	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
-		names, err := c.nodeNamesByUID(opts)
+		nodes, err := c.listNodesWith(opts)
 		if err != nil {
 			return nil, err
 		}
-		name, ok := names[uid]
-		if !ok {
+		c.h.nodeNames.learn(len(nodes), func(i int) (string, string) { return string(nodes[i].UID), nodes[i].Name })
+		i := slices.IndexFunc(nodes, func(n nodusv1.Node) bool { return string(n.UID) == uid })
+		if i < 0 {
 			continue
 		}
-		// By its object name, never by findNode again: a name may look
-		// like a UUID, another node's.
-		obj, err := c.h.Nodes.Get(c.ctx(), name, &metav1.GetOptions{})
-		if err != nil && !apierrors.IsNotFound(err) {
-			return nil, err
-		}
-		if err == nil && string(obj.(*nodusv1.Node).UID) == uid {
-			return obj.(*nodusv1.Node), nil
+		if n, err := c.nodeOfUID(nodes[i].Name, uid); n != nil || err != nil {
+			return n, err
 		}
 		// Gone, or its name is another node's now: ask etcd.
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
 }
 
-// nodeNamesByUID are the names of the nodes listed with opts, by UID, read
-// once per call.
-func (c *call) nodeNamesByUID(opts *metainternalversion.ListOptions) (map[string]string, error) {
-	if names, ok := c.namesByUID[opts]; ok {
-		return names, nil
+// nodeOfUID reads the node of that object name, never by findNode again
+// (a name may look like a UUID, another node's); nil when it is gone or
+// is another node now.
+func (c *call) nodeOfUID(name, uid string) (*nodusv1.Node, error) {
+	obj, err := c.h.Nodes.Get(c.ctx(), name, &metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, nil
 	}
-	nodes, err := c.listNodesWith(opts)
 	if err != nil {
 		return nil, err
 	}
-	names := make(map[string]string, len(nodes))
-	for i := range nodes {
-		names[string(nodes[i].UID)] = nodes[i].Name
+	if n := obj.(*nodusv1.Node); string(n.UID) == uid {
+		return n, nil
 	}
-	if c.namesByUID == nil {
-		c.namesByUID = map[*metainternalversion.ListOptions]map[string]string{}
-	}
-	c.namesByUID[opts] = names
-	return names, nil
+	return nil, nil
 }
 
 // findNamedNode is findNode for a node a request's body or query names:
@@ -396,6 +392,17 @@ func (c *call) findNamedNode(ident, message string) (*nodusv1.Node, error) {
 // does: a UUID, else an Ironic name (spec.ironicName), else a 400.
 func (c *call) findAllocation(ident string) (*nodusv1.Allocation, error) {
 	if uid, isUUID := canonicalUUID(ident); isUUID {
+		// The name this server last saw with the UID first, as findNode.
+		if name, ok := c.h.allocationNames.name(uid); ok {
+			a, err := c.getAllocation(name)
+			var gone *apiError
+			if err != nil && !errors.As(err, &gone) {
+				return nil, err
+			}
+			if err == nil && string(a.UID) == uid {
+				return a, nil
+			}
+		}
 		return c.findAllocationBy(ident, func(a *nodusv1.Allocation) bool { return string(a.UID) == uid })
 	}
 	if !isValidLogicalName(ident) {
@@ -419,13 +426,14 @@ func (c *call) findAllocation(ident string) (*nodusv1.Allocation, error) {
 
 // findAllocationBy looks for the allocation that matches in the watch
 // cache and, on a miss, in etcd: one made a moment ago may not be in the
-// cache yet.
+// cache yet. Each list is learnt for the next lookups by UUID.
 func (c *call) findAllocationBy(ident string, match func(*nodusv1.Allocation) bool) (*nodusv1.Allocation, error) {
 	for _, opts := range []*metainternalversion.ListOptions{fromCache, consistent} {
 		all, err := c.listAllocationsWith(opts)
 		if err != nil {
 			return nil, err
 		}
+		c.h.allocationNames.learn(len(all), func(i int) (string, string) { return string(all[i].UID), all[i].Name })
 		for i := range all {
 			if !match(&all[i]) {
 				continue

@@ -135,11 +135,29 @@ func (c *call) showNode(ident string) error {
 }
 
 func (c *call) nodeView(n *nodusv1.Node) (map[string]interface{}, error) {
-	uids, err := c.allocationUIDs()
+	allocation, err := c.allocationUIDOf(n)
 	if err != nil {
 		return nil, err
 	}
-	return nodeView(c.base, n, allocationOf(n, uids)), nil
+	return nodeView(c.base, n, allocation), nil
+}
+
+// allocationUIDOf is allocationOf node n, read by the allocation's name:
+// one read, where a list of every allocation cost a node's GET 2 ms of
+// the server's CPU at 1,000 allocations (session 51).
+func (c *call) allocationUIDOf(n *nodusv1.Node) (string, error) {
+	if n.Status.Allocation == "" {
+		return "", nil
+	}
+	a, err := c.getAllocation(n.Status.Allocation)
+	var gone *apiError
+	if errors.As(err, &gone) {
+		return "", nil
+	}
+	if err != nil {
+		return "", err
+	}
+	return allocationOf(n, map[string]string{a.Name: string(a.UID)}), nil
 }
 
 // allocationOf is the UUID of the allocation node n's claim names, by uids

@@ -207,6 +207,84 @@ func TestIronicCandidatesAreBoundedBeforeTheyAreLookedUp(t *testing.T) {
 	}
 }
 
+// TestIronicAReadByUUIDIsOfThatUUIDOnly: /v1 finds a node or an
+// allocation read by UUID by the name it last saw with that UUID (one
+// read, not a list of the fleet); the name is a hint, never the answer.
+// A node or an allocation deleted and made again under its name is found
+// by its new UUID and not by its old one, whichever was read first.
+func TestIronicAReadByUUIDIsOfThatUUIDOnly(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	readyNodes(t, f, "u-0", "u-1")
+	api := s.Client.NodusV1()
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	get := func(path string) (int, string) {
+		r := do(t, op, "GET", path, "", nil, "X-OpenStack-Ironic-API-Version", ironicVersion)
+		var view struct {
+			Name string `json:"name"`
+		}
+		_ = json.Unmarshal(r.body, &view)
+		return r.code, view.Name
+	}
+	first, err := api.Nodes().Get(ctx(t), "u-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, name := get("/v1/nodes/" + string(first.UID)); code != http.StatusOK || name != "u-0" {
+		t.Fatalf("u-0 by its UUID: %d %q", code, name)
+	}
+	if err := api.Nodes().Delete(ctx(t), "u-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	again, err := testfleet.Node(ctx(t), s.Client, "u-0", "fra1", "gpu-h100x8", "ubuntu")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, name := get("/v1/nodes/" + string(first.UID)); code != http.StatusNotFound {
+		t.Errorf("the deleted u-0 by its UUID: %d %q, want 404", code, name)
+	}
+	if code, name := get("/v1/nodes/" + string(again.UID)); code != http.StatusOK || name != "u-0" {
+		t.Errorf("the new u-0 by its UUID: %d %q", code, name)
+	}
+	other, err := api.Nodes().Get(ctx(t), "u-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, name := get("/v1/nodes/" + strings.ToUpper(string(other.UID))); code != http.StatusOK || name != "u-1" {
+		t.Errorf("u-1 by its UUID in capitals: %d %q", code, name)
+	}
+
+	allocate := func() *nodusv1.Allocation {
+		t.Helper()
+		a, err := api.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "by-uuid"},
+			Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8", IronicName: "by-uuid"}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	a := allocate()
+	if code, name := get("/v1/allocations/" + string(a.UID)); code != http.StatusOK || name != "by-uuid" {
+		t.Fatalf("the allocation by its UUID: %d %q", code, name)
+	}
+	if err := api.Allocations().Delete(ctx(t), "by-uuid", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := testfleet.Eventually(ctx(t), 10*time.Second, func(ctx context.Context) (bool, error) {
+		_, err := api.Allocations().Get(ctx, "by-uuid", metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	b := allocate()
+	if code, name := get("/v1/allocations/" + string(a.UID)); code != http.StatusNotFound {
+		t.Errorf("the deleted allocation by its UUID: %d %q, want 404", code, name)
+	}
+	if code, name := get("/v1/allocations/" + string(b.UID)); code != http.StatusOK || name != "by-uuid" {
+		t.Errorf("the new allocation by its UUID: %d %q", code, name)
+	}
+}
+
 // TestIronicABodyIsOneJSONDocument: what follows the JSON document of a
 // request (a second document, a stray word) is a 400, as Ironic's parser
 // answers, not dropped unseen.
