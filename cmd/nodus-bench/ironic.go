@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"time"
 
@@ -155,6 +156,100 @@ func ironic(s *server, c config) error {
 		}
 		fmt.Printf("  %-28s %7.0f/s  p50 %-9s p99 %-9s server CPU %-9s per request  %.2f× the API GET\n",
 			row.name, r.perSecond, r.p50, r.p99, cpu.Round(time.Microsecond), r.perSecond/base.perSecond)
+	}
+	return ironicWalks(ctx, s, c)
+}
+
+// ironicWalks times reading every node in pages of 1,000, as Nova's driver
+// lists the fleet: through the API (limit and continue) and through /v1
+// (limit and the next link), the summary and the detail, -walks times each
+// by one client, with the server's CPU per walk.
+func ironicWalks(ctx context.Context, s *server, c config) error {
+	api := s.client.NodusV1()
+	const pageSize = 1000
+	apiWalk := func() (int, error) {
+		count, next := 0, ""
+		for {
+			list, err := api.Nodes().List(ctx, metav1.ListOptions{Limit: pageSize, Continue: next})
+			if err != nil {
+				return count, err
+			}
+			count += len(list.Items)
+			if next = list.Continue; next == "" {
+				return count, nil
+			}
+		}
+	}
+	ironicWalk := func(collection string) func() (int, error) {
+		return func() (int, error) {
+			count, path := 0, fmt.Sprintf("/v1/%s?limit=%d", collection, pageSize)
+			for path != "" {
+				u, err := url.Parse(path)
+				if err != nil {
+					return count, err
+				}
+				req := api.RESTClient().Get().AbsPath(u.Path).SetHeader("X-OpenStack-Ironic-API-Version", ironicVersion).
+					SetHeader("Accept", "application/json")
+				for k, vs := range u.Query() {
+					for _, v := range vs {
+						req = req.Param(k, v)
+					}
+				}
+				body, err := req.DoRaw(ctx)
+				if err != nil {
+					return count, fmt.Errorf("GET %s: %w", path, err)
+				}
+				var page struct {
+					Nodes []json.RawMessage `json:"nodes"`
+					Next  string            `json:"next"`
+				}
+				if err := json.Unmarshal(body, &page); err != nil {
+					return count, fmt.Errorf("GET %s: %w", path, err)
+				}
+				count += len(page.Nodes)
+				path = page.Next
+			}
+			return count, nil
+		}
+	}
+	walks := []struct {
+		name string
+		walk func() (int, error)
+	}{
+		{"API LIST, pages of 1,000", apiWalk},
+		{"GET /v1/nodes, pages", ironicWalk("nodes")},
+		{"GET /v1/nodes/detail, pages", ironicWalk("nodes/detail")},
+	}
+	fmt.Printf("  every node read in pages of %d by one client, %d times each:\n", pageSize, c.walks)
+	var base time.Duration
+	for i, w := range walks {
+		if err := s.quiesce(ctx); err != nil {
+			return err
+		}
+		cpu0, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		for range c.walks {
+			n, err := w.walk()
+			if err != nil {
+				return err
+			}
+			if n != c.nodes {
+				return fmt.Errorf("%s: %d nodes read, want %d", w.name, n, c.nodes)
+			}
+		}
+		took := time.Since(start) / time.Duration(c.walks)
+		cpu1, err := s.cpu()
+		if err != nil {
+			return err
+		}
+		if i == 0 {
+			base = took
+		}
+		fmt.Printf("  %-28s %8s a walk  server CPU %-9s a walk  %.2f× the API LIST's speed\n",
+			w.name, took.Round(time.Millisecond), ((cpu1-cpu0)/time.Duration(c.walks)).Round(time.Millisecond), base.Seconds()/took.Seconds())
 	}
 	fmt.Println()
 	return nil

@@ -24,7 +24,8 @@
 //
 //   - ironic: GET of one node through OpenStack Ironic's /v1, by name and by
 //     UUID, against the API's GET of the same Node, on 10,000 nodes of which
-//     1,000 are allocated;
+//     1,000 are allocated, and every node read in pages through /v1 against
+//     the API's paged LIST;
 //
 //   - memory: the server's RSS with 10,000 nodes and 10,000 reserved hosts,
 //     and the time from a restart on that data to ready.
@@ -50,6 +51,7 @@ type config struct {
 	lentHosts, latencyHosts, latencyRuns       int
 	pending                                    int
 	watchers, watchedHosts, watchUpdates       int
+	walks                                      int
 	interval, heartbeatWindow                  time.Duration
 }
 
@@ -74,6 +76,7 @@ func main() {
 	flag.IntVar(&c.watchers, "watchers", 10000, "watchers: agents' Reservation watches open (status.node=NODE), one per node")
 	flag.IntVar(&c.watchedHosts, "watched-hosts", 1000, "watchers: of those nodes, how many are reserved")
 	flag.IntVar(&c.watchUpdates, "watch-updates", 2000, "watchers: Reservation updates timed until their node's watch shows them, per round")
+	flag.IntVar(&c.walks, "walks", 5, "ironic: reads of every node in pages, per row")
 	flag.DurationVar(&c.interval, "interval", 10*time.Second, "heartbeat: how often each node beats in the paced steady state")
 	flag.DurationVar(&c.heartbeatWindow, "heartbeat-window", 30*time.Second, "heartbeat: how long the paced steady state is measured")
 	flag.Parse()

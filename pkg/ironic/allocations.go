@@ -195,9 +195,13 @@ func (c *call) listAllocations() error {
 		}
 		views = append(views, atVersion(allocationView(c.base, a, uids[a.Status.Node]), allocationFieldSince, c.v))
 	}
-	out, next, err := p.apply(views, marker, "allocations", c.base, q)
+	items, next, err := p.order(views, marker, "allocations", c.base, q)
 	if err != nil {
 		return err
+	}
+	out := make([]map[string]interface{}, len(items))
+	for i, item := range items {
+		out[i] = selectFields(views[item], p.fields)
 	}
 	body := map[string]interface{}{"allocations": out}
 	if next != "" {

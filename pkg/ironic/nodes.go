@@ -70,33 +70,41 @@ func (c *call) listNodes(detail bool) error {
 	if err != nil {
 		return err
 	}
-	var views []map[string]interface{}
+	// Filtered and sorted by their keys; only the page's views are built.
+	var keys []map[string]interface{}
+	var listed []*nodusv1.Node // the node of each of keys
 	var marker map[string]interface{}
 	for i := range nodes {
 		n := &nodes[i]
-		view := nodeView(c.base, n, allocationOf(n, allocationUIDs))
-		if p.marker != "" && view["uuid"] == p.marker {
-			marker = atVersion(view, nodeFieldSince, c.v)
+		k := nodeKeys(n, allocationOf(n, allocationUIDs))
+		if p.marker != "" && k["uuid"] == p.marker {
+			marker = k
 		}
-		ok, err := matchNode(q, view)
+		ok, err := matchNode(q, k)
 		if err != nil {
 			return err
 		}
 		if ok {
-			views = append(views, atVersion(view, nodeFieldSince, c.v))
+			keys = append(keys, k)
+			listed = append(listed, n)
 		}
 	}
 	collection := "nodes"
 	if detail {
 		collection = "nodes/detail"
 	}
-	out, next, err := p.apply(views, marker, collection, c.base, q)
+	items, next, err := p.order(keys, marker, collection, c.base, q)
 	if err != nil {
 		return err
 	}
-	if requested {
-		for i := range out {
-			out[i] = selectRequested(out[i], p.fields)
+	out := make([]map[string]interface{}, len(items))
+	for i, item := range items {
+		n := listed[item]
+		view := atVersion(nodeView(c.base, n, allocationOf(n, allocationUIDs)), nodeFieldSince, c.v)
+		if requested {
+			out[i] = selectRequested(view, p.fields)
+		} else {
+			out[i] = selectFields(view, p.fields)
 		}
 	}
 	body := map[string]interface{}{"nodes": out}

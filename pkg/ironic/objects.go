@@ -42,20 +42,34 @@ func extraOf(m map[string]string) map[string]interface{} {
 // nodeView renders a Node as Ironic does; allocationUUID is its
 // allocation's uid, or "".
 func nodeView(base string, n *nodusv1.Node, allocationUUID string) map[string]interface{} {
+	view := nodeKeys(n, allocationUUID)
 	traits := n.Spec.Traits
 	if traits == nil {
 		traits = []string{}
 	}
+	inv := n.Status.Inventory
+	view["traits"] = traits
+	view["extra"] = extraOf(n.Spec.Extra)
+	view["allocation_uuid"] = orNil(allocationUUID)
+	view["properties"] = map[string]interface{}{
+		"cpus": inv.CPU, "memory_mb": inv.MemoryMiB, "local_gb": inv.DiskGiB,
+	}
+	view["links"] = links(base, "nodes", string(n.UID))
+	return view
+}
+
+// nodeKeys are the fields of a node's view that a list filters and sorts
+// by (nodeListParams, nodeSortKeys): a list builds them for every node,
+// and the whole view only for the nodes of its page.
+func nodeKeys(n *nodusv1.Node, allocationUUID string) map[string]interface{} {
 	provision := string(n.Status.ProvisionState)
 	if provision == "" {
 		provision = string(nodusv1.ProvisionStateEnroll)
 	}
-	inv := n.Status.Inventory
 	return map[string]interface{}{
 		"uuid":               string(n.UID),
 		"name":               n.Name,
 		"resource_class":     orNil(n.Spec.ResourceClass),
-		"traits":             traits,
 		"maintenance":        n.Spec.Maintenance,
 		"maintenance_reason": orNil(n.Spec.MaintenanceReason),
 		"provision_state":    provision,
@@ -64,15 +78,9 @@ func nodeView(base string, n *nodusv1.Node, allocationUUID string) map[string]in
 		"instance_uuid":   orNil(allocationUUID),
 		"driver":          "nodus",
 		"owner":           orNil(n.Spec.Owner),
-		"extra":           extraOf(n.Spec.Extra),
-		"allocation_uuid": orNil(allocationUUID),
 		"conductor_group": n.Spec.Pool,
-		"properties": map[string]interface{}{
-			"cpus": inv.CPU, "memory_mb": inv.MemoryMiB, "local_gb": inv.DiskGiB,
-		},
-		"created_at": timestamp(n.CreationTimestamp.Time),
-		"updated_at": nil,
-		"links":      links(base, "nodes", string(n.UID)),
+		"created_at":      timestamp(n.CreationTimestamp.Time),
+		"updated_at":      nil,
 	}
 }
 
