@@ -347,14 +347,15 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 			return nil, err
 		}
 		c.h.nodeNames.learn(len(nodes), func(i int) (string, string) { return string(nodes[i].UID), nodes[i].Name })
-		i := slices.IndexFunc(nodes, func(n nodusv1.Node) bool { return string(n.UID) == uid })
-		if i < 0 {
-			continue
+		for i := range nodes {
+			if string(nodes[i].UID) != uid {
+				continue
+			}
+			if n, err := c.nodeOfUID(nodes[i].Name, uid); n != nil || err != nil {
+				return n, err
+			}
+			break // gone, or its name is another node's now: ask etcd
 		}
-		if n, err := c.nodeOfUID(nodes[i].Name, uid); n != nil || err != nil {
-			return n, err
-		}
-		// Gone, or its name is another node's now: ask etcd.
 	}
 	return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
 }

@@ -8,8 +8,8 @@ import "sync"
 // instead of a list of the fleet: at 10,000 nodes such a list cost a GET
 // of one node 15–22 ms of the server's CPU (session 51). It is a hint,
 // never an answer: the object read by that name must still have the UID,
-// and a UID it does not know, or one whose object is gone or renamed,
-// lists the kind as before and learns the list.
+// and a UID it does not know, or one whose object is gone (or another
+// object has its name now), lists the kind as before and learns the list.
 //
 // It holds a name per object of the kind, once /v1 looked one up by UUID
 // (on a server no OpenStack client reads, nothing): a watch cache index
