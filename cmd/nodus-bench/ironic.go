@@ -249,7 +249,7 @@ func ironicWalks(ctx context.Context, s *server, c config) error {
 			base = took
 		}
 		fmt.Printf("  %-28s %8s a walk  server CPU %-9s a walk  %.2f× the API LIST's speed\n",
-			w.name, took.Round(time.Millisecond), ((cpu1-cpu0)/time.Duration(c.walks)).Round(time.Millisecond), base.Seconds()/took.Seconds())
+			w.name, took.Round(time.Millisecond), ((cpu1 - cpu0) / time.Duration(c.walks)).Round(time.Millisecond), base.Seconds()/took.Seconds())
 	}
 	fmt.Println()
 	return nil
