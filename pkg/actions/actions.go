@@ -258,13 +258,38 @@ func decidedByHeaders(code int) bool {
 
 type requestKeyContext struct{}
 
-// RequestKey identifies the Idempotency-Key record of the action being
-// served ("" without a key). An action whose effect is not naturally
+// RequestKey is the reference to the Idempotency-Key record of the action
+// being served ("" without a key). An action whose effect is not naturally
 // repeatable stores it with the effect, so that a retry that runs again
-// after a crash cut the first answer recognises the effect as its own.
+// after a crash cut the first answer recognises the effect as its own
+// (Recognizer). It is a digest of the record's key (ScopeKey), and names no
+// caller: the record's key begins with a digest of the caller's name,
+// unsalted, and a Reservation, where actions store it, is read by its
+// node's agent, whose credential a tenant with root on the host may have
+// copied (docs/security.md): a dictionary of names told it who released or
+// lent the host before.
 func RequestKey(ctx context.Context) string {
-	key, _ := ctx.Value(requestKeyContext{}).(string)
-	return key
+	scope, _ := ctx.Value(requestKeyContext{}).(string)
+	if scope == "" {
+		return ""
+	}
+	return EffectRef(scope)
+}
+
+// EffectRef is the RequestKey of the request whose record key is scope.
+func EffectRef(scope string) string { return "r-" + digest(scope) }
+
+// Recognizer says which references stored with an effect are the action's
+// own: its RequestKey, or its record's key itself, which servers before
+// session 51 stored (their records are kept 24 hours). It recognises none
+// without an Idempotency-Key.
+func Recognizer(ctx context.Context) func(ref string) bool {
+	scope, _ := ctx.Value(requestKeyContext{}).(string)
+	if scope == "" {
+		return func(string) bool { return false }
+	}
+	own := EffectRef(scope)
+	return func(ref string) bool { return ref == own || ref == scope }
 }
 
 // MarkReplayed says, from an action, that its answer is that of an earlier

@@ -63,3 +63,31 @@ func TestAnAnswerToTryAgainIsNotTheKeysAnswer(t *testing.T) {
 		}
 	}
 }
+
+// TestAnActionRecognisesItsOwnReferencesOnly: what an action stores with
+// its effect names no caller, and a retry recognises its effect by it, or
+// by the record key itself, which servers before session 51 stored; no
+// other request's reference, and nothing without an Idempotency-Key.
+func TestAnActionRecognisesItsOwnReferencesOnly(t *testing.T) {
+	path := "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h/release-capacity"
+	scope := ScopeKey("alice", "POST", path, "k1")
+	ctx := context.WithValue(context.Background(), requestKeyContext{}, scope)
+	ref := RequestKey(ctx)
+	caller := CallerPrefix("alice", path)
+	if ref == "" || strings.Contains(ref, strings.TrimSuffix(strings.TrimPrefix(caller, "acme/u-"), "/")) || strings.Contains(ref, "alice") {
+		t.Errorf("the reference %q names its caller (%s)", ref, caller)
+	}
+	own := Recognizer(ctx)
+	for stored, want := range map[string]bool{
+		ref: true, scope: true, "": false,
+		RequestKey(context.WithValue(context.Background(), requestKeyContext{}, ScopeKey("alice", "POST", path, "k2"))): false,
+		ScopeKey("bob", "POST", path, "k1"): false,
+	} {
+		if got := own(stored); got != want {
+			t.Errorf("recognises %q: %v, want %v", stored, got, want)
+		}
+	}
+	if RequestKey(context.Background()) != "" || Recognizer(context.Background())("") {
+		t.Error("a request without an Idempotency-Key has a reference, or recognises one")
+	}
+}

@@ -13,8 +13,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -248,4 +250,45 @@ func goneAddress(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// TestAReservationNamesNoCallerOfItsKeyedActions: a keyed lend or release
+// stores a reference to its Idempotency-Key record on the Reservation, to
+// know its own effect when a crash cut its answer. The node's agent reads
+// that Reservation, and a tenant with root on the host may have copied its
+// credential: the reference must not name who acted. It held the record's
+// key, which begins with a digest of the caller's name, unsalted: a
+// dictionary of names told a later tenant who lent or released the host.
+func TestAReservationNamesNoCallerOfItsKeyedActions(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	const node = "gpu-00"
+	epoch := f.reservation(t, node).Status.Epoch
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":3}`, epoch), "Idempotency-Key", "lend-1"); r.code != 200 {
+		t.Fatalf("lend: %d %s", r.code, r.body)
+	}
+	epoch = f.reservation(t, node).Status.Epoch
+	if r := f.release(t, f.admin, node, fmt.Sprintf(`{"agreed":true,"epoch":%d}`, epoch), "", "Idempotency-Key", "release-1"); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	// As the node's agent reads it.
+	agent := versioned.NewForConfigOrDie(f.agents[node])
+	list, err := agent.NodusV1().Reservations().List(ctx(t), metav1.ListOptions{FieldSelector: "status.node=" + node})
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the agent's list of its node's reservations: %v, %v", list, err)
+	}
+	res := list.Items[0]
+	if res.Status.ReleaseRequest == "" || len(res.Status.LendingRequests) != 1 {
+		t.Fatalf("the keyed release and lend left no reference for their retries: %q, %q", res.Status.ReleaseRequest, res.Status.LendingRequests)
+	}
+	// The caller's part of a record key: acme/u-DIGEST/.
+	caller := strings.TrimSuffix(strings.TrimPrefix(actions.CallerPrefix("alice", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/"+node+"/lend"), "acme/u-"), "/")
+	raw, err := json.Marshal(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(string(raw), caller) {
+		t.Errorf("the agent reads a digest of the caller's name (%s) on the reservation: releaseRequest %q, lendingRequests %q",
+			caller, res.Status.ReleaseRequest, res.Status.LendingRequests)
+	}
 }

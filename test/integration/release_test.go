@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/actions"
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/envelope"
@@ -266,10 +267,11 @@ func TestReleaseCapacity(t *testing.T) {
 		if fresh := f.release(t, f.admin, "h-idem-stale", agreed, "", "Idempotency-Key", "retry-2"); fresh.code != 200 || fresh.header.Get("Idempotent-Replayed") != "" {
 			t.Errorf("the corrected retry of a stale If-Match with its key: %d (replayed %q) %s", fresh.code, fresh.header.Get("Idempotent-Replayed"), fresh.body)
 		}
-		// The release carries its request's key, for a retry after a crash.
+		// The release carries a reference to its request's record, for a
+		// retry after a crash (not the record's key, which names the caller).
 		if got, want := f.reservation(t, "h-idem").Status.ReleaseRequest,
-			scopeKey("alice", "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h-idem/release-capacity", "retry-1"); got != want {
-			t.Errorf("the release's request key is %q, want %q", got, want)
+			actions.EffectRef(scopeKey("alice", "POST", "/apis/nodus.dev/v1/namespaces/acme/reservedhosts/h-idem/release-capacity", "retry-1")); got != want {
+			t.Errorf("the release's request reference is %q, want %q", got, want)
 		}
 		expectReason(t, f.release(t, f.admin, "h-idem", `{"agreed":true,"epoch":2}`, "", "Idempotency-Key", "retry-1"),
 			http.StatusUnprocessableEntity, apierror.ReasonIdempotencyKeyReused)

@@ -77,7 +77,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	cluster := genericapirequest.WithNamespace(ctx, "")
 	gr := nodusv1.Resource("reservedhosts")
 
-	key := actions.RequestKey(ctx)
+	key, own := actions.RequestKey(ctx), actions.Recognizer(ctx)
 	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -87,9 +87,9 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 	// may pass, below.
 	stale := checkIfMatch(ctx, current.(*nodusv1.ReservedHost))
 	if stale != nil {
-		if own, err := r.tookEffect(cluster, namespace, name, key); err != nil {
+		if took, err := r.tookEffect(cluster, namespace, name, key, own); err != nil {
 			return nil, err
-		} else if !own {
+		} else if !took {
 			return nil, stale
 		}
 	}
@@ -109,7 +109,7 @@ func (r *LendREST) Create(ctx context.Context, name string, obj runtime.Object, 
 			}
 			// This very request took effect before a crash cut its answer:
 			// applying it again could undo a later lend or withdrawal.
-			if replayed = key != "" && slices.Contains(res.Status.LendingRequests, key); replayed {
+			if replayed = slices.ContainsFunc(res.Status.LendingRequests, own); replayed {
 				return res, nil
 			}
 			if stale != nil {
@@ -227,14 +227,14 @@ func (r *LendREST) drain(ctx context.Context, res *nodusv1.Reservation, now meta
 	return nil
 }
 
-// tookEffect says whether the request of key lent or withdrew reservation
-// name of namespace already.
-func (r *LendREST) tookEffect(ctx context.Context, namespace, name, key string) (bool, error) {
+// tookEffect says whether the request of key (own recognises its
+// references) lent or withdrew reservation name of namespace already.
+func (r *LendREST) tookEffect(ctx context.Context, namespace, name, key string, own func(string) bool) (bool, error) {
 	if key == "" {
 		return false, nil
 	}
 	res, err := projectReservation(ctx, r.Reservations, namespace, name)
-	return res != nil && slices.Contains(res.Status.LendingRequests, key), err
+	return res != nil && slices.ContainsFunc(res.Status.LendingRequests, own), err
 }
 
 // agreementFor checks the caps asked against the node and fills in defaults:

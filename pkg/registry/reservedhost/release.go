@@ -58,7 +58,7 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	ex := exchange.From(ctx)
 	gr := nodusv1.Resource("reservedhosts")
 
-	key := actions.RequestKey(ctx)
+	key, own := actions.RequestKey(ctx), actions.Recognizer(ctx)
 	current, err := r.Hosts.Get(ctx, name, &metav1.GetOptions{})
 	if err != nil {
 		return nil, err
@@ -68,9 +68,9 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	// only the replay of that effect may pass, below.
 	stale := checkIfMatch(ctx, current.(*nodusv1.ReservedHost))
 	if stale != nil {
-		if own, err := r.releasedBy(ctx, namespace, name, key, req.Epoch); err != nil {
+		if released, err := r.releasedBy(ctx, namespace, name, key, own, req.Epoch); err != nil {
 			return nil, err
-		} else if !own {
+		} else if !released {
 			return nil, stale
 		}
 	}
@@ -93,7 +93,7 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 				return nil, apierrors.NewNotFound(gr, name)
 			}
 			// This very request released it before a crash cut its answer.
-			if replayed = ownRelease(res, key, *req.Epoch); replayed {
+			if replayed = ownRelease(res, own, *req.Epoch); replayed {
 				return res, nil
 			}
 			if stale != nil {
@@ -127,14 +127,14 @@ func (r *ReleaseREST) Create(ctx context.Context, name string, obj runtime.Objec
 	return answer, nil
 }
 
-// releasedBy says whether the request of key released reservation name of
-// namespace already, under epoch.
-func (r *ReleaseREST) releasedBy(ctx context.Context, namespace, name, key string, epoch *int64) (bool, error) {
+// releasedBy says whether the request of key (own recognises its
+// references) released reservation name of namespace already, under epoch.
+func (r *ReleaseREST) releasedBy(ctx context.Context, namespace, name, key string, own func(string) bool, epoch *int64) (bool, error) {
 	if key == "" || epoch == nil {
 		return false, nil
 	}
 	res, err := projectReservation(ctx, r.Reservations, namespace, name)
-	return res != nil && ownRelease(res, key, *epoch), err
+	return res != nil && ownRelease(res, own, *epoch), err
 }
 
 // projectReservation reads reservation name, or nil when there is none or
@@ -153,10 +153,10 @@ func projectReservation(ctx context.Context, reservations *genericregistry.Store
 	return nil, nil
 }
 
-// ownRelease says whether res was released by the request of key, under
-// epoch: its effect, whose answer a crash cut.
-func ownRelease(res *nodusv1.Reservation, key string, epoch int64) bool {
-	return key != "" && res.Status.ReleaseRequest == key && res.Status.Release != nil && res.Status.Epoch == epoch+1 &&
+// ownRelease says whether res was released by the request own recognises,
+// under epoch: its effect, whose answer a crash cut.
+func ownRelease(res *nodusv1.Reservation, own func(string) bool, epoch int64) bool {
+	return own(res.Status.ReleaseRequest) && res.Status.Release != nil && res.Status.Epoch == epoch+1 &&
 		(res.Status.State == nodusv1.ReservationStateReleasing || res.Status.State == nodusv1.ReservationStateReleased)
 }
 
