@@ -297,8 +297,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 		UpdateFunc: func(_, obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
-		// A reservation that leaves this node (deleted, or moved to another)
-		// is retired here as a release is; a lent host's lending goes with it.
+		// A reservation that leaves this node (deleted, moved to another, or
+		// released or ended: the server shows an agent only what its node
+		// serves) is retired here as a release is; a lent host's lending
+		// goes with it.
 		DeleteFunc: func(obj interface{}) {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 				obj = t.Obj
@@ -721,9 +723,9 @@ func (a *Agent) beat(ctx context.Context) error {
 			continue // only reservations on this node now are reported
 		}
 		if a.final(acc.Reservation) {
-			// A final reservation stays on the node's list until deleted:
-			// named in every beat, a long-lived node's beats would grow
-			// past what the server takes.
+			// A server before session 52 lists a final reservation until it
+			// is deleted: named in every beat, a long-lived node's beats
+			// would grow past what the server takes.
 			continue
 		}
 		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{

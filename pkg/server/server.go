@@ -45,6 +45,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
 	"github.com/nodus-dev/nodus/pkg/registry/node"
 	"github.com/nodus-dev/nodus/pkg/registry/project"
+	"github.com/nodus-dev/nodus/pkg/registry/reservation"
 	"github.com/nodus-dev/nodus/pkg/registry/reservedhost"
 	"github.com/nodus-dev/nodus/pkg/settle"
 	"github.com/nodus-dev/nodus/pkg/storagespace"
@@ -131,10 +132,13 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		stores   base.Stores
 		resource string
 		short    []string
-	}{{c.Stores.Pools, "pools", nil}, {c.Stores.Nodes, "nodes", []string{"no"}}, {c.Stores.Reservations, "reservations", []string{"rsv"}}} {
+	}{{c.Stores.Pools, "pools", nil}, {c.Stores.Nodes, "nodes", []string{"no"}}} {
 		for path, s := range r.stores.Storage(r.resource, r.short...) {
 			storage[path] = s
 		}
+	}
+	for path, s := range reservation.Storage(c.Stores.Reservations) {
+		storage[path] = s
 	}
 	sweeps := project.Sweeps{
 		Unmade: func(ctx context.Context, name string) error {

@@ -5,11 +5,14 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/testfleet"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -90,5 +93,114 @@ func TestAnAgentReadsNoEarlierBorrowersRun(t *testing.T) {
 		case <-timeout:
 			t.Fatal("the watch from before the execution did not say it left")
 		}
+	}
+}
+
+// TestAnAgentReadsOnlyTheReservationItServesNow: an agent's credential
+// reads the reservations whose access its node applies now (active,
+// releasing, ending), not an earlier tenant's once it was released nor the
+// next tenant's while it waits for the node: a tenant with root may have
+// copied the credential, and each names a project, its login user and its
+// term. Until session 52 the agent listed every reservation ever placed on
+// its node, and a list or watch from a past revision replayed them.
+func TestAnAgentReadsOnlyTheReservationItServesNow(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	const node = "gpu-00"
+	agentClient := versioned.NewForConfigOrDie(f.agents[node])
+	agent := agentClient.NodusV1().Reservations()
+	onNode := metav1.ListOptions{FieldSelector: "status.node=" + node}
+	names := func(opts metav1.ListOptions) map[string]nodusv1.ReservationState {
+		t.Helper()
+		list, err := agent.List(ctx(t), opts)
+		if err != nil {
+			t.Fatalf("the agent's list (resourceVersion %q): %v", opts.ResourceVersion, err)
+		}
+		seen := map[string]nodusv1.ReservationState{}
+		for _, r := range list.Items {
+			seen[r.Name] = r.Status.State
+		}
+		return seen
+	}
+	active := names(onNode)
+	if len(active) != 1 || active[node] != nodusv1.ReservationStateActive {
+		t.Fatalf("the agent does not read the reservation it serves: %v", active)
+	}
+	whileActive, err := agent.List(ctx(t), onNode)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	epoch := f.reservation(t, node).Status.Epoch
+	if r := f.release(t, f.admin, node, fmt.Sprintf(`{"agreed":true,"epoch":%d}`, epoch), ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	if got := names(onNode); len(got) != 1 || got[node] != nodusv1.ReservationStateReleasing {
+		t.Fatalf("the agent does not read the release it must apply: %v", got)
+	}
+	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Reservations: []nodusv1.ReservationEvidence{evidence(node, epoch+1, 0, 0)}}); err != nil {
+		t.Fatalf("the drained release's heartbeat: %v", err)
+	}
+	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
+	}).Status.Cleaning
+	// The next tenant queues for the node while it is cleaned.
+	now := time.Now()
+	if err := testfleet.Reserve(ctx(t), s.Client, "next", "beta", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	waitReservation(t, s, "next", func(r *nodusv1.Reservation) bool {
+		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
+		return r.Status.State == nodusv1.ReservationStatePending && placed != nil && placed.Reason == string(apierror.ReasonNodeCleaning)
+	})
+	if got := names(onNode); len(got) != 0 {
+		t.Errorf("between tenants the agent reads %v", got)
+	}
+	// Nor from history: a list at the revision the first tenant was active.
+	exact := onNode
+	exact.ResourceVersion, exact.ResourceVersionMatch = whileActive.ResourceVersion, metav1.ResourceVersionMatchExact
+	if got := names(exact); len(got) != 0 {
+		t.Errorf("a list at resourceVersion %s read %v", whileActive.ResourceVersion, got)
+	}
+	// Nor a watch from then: it is told that the reservation left, by name
+	// and UID, and nothing of it.
+	from := onNode
+	from.ResourceVersion = whileActive.ResourceVersion
+	w, err := agent.Watch(ctx(t), from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	revealed := func(r *nodusv1.Reservation) bool {
+		return r.Spec.Project != "" || r.Spec.LoginUser != "" || r.Status.State != "" || r.Status.LoginUser != "" || len(r.ManagedFields) > 0
+	}
+	left := false
+	for timeout, quiet := time.After(10*time.Second), time.After(3*time.Second); !left || quiet != nil; {
+		select {
+		case e := <-w.ResultChan():
+			r, ok := e.Object.(*nodusv1.Reservation)
+			if e.Type == watch.Error {
+				t.Fatalf("the watch ended: %+v", e.Object)
+			}
+			if ok && revealed(r) {
+				t.Errorf("a watch from resourceVersion %s showed reservation %s (%s) in a %s event", from.ResourceVersion, r.Name, r.Status.State, e.Type)
+			}
+			left = left || (ok && e.Type == watch.Deleted && r.Name == node)
+		case <-quiet:
+			quiet = nil // what else the watch replays has come by now
+		case <-timeout:
+			t.Fatalf("the watch from resourceVersion %s did not say that %s left (left: %v)", from.ResourceVersion, node, left)
+		}
+	}
+
+	// The cleaned node is the next tenant's: its agent reads it.
+	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Cleaning: &nodusv1.CleaningEvidence{Request: cleaning.Request, AppliedEpoch: cleaning.Epoch, Succeeded: true}}); err != nil {
+		t.Fatalf("the cleaning's heartbeat: %v", err)
+	}
+	waitReservation(t, s, "next", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateActive })
+	if got := names(onNode); len(got) != 1 || got["next"] != nodusv1.ReservationStateActive {
+		t.Errorf("the agent does not read the next tenant's reservation it serves: %v", got)
 	}
 }

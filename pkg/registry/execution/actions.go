@@ -344,7 +344,7 @@ func (r *ReportREST) forgetOrphanedOutput(ctx context.Context, namespace, name s
 // withoutRecord is a finished execution as its agent's report is answered:
 // without its spec. The command and environment are the borrower's record
 // once the run is over, which the host's credential (copied, maybe, by a
-// tenant with root there) no longer reads: nor in a list (agentView), nor
+// tenant with root there) no longer reads: nor in a list (REST.agentView), nor
 // in the answer to a repeated end report.
 func withoutRecord(e *nodusv1.Execution) *nodusv1.Execution {
 	if !e.Status.Phase.Finished() {

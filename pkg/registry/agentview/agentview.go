@@ -1,0 +1,205 @@
+// Package agentview bounds what a node agent's credential lists and watches
+// of a kind to what its node serves now. The credential is its host's,
+// which a tenant with root there may have copied (docs/security.md): what
+// the server shows it outlives that tenant's access, in the present and in
+// the store's history (a list at a past revision, a watch from one), unless
+// the server bounds both.
+package agentview
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
+	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
+
+	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/watchfilter"
+)
+
+// View is a kind's List and Watch as node agents are shown them: the
+// objects that match Shown besides what the agent asked for; of a list at
+// a past revision, and of a watch's events, only the objects that match so
+// now; an object that leaves a watch, by its key and UID alone. Anyone
+// else's reads are as asked.
+type View struct {
+	// Store reads the kind as it is now and matches its objects to
+	// selectors as the kind's lists do.
+	Store *genericregistry.Store
+	// Shown selects the objects an agent is shown.
+	Shown fields.Selector
+}
+
+// List lists through list, the kind's List, for an agent what View shows.
+func (v View) List(ctx context.Context, options *metainternalversion.ListOptions,
+	list func(context.Context, *metainternalversion.ListOptions) (runtime.Object, error)) (runtime.Object, error) {
+	narrowed, agent := v.narrow(ctx, options)
+	obj, err := list(ctx, narrowed)
+	if err != nil || !agent || !readsHistory(options) {
+		return obj, err
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		return nil, err
+	}
+	listed, err := meta.ListAccessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	kept := make([]runtime.Object, 0, len(items))
+	for _, item := range items {
+		// As of the list's revision or later: the cache may be behind it.
+		shown, err := v.shownNow(ctx, item, narrowed, listed.GetResourceVersion())
+		if err != nil {
+			return nil, err
+		}
+		if shown {
+			kept = append(kept, item)
+		}
+	}
+	if err := meta.SetList(obj, kept); err != nil {
+		return nil, err
+	}
+	return obj, nil
+}
+
+// Watch watches through watch, the kind's Watch, for an agent what View
+// shows: an object that leaves the view leaves the watch as deleted. A
+// watch from a past revision replays what was so then; an agent is shown
+// an object only while it matches still, and a deleted one by its key and
+// UID (an agent needs no more to let it go).
+func (v View) Watch(ctx context.Context, options *metainternalversion.ListOptions,
+	watchFrom func(context.Context, *metainternalversion.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
+	narrowed, agent := v.narrow(ctx, options)
+	w, err := watchFrom(ctx, narrowed)
+	if err != nil || !agent {
+		return w, err
+	}
+	return watchfilter.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		obj := e.Object
+		if cached, ok := obj.(runtime.CacheableObject); ok {
+			// The watch cache's wrapper, which shares an event's
+			// serializations between watchers.
+			obj = cached.GetObject()
+		}
+		switch {
+		case e.Type == watch.Bookmark || e.Type == watch.Error:
+			return e, true
+		case e.Type == watch.Deleted:
+			gone, err := v.keyOf(obj)
+			if err != nil {
+				return errorEvent(err), true
+			}
+			return watch.Event{Type: watch.Deleted, Object: gone}, true
+		}
+		shown, err := v.shownNow(ctx, obj, narrowed, "0")
+		if err != nil {
+			// Neither shown nor passed over in silence: the client lists
+			// again.
+			return errorEvent(err), true
+		}
+		return e, shown
+	}), nil
+}
+
+// shownNow says whether seen, as a list or watch shows it, is the object
+// that matches narrowed now, as the watch cache holds it at notOlderThan or
+// later: the cache has taken every event a watcher is sent before it sends
+// it.
+func (v View) shownNow(ctx context.Context, seen runtime.Object, narrowed *metainternalversion.ListOptions, notOlderThan string) (bool, error) {
+	was, err := meta.Accessor(seen)
+	if err != nil {
+		return false, err
+	}
+	obj, err := v.Store.Get(genericapirequest.WithNamespace(ctx, was.GetNamespace()), was.GetName(), &metav1.GetOptions{ResourceVersion: notOlderThan})
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	now, err := meta.Accessor(obj)
+	if err != nil {
+		return false, err
+	}
+	if now.GetUID() != was.GetUID() {
+		return false, nil // another of its name since
+	}
+	label := labels.Everything()
+	if narrowed.LabelSelector != nil {
+		label = narrowed.LabelSelector
+	}
+	predicate := v.Store.PredicateFunc(label, narrowed.FieldSelector)
+	return predicate.Matches(obj)
+}
+
+// keyOf is obj by its key and UID alone: its labels, annotations (kubectl's
+// last-applied-configuration holds the spec), managed fields, spec and
+// status are its owner's record.
+func (v View) keyOf(obj runtime.Object) (runtime.Object, error) {
+	was, err := meta.Accessor(obj)
+	if err != nil {
+		return nil, err
+	}
+	gone := v.Store.NewFunc()
+	key, err := meta.Accessor(gone)
+	if err != nil {
+		return nil, err
+	}
+	gone.GetObjectKind().SetGroupVersionKind(obj.GetObjectKind().GroupVersionKind())
+	key.SetNamespace(was.GetNamespace())
+	key.SetName(was.GetName())
+	key.SetUID(was.GetUID())
+	key.SetResourceVersion(was.GetResourceVersion())
+	return gone, nil
+}
+
+func errorEvent(err error) watch.Event {
+	return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}
+}
+
+// narrow narrows a node agent's list or watch to what View shows, on top
+// of what it asked.
+func (v View) narrow(ctx context.Context, options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, bool) {
+	u, ok := genericapirequest.UserFrom(ctx)
+	if !ok {
+		return options, false
+	}
+	if _, _, agent := auth.NodeOf(u); !agent {
+		return options, false
+	}
+	narrowed := &metainternalversion.ListOptions{}
+	if options != nil {
+		narrowed = options.DeepCopy()
+	}
+	if narrowed.FieldSelector == nil || narrowed.FieldSelector.Empty() {
+		narrowed.FieldSelector = v.Shown
+	} else {
+		narrowed.FieldSelector = fields.AndSelectors(narrowed.FieldSelector, v.Shown)
+	}
+	return narrowed, true
+}
+
+// readsHistory says whether a list reads a past revision (etcd serves it
+// from its history) rather than the present.
+func readsHistory(options *metainternalversion.ListOptions) bool {
+	if options == nil {
+		return false
+	}
+	switch {
+	case options.Continue != "" || options.ResourceVersionMatch == metav1.ResourceVersionMatchExact:
+		return true
+	case options.ResourceVersionMatch == "" && options.Limit > 0:
+		// A limit with a resourceVersion and no match reads exactly that
+		// revision, as lists did before resourceVersionMatch.
+		return options.ResourceVersion != "" && options.ResourceVersion != "0"
+	}
+	return false
+}
