@@ -25,10 +25,11 @@ const DefaultLoginGroup = "nodus-login"
 // local state: long enough for its cleaning to find its login user.
 const forgetAfter = 24 * time.Hour
 
-// retire ends the access of a reservation that left this node (deleted, or
-// moved elsewhere) as a release would: its principals go first, then its
-// login user's processes; a heartbeat follows. The cleaning the server asks
-// for next resets the account.
+// retire ends the access of a reservation that left this node (deleted,
+// moved elsewhere, or released or ended: the server shows an agent only
+// the reservations its node serves) as a release would: its principals go
+// first, then its login user's processes; a heartbeat follows. The
+// cleaning the server asks for next resets the account.
 func (a *Agent) retire(ctx context.Context, reservation string) {
 	a.applying.Lock()
 	defer a.applying.Unlock()
@@ -40,7 +41,7 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 		return
 	}
 	a.setUnrecorded(reservation, false)
-	klog.InfoS("retired access: the reservation left this node", "reservation", reservation)
+	klog.InfoS("retired access: the reservation ended or left this node", "reservation", reservation)
 	// Only a login user's sessions: not a service's, whatever the server
 	// named.
 	if before.LoginUser != "" && a.refuseLoginUser(before.LoginUser) == nil && !a.userStillGranted(before.LoginUser) {

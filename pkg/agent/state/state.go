@@ -48,7 +48,8 @@ type Access struct {
 	// replica) could offer one, active at a higher epoch than this.
 	ReplacedUIDs []string `json:"replacedUIDs,omitempty"`
 	// RetiredAt is when the agent retired the access on its own (the
-	// reservation left this node), after which the entry may be forgotten.
+	// reservation ended or left this node), after which the entry may be
+	// forgotten.
 	RetiredAt *time.Time `json:"retiredAt,omitempty"`
 	// CleanedAt is when a cleaning after the reservation succeeded: until
 	// then a cleaning asked again (an operator's re-clean of a failed one,

@@ -18,30 +18,27 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
-	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 
 	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
 
-// View is a kind's List and Watch as node agents are shown them: the
-// objects that match Shown besides what the agent asked for; of a list at
-// a past revision, and of a watch's events, only the objects that match so
-// now; an object that leaves a watch, by its key and UID alone. Anyone
-// else's reads are as asked.
-type View struct {
-	// Store reads the kind as it is now and matches its objects to
-	// selectors as the kind's lists do.
-	Store *genericregistry.Store
+// REST is a kind's storage whose List and Watch show node agents the
+// objects that match Shown besides what they asked for; of a list at a past
+// revision, and of a watch's events, only the objects that match so now;
+// an object that leaves a watch, by its key and UID alone. Anyone else's
+// reads are as asked.
+type REST struct {
+	*base.REST
 	// Shown selects the objects an agent is shown.
 	Shown fields.Selector
 }
 
-// List lists through list, the kind's List, for an agent what View shows.
-func (v View) List(ctx context.Context, options *metainternalversion.ListOptions,
-	list func(context.Context, *metainternalversion.ListOptions) (runtime.Object, error)) (runtime.Object, error) {
-	narrowed, agent := v.narrow(ctx, options)
-	obj, err := list(ctx, narrowed)
+// List is the kind's list, for an agent what Shown selects.
+func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
+	narrowed, agent := r.narrow(ctx, options)
+	obj, err := r.REST.List(ctx, narrowed)
 	if err != nil || !agent || !readsHistory(options) {
 		return obj, err
 	}
@@ -56,7 +53,7 @@ func (v View) List(ctx context.Context, options *metainternalversion.ListOptions
 	kept := make([]runtime.Object, 0, len(items))
 	for _, item := range items {
 		// As of the list's revision or later: the cache may be behind it.
-		shown, err := v.shownNow(ctx, item, narrowed, listed.GetResourceVersion())
+		shown, err := r.shownNow(ctx, item, narrowed, listed.GetResourceVersion())
 		if err != nil {
 			return nil, err
 		}
@@ -70,15 +67,14 @@ func (v View) List(ctx context.Context, options *metainternalversion.ListOptions
 	return obj, nil
 }
 
-// Watch watches through watch, the kind's Watch, for an agent what View
-// shows: an object that leaves the view leaves the watch as deleted. A
-// watch from a past revision replays what was so then; an agent is shown
-// an object only while it matches still, and a deleted one by its key and
-// UID (an agent needs no more to let it go).
-func (v View) Watch(ctx context.Context, options *metainternalversion.ListOptions,
-	watchFrom func(context.Context, *metainternalversion.ListOptions) (watch.Interface, error)) (watch.Interface, error) {
-	narrowed, agent := v.narrow(ctx, options)
-	w, err := watchFrom(ctx, narrowed)
+// Watch is List's view as a watch: an object that leaves what Shown
+// selects leaves an agent's watch as deleted. A watch from a past revision
+// replays what was so then; an agent is shown an object only while it
+// matches still, and a deleted one by its key and UID (an agent needs no
+// more to let it go).
+func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
+	narrowed, agent := r.narrow(ctx, options)
+	w, err := r.REST.Watch(ctx, narrowed)
 	if err != nil || !agent {
 		return w, err
 	}
@@ -93,13 +89,13 @@ func (v View) Watch(ctx context.Context, options *metainternalversion.ListOption
 		case e.Type == watch.Bookmark || e.Type == watch.Error:
 			return e, true
 		case e.Type == watch.Deleted:
-			gone, err := v.keyOf(obj)
+			gone, err := r.keyOf(obj)
 			if err != nil {
 				return errorEvent(err), true
 			}
 			return watch.Event{Type: watch.Deleted, Object: gone}, true
 		}
-		shown, err := v.shownNow(ctx, obj, narrowed, "0")
+		shown, err := r.shownNow(ctx, obj, narrowed, "0")
 		if err != nil {
 			// Neither shown nor passed over in silence: the client lists
 			// again.
@@ -113,12 +109,12 @@ func (v View) Watch(ctx context.Context, options *metainternalversion.ListOption
 // that matches narrowed now, as the watch cache holds it at notOlderThan or
 // later: the cache has taken every event a watcher is sent before it sends
 // it.
-func (v View) shownNow(ctx context.Context, seen runtime.Object, narrowed *metainternalversion.ListOptions, notOlderThan string) (bool, error) {
+func (r *REST) shownNow(ctx context.Context, seen runtime.Object, narrowed *metainternalversion.ListOptions, notOlderThan string) (bool, error) {
 	was, err := meta.Accessor(seen)
 	if err != nil {
 		return false, err
 	}
-	obj, err := v.Store.Get(genericapirequest.WithNamespace(ctx, was.GetNamespace()), was.GetName(), &metav1.GetOptions{ResourceVersion: notOlderThan})
+	obj, err := r.Store.Get(genericapirequest.WithNamespace(ctx, was.GetNamespace()), was.GetName(), &metav1.GetOptions{ResourceVersion: notOlderThan})
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -136,19 +132,19 @@ func (v View) shownNow(ctx context.Context, seen runtime.Object, narrowed *metai
 	if narrowed.LabelSelector != nil {
 		label = narrowed.LabelSelector
 	}
-	predicate := v.Store.PredicateFunc(label, narrowed.FieldSelector)
+	predicate := r.Store.PredicateFunc(label, narrowed.FieldSelector)
 	return predicate.Matches(obj)
 }
 
 // keyOf is obj by its key and UID alone: its labels, annotations (kubectl's
 // last-applied-configuration holds the spec), managed fields, spec and
 // status are its owner's record.
-func (v View) keyOf(obj runtime.Object) (runtime.Object, error) {
+func (r *REST) keyOf(obj runtime.Object) (runtime.Object, error) {
 	was, err := meta.Accessor(obj)
 	if err != nil {
 		return nil, err
 	}
-	gone := v.Store.NewFunc()
+	gone := r.Store.NewFunc()
 	key, err := meta.Accessor(gone)
 	if err != nil {
 		return nil, err
@@ -165,9 +161,9 @@ func errorEvent(err error) watch.Event {
 	return watch.Event{Type: watch.Error, Object: &apierrors.NewInternalError(err).ErrStatus}
 }
 
-// narrow narrows a node agent's list or watch to what View shows, on top
-// of what it asked.
-func (v View) narrow(ctx context.Context, options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, bool) {
+// narrow narrows a node agent's list or watch to what Shown selects, on
+// top of what it asked.
+func (r *REST) narrow(ctx context.Context, options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, bool) {
 	u, ok := genericapirequest.UserFrom(ctx)
 	if !ok {
 		return options, false
@@ -180,9 +176,9 @@ func (v View) narrow(ctx context.Context, options *metainternalversion.ListOptio
 		narrowed = options.DeepCopy()
 	}
 	if narrowed.FieldSelector == nil || narrowed.FieldSelector.Empty() {
-		narrowed.FieldSelector = v.Shown
+		narrowed.FieldSelector = r.Shown
 	} else {
-		narrowed.FieldSelector = fields.AndSelectors(narrowed.FieldSelector, v.Shown)
+		narrowed.FieldSelector = fields.AndSelectors(narrowed.FieldSelector, r.Shown)
 	}
 	return narrowed, true
 }

@@ -13,10 +13,10 @@ import (
 	"github.com/nodus-dev/nodus/pkg/auth"
 )
 
-// An agent's view keeps exactly what View shows, on top of what it
+// An agent's view keeps exactly what Shown selects, on top of what it
 // selected; others' views are as asked.
 func TestAnAgentSeesOnlyWhatTheViewShows(t *testing.T) {
-	v := View{Shown: fields.OneTermNotEqualSelector("status.phase", "done")}
+	v := &REST{Shown: fields.OneTermNotEqualSelector("status.phase", "done")}
 	agent := &user.DefaultInfo{Name: auth.NodeUserPrefix + "gpu-001", Groups: []string{auth.GroupNodes},
 		Extra: map[string][]string{auth.ExtraAgentGeneration: {"1"}}}
 	asked := &metainternalversion.ListOptions{FieldSelector: fields.OneTermEqualSelector("status.host", "host-abc")}
@@ -44,7 +44,7 @@ func TestAnAgentSeesOnlyWhatTheViewShows(t *testing.T) {
 		t.Errorf("a member's view was narrowed: %s", got.FieldSelector)
 	}
 	if got, _ := v.narrow(genericapirequest.WithUser(context.Background(), agent), nil); got.FieldSelector.Matches(fields.Set{"status.phase": "done"}) {
-		t.Errorf("an agent's list without options sees what the view does not show")
+		t.Errorf("an agent's list without options sees what Shown does not select")
 	}
 }
 

@@ -26,6 +26,7 @@ import (
 	"github.com/nodus-dev/nodus/pkg/executionlog"
 	"github.com/nodus-dev/nodus/pkg/lending"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
+	"github.com/nodus-dev/nodus/pkg/registry/agentview"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
@@ -35,7 +36,7 @@ var gr = nodusv1.Resource("executions")
 // borrower's cancel action, the agent's report action and the log.
 func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Store) map[string]rest.Storage {
 	storage := executions.Storage("executions", "exec")
-	storage["executions"] = &REST{REST: storage["executions"].(*base.REST), Logs: logs}
+	storage["executions"] = &REST{REST: &agentview.REST{REST: storage["executions"].(*base.REST), Shown: unfinished}, Logs: logs}
 	storage["executions/cancel"] = &CancelREST{Executions: executions.Status}
 	storage["executions/report"] = &ReportREST{Executions: executions.Status, Reservations: reservations.Main, Nodes: nodes.Main, Logs: logs}
 	storage["executions/log"] = &LogREST{Executions: executions.Main, Logs: logs}
@@ -44,9 +45,10 @@ func Storage(executions, reservations, nodes base.Stores, logs *executionlog.Sto
 
 // REST keeps an execution while it holds a host: deleting it then would
 // free its GPUs for others while its processes may still run. A deleted
-// execution's kept output goes with it.
+// execution's kept output goes with it. A node agent lists and watches
+// only the executions that have not finished (unfinished).
 type REST struct {
-	*base.REST
+	*agentview.REST
 	Logs *executionlog.Store
 }
 
@@ -344,7 +346,7 @@ func (r *ReportREST) forgetOrphanedOutput(ctx context.Context, namespace, name s
 // withoutRecord is a finished execution as its agent's report is answered:
 // without its spec. The command and environment are the borrower's record
 // once the run is over, which the host's credential (copied, maybe, by a
-// tenant with root there) no longer reads: nor in a list (REST.agentView), nor
+// tenant with root there) no longer reads: nor in a list (unfinished), nor
 // in the answer to a repeated end report.
 func withoutRecord(e *nodusv1.Execution) *nodusv1.Execution {
 	if !e.Status.Phase.Finished() {

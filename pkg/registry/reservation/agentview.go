@@ -1,12 +1,7 @@
 package reservation
 
 import (
-	"context"
-
-	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/apiserver/pkg/registry/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -14,46 +9,21 @@ import (
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 )
 
-// Storage is the Reservation resource and its status.
+// Storage is the Reservation resource, as node agents are shown it
+// (served), and its status.
 func Storage(reservations base.Stores) map[string]rest.Storage {
 	storage := reservations.Storage("reservations", "rsv")
-	storage["reservations"] = &REST{REST: storage["reservations"].(*base.REST)}
+	storage["reservations"] = &agentview.REST{REST: storage["reservations"].(*base.REST), Shown: served}
 	return storage
 }
 
-// REST shows a node's agent only the reservations whose access its node
-// applies now (agentView).
-type REST struct {
-	*base.REST
-}
-
-// List is the reservations as asked; a node agent's, those it serves now.
-func (r *REST) List(ctx context.Context, options *metainternalversion.ListOptions) (runtime.Object, error) {
-	return r.agentView().List(ctx, options, r.REST.List)
-}
-
-// Watch is List's view as a watch: a reservation whose access ended leaves
-// an agent's watch as deleted, by its name and UID, which is what the agent
-// retires it by.
-func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptions) (watch.Interface, error) {
-	return r.agentView().Watch(ctx, options, r.REST.Watch)
-}
-
-// agentView narrows a node agent's reads to the reservations whose access
-// its node applies: one that is active, or whose access is being retired
-// (releasing, ending). One that ended (released, ended) stays on its node's
-// list until deleted, and names a project, its login user and term, and who
-// released it; the agent's credential is its host's, which a later tenant
-// with root there may have copied (docs/security.md). A pending one has no
-// node yet.
-func (r *REST) agentView() agentview.View {
-	return agentview.View{Store: r.REST.Store, Shown: served}
-}
-
-// unserved are the states whose access no agent applies.
-var unserved = []nodusv1.ReservationState{"", nodusv1.ReservationStatePending, nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded}
-
-// served selects the reservations in a state whose access an agent applies.
+// served selects what a node agent lists and watches of the reservations
+// on its node: those whose access it applies, active, or being retired
+// (releasing, ending). One whose access ended (released, ended) stays on
+// its node's list until deleted, naming a project, its login user and
+// term, and who released it; the agent's credential is its host's, which
+// a later tenant with root there may have copied (docs/security.md). One
+// whose access has not begun names no node yet.
 var served = func() fields.Selector {
 	var terms []fields.Selector
 	for _, s := range unserved {
@@ -61,3 +31,6 @@ var served = func() fields.Selector {
 	}
 	return fields.AndSelectors(terms...)
 }()
+
+// unserved are the states whose access no agent applies.
+var unserved = []nodusv1.ReservationState{"", nodusv1.ReservationStatePending, nodusv1.ReservationStateReleased, nodusv1.ReservationStateEnded}
