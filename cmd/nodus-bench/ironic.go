@@ -157,30 +157,48 @@ func ironic(s *server, c config) error {
 		fmt.Printf("  %-28s %7.0f/s  p50 %-9s p99 %-9s server CPU %-9s per request  %.2f× the API GET\n",
 			row.name, r.perSecond, r.p50, r.p99, cpu.Round(time.Microsecond), r.perSecond/base.perSecond)
 	}
-	return ironicWalks(ctx, s, c)
+	return ironicWalks(ctx, s, c, allocated)
 }
 
 // ironicWalks times reading every node in pages of 1,000, as Nova's driver
-// lists the fleet: through the API (limit and continue) and through /v1
-// (limit and the next link), the summary and the detail, -walks times each
-// by one client, with the server's CPU per walk.
-func ironicWalks(ctx context.Context, s *server, c config) error {
+// lists the fleet, and every allocation so: through the API (limit and
+// continue) and through /v1 (limit and the next link; for nodes the
+// summary and the detail), -walks times each by one client, with the
+// server's CPU per walk.
+func ironicWalks(ctx context.Context, s *server, c config, allocated int) error {
 	api := s.client.NodusV1()
 	const pageSize = 1000
-	apiWalk := func() (int, error) {
-		count, next := 0, ""
-		for {
-			list, err := api.Nodes().List(ctx, metav1.ListOptions{Limit: pageSize, Continue: next})
-			if err != nil {
-				return count, err
-			}
-			count += len(list.Items)
-			if next = list.Continue; next == "" {
-				return count, nil
+	apiWalk := func(list func(metav1.ListOptions) (int, string, error)) func() (int, error) {
+		return func() (int, error) {
+			count, next := 0, ""
+			for {
+				n, cont, err := list(metav1.ListOptions{Limit: pageSize, Continue: next})
+				if err != nil {
+					return count, err
+				}
+				count += n
+				if next = cont; next == "" {
+					return count, nil
+				}
 			}
 		}
 	}
-	ironicWalk := func(collection string) func() (int, error) {
+	nodePages := apiWalk(func(o metav1.ListOptions) (int, string, error) {
+		list, err := api.Nodes().List(ctx, o)
+		if err != nil {
+			return 0, "", err
+		}
+		return len(list.Items), list.Continue, nil
+	})
+	allocationPages := apiWalk(func(o metav1.ListOptions) (int, string, error) {
+		list, err := api.Allocations().List(ctx, o)
+		if err != nil {
+			return 0, "", err
+		}
+		return len(list.Items), list.Continue, nil
+	})
+	// ironicWalk reads collection (its items under key) page by page.
+	ironicWalk := func(collection, key string) func() (int, error) {
 		return func() (int, error) {
 			count, path := 0, fmt.Sprintf("/v1/%s?limit=%d", collection, pageSize)
 			for path != "" {
@@ -199,30 +217,42 @@ func ironicWalks(ctx context.Context, s *server, c config) error {
 				if err != nil {
 					return count, fmt.Errorf("GET %s: %w", path, err)
 				}
-				var page struct {
-					Nodes []json.RawMessage `json:"nodes"`
-					Next  string            `json:"next"`
-				}
+				var page map[string]json.RawMessage
+				var items []json.RawMessage
 				if err := json.Unmarshal(body, &page); err != nil {
 					return count, fmt.Errorf("GET %s: %w", path, err)
 				}
-				count += len(page.Nodes)
-				path = page.Next
+				if err := json.Unmarshal(page[key], &items); err != nil {
+					return count, fmt.Errorf("GET %s: %q: %w", path, key, err)
+				}
+				count += len(items)
+				path = ""
+				if next, ok := page["next"]; ok {
+					if err := json.Unmarshal(next, &path); err != nil {
+						return count, fmt.Errorf("GET %s: next: %w", path, err)
+					}
+				}
 			}
 			return count, nil
 		}
 	}
 	walks := []struct {
 		name string
+		want int
 		walk func() (int, error)
+		// baseline: the API's walk of the same kind, which the row is
+		// compared with.
+		baseline bool
 	}{
-		{"API LIST, pages of 1,000", apiWalk},
-		{"GET /v1/nodes, pages", ironicWalk("nodes")},
-		{"GET /v1/nodes/detail, pages", ironicWalk("nodes/detail")},
+		{"API LIST of Nodes", c.nodes, nodePages, true},
+		{"GET /v1/nodes", c.nodes, ironicWalk("nodes", "nodes"), false},
+		{"GET /v1/nodes/detail", c.nodes, ironicWalk("nodes/detail", "nodes"), false},
+		{"API LIST of Allocations", allocated, allocationPages, true},
+		{"GET /v1/allocations", allocated, ironicWalk("allocations", "allocations"), false},
 	}
-	fmt.Printf("  every node read in pages of %d by one client, %d times each:\n", pageSize, c.walks)
+	fmt.Printf("  every node (every allocation) read in pages of %d by one client, %d times each:\n", pageSize, c.walks)
 	var base time.Duration
-	for i, w := range walks {
+	for _, w := range walks {
 		if err := s.quiesce(ctx); err != nil {
 			return err
 		}
@@ -236,8 +266,8 @@ func ironicWalks(ctx context.Context, s *server, c config) error {
 			if err != nil {
 				return err
 			}
-			if n != c.nodes {
-				return fmt.Errorf("%s: %d nodes read, want %d", w.name, n, c.nodes)
+			if n != w.want {
+				return fmt.Errorf("%s: %d read, want %d", w.name, n, w.want)
 			}
 		}
 		took := time.Since(start) / time.Duration(c.walks)
@@ -245,7 +275,7 @@ func ironicWalks(ctx context.Context, s *server, c config) error {
 		if err != nil {
 			return err
 		}
-		if i == 0 {
+		if w.baseline {
 			base = took
 		}
 		fmt.Printf("  %-28s %8s a walk  server CPU %-9s a walk  %.2f× the API LIST's speed\n",

@@ -162,10 +162,6 @@ func (c *call) listAllocations() error {
 	if q.Has("owner") && !c.v.atLeast(ownerSince) {
 		return errorf(http.StatusNotAcceptable, "Filtering by owner needs API version %s or later", ownerSince)
 	}
-	nodes, err := c.nodes()
-	if err != nil {
-		return err
-	}
 	nodeFilter := ""
 	if ident := q.Get("node"); ident != "" {
 		n, err := c.findNamedNode(ident, "Node %s could not be found")
@@ -174,17 +170,21 @@ func (c *call) listAllocations() error {
 		}
 		nodeFilter = n.Name
 	}
-	all, err := c.allocations()
+	listed, err := c.h.Allocations.List(c.ctx(), consistent)
 	if err != nil {
 		return err
 	}
-	uids := uidsByName(nodes) // not a walk over the nodes per allocation
-	var views []map[string]interface{}
+	all := listed.(*nodusv1.AllocationList)
+	// Every allocation is filtered and sorted by its view without its
+	// node's UUID, which no filter or sort key reads; the page's views
+	// read their nodes, one each, instead of a list of the fleet per page.
+	var keys []map[string]interface{}
+	var kept []*nodusv1.Allocation
 	var marker map[string]interface{}
-	for i := range all {
-		a := &all[i]
+	for i := range all.Items {
+		a := &all.Items[i]
 		if p.marker != "" && string(a.UID) == p.marker {
-			marker = atVersion(allocationView(c.base, a, uids[a.Status.Node]), allocationFieldSince, c.v)
+			marker = allocationView(c.base, a, "")
 		}
 		if nodeFilter != "" && a.Status.Node != nodeFilter {
 			continue
@@ -193,15 +193,22 @@ func (c *call) listAllocations() error {
 			!matches(q, "state", stateOf(a)) {
 			continue
 		}
-		views = append(views, atVersion(allocationView(c.base, a, uids[a.Status.Node]), allocationFieldSince, c.v))
+		keys = append(keys, allocationView(c.base, a, ""))
+		kept = append(kept, a)
 	}
-	items, next, err := p.order(views, marker, "allocations", c.base, q)
+	items, next, err := p.order(keys, marker, "allocations", c.base, q)
 	if err != nil {
 		return err
 	}
 	out := make([]map[string]interface{}, len(items))
 	for i, item := range items {
-		out[i] = selectFields(views[item], p.fields)
+		// As of the list's revision or later: the node named is the one
+		// the allocation holds at that revision, or its successor.
+		view, err := c.allocationViewAt(kept[item], all.ResourceVersion)
+		if err != nil {
+			return err
+		}
+		out[i] = selectFields(view, p.fields)
 	}
 	body := map[string]interface{}{"allocations": out}
 	if next != "" {
@@ -251,11 +258,17 @@ func (c *call) showAllocation(ident string) error {
 }
 
 func (c *call) allocationView(a *nodusv1.Allocation) (map[string]interface{}, error) {
+	return c.allocationViewAt(a, "")
+}
+
+// allocationViewAt is a's view with its node's UUID read at resourceVersion
+// or later from the watch cache ("" reads etcd now).
+func (c *call) allocationViewAt(a *nodusv1.Allocation, resourceVersion string) (map[string]interface{}, error) {
 	nodeUID := ""
 	if a.Status.Node != "" {
 		// By its object name: findNode would take a name that looks like a
 		// UUID for another node's UUID.
-		obj, err := c.h.Nodes.Get(c.ctx(), a.Status.Node, &metav1.GetOptions{})
+		obj, err := c.h.Nodes.Get(c.ctx(), a.Status.Node, &metav1.GetOptions{ResourceVersion: resourceVersion})
 		if err != nil && !apierrors.IsNotFound(err) {
 			return nil, err
 		}

@@ -465,15 +465,6 @@ func (c *call) getAllocation(name string) (*nodusv1.Allocation, error) {
 	return obj.(*nodusv1.Allocation), nil
 }
 
-// uidsByName are the nodes' UIDs by name.
-func uidsByName(nodes []nodusv1.Node) map[string]string {
-	uids := make(map[string]string, len(nodes))
-	for i := range nodes {
-		uids[nodes[i].Name] = string(nodes[i].UID)
-	}
-	return uids
-}
-
 func looksLikeUUID(s string) bool {
 	if len(s) != 36 {
 		return false

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -389,5 +390,91 @@ func TestANodeInUseKeepsItsResourceClass(t *testing.T) {
 	}
 	if r := patchV1("free", `[{"op":"replace","path":"/resource_class","value":"gpu-h100x8"}]`); r.code != http.StatusOK {
 		t.Errorf("the class of a free node through /v1: %d %s", r.code, r.body)
+	}
+}
+
+// TestIronicAnAllocationListShowsEachAllocationsNode: a page of
+// /v1/allocations reads the node of each allocation it shows (since
+// session 52, one read each instead of a list of the fleet per page):
+// each shows its own node's UUID, page by page, in either order and
+// filtered by node, as the allocation read alone shows it.
+func TestIronicAnAllocationListShowsEachAllocationsNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	names := []string{"al-0", "al-1", "al-2"}
+	readyNodes(t, f, names...)
+	readyNodes(t, f, "free-0")
+	op := tokenFor(t, s, "ops", "nodus:operators")
+	want := map[string]string{} // the node's UUID by allocation UUID
+	for _, n := range names {
+		a := backfill(t, s, "for-"+n, n)
+		node, err := s.Client.NodusV1().Nodes().Get(ctx(t), n, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[string(a.UID)] = string(node.UID)
+	}
+	if _, err := s.Client.NodusV1().Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "unplaced"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "no-such-class"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	type page struct {
+		Allocations []struct {
+			UUID     string  `json:"uuid"`
+			Name     string  `json:"name"`
+			NodeUUID *string `json:"node_uuid"`
+		} `json:"allocations"`
+		Next string `json:"next"`
+	}
+	walk := func(query string) map[string]string {
+		t.Helper()
+		seen := map[string]string{}
+		path := "/v1/allocations?limit=2&" + query
+		for path != "" {
+			r := do(t, op, "GET", path, "", nil, "X-OpenStack-Ironic-API-Version", ironicVersion)
+			var p page
+			if err := json.Unmarshal(r.body, &p); r.code != http.StatusOK || err != nil {
+				t.Fatalf("GET %s: %d %s", path, r.code, r.body)
+			}
+			for _, a := range p.Allocations {
+				node := ""
+				if a.NodeUUID != nil {
+					node = *a.NodeUUID
+				}
+				seen[a.UUID] = node
+			}
+			path = ""
+			if p.Next != "" {
+				u, err := url.Parse(p.Next)
+				if err != nil {
+					t.Fatal(err)
+				}
+				path = u.RequestURI()
+			}
+		}
+		return seen
+	}
+	for _, query := range []string{"sort_dir=asc", "sort_key=name&sort_dir=desc"} {
+		seen := walk(query)
+		if len(seen) != len(want)+1 {
+			t.Errorf("%s: %d allocations listed, want %d: %v", query, len(seen), len(want)+1, seen)
+		}
+		for uid, node := range seen {
+			if w, placed := want[uid]; (placed && node != w) || (!placed && node != "") {
+				t.Errorf("%s: allocation %s shows node %q, want %q", query, uid, node, w)
+			}
+		}
+	}
+	byNode := walk("node=al-1")
+	node, err := s.Client.NodusV1().Nodes().Get(ctx(t), "al-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	onIt := ""
+	for _, n := range byNode {
+		onIt = n
+	}
+	if len(byNode) != 1 || onIt != string(node.UID) {
+		t.Errorf("node=al-1: %v, want its one allocation on %s", byNode, node.UID)
 	}
 }
