@@ -8,6 +8,7 @@ package agentview
 
 import (
 	"context"
+	"strconv"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -46,14 +47,18 @@ func (r *REST) List(ctx context.Context, options *metainternalversion.ListOption
 	if err != nil {
 		return nil, err
 	}
-	listed, err := meta.ListAccessor(obj)
+	// Checked against the present: etcd's revision now, which the watch
+	// cache reaches before it answers. The list's own revision is a past
+	// one, and the cache may lag etcd by events it has not taken yet (an
+	// execution that finished just before the list would still run there).
+	current, err := r.Store.Storage.Storage.GetCurrentResourceVersion(ctx)
 	if err != nil {
 		return nil, err
 	}
+	now := strconv.FormatUint(current, 10)
 	kept := make([]runtime.Object, 0, len(items))
 	for _, item := range items {
-		// As of the list's revision or later: the cache may be behind it.
-		shown, err := r.shownNow(ctx, item, narrowed, listed.GetResourceVersion())
+		shown, err := r.shownNow(ctx, item, narrowed, now)
 		if err != nil {
 			return nil, err
 		}
@@ -95,6 +100,8 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 			}
 			return watch.Event{Type: watch.Deleted, Object: gone}, true
 		}
+		// The cache as it is: it has taken this event before sending it,
+		// and lags etcd no more than a live watch does.
 		shown, err := r.shownNow(ctx, obj, narrowed, "0")
 		if err != nil {
 			// Neither shown nor passed over in silence: the client lists
@@ -107,8 +114,7 @@ func (r *REST) Watch(ctx context.Context, options *metainternalversion.ListOptio
 
 // shownNow says whether seen, as a list or watch shows it, is the object
 // that matches narrowed now, as the watch cache holds it at notOlderThan or
-// later: the cache has taken every event a watcher is sent before it sends
-// it.
+// later.
 func (r *REST) shownNow(ctx context.Context, seen runtime.Object, narrowed *metainternalversion.ListOptions, notOlderThan string) (bool, error) {
 	was, err := meta.Accessor(seen)
 	if err != nil {
