@@ -126,10 +126,24 @@ func cleaningRequest(n *nodusv1.Node) int64 {
 
 // Claim is node's status once reservation r holds it. The caller writes it
 // under the resourceVersion it read: of two claims, only one can succeed.
+//
+// What the node says of the tenant before goes: r's tenant, root on the
+// host, can read the node with its agent's credential. Of the last
+// cleaning, a success (a claim waits for one) keeps its request, times and
+// outcome, not the reservation it followed, its epoch, the login users,
+// the steps or the clean command's output; the server logged them when the
+// agent reported (docs/handover.md). An access refusal is about another
+// reservation.
 func Claim(node *nodusv1.Node, r *nodusv1.Reservation) *nodusv1.Node {
 	next := node.DeepCopy()
 	next.Status.Reservation, next.Status.ReservationUID = r.Name, r.UID
 	next.Status.ProvisionState = nodusv1.ProvisionStateActive
+	if c := next.Status.Cleaning; c != nil && c.Phase == nodusv1.CleaningSucceeded {
+		c.Reservation, c.Epoch, c.Users, c.Steps, c.Message, c.CommandOutput = "", 0, nil, nil, "", ""
+	}
+	if a := next.Status.AccessRefusal; a != nil && a.ReservationUID != r.UID {
+		next.Status.AccessRefusal = nil
+	}
 	return next
 }
 

@@ -35,6 +35,44 @@ func TestHandoverAsksForANewCleaning(t *testing.T) {
 	}
 }
 
+// TestClaimKeepsNothingOfTheTenantBefore: the next tenant reads its node
+// (root on the host has the agent's credential); the last cleaning's
+// record keeps that it was done, not what it names of the tenant before.
+func TestClaimKeepsNothingOfTheTenantBefore(t *testing.T) {
+	exit := int32(0)
+	cleaned := RecordCleaning(Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice"}, t0),
+		nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 5, Succeeded: true, Steps: []string{"ended every process of alice"},
+			CommandExitCode: &exit, CommandOutput: "removed /srv/alice"}, 3, t0.Add(time.Minute)).Node
+	cleaned.Status.AccessRefusal = &nodusv1.AccessRefusal{Reservation: "r1", ReservationUID: "uid-r1", Epoch: 5, Message: "alice is unknown"}
+	next := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r2", UID: "uid-r2"}}
+
+	claimed := Claim(cleaned, next)
+	c := claimed.Status.Cleaning
+	if claimed.Status.Reservation != "r2" || claimed.Status.ReservationUID != "uid-r2" || claimed.Status.ProvisionState != nodusv1.ProvisionStateActive {
+		t.Fatalf("claim: %+v", claimed.Status)
+	}
+	if c.Request != 1 || c.Phase != nodusv1.CleaningSucceeded || !c.RequestedAt.Equal(&metav1.Time{Time: t0}) || c.CompletedAt == nil ||
+		c.AgentGeneration != 3 || c.CommandExitCode == nil || *c.CommandExitCode != 0 {
+		t.Errorf("the claim lost that the node was cleaned: %+v", c)
+	}
+	if c.Reservation != "" || c.Epoch != 0 || c.Users != nil || c.Steps != nil || c.Message != "" || c.CommandOutput != "" {
+		t.Errorf("the claimed node's cleaning record names the tenant before: %+v", c)
+	}
+	if claimed.Status.AccessRefusal != nil {
+		t.Errorf("the claimed node keeps a refusal of the reservation before: %+v", claimed.Status.AccessRefusal)
+	}
+	if cleaned.Status.Cleaning.Reservation != "r1" || len(cleaned.Status.Cleaning.Steps) != 1 || cleaned.Status.AccessRefusal == nil {
+		t.Errorf("the claim changed the node it was given: %+v", cleaned.Status)
+	}
+
+	// A refusal of the claiming reservation itself stays: its controller
+	// reads it.
+	cleaned.Status.AccessRefusal.ReservationUID = "uid-r2"
+	if Claim(cleaned, next).Status.AccessRefusal == nil {
+		t.Error("the claim dropped the refusal of the reservation it is for")
+	}
+}
+
 func TestRecleanRefusesAReservedNode(t *testing.T) {
 	if _, b := Reclean(nodeHeldBy("r1"), t0); b == nil || b.Reason != "NodeReserved" {
 		t.Errorf("recleaning a reserved node: %+v", b)

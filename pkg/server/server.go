@@ -39,7 +39,6 @@ import (
 	"github.com/nodus-dev/nodus/pkg/projectsweep"
 	"github.com/nodus-dev/nodus/pkg/registry/accesstoken"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
-	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/registry/enrollmenttoken"
 	"github.com/nodus-dev/nodus/pkg/registry/execution"
 	"github.com/nodus-dev/nodus/pkg/registry/namespace"
@@ -128,14 +127,11 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 	group.NegotiatedSerializer = jsonlist.NegotiatedSerializer(c.Codecs, jsonlist.NewCache(listJSONCacheBytes),
 		jsonlist.Lists(c.Scheme, nodusv1.SchemeGroupVersion))
 	storage := map[string]rest.Storage{}
-	for _, r := range []struct {
-		stores   base.Stores
-		resource string
-		short    []string
-	}{{c.Stores.Pools, "pools", nil}, {c.Stores.Nodes, "nodes", []string{"no"}}} {
-		for path, s := range r.stores.Storage(r.resource, r.short...) {
-			storage[path] = s
-		}
+	for path, s := range c.Stores.Pools.Storage("pools") {
+		storage[path] = s
+	}
+	for path, s := range node.Storage(c.Stores.Nodes) {
+		storage[path] = s
 	}
 	for path, s := range reservation.Storage(c.Stores.Reservations) {
 		storage[path] = s

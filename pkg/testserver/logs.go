@@ -112,3 +112,17 @@ func KeepLogs(t testing.TB) {
 			len(lines), omitted, strings.Join(lines, "\n"), t.Name())
 	})
 }
+
+// Logged returns the lines of the in-process servers' log, of the last
+// keptLines, that contain s.
+func Logged(s string) []string {
+	logs.mu.Lock()
+	defer logs.mu.Unlock()
+	var found []string
+	for i := max(0, logs.seq-keptLines); i < logs.seq; i++ {
+		if line := logs.lines[i%keptLines]; strings.Contains(line, s) {
+			found = append(found, line)
+		}
+	}
+	return found
+}

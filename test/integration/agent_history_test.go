@@ -1,10 +1,13 @@
 package integration
 
 import (
+	"encoding/json"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -202,5 +205,156 @@ func TestAnAgentReadsOnlyTheReservationItServesNow(t *testing.T) {
 	waitReservation(t, s, "next", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateActive })
 	if got := names(onNode); len(got) != 1 || got["next"] != nodusv1.ReservationStateActive {
 		t.Errorf("the agent does not read the next tenant's reservation it serves: %v", got)
+	}
+}
+
+// TestTheNextTenantReadsNothingOfTheLastOnItsNode: once the next tenant
+// holds the node, its agent's credential (which that tenant, root there,
+// may have copied) reads nothing of the tenant before on its own Node: not
+// in the last cleaning's record (the reservation it cleaned after, its
+// login users, the steps, the clean command's output), not from the
+// store's history (a list at a past revision, a watch from one, which
+// replayed the earlier claim and the cleaning as it was asked). Until
+// session 53 the record kept all of it, and history was open.
+func TestTheNextTenantReadsNothingOfTheLastOnItsNode(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8}, false)
+	const node = "gpu-00"
+	agentClient := versioned.NewForConfigOrDie(f.agents[node])
+	nodes := agentClient.NodusV1().Nodes()
+	own := metav1.ListOptions{FieldSelector: "metadata.name=" + node}
+	first := f.reservation(t, node)
+	whileFirst, err := nodes.List(ctx(t), own)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(whileFirst.Items) != 1 || whileFirst.Items[0].Status.ReservationUID != first.UID {
+		t.Fatalf("the agent's list of its node while the first tenant holds it: %+v", whileFirst.Items)
+	}
+
+	if r := f.release(t, f.admin, node, fmt.Sprintf(`{"agreed":true,"epoch":%d}`, first.Status.Epoch), ""); r.code != 200 {
+		t.Fatalf("release: %d %s", r.code, r.body)
+	}
+	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Reservations: []nodusv1.ReservationEvidence{evidence(node, first.Status.Epoch+1, 0, 0)}}); err != nil {
+		t.Fatalf("the drained release's heartbeat: %v", err)
+	}
+	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
+	}).Status.Cleaning
+	now := time.Now()
+	if err := testfleet.Reserve(ctx(t), s.Client, "next", "beta", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	// What the cleaning of the first tenant's accounts reports names them
+	// and what they left.
+	const left = "first-tenant-checkpoints"
+	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Cleaning: &nodusv1.CleaningEvidence{Request: cleaning.Request, AppliedEpoch: cleaning.Epoch, Succeeded: true,
+			Steps:         []string{"ended every process of ubuntu", "removed 3 keys from the kernel keyrings of ubuntu"},
+			CommandOutput: "removed /srv/" + left}}); err != nil {
+		t.Fatalf("the cleaning's heartbeat: %v", err)
+	}
+	waitReservation(t, s, "next", func(r *nodusv1.Reservation) bool { return r.Status.State == nodusv1.ReservationStateActive })
+	// The operators' copy of the report.
+	if logged := testserver.Logged(left); len(logged) != 1 || !strings.Contains(logged[0], `reservation="gpu-00"`) ||
+		!strings.Contains(logged[0], "kernel keyrings of ubuntu") {
+		t.Errorf("the server's log of the cleaning's report: %q", logged)
+	}
+
+	// The node as it is now, as each of the agent's reads shows it.
+	revealed := func(read string, body []byte) {
+		t.Helper()
+		var n nodusv1.Node
+		if err := json.Unmarshal(body, &n); err != nil {
+			t.Fatalf("%s: %v: %s", read, err, body)
+		}
+		if n.Status.Reservation != "next" {
+			t.Fatalf("%s: the node is not the next tenant's: %+v", read, n.Status)
+		}
+		c := n.Status.Cleaning
+		if c == nil || c.Phase != nodusv1.CleaningSucceeded || c.Request != cleaning.Request {
+			t.Errorf("%s: the node shows no record of its last cleaning: %+v", read, c)
+		} else if c.Reservation != "" || len(c.Users) > 0 || len(c.Steps) > 0 || c.CommandOutput != "" || c.Message != "" {
+			t.Errorf("%s: the last cleaning's record names the tenant before: %+v", read, c)
+		}
+		for _, s := range []string{string(first.UID), left, "keyrings"} {
+			if strings.Contains(string(body), s) {
+				t.Errorf("%s shows %q of the tenant before: %s", read, s, body)
+			}
+		}
+	}
+	api := agentClient.NodusV1().RESTClient()
+	for _, read := range []struct {
+		name string
+		req  func() ([]byte, error)
+	}{
+		{"GET of the node", func() ([]byte, error) { return api.Get().Resource("nodes").Name(node).DoRaw(ctx(t)) }},
+		{"GET of its status", func() ([]byte, error) {
+			return api.Get().Resource("nodes").Name(node).SubResource("status").DoRaw(ctx(t))
+		}},
+	} {
+		body, err := read.req()
+		if err != nil {
+			t.Fatalf("%s: %v", read.name, err)
+		}
+		revealed(read.name, body)
+	}
+	list, err := nodes.List(ctx(t), own)
+	if err != nil || len(list.Items) != 1 {
+		t.Fatalf("the agent's list of its node: %v %+v", err, list)
+	}
+	item, err := json.Marshal(list.Items[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	revealed("a list of the node", item)
+
+	// Nor from the store's history: the node as the first tenant held it.
+	exact := own
+	exact.ResourceVersion, exact.ResourceVersionMatch = whileFirst.ResourceVersion, metav1.ResourceVersionMatchExact
+	if old, err := nodes.List(ctx(t), exact); !apierrors.IsGone(err) {
+		t.Errorf("a list at resourceVersion %s: %v, not Gone (410): %+v", exact.ResourceVersion, err, old)
+	}
+	from := own
+	from.ResourceVersion = whileFirst.ResourceVersion
+	w, err := nodes.Watch(ctx(t), from)
+	if err == nil {
+		defer w.Stop()
+		for timeout := time.After(3 * time.Second); err == nil; {
+			select {
+			case e := <-w.ResultChan():
+				if e.Type == watch.Error {
+					err = apierrors.FromObject(e.Object)
+				}
+				if n, ok := e.Object.(*nodusv1.Node); ok && (n.Status.ReservationUID == first.UID || (n.Status.Cleaning != nil && n.Status.Cleaning.Reservation != "")) {
+					t.Errorf("a watch from resourceVersion %s replayed the node in a %s event as the tenant before had it: %+v", from.ResourceVersion, e.Type, n.Status)
+				}
+			case <-timeout:
+				err = fmt.Errorf("the watch went on")
+			}
+		}
+	}
+	if !apierrors.IsGone(err) {
+		t.Errorf("a watch from resourceVersion %s: %v, not Gone (410)", from.ResourceVersion, err)
+	}
+
+	// As its informer reads it: a list, then a watch from the list's
+	// revision, which is the node's present (tried again should the node
+	// change between the two).
+	for try := 1; ; try++ {
+		list, err := nodes.List(ctx(t), own)
+		if err != nil {
+			t.Fatal(err)
+		}
+		from.ResourceVersion = list.ResourceVersion
+		w, err := nodes.Watch(ctx(t), from)
+		if err == nil {
+			w.Stop()
+			break
+		}
+		if !apierrors.IsGone(err) || try == 3 {
+			t.Fatalf("a watch from the revision of the list before it: %v", err)
+		}
 	}
 }

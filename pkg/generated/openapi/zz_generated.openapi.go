@@ -1753,7 +1753,7 @@ func schema_pkg_apis_nodus_v1_NodeCleaning(ref common.ReferenceCallback) common.
 	return common.OpenAPIDefinition{
 		Schema: spec.Schema{
 			SchemaProps: spec.SchemaProps{
-				Description: "NodeCleaning is one handover cleaning: what the server asked the agent to reset after a reservation's access ended, and what the agent reported.",
+				Description: "NodeCleaning is one handover cleaning: what the server asked the agent to reset after a reservation's access ended, and what the agent reported. When the next reservation claims the node, a succeeded cleaning keeps its request, times, phase, agent generation and exit code only: the rest names the tenant before, and the next one can read its node (the server logs the report in full).",
 				Type:        []string{"object"},
 				Properties: map[string]spec.Schema{
 					"request": {

@@ -20,7 +20,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 
-	"github.com/nodus-dev/nodus/pkg/auth"
 	"github.com/nodus-dev/nodus/pkg/registry/base"
 	"github.com/nodus-dev/nodus/pkg/watchfilter"
 )
@@ -170,11 +169,7 @@ func errorEvent(err error) watch.Event {
 // narrow narrows a node agent's list or watch to what Shown selects, on
 // top of what it asked.
 func (r *REST) narrow(ctx context.Context, options *metainternalversion.ListOptions) (*metainternalversion.ListOptions, bool) {
-	u, ok := genericapirequest.UserFrom(ctx)
-	if !ok {
-		return options, false
-	}
-	if _, _, agent := auth.NodeOf(u); !agent {
+	if !isAgent(ctx) {
 		return options, false
 	}
 	narrowed := &metainternalversion.ListOptions{}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -17,6 +18,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -131,6 +133,7 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 	}
 	cleaning := h.cleaning(node, beat)
 	if h.nodeChanged(node, applied, refusal, now, revived) || cleaning.Node != nil {
+		var recorded *nodusv1.NodeCleaning
 		_, _, err := h.Nodes.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 			func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
 				n := old.(*nodusv1.Node).DeepCopy()
@@ -138,14 +141,18 @@ func (h *HeartbeatREST) Create(ctx context.Context, name string, obj runtime.Obj
 					return nil, apierror.New(ctx, apierror.ReasonStaleAgent, nodusv1.Resource("nodes"), name,
 						fmt.Sprintf("node %q was re-enrolled during the heartbeat", name), "")
 				}
+				recorded = nil
 				if c := h.cleaning(n, beat); c.Node != nil {
-					n = c.Node
+					n, recorded = c.Node, c.Node.Status.Cleaning
 				}
 				h.applyBeat(n, applied, refusal, now)
 				return n, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
 		if err != nil {
 			return nil, err
+		}
+		if recorded != nil {
+			logCleaning(name, recorded)
 		}
 	}
 	if cleaning.Maintenance != "" {
@@ -198,6 +205,18 @@ func (h *HeartbeatREST) cleaning(n *nodusv1.Node, beat *nodusv1.NodeHeartbeat) l
 		return lifecycle.CleaningOutcome{}
 	}
 	return lifecycle.RecordCleaning(n, *beat.Cleaning, beat.AgentGeneration, h.now())
+}
+
+// logCleaning records the agent's report of a cleaning in the server's log:
+// the node keeps it until the next reservation claims the node, which its
+// tenant could read there (lifecycle.Claim).
+func logCleaning(node string, c *nodusv1.NodeCleaning) {
+	exit := "none"
+	if c.CommandExitCode != nil {
+		exit = strconv.Itoa(int(*c.CommandExitCode))
+	}
+	klog.InfoS("Cleaning recorded", "node", node, "request", c.Request, "phase", c.Phase, "reservation", c.Reservation,
+		"epoch", c.Epoch, "users", c.Users, "steps", c.Steps, "message", c.Message, "commandExitCode", exit, "commandOutput", c.CommandOutput)
 }
 
 // maintain puts a node whose cleaning failed in maintenance, with the reason.

@@ -163,6 +163,10 @@ type AccessRefusal struct {
 
 // NodeCleaning is one handover cleaning: what the server asked the agent to
 // reset after a reservation's access ended, and what the agent reported.
+// When the next reservation claims the node, a succeeded cleaning keeps
+// its request, times, phase, agent generation and exit code only: the rest
+// names the tenant before, and the next one can read its node (the server
+// logs the report in full).
 type NodeCleaning struct {
 	// Request numbers the cleanings of this node; every new one (a reservation
 	// leaving, or an operator's `nodus nodes clean`) is one higher. Only
