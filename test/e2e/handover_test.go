@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -146,12 +147,28 @@ echo planted`
 		if state != "active" {
 			return false
 		}
-		out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o", "jsonpath={.status.cleaning.request} {.status.cleaning.phase} {.status.cleaning.reservation}")
-		if out != fmt.Sprintf("%d Succeeded tenant-a", requested+1) {
-			t.Fatalf("tenant B is active while the node's cleaning is %q (want request %d Succeeded after tenant-a)", out, requested+1)
+		// Once B holds the node, the record of the cleaning after A names
+		// nothing of A: B, root there, can read it with nodusd's credential.
+		out, _, _ := s.kubectl("get", "node.nodus.dev", "e2e-node", "-o",
+			"jsonpath={.status.cleaning.request} {.status.cleaning.phase} {.status.cleaning.reservation}{.status.cleaning.users}{.status.cleaning.steps}")
+		if out != fmt.Sprintf("%d Succeeded ", requested+1) {
+			t.Fatalf("tenant B is active while the node's cleaning is %q (want request %d Succeeded, naming no one)", out, requested+1)
 		}
 		return true
 	})
+	// The operators' copy of the cleaning's report: the server's log.
+	var recorded []string
+	for _, line := range strings.Split(s.stdout.String(), "\n") {
+		if strings.Contains(line, `"Cleaning recorded"`) {
+			recorded = append(recorded, line)
+		}
+	}
+	if !slices.ContainsFunc(recorded, func(line string) bool {
+		return strings.Contains(line, fmt.Sprintf("request=%d", requested+1)) && strings.Contains(line, `reservation="tenant-a"`) &&
+			strings.Contains(line, "ended every process of")
+	}) {
+		t.Errorf("the server's log has no report of the cleaning after tenant A (request %d); its cleaning reports:\n%s", requested+1, strings.Join(recorded, "\n"))
+	}
 
 	if out, err := people.run("mia", "ssh", "acme/tenant-a", "--", "true"); err == nil || !strings.Contains(out, "no access now") {
 		t.Errorf("tenant A's nodus ssh after the release: %v %q", err, out)
