@@ -141,18 +141,8 @@ func TestAnAgentReadsOnlyTheReservationItServesNow(t *testing.T) {
 	if got := names(onNode); len(got) != 1 || got[node] != nodusv1.ReservationStateReleasing {
 		t.Fatalf("the agent does not read the release it must apply: %v", got)
 	}
-	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
-		Reservations: []nodusv1.ReservationEvidence{evidence(node, epoch+1, 0, 0)}}); err != nil {
-		t.Fatalf("the drained release's heartbeat: %v", err)
-	}
-	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
-		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
-	}).Status.Cleaning
 	// The next tenant queues for the node while it is cleaned.
-	now := time.Now()
-	if err := testfleet.Reserve(ctx(t), s.Client, "next", "beta", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	cleaning := cleanForNext(t, s, agentClient, node, epoch+1)
 	waitReservation(t, s, "next", func(r *nodusv1.Reservation) bool {
 		placed := meta.FindStatusCondition(r.Status.Conditions, "Placed")
 		return r.Status.State == nodusv1.ReservationStatePending && placed != nil && placed.Reason == string(apierror.ReasonNodeCleaning)
@@ -235,17 +225,7 @@ func TestTheNextTenantReadsNothingOfTheLastOnItsNode(t *testing.T) {
 	if r := f.release(t, f.admin, node, fmt.Sprintf(`{"agreed":true,"epoch":%d}`, first.Status.Epoch), ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}
-	if err := testfleet.Heartbeat(ctx(t), agentClient, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
-		Reservations: []nodusv1.ReservationEvidence{evidence(node, first.Status.Epoch+1, 0, 0)}}); err != nil {
-		t.Fatalf("the drained release's heartbeat: %v", err)
-	}
-	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
-		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
-	}).Status.Cleaning
-	now := time.Now()
-	if err := testfleet.Reserve(ctx(t), s.Client, "next", "beta", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
-		t.Fatal(err)
-	}
+	cleaning := cleanForNext(t, s, agentClient, node, first.Status.Epoch+1)
 	// What the cleaning of the first tenant's accounts reports names them
 	// and what they left.
 	const left = "first-tenant-checkpoints"
@@ -357,4 +337,24 @@ func TestTheNextTenantReadsNothingOfTheLastOnItsNode(t *testing.T) {
 			t.Fatalf("a watch from the revision of the list before it: %v", err)
 		}
 	}
+}
+
+// cleanForNext reports, as node's agent, the release applied at epoch
+// (its final one) and drained, waits for the node's cleaning request, and
+// queues project beta's reservation "next" for the node; it returns the
+// request.
+func cleanForNext(t *testing.T, s *testserver.Server, agent versioned.Interface, node string, epoch int64) *nodusv1.NodeCleaning {
+	t.Helper()
+	if err := testfleet.Heartbeat(ctx(t), agent, node, nodusv1.NodeHeartbeat{AgentGeneration: 1,
+		Reservations: []nodusv1.ReservationEvidence{evidence(node, epoch, 0, 0)}}); err != nil {
+		t.Fatalf("the drained release's heartbeat: %v", err)
+	}
+	cleaning := waitNode(t, s, node, func(n *nodusv1.Node) bool {
+		return n.Status.ProvisionState == nodusv1.ProvisionStateCleaning && n.Status.Cleaning != nil
+	}).Status.Cleaning
+	now := time.Now()
+	if err := testfleet.Reserve(ctx(t), s.Client, "next", "beta", nodusv1.ReservationPlacement{Node: node}, now.Add(-time.Hour), now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	return cleaning
 }
