@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 
@@ -61,6 +62,25 @@ func ironic(s *server, c config) error {
 		return len(nodes) == allocated, nil
 	}); err != nil {
 		return fmt.Errorf("%d allocations never claimed their nodes (%d did): %w", allocated, len(nodes), err)
+	}
+	// No agent beats again: once their leases expire, the server marks
+	// every node not ready, a status write each, which landed in the
+	// measurements below (their walks swung 3× between runs, session 53).
+	// They are measured after it.
+	fmt.Fprintf(os.Stderr, "ironic: waiting for the server to mark the nodes not ready (no agent beats)\n")
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := api.Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		for _, n := range list.Items {
+			if meta.IsStatusConditionTrue(n.Status.Conditions, nodusv1.NodeConditionReady) {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("the server did not mark every node not ready: %w", err)
 	}
 
 	rest := api.RESTClient()
