@@ -175,16 +175,15 @@ func (c *call) listAllocations() error {
 		return err
 	}
 	all := listed.(*nodusv1.AllocationList)
-	// Every allocation is filtered and sorted by its view without its
+	// Every allocation is filtered and sorted by its row, without its
 	// node's UUID, which no filter or sort key reads; the page's views
 	// read their nodes, one each, instead of a list of the fleet per page.
-	var keys []map[string]interface{}
-	var kept []*nodusv1.Allocation
-	var marker map[string]interface{}
+	var rows []allocationRow
+	var marker row
 	for i := range all.Items {
 		a := &all.Items[i]
 		if p.marker != "" && string(a.UID) == p.marker {
-			marker = allocationView(c.base, a, "")
+			marker = allocationRow{a}
 		}
 		if nodeFilter != "" && a.Status.Node != nodeFilter {
 			continue
@@ -193,10 +192,9 @@ func (c *call) listAllocations() error {
 			!matches(q, "state", stateOf(a)) {
 			continue
 		}
-		keys = append(keys, allocationView(c.base, a, ""))
-		kept = append(kept, a)
+		rows = append(rows, allocationRow{a})
 	}
-	items, next, err := p.order(keys, marker, "allocations", c.base, q)
+	items, next, err := order(p, rows, marker, "allocations", c.base, q)
 	if err != nil {
 		return err
 	}
@@ -204,7 +202,7 @@ func (c *call) listAllocations() error {
 	for i, item := range items {
 		// As of the list's revision or later: the node named is the one
 		// the allocation holds at that revision, or its successor.
-		view, err := c.allocationViewAt(kept[item], all.ResourceVersion)
+		view, err := c.allocationViewAt(rows[item].a, all.ResourceVersion)
 		if err != nil {
 			return err
 		}

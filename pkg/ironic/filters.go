@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"slices"
 	"strings"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
 // parseBool reads a boolean as Ironic does (oslo's bool_from_string,
@@ -36,9 +38,9 @@ var faults = []string{"power failure", "clean failure", "rescue abort failure", 
 // how a node's view answers it.
 type nodeFilter struct {
 	since version
-	// match says whether view passes the filter's value; nil for filters
+	// match says whether a node passes the filter's value; nil for filters
 	// that only page or select.
-	match func(view map[string]interface{}, value string) (bool, error)
+	match func(node row, value string) (bool, error)
 }
 
 // nodeListParams are the query parameters of GET /v1/nodes, as Ironic's
@@ -48,39 +50,39 @@ type nodeFilter struct {
 // the maximum answer 406, as they do in Ironic below their version.
 var nodeListParams = map[string]nodeFilter{
 	"limit": {}, "marker": {}, "sort_key": {}, "sort_dir": {}, "fields": {since: fieldsSince}, "detail": {since: version{43}},
-	"associated": {match: func(v map[string]interface{}, raw string) (bool, error) {
+	"associated": {match: func(v row, raw string) (bool, error) {
 		want, err := parseBool("associated", raw)
-		return (asString(v["instance_uuid"]) != "") == want, err
+		return (asString(v.field("instance_uuid")) != "") == want, err
 	}},
-	"maintenance": {match: func(v map[string]interface{}, raw string) (bool, error) {
+	"maintenance": {match: func(v row, raw string) (bool, error) {
 		want, err := parseBool("maintenance", raw)
-		return v["maintenance"] == want, err
+		return v.field("maintenance") == want, err
 	}},
-	"instance_uuid": {match: func(v map[string]interface{}, raw string) (bool, error) {
+	"instance_uuid": {match: func(v row, raw string) (bool, error) {
 		// As Ironic's UUID type: any spelling of a UUID, and 400 for what is none.
 		uid, ok := canonicalUUID(raw)
 		if !ok {
 			return false, errorf(http.StatusBadRequest, "Invalid UUID for instance_uuid: %q", raw)
 		}
-		return asString(v["instance_uuid"]) == uid, nil
+		return asString(v.field("instance_uuid")) == uid, nil
 	}},
 	"chassis_uuid": {match: never},
-	"provision_state": {since: version{9}, match: func(v map[string]interface{}, raw string) (bool, error) {
+	"provision_state": {since: version{9}, match: func(v row, raw string) (bool, error) {
 		if !slices.Contains(provisionStates, raw) {
 			return false, errorf(http.StatusBadRequest, "Invalid provision state %q: expected one of %s", raw, strings.Join(provisionStates, ", "))
 		}
-		return asString(v["provision_state"]) == raw, nil
+		return asString(v.field("provision_state")) == raw, nil
 	}},
 	"driver":         {since: version{16}, match: equalField("driver")},
 	"resource_class": {since: version{21}, match: equalField("resource_class")},
-	"fault": {since: version{42}, match: func(_ map[string]interface{}, raw string) (bool, error) {
+	"fault": {since: version{42}, match: func(_ row, raw string) (bool, error) {
 		if !slices.Contains(faults, raw) {
 			return false, errorf(http.StatusBadRequest, "Unknown fault %q: expected one of %s", raw, strings.Join(faults, ", "))
 		}
 		return false, nil // no Nodus node has a fault
 	}},
-	"conductor_group": {since: version{46}, match: func(v map[string]interface{}, raw string) (bool, error) {
-		return strings.EqualFold(asString(v["conductor_group"]), raw), nil
+	"conductor_group": {since: version{46}, match: func(v row, raw string) (bool, error) {
+		return strings.EqualFold(asString(v.field("conductor_group")), raw), nil
 	}},
 	"conductor":            {since: version{49}, match: never},
 	"owner":                {since: version{50}, match: equalField("owner")},
@@ -90,10 +92,10 @@ var nodeListParams = map[string]nodeFilter{
 	"shard": {since: version{82}}, "sharded": {since: version{82}}, "include_children": {since: version{83}}, "parent_node": {since: version{83}},
 }
 
-func never(map[string]interface{}, string) (bool, error) { return false, nil }
+func never(row, string) (bool, error) { return false, nil }
 
-func equalField(field string) func(map[string]interface{}, string) (bool, error) {
-	return func(v map[string]interface{}, raw string) (bool, error) { return asString(v[field]) == raw, nil }
+func equalField(field string) func(row, string) (bool, error) {
+	return func(v row, raw string) (bool, error) { return asString(v.field(field)) == raw, nil }
 }
 
 // asString is a view's string field: a string, or a *string (nil: null).
@@ -121,7 +123,7 @@ func checkNodeParams(q url.Values, v version) error {
 			return errorf(http.StatusNotAcceptable, "The %q parameter needs API version %s or later; this request is at %s", name, f.since, v)
 		case f.match != nil:
 			// A value is checked even when no node is there to match it.
-			if _, err := f.match(map[string]interface{}{}, q.Get(name)); err != nil {
+			if _, err := f.match(nodeRow{n: &nodusv1.Node{}}, q.Get(name)); err != nil {
 				return err
 			}
 		}
@@ -129,11 +131,12 @@ func checkNodeParams(q url.Values, v version) error {
 	return nil
 }
 
-// matchNode says whether a node's view passes every filter of q.
-func matchNode(q url.Values, view map[string]interface{}) (bool, error) {
+// matchNode says whether a node passes every filter of q. A node's row
+// becomes a row only for a filter to read: most lists have none.
+func matchNode[R row](q url.Values, node R) (bool, error) {
 	for name, values := range q {
 		if f := nodeListParams[name]; f.match != nil {
-			ok, err := f.match(view, values[0])
+			ok, err := f.match(node, values[0])
 			if err != nil || !ok {
 				return false, err
 			}

@@ -70,37 +70,35 @@ func (c *call) listNodes(detail bool) error {
 	if err != nil {
 		return err
 	}
-	// Filtered and sorted by their keys; only the page's views are built.
-	var keys []map[string]interface{}
-	var listed []*nodusv1.Node // the node of each of keys
-	var marker map[string]interface{}
+	// Filtered and sorted by their rows; only the page's views are built.
+	var rows []nodeRow
+	var marker row
 	for i := range nodes {
 		n := &nodes[i]
-		k := nodeKeys(n, allocationOf(n, allocationUIDs))
-		if p.marker != "" && k["uuid"] == p.marker {
-			marker = k
+		r := nodeRow{n, allocationOf(n, allocationUIDs)}
+		if p.marker != "" && string(n.UID) == p.marker {
+			marker = r
 		}
-		ok, err := matchNode(q, k)
+		ok, err := matchNode(q, r)
 		if err != nil {
 			return err
 		}
 		if ok {
-			keys = append(keys, k)
-			listed = append(listed, n)
+			rows = append(rows, r)
 		}
 	}
 	collection := "nodes"
 	if detail {
 		collection = "nodes/detail"
 	}
-	items, next, err := p.order(keys, marker, collection, c.base, q)
+	items, next, err := order(p, rows, marker, collection, c.base, q)
 	if err != nil {
 		return err
 	}
 	out := make([]map[string]interface{}, len(items))
 	for i, item := range items {
-		n := listed[item]
-		view := atVersion(nodeView(c.base, n, allocationOf(n, allocationUIDs)), nodeFieldSince, c.v)
+		r := rows[item]
+		view := atVersion(nodeView(c.base, r.n, r.allocation), nodeFieldSince, c.v)
 		if requested {
 			out[i] = selectRequested(view, p.fields)
 		} else {

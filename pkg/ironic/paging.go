@@ -69,24 +69,22 @@ func parsePage(q url.Values, sortKeys, fields []string) (page, error) {
 	return p, nil
 }
 
-// order sorts the items of a list by their keys (the fields of their
+// order sorts the items of a list by their rows (the fields of their
 // views it sorts by, and uuid), starts after the marker and cuts a page.
-// It returns the indices in keys of the page's items, and the link to the
-// next page, which exists only when the page is full. marker is the keys
+// It returns the indices in rows of the page's items, and the link to the
+// next page, which exists only when the page is full. marker is the row
 // of the item p.marker names, whether or not it passes the list's filters
 // (it may have changed since the page it ended), nil when there is none.
 // The caller builds the views of the page's items alone: a list of 10,000
 // nodes in pages of 1,000 built every node's view for each page (session
 // 51).
-func (p page) order(keys []map[string]interface{}, marker map[string]interface{}, collection, base string, q url.Values) ([]int, string, error) {
+func order[R row](p page, rows []R, marker row, collection, base string, q url.Values) ([]int, string, error) {
 	// Each item's sort value and UUID, read once: the sort compares n log n
-	// pairs, and read both maps and formatted their values for each
+	// pairs, and read both fields and formatted their values for each
 	// (docs/performance.md, session 53).
-	type sortKey struct{ value, uuid string }
-	keyOf := func(k map[string]interface{}) sortKey { return sortKey{sortable(k[p.sortKey]), sortable(k["uuid"])} }
-	sorted := make([]sortKey, len(keys))
-	for i, k := range keys {
-		sorted[i] = keyOf(k)
+	sorted := make([]sortKey, len(rows))
+	for i, r := range rows {
+		sorted[i] = sortKeyOf(r, p.sortKey)
 	}
 	compare := func(x, y sortKey) int {
 		c := strings.Compare(x.value, y.value)
@@ -98,7 +96,7 @@ func (p page) order(keys []map[string]interface{}, marker map[string]interface{}
 		}
 		return c
 	}
-	items := make([]int, len(keys))
+	items := make([]int, len(rows))
 	for i := range items {
 		items[i] = i
 	}
@@ -114,7 +112,7 @@ func (p page) order(keys []map[string]interface{}, marker map[string]interface{}
 			return nil, "", errorf(http.StatusNotFound, "%s %s could not be found.", kind, p.marker)
 		}
 		// The page goes on where the marker sorts, as Ironic's does.
-		after := keyOf(marker)
+		after := sortKeyOf(marker, p.sortKey)
 		items = items[sort.Search(len(items), func(i int) bool { return compare(after, sorted[items[i]]) < 0 }):]
 	}
 	next := ""
@@ -124,10 +122,20 @@ func (p page) order(keys []map[string]interface{}, marker map[string]interface{}
 	if len(items) == p.limit && len(items) > 0 {
 		q = cloneQuery(q)
 		q.Set("limit", strconv.Itoa(p.limit))
-		q.Set("marker", sortable(keys[items[len(items)-1]]["uuid"]))
+		q.Set("marker", sorted[items[len(items)-1]].uuid)
 		next = base + "/v1/" + collection + "?" + q.Encode()
 	}
 	return items, next, nil
+}
+
+// sortKey is what a list sorts an item by: the field it sorts by, and the
+// UUID, which makes the order total.
+type sortKey struct{ value, uuid string }
+
+// sortKeyOf reads r as R, not as a row: a node's row put in an interface
+// would be an allocation per node and page.
+func sortKeyOf[R row](r R, field string) sortKey {
+	return sortKey{sortable(r.field(field)), sortable(r.field("uuid"))}
 }
 
 func sortable(v interface{}) string {
