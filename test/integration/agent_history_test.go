@@ -303,7 +303,11 @@ func TestTheNextTenantReadsNothingOfTheLastOnItsNode(t *testing.T) {
 		defer w.Stop()
 		for timeout := time.After(3 * time.Second); err == nil; {
 			select {
-			case e := <-w.ResultChan():
+			case e, open := <-w.ResultChan():
+				if !open {
+					err = fmt.Errorf("the watch ended without an error")
+					break
+				}
 				if e.Type == watch.Error {
 					err = apierrors.FromObject(e.Object)
 				}
