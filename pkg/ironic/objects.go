@@ -42,11 +42,7 @@ func extraOf(m map[string]string) map[string]interface{} {
 // nodeView renders a Node as Ironic does; allocationUUID is its
 // allocation's uid, or "".
 func nodeView(base string, n *nodusv1.Node, allocationUUID string) map[string]interface{} {
-	row := nodeRow{n, allocationUUID}
-	view := make(map[string]interface{}, len(nodeRowFields)+5)
-	for _, f := range nodeRowFields {
-		view[f] = row.field(f)
-	}
+	view := viewOf(nodeRow{n, allocationUUID}, nodeRowFields, 5)
 	traits := n.Spec.Traits
 	if traits == nil {
 		traits = []string{}
@@ -66,6 +62,15 @@ func nodeView(base string, n *nodusv1.Node, allocationUUID string) map[string]in
 // value its view shows for a field.
 type row interface {
 	field(name string) interface{}
+}
+
+// viewOf starts an item's view with its row's fields, with room for more.
+func viewOf[R row](r R, fields []string, more int) map[string]interface{} {
+	view := make(map[string]interface{}, len(fields)+more)
+	for _, f := range fields {
+		view[f] = r.field(f)
+	}
+	return view
 }
 
 // nodeRowFields are the fields of a node's view that a list filters and
@@ -122,11 +127,7 @@ var nodeSummaryFields = []string{"uuid", "name", "instance_uuid", "power_state",
 
 // allocationView renders an Allocation; nodeUUID is its node's uid, or "".
 func allocationView(base string, a *nodusv1.Allocation, nodeUUID string) map[string]interface{} {
-	row := allocationRow{a}
-	view := make(map[string]interface{}, len(allocationRowFields)+5)
-	for _, f := range allocationRowFields {
-		view[f] = row.field(f)
-	}
+	view := viewOf(allocationRow{a}, allocationRowFields, 5)
 	traits := a.Spec.Traits
 	if traits == nil {
 		traits = []string{}
