@@ -80,8 +80,9 @@ var nodeRowFields = []string{"uuid", "name", "resource_class", "maintenance", "m
 
 // nodeRow is a node as a list filters and sorts it, each field read from
 // the node when asked: a list reads every node for each page, and a map
-// of these fields per node was 27 % of a page's CPU at 10,000 nodes, with
-// most of its garbage (docs/performance.md, sessions 53 and 54).
+// of these fields per node was 27 % of a page's CPU at 10,000 nodes, and
+// garbage for the collector besides (docs/performance.md, sessions 53 and
+// 54).
 // allocation is the node's allocation's uid, or "".
 type nodeRow struct {
 	n          *nodusv1.Node
