@@ -88,6 +88,9 @@ type completedConfig struct {
 	// loopbackHandler serves the loopback's requests in process: the
 	// generic server's full handler chain.
 	loopbackHandler http.Handler
+	// typeConverter is the field managers' (from the group's OpenAPI),
+	// once the group is installed.
+	typeConverter managedfields.TypeConverter
 }
 
 // Complete fills in the generic server's derived settings.
@@ -190,6 +193,7 @@ func (c CompletedConfig) New() (srv *Server, err error) {
 		return nil, err
 	}
 	c.schemas.Set(converter)
+	c.typeConverter = converter
 
 	legacy := genericapiserver.NewDefaultAPIGroupInfo("", c.Scheme, metav1.ParameterCodec, c.Codecs)
 	legacy.NegotiatedSerializer = c.Codecs
@@ -361,8 +365,9 @@ func serveErrorDoc(w http.ResponseWriter, req *http.Request) {
 
 // startControllers runs the controllers on the replica that wins the
 // election, and on every replica the recorder of nodes' last beats. They
-// write through the loopback, like any client, and read from informers fed
-// by this replica's stores.
+// write through the loopback, like any client (the allocation controller
+// in process, package localwrite), and read from informers fed by this
+// replica's stores.
 func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookContext) error {
 	client, err := loopbackClientset(hook.LoopbackClientConfig, c.loopbackHandler)
 	if err != nil {
@@ -388,6 +393,10 @@ func (c *completedConfig) startControllers(hook genericapiserver.PostStartHookCo
 		}
 		allocations, err := allocationcontroller.New(client, factory)
 		if err != nil {
+			klog.ErrorS(err, "allocation controller")
+			return
+		}
+		if allocations.Writes, err = c.allocationWrites(hook.LoopbackClientConfig); err != nil {
 			klog.ErrorS(err, "allocation controller")
 			return
 		}

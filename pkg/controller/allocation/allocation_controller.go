@@ -28,8 +28,6 @@ import (
 	"github.com/nodus-dev/nodus/pkg/outcome"
 )
 
-const fieldManager = "nodus-allocation-controller"
-
 // Controller processes allocations that are still allocating.
 type Controller struct {
 	client      versioned.Interface
@@ -44,6 +42,33 @@ type Controller struct {
 	// them back to the queue.
 	waitMu  sync.Mutex
 	waiting map[string]string
+	// Writes are its status writes: through client unless the server
+	// writes them in process (package localwrite).
+	Writes Writes
+}
+
+// Writes are the controller's status writes of Nodes (the claims) and of
+// Allocations, each under the object's resourceVersion, as the manager
+// FieldManager.
+type Writes struct {
+	NodeStatus       func(context.Context, *nodusv1.Node) (*nodusv1.Node, error)
+	AllocationStatus func(context.Context, *nodusv1.Allocation) (*nodusv1.Allocation, error)
+}
+
+// FieldManager names the controller's writes.
+const FieldManager = "nodus-allocation-controller"
+
+// ClientWrites are Writes through client.
+func ClientWrites(client versioned.Interface) Writes {
+	options := metav1.UpdateOptions{FieldManager: FieldManager}
+	return Writes{
+		NodeStatus: func(ctx context.Context, n *nodusv1.Node) (*nodusv1.Node, error) {
+			return client.NodusV1().Nodes().UpdateStatus(ctx, n, options)
+		},
+		AllocationStatus: func(ctx context.Context, a *nodusv1.Allocation) (*nodusv1.Allocation, error) {
+			return client.NodusV1().Allocations().UpdateStatus(ctx, a, options)
+		},
+	}
 }
 
 // LabelReservation is on an allocation a reservation placed by resource
@@ -66,6 +91,7 @@ func New(client versioned.Interface, factory externalversions.SharedInformerFact
 		index:   newFreeIndex(),
 		rnd:     rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0)),
 		waiting: map[string]string{},
+		Writes:  ClientWrites(client),
 	}
 	nodeInformer := v1.Nodes().Informer()
 	if err := nodeindex.AddByAllocation(nodeInformer); err != nil {
@@ -207,7 +233,7 @@ func (c *Controller) repairOrphan(ctx context.Context, node string) error {
 	freed := n.DeepCopy()
 	freed.Status.Allocation, freed.Status.AllocationUID = "", ""
 	// A conflict means the node changed meanwhile: the next event looks again.
-	_, err = c.client.NodusV1().Nodes().UpdateStatus(ctx, freed, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err = c.Writes.NodeStatus(ctx, freed)
 	return err
 }
 
@@ -296,7 +322,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 		}
 		claimed := node.DeepCopy()
 		claimed.Status.Allocation, claimed.Status.AllocationUID = a.Name, a.UID
-		written, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager})
+		written, err := c.Writes.NodeStatus(ctx, claimed)
 		if err == nil {
 			c.index.claimed(node.Name, a.Name, resourceVersion(written))
 			return c.finish(ctx, a, node.Name, "")
@@ -324,7 +350,7 @@ func (c *Controller) sync(ctx context.Context, name string) error {
 // then the first never can land: its precondition is gone. A claim that did
 // not land gives its node back; one still without an answer stays.
 func (c *Controller) settleUnanswered(ctx context.Context, claimed *nodusv1.Node, allocation string) (bool, error) {
-	written, err := c.client.NodusV1().Nodes().UpdateStatus(ctx, claimed, metav1.UpdateOptions{FieldManager: fieldManager})
+	written, err := c.Writes.NodeStatus(ctx, claimed)
 	if err == nil {
 		c.index.claimed(claimed.Name, allocation, resourceVersion(written))
 		return true, nil
@@ -400,7 +426,7 @@ func (c *Controller) wait(ctx context.Context, a *nodusv1.Allocation, why string
 	}
 	next := a.DeepCopy()
 	next.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateAllocating, LastError: why}
-	_, err := c.client.NodusV1().Allocations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := c.Writes.AllocationStatus(ctx, next)
 	return err
 }
 
@@ -422,6 +448,6 @@ func (c *Controller) finish(ctx context.Context, a *nodusv1.Allocation, node, la
 	if node == "" {
 		next.Status = nodusv1.AllocationStatus{State: nodusv1.AllocationStateError, LastError: lastError}
 	}
-	_, err := c.client.NodusV1().Allocations().UpdateStatus(ctx, next, metav1.UpdateOptions{FieldManager: fieldManager})
+	_, err := c.Writes.AllocationStatus(ctx, next)
 	return err
 }

@@ -1,0 +1,138 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/testserver"
+)
+
+// TestTheAllocationControllersWritesKeepTheirRecords: the allocation
+// controller writes its claim of a node and the allocation's status in
+// process (package localwrite), not through the loopback's HTTP. What a
+// write through the API leaves stays: the field manager's record of who
+// wrote which fields, beside every earlier manager's, and the audit event
+// of each write with who wrote what.
+func TestTheAllocationControllersWritesKeepTheirRecords(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newFleet(t, s)
+	c := s.Client.NodusV1()
+	readyNodes(t, f, "kept-0")
+	before, err := c.Nodes().Get(ctx(t), "kept-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Allocations().Create(ctx(t), &nodusv1.Allocation{ObjectMeta: metav1.ObjectMeta{Name: "kept"},
+		Spec: nodusv1.AllocationSpec{ResourceClass: "gpu-h100x8"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	a := waitAllocationUntil(t, s, "kept", allocationActive)
+	n, err := c.Nodes().Get(ctx(t), "kept-0", metav1.GetOptions{})
+	if err != nil || n.Status.Allocation != "kept" {
+		t.Fatalf("node after the allocation: %v %+v", err, n.Status)
+	}
+
+	// The field manager: the controller's fields are its own; no earlier
+	// manager's record is lost.
+	if fields := controllerFields(n.ManagedFields); !strings.Contains(fields, `"f:allocation"`) || !strings.Contains(fields, `"f:allocationUID"`) {
+		t.Errorf("the node's managedFields record no claim by the controller: %s", fields)
+	}
+	if fields := controllerFields(a.ManagedFields); !strings.Contains(fields, `"f:state"`) || !strings.Contains(fields, `"f:node"`) {
+		t.Errorf("the allocation's managedFields record no status by the controller: %s", fields)
+	}
+	for _, m := range before.ManagedFields {
+		if !slices.ContainsFunc(n.ManagedFields, func(e metav1.ManagedFieldsEntry) bool {
+			return e.Manager == m.Manager && e.Subresource == m.Subresource
+		}) {
+			t.Errorf("the claim dropped %s's record (%s) from the node's managedFields", m.Manager, m.Subresource)
+		}
+	}
+
+	// The audit log: each write, by the server's loopback user, with its
+	// request object (the built-in policy keeps writes' requests).
+	log := filepath.Join(s.DataDir, "audit.log")
+	var claim, status *controllerWrite
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) && (claim == nil || status == nil) {
+		claim, status = controllerWriteOf(t, log, "nodes", "kept-0"), controllerWriteOf(t, log, "allocations", "kept")
+		time.Sleep(100 * time.Millisecond)
+	}
+	if claim == nil || status == nil {
+		t.Fatalf("the controller's writes are not in the audit log: claim %v, status %v", claim != nil, status != nil)
+	}
+	if claim.User.Username != "system:apiserver" || claim.Verb != "update" || claim.ResponseStatus.Code != 200 ||
+		claim.RequestObject.Status.Allocation != "kept" || claim.RequestObject.Status.AllocationUID != string(a.UID) ||
+		!strings.Contains(claim.RequestURI, "fieldManager=nodus-allocation-controller") {
+		t.Errorf("the claim's audit event: %+v", claim)
+	}
+	if status.User.Username != "system:apiserver" || status.ResponseStatus.Code != 200 || status.RequestObject.Status.State != "active" ||
+		status.RequestObject.Status.Node != "kept-0" {
+		t.Errorf("the allocation status's audit event: %+v", status)
+	}
+}
+
+// controllerFields are the allocation controller's status fields in
+// entries, as JSON.
+func controllerFields(entries []metav1.ManagedFieldsEntry) string {
+	for _, e := range entries {
+		if e.Manager == "nodus-allocation-controller" && e.Subresource == "status" && e.Operation == metav1.ManagedFieldsOperationUpdate && e.FieldsV1 != nil {
+			return string(e.FieldsV1.Raw)
+		}
+	}
+	return ""
+}
+
+// controllerWrite is what the test reads of a status write's audit event.
+type controllerWrite struct {
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	UserAgent  string `json:"userAgent"`
+	User       struct {
+		Username string `json:"username"`
+	} `json:"user"`
+	ObjectRef struct {
+		Resource, Name, Subresource string
+	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
+	RequestObject struct {
+		Status struct {
+			Allocation    string `json:"allocation"`
+			AllocationUID string `json:"allocationUID"`
+			State         string `json:"state"`
+			Node          string `json:"node"`
+		} `json:"status"`
+	} `json:"requestObject"`
+}
+
+// controllerWriteOf is the last audit event in log of a status write of
+// resource name by the server in process, nil when there is none.
+func controllerWriteOf(t *testing.T, log, resource, name string) *controllerWrite {
+	t.Helper()
+	file, err := os.Open(log)
+	if err != nil {
+		return nil
+	}
+	defer file.Close()
+	var last *controllerWrite
+	sc := bufio.NewScanner(file)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		var e controllerWrite
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.UserAgent == "nodus-server (in process)" &&
+			e.ObjectRef.Resource == resource && e.ObjectRef.Name == name && e.ObjectRef.Subresource == "status" {
+			last = &e
+		}
+	}
+	return last
+}
