@@ -31,6 +31,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/managedfields"
+	"k8s.io/apimachinery/pkg/util/uuid"
 	"k8s.io/apiserver/pkg/admission"
 	auditinternal "k8s.io/apiserver/pkg/apis/audit"
 	"k8s.io/apiserver/pkg/audit"
@@ -41,6 +42,8 @@ import (
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
 	"sigs.k8s.io/structured-merge-diff/v6/fieldpath"
+
+	"github.com/nodus-dev/nodus/pkg/loopback"
 )
 
 // subresource is the one subresource written here.
@@ -180,6 +183,7 @@ func (s *Status) audit(ctx context.Context, attrs authorizer.AttributesRecord, o
 		return ctx, unaudited, nil
 	}
 	ctx = audit.WithAuditContext(ctx)
+	audit.WithAuditID(ctx, uuid.NewUUID())
 	ac := audit.AuditContextFrom(ctx)
 	if err := ac.Init(s.opts.AuditPolicy.EvaluatePolicyRule(attrs), s.opts.AuditBackend); err != nil {
 		return nil, nil, apierrors.NewInternalError(fmt.Errorf("the audit event of the write: %w", err))
@@ -188,7 +192,8 @@ func (s *Status) audit(ctx context.Context, attrs authorizer.AttributesRecord, o
 		return ctx, unaudited, nil
 	}
 	uri := &url.URL{Path: attrs.Path, RawQuery: url.Values{"fieldManager": {manager}}.Encode()}
-	req := &http.Request{Method: http.MethodPut, URL: uri, RequestURI: uri.RequestURI(),
+	// From the loopback's address, as the loopback's writes are.
+	req := &http.Request{Method: http.MethodPut, URL: uri, RequestURI: uri.RequestURI(), RemoteAddr: loopback.RemoteAddr,
 		Header: http.Header{"User-Agent": {s.opts.UserAgent}}}
 	audit.LogRequestMetadata(ctx, req, time.Now(), attrs)
 	if !ac.ProcessEventStage(ctx, auditinternal.StageRequestReceived) {

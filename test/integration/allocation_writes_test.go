@@ -69,6 +69,9 @@ func TestTheAllocationControllersWritesKeepTheirRecords(t *testing.T) {
 	if claim == nil || status == nil {
 		t.Fatalf("the controller's writes are not in the audit log: claim %v, status %v", claim != nil, status != nil)
 	}
+	if claim.AuditID == "" || claim.AuditID == status.AuditID {
+		t.Errorf("the writes' audit ids: %q and %q", claim.AuditID, status.AuditID)
+	}
 	if claim.User.Username != "system:apiserver" || claim.Verb != "update" || claim.ResponseStatus.Code != 200 ||
 		claim.RequestObject.Status.Allocation != "kept" || claim.RequestObject.Status.AllocationUID != string(a.UID) ||
 		!strings.Contains(claim.RequestURI, "fieldManager=nodus-allocation-controller") {
@@ -93,6 +96,7 @@ func controllerFields(entries []metav1.ManagedFieldsEntry) string {
 
 // controllerWrite is what the test reads of a status write's audit event.
 type controllerWrite struct {
+	AuditID    string `json:"auditID"`
 	Verb       string `json:"verb"`
 	RequestURI string `json:"requestURI"`
 	UserAgent  string `json:"userAgent"`

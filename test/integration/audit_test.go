@@ -282,11 +282,13 @@ func TestAuditRecordsIronicWritesNotSecrets(t *testing.T) {
 	}
 }
 
-// TestControllersWritesGoDownTheHandlerChain: the controllers write through
-// the API in process (pkg/loopback), and every such write still passes
-// authentication and the audit log: the allocation controller's claim of a
-// node is recorded as the server's loopback user, from the loopback address.
-func TestControllersWritesGoDownTheHandlerChain(t *testing.T) {
+// TestControllersWritesAreAuditedAsTheServer: the controllers write as the
+// server's loopback user, through the API in process (pkg/loopback) or, the
+// allocation controller's claims and status writes, to the stores in
+// process (pkg/localwrite). Either way each write is in the audit log as
+// that user, from the loopback address: here the allocation controller's
+// claim of a node.
+func TestControllersWritesAreAuditedAsTheServer(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	readyNodes(t, f, "audited-claim")
