@@ -82,6 +82,9 @@ type Status struct {
 	kind     schema.GroupVersionKind
 	fields   *managedfields.FieldManager
 	objects  admission.ObjectInterfaces
+	// admit is opts.Admission as the update handler wraps it: admission's
+	// audit annotations, and the check of what it did to managedFields.
+	admit admission.Interface
 }
 
 // NewStatus is the writer of resource's status through store (the status
@@ -101,7 +104,8 @@ func NewStatus(store *genericregistry.Store, resource schema.GroupVersionResourc
 		return nil, fmt.Errorf("localwrite: the field manager of %s: %w", resource, err)
 	}
 	return &Status{opts: opts, store: store, resource: resource, kind: kind, fields: fields,
-		objects: admission.NewObjectInterfacesFromScheme(opts.Scheme)}, nil
+		objects: admission.NewObjectInterfacesFromScheme(opts.Scheme),
+		admit:   fieldmanager.NewManagedFieldsValidatingAdmissionController(admission.WithAudit(opts.Admission))}, nil
 }
 
 // Update writes obj's status as manager, under obj's resourceVersion (a
@@ -131,7 +135,7 @@ func (s *Status) Update(ctx context.Context, obj runtime.Object, manager string)
 // mutating admission transform the object against the stored one, then
 // validating admission and the strategy judge it.
 func (s *Status) write(ctx context.Context, namespace, name string, obj runtime.Object, options *metav1.UpdateOptions) (runtime.Object, error) {
-	admit := fieldmanager.NewManagedFieldsValidatingAdmissionController(admission.WithAudit(s.opts.Admission))
+	admit := s.admit
 	transformers := []rest.TransformFunc{func(_ context.Context, next, live runtime.Object) (runtime.Object, error) {
 		return s.fields.UpdateNoErrors(live, next, options.FieldManager), nil
 	}}

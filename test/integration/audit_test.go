@@ -26,9 +26,11 @@ import (
 
 // auditEvent is the part of an audit.k8s.io/v1 Event the test reads.
 type auditEvent struct {
-	AuditID string `json:"auditID"`
-	Verb    string `json:"verb"`
-	User    struct {
+	AuditID    string `json:"auditID"`
+	Verb       string `json:"verb"`
+	RequestURI string `json:"requestURI"`
+	UserAgent  string `json:"userAgent"`
+	User       struct {
 		Username string `json:"username"`
 	} `json:"user"`
 	SourceIPs []string `json:"sourceIPs"`
