@@ -28,85 +28,1101 @@ var parserOnce sync.Once
 var parser *typed.Parser
 var schemaYAML = typed.YAMLObject(`types:
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.AccessToken
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.AccessTokenSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.AccessTokenStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Allocation
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.AllocationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.AllocationStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.EnrollmentToken
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.EnrollmentTokenSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.EnrollmentTokenStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Execution
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ExecutionSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ExecutionStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Node
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.NodeSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.NodeStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Pool
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.PoolSpec
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Project
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
   map:
-    elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ProjectSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ProjectStatus
+      default: {}
 - name: com.github.nodus-dev.nodus.pkg.apis.nodus.v1.Reservation
-  scalar: untyped
-  list:
-    elementType:
-      namedType: __untyped_atomic_
-    elementRelationship: atomic
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ReservationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ReservationStatus
+      default: {}
+- name: dev.nodus.v1.AccessRefusal
+  map:
+    fields:
+    - name: epoch
+      type:
+        scalar: numeric
+      default: 0
+    - name: message
+      type:
+        scalar: string
+      default: ""
+    - name: reservation
+      type:
+        scalar: string
+      default: ""
+    - name: reservationUID
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.AccessToken
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.AccessTokenSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.AccessTokenStatus
+      default: {}
+- name: dev.nodus.v1.AccessTokenSpec
+  map:
+    fields:
+    - name: description
+      type:
+        scalar: string
+    - name: expiresAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: groups
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: user
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.AccessTokenStatus
+  map:
+    fields:
+    - name: token
+      type:
+        scalar: string
+    - name: tokenHash
+      type:
+        scalar: string
+- name: dev.nodus.v1.Allocation
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.AllocationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.AllocationStatus
+      default: {}
+- name: dev.nodus.v1.AllocationSpec
+  map:
+    fields:
+    - name: candidateNodes
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: extra
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: ironicName
+      type:
+        scalar: string
+    - name: node
+      type:
+        scalar: string
+    - name: owner
+      type:
+        scalar: string
+    - name: resourceClass
+      type:
+        scalar: string
+    - name: traits
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.nodus.v1.AllocationStatus
+  map:
+    fields:
+    - name: lastError
+      type:
+        scalar: string
+    - name: node
+      type:
+        scalar: string
+    - name: state
+      type:
+        scalar: string
+- name: dev.nodus.v1.EnrollmentToken
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.EnrollmentTokenSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.EnrollmentTokenStatus
+      default: {}
+- name: dev.nodus.v1.EnrollmentTokenSpec
+  map:
+    fields:
+    - name: expiresAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: loginUser
+      type:
+        scalar: string
+    - name: nodeName
+      type:
+        scalar: string
+    - name: pool
+      type:
+        scalar: string
+      default: ""
+    - name: resourceClass
+      type:
+        scalar: string
+      default: ""
+    - name: traits
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.nodus.v1.EnrollmentTokenStatus
+  map:
+    fields:
+    - name: agentGeneration
+      type:
+        scalar: numeric
+    - name: agentKeyFingerprint
+      type:
+        scalar: string
+    - name: caFingerprint
+      type:
+        scalar: string
+    - name: nodeUID
+      type:
+        scalar: string
+    - name: token
+      type:
+        scalar: string
+    - name: tokenHash
+      type:
+        scalar: string
+    - name: usedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: usedBy
+      type:
+        scalar: string
+- name: dev.nodus.v1.Execution
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ExecutionSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ExecutionStatus
+      default: {}
+- name: dev.nodus.v1.ExecutionEnv
+  map:
+    fields:
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: value
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.ExecutionSpec
+  map:
+    fields:
+    - name: command
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: env
+      type:
+        list:
+          elementType:
+            namedType: dev.nodus.v1.ExecutionEnv
+          elementRelationship: associative
+          keys:
+          - name
+    - name: gpus
+      type:
+        scalar: numeric
+    - name: image
+      type:
+        scalar: string
+    - name: maxRuntimeSeconds
+      type:
+        scalar: numeric
+      default: 0
+    - name: pool
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.ExecutionStatus
+  map:
+    fields:
+    - name: cancelRequestedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: drainRequestedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: exitCode
+      type:
+        scalar: numeric
+    - name: finishedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: gpuIndices
+      type:
+        list:
+          elementType:
+            scalar: numeric
+          elementRelationship: atomic
+    - name: host
+      type:
+        scalar: string
+    - name: memoryLimitMiB
+      type:
+        scalar: numeric
+    - name: message
+      type:
+        scalar: string
+    - name: milliCPUs
+      type:
+        scalar: numeric
+    - name: network
+      type:
+        scalar: string
+    - name: phase
+      type:
+        scalar: string
+    - name: reason
+      type:
+        scalar: string
+    - name: scheduledAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: startedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.nodus.v1.Node
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.NodeSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.NodeStatus
+      default: {}
+- name: dev.nodus.v1.NodeCleaning
+  map:
+    fields:
+    - name: agentGeneration
+      type:
+        scalar: numeric
+    - name: commandExitCode
+      type:
+        scalar: numeric
+    - name: commandOutput
+      type:
+        scalar: string
+    - name: completedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: epoch
+      type:
+        scalar: numeric
+    - name: message
+      type:
+        scalar: string
+    - name: phase
+      type:
+        scalar: string
+      default: ""
+    - name: request
+      type:
+        scalar: numeric
+      default: 0
+    - name: requestedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: reservation
+      type:
+        scalar: string
+    - name: steps
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: users
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.nodus.v1.NodeGPU
+  map:
+    fields:
+    - name: driver
+      type:
+        scalar: string
+    - name: memoryMiB
+      type:
+        scalar: numeric
+      default: 0
+    - name: type
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.NodeInventory
+  map:
+    fields:
+    - name: cpu
+      type:
+        scalar: numeric
+      default: 0
+    - name: diskGiB
+      type:
+        scalar: numeric
+      default: 0
+    - name: gpus
+      type:
+        list:
+          elementType:
+            namedType: dev.nodus.v1.NodeGPU
+          elementRelationship: atomic
+    - name: memoryMiB
+      type:
+        scalar: numeric
+      default: 0
+    - name: nodusdVersion
+      type:
+        scalar: string
+    - name: os
+      type:
+        scalar: string
+- name: dev.nodus.v1.NodeSpec
+  map:
+    fields:
+    - name: extra
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: loginUser
+      type:
+        scalar: string
+    - name: maintenance
+      type:
+        scalar: boolean
+    - name: maintenanceReason
+      type:
+        scalar: string
+    - name: owner
+      type:
+        scalar: string
+    - name: pool
+      type:
+        scalar: string
+      default: ""
+    - name: resourceClass
+      type:
+        scalar: string
+      default: ""
+    - name: traits
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.nodus.v1.NodeStatus
+  map:
+    fields:
+    - name: accessRefusal
+      type:
+        namedType: dev.nodus.v1.AccessRefusal
+    - name: agentGeneration
+      type:
+        scalar: numeric
+    - name: allocation
+      type:
+        scalar: string
+    - name: allocationUID
+      type:
+        scalar: string
+    - name: appliedEpoch
+      type:
+        scalar: numeric
+    - name: cleaning
+      type:
+        namedType: dev.nodus.v1.NodeCleaning
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: executionSlots
+      type:
+        scalar: numeric
+    - name: inventory
+      type:
+        namedType: dev.nodus.v1.NodeInventory
+      default: {}
+    - name: lastHeartbeatTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: provisionState
+      type:
+        scalar: string
+    - name: reservation
+      type:
+        scalar: string
+    - name: reservationUID
+      type:
+        scalar: string
+    - name: sshAddress
+      type:
+        scalar: string
+    - name: sshHostKey
+      type:
+        scalar: string
+- name: dev.nodus.v1.Pool
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.PoolSpec
+      default: {}
+- name: dev.nodus.v1.PoolBorrower
+  map:
+    fields:
+    - name: maxExecutions
+      type:
+        scalar: numeric
+    - name: maxGPUs
+      type:
+        scalar: numeric
+      default: 0
+    - name: project
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.PoolLending
+  map:
+    fields:
+    - name: borrowers
+      type:
+        list:
+          elementType:
+            namedType: dev.nodus.v1.PoolBorrower
+          elementRelationship: associative
+          keys:
+          - project
+    - name: network
+      type:
+        scalar: string
+    - name: open
+      type:
+        scalar: boolean
+    - name: showBorrowers
+      type:
+        scalar: boolean
+- name: dev.nodus.v1.PoolSpec
+  map:
+    fields:
+    - name: displayName
+      type:
+        scalar: string
+    - name: lending
+      type:
+        namedType: dev.nodus.v1.PoolLending
+    - name: location
+      type:
+        scalar: string
+    - name: supplier
+      type:
+        scalar: string
+- name: dev.nodus.v1.Project
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ProjectSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ProjectStatus
+      default: {}
+- name: dev.nodus.v1.ProjectMember
+  map:
+    fields:
+    - name: kind
+      type:
+        scalar: string
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: role
+      type:
+        scalar: string
+      default: ""
+- name: dev.nodus.v1.ProjectSpec
+  map:
+    fields:
+    - name: displayName
+      type:
+        scalar: string
+    - name: members
+      type:
+        list:
+          elementType:
+            namedType: dev.nodus.v1.ProjectMember
+          elementRelationship: atomic
+- name: dev.nodus.v1.ProjectStatus
+  map:
+    fields:
+    - name: accessRevision
+      type:
+        scalar: numeric
+- name: dev.nodus.v1.Reservation
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: kind
+      type:
+        scalar: string
+    - name: metadata
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+      default: {}
+    - name: spec
+      type:
+        namedType: dev.nodus.v1.ReservationSpec
+      default: {}
+    - name: status
+      type:
+        namedType: dev.nodus.v1.ReservationStatus
+      default: {}
+- name: dev.nodus.v1.ReservationLending
+  map:
+    fields:
+    - name: changedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: epoch
+      type:
+        scalar: numeric
+      default: 0
+    - name: lent
+      type:
+        scalar: boolean
+      default: false
+    - name: maxExecutions
+      type:
+        scalar: numeric
+      default: 0
+    - name: maxGPUs
+      type:
+        scalar: numeric
+      default: 0
+    - name: memoryMiB
+      type:
+        scalar: numeric
+    - name: milliCPUs
+      type:
+        scalar: numeric
+- name: dev.nodus.v1.ReservationPlacement
+  map:
+    fields:
+    - name: allocation
+      type:
+        scalar: string
+    - name: node
+      type:
+        scalar: string
+    - name: resourceClass
+      type:
+        scalar: string
+    - name: traits
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+- name: dev.nodus.v1.ReservationSpec
+  map:
+    fields:
+    - name: endsAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: loginUser
+      type:
+        scalar: string
+    - name: placement
+      type:
+        namedType: dev.nodus.v1.ReservationPlacement
+      default: {}
+    - name: project
+      type:
+        scalar: string
+      default: ""
+    - name: startsAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: dev.nodus.v1.ReservationStatus
+  map:
+    fields:
+    - name: allocation
+      type:
+        scalar: string
+    - name: conditions
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+          elementRelationship: associative
+          keys:
+          - type
+    - name: endedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: epoch
+      type:
+        scalar: numeric
+    - name: lending
+      type:
+        namedType: dev.nodus.v1.ReservationLending
+    - name: lendingRequests
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: atomic
+    - name: loginUser
+      type:
+        scalar: string
+    - name: node
+      type:
+        scalar: string
+    - name: projectAccessRevision
+      type:
+        scalar: numeric
+    - name: release
+      type:
+        namedType: dev.nodus.v1.ReservedHostReleaseStatus
+    - name: releaseFieldManager
+      type:
+        scalar: string
+    - name: releaseRequest
+      type:
+        scalar: string
+    - name: state
+      type:
+        scalar: string
+- name: dev.nodus.v1.ReservedHostReleaseStatus
+  map:
+    fields:
+    - name: drainedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: requestedAt
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Condition
+  map:
+    fields:
+    - name: lastTransitionTime
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: message
+      type:
+        scalar: string
+      default: ""
+    - name: observedGeneration
+      type:
+        scalar: numeric
+    - name: reason
+      type:
+        scalar: string
+      default: ""
+    - name: status
+      type:
+        scalar: string
+      default: ""
+    - name: type
+      type:
+        scalar: string
+      default: ""
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
   map:
     elementType:
-      namedType: __untyped_deduced_
-    elementRelationship: separable
+      scalar: untyped
+      list:
+        elementType:
+          namedType: __untyped_atomic_
+        elementRelationship: atomic
+      map:
+        elementType:
+          namedType: __untyped_deduced_
+        elementRelationship: separable
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+    - name: fieldsType
+      type:
+        scalar: string
+    - name: fieldsV1
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.FieldsV1
+    - name: manager
+      type:
+        scalar: string
+    - name: operation
+      type:
+        scalar: string
+    - name: subresource
+      type:
+        scalar: string
+    - name: time
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta
+  map:
+    fields:
+    - name: annotations
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: creationTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: deletionGracePeriodSeconds
+      type:
+        scalar: numeric
+    - name: deletionTimestamp
+      type:
+        namedType: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+    - name: finalizers
+      type:
+        list:
+          elementType:
+            scalar: string
+          elementRelationship: associative
+    - name: generateName
+      type:
+        scalar: string
+    - name: generation
+      type:
+        scalar: numeric
+    - name: labels
+      type:
+        map:
+          elementType:
+            scalar: string
+    - name: managedFields
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.ManagedFieldsEntry
+          elementRelationship: atomic
+    - name: name
+      type:
+        scalar: string
+    - name: namespace
+      type:
+        scalar: string
+    - name: ownerReferences
+      type:
+        list:
+          elementType:
+            namedType: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+          elementRelationship: associative
+          keys:
+          - uid
+    - name: resourceVersion
+      type:
+        scalar: string
+    - name: selfLink
+      type:
+        scalar: string
+    - name: uid
+      type:
+        scalar: string
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.OwnerReference
+  map:
+    fields:
+    - name: apiVersion
+      type:
+        scalar: string
+      default: ""
+    - name: blockOwnerDeletion
+      type:
+        scalar: boolean
+    - name: controller
+      type:
+        scalar: boolean
+    - name: kind
+      type:
+        scalar: string
+      default: ""
+    - name: name
+      type:
+        scalar: string
+      default: ""
+    - name: uid
+      type:
+        scalar: string
+      default: ""
+    elementRelationship: atomic
+- name: io.k8s.apimachinery.pkg.apis.meta.v1.Time
+  scalar: untyped
 - name: __untyped_atomic_
   scalar: untyped
   list:
