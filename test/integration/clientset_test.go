@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"k8s.io/client-go/util/retry"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	applyv1 "github.com/nodus-dev/nodus/pkg/generated/applyconfiguration/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -197,6 +199,72 @@ func TestClientsetCRUD(t *testing.T) {
 		stored, err := c.AccessTokens().Get(ctx, "alice-laptop", metav1.GetOptions{})
 		if err != nil || stored.Status.Token != "" || stored.Status.TokenHash != tok.Status.TokenHash {
 			t.Fatalf("stored token must hold only the hash: %v %+v", err, stored.Status)
+		}
+	})
+
+	// Server-side apply through the typed client, and the apply
+	// configurations' extract, change, apply: two managers keep one
+	// borrower each in the pool's keyed list, and each extracts its own.
+	t.Run("Apply", func(t *testing.T) {
+		borrower := func(project string) *applyv1.PoolBorrowerApplyConfiguration {
+			return applyv1.PoolBorrower().WithProject(project).WithMaxGPUs(8)
+		}
+		apply := func(manager string, pool *applyv1.PoolApplyConfiguration) *nodusv1.Pool {
+			t.Helper()
+			got, err := c.Pools().Apply(ctx, pool, metav1.ApplyOptions{FieldManager: manager})
+			if err != nil {
+				t.Fatalf("%s's apply: %v", manager, err)
+			}
+			return got
+		}
+		borrowers := func(p *nodusv1.Pool) []string {
+			var names []string
+			if p.Spec.Lending != nil {
+				for _, b := range p.Spec.Lending.Borrowers {
+					names = append(names, b.Project)
+				}
+			}
+			return names
+		}
+		extracted := func(p *nodusv1.Pool, manager string) *applyv1.PoolApplyConfiguration {
+			t.Helper()
+			pool, err := applyv1.ExtractPool(p, manager)
+			if err != nil {
+				t.Fatalf("%s's extract: %v", manager, err)
+			}
+			return pool
+		}
+		extractedBorrowers := func(pool *applyv1.PoolApplyConfiguration) []string {
+			var names []string
+			if pool.Spec != nil && pool.Spec.Lending != nil {
+				for _, b := range pool.Spec.Lending.Borrowers {
+					names = append(names, *b.Project)
+				}
+			}
+			return names
+		}
+		apply("ops", applyv1.Pool("shared").WithSpec(applyv1.PoolSpec().WithSupplier("hx").
+			WithLending(applyv1.PoolLending().WithOpen(true).WithBorrowers(borrower("alpha")))))
+		p := apply("team", applyv1.Pool("shared").WithSpec(applyv1.PoolSpec().
+			WithLending(applyv1.PoolLending().WithBorrowers(borrower("beta")))))
+		if got := borrowers(p); !slices.Equal(got, []string{"alpha", "beta"}) {
+			t.Fatalf("after both applies the borrowers are %v, want alpha and beta", got)
+		}
+		ops := extracted(p, "ops")
+		if got := extractedBorrowers(ops); !slices.Equal(got, []string{"alpha"}) || ops.Spec.Supplier == nil || *ops.Spec.Supplier != "hx" {
+			t.Fatalf("ops extracted the borrowers %v and supplier %v, want its own: alpha, hx", got, ops.Spec.Supplier)
+		}
+		// ops drops alpha and adds gamma: team's beta stays.
+		ops.Spec.Lending.Borrowers = []applyv1.PoolBorrowerApplyConfiguration{*borrower("gamma")}
+		p = apply("ops", ops)
+		if got := borrowers(p); !slices.Equal(got, []string{"beta", "gamma"}) {
+			t.Errorf("after ops' second apply the borrowers are %v, want beta and gamma", got)
+		}
+		if got := extractedBorrowers(extracted(p, "team")); !slices.Equal(got, []string{"beta"}) {
+			t.Errorf("team extracted the borrowers %v, want beta", got)
+		}
+		if err := c.Pools().Delete(ctx, "shared", metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
 		}
 	})
 
