@@ -1,10 +1,12 @@
 package main
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -69,6 +71,69 @@ func TestTheApplyConfigurationsTypeEveryAppliedKind(t *testing.T) {
 			"apiVersion": nodusv1.SchemeGroupVersion.String(), "kind": kind, "notAField": "x"}}
 		if _, err := converter.ObjectToTyped(unknown); err == nil {
 			t.Errorf("%s's schema took a field the kind does not have: it is untyped (%v)", kind, typed.AsValue())
+		}
+	}
+}
+
+// extracts are the Extract functions of the applied kinds' apply
+// configurations, which read the kind from the schema by its Go name.
+var extracts = map[string]func(runtime.Object, string) (any, error){
+	"AccessToken": func(o runtime.Object, m string) (any, error) {
+		return applyv1.ExtractAccessToken(o.(*nodusv1.AccessToken), m)
+	},
+	"Allocation": func(o runtime.Object, m string) (any, error) {
+		return applyv1.ExtractAllocation(o.(*nodusv1.Allocation), m)
+	},
+	"EnrollmentToken": func(o runtime.Object, m string) (any, error) {
+		return applyv1.ExtractEnrollmentToken(o.(*nodusv1.EnrollmentToken), m)
+	},
+	"Execution": func(o runtime.Object, m string) (any, error) {
+		return applyv1.ExtractExecution(o.(*nodusv1.Execution), m)
+	},
+	"Node":    func(o runtime.Object, m string) (any, error) { return applyv1.ExtractNode(o.(*nodusv1.Node), m) },
+	"Pool":    func(o runtime.Object, m string) (any, error) { return applyv1.ExtractPool(o.(*nodusv1.Pool), m) },
+	"Project": func(o runtime.Object, m string) (any, error) { return applyv1.ExtractProject(o.(*nodusv1.Project), m) },
+	"Reservation": func(o runtime.Object, m string) (any, error) {
+		return applyv1.ExtractReservation(o.(*nodusv1.Reservation), m)
+	},
+}
+
+// TestEveryAppliedKindExtracts: each applied kind's Extract function finds
+// its kind in the schema and takes what the manager applied (a label).
+func TestEveryAppliedKindExtracts(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := nodusv1.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range appliedKinds() {
+		extract, ok := extracts[kind]
+		if !ok {
+			t.Errorf("%s applies: add its Extract function to this test", kind)
+			continue
+		}
+		obj, err := scheme.New(nodusv1.SchemeGroupVersion.WithKind(kind))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := meta.Accessor(obj)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m.SetName("x")
+		m.SetLabels(map[string]string{"applied": "yes", "other": "no"})
+		m.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "ops", Operation: metav1.ManagedFieldsOperationApply,
+			APIVersion: "nodus.dev/v1", FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{"f:applied":{}}}}`)}}})
+		extracted, err := extract(obj, "ops")
+		if err != nil {
+			t.Errorf("%s: %v", kind, err)
+			continue
+		}
+		data, err := json.Marshal(extracted)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(data), `"labels":{"applied":"yes"}`) {
+			t.Errorf("%s extracted %s, want ops' label alone", kind, data)
 		}
 	}
 }
