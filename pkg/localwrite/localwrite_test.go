@@ -43,7 +43,9 @@ var clusterScoped = request.WithNamespace(context.Background(), "")
 var loopbackUser = &user.DefaultInfo{Name: user.APIServerUser, Groups: []string{user.SystemPrivilegedGroup}}
 
 // fixture is the Allocation kind's stores on a real etcd, as the server
-// builds them, and what a writer of its status is given.
+// builds them, and what a writer of its status is given: the field
+// manager's types are the generated apply configurations' (the server's
+// are built from the same OpenAPI definitions, as it serves them).
 type fixture struct {
 	stores base.Stores
 	opts   localwrite.Options
