@@ -25,8 +25,8 @@ const freedBelow = 0.9
 // alarm stands, at the first round and then whenever something was
 // written (deleted) since the last try, KeepSpace compacts the history to
 // now (what was deleted, and the older versions of what was changed, are
-// then gone: watches behind that relist) and, once what is live is under
-// freedBelow of the quota, defragments and disarms.
+// then gone: watches behind that relist); every round, once what is live
+// is under freedBelow of the quota, it defragments and disarms.
 func (s *Server) KeepSpace(ctx context.Context, interval time.Duration) {
 	client := s.InProcessClient()
 	defer client.Close()
@@ -67,11 +67,16 @@ func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, tried in
 		return tried, err
 	}
 	revision := before.Header.Revision
-	if revision == tried {
-		return tried, nil // nothing deleted since the last round
-	}
-	if _, err := client.Compact(ctx, revision, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-		return tried, err
+	// Nothing deleted since the last round: nothing more to compact. The
+	// room the last compaction made is still looked for: etcd counts the
+	// pages a compaction frees at a later commit, so the round that
+	// compacted may have read the member as full as before, and a member
+	// that waited for the next delete refused writes meanwhile.
+	compacting := revision != tried
+	if compacting {
+		if _, err := client.Compact(ctx, revision, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return tried, err
+		}
 	}
 	// Defragmenting blocks every read and write of the member for as long
 	// as it copies what is live (seconds per GiB): only when it then gives
@@ -81,8 +86,10 @@ func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, tried in
 		return revision, err
 	}
 	if float64(compacted.DbSizeInUse) >= freedBelow*float64(s.quota) {
-		klog.InfoS("the embedded etcd is still full: it refuses writes until more is deleted",
-			"databaseBytes", compacted.DbSize, "inUseBytes", compacted.DbSizeInUse, "quotaBytes", s.quota)
+		if compacting { // said once per compaction, not every round
+			klog.InfoS("the embedded etcd is still full: it refuses writes until more is deleted",
+				"databaseBytes", compacted.DbSize, "inUseBytes", compacted.DbSizeInUse, "quotaBytes", s.quota)
+		}
 		return revision, nil
 	}
 	// The member's own call: the in-process client's defragment needs a
