@@ -30,28 +30,37 @@ const freedBelow = 0.9
 func (s *Server) KeepSpace(ctx context.Context, interval time.Duration) {
 	client := s.InProcessClient()
 	defer client.Close()
-	var tried int64 // the revision of the last compaction
+	var last round
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(interval):
 		}
-		revision, err := s.makeRoom(ctx, client, tried)
+		next, err := s.makeRoom(ctx, client, last)
 		if err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "making room in the embedded etcd")
 			continue
 		}
-		tried = revision
+		last = next
 	}
 }
 
-// makeRoom does one round of KeepSpace and returns the revision it
-// compacted to (tried when it did not).
-func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, tried int64) (int64, error) {
+// round is what a round of KeepSpace leaves the next.
+type round struct {
+	// compacted is the revision the history was compacted to.
+	compacted int64
+	// defragmented says the database was defragmented since, and stayed
+	// over the line: until more is deleted, doing it again (every read
+	// and write of the member blocked meanwhile) would not help.
+	defragmented bool
+}
+
+// makeRoom does one round of KeepSpace after last.
+func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, last round) (round, error) {
 	alarms, err := client.AlarmList(ctx)
 	if err != nil {
-		return tried, err
+		return last, err
 	}
 	var full *pb.AlarmMember
 	for _, a := range alarms.Alarms {
@@ -60,56 +69,61 @@ func (s *Server) makeRoom(ctx context.Context, client *clientv3.Client, tried in
 		}
 	}
 	if full == nil {
-		return tried, nil
+		return last, nil
 	}
 	before, err := client.Status(ctx, s.ClientURL)
 	if err != nil {
-		return tried, err
+		return last, err
 	}
 	revision := before.Header.Revision
+	if revision == last.compacted && last.defragmented {
+		return last, nil
+	}
 	// Nothing deleted since the last round: nothing more to compact. The
 	// room the last compaction made is still looked for: etcd counts the
 	// pages a compaction frees at a later commit, so the round that
 	// compacted may have read the member as full as before, and a member
 	// that waited for the next delete refused writes meanwhile.
-	compacting := revision != tried
+	compacting := revision != last.compacted
 	if compacting {
 		if _, err := client.Compact(ctx, revision, clientv3.WithCompactPhysical()); err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
-			return tried, err
+			return last, err
 		}
 	}
+	this := round{compacted: revision}
 	// Defragmenting blocks every read and write of the member for as long
 	// as it copies what is live (seconds per GiB): only when it then gives
 	// writes back, not for every delete while the store stays full.
 	compacted, err := client.Status(ctx, s.ClientURL)
 	if err != nil {
-		return revision, err
+		return this, err
 	}
 	if float64(compacted.DbSizeInUse) >= freedBelow*float64(s.quota) {
 		if compacting { // said once per compaction, not every round
 			klog.InfoS("the embedded etcd is still full: it refuses writes until more is deleted",
 				"databaseBytes", compacted.DbSize, "inUseBytes", compacted.DbSizeInUse, "quotaBytes", s.quota)
 		}
-		return revision, nil
+		return this, nil
 	}
 	// The member's own call: the in-process client's defragment needs a
 	// health notifier that v3client does not give it.
 	if err := s.etcd.Server.Defragment(); err != nil {
-		return revision, err
+		return this, err
 	}
 	after, err := client.Status(ctx, s.ClientURL)
 	if err != nil {
-		return revision, err
+		return this, err
 	}
 	if float64(after.DbSize) >= freedBelow*float64(s.quota) {
 		klog.InfoS("the embedded etcd is still full after defragmenting: it refuses writes until more is deleted",
 			"databaseBytes", after.DbSize, "quotaBytes", s.quota)
-		return revision, nil
+		this.defragmented = true
+		return this, nil
 	}
 	if _, err := client.AlarmDisarm(ctx, (*clientv3.AlarmMember)(full)); err != nil {
-		return revision, err
+		return this, err
 	}
 	klog.InfoS("the embedded etcd had filled its quota: compacted, defragmented, and taking writes again",
 		"databaseBytesBefore", before.DbSize, "databaseBytes", after.DbSize, "quotaBytes", s.quota)
-	return revision, nil
+	return this, nil
 }
