@@ -54,13 +54,13 @@ func smallMember(t *testing.T) (*Server, *clientv3.Client, context.Context) {
 	return s, client, ctx
 }
 
-// writesBackWithin runs KeepSpace's rounds from tried, a few at most, until
+// writesBackWithin runs KeepSpace's rounds after last, a few at most, until
 // a small write passes: the round that compacts may read the member as
 // full as before, and one of the next rounds gives writes back.
 func writesBackWithin(ctx context.Context, t *testing.T, s *Server, client *clientv3.Client, last round, after string) {
 	t.Helper()
 	const rounds = 20
-	for round := 1; ; round++ {
+	for i := 1; ; i++ {
 		var err error
 		if last, err = s.makeRoom(ctx, client, last); err != nil {
 			t.Fatal(err)
@@ -69,7 +69,7 @@ func writesBackWithin(ctx context.Context, t *testing.T, s *Server, client *clie
 		if err == nil {
 			return
 		}
-		if round == rounds {
+		if i == rounds {
 			t.Fatalf("a write after %s, %d rounds later: %v", after, rounds, err)
 		}
 		time.Sleep(50 * time.Millisecond)
@@ -185,7 +185,7 @@ func TestAMemberFullOfLiveDataTakesWritesOnceEnoughIsDeleted(t *testing.T) {
 	// Values for half the quota kept, the rest deleted. (Not half of
 	// them: etcd checks the quota against the size of its last commit,
 	// and fast writes can take it to twice the quota before the refusal;
-	// half of those values stayed over the line in about one run in ten.)
+	// half of those values stayed over the line in 5 runs of 45 here.)
 	kept := testQuota / 2 / valueSize
 	for i := 1; i < n-kept; i++ {
 		if _, err := client.Delete(ctx, key(i)); err != nil {
