@@ -1,8 +1,10 @@
 package integration
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -515,15 +517,36 @@ func TestARestartedAgentEndsWhatARetirementLeftRunning(t *testing.T) {
 	waitNode(t, s, "agent-1", func(n *nodusv1.Node) bool { return n.Status.AppliedEpoch == 1 })
 
 	// The tenant's process ignores SIGTERM: only SIGKILL, after the grace
-	// period, ends it.
-	tenant := exec.Command("sh", "-c", `trap "" TERM; while :; do sleep 1; done`)
+	// period, ends it. It says so once its trap is set: a SIGTERM before
+	// that ended it (CI, once), and the test had nothing left to test.
+	tenant := exec.Command("sh", "-c", `trap "" TERM; echo trapped; while :; do sleep 1; done`)
 	tenant.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}}
+	out, err := tenant.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := tenant.Start(); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = sessions.SignalEveryProcessOf(uid, syscall.SIGKILL) })
+	trapped := make(chan error, 1)
+	go func() {
+		line, err := bufio.NewReader(out).ReadString('\n')
+		if err == nil && line != "trapped\n" {
+			err = fmt.Errorf("the tenant's process said %q", line)
+		}
+		trapped <- err
+	}()
+	select {
+	case err := <-trapped:
+		if err != nil {
+			t.Fatalf("the tenant's process did not set its trap: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the tenant's process did not set its trap in 30 s")
+	}
 	exited := make(chan struct{})
 	go func() { _ = tenant.Wait(); close(exited) }()
-	t.Cleanup(func() { _ = sessions.SignalEveryProcessOf(uid, syscall.SIGKILL) })
 
 	if r := f.release(t, f.admin, "agent-1", agreed, ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
