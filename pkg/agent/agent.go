@@ -506,7 +506,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 				a.refused[r.Name] = true
 				a.mu.Unlock()
 				if first && a.refuseLoginUser(previous.LoginUser) == nil && !a.userStillGranted(previous.LoginUser) {
-					a.procs.EndSessions(ctx, previous.LoginUser, a.opts.Grace)
+					a.endSessions(ctx, previous.LoginUser)
 				}
 			}
 			return
@@ -691,15 +691,53 @@ func (a *Agent) beat(ctx context.Context) error {
 	a.mu.Lock()
 	hb.Cleaning = a.evidence.DeepCopy()
 	a.mu.Unlock()
-	borrowers := int32(a.runner.Running())
+	hb.Reservations = a.reservationEvidence(ctx, applied)
+	hb.Reservations = a.withRefusals(hb.Reservations)
+	answer, err := a.send(ctx, &hb)
+	if err != nil {
+		return err
+	}
+	if answer.IntervalSeconds > 0 {
+		a.mu.Lock()
+		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
+		a.mu.Unlock()
+	}
+	if _, err := a.store.Forget(a.current, forgetAfter, time.Now()); err != nil {
+		klog.ErrorS(err, "forgetting retired reservations")
+	}
+	return nil
+}
+
+// reservationEvidence is what a heartbeat says of the reservations applied
+// here and on this node now: the epoch applied, the owner's sessions and
+// the borrowers' processes left. It ends, in the background, the sessions
+// of login users whose access is retired that it finds still running.
+//
+// A count the agent cannot make (the host's processes, or a user's
+// subordinate uids, cannot be read) is reported as at least 1: the server
+// completes a release or an end on a count of none, and a count it could
+// not make must not be taken for that.
+func (a *Agent) reservationEvidence(ctx context.Context, applied []state.Access) []nodusv1.ReservationEvidence {
+	running, err := a.runner.Running()
+	if err != nil {
+		klog.ErrorS(err, "counting the borrowers' processes: reported as at least one until they can be counted")
+		running = max(running, 1)
+	}
+	borrowers := int32(running)
 	// An account the agent never grants has no tenant's sessions: its
 	// processes are a service's, and must not hold a release up.
 	sessionsOf := func(user string) int {
 		if user == "" || a.refuseLoginUser(user) != nil {
 			return 0
 		}
-		return a.procs.Count(user)
+		n, err := a.procs.Count(user)
+		if err != nil {
+			klog.ErrorS(err, "counting a login user's sessions: reported as at least one until they can be counted", "user", user)
+			return max(n, 1)
+		}
+		return n
 	}
+	var evidence []nodusv1.ReservationEvidence
 	for _, acc := range applied {
 		current := a.current(acc.Reservation)
 		// Whether or not the reservation is on this node still: sshd may
@@ -728,25 +766,12 @@ func (a *Agent) beat(ctx context.Context) error {
 			// would grow past what the server takes.
 			continue
 		}
-		hb.Reservations = append(hb.Reservations, nodusv1.ReservationEvidence{
+		evidence = append(evidence, nodusv1.ReservationEvidence{
 			Name: acc.Reservation, AppliedEpoch: acc.Epoch, OwnerSessions: int32(sessions),
 			BorrowerExecutions: borrowers,
 		})
 	}
-	hb.Reservations = a.withRefusals(hb.Reservations)
-	answer, err := a.send(ctx, &hb)
-	if err != nil {
-		return err
-	}
-	if answer.IntervalSeconds > 0 {
-		a.mu.Lock()
-		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
-		a.mu.Unlock()
-	}
-	if _, err := a.store.Forget(a.current, forgetAfter, time.Now()); err != nil {
-		klog.ErrorS(err, "forgetting retired reservations")
-	}
-	return nil
+	return evidence
 }
 
 // endLeftSessions ends, in the background, the processes of a login user
@@ -780,7 +805,7 @@ func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []stat
 			// What the cut-short retirement did not unschedule goes too.
 			a.endTenancy(ctx, user)
 		} else {
-			a.procs.EndSessions(ctx, user, a.opts.Grace)
+			a.endSessions(ctx, user)
 		}
 		a.mu.Lock()
 		delete(a.ending, user)

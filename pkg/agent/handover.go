@@ -60,9 +60,18 @@ func (a *Agent) endTenancy(ctx context.Context, user string) {
 	if unschedule {
 		a.unschedule(user)
 	}
-	a.procs.EndSessions(ctx, user, a.opts.Grace)
+	a.endSessions(ctx, user)
 	if unschedule {
 		a.unschedule(user)
+	}
+}
+
+// endSessions ends the sessions of a login user whose access ended. What
+// it cannot show ended is logged, and counted in the next heartbeats (at
+// least one session, reservationEvidence), which end them again.
+func (a *Agent) endSessions(ctx context.Context, user string) {
+	if err := a.procs.EndSessions(ctx, user, a.opts.Grace); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "ending the sessions of a login user whose access ended: the next heartbeat counts them and ends them again", "user", user)
 	}
 }
 
@@ -291,7 +300,11 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	if a.runner != nil && a.runner.Active() {
 		a.runner.Drain(ctx, "the host was handed over: the access of the reservation that lent it ended")
 		if a.runner.Active() {
-			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "borrowers' executions still run on the host"}
+			message := "borrowers' executions still run on the host"
+			if _, err := a.runner.Running(); err != nil {
+				message = "the borrowers' processes cannot be shown ended: " + err.Error()
+			}
+			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: message}
 		}
 	}
 	var keep, skipped []string

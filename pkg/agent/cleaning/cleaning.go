@@ -256,8 +256,9 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	endCtx, cancel := context.WithTimeout(ctx, 2*(2*c.Grace+10*time.Second))
 	defer cancel()
 	// Its processes under its subordinate uids too (a user namespace of its
-	// own): the next tenant of the account gets those uids again.
-	c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
+	// own): the next tenant of the account gets those uids again. What
+	// this first sweep cannot show ended, the second one must.
+	_ = c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
 
 	scheduled, err := c.unschedule(name, owns)
 	steps = append(steps, scheduled...)
@@ -266,10 +267,17 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	// Again, now that nothing can start a process of the account: a cron
 	// or at job, or a user service, that started after the first sweep.
-	c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
+	err = c.Procs.EndSessionsOwned(endCtx, uid, owns, c.Grace)
 	cancel()
-	if left := len(c.Procs.PIDsOwned(owns)); left > 0 {
-		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", left, name)
+	if err != nil {
+		return steps, fmt.Errorf("the processes of %s cannot be shown ended: %w", name, err)
+	}
+	running, err := c.Procs.PIDsOwned(owns)
+	if err != nil {
+		return steps, fmt.Errorf("the processes of %s cannot be shown ended: %w", name, err)
+	}
+	if len(running) > 0 {
+		return steps, fmt.Errorf("%d processes of %s are still running after SIGKILL", len(running), name)
 	}
 	steps = append(steps, "ended every process of "+name)
 	if c.Paths.SysVIPC != "" {

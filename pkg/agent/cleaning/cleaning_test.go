@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -166,6 +167,33 @@ func TestResetAccountLeavesOnlyTheSkeleton(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(r.Steps, "\n"), "no account nobody-here") {
 		t.Errorf("steps do not say the unknown account had nothing: %v", r.Steps)
+	}
+}
+
+// TestACleaningThatCannotListTheProcessesFails: the host's processes cannot
+// be read (/proc not mounted, no file descriptor left). The cleaning read
+// that as none, reported "ended every process of tenant" and succeeded:
+// the node went to the next tenant with the last one's processes unchecked
+// (those under its subordinate uids are reached by nothing else).
+func TestACleaningThatCannotListTheProcessesFails(t *testing.T) {
+	s := newScratch(t)
+	s.cleaner.Procs.Root = filepath.Join(s.root, "not-mounted")
+	s.cleaner.Grace = 10 * time.Millisecond
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
+	if r.Err == nil || !strings.Contains(r.Err.Error(), "cannot be shown ended") {
+		t.Errorf("the cleaning: %v, want it failed on the processes it cannot list", r.Err)
+	}
+	if slices.ContainsFunc(r.Steps, func(step string) bool { return strings.HasPrefix(step, "ended every process") }) {
+		t.Errorf("the steps claim the processes ended: %v", r.Steps)
+	}
+	if !s.exists("home/tenant/work") {
+		t.Error("the home was reset while the tenant's processes may still run in it")
+	}
+
+	// The processes can be read again: the cleaning asked again passes.
+	s.cleaner.Procs.Root = filepath.Join(s.root, "proc")
+	if r := s.cleaner.Clean(context.Background(), 2, []string{"tenant"}, nil); r.Err != nil {
+		t.Errorf("the cleaning with the processes readable: %v", r.Err)
 	}
 }
 

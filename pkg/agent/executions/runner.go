@@ -262,9 +262,11 @@ func (r *Runner) Run(ctx context.Context) error {
 }
 
 // Running is how many processes the borrower accounts have on the host:
-// what really runs, including anything an execution left behind.
-func (r *Runner) Running() int {
-	return len(r.procs.PIDsOf(r.accountUIDs()...))
+// what really runs, including anything an execution left behind. An error
+// says they could not all be listed: at least that many run.
+func (r *Runner) Running() (int, error) {
+	pids, err := r.procs.PIDsOf(r.accountUIDs()...)
+	return len(pids), err
 }
 
 // accountUIDs are the uids of the borrower accounts that exist, except the
@@ -281,24 +283,31 @@ func (r *Runner) accountUIDs() []int {
 
 // Active says whether anything of borrowers is on the host: an execution
 // being started, run or reported, or a process of the borrower account.
+// Processes that cannot be listed count as active: the host is not shown
+// free of borrowers.
 func (r *Runner) Active() bool {
 	r.mu.Lock()
 	n := len(r.runs)
 	r.mu.Unlock()
-	return n > 0 || r.Running() > 0
+	running, err := r.Running()
+	return n > 0 || running > 0 || err != nil
 }
 
 // endBorrowerProcesses ends every process of the borrower accounts, all in
 // one grace period.
 func (r *Runner) endBorrowerProcesses(ctx context.Context) {
-	r.procs.EndUIDs(ctx, r.accountUIDs(), r.opts.Grace)
+	if err := r.procs.EndUIDs(ctx, r.accountUIDs(), r.opts.Grace); err != nil && ctx.Err() == nil {
+		klog.ErrorS(err, "ending the borrower accounts' processes: the host stays busy until they are shown ended")
+	}
 }
 
 // endAccount ends every process of account, unless it is the agent's own
 // (a development setup).
 func (r *Runner) endAccount(ctx context.Context, account string) {
 	if uid := sessions.UID(account); uid > 0 && uid != os.Geteuid() {
-		r.procs.End(ctx, account, r.opts.Grace)
+		if err := r.procs.End(ctx, account, r.opts.Grace); err != nil && ctx.Err() == nil {
+			klog.ErrorS(err, "ending the processes of a borrower account: it takes no execution until they are shown ended", "account", account)
+		}
 	}
 }
 
@@ -581,7 +590,15 @@ func (r *Runner) freeAccount() string {
 		taken[x.account] = true
 	}
 	for _, account := range accounts {
-		if !taken[account] && (sessions.UID(account) <= 0 || r.procs.Count(account) == 0) {
+		if taken[account] {
+			continue
+		}
+		if sessions.UID(account) <= 0 {
+			return account
+		}
+		// A count that failed is no proof the last execution's processes
+		// are gone: the account is not free.
+		if n, err := r.procs.Count(account); err == nil && n == 0 {
 			return account
 		}
 	}

@@ -61,7 +61,9 @@ func TestEndSessionsEndsAProcessThatKeepsChangingItsPID(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	Procs{Root: "/proc"}.EndSessions(ctx, name, 200*time.Millisecond)
+	if err := (Procs{Root: "/proc"}).EndSessions(ctx, name, 200*time.Millisecond); err != nil {
+		t.Errorf("ending the sessions: %v", err)
+	}
 	if ctx.Err() != nil {
 		t.Error("ending the sessions did not return")
 	}
@@ -75,8 +77,8 @@ func TestEndSessionsEndsAProcessThatKeepsChangingItsPID(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if slices.Contains((Procs{Root: "/proc"}).PIDsOf(uid), os.Getpid()) {
-		t.Errorf("this process shows as one of uid %d", uid)
+	if pids, err := (Procs{Root: "/proc"}).PIDsOf(uid); err != nil || slices.Contains(pids, os.Getpid()) {
+		t.Errorf("this process shows as one of uid %d: %v (%v)", uid, pids, err)
 	}
 	if err := SignalEveryProcessOf(0, syscall.SIGKILL); err == nil {
 		t.Error("signalling every process as root was not refused")

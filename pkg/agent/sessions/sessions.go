@@ -14,7 +14,9 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -51,8 +53,9 @@ func UID(login string) int {
 // however many uids there are. Any of a process's four uids counts: one
 // that runs with a user's rights under another real uid (a user namespace
 // maps its real uid to a subordinate id, and keeps the effective one the
-// user's) is that user's.
-func (p Procs) PIDsOf(uids ...int) []int {
+// user's) is that user's. An error says the listing is not whole (see
+// PIDsOwned).
+func (p Procs) PIDsOf(uids ...int) ([]int, error) {
 	wanted := map[int]bool{}
 	for _, uid := range uids {
 		if uid >= 0 {
@@ -60,21 +63,24 @@ func (p Procs) PIDsOf(uids ...int) []int {
 		}
 	}
 	if len(wanted) == 0 {
-		return nil
+		return nil, nil
 	}
 	return p.PIDsOwned(func(uid int) bool { return wanted[uid] })
 }
 
 // PIDsOwned returns the processes any of whose four uids owns says is the
-// user's.
-func (p Procs) PIDsOwned(owns OwnedBy) []int {
+// user's. An error says the /proc tree, or a process's status in it, could
+// not be read: the processes it returns then are not all, and none listed
+// is not none running (a release, a cleaning or a free account must not be
+// told so).
+func (p Procs) PIDsOwned(owns OwnedBy) ([]int, error) {
 	return p.pids(func(status string) bool { return slices.ContainsFunc(uidsIn(status), owns) })
 }
 
-func (p Procs) pids(match func(status string) bool) []int {
+func (p Procs) pids(match func(status string) bool) ([]int, error) {
 	entries, err := os.ReadDir(p.Root)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("listing the host's processes: %w", err)
 	}
 	var pids []int
 	for _, e := range entries {
@@ -83,44 +89,54 @@ func (p Procs) pids(match func(status string) bool) []int {
 			continue
 		}
 		status, err := os.ReadFile(filepath.Join(p.Root, e.Name(), "status"))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ESRCH) {
+			continue // it exited after the listing
+		}
 		if err != nil {
-			continue // gone meanwhile
+			return pids, fmt.Errorf("reading the owner of process %d: %w", pid, err)
 		}
 		// A zombie runs nothing and cannot be signalled: its parent reaps it.
 		if match(string(status)) && !zombie(string(status)) {
 			pids = append(pids, pid)
 		}
 	}
-	return pids
+	return pids, nil
 }
 
 // ownerOf is login's uid (-1 for none) and what it owns: its uid and its
-// subordinate ones. A subordinate uid file it cannot read counts its own
-// uid only, which fails no one's logout.
-func (p Procs) ownerOf(login string) (int, OwnedBy) {
+// subordinate ones. A subordinate uid file it cannot read gives its own
+// uid only, with the error: what that misses must not be counted as none.
+func (p Procs) ownerOf(login string) (int, OwnedBy, error) {
 	uid := UID(login)
 	if uid <= 0 {
-		return uid, func(int) bool { return false }
+		return uid, func(int) bool { return false }, nil
 	}
 	owns, err := Owner(p.SubUIDFile, login, uid)
 	if err != nil {
-		return uid, func(u int) bool { return u == uid }
+		return uid, func(u int) bool { return u == uid }, fmt.Errorf("reading the subordinate uids of %s: %w", login, err)
 	}
-	return uid, owns
+	return uid, owns, nil
 }
 
 // Count is the number of processes login runs, under its own uid or a
-// subordinate one.
-func (p Procs) Count(login string) int {
-	_, owns := p.ownerOf(login)
-	return len(p.PIDsOwned(owns))
+// subordinate one; 0 for a user that does not exist. An error says it
+// could not be counted (the processes, or the subordinate uids, could not
+// be read): the count is then at least what it returns.
+func (p Procs) Count(login string) (int, error) {
+	uid, owns, ownerErr := p.ownerOf(login)
+	if uid <= 0 {
+		return 0, nil // root's are never a login user's sessions
+	}
+	pids, err := p.PIDsOwned(owns)
+	return len(pids), errors.Join(ownerErr, err)
 }
 
 // End ends every process of login: SIGTERM, then SIGKILL for what is left
-// after grace. It returns when none is left or ctx ends.
-func (p Procs) End(ctx context.Context, login string, grace time.Duration) {
-	uid, owns := p.ownerOf(login)
-	p.EndOwned(ctx, uid, owns, grace)
+// after grace. It returns nil once a listing shows none left, else the
+// reason it cannot tell (see EndOwned).
+func (p Procs) End(ctx context.Context, login string, grace time.Duration) error {
+	uid, owns, ownerErr := p.ownerOf(login)
+	return errors.Join(ownerErr, p.EndOwned(ctx, uid, owns, grace))
 }
 
 // settle is how long EndSessions watches for a session that was being set
@@ -131,54 +147,71 @@ const settle = 300 * time.Millisecond
 // EndSessions ends every process of login like End, then keeps sweeping
 // until a settle period passes with none (at most a few rounds): new logins
 // are refused by then, so only a session already in flight can appear.
-func (p Procs) EndSessions(ctx context.Context, login string, grace time.Duration) {
-	uid, owns := p.ownerOf(login)
-	p.EndSessionsOwned(ctx, uid, owns, grace)
+func (p Procs) EndSessions(ctx context.Context, login string, grace time.Duration) error {
+	uid, owns, ownerErr := p.ownerOf(login)
+	return errors.Join(ownerErr, p.EndSessionsOwned(ctx, uid, owns, grace))
 }
 
 // EndSessionsOwned is EndSessions of the user uid, whose processes owns
-// tells (its own uid and subordinate ones).
-func (p Procs) EndSessionsOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) {
+// tells (its own uid and subordinate ones). It returns nil once a settle
+// period passed with none listed, else why it cannot say they ended.
+func (p Procs) EndSessionsOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) error {
+	var left []int
 	for round := 0; round < 10; round++ {
-		p.EndOwned(ctx, uid, owns, grace)
+		if err := p.EndOwned(ctx, uid, owns, grace); err != nil {
+			return err
+		}
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(settle):
 		}
-		if len(p.PIDsOwned(owns)) == 0 {
-			return
+		var err error
+		if left, err = p.PIDsOwned(owns); err != nil {
+			return err
+		} else if len(left) == 0 {
+			return nil
 		}
 	}
+	return fmt.Errorf("%d processes still start after %d rounds of ending them", len(left), 10)
 }
 
 // EndUIDs ends every process of the users uids at once, like End (their
 // own uids only). Unknown users (-1) and root are skipped: root's
 // processes are never killed.
-func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) {
+func (p Procs) EndUIDs(ctx context.Context, uids []int, grace time.Duration) error {
 	uids = slices.DeleteFunc(slices.Clone(uids), func(uid int) bool { return uid <= 0 })
 	if len(uids) == 0 {
-		return
+		return nil
 	}
-	p.end(ctx, uids, func(u int) bool { return slices.Contains(uids, u) }, grace)
+	return p.end(ctx, uids, func(u int) bool { return slices.Contains(uids, u) }, grace)
 }
 
 // EndOwned ends every process of the user uid that owns tells (its own
-// uid, its subordinate ones), like End. Root's are never killed.
-func (p Procs) EndOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) {
+// uid, its subordinate ones), like End. Root's are never killed. It
+// returns nil once a listing after SIGKILL shows none left; ctx's error,
+// with how many were left, when ctx ends first; the listing's error when
+// the processes cannot be listed: SIGKILL went to all of uid's at once
+// all the same, and a caller tries again later rather than wait here on a
+// listing that may never come back.
+func (p Procs) EndOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) error {
 	if uid <= 0 {
-		return
+		return nil
 	}
-	p.end(ctx, []int{uid}, func(u int) bool { return u > 0 && owns(u) }, grace)
+	return p.end(ctx, []int{uid}, func(u int) bool { return u > 0 && owns(u) }, grace)
 }
 
-func (p Procs) end(ctx context.Context, uids []int, owns OwnedBy, grace time.Duration) {
+func (p Procs) end(ctx context.Context, uids []int, owns OwnedBy, grace time.Duration) error {
 	p.signal(uids, owns, syscall.SIGTERM)
 	deadline := time.Now().Add(grace)
-	for len(p.PIDsOwned(owns)) > 0 && time.Now().Before(deadline) {
+	// A listing that fails tells nothing: the processes get their grace.
+	for time.Now().Before(deadline) {
+		if left, err := p.PIDsOwned(owns); err == nil && len(left) == 0 {
+			break
+		}
 		select {
 		case <-ctx.Done():
-			return
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -186,12 +219,16 @@ func (p Procs) end(ctx context.Context, uids []int, owns OwnedBy, grace time.Dur
 	// PID faster than /proc is read shows in no listing.
 	for {
 		p.signal(uids, owns, syscall.SIGKILL)
-		if len(p.PIDsOwned(owns)) == 0 {
-			return
+		left, err := p.PIDsOwned(owns)
+		if err != nil {
+			return err
+		}
+		if len(left) == 0 {
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return
+			return fmt.Errorf("%d processes left after SIGKILL: %w", len(left), ctx.Err())
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -203,7 +240,10 @@ func (p Procs) end(ctx context.Context, uids []int, owns OwnedBy, grace time.Dur
 // one: a process that forks and exits under it is caught too).
 func (p Procs) signal(uids []int, owns OwnedBy, sig syscall.Signal) {
 	seen := map[int]bool{}
-	for _, pid := range p.PIDsOwned(owns) {
+	// A listing that fails still lists what it read; kill(-1) below does
+	// not need one.
+	listed, _ := p.PIDsOwned(owns)
+	for _, pid := range listed {
 		_ = syscall.Kill(pid, sig)
 		if status, err := os.ReadFile(filepath.Join(p.Root, strconv.Itoa(pid), "status")); err == nil {
 			for _, u := range uidsIn(string(status)) {

@@ -21,11 +21,11 @@ func TestPIDsReadsEveryUID(t *testing.T) {
 	write("101", "Name:\tsleep\nUid:\t1001\t0\t0\t0\n")
 	write("102", "Name:\tsshd\nUid:\t0\t0\t0\t0\n")
 	write("self", "Uid:\t1001\t1001\t1001\t1001\n")
-	if got := (Procs{Root: root}).PIDsOf(1001); len(got) != 2 {
-		t.Errorf("pids of 1001: %v", got)
+	if got, err := (Procs{Root: root}).PIDsOf(1001); err != nil || len(got) != 2 {
+		t.Errorf("pids of 1001: %v, %v", got, err)
 	}
-	if got := (Procs{Root: root}).PIDsOf(-1); got != nil {
-		t.Errorf("an unknown user has no processes: %v", got)
+	if got, err := (Procs{Root: root}).PIDsOf(-1); err != nil || got != nil {
+		t.Errorf("an unknown user has no processes: %v, %v", got, err)
 	}
 	write("103", "Name:\tpython\nUid:\t1002\t1002\t1002\t1002\n")
 	// An exited sshd session child nobody reaped yet runs nothing: it does not count.
@@ -34,7 +34,14 @@ func TestPIDsReadsEveryUID(t *testing.T) {
 	// effective one 1001's, with 1001's rights on its files.
 	write("105", "Name:\tsleep\nUid:\t100000\t1001\t1001\t1001\n")
 	write("106", "Name:\tsleep\nUid:\t100000\t100000\t100000\t1001\n")
-	got := (Procs{Root: root}).PIDsOf(1001, 1002, -1)
+	// Listed, then gone before its status was read: not an error.
+	if err := os.MkdirAll(filepath.Join(root, "107"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, err := (Procs{Root: root}).PIDsOf(1001, 1002, -1)
+	if err != nil {
+		t.Errorf("a process that exited while /proc was read: %v", err)
+	}
 	slices.Sort(got)
 	if !slices.Equal(got, []int{100, 101, 103, 105, 106}) {
 		t.Errorf("pids of 1001 and 1002 in one pass: %v", got)

@@ -35,7 +35,10 @@ func TestAProcessUnderASubordinateUIDIsTheUsers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := (Procs{Root: root}).PIDsOwned(owns)
+	got, err := (Procs{Root: root}).PIDsOwned(owns)
+	if err != nil {
+		t.Fatal(err)
+	}
 	slices.Sort(got)
 	if !slices.Equal(got, []int{100, 101}) {
 		t.Errorf("the tenant's processes: %v, want its own uid's and its subordinate uid's", got)
@@ -71,18 +74,20 @@ func TestEndSessionsEndsAProcessUnderASubordinateUID(t *testing.T) {
 	t.Cleanup(func() { _ = sleeper.Process.Kill() })
 
 	procs := Procs{Root: "/proc", SubUIDFile: subuid}
-	if n := procs.Count(name); n != 1 {
-		t.Errorf("the user's processes: %d, want its subordinate uid's one", n)
+	if n, err := procs.Count(name); err != nil || n != 1 {
+		t.Errorf("the user's processes: %d (%v), want its subordinate uid's one", n, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	procs.EndSessions(ctx, name, 200*time.Millisecond)
+	if err := procs.EndSessions(ctx, name, 200*time.Millisecond); err != nil {
+		t.Errorf("ending the sessions: %v", err)
+	}
 	select {
 	case <-exited:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the process under the user's subordinate uid survived the end of its sessions")
 	}
-	if n := procs.Count(name); n != 0 {
-		t.Errorf("the user's processes after the end of its sessions: %d", n)
+	if n, err := procs.Count(name); err != nil || n != 0 {
+		t.Errorf("the user's processes after the end of its sessions: %d (%v)", n, err)
 	}
 }

@@ -2877,7 +2877,7 @@ func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) 
 					},
 					"ownerSessions": {
 						SchemaProps: spec.SchemaProps{
-							Description: "OwnerSessions is the number of live sessions of the owner project's people.",
+							Description: "OwnerSessions is the number of live sessions of the owner project's people: processes of the login user. An agent that cannot count them (it cannot read the host's processes) reports at least 1, so that a release does not complete on a count it could not make.",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",
@@ -2885,7 +2885,7 @@ func schema_pkg_apis_nodus_v1_ReservationEvidence(ref common.ReferenceCallback) 
 					},
 					"borrowerExecutions": {
 						SchemaProps: spec.SchemaProps{
-							Description: "BorrowerExecutions is the number of borrower executions still running.",
+							Description: "BorrowerExecutions is the number of borrower executions still running: processes of the borrower accounts, at least 1 while the agent cannot count them.",
 							Default:     0,
 							Type:        []string{"integer"},
 							Format:      "int32",

@@ -60,9 +60,14 @@ type ReservationEvidence struct {
 	Name string `json:"name" protobuf:"bytes,1,opt,name=name"`
 	// AppliedEpoch is the latest access epoch the agent enforces.
 	AppliedEpoch int64 `json:"appliedEpoch" protobuf:"varint,2,opt,name=appliedEpoch"`
-	// OwnerSessions is the number of live sessions of the owner project's people.
+	// OwnerSessions is the number of live sessions of the owner project's
+	// people: processes of the login user. An agent that cannot count them
+	// (it cannot read the host's processes) reports at least 1, so that a
+	// release does not complete on a count it could not make.
 	OwnerSessions int32 `json:"ownerSessions" protobuf:"varint,3,opt,name=ownerSessions"`
-	// BorrowerExecutions is the number of borrower executions still running.
+	// BorrowerExecutions is the number of borrower executions still
+	// running: processes of the borrower accounts, at least 1 while the
+	// agent cannot count them.
 	BorrowerExecutions int32 `json:"borrowerExecutions" protobuf:"varint,4,opt,name=borrowerExecutions"`
 	// RefusedEpoch, when set, is the reservation's epoch whose access the
 	// agent does not grant, Refusal saying why (a login user it never

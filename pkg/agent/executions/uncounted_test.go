@@ -1,0 +1,60 @@
+package executions
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+)
+
+// TestBorrowersThatCannotBeListedAreNotGone: the host's processes cannot
+// be read (/proc not mounted, no file descriptor left). The runner counted
+// the borrower accounts' processes as none: the host showed no borrower
+// left (a release, a drain or a handover went on while an execution's
+// processes ran), and a slot whose last execution left processes behind
+// went to the next execution, another project's.
+func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to add the borrower accounts (CI is root)")
+	}
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		t.Fatal(err)
+	}
+	// Slots are named after the borrower user: "<user>-<slot>".
+	user := "nodusu" + hex.EncodeToString(suffix[:])
+	for _, slot := range []string{user + "-0", user + "-1"} {
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot).CombinedOutput(); err != nil {
+			t.Skipf("no account can be added here: %v: %s", err, out)
+		}
+		t.Cleanup(func() { _ = exec.Command("userdel", slot).Run() })
+	}
+	r := New(Options{User: user, Slots: 2, Grace: 10 * time.Millisecond})
+	r.procs = sessions.Procs{Root: filepath.Join(t.TempDir(), "not-mounted")}
+	if n, err := r.Running(); err == nil {
+		t.Errorf("the borrowers' processes were counted without /proc: %d", n)
+	}
+	if !r.Active() {
+		t.Error("a host whose borrowers' processes cannot be listed shows no borrower")
+	}
+	if got := r.freeAccount(); got != "" {
+		t.Errorf("slot %q went to a new execution with its processes unlisted", got)
+	}
+
+	// Readable again, and nothing of the accounts runs.
+	r.procs = sessions.Procs{Root: t.TempDir()}
+	if n, err := r.Running(); err != nil || n != 0 {
+		t.Errorf("the borrowers' processes on an empty host: %d, %v", n, err)
+	}
+	if r.Active() {
+		t.Error("an empty host shows a borrower")
+	}
+	if got := r.freeAccount(); got != user+"-0" {
+		t.Errorf("the free slot: %q", got)
+	}
+}
