@@ -265,20 +265,27 @@ func (r *Runner) Run(ctx context.Context) error {
 // what really runs, including anything an execution left behind. An error
 // says they could not all be listed: at least that many run.
 func (r *Runner) Running() (int, error) {
-	pids, err := r.procs.PIDsOf(r.accountUIDs()...)
-	return len(pids), err
+	uids, lookupErr := r.accountUIDs()
+	pids, err := r.procs.PIDsOf(uids...)
+	return len(pids), errors.Join(lookupErr, err)
 }
 
 // accountUIDs are the uids of the borrower accounts that exist, except the
-// agent's own (a development setup runs executions as itself).
-func (r *Runner) accountUIDs() []int {
+// agent's own (a development setup runs executions as itself), and why an
+// account could not be looked up.
+func (r *Runner) accountUIDs() ([]int, error) {
 	var uids []int
+	var errs []error
 	for _, account := range r.Accounts() {
-		if uid := sessions.UID(account); uid > 0 && uid != os.Geteuid() {
+		uid, err := r.procs.UIDOf(account)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if uid > 0 && uid != os.Geteuid() {
 			uids = append(uids, uid)
 		}
 	}
-	return uids
+	return uids, errors.Join(errs...)
 }
 
 // Active says whether anything of borrowers is on the host: an execution
@@ -296,7 +303,8 @@ func (r *Runner) Active() bool {
 // endBorrowerProcesses ends every process of the borrower accounts, all in
 // one grace period.
 func (r *Runner) endBorrowerProcesses(ctx context.Context) {
-	if err := r.procs.EndUIDs(ctx, r.accountUIDs(), r.opts.Grace); err != nil && ctx.Err() == nil {
+	uids, lookupErr := r.accountUIDs()
+	if err := errors.Join(lookupErr, r.procs.EndUIDs(ctx, uids, r.opts.Grace)); err != nil && ctx.Err() == nil {
 		klog.ErrorS(err, "ending the borrower accounts' processes: the host stays busy until they are shown ended")
 	}
 }
@@ -304,7 +312,11 @@ func (r *Runner) endBorrowerProcesses(ctx context.Context) {
 // endAccount ends every process of account, unless it is the agent's own
 // (a development setup).
 func (r *Runner) endAccount(ctx context.Context, account string) {
-	if uid := sessions.UID(account); uid > 0 && uid != os.Geteuid() {
+	uid, err := r.procs.UIDOf(account)
+	if err != nil {
+		klog.ErrorS(err, "ending the processes of a borrower account: it takes no execution until they are shown ended", "account", account)
+	}
+	if uid > 0 && uid != os.Geteuid() {
 		if err := r.procs.End(ctx, account, r.opts.Grace); err != nil && ctx.Err() == nil {
 			klog.ErrorS(err, "ending the processes of a borrower account: it takes no execution until they are shown ended", "account", account)
 		}
@@ -593,7 +605,11 @@ func (r *Runner) freeAccount() string {
 		if taken[account] {
 			continue
 		}
-		if sessions.UID(account) <= 0 {
+		uid, err := r.procs.UIDOf(account)
+		if err != nil {
+			continue // an account that cannot be looked up is not shown free
+		}
+		if uid <= 0 {
 			return account
 		}
 		// A count that failed is no proof the last execution's processes

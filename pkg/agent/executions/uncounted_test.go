@@ -3,8 +3,10 @@ package executions
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"testing"
 	"time"
@@ -27,14 +29,14 @@ func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Slots are named after the borrower user: "<user>-<slot>".
-	user := "nodusu" + hex.EncodeToString(suffix[:])
-	for _, slot := range []string{user + "-0", user + "-1"} {
+	borrower := "nodusu" + hex.EncodeToString(suffix[:])
+	for _, slot := range []string{borrower + "-0", borrower + "-1"} {
 		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot).CombinedOutput(); err != nil {
 			t.Skipf("no account can be added here: %v: %s", err, out)
 		}
 		t.Cleanup(func() { _ = exec.Command("userdel", slot).Run() })
 	}
-	r := New(Options{User: user, Slots: 2, Grace: 10 * time.Millisecond})
+	r := New(Options{User: borrower, Slots: 2, Grace: 10 * time.Millisecond})
 	r.procs = sessions.Procs{Root: filepath.Join(t.TempDir(), "not-mounted")}
 	if n, err := r.Running(); err == nil {
 		t.Errorf("the borrowers' processes were counted without /proc: %d", n)
@@ -46,6 +48,19 @@ func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
 		t.Errorf("slot %q went to a new execution with its processes unlisted", got)
 	}
 
+	// The processes can be read, the accounts cannot (a directory service
+	// that does not answer).
+	r.procs = sessions.Procs{Root: t.TempDir(), Lookup: func(string) (*user.User, error) { return nil, errors.New("no answer from the directory") }}
+	if n, err := r.Running(); err == nil {
+		t.Errorf("the borrowers' processes were counted without their accounts: %d", n)
+	}
+	if !r.Active() {
+		t.Error("a host whose borrower accounts cannot be looked up shows no borrower")
+	}
+	if got := r.freeAccount(); got != "" {
+		t.Errorf("slot %q went to a new execution without its account looked up", got)
+	}
+
 	// Readable again, and nothing of the accounts runs.
 	r.procs = sessions.Procs{Root: t.TempDir()}
 	if n, err := r.Running(); err != nil || n != 0 {
@@ -54,7 +69,7 @@ func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
 	if r.Active() {
 		t.Error("an empty host shows a borrower")
 	}
-	if got := r.freeAccount(); got != user+"-0" {
+	if got := r.freeAccount(); got != borrower+"-0" {
 		t.Errorf("the free slot: %q", got)
 	}
 }

@@ -34,19 +34,39 @@ type Procs struct {
 	// SubUIDFile lists the users' subordinate uids ("/etc/subuid" on a
 	// host); "" counts a user's own uid only.
 	SubUIDFile string
+	// Lookup finds an account by name; nil is user.Lookup.
+	Lookup func(name string) (*user.User, error)
 }
 
-// UID returns the uid of login, or -1 when no such user exists.
+// UID returns the uid of login, or -1 when no such user exists or it
+// cannot be looked up (Procs.UIDOf tells the two apart).
 func UID(login string) int {
-	u, err := user.Lookup(login)
+	uid, _ := Procs{}.UIDOf(login)
+	return uid
+}
+
+// UIDOf is the uid of login: -1 and no error when no such user exists, an
+// error when the accounts cannot be read (passwd unreadable, a directory
+// service down): a user whose processes cannot be found is not one
+// without processes.
+func (p Procs) UIDOf(login string) (int, error) {
+	lookup := p.Lookup
+	if lookup == nil {
+		lookup = user.Lookup
+	}
+	u, err := lookup(login)
+	var unknown user.UnknownUserError
+	if errors.As(err, &unknown) {
+		return -1, nil
+	}
 	if err != nil {
-		return -1
+		return -1, fmt.Errorf("looking up the account %s: %w", login, err)
 	}
 	uid, err := strconv.Atoi(u.Uid)
 	if err != nil {
-		return -1
+		return -1, fmt.Errorf("the account %s has uid %q", login, u.Uid)
 	}
-	return uid
+	return uid, nil
 }
 
 // PIDsOf returns the processes of any of uids, reading the /proc tree once
@@ -107,9 +127,9 @@ func (p Procs) pids(match func(status string) bool) ([]int, error) {
 // subordinate ones. A subordinate uid file it cannot read gives its own
 // uid only, with the error: what that misses must not be counted as none.
 func (p Procs) ownerOf(login string) (int, OwnedBy, error) {
-	uid := UID(login)
+	uid, err := p.UIDOf(login)
 	if uid <= 0 {
-		return uid, func(int) bool { return false }, nil
+		return uid, func(int) bool { return false }, err
 	}
 	owns, err := Owner(p.SubUIDFile, login, uid)
 	if err != nil {
@@ -120,12 +140,12 @@ func (p Procs) ownerOf(login string) (int, OwnedBy, error) {
 
 // Count is the number of processes login runs, under its own uid or a
 // subordinate one; 0 for a user that does not exist. An error says it
-// could not be counted (the processes, or the subordinate uids, could not
-// be read): the count is then at least what it returns.
+// could not be counted (the account, its processes or its subordinate uids
+// could not be read): the count is then at least what it returns.
 func (p Procs) Count(login string) (int, error) {
 	uid, owns, ownerErr := p.ownerOf(login)
 	if uid <= 0 {
-		return 0, nil // root's are never a login user's sessions
+		return 0, ownerErr // root's are never a login user's sessions
 	}
 	pids, err := p.PIDsOwned(owns)
 	return len(pids), errors.Join(ownerErr, err)

@@ -2,15 +2,17 @@ package sessions
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/user"
 	"path/filepath"
 	"testing"
 	"time"
 )
 
 // TestAListingThatFailsIsNotNone: a /proc tree that cannot be read (not
-// mounted, no file descriptor left, a process's status unreadable) was
-// read as no processes at all. The agent then reported a releasing
+// mounted, no file descriptor left, a process's status unreadable), or an
+// account that cannot be looked up, was read as no processes at all. The agent then reported a releasing
 // reservation's sessions ended, the cleaning reported every process of the
 // tenant ended, and a borrower account with an execution still in it was
 // handed to the next one.
@@ -51,11 +53,18 @@ func TestAListingThatFailsIsNotNone(t *testing.T) {
 		t.Errorf("the processes of %s were counted without its subordinate uids: %d", login, n)
 	}
 
+	// The accounts cannot be read (a directory service that does not
+	// answer): the user is not one without processes.
+	unknown := Procs{Root: t.TempDir(), Lookup: func(string) (*user.User, error) { return nil, errors.New("no answer from the directory") }}
+	if n, err := unknown.Count(login); err == nil {
+		t.Errorf("the processes of %s were counted without its account: %d", login, n)
+	}
+
 	// Ending them cannot say they ended, and does not wait for ever on a
 	// listing that does not come back.
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	for name, procs := range map[string]Procs{"without /proc": gone, "without subordinate uids": unreadable} {
+	for name, procs := range map[string]Procs{"without /proc": gone, "without subordinate uids": unreadable, "without the account": unknown} {
 		if err := procs.EndSessions(ctx, login, 50*time.Millisecond); err == nil {
 			t.Errorf("%s: the sessions of %s were ended and none shown left", name, login)
 		}
