@@ -103,6 +103,7 @@ func (p Procs) pids(match func(status string) bool) ([]int, error) {
 		return nil, fmt.Errorf("listing the host's processes: %w", err)
 	}
 	var pids []int
+	var unread error
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -113,14 +114,18 @@ func (p Procs) pids(match func(status string) bool) ([]int, error) {
 			continue // it exited after the listing
 		}
 		if err != nil {
-			return pids, fmt.Errorf("reading the owner of process %d: %w", pid, err)
+			// The others are still listed: a signal reaches them.
+			if unread == nil {
+				unread = fmt.Errorf("reading the owner of process %d: %w", pid, err)
+			}
+			continue
 		}
 		// A zombie runs nothing and cannot be signalled: its parent reaps it.
 		if match(string(status)) && !zombie(string(status)) {
 			pids = append(pids, pid)
 		}
 	}
-	return pids, nil
+	return pids, unread
 }
 
 // ownerOf is login's uid (-1 for none) and what it owns: its uid and its
@@ -176,8 +181,9 @@ func (p Procs) EndSessions(ctx context.Context, login string, grace time.Duratio
 // tells (its own uid and subordinate ones). It returns nil once a settle
 // period passed with none listed, else why it cannot say they ended.
 func (p Procs) EndSessionsOwned(ctx context.Context, uid int, owns OwnedBy, grace time.Duration) error {
+	const rounds = 10
 	var left []int
-	for round := 0; round < 10; round++ {
+	for range rounds {
 		if err := p.EndOwned(ctx, uid, owns, grace); err != nil {
 			return err
 		}
@@ -193,7 +199,7 @@ func (p Procs) EndSessionsOwned(ctx context.Context, uid int, owns OwnedBy, grac
 			return nil
 		}
 	}
-	return fmt.Errorf("%d processes still start after %d rounds of ending them", len(left), 10)
+	return fmt.Errorf("%d processes still start after %d rounds of ending them", len(left), rounds)
 }
 
 // EndUIDs ends every process of the users uids at once, like End (their

@@ -45,6 +45,9 @@ func TestAListingThatFailsIsNotNone(t *testing.T) {
 	if err == nil {
 		t.Errorf("a process whose owner could not be read went unnoticed: %v", pids)
 	}
+	if len(pids) != 1 || pids[0] != 100 {
+		t.Errorf("the processes read beside it: %v, want [100] (a signal still reaches them)", pids)
+	}
 
 	// Subordinate uids that cannot be read: what runs under them is not
 	// counted, so the count is not a whole one either.
