@@ -505,7 +505,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 				first := !a.refused[r.Name]
 				a.refused[r.Name] = true
 				a.mu.Unlock()
-				if first && a.refuseLoginUser(previous.LoginUser) == nil && !a.userStillGranted(previous.LoginUser) {
+				if first && !a.neverATenants(previous.LoginUser) && !a.userStillGranted(previous.LoginUser) {
 					a.endSessions(ctx, previous.LoginUser)
 				}
 			}
@@ -557,7 +557,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 			// node grants now (a deleted node's reservation, listed here
 			// after a machine took its name, ending beside the one holding
 			// the node with the same login user).
-			if user != "" && a.refuseLoginUser(user) == nil && !a.userStillGranted(user) {
+			if user != "" && !a.neverATenants(user) && !a.userStillGranted(user) {
 				a.endTenancy(ctx, user)
 			}
 		}
@@ -577,7 +577,7 @@ func (a *Agent) unrecordable(ctx context.Context, desired state.Access, err erro
 	klog.ErrorS(err, "recording access failed: its principals are refused until it is recorded", "reservation", desired.Reservation,
 		"epoch", desired.Epoch, "state", desired.State)
 	a.setUnrecorded(desired.Reservation, true)
-	if !desired.Granted() && desired.LoginUser != "" && a.refuseLoginUser(desired.LoginUser) == nil && !a.userStillGranted(desired.LoginUser) {
+	if !desired.Granted() && desired.LoginUser != "" && !a.neverATenants(desired.LoginUser) && !a.userStillGranted(desired.LoginUser) {
 		a.endTenancy(ctx, desired.LoginUser)
 	}
 }
@@ -727,7 +727,7 @@ func (a *Agent) reservationEvidence(ctx context.Context, applied []state.Access)
 	// An account the agent never grants has no tenant's sessions: its
 	// processes are a service's, and must not hold a release up.
 	sessionsOf := func(user string) int {
-		if user == "" || a.refuseLoginUser(user) != nil {
+		if user == "" || a.neverATenants(user) {
 			return 0
 		}
 		n, err := a.procs.Count(user)
@@ -783,7 +783,7 @@ func (a *Agent) reservationEvidence(ctx context.Context, applied []state.Access)
 // access's user also loses what it scheduled (endTenancy); a term that
 // ended by this host's clock alone is not over until the server says so.
 func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []state.Access, retired bool) {
-	if user == "" || a.refuseLoginUser(user) != nil ||
+	if user == "" || a.neverATenants(user) ||
 		slices.ContainsFunc(applied, func(acc state.Access) bool {
 			return acc.Granted() && acc.LoginUser == user && !a.termEndedHere(acc.Reservation)
 		}) {

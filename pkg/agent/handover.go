@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -44,7 +45,7 @@ func (a *Agent) retire(ctx context.Context, reservation string) {
 	klog.InfoS("retired access: the reservation ended or left this node", "reservation", reservation)
 	// Only a login user's sessions: not a service's, whatever the server
 	// named.
-	if before.LoginUser != "" && a.refuseLoginUser(before.LoginUser) == nil && !a.userStillGranted(before.LoginUser) {
+	if before.LoginUser != "" && !a.neverATenants(before.LoginUser) && !a.userStillGranted(before.LoginUser) {
 		a.endTenancy(ctx, before.LoginUser)
 	}
 	a.beatSoon()
@@ -310,7 +311,10 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	var keep, skipped []string
 	granted := map[string][]string{}
 	for _, u := range users {
-		if err := a.refuseLoginUser(u); err != nil {
+		if err := a.refuseLoginUser(u); errors.Is(err, errAccountUnreadable) {
+			// Perhaps a tenant's: not passed over as a service's.
+			return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "the cleaning cannot tell whether to reset " + u + ": " + err.Error()}
+		} else if err != nil {
 			// No tenant may be let in as it: nothing of a tenant to reset,
 			// and a system account's home is a system directory. Unless it
 			// was granted as one that could become root: its uid, the

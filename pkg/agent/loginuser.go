@@ -2,6 +2,7 @@ package agent
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	osuser "os/user"
@@ -15,12 +16,19 @@ import (
 // loginDefs is where the system says which uids are people's.
 const loginDefs = "/etc/login.defs"
 
+// errAccountUnreadable refuses a user the account database could not say
+// anything of (passwd unreadable, a directory service that does not
+// answer): it may be a system account, so its access is not granted until
+// it can be looked up (retryRefusals); it may be a tenant's, so it is not
+// taken for a service's either (neverATenants).
+var errAccountUnreadable = errors.New("the account cannot be looked up")
+
 // refuseLoginUser says why the agent must not let a tenant log in as user,
 // whatever the server says: a name no login user may have (root), an
 // account with a uid outside the system's range of people's uids (a
 // system account: its processes are services, its home a system
-// directory), or
-// an account borrowers' executions run as. It returns nil for a user the
+// directory), an account borrowers' executions run as, or one that cannot
+// be looked up (errAccountUnreadable). It returns nil for a user the
 // agent may grant, including one that does not exist (nothing to grant).
 func (a *Agent) refuseLoginUser(user string) error {
 	if err := validation.CheckLoginUser(user); err != nil {
@@ -29,9 +37,13 @@ func (a *Agent) refuseLoginUser(user string) error {
 	if a.runner != nil && slices.Contains(a.runner.Accounts(), user) {
 		return fmt.Errorf("%q is an account borrowers' executions run as", user)
 	}
-	u, err := osuser.Lookup(user)
-	if err != nil {
+	u, err := a.lookupUser(user)
+	var unknown osuser.UnknownUserError
+	if errors.As(err, &unknown) {
 		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("%q: %w: %v", user, errAccountUnreadable, err)
 	}
 	uid, err := strconv.Atoi(u.Uid)
 	if err != nil {
@@ -46,6 +58,24 @@ func (a *Agent) refuseLoginUser(user string) error {
 		return fmt.Errorf("%q is a system account (uid %d, above UID_MAX %d of %s)", user, uid, last, loginDefs)
 	}
 	return nil
+}
+
+// neverATenants says whether user is an account no tenant is ever let in
+// as (refuseLoginUser): its processes are a service's, not sessions to
+// count or end. One that cannot be looked up may be a tenant's: its
+// sessions count (as at least one, while they cannot be counted).
+func (a *Agent) neverATenants(user string) bool {
+	err := a.refuseLoginUser(user)
+	return err != nil && !errors.Is(err, errAccountUnreadable)
+}
+
+// lookupUser finds an account as the agent's process listing does
+// (sessions.Procs.Lookup; user.Lookup by default).
+func (a *Agent) lookupUser(name string) (*osuser.User, error) {
+	if a.procs.Lookup != nil {
+		return a.procs.Lookup(name)
+	}
+	return osuser.Lookup(name)
 }
 
 // userUIDs are UID_MIN and UID_MAX in path, the uids of people's accounts;

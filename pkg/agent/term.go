@@ -74,7 +74,7 @@ func (a *Agent) endTerms(ctx context.Context, now time.Time) {
 			continue
 		}
 		klog.InfoS("the term ended by this host's clock before the server ended it: access ends here now", "reservation", r.Name, "endsAt", r.Spec.EndsAt.UTC())
-		if login != "" && a.refuseLoginUser(login) == nil && !a.userStillGranted(login) {
+		if login != "" && !a.neverATenants(login) && !a.userStillGranted(login) {
 			a.endSessions(ctx, login)
 		}
 		if lending.Lent(r) && a.runner != nil {
