@@ -37,28 +37,23 @@ func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
 		t.Cleanup(func() { _ = exec.Command("userdel", slot).Run() })
 	}
 	r := New(Options{User: borrower, Slots: 2, Grace: 10 * time.Millisecond})
-	r.procs = sessions.Procs{Root: filepath.Join(t.TempDir(), "not-mounted")}
-	if n, err := r.Running(); err == nil {
-		t.Errorf("the borrowers' processes were counted without /proc: %d", n)
-	}
-	if !r.Active() {
-		t.Error("a host whose borrowers' processes cannot be listed shows no borrower")
-	}
-	if got := r.freeAccount(); got != "" {
-		t.Errorf("slot %q went to a new execution with its processes unlisted", got)
-	}
-
-	// The processes can be read, the accounts cannot (a directory service
-	// that does not answer).
-	r.procs = sessions.Procs{Root: t.TempDir(), Lookup: func(string) (*user.User, error) { return nil, errors.New("no answer from the directory") }}
-	if n, err := r.Running(); err == nil {
-		t.Errorf("the borrowers' processes were counted without their accounts: %d", n)
-	}
-	if !r.Active() {
-		t.Error("a host whose borrower accounts cannot be looked up shows no borrower")
-	}
-	if got := r.freeAccount(); got != "" {
-		t.Errorf("slot %q went to a new execution without its account looked up", got)
+	unanswered := func(string) (*user.User, error) { return nil, errors.New("no answer from the directory") }
+	for without, blind := range map[string]sessions.Procs{
+		"/proc": {Root: filepath.Join(t.TempDir(), "not-mounted")},
+		// The processes can be read, the accounts cannot (a directory
+		// service that does not answer).
+		"their accounts": {Root: t.TempDir(), Lookup: unanswered},
+	} {
+		r.procs = blind
+		if n, err := r.Running(); err == nil {
+			t.Errorf("the borrowers' processes were counted without %s: %d", without, n)
+		}
+		if !r.Active() {
+			t.Errorf("a host shows no borrower without %s", without)
+		}
+		if got := r.freeAccount(); got != "" {
+			t.Errorf("slot %q went to a new execution without %s", got, without)
+		}
 	}
 
 	// Readable again, and nothing of the accounts runs.
