@@ -150,6 +150,35 @@ func LoginAccount(prefix string) (name string, uid, gid int, remove func(), err 
 	return account(prefix, "--create-home", "--shell", "/bin/sh")
 }
 
+// BorrowerSlots adds the accounts of a borrower user with slots
+// execution slots, as nodusd's --borrower-user and --borrower-slots name
+// them: "<user>-0" … "<user>-<slots-1>", user being prefix and a few
+// random letters. remove ends their processes and takes them away again.
+// It needs root and useradd.
+func BorrowerSlots(prefix string, slots int) (borrower string, remove func(), err error) {
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return "", nil, err
+	}
+	borrower = fmt.Sprintf("%s%x", prefix, suffix)
+	var added []string
+	remove = func() {
+		for _, slot := range added {
+			_ = exec.Command("pkill", "-KILL", "-u", slot).Run()
+			_ = exec.Command("userdel", slot).Run()
+		}
+	}
+	for i := range slots {
+		slot := fmt.Sprintf("%s-%d", borrower, i)
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot).CombinedOutput(); err != nil {
+			remove()
+			return "", nil, fmt.Errorf("useradd %s: %v: %s", slot, err, out)
+		}
+		added = append(added, slot)
+	}
+	return borrower, remove, nil
+}
+
 func account(prefix string, flags ...string) (name string, uid, gid int, remove func(), err error) {
 	var suffix [4]byte
 	if _, err := rand.Read(suffix[:]); err != nil {

@@ -66,14 +66,11 @@ func TestSSHAccessThroughSystemSSHD(t *testing.T) {
 		}
 	})
 	// Borrowers' executions run as unprivileged accounts of their own: two slots.
-	borrower := "nodusb" + hex.EncodeToString(suffix)
-	for _, slot := range []string{borrower + "-0", borrower + "-1"} {
-		run(t, "useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot)
-		t.Cleanup(func() {
-			_ = exec.Command("pkill", "-KILL", "-u", slot).Run()
-			_ = exec.Command("userdel", slot).Run()
-		})
+	borrower, removeSlots, err := testhost.BorrowerSlots("nodusb", 2)
+	if err != nil {
+		t.Fatal(err)
 	}
+	t.Cleanup(removeSlots)
 
 	dir := t.TempDir()
 	s := startServer(t, filepath.Join(dir, "server"))

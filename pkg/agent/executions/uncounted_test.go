@@ -1,17 +1,15 @@
 package executions
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
-	"os/exec"
 	"os/user"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
+	"github.com/nodus-dev/nodus/pkg/testhost"
 )
 
 // TestBorrowersThatCannotBeListedAreNotGone: the host's processes cannot
@@ -24,18 +22,11 @@ func TestBorrowersThatCannotBeListedAreNotGone(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root, to add the borrower accounts (CI is root)")
 	}
-	var suffix [4]byte
-	if _, err := rand.Read(suffix[:]); err != nil {
-		t.Fatal(err)
+	borrower, remove, err := testhost.BorrowerSlots("nodusu", 2)
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
 	}
-	// Slots are named after the borrower user: "<user>-<slot>".
-	borrower := "nodusu" + hex.EncodeToString(suffix[:])
-	for _, slot := range []string{borrower + "-0", borrower + "-1"} {
-		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", slot).CombinedOutput(); err != nil {
-			t.Skipf("no account can be added here: %v: %s", err, out)
-		}
-		t.Cleanup(func() { _ = exec.Command("userdel", slot).Run() })
-	}
+	t.Cleanup(remove)
 	r := New(Options{User: borrower, Slots: 2, Grace: 10 * time.Millisecond})
 	unanswered := func(string) (*user.User, error) { return nil, errors.New("no answer from the directory") }
 	for without, blind := range map[string]sessions.Procs{
