@@ -4,8 +4,10 @@
 package cli
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -113,17 +116,91 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 // more (a hostile one, or a fault) gets an error, not the laptop's memory.
 var maxAnswerBytes int64 = 256 << 20
 
-// boundedAnswers cuts an answer past maxAnswerBytes; a watch is a stream,
-// read as it comes, and not bounded.
+// maxWatchEventBytes bounds one event of a watch. A watch is a stream,
+// read as it comes for as long as the server keeps it open, so it is
+// bounded event by event, not as a whole: a nodus-server ends each JSON
+// event with a newline, and stores no object over etcd's request bound
+// (1.5 MiB). A longer line is a hostile server or a fault.
+var maxWatchEventBytes int64 = 16 << 20
+
+// boundedAnswers cuts an answer past maxAnswerBytes, and a watch at an
+// event past maxWatchEventBytes.
 type boundedAnswers struct{ next http.RoundTripper }
 
 func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 	resp, err := t.next.RoundTrip(req)
-	if err != nil || req.URL.Query().Get("watch") == "true" {
+	if err != nil {
 		return resp, err
+	}
+	if req.URL.Query().Get("watch") == "true" {
+		resp.Body = &boundedEvents{ReadCloser: resp.Body, bound: maxWatchEventBytes, left: maxWatchEventBytes}
+		return resp, nil
 	}
 	resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
 	return resp, nil
+}
+
+// boundedEvents refuses a watch's stream at a line (an event) longer than
+// bound; left is what the line being read may still take.
+type boundedEvents struct {
+	io.ReadCloser
+	bound, left int64
+}
+
+func (b *boundedEvents) Read(p []byte) (int, error) {
+	if b.left < 0 {
+		return 0, watchEventTooLarge()
+	}
+	n, err := b.ReadCloser.Read(p)
+	for data := p[:n]; ; {
+		end := bytes.IndexByte(data, '\n')
+		if end < 0 {
+			b.left -= int64(len(data))
+			break
+		}
+		if int64(end) > b.left {
+			b.left = -1
+			break
+		}
+		b.left, data = b.bound, data[end+1:]
+	}
+	if b.left < 0 {
+		return n, watchEventTooLarge()
+	}
+	return n, err
+}
+
+// watchEventTooLargeText is the refusal's words, which reach the watch's
+// reader only as the text of an error event (client-go makes one of a
+// stream it cannot read): watchError knows it by them.
+const watchEventTooLargeText = "an event of the server's watch is larger than"
+
+func watchEventTooLarge() error {
+	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %d KiB", watchEventTooLargeText, maxWatchEventBytes>>10))
+}
+
+// clientWatchDecoding is the cause client-go gives the error event it makes
+// of a watch's stream it cannot read (k8s.io/client-go/rest: a decoding
+// error, or boundedEvents' refusal).
+const clientWatchDecoding metav1.CauseType = "ClientWatchDecoding"
+
+// watchError is the error a watch's error event st stands for: the
+// server's, or, for one client-go made of an event it could not read,
+// nodus' own refusal of the answer (past the bound, or not JSON).
+func watchError(st *metav1.Status) error {
+	if st.Details != nil {
+		for _, cause := range st.Details.Causes {
+			if cause.Type != clientWatchDecoding {
+				continue
+			}
+			if strings.Contains(cause.Message, watchEventTooLargeText) {
+				return refuseWithFix(reasonAnswerTooLarge, errors.New(oneLine(cause.Message)),
+					"A nodus-server sends no event this large: tell your operator, with this message.")
+			}
+			return refuse(reasonAnswerRefused, errors.New(oneLine(cause.Message)))
+		}
+	}
+	return apierrors.FromObject(st)
 }
 
 type boundedBody struct {

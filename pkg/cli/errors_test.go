@@ -76,7 +76,8 @@ func TestAnErrorIsShownWithItsOwnAnswersFix(t *testing.T) {
 
 // TestAnAnswerPastTheBoundIsRefused: the CLI reads answers whole; a server
 // that sends an endless one (hostile, or at fault) must not take the
-// laptop's memory. A watch is a stream and has no bound.
+// laptop's memory. A watch is a stream, bounded event by event
+// (TestAWatchEventPastTheBoundIsRefused), not as a whole.
 func TestAnAnswerPastTheBoundIsRefused(t *testing.T) {
 	defer func(was int64) { maxAnswerBytes = was }(maxAnswerBytes)
 	maxAnswerBytes = 1 << 10

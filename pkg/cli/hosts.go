@@ -102,7 +102,7 @@ func (o *HostsOptions) List(ctx context.Context) error {
 			if e.Type == watch.Error {
 				w.Stop()
 				if st, ok := e.Object.(*metav1.Status); ok {
-					return apierrors.FromObject(st)
+					return watchError(st)
 				}
 				// Not the server's error as it sends one: its text (every
 				// string of the object) is not printed.

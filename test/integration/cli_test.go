@@ -465,14 +465,18 @@ func TestCLIWatchEndsWithTheAccess(t *testing.T) {
 		done <- result{out, code}
 	}()
 	time.Sleep(time.Second) // the watch is open
+	// An event the watch prints, read within its bound (one line of the
+	// server's each, TestAWatchEventPastTheBoundIsRefused).
+	f.host(t, "w-2", time.Now().Add(-time.Hour), time.Now().Add(time.Hour))
+	time.Sleep(time.Second)
 	name, _, _ := strings.Cut(f.member.BearerToken, ".")
 	if err := s.Client.NodusV1().AccessTokens().Delete(ctx(t), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	select {
 	case r := <-done:
-		if r.code != cli.ExitAuth || !strings.Contains(r.out, "error:") {
-			t.Errorf("the watch of a revoked token ended with exit %d:\n%s", r.code, r.out)
+		if r.code != cli.ExitAuth || !strings.Contains(r.out, "error:") || !strings.Contains(r.out, "w-2") {
+			t.Errorf("the watch of a revoked token ended with exit %d (the host reserved while it watched shown?):\n%s", r.code, r.out)
 		}
 	case <-time.After(20 * time.Second):
 		t.Error("the watch of a revoked token still runs 20 s later")

@@ -1,0 +1,81 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
+
+	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+)
+
+// TestAWatchEventPastTheBoundIsRefused: answers the CLI reads whole are
+// bounded, a watch was not at all: a server (hostile, or at fault) that
+// sent one endless event had `nodus hosts list --watch` buffer it into
+// the laptop's memory. Each event is bounded now, not the watch: one that
+// runs for hours passes as many events as come. An event the CLI cannot
+// read is its own refusal of the answer (AnswerTooLarge, AnswerRefused),
+// not shown as the server's error.
+func TestAWatchEventPastTheBoundIsRefused(t *testing.T) {
+	defer func(was int64) { maxWatchEventBytes = was }(maxWatchEventBytes)
+	maxWatchEventBytes = 4 << 10
+	event := func(name string, pad int) string {
+		return fmt.Sprintf(`{"type":"ADDED","object":{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":%q,"namespace":"acme","resourceVersion":"7","annotations":{"pad":%q}}}}`+"\n",
+			name, strings.Repeat("x", pad))
+	}
+	var stream string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, stream)
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL}
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return boundedAnswers{rt} })
+	hosts := versioned.NewForConfigOrDie(cfg).NodusV1().ReservedHosts("acme")
+	watchAll := func() (added int, ended error) {
+		w, err := hosts.Watch(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		for e := range w.ResultChan() {
+			if e.Type == watch.Error {
+				st, ok := e.Object.(*metav1.Status)
+				if !ok {
+					t.Fatalf("an error event of %T", e.Object)
+				}
+				return added, watchError(st)
+			}
+			added++
+		}
+		return added, nil
+	}
+
+	// Many events, each under the bound, together far past it.
+	stream = strings.Repeat(event("h", 3<<10), 64)
+	if added, err := watchAll(); added != 64 || err != nil {
+		t.Errorf("64 events of 3 KiB with a bound of 4 KiB an event: %d read, %v", added, err)
+	}
+
+	stream = event("before", 0) + event("endless", 8<<10) + event("after", 0)
+	added, err := watchAll()
+	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerTooLarge || added != 1 {
+		t.Errorf("an event past the bound after one within it: %d read, then %v", added, err)
+	}
+
+	stream = event("before", 0) + "{\"type\":\"ADDED\",\"object\":\x1b[2J}\n"
+	added, err = watchAll()
+	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerRefused || added != 1 {
+		t.Errorf("an event that is not JSON: %d read, then %v", added, err)
+	}
+	if err != nil && strings.Contains(err.Error(), "\x1b") {
+		t.Errorf("the refusal prints the server's control characters: %q", err)
+	}
+}
