@@ -149,7 +149,7 @@ type boundedEvents struct {
 
 func (b *boundedEvents) Read(p []byte) (int, error) {
 	if b.left < 0 {
-		return 0, watchEventTooLarge()
+		return 0, b.tooLarge()
 	}
 	n, err := b.ReadCloser.Read(p)
 	for data := p[:n]; ; {
@@ -165,7 +165,7 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 		b.left, data = b.bound, data[end+1:]
 	}
 	if b.left < 0 {
-		return n, watchEventTooLarge()
+		return n, b.tooLarge()
 	}
 	return n, err
 }
@@ -175,8 +175,12 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 // stream it cannot read): watchError knows it by them.
 const watchEventTooLargeText = "an event of the server's watch is larger than"
 
-func watchEventTooLarge() error {
-	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %d KiB", watchEventTooLargeText, maxWatchEventBytes>>10))
+func (b *boundedEvents) tooLarge() error {
+	size := fmt.Sprintf("%d KiB", b.bound>>10)
+	if b.bound%(1<<20) == 0 {
+		size = fmt.Sprintf("%d MiB", b.bound>>20)
+	}
+	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %s", watchEventTooLargeText, size))
 }
 
 // clientWatchDecoding is the cause client-go gives the error event it makes
