@@ -6,11 +6,13 @@ package envelope
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"mime"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/google/uuid"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -49,6 +51,10 @@ type Options struct {
 	// Formats write the envelope in another API's error format for the
 	// paths they claim (the Ironic API's, for one).
 	Formats []Format
+	// RequestTimeout is the server's bound of a request other than a watch
+	// (--request-timeout): the deadline of one that names none (?timeout=)
+	// and the most one may name, as the library's deadline filter sets it.
+	RequestTimeout time.Duration
 }
 
 // Format writes errors for the paths Match accepts.
@@ -72,7 +78,12 @@ func WithEnvelope(handler http.Handler, opts Options) http.Handler {
 		ctx, ex := exchange.With(req.Context(), req.Header, id)
 		req = req.WithContext(ctx)
 
-		ew := &errorWriter{ResponseWriter: w, exchange: ex}
+		ew := &errorWriter{ResponseWriter: w, exchange: ex, start: time.Now()}
+		defer func() {
+			if r := recover(); r != nil && (r != http.ErrAbortHandler || !ew.abortedTimeout(req, opts)) {
+				panic(r)
+			}
+		}()
 		// The wrapper keeps CloseNotifier, Flusher and Hijacker of w visible,
 		// as the apiserver's watch and upgrade handlers need them.
 		handler.ServeHTTP(responsewriter.WrapForHTTP1Or2(ew), req)
@@ -89,6 +100,7 @@ type errorWriter struct {
 	exchange *exchange.Exchange
 	code     int
 	body     bytes.Buffer
+	start    time.Time // when the request arrived
 }
 
 func (w *errorWriter) WriteHeader(code int) {
@@ -138,6 +150,13 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 		// plain text; keep their words as the message.
 		status = Status{Status: metav1.Status{Message: strings.TrimSpace(w.body.String())}}
 	}
+	if w.code == http.StatusInternalServerError && status.Message == context.DeadlineExceeded.Error() && deadlinePassed(req, w.start, opts.RequestTimeout) {
+		// The request's own deadline passed, and its handler answered with
+		// the error its store read returned then before the library's
+		// timeout filter answered 504 (the two race): the same timeout, in
+		// the filter's words.
+		w.code, status.Status = http.StatusGatewayTimeout, timedOut()
+	}
 	retryAfter, _ := strconv.Atoi(w.Header().Get("Retry-After"))
 	status = Complete(req, w.exchange, w.code, status.Status, retryAfter, opts)
 	w.code = int(status.Code)
@@ -159,6 +178,49 @@ func (w *errorWriter) writeEnvelope(req *http.Request, opts Options) {
 	h.Set("X-Content-Type-Options", "nosniff")
 	w.ResponseWriter.WriteHeader(w.code)
 	_, _ = w.ResponseWriter.Write(body)
+}
+
+// abortedTimeout answers, as the 504 it is, a request the library's
+// timeout filter aborted: its deadline passed after its handler had begun
+// an error answer, which the filter cannot replace and so aborts (an
+// HTTP/2 stream reset, a cut HTTP/1 connection). That answer is held back
+// here and has reached no one. It says whether it answered: an abort of
+// anything else (an answer already going out, a deadline not passed)
+// stays one.
+func (w *errorWriter) abortedTimeout(req *http.Request, opts Options) bool {
+	if w.code < 400 || !deadlinePassed(req, w.start, opts.RequestTimeout) {
+		return false
+	}
+	body, err := json.Marshal(timedOut())
+	if err != nil {
+		return false
+	}
+	// The filter took the handler's writer away when it timed out: nothing
+	// writes here any more.
+	w.code = http.StatusGatewayTimeout
+	w.body.Reset()
+	w.body.Write(body)
+	w.Header().Set("Content-Type", "application/json")
+	w.writeEnvelope(req, opts)
+	return true
+}
+
+// timedOut is the library's timeout, as its timeout filter words it.
+func timedOut() metav1.Status {
+	return metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure,
+		Reason: metav1.StatusReasonTimeout, Code: http.StatusGatewayTimeout, Message: "Timeout: request did not complete within the allotted timeout"}
+}
+
+// deadlinePassed says whether the deadline of req, which arrived at start,
+// has passed: its ?timeout=, at most timeout, else timeout (the library's
+// request-deadline filter). An unknown bound (0) has not passed.
+func deadlinePassed(req *http.Request, start time.Time, timeout time.Duration) bool {
+	if v := req.URL.Query().Get("timeout"); v != "" {
+		if d, err := time.ParseDuration(v); err == nil && d > 0 && (timeout <= 0 || d < timeout) {
+			timeout = d
+		}
+	}
+	return timeout > 0 && time.Since(start) >= timeout
 }
 
 // Complete makes s, an error answered with code to req, the envelope every

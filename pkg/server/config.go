@@ -324,7 +324,7 @@ func (o *Options) applyHandlerChain(generic *genericapiserver.Config, scheme *ru
 		// other request, and every beat the lean path does not take, goes
 		// down the chain. Inside the envelope: its errors get the envelope.
 		envelopeOpts := envelope.Options{
-			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver,
+			DocsBaseURL: docsBase, Resolver: c.RequestInfoResolver, RequestTimeout: c.RequestTimeout,
 			Formats: []envelope.Format{{Match: ironic.IsIronicPath, Write: ironic.WriteError}},
 		}
 		beats.filter = heartbeatpath.New(chain, heartbeatpath.Options{
