@@ -10,6 +10,7 @@ import (
 	"golang.org/x/time/rate"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	secretpkg "github.com/nodus-dev/nodus/pkg/registry/secret"
@@ -82,5 +83,32 @@ func TestUnknownTokensCostABoundedNumberOfReads(t *testing.T) {
 	}
 	if waited := time.Since(start); waited > 500*time.Millisecond {
 		t.Errorf("the token the cache got waited %v", waited)
+	}
+}
+
+// TestAStoredSystemNameAuthenticatesNoOne: the API refuses an AccessToken
+// for a system: user or group, but one stored before it did (or written to
+// etcd by other means) would pass for the server itself (system:masters)
+// or for Kubernetes. The authenticator refuses it as it reads it.
+func TestAStoredSystemNameAuthenticatesNoOne(t *testing.T) {
+	hash := secretpkg.Hash("s3cret")
+	stored := func(name, user string, groups ...string) *nodusv1.AccessToken {
+		return &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID("uid-" + name)},
+			Spec: nodusv1.AccessTokenSpec{User: user, Groups: groups}, Status: nodusv1.AccessTokenStatus{TokenHash: hash}}
+	}
+	tokens := &uncachedTokens{stored: map[string]*nodusv1.AccessToken{
+		"plain":       stored("plain", "bob", "team-a"),
+		"system-user": stored("system-user", "system:apiserver"),
+		"masters":     stored("masters", "bob", "team-a", "system:masters"),
+		"any-system":  stored("any-system", "bob", "system:serviceaccounts"),
+	}}
+	a := &tokenAuthenticator{tokens: tokens, now: time.Now, missReads: rate.NewLimiter(missReadsPerSecond, missReadsBurst)}
+	if r, ok, err := a.AuthenticateToken(context.Background(), "plain.s3cret"); !ok || err != nil || r.User.GetName() != "bob" {
+		t.Fatalf("a stored token of an ordinary user: %v %v", ok, err)
+	}
+	for _, name := range []string{"system-user", "masters", "any-system"} {
+		if r, ok, err := a.AuthenticateToken(context.Background(), name+".s3cret"); ok {
+			t.Errorf("stored token %q authenticated %s in %v (err %v)", name, r.User.GetName(), r.User.GetGroups(), err)
+		}
 	}
 }

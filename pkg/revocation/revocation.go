@@ -4,7 +4,7 @@
 // authorization; when an AccessToken is deleted, a Project's membership
 // changes, or a node's agent is enrolled again or deleted, the watches it
 // concerns are authorized again and those refused now are cut. A token's
-// expiry cuts its watches on time.
+// expiry cuts its watches on time, and so does a client certificate's.
 package revocation
 
 import (
@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/endpoints/filters"
 	"k8s.io/apiserver/pkg/endpoints/request"
@@ -128,6 +129,8 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 			case t.Spec.ExpiresAt != nil:
 				w.expireAt(open, t.Spec.ExpiresAt.Time)
 			}
+		} else if end, ok := certificateEnd(req, attrs.GetUser()); ok {
+			w.expireAt(open, end)
 		}
 		// A change that ended this access after the request was authorized,
 		// and before the watch was registered, found no watch to cut: authorize
@@ -135,6 +138,27 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 		w.recheck([]*watch{open})
 		handler.ServeHTTP(rw, req.WithContext(ctx))
 	})
+}
+
+// certificateEnd is when the client certificate that authenticated req
+// stops being valid: the earliest end in the chain it presented (its own,
+// or an intermediate's, which ends it as surely). ok is false for a
+// request a bearer token authenticated: the server tries a certificate
+// first, so a token's request presented none the server took.
+func certificateEnd(req *http.Request, u user.Info) (end time.Time, ok bool) {
+	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
+		return time.Time{}, false
+	}
+	if extra := u.GetExtra(); len(extra[auth.ExtraAccessToken]) > 0 || len(extra[auth.ExtraEnrollmentToken]) > 0 {
+		return time.Time{}, false
+	}
+	end = req.TLS.PeerCertificates[0].NotAfter
+	for _, cert := range req.TLS.PeerCertificates[1:] {
+		if cert.NotAfter.Before(end) {
+			end = cert.NotAfter
+		}
+	}
+	return end, true
 }
 
 // expireAt sets when open is cut, replacing an earlier time.

@@ -2,6 +2,8 @@ package revocation
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"net/http"
 	"net/http/httptest"
@@ -139,5 +141,76 @@ func TestAWatchOfATokenMadeAgainIsCut(t *testing.T) {
 	case <-cut:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the watch of a token made again under its name was left open")
+	}
+}
+
+// serveCertificateWatch runs one watch of user u through w's filter on a
+// connection that presented certificates chain, and reports whether it
+// was cut before it was served and a way to see it cut later.
+func serveCertificateWatch(t *testing.T, w *Watches, u user.Info, chain ...*x509.Certificate) (cutAtStart bool, cut <-chan struct{}, release func()) {
+	t.Helper()
+	ctx := request.WithUser(context.Background(), u)
+	ctx = request.WithRequestInfo(ctx, &request.RequestInfo{IsResourceRequest: true, Verb: "watch", APIGroup: nodusv1.GroupName,
+		APIVersion: "v1", Resource: "nodes", Name: "gpu-1"})
+	req := httptest.NewRequest("GET", "https://nodus.example/apis/nodus.dev/v1/nodes?watch=1&fieldSelector=metadata.name%3Dgpu-1", nil).WithContext(ctx)
+	req.TLS = &tls.ConnectionState{PeerCertificates: chain}
+	started, done, stop := make(chan bool, 1), make(chan struct{}), make(chan struct{})
+	go w.Filter(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
+		started <- req.Context().Err() != nil
+		select {
+		case <-req.Context().Done():
+			close(done)
+		case <-stop:
+		}
+	})).ServeHTTP(httptest.NewRecorder(), req)
+	select {
+	case cutAtStart = <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch was never served")
+	}
+	return cutAtStart, done, func() { close(stop) }
+}
+
+// TestAWatchEndsWithItsCertificate: a watch authenticated by a client
+// certificate (an agent's, an operator's) streamed past the certificate's
+// end until the watch timed out, up to an hour later, where a token's
+// expiry cuts its watches on time.
+func TestAWatchEndsWithItsCertificate(t *testing.T) {
+	agent := &user.DefaultInfo{Name: auth.NodeUserPrefix + "gpu-1", Groups: []string{auth.GroupNodes, auth.GroupAuthenticated}}
+	w := &Watches{Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{}}
+	const life = 300 * time.Millisecond
+	for name, chain := range map[string]func(end time.Time) []*x509.Certificate{
+		"its own end": func(end time.Time) []*x509.Certificate { return []*x509.Certificate{{NotAfter: end}} },
+		"its issuer's end": func(end time.Time) []*x509.Certificate {
+			return []*x509.Certificate{{NotAfter: end.Add(time.Hour)}, {NotAfter: end}}
+		},
+	} {
+		start := time.Now()
+		cutAtStart, cut, release := serveCertificateWatch(t, w, agent, chain(start.Add(life))...)
+		if cutAtStart {
+			t.Fatalf("%s: a watch of a valid certificate was cut as it started", name)
+		}
+		select {
+		case <-cut:
+			if took := time.Since(start); took < life {
+				t.Errorf("%s: cut after %v, before the certificate ended (%v)", name, took, life)
+			}
+		case <-time.After(10 * time.Second):
+			t.Errorf("%s: the watch outlived its certificate", name)
+		}
+		release()
+	}
+
+	// A token's watch over a connection that also presented a certificate
+	// (one the server did not take: the token authenticated it) ends with
+	// the token, not with that certificate.
+	tokenUser := &user.DefaultInfo{Name: "alice", Extra: map[string][]string{auth.ExtraAccessToken: {"t1"}, auth.ExtraAccessTokenUID: {"uid-t1"}}}
+	w = &Watches{Authorizer: (&decide{decision: authorizer.DecisionAllow}).authorizer(), Tokens: tokens{"t1": t1}}
+	_, cut, release := serveCertificateWatch(t, w, tokenUser, &x509.Certificate{NotAfter: time.Now().Add(50 * time.Millisecond)})
+	defer release()
+	select {
+	case <-cut:
+		t.Error("a token's watch was cut at the end of a certificate that did not authenticate it")
+	case <-time.After(500 * time.Millisecond):
 	}
 }
