@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -116,11 +115,13 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 // more (a hostile one, or a fault) gets an error, not the laptop's memory.
 var maxAnswerBytes int64 = 256 << 20
 
-// maxWatchEventBytes bounds one event of a watch. A watch is a stream,
-// read as it comes for as long as the server keeps it open, so it is
-// bounded event by event, not as a whole: a nodus-server ends each JSON
-// event with a newline, and stores no object over etcd's request bound
-// (1.5 MiB). A longer line is a hostile server or a fault.
+// maxWatchEventBytes bounds one event of a watch, which the CLI reads as
+// it comes for as long as the server keeps it open, so it is bounded event
+// by event, not as a whole: a nodus-server stores no object over etcd's
+// request bound (1.5 MiB). An event is counted from the end of the one
+// before, the whitespace between them included: client-go's decoder holds
+// all of it until the event's JSON value ends, whatever lines it spans.
+// A longer event is a hostile server or a fault.
 var maxWatchEventBytes int64 = 16 << 20
 
 // boundedAnswers cuts an answer past maxAnswerBytes, and a watch at an
@@ -133,39 +134,81 @@ func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, err
 	}
 	if req.URL.Query().Get("watch") == "true" {
-		resp.Body = &boundedEvents{ReadCloser: resp.Body, bound: maxWatchEventBytes, left: maxWatchEventBytes}
+		resp.Body = &boundedEvents{ReadCloser: resp.Body, bound: maxWatchEventBytes}
 		return resp, nil
 	}
-	resp.Body = &boundedBody{ReadCloser: resp.Body, left: maxAnswerBytes}
+	if shared, ok := req.Context().Value(sharedBoundKey{}).(*sharedBound); ok {
+		resp.Body = &boundedBody{ReadCloser: resp.Body, left: &shared.left, shared: true}
+		return resp, nil
+	}
+	left := maxAnswerBytes
+	resp.Body = &boundedBody{ReadCloser: resp.Body, left: &left}
 	return resp, nil
 }
 
-// boundedEvents refuses a watch's stream at a line (an event) longer than
-// bound; left is what the line being read may still take.
+// sharedBound is what is left of maxAnswerBytes to the answers of one
+// command that holds them all at once (withOneAnswersBound).
+type sharedBound struct{ left int64 }
+
+type sharedBoundKey struct{}
+
+// withOneAnswersBound has the answers read under ctx, one after the other,
+// share the bound of one answer: a listing made of many (each project's
+// hosts in turn) holds them all, and a server chooses how many there are.
+func withOneAnswersBound(ctx context.Context) context.Context {
+	return context.WithValue(ctx, sharedBoundKey{}, &sharedBound{left: maxAnswerBytes})
+}
+
+// boundedEvents refuses a watch's stream at an event longer than bound. It
+// follows the JSON's structure as far as it must to tell where a top-level
+// value ends (strings, with their escapes, and nesting); the decoder
+// refuses what is no JSON.
 type boundedEvents struct {
 	io.ReadCloser
-	bound, left int64
+	bound int64
+	// used is what was read since the last event ended.
+	used              int64
+	depth             int
+	inString, escaped bool
+	refused           bool
 }
 
 func (b *boundedEvents) Read(p []byte) (int, error) {
-	if b.left < 0 {
+	if b.refused {
 		return 0, b.tooLarge()
 	}
 	n, err := b.ReadCloser.Read(p)
-	for data := p[:n]; ; {
-		end := bytes.IndexByte(data, '\n')
-		if end < 0 {
-			b.left -= int64(len(data))
-			break
+	for _, c := range p[:n] {
+		b.used++
+		switch {
+		case b.escaped:
+			b.escaped = false
+		case b.inString:
+			switch c {
+			case '\\':
+				b.escaped = true
+			case '"':
+				b.inString = false
+				if b.depth == 0 {
+					b.used = 0
+				}
+			}
+		case c == '"':
+			b.inString = true
+		case c == '{' || c == '[':
+			b.depth++
+		case c == '}' || c == ']':
+			if b.depth > 0 {
+				b.depth--
+			}
+			if b.depth == 0 {
+				b.used = 0
+			}
 		}
-		if int64(end) > b.left {
-			b.left = -1
-			break
+		if b.used > b.bound {
+			b.refused = true
+			return n, b.tooLarge()
 		}
-		b.left, data = b.bound, data[end+1:]
-	}
-	if b.left < 0 {
-		return n, b.tooLarge()
 	}
 	return n, err
 }
@@ -176,11 +219,15 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 const watchEventTooLargeText = "an event of the server's watch is larger than"
 
 func (b *boundedEvents) tooLarge() error {
-	size := fmt.Sprintf("%d KiB", b.bound>>10)
-	if b.bound%(1<<20) == 0 {
-		size = fmt.Sprintf("%d MiB", b.bound>>20)
+	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %s", watchEventTooLargeText, sizeText(b.bound)))
+}
+
+// sizeText is a bound in MiB where it is whole, else in KiB.
+func sizeText(bytes int64) string {
+	if bytes%(1<<20) == 0 {
+		return fmt.Sprintf("%d MiB", bytes>>20)
 	}
-	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %s", watchEventTooLargeText, size))
+	return fmt.Sprintf("%d KiB", bytes>>10)
 }
 
 // clientWatchDecoding is the cause client-go gives the error event it makes
@@ -209,22 +256,31 @@ func watchError(st *metav1.Status) error {
 
 type boundedBody struct {
 	io.ReadCloser
-	left int64
+	left *int64
+	// shared: left is the bound of several answers (withOneAnswersBound).
+	shared bool
 }
 
 func (b *boundedBody) Read(p []byte) (int, error) {
-	if b.left < 0 {
-		return 0, answerTooLarge()
+	if *b.left < 0 {
+		return 0, b.tooLarge()
 	}
-	if int64(len(p)) > b.left+1 {
-		p = p[:b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
+	if int64(len(p)) > *b.left+1 {
+		p = p[:*b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
 	}
 	n, err := b.ReadCloser.Read(p)
-	b.left -= int64(n)
-	if b.left < 0 {
-		return n, answerTooLarge()
+	*b.left -= int64(n)
+	if *b.left < 0 {
+		return n, b.tooLarge()
 	}
 	return n, err
+}
+
+func (b *boundedBody) tooLarge() error {
+	if b.shared {
+		return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answers to this command are larger than %s in all", sizeText(maxAnswerBytes)))
+	}
+	return answerTooLarge()
 }
 
 // refuseRedirects turns a redirect into an error before the HTTP client
@@ -244,7 +300,7 @@ func (r refuseRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 func answerTooLarge() error {
-	return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answer is larger than %d MiB", maxAnswerBytes>>20))
+	return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answer is larger than %s", sizeText(maxAnswerBytes)))
 }
 
 // Client is the typed client of the current context.
@@ -285,11 +341,11 @@ func contextServers(cfg *clientcmdapi.Config, context string) ([]string, error) 
 	}
 	unknown, ok := ext.(*runtime.Unknown)
 	if !ok {
-		return nil, fmt.Errorf("the %s extension of cluster %s is not a list of servers", serversExtension, c.Cluster)
+		return nil, fmt.Errorf("the %s extension of cluster %s is not a list of servers", serversExtension, oneLine(c.Cluster))
 	}
 	var list serverList
 	if err := json.Unmarshal(unknown.Raw, &list); err != nil {
-		return nil, fmt.Errorf("the %s extension of cluster %s: %w", serversExtension, c.Cluster, err)
+		return nil, fmt.Errorf("the %s extension of cluster %s: %s", serversExtension, oneLine(c.Cluster), oneLine(err))
 	}
 	return failover.Servers(strings.Join(list.Servers, ","))
 }

@@ -117,7 +117,8 @@ func TestABodyOfExactlyTheBoundEnds(t *testing.T) {
 		size    int
 		refused bool
 	}{{16, false}, {17, true}} {
-		b := &boundedBody{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: 16}
+		left := int64(16)
+		b := &boundedBody{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: &left}
 		got, err := io.ReadAll(io.LimitReader(oneByteReader{b}, 1<<10))
 		if refused := err != nil; refused != c.refused || (!c.refused && len(got) != c.size) {
 			t.Errorf("a body of %d bytes, bound 16: %d bytes read, %v", c.size, len(got), err)
@@ -162,7 +163,8 @@ func TestARefusedAnswerIsNotRetried(t *testing.T) {
 
 // tooLarge is what the CLI's transport says of an answer past its bound.
 func tooLarge() error {
-	_, err := (&boundedBody{ReadCloser: io.NopCloser(strings.NewReader("xx")), left: -1}).Read(make([]byte, 8))
+	left := int64(-1)
+	_, err := (&boundedBody{ReadCloser: io.NopCloser(strings.NewReader("xx")), left: &left}).Read(make([]byte, 8))
 	return err
 }
 

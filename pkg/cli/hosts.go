@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -234,7 +236,10 @@ func completeHosts(g *Globals) func(*cobra.Command, []string, string) ([]string,
 // after the other: the server lists a caller only the namespaces of its
 // projects. A project that refuses (a membership just removed) or is gone
 // is skipped; any other failure fails the list, which would be incomplete.
+//
+// All of it is held at once, so its answers share the bound of one.
 func yourHosts(ctx context.Context, c versioned.Interface) ([]nodusv1.ReservedHost, error) {
+	ctx = withOneAnswersBound(ctx)
 	raw, err := c.Discovery().RESTClient().Get().AbsPath("/api/v1/namespaces").Do(ctx).Raw()
 	if err != nil {
 		return nil, err
@@ -249,6 +254,12 @@ func yourHosts(ctx context.Context, c versioned.Interface) ([]nodusv1.ReservedHo
 	}
 	var out []nodusv1.ReservedHost
 	for _, ns := range namespaces.Items {
+		// A project's name goes into the next request's path and into
+		// what is printed: a project is named as a namespace is.
+		if errs := validation.IsDNS1123Label(ns.Metadata.Name); len(errs) > 0 {
+			return nil, refuse(reasonAnswerRefused, fmt.Errorf("the server lists a project named %s, which is no project's name (%s)",
+				oneLine(strconv.Quote(ns.Metadata.Name)), strings.Join(errs, "; ")))
+		}
 		hosts, err := c.NodusV1().ReservedHosts(ns.Metadata.Name).List(ctx, metav1.ListOptions{})
 		if apierrors.IsForbidden(err) || apierrors.IsNotFound(err) {
 			continue

@@ -174,6 +174,17 @@ func (o *LoginOptions) addContext(cfg *clientcmdapi.Config) (string, error) {
 		if _, err := failover.Servers(cluster.Server); err != nil {
 			return "", usageError(fmt.Errorf("%s: context %q: %w", oneLine(o.Adopt), oneLine(name), err))
 		}
+		// Its replicas, where it lists them, are where its credential goes
+		// first: the server every check and listing shows, then the others,
+		// each as its server is checked.
+		if replicas, err := contextServers(src, src.CurrentContext); err != nil || len(replicas) == 0 || strings.TrimSuffix(replicas[0], "/") != strings.TrimSuffix(cluster.Server, "/") {
+			why := fmt.Sprintf("they do not begin with its server %s", oneLine(cluster.Server))
+			if err != nil {
+				why = oneLine(err)
+			}
+			return "", usageError(fmt.Errorf("%s: context %q: the replicas its cluster lists (%s) are not this server's: %s; adopt a kubeconfig whose replicas begin with its server, or log in with nodus login --server A,B,…",
+				oneLine(o.Adopt), oneLine(name), serversExtension, why))
+		}
 		// A user entry that runs a command (exec) or a provider's plugin
 		// would run it on every nodus command: one adopted from a file
 		// someone else wrote is a command of theirs. nodus-server's own

@@ -16,8 +16,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/failover"
 )
 
 // operatorCommands are the fleet verbs: projects, pools, nodes,
@@ -243,6 +245,10 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			server, err := pastableServer(cfg)
+			if err != nil {
+				return err
+			}
 			spec := nodusv1.EnrollmentTokenSpec{Pool: args[0], NodeName: nodeName, ResourceClass: class, Traits: traits, LoginUser: loginUser}
 			if nodeName != "" && class == "" {
 				// Re-enrolling keeps the node's spec; the token only has to be valid.
@@ -291,7 +297,7 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			fmt.Fprintf(s.Out, "enrollment token (shown once, expires %s):\n  %s\n"+
 				"run on the host, as root, and paste the token on the line it reads (not on the command line, where ps and the shell's history show it):\n"+
 				"  nodusd enroll --server %s --token - --ca-hash %s%s\n",
-				expires, t.Status.Token, cfg.Host, t.Status.CAFingerprint, name)
+				expires, t.Status.Token, server, t.Status.CAFingerprint, name)
 			return nil
 		},
 	}
@@ -445,6 +451,23 @@ func reservationsCommand(g *Globals, s Streams) *cobra.Command {
 	return cmd
 }
 
+// pastableServer is the context's server as the command lines nodus prints
+// for a person to paste name it (nodusd enroll --server …, run as root on
+// a host; nodus login --server …): one https://HOST[:PORT] and nothing
+// more, which is all the shell may find there. Checked before anything is
+// made that the line would hand over.
+func pastableServer(cfg *rest.Config) (string, error) {
+	servers, err := failover.Servers(cfg.Host)
+	if err != nil || len(servers) != 1 {
+		return "", usageError(fmt.Errorf("this context's server %s is not one https://HOST:PORT, and a command nodus prints to paste names nothing else: "+
+			"log in again with nodus login --server https://HOST:PORT, or correct the context's server (nodus config get-contexts shows it)", oneLine(strconv.Quote(cfg.Host))))
+	}
+	if strings.ContainsAny(servers[0], "[]") {
+		return "'" + servers[0] + "'", nil // an IPv6 address's brackets are a shell pattern
+	}
+	return servers[0], nil
+}
+
 func tokensCommand(g *Globals, s Streams) *cobra.Command {
 	cmd := &cobra.Command{Use: "tokens", Short: "Access tokens for people (operators)"}
 	var spec nodusv1.AccessTokenSpec
@@ -461,6 +484,10 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 				spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(expires).Truncate(time.Second)}
 			}
 			c, cfg, err := g.Client()
+			if err != nil {
+				return err
+			}
+			server, err := pastableServer(cfg)
 			if err != nil {
 				return err
 			}
@@ -481,7 +508,7 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 			}
 			// The token is handed over apart from the command: on a command
 			// line it would be in ps and the shell's history.
-			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with (it asks for the token; --token - reads it from stdin):\n  nodus login --server %s --ca-file CA.crt\n", spec.User, t.Status.Token, cfg.Host)
+			fmt.Fprintf(s.Out, "token for %s (shown once):\n  %s\nthey log in with (it asks for the token; --token - reads it from stdin):\n  nodus login --server %s --ca-file CA.crt\n", spec.User, t.Status.Token, server)
 			return nil
 		},
 	}

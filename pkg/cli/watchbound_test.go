@@ -70,6 +70,32 @@ func TestAWatchEventPastTheBoundIsRefused(t *testing.T) {
 		t.Errorf("an event past the bound after one within it: %d read, then %v", added, err)
 	}
 
+	// Line breaks bound nothing: client-go's decoder holds a whole JSON
+	// value, and the whitespace before it, whatever lines it spans.
+	var spread strings.Builder
+	spread.WriteString(`{"type":"ADDED","object":{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":"spread","namespace":"acme","annotations":{`)
+	for i := range 8 {
+		fmt.Fprintf(&spread, "\n%q:%q,", fmt.Sprint("pad", i), strings.Repeat("x", 1<<10))
+	}
+	spread.WriteString("\n\"last\":\"x\"}}}}\n")
+	stream = event("before", 0) + spread.String() + event("after", 0)
+	added, err = watchAll()
+	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerTooLarge || added != 1 {
+		t.Errorf("an event past the bound over many lines of 1 KiB: %d read, then %v", added, err)
+	}
+	stream = event("before", 0) + strings.Repeat("\n", 64<<10) + event("after", 0)
+	added, err = watchAll()
+	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerTooLarge || added != 1 {
+		t.Errorf("64 KiB of line breaks between two events: %d read, then %v", added, err)
+	}
+	// What a string holds is no structure: braces and escaped quotes in
+	// it neither end an event early nor keep it open.
+	stream = strings.Repeat(event("braces", 3<<10)+event(`quote\"{`, 0), 32)
+	stream = strings.ReplaceAll(stream, `"xxxxxxxx`, `"{{{{\"{[`)
+	if added, err := watchAll(); added != 64 || err != nil {
+		t.Errorf("64 events with braces and quotes in their strings, each under the bound: %d read, %v", added, err)
+	}
+
 	stream = event("before", 0) + "{\"type\":\"ADDED\",\"object\":\x1b[2J}\n"
 	added, err = watchAll()
 	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerRefused || added != 1 {

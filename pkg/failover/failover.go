@@ -14,7 +14,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -28,8 +31,7 @@ func Servers(list string) ([]string, error) {
 		if s == "" {
 			continue
 		}
-		u, err := url.Parse(s)
-		if err != nil || u.Scheme != "https" || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" {
+		if !isServer(strings.TrimSuffix(s, "/")) {
 			return nil, fmt.Errorf("server %q is not an https URL of a nodus-server (https://HOST:PORT)", s)
 		}
 		out = append(out, strings.TrimSuffix(s, "/"))
@@ -38,6 +40,32 @@ func Servers(list string) ([]string, error) {
 		return nil, errors.New("no server URL given")
 	}
 	return out, nil
+}
+
+// hostName is a DNS name, as hosts are named (underscores too).
+var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?)*\.?$`)
+
+// isServer says whether s is https://HOST[:PORT] and nothing more, HOST a
+// DNS name or an IP address. A server's URL goes into command lines the
+// CLI prints for people to paste (nodusd enroll --server …, run as root),
+// where a fragment, a user part or a host of other characters, which
+// client-go ignores or sends on, would carry a shell command along.
+func isServer(s string) bool {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "https" || u.Host == "" || s != "https://"+u.Host {
+		return false
+	}
+	if host := u.Hostname(); !hostName.MatchString(host) {
+		if ip, err := netip.ParseAddr(host); err != nil || ip.Zone() != "" {
+			return false
+		}
+	}
+	if port := u.Port(); port != "" || strings.HasSuffix(u.Host, ":") {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return false
+		}
+	}
+	return true
 }
 
 // Transport sends each request to one of several servers.

@@ -33,6 +33,30 @@ func TestServersParses(t *testing.T) {
 	}
 }
 
+// TestAServerIsOnlyAnAddress: a server URL goes into command lines the CLI
+// prints for a person to paste (nodusd enroll --server …, as root on a
+// host; nodus login --server …), and client-go sends requests to it
+// ignoring a fragment or taking a user part. A URL that is more than
+// https://HOST[:PORT] carried a shell command through, as in
+// https://a:8443#$(curl…|sh), which worked as a server all the same.
+func TestAServerIsOnlyAnAddress(t *testing.T) {
+	for _, good := range []string{"https://a:8443", "https://nodus-1.example.com", "https://10.0.0.1:8443",
+		"https://[2001:db8::1]:8443", "https://api.example.com.:443/"} {
+		if _, err := Servers(good); err != nil {
+			t.Errorf("Servers(%q): %v", good, err)
+		}
+	}
+	for _, bad := range []string{
+		"https://a:8443#$(id)", "https://a:8443#", "https://a:8443?", "https://$(id)@a:8443", "https://u:p@a:8443",
+		"https://a$(id):8443", "https://a;id:8443", "https://a`id`", "https://a'b", "https://a%20b:8443", "https:a:8443",
+		"https://-oProxyCommand=x", "https://a:8443:1", "https://a:port", "https://a:", "https://a:99999", "https://[fe80::1%25eth0]:8443",
+	} {
+		if got, err := Servers(bad); err == nil {
+			t.Errorf("Servers(%q) accepted: %q", bad, got)
+		}
+	}
+}
+
 func TestRequestsMoveToTheNextServer(t *testing.T) {
 	var unavailable, answered atomic.Int32
 	down := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
