@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"k8s.io/client-go/rest"
 
@@ -182,5 +183,42 @@ func TestAProjectNameThatIsNoNameIsRefused(t *testing.T) {
 	Report(err, "", &out)
 	if r, ok := refusalOf(err); !ok || r.reason != reasonAnswerRefused || strings.Contains(out.String(), "\n  fix:     curl") {
 		t.Errorf("a project named with a line break:\n%s", out.String())
+	}
+}
+
+// TestAReleasesWaitEndsAtItsTimeout: `nodus release --wait --timeout`
+// looked at the clock only between its reads, so a read the server never
+// answered held the command for ever, past the time the customer gave it.
+func TestAReleasesWaitEndsAtItsTimeout(t *testing.T) {
+	var reads atomic.Int64
+	hang := make(chan struct{})
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if reads.Add(1) > 1 {
+			select { // the second read is never answered
+			case <-hang:
+			case <-req.Context().Done():
+			}
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"apiVersion":"nodus.dev/v1","kind":"ReservedHost","metadata":{"name":"h1","namespace":"acme"},"status":{"release":{}}}`)
+	}))
+	defer srv.Close()
+	defer close(hang) // before the server closes, which waits for its handlers
+	var out bytes.Buffer
+	o := &ReleaseOptions{Globals: &Globals{Kubeconfig: kubeconfigFor(t, srv, srv.URL)}, Streams: Streams{Out: &out, Err: &out}, Timeout: 1500 * time.Millisecond}
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() { done <- o.waitDrained(context.Background(), "acme", "h1") }()
+	select {
+	case err := <-done:
+		if r, ok := refusalOf(err); !ok || r.reason != reasonNotDrained {
+			t.Errorf("a wait whose read hung past --timeout ended after %v with %v", time.Since(start).Round(time.Millisecond), err)
+		}
+		if reads.Load() != 2 {
+			t.Errorf("%d reads, want the one answered and the one that hung", reads.Load())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("a wait of --timeout 1.5s whose read hung still waits after 20s")
 	}
 }

@@ -127,23 +127,32 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 		return err
 	}
 	start := time.Now()
+	notDrained := func() error {
+		return refuseWithFix(reasonNotDrained, fmt.Errorf("released, but not drained after %s: the host's agent has not confirmed yet that nothing runs", o.Timeout),
+			fmt.Sprintf("The release is recorded and stays. Wait longer: `nodus release %s/%s --wait --timeout 30m` waits again and releases nothing twice; if it does not drain, ask your operator whether the host's agent is connected.", project, name))
+	}
+	// --timeout bounds the whole wait, a read the server does not answer
+	// included.
+	waiting, cancel := context.WithDeadline(ctx, start.Add(o.Timeout))
+	defer cancel()
 	for {
-		h, err := c.NodusV1().ReservedHosts(project).Get(ctx, name, metav1.GetOptions{})
+		h, err := c.NodusV1().ReservedHosts(project).Get(waiting, name, metav1.GetOptions{})
 		if err != nil {
+			if waiting.Err() != nil && ctx.Err() == nil {
+				return notDrained()
+			}
 			return err
 		}
 		if rel := h.Status.Release; rel != nil && rel.DrainedAt != nil {
 			fmt.Fprintf(o.Out, "drained after %s: no session or execution runs on the host any more\n", time.Since(start).Round(time.Second))
 			return nil
 		}
-		if time.Since(start) > o.Timeout {
-			return refuseWithFix(reasonNotDrained, fmt.Errorf("released, but not drained after %s: the host's agent has not confirmed yet that nothing runs", o.Timeout),
-				fmt.Sprintf("The release is recorded and stays. Wait longer: `nodus release %s/%s --wait --timeout 30m` waits again and releases nothing twice; if it does not drain, ask your operator whether the host's agent is connected.", project, name))
-		}
 		fmt.Fprintf(o.Out, "waiting for the host's agent to confirm that sessions and executions ended (%s)\n", time.Since(start).Round(time.Second))
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-waiting.Done():
+			return notDrained()
 		case <-time.After(time.Second):
 		}
 	}
