@@ -697,11 +697,7 @@ func (a *Agent) beat(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if answer.IntervalSeconds > 0 {
-		a.mu.Lock()
-		a.interval = time.Duration(answer.IntervalSeconds) * time.Second
-		a.mu.Unlock()
-	}
+	a.heard(answer)
 	if _, err := a.store.Forget(a.current, forgetAfter, time.Now()); err != nil {
 		klog.ErrorS(err, "forgetting retired reservations")
 	}
@@ -812,6 +808,18 @@ func (a *Agent) endLeftSessions(ctx context.Context, user string, applied []stat
 		a.mu.Unlock()
 		a.beatSoon()
 	}()
+}
+
+// heard takes the interval of the server's answer to a beat, within the
+// bound a server may set: a beat is also when the agent ends the late
+// sessions of an access that ended, which a longer interval would put off.
+func (a *Agent) heard(answer *nodusv1.NodeHeartbeat) {
+	if answer.IntervalSeconds <= 0 {
+		return
+	}
+	a.mu.Lock()
+	a.interval = time.Duration(min(answer.IntervalSeconds, nodusv1.MaxHeartbeatIntervalSeconds)) * time.Second
+	a.mu.Unlock()
 }
 
 func (a *Agent) currentInterval() time.Duration {

@@ -20,6 +20,7 @@ import (
 	cliflag "k8s.io/component-base/cli/flag"
 	"k8s.io/component-base/featuregate"
 
+	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/embeddedetcd"
 )
 
@@ -131,7 +132,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.Int64Var(&o.EmbeddedEtcdQuotaBytes, "embedded-etcd-quota-bytes", o.EmbeddedEtcdQuotaBytes, "Database size past which the embedded etcd refuses writes (answered 507 StorageFull) until enough is deleted.")
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long the replica that runs the controllers keeps the lead after it stopped renewing it (died, partitioned); whole seconds. Shorter: faster failover; longer: fewer handovers when etcd is slow.")
 	fs.Var(cliflag.NewMapStringBool(&o.FeatureGates), "feature-gates", "Feature gates of the Kubernetes API server library, as key=true|false pairs separated by commas. Nodus turns ListFromCacheSnapshot off (docs/performance.md says why); ListFromCacheSnapshot=true turns it on.")
-	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report; a node is not ready after three missed intervals.")
+	fs.DurationVar(&o.HeartbeatInterval, "heartbeat-interval", o.HeartbeatInterval, "How often node agents report (1s to 1m); a node is not ready after three missed intervals.")
 	fs.DurationVar(&o.RequestTimeout, "request-timeout", o.RequestTimeout, "How long a request other than a watch may take before the server answers 504 Timeout (a write at most 34 s of it), its body's arrival included.")
 }
 
@@ -196,6 +197,9 @@ func (o *Options) Validate() error {
 	}
 	if o.HeartbeatInterval < time.Second {
 		errs = append(errs, fmt.Errorf("--heartbeat-interval %s is below one second", o.HeartbeatInterval))
+	}
+	if most := nodusv1.MaxHeartbeatIntervalSeconds * time.Second; o.HeartbeatInterval > most {
+		errs = append(errs, fmt.Errorf("--heartbeat-interval %s is above %s: agents beat at most that far apart (each beat also ends what is left of an access that ended)", o.HeartbeatInterval, most))
 	}
 	if o.AgentCertificateValidity < 10*time.Second {
 		errs = append(errs, fmt.Errorf("--agent-certificate-validity %s is below 10 seconds", o.AgentCertificateValidity))

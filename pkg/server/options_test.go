@@ -54,7 +54,7 @@ func TestListFromCacheSnapshotIsOffUnlessTheOperatorTurnsItOn(t *testing.T) {
 	}
 }
 
-func TestTheEmbeddedEtcdQuotaHasAFloor(t *testing.T) {
+func TestTheEmbeddedEtcdQuotaAndTheHeartbeatIntervalHaveBounds(t *testing.T) {
 	for _, c := range []struct {
 		flag string
 		ok   bool
@@ -62,6 +62,11 @@ func TestTheEmbeddedEtcdQuotaHasAFloor(t *testing.T) {
 		{"--embedded-etcd-quota-bytes=33554432", true},
 		{"--embedded-etcd-quota-bytes=33554431", false},
 		{"--embedded-etcd-quota-bytes=0", false},
+		// Agents beat at most a minute apart, whatever the server says.
+		{"--heartbeat-interval=60s", true},
+		{"--heartbeat-interval=61s", false},
+		{"--heartbeat-interval=999h", false},
+		{"--heartbeat-interval=500ms", false},
 	} {
 		o := NewOptions(io.Discard)
 		fs := pflag.NewFlagSet("nodus-server", pflag.ContinueOnError)

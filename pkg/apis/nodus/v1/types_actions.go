@@ -28,6 +28,12 @@ type NodeCleanRequest struct {
 	metav1.TypeMeta `json:",inline"`
 }
 
+// MaxHeartbeatIntervalSeconds bounds the interval a server may give its
+// agents (--heartbeat-interval); an agent keeps to it whatever an answer
+// says. An agent's beat is also when it ends the late sessions of an
+// access that ended, and a node is not ready only after three intervals.
+const MaxHeartbeatIntervalSeconds = 60
+
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 
 // NodeHeartbeat is what a node's agent reports at every heartbeat, POSTed to
