@@ -96,9 +96,18 @@ func Principals(socket, login string, out io.Writer) error {
 // TrustedUserCAKeys reads it: exactly one key, in canonical form, since
 // each key there is a CA sshd trusts for every login user.
 func (a *Agent) installUserCA(ctx context.Context, path string) error {
-	raw, err := a.client.NodusV1().RESTClient().Get().AbsPath("/ssh-user-ca.pub").DoRaw(ctx)
+	stream, err := a.client.NodusV1().RESTClient().Get().AbsPath("/ssh-user-ca.pub").Stream(ctx)
 	if err != nil {
 		return err
+	}
+	defer stream.Close()
+	// Read no further than one key may take: the answer is the server's.
+	raw, err := io.ReadAll(io.LimitReader(stream, sshvalue.MaxKeyText+2))
+	if err != nil {
+		return err
+	}
+	if len(raw) > sshvalue.MaxKeyText+1 { // a key and its line break
+		return fmt.Errorf("the server's SSH user CA is larger than %d bytes, which no public key is", sshvalue.MaxKeyText+1)
 	}
 	_, key, err := sshvalue.ParseKey(strings.TrimSpace(string(raw)))
 	if err != nil {

@@ -1,0 +1,44 @@
+package agent
+
+import (
+	"context"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/nodus-dev/nodus/pkg/standin"
+)
+
+// TestTheServersUserCAIsReadWithinItsBound: nodusd read the server's SSH
+// user CA whole before it checked that it was one key (at most 8 KiB), so
+// a server (or something between) that answered without end had the
+// agent, as root, buffer it into the host's memory.
+func TestTheServersUserCAIsReadWithinItsBound(t *testing.T) {
+	const answer = 256 << 20
+	var written atomic.Int64
+	clients := standin.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/ssh-user-ca.pub" {
+			http.NotFound(w, r)
+			return
+		}
+		chunk := []byte(strings.Repeat("A", 64<<10))
+		for range answer / len(chunk) {
+			n, err := w.Write(chunk)
+			written.Add(int64(n))
+			if err != nil {
+				return
+			}
+		}
+	}))
+	a := &Agent{client: clients}
+	path := filepath.Join(t.TempDir(), "ca.pub")
+	err := a.installUserCA(context.Background(), path)
+	if err == nil || !strings.Contains(err.Error(), "larger than") {
+		t.Errorf("an endless SSH user CA: %v", err)
+	}
+	if n := written.Load(); n >= answer/4 {
+		t.Errorf("the agent read %d MiB of an SSH user CA before refusing it", n>>20)
+	}
+}
