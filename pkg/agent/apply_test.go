@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -208,5 +209,36 @@ func TestAnEndedAccessLeavesNothingScheduled(t *testing.T) {
 	a.apply(context.Background(), r)
 	if _, err := os.Stat(filepath.Join(cron, login)); !os.IsNotExist(err) {
 		t.Errorf("the tenant's crontab outlived its access: %v", err)
+	}
+}
+
+// TestAnAccountWithANamelessGroupIsNotATenants: whether an account is in
+// the login group was read from `id -nG`, which fails when one of the
+// account's groups has no name while it prints the others; the failure was
+// taken for "in doubt: a tenant's", so a supplier's account outside the
+// login group, named by the server in a cleaning, had its home reset and
+// its processes ended. Its groups are read by id now.
+func TestAnAccountWithANamelessGroupIsNotATenants(t *testing.T) {
+	login, session, store := sessionAndStore(t, "nodus-nameless")
+	if out, err := exec.Command("groupdel", "--force", login).CombinedOutput(); err != nil {
+		t.Skipf("the account's own group cannot be taken away here: %v: %s", err, out)
+	}
+	if err := exec.Command("id", "-nG", "--", login).Run(); err == nil {
+		t.Fatal("id -nG names every group of the account: the test does not test the case")
+	}
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(t.TempDir(), "nodus.conf"), LoginGroup: "nodus-login-nameless-test"})
+	ended := session()
+	if a.everManaged(login) {
+		t.Error("an account outside the login group, with a group that has no name, counts as one a tenant used: a cleaning would reset it")
+	}
+	ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 1, Reservation: "r", Epoch: 2, Users: []string{login}})
+	if !slices.ContainsFunc(ev.Steps, func(s string) bool { return strings.Contains(s, "left "+login+" alone") }) {
+		t.Errorf("the cleaning did not leave the account alone: %+v", ev)
+	}
+	select {
+	case <-ended:
+		t.Error("the cleaning ended the processes of an account no access used")
+	case <-time.After(500 * time.Millisecond):
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os/exec"
+	"os/user"
 	"slices"
 	"strings"
 	"time"
@@ -154,13 +155,27 @@ func (a *Agent) everManaged(user string) bool {
 	return false
 }
 
-// inLoginGroup says whether user is in the login group.
-func (a *Agent) inLoginGroup(user string) (bool, error) {
-	out, err := exec.Command("id", "-nG", "--", user).Output()
+// inLoginGroup says whether user is in the login group, by the groups'
+// ids: `id -nG` fails on a group without a name (while it prints the
+// others), and that failure, taken for doubt, made any such account a
+// tenant's. No login group yet: no one is in it.
+func (a *Agent) inLoginGroup(name string) (bool, error) {
+	group, err := user.LookupGroup(a.opts.LoginGroup)
+	if errors.As(err, new(user.UnknownGroupError)) {
+		return false, nil
+	}
 	if err != nil {
 		return false, err
 	}
-	return slices.Contains(strings.Fields(string(out)), a.opts.LoginGroup), nil
+	u, err := user.Lookup(name)
+	if err != nil {
+		return false, err
+	}
+	gids, err := u.GroupIds()
+	if err != nil {
+		return false, err
+	}
+	return slices.Contains(gids, group.Gid), nil
 }
 
 // retiredLoginUser is the login user an access that lets no one in
