@@ -105,6 +105,9 @@ type Cleaner struct {
 	CommandTimeout time.Duration
 	// Lookup finds an account; user.Lookup by default.
 	Lookup func(name string) (*user.User, error)
+	// Groups lists the groups the system's name service knows of an
+	// account (LDAP, SSSD, beside the group file); nameServiceGroups by default.
+	Groups func(u *user.User) ([]group, error)
 }
 
 // Report is what a cleaning did.
@@ -212,18 +215,48 @@ func (c *Cleaner) RootAccess(name string) ([]string, error) {
 		return nil, err
 	}
 	// And the groups the system's name service knows (LDAP, SSSD), which
-	// the group file does not list.
-	if ids, err := u.GroupIds(); err == nil {
-		for _, id := range ids {
-			g, err := user.LookupGroupId(id)
-			n, convErr := strconv.Atoi(id)
-			if err != nil || convErr != nil || slices.ContainsFunc(groups, func(known group) bool { return known.gid == n }) {
-				continue
-			}
-			groups = append(groups, group{name: g.Name, gid: n})
+	// the group file does not list. A list that cannot be read is no
+	// list of none: a group of them may be docker's or sudo's.
+	listed := c.Groups
+	if listed == nil {
+		listed = nameServiceGroups
+	}
+	known, err := listed(u)
+	if err != nil {
+		return nil, fmt.Errorf("listing the groups of %s: %w", name, err)
+	}
+	for _, g := range known {
+		if !slices.ContainsFunc(groups, func(in group) bool { return in.gid == g.gid }) {
+			groups = append(groups, g)
 		}
 	}
 	return c.Paths.rootWays(name, uid, groups)
+}
+
+// nameServiceGroups lists u's groups as the system's name service knows
+// them. A group id without a name is kept by its id (gid 0 counts by id).
+func nameServiceGroups(u *user.User) ([]group, error) {
+	ids, err := u.GroupIds()
+	if err != nil {
+		return nil, err
+	}
+	var groups []group
+	for _, id := range ids {
+		n, err := strconv.Atoi(id)
+		if err != nil {
+			return nil, fmt.Errorf("group id %q", id)
+		}
+		g, err := user.LookupGroupId(id)
+		switch {
+		case errors.As(err, new(user.UnknownGroupIdError)):
+			groups = append(groups, group{name: id, gid: n})
+		case err != nil:
+			return nil, err
+		default:
+			groups = append(groups, group{name: g.Name, gid: n})
+		}
+	}
+	return groups, nil
 }
 
 // ResetAccount ends name's processes and removes and recreates what it

@@ -2,7 +2,9 @@ package cleaning
 
 import (
 	"context"
+	"errors"
 	"os"
+	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -158,5 +160,32 @@ func TestRootAccessFollowsSymlinkedDropIns(t *testing.T) {
 	ways, err := p.RootAccess("tenant", 4242, 4242)
 	if err != nil || !slicesContain(ways, "50-tenant") {
 		t.Errorf("a symlinked drop-in: %q %v", ways, err)
+	}
+}
+
+// TestGroupsThatCannotBeListedAreNotNone: beside the group file, the
+// groups the system's name service knows (LDAP, SSSD) were read for ways
+// to root, and a failure to list them (the service down) read as no such
+// group: a login user in an LDAP group docker was recorded at its grant as
+// one that could not become root, and the cleaning after it, without a
+// clean command, passed. It is an error now, which fails the grant and
+// the cleaning; the name service's groups are still taken.
+func TestGroupsThatCannotBeListedAreNotNone(t *testing.T) {
+	tenant := &user.User{Username: "tenant", Uid: "4242", Gid: "4242", HomeDir: "/home/tenant"}
+	c := &Cleaner{Paths: rootPaths(t, debianGroups, debianSudoers, nil),
+		Lookup: func(string) (*user.User, error) { return tenant, nil }}
+	c.Groups = func(*user.User) ([]group, error) { return []group{{name: "tenant", gid: 4242}}, nil }
+	if ways, err := c.RootAccess("tenant"); err != nil || len(ways) != 0 {
+		t.Fatalf("an ordinary account: %v, %v", ways, err)
+	}
+	c.Groups = func(*user.User) ([]group, error) { return []group{{name: "docker", gid: 1999}}, nil }
+	if ways, err := c.RootAccess("tenant"); err != nil || len(ways) != 1 || !strings.Contains(ways[0], "member of group docker") {
+		t.Errorf("a member of the name service's group docker: %v, %v", ways, err)
+	}
+	c.Groups = func(*user.User) ([]group, error) {
+		return nil, errors.New("sss_nss: cannot connect to the SSSD responder")
+	}
+	if ways, err := c.RootAccess("tenant"); err == nil {
+		t.Errorf("groups that cannot be listed: %v and no error", ways)
 	}
 }
