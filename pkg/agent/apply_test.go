@@ -226,8 +226,26 @@ func TestAnAccountWithANamelessGroupIsNotATenants(t *testing.T) {
 	if err := exec.Command("id", "-nG", "--", login).Run(); err == nil {
 		t.Fatal("id -nG names every group of the account: the test does not test the case")
 	}
+	// The login group exists, as it does once nodusd granted an access,
+	// with a member: the account's groups are read, not only the group's.
+	const loginGroup = "nodus-login-nameless-test"
+	member, _, _, removeMember, err := testhost.LoginAccount("nodus-member")
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(removeMember)
+	if out, err := exec.Command("groupadd", "--system", loginGroup).CombinedOutput(); err != nil {
+		t.Fatalf("groupadd: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("groupdel", loginGroup).Run() })
+	if out, err := exec.Command("usermod", "--append", "--groups", loginGroup, "--", member).CombinedOutput(); err != nil {
+		t.Fatalf("usermod: %v: %s", err, out)
+	}
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
-	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(t.TempDir(), "nodus.conf"), LoginGroup: "nodus-login-nameless-test"})
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond, SSHDDropIn: filepath.Join(t.TempDir(), "nodus.conf"), LoginGroup: loginGroup})
+	if in, err := a.inLoginGroup(member); err != nil || !in {
+		t.Fatalf("a member of the login group: in it %v, %v", in, err)
+	}
 	ended := session()
 	if a.everManaged(login) {
 		t.Error("an account outside the login group, with a group that has no name, counts as one a tenant used: a cleaning would reset it")

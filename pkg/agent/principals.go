@@ -14,6 +14,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	utilvalidation "k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
@@ -96,17 +97,31 @@ func Principals(socket, login string, out io.Writer) error {
 // TrustedUserCAKeys reads it: exactly one key, in canonical form, since
 // each key there is a CA sshd trusts for every login user.
 func (a *Agent) installUserCA(ctx context.Context, path string) error {
-	stream, err := a.client.NodusV1().RESTClient().Get().AbsPath("/ssh-user-ca.pub").Stream(ctx)
+	// Through the client's own HTTP client (its credential, its replicas),
+	// not client-go's reading, which takes an answer whole, an error's too.
+	rc, ok := a.client.NodusV1().RESTClient().(*rest.RESTClient)
+	if !ok || rc.Client == nil {
+		return errors.New("the API client has no HTTP client to read the SSH user CA with")
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, rc.Get().AbsPath("/ssh-user-ca.pub").URL().String(), nil)
 	if err != nil {
 		return err
 	}
-	defer stream.Close()
-	// Read no further than one key may take: the answer is the server's.
-	raw, err := io.ReadAll(io.LimitReader(stream, sshvalue.MaxKeyText+2))
+	resp, err := rc.Client.Do(req)
 	if err != nil {
 		return err
 	}
-	if len(raw) > sshvalue.MaxKeyText+1 { // a key and its line break
+	defer resp.Body.Close()
+	// No further than one key and its line break may take, whatever the
+	// answer is: it is the server's.
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, sshvalue.MaxKeyText+2))
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("the server answered %d for its SSH user CA: %q", resp.StatusCode, raw[:min(len(raw), 256)])
+	}
+	if len(raw) > sshvalue.MaxKeyText+1 {
 		return fmt.Errorf("the server's SSH user CA is larger than %d bytes, which no public key is", sshvalue.MaxKeyText+1)
 	}
 	_, key, err := sshvalue.ParseKey(strings.TrimSpace(string(raw)))

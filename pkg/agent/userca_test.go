@@ -18,11 +18,14 @@ import (
 func TestTheServersUserCAIsReadWithinItsBound(t *testing.T) {
 	const answer = 256 << 20
 	var written atomic.Int64
+	var status atomic.Int32
+	status.Store(http.StatusOK)
 	clients := standin.Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/ssh-user-ca.pub" {
 			http.NotFound(w, r)
 			return
 		}
+		w.WriteHeader(int(status.Load()))
 		chunk := []byte(strings.Repeat("A", 64<<10))
 		for range answer / len(chunk) {
 			n, err := w.Write(chunk)
@@ -40,5 +43,14 @@ func TestTheServersUserCAIsReadWithinItsBound(t *testing.T) {
 	}
 	if n := written.Load(); n >= answer/4 {
 		t.Errorf("the agent read %d MiB of an SSH user CA before refusing it", n>>20)
+	}
+	// An error's answer too.
+	status.Store(http.StatusInternalServerError)
+	written.Store(0)
+	if err := a.installUserCA(context.Background(), path); err == nil || !strings.Contains(err.Error(), "answered 500") {
+		t.Errorf("an endless error for the SSH user CA: %.300v", err)
+	}
+	if n := written.Load(); n >= answer/4 {
+		t.Errorf("the agent read %d MiB of an error answer for the SSH user CA", n>>20)
 	}
 }

@@ -179,7 +179,12 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 	}
 	n, err := b.ReadCloser.Read(p)
 	for _, c := range p[:n] {
-		b.used++
+		// Counted before the byte that ends an event resets the count:
+		// that byte is the event's.
+		if b.used++; b.used > b.bound {
+			b.refused = true
+			return n, b.tooLarge()
+		}
 		switch {
 		case b.escaped:
 			b.escaped = false
@@ -204,10 +209,6 @@ func (b *boundedEvents) Read(p []byte) (int, error) {
 			if b.depth == 0 {
 				b.used = 0
 			}
-		}
-		if b.used > b.bound {
-			b.refused = true
-			return n, b.tooLarge()
 		}
 	}
 	return n, err

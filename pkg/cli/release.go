@@ -132,8 +132,11 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 			fmt.Sprintf("The release is recorded and stays. Wait longer: `nodus release %s/%s --wait --timeout 30m` waits again and releases nothing twice; if it does not drain, ask your operator whether the host's agent is connected.", project, name))
 	}
 	// --timeout bounds the whole wait, a read the server does not answer
-	// included.
-	waiting, cancel := context.WithDeadline(ctx, start.Add(o.Timeout))
+	// included; a timeout of none looks once.
+	waiting, cancel := ctx, context.CancelFunc(func() {})
+	if o.Timeout > 0 {
+		waiting, cancel = context.WithDeadline(ctx, start.Add(o.Timeout))
+	}
 	defer cancel()
 	for {
 		h, err := c.NodusV1().ReservedHosts(project).Get(waiting, name, metav1.GetOptions{})
@@ -147,11 +150,15 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 			fmt.Fprintf(o.Out, "drained after %s: no session or execution runs on the host any more\n", time.Since(start).Round(time.Second))
 			return nil
 		}
+		if time.Since(start) >= o.Timeout {
+			return notDrained()
+		}
 		fmt.Fprintf(o.Out, "waiting for the host's agent to confirm that sessions and executions ended (%s)\n", time.Since(start).Round(time.Second))
 		select {
-		case <-ctx.Done():
-			return ctx.Err()
 		case <-waiting.Done():
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
 			return notDrained()
 		case <-time.After(time.Second):
 		}

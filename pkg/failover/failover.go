@@ -52,7 +52,7 @@ var hostName = regexp.MustCompile(`^[A-Za-z0-9_]([A-Za-z0-9_-]*[A-Za-z0-9_])?(\.
 // client-go ignores or sends on, would carry a shell command along.
 func isServer(s string) bool {
 	u, err := url.Parse(s)
-	if err != nil || u.Scheme != "https" || u.Host == "" || s != "https://"+u.Host {
+	if err != nil || u.Scheme != "https" || u.Host == "" || len(s) < len("https://") || s[len("https://"):] != u.Host {
 		return false
 	}
 	if host := u.Hostname(); !hostName.MatchString(host) {

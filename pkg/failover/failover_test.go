@@ -41,7 +41,7 @@ func TestServersParses(t *testing.T) {
 // https://a:8443#$(curl…|sh), which worked as a server all the same.
 func TestAServerIsOnlyAnAddress(t *testing.T) {
 	for _, good := range []string{"https://a:8443", "https://nodus-1.example.com", "https://10.0.0.1:8443",
-		"https://[2001:db8::1]:8443", "https://api.example.com.:443/"} {
+		"https://[2001:db8::1]:8443", "https://api.example.com.:443/", "HTTPS://Nodus.Example.com:8443", "https://localhost:8443"} {
 		if _, err := Servers(good); err != nil {
 			t.Errorf("Servers(%q): %v", good, err)
 		}

@@ -141,10 +141,12 @@ func (w *Watches) Filter(handler http.Handler) http.Handler {
 }
 
 // certificateEnd is when the client certificate that authenticated req
-// stops being valid: the earliest end in the chain it presented (its own,
-// or an intermediate's, which ends it as surely). ok is false for a
-// request a bearer token authenticated: the server tries a certificate
-// first, so a token's request presented none the server took.
+// stops being valid. ok is false for a request a bearer token
+// authenticated: the server tries a certificate first, so a token's
+// request presented none the server took. (The certificates a client sends
+// beside its own are its to choose, and need not be its chain: only its
+// own end counts. Nodus' CA signs agents' and operators' certificates
+// itself.)
 func certificateEnd(req *http.Request, u user.Info) (end time.Time, ok bool) {
 	if req.TLS == nil || len(req.TLS.PeerCertificates) == 0 {
 		return time.Time{}, false
@@ -152,13 +154,7 @@ func certificateEnd(req *http.Request, u user.Info) (end time.Time, ok bool) {
 	if extra := u.GetExtra(); len(extra[auth.ExtraAccessToken]) > 0 || len(extra[auth.ExtraEnrollmentToken]) > 0 {
 		return time.Time{}, false
 	}
-	end = req.TLS.PeerCertificates[0].NotAfter
-	for _, cert := range req.TLS.PeerCertificates[1:] {
-		if cert.NotAfter.Before(end) {
-			end = cert.NotAfter
-		}
-	}
-	return end, true
+	return req.TLS.PeerCertificates[0].NotAfter, true
 }
 
 // expireAt sets when open is cut, replacing an earlier time.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/user"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -187,5 +188,17 @@ func TestGroupsThatCannotBeListedAreNotNone(t *testing.T) {
 	}
 	if ways, err := c.RootAccess("tenant"); err == nil {
 		t.Errorf("groups that cannot be listed: %v and no error", ways)
+	}
+	// The cleaning after the tenant fails on it without a clean command; a
+	// command restores the host whatever the groups are.
+	if r := c.Clean(context.Background(), 1, nil, map[string][]string{"tenant": nil}); r.Err == nil {
+		t.Errorf("a cleaning without a command, the groups not listed: %+v", r)
+	}
+	c.Command = "true"
+	if r := c.Clean(context.Background(), 2, nil, map[string][]string{"tenant": nil}); r.Err != nil ||
+		!slices.ContainsFunc(r.Steps, func(s string) bool {
+			return strings.Contains(s, "could not tell whether login user tenant can become root")
+		}) {
+		t.Errorf("a cleaning with a command, the groups not listed: %v %q", r.Err, r.Steps)
 	}
 }
