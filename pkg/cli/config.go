@@ -110,6 +110,23 @@ func (g *Globals) RESTConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
+// replicas are the servers of the chosen context: its server, or those
+// `nodus login --server A,B,…` stored.
+func (g *Globals) replicas() ([]string, error) {
+	path := g.ConfigPath()
+	raw, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(
+		&clientcmd.ClientConfigLoadingRules{ExplicitPath: path},
+		&clientcmd.ConfigOverrides{CurrentContext: g.Context}).RawConfig()
+	if err != nil {
+		return nil, usageError(err)
+	}
+	servers, err := contextServers(&raw, g.Context)
+	if err != nil {
+		return nil, usageError(fmt.Errorf("%s: %w", path, err))
+	}
+	return servers, nil
+}
+
 // maxAnswerBytes bounds an answer the CLI reads whole: a list of every
 // host of a large fleet is a few tens of MiB of JSON. A server that sends
 // more (a hostile one, or a fault) gets an error, not the laptop's memory.

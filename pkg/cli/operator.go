@@ -16,7 +16,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/failover"
@@ -241,11 +240,11 @@ func poolsCommand(g *Globals, s Streams) *cobra.Command {
 			"Enrollment never changes an existing node's pool, class or traits.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, cfg, err := g.Client()
+			c, _, err := g.Client()
 			if err != nil {
 				return err
 			}
-			server, err := pastableServer(cfg)
+			server, err := g.pastableServers()
 			if err != nil {
 				return err
 			}
@@ -451,21 +450,27 @@ func reservationsCommand(g *Globals, s Streams) *cobra.Command {
 	return cmd
 }
 
-// pastableServer is the context's server as the command lines nodus prints
-// for a person to paste name it (nodusd enroll --server …, run as root on
-// a host; nodus login --server …): one https://HOST[:PORT] and nothing
-// more, which is all the shell may find there. Checked before anything is
-// made that the line would hand over.
-func pastableServer(cfg *rest.Config) (string, error) {
-	servers, err := failover.Servers(cfg.Host)
-	if err != nil || len(servers) != 1 {
-		return "", usageError(fmt.Errorf("this context's server %s is not one https://HOST:PORT, and a command nodus prints to paste names nothing else: "+
-			"log in again with nodus login --server https://HOST:PORT, or correct the context's server (nodus config get-contexts shows it)", oneLine(strconv.Quote(cfg.Host))))
+// pastableServers are the context's servers as the command lines nodus
+// prints for a person to paste name them (nodusd enroll --server …, run as
+// root on a host; nodus login --server …): every replica the context
+// knows, each one https://HOST[:PORT] and nothing more, which is all the
+// shell may find there. Checked before anything is made that the line
+// would hand over.
+func (g *Globals) pastableServers() (string, error) {
+	replicas, err := g.replicas()
+	if err != nil {
+		return "", err
 	}
-	if strings.ContainsAny(servers[0], "[]") {
-		return "'" + servers[0] + "'", nil // an IPv6 address's brackets are a shell pattern
+	servers, err := failover.Servers(strings.Join(replicas, ","))
+	if err != nil || len(servers) != len(replicas) {
+		return "", usageError(fmt.Errorf("this context's server %s is not https://HOST:PORT, and a command nodus prints to paste names nothing else: "+
+			"log in again with nodus login --server https://HOST:PORT, or correct the context's server (nodus config get-contexts shows it)", oneLine(strconv.Quote(strings.Join(replicas, ",")))))
 	}
-	return servers[0], nil
+	joined := strings.Join(servers, ",")
+	if strings.ContainsAny(joined, "[]") {
+		return "'" + joined + "'", nil // an IPv6 address's brackets are a shell pattern
+	}
+	return joined, nil
 }
 
 func tokensCommand(g *Globals, s Streams) *cobra.Command {
@@ -483,11 +488,11 @@ func tokensCommand(g *Globals, s Streams) *cobra.Command {
 			case expires > 0:
 				spec.ExpiresAt = &metav1.Time{Time: time.Now().Add(expires).Truncate(time.Second)}
 			}
-			c, cfg, err := g.Client()
+			c, _, err := g.Client()
 			if err != nil {
 				return err
 			}
-			server, err := pastableServer(cfg)
+			server, err := g.pastableServers()
 			if err != nil {
 				return err
 			}

@@ -43,14 +43,18 @@ func standInTokens(t *testing.T) (srv *httptest.Server, requests *atomic.Int64) 
 	return srv, requests
 }
 
-// kubeconfigFor writes a kubeconfig whose one context names server, with
-// srv's CA, and returns its path.
-func kubeconfigFor(t *testing.T, srv *httptest.Server, server string) string {
+// kubeconfigFor writes a kubeconfig whose one context names server (and
+// the replicas after it, if any), with srv's CA, and returns its path.
+func kubeconfigFor(t *testing.T, srv *httptest.Server, server string, replicas ...string) string {
 	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	extensions := ""
+	if len(replicas) > 0 {
+		extensions = `, extensions: [{name: nodus.dev/servers, extension: {servers: ["` + strings.Join(append([]string{server}, replicas...), `", "`) + `"]}}]`
+	}
 	path := filepath.Join(t.TempDir(), "config")
 	if err := os.WriteFile(path, []byte(`apiVersion: v1
 kind: Config
-clusters: [{name: c, cluster: {server: "`+server+`", certificate-authority-data: `+ca+`}}]
+clusters: [{name: c, cluster: {server: "`+server+`", certificate-authority-data: `+ca+extensions+`}}]
 users: [{name: u, user: {token: operator.secret}}]
 contexts: [{name: ops, context: {cluster: c, user: u}}]
 current-context: ops
@@ -84,6 +88,12 @@ func TestAPrintedCommandCarriesOnlyTheServersAddress(t *testing.T) {
 		out, code := run(kubeconfigFor(t, srv, srv.URL), args...)
 		if code != 0 || !strings.Contains(out, "--server "+srv.URL+" ") {
 			t.Errorf("%s with server %s: exit %d:\n%s", name, srv.URL, code, out)
+		}
+		// A context of several replicas names them all, as nodusd enroll
+		// and nodus login take them (docs/ha.md).
+		out, code = run(kubeconfigFor(t, srv, srv.URL, "https://replica-2.example:8443"), args...)
+		if code != 0 || !strings.Contains(out, "--server "+srv.URL+",https://replica-2.example:8443 ") {
+			t.Errorf("%s with replicas %s and replica-2: exit %d:\n%s", name, srv.URL, code, out)
 		}
 	}
 }
