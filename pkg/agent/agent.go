@@ -227,7 +227,9 @@ const (
 // lentAgreement is the agreement of the lent one of reservations whose
 // term has not ended by now and which holds node's claim, if one is, with
 // the caps it leaves out filled from the host's inventory inv, as a lend
-// fills them now (lending.WithHostShare): no cap is no limit to a sandbox.
+// fills them now (lending.WithHostShare): no cap is no limit to a sandbox;
+// and none above what the host has (lending.HeldToHost), whatever the
+// agreement says.
 // Until inv is read (nil) such an agreement stays uncapped, and the runner
 // starts nothing under it.
 func lentAgreement(reservations []interface{}, node *nodusv1.Node, inv *nodusv1.NodeInventory, now time.Time) *nodusv1.ReservationLending {
@@ -236,7 +238,7 @@ func lentAgreement(reservations []interface{}, node *nodusv1.Node, inv *nodusv1.
 		// (watchTerms), whatever the server shows yet; a reservation of
 		// the machine this one replaced under its name lends nothing here.
 		if r := obj.(*nodusv1.Reservation); lending.Lent(r) && !termOver(r, now) && holds(node, r.Name, string(r.UID)) {
-			return lending.WithHostShare(r.Status.Lending, inv)
+			return lending.HeldToHost(lending.WithHostShare(r.Status.Lending, inv), inv)
 		}
 	}
 	return nil

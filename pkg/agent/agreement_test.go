@@ -57,3 +57,25 @@ func TestTheAgentCapsAnAgreementWithoutCapsFromItsOwnInventory(t *testing.T) {
 		}
 	}
 }
+
+// TestTheAgentHoldsAnAgreementToItsOwnMachine: an agreement that lends
+// more memory or CPUs than this machine has (a reservation moved from a
+// larger one, or a server that says so) was kept as lent, and a borrower's
+// sandbox could be given more memory than the host has, for the kernel to
+// take back from the owner's processes, sshd and nodusd. The agent holds
+// it to the inventory it read itself.
+func TestTheAgentHoldsAnAgreementToItsOwnMachine(t *testing.T) {
+	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r1", UID: "7d3c9a52-0c44-4c4e-9f0e-2a1d1d3b5e01"}}
+	r.Status.State = nodusv1.ReservationStateActive
+	r.Status.Lending = &nodusv1.ReservationLending{Lent: true, MaxGPUs: 8, MaxExecutions: 8, MemoryMiB: 1 << 39, MilliCPUs: 1 << 39}
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	node.Status.Reservation, node.Status.ReservationUID = "r1", "7d3c9a52-0c44-4c4e-9f0e-2a1d1d3b5e01"
+	inv := &nodusv1.NodeInventory{CPU: 32, MemoryMiB: 64 << 10, GPUs: make([]nodusv1.NodeGPU, 8)}
+	got := lentAgreement([]interface{}{r}, node, inv, time.Now())
+	if got == nil || got.MemoryMiB != 64<<10 || got.MilliCPUs != 32000 || got.MaxGPUs != 8 {
+		t.Errorf("an agreement of 512 TiB and 512 billion CPUs on a host of 64 GiB and 32 CPUs: %+v", got)
+	}
+	if r.Status.Lending.MemoryMiB != 1<<39 {
+		t.Errorf("the informer's copy changed: %+v", r.Status.Lending)
+	}
+}
