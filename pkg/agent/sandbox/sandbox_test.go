@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -394,7 +395,10 @@ func TestSandboxEgress(t *testing.T) {
 		fmt.Fprintf(&script, "timeout 5 bash -c 'exec 3<>/dev/tcp/%s/%d && echo GET / >&3 && cat <&3' 2>/dev/null && echo reached-%s; ", ip, port, ip)
 	}
 	script.WriteString("cat /etc/resolv.conf; ip route 2>/dev/null || true; echo end")
-	out, err, sb := run(t, rt, Spec{Network: NetworkEgress}, "bash -c \""+strings.ReplaceAll(script.String(), `"`, `\"`)+"\"")
+	// This test's own sandboxes: another test run on the host has its own
+	// namespaces meanwhile.
+	fenced, worldID := fmt.Sprintf("t%d", time.Now().UnixNano()), fmt.Sprintf("t%d-world", time.Now().UnixNano())
+	out, err, sb := run(t, rt, Spec{Network: NetworkEgress, ID: fenced}, "bash -c \""+strings.ReplaceAll(script.String(), `"`, `\"`)+"\"")
 	if err != nil || !strings.Contains(out, "end") || strings.Contains(out, "owner-data") || strings.Contains(out, "reached-") {
 		t.Errorf("egress reached the host (tried %v): %v\n%s", targets, err, out)
 	}
@@ -405,7 +409,7 @@ func TestSandboxEgress(t *testing.T) {
 	// what this project's machines reach).
 	if c, err := net.DialTimeout("tcp", "deb.debian.org:80", 5*time.Second); err == nil {
 		c.Close()
-		out, err, world := run(t, rt, Spec{Network: NetworkEgress}, "timeout 10 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached-world")
+		out, err, world := run(t, rt, Spec{Network: NetworkEgress, ID: worldID}, "timeout 10 bash -c 'exec 3<>/dev/tcp/deb.debian.org/80' && echo reached-world")
 		if err != nil || !strings.Contains(out, "reached-world") {
 			t.Errorf("egress does not reach what the host reaches: %v %q", err, out)
 		}
@@ -417,11 +421,9 @@ func TestSandboxEgress(t *testing.T) {
 		t.Errorf("network none reached the world: %q", out)
 	}
 	_ = sb.Close()
-	if entries, _ := os.ReadDir("/run/netns"); len(entries) > 0 {
-		for _, e := range entries {
-			if strings.HasPrefix(e.Name(), "nodus-t") {
-				t.Errorf("network namespace %s outlived its sandbox", e.Name())
-			}
+	for _, id := range []string{fenced, worldID} {
+		if _, err := os.Stat(filepath.Join("/run/netns", "nodus-"+id)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("network namespace nodus-%s outlived its sandbox (%v)", id, err)
 		}
 	}
 }
