@@ -63,6 +63,12 @@ func serveWatch(t *testing.T, w *Watches) (cutAtStart bool, cut <-chan struct{},
 	ctx := request.WithUser(context.Background(), &user.DefaultInfo{Name: "alice", Extra: map[string][]string{auth.ExtraAccessToken: {"t1"}, auth.ExtraAccessTokenUID: {"uid-t1"}}})
 	ctx = request.WithRequestInfo(ctx, &request.RequestInfo{IsResourceRequest: true, Verb: "watch", APIGroup: nodusv1.GroupName,
 		APIVersion: "v1", Namespace: "acme", Resource: "executions"})
+	return serveRequest(t, w, httptest.NewRequest("GET", "/apis/nodus.dev/v1/namespaces/acme/executions?watch=1", nil).WithContext(ctx))
+}
+
+// serveRequest runs the watch req through w's filter, as serveWatch.
+func serveRequest(t *testing.T, w *Watches, req *http.Request) (cutAtStart bool, cut <-chan struct{}, release func()) {
+	t.Helper()
 	started, done, stop := make(chan bool, 1), make(chan struct{}), make(chan struct{})
 	go w.Filter(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
 		started <- req.Context().Err() != nil
@@ -71,7 +77,7 @@ func serveWatch(t *testing.T, w *Watches) (cutAtStart bool, cut <-chan struct{},
 			close(done)
 		case <-stop:
 		}
-	})).ServeHTTP(httptest.NewRecorder(), httptest.NewRequest("GET", "/apis/nodus.dev/v1/namespaces/acme/executions?watch=1", nil).WithContext(ctx))
+	})).ServeHTTP(httptest.NewRecorder(), req)
 	select {
 	case cutAtStart = <-started:
 	case <-time.After(10 * time.Second):
@@ -154,21 +160,7 @@ func serveCertificateWatch(t *testing.T, w *Watches, u user.Info, chain ...*x509
 		APIVersion: "v1", Resource: "nodes", Name: "gpu-1"})
 	req := httptest.NewRequest("GET", "https://nodus.example/apis/nodus.dev/v1/nodes?watch=1&fieldSelector=metadata.name%3Dgpu-1", nil).WithContext(ctx)
 	req.TLS = &tls.ConnectionState{PeerCertificates: chain}
-	started, done, stop := make(chan bool, 1), make(chan struct{}), make(chan struct{})
-	go w.Filter(http.HandlerFunc(func(_ http.ResponseWriter, req *http.Request) {
-		started <- req.Context().Err() != nil
-		select {
-		case <-req.Context().Done():
-			close(done)
-		case <-stop:
-		}
-	})).ServeHTTP(httptest.NewRecorder(), req)
-	select {
-	case cutAtStart = <-started:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the watch was never served")
-	}
-	return cutAtStart, done, func() { close(stop) }
+	return serveRequest(t, w, req)
 }
 
 // TestAWatchEndsWithItsCertificate: a watch authenticated by a client
