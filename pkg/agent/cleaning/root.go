@@ -96,13 +96,23 @@ func groupsOf(path, name string, gid int) ([]group, error) {
 // directories it includes (@include, @includedir and their #include forms,
 // relative to the including file's directory; of a directory, the names
 // without a dot and not ending in ~), and the drop-in directory whether
-// included or not.
-func (p Paths) sudoersFiles() []string {
+// included or not. One that is not there holds nothing; one that cannot
+// be read may hold a rule, and is an error.
+func (p Paths) sudoersFiles() ([]string, error) {
 	var files []string
+	var unreadable error
+	fail := func(err error) {
+		if !errors.Is(err, fs.ErrNotExist) && unreadable == nil {
+			unreadable = err
+		}
+	}
 	seen := map[string]bool{}
 	var add func(path string, depth int)
 	addDir := func(dir string, depth int) {
-		entries, _ := os.ReadDir(dir)
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			fail(err)
+		}
 		for _, e := range entries {
 			if !strings.Contains(e.Name(), ".") && !strings.HasSuffix(e.Name(), "~") {
 				add(filepath.Join(dir, e.Name()), depth)
@@ -115,12 +125,17 @@ func (p Paths) sudoersFiles() []string {
 		}
 		seen[path] = true
 		info, err := os.Stat(path) // sudo follows a symlink
-		if err != nil || !info.Mode().IsRegular() {
+		if err != nil {
+			fail(err)
+			return
+		}
+		if !info.Mode().IsRegular() {
 			return
 		}
 		files = append(files, path)
 		data, err := os.ReadFile(path)
 		if err != nil {
+			fail(err)
 			return
 		}
 		for _, line := range strings.Split(string(data), "\n") {
@@ -146,7 +161,7 @@ func (p Paths) sudoersFiles() []string {
 	if p.SudoersDir != "" {
 		addDir(p.SudoersDir, 1)
 	}
-	return files
+	return files, unreadable
 }
 
 // sudoersRulesFor lists, of each sudoers file, the first rule that applies
@@ -154,7 +169,10 @@ func (p Paths) sudoersFiles() []string {
 // of its groups, ALL, or a User_Alias of those (defined in any file). Any
 // rule counts: a rule for one command is often a way to a shell.
 func (p Paths) sudoersRulesFor(name string, uid int, groups []group) ([]string, error) {
-	files := p.sudoersFiles()
+	files, err := p.sudoersFiles()
+	if err != nil {
+		return nil, fmt.Errorf("reading the sudoers files: %w", err)
+	}
 	lines := make(map[string][]string, len(files))
 	for _, path := range files {
 		data, err := os.ReadFile(path)

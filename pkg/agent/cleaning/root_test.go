@@ -202,3 +202,38 @@ func TestGroupsThatCannotBeListedAreNotNone(t *testing.T) {
 		t.Errorf("a cleaning with a command, the groups not listed: %v %q", r.Err, r.Steps)
 	}
 }
+
+// TestSudoersThatCannotBeReadAreNotNone: a sudoers directory or included
+// file that could not be read (listed, or looked at) read as holding no
+// rule, and a login user's rule in it went unseen. Only one that is not
+// there holds none.
+func TestSudoersThatCannotBeReadAreNotNone(t *testing.T) {
+	p := rootPaths(t, debianGroups, debianSudoers, nil)
+	if ways, err := p.RootAccess("tenant", 4242, 4242); err != nil || len(ways) != 0 {
+		t.Fatalf("an ordinary account: %v, %v", ways, err)
+	}
+	loop := filepath.Join(filepath.Dir(p.SudoersDir), "loop")
+	if err := os.Symlink(loop, loop); err != nil {
+		t.Fatal(err)
+	}
+	for name, paths := range map[string]Paths{
+		"a drop-in directory":        {GroupFile: p.GroupFile, Sudoers: p.Sudoers, SudoersDir: loop},
+		"an included file":           {GroupFile: p.GroupFile, Sudoers: writeSudoers(t, "@include "+loop+"\n")},
+		"an included directory":      {GroupFile: p.GroupFile, Sudoers: writeSudoers(t, "@includedir "+loop+"\n")},
+		"a missing one (holds none)": {GroupFile: p.GroupFile, Sudoers: writeSudoers(t, "@includedir "+loop+"-missing\n")},
+	} {
+		ways, err := paths.RootAccess("tenant", 4242, 4242)
+		if missing := strings.Contains(name, "missing"); (err == nil) != missing {
+			t.Errorf("%s that cannot be read: %v, %v", name, ways, err)
+		}
+	}
+}
+
+// writeSudoers writes a sudoers file of content and returns its path.
+func writeSudoers(t *testing.T, content string) string {
+	path := filepath.Join(t.TempDir(), "sudoers")
+	if err := os.WriteFile(path, []byte(content), 0o440); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
