@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	osuser "os/user"
 	"slices"
@@ -49,7 +50,12 @@ func (a *Agent) refuseLoginUser(user string) error {
 	if err != nil {
 		return fmt.Errorf("%q has uid %q", user, u.Uid)
 	}
-	first, last := userUIDs(loginDefs)
+	first, last, err := userUIDs(loginDefs)
+	if err != nil {
+		// Perhaps a system account, perhaps a tenant's: as an account
+		// that cannot be looked up.
+		return fmt.Errorf("%q: %w: the range of people's uids, %s: %v", user, errAccountUnreadable, loginDefs, err)
+	}
 	if uid < first {
 		return fmt.Errorf("%q is a system account (uid %d, below UID_MIN %d of %s)", user, uid, first, loginDefs)
 	}
@@ -79,12 +85,16 @@ func (a *Agent) lookupUser(name string) (*osuser.User, error) {
 }
 
 // userUIDs are UID_MIN and UID_MAX in path, the uids of people's accounts;
-// useradd's defaults, 1000 and 60000, where it does not say.
-func userUIDs(path string) (first, last int) {
+// useradd's defaults, 1000 and 60000, where it does not say or is not
+// there. A file that cannot be read is an error: its range may be another.
+func userUIDs(path string) (first, last int, err error) {
 	first, last = 1000, 60000
 	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return first, last, nil
+	}
 	if err != nil {
-		return first, last
+		return 0, 0, err
 	}
 	defer f.Close()
 	s := bufio.NewScanner(f)
@@ -104,5 +114,8 @@ func userUIDs(path string) (first, last int) {
 			last = n
 		}
 	}
-	return first, last
+	if err := s.Err(); err != nil {
+		return 0, 0, err
+	}
+	return first, last, nil
 }
