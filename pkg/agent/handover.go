@@ -167,7 +167,7 @@ func (a *Agent) inLoginGroup(name string) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	u, err := user.Lookup(name)
+	u, err := a.lookupUser(name)
 	if err != nil {
 		return false, err
 	}
