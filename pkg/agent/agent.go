@@ -149,7 +149,7 @@ func New(opts Options) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := versioned.NewForConfig(cfg)
+	client, err := newClient(cfg)
 	if err != nil {
 		return nil, err
 	}

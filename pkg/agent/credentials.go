@@ -31,7 +31,6 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/failover"
-	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
 )
 
 // Files in the state directory.
@@ -106,7 +105,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		return 0, err
 	}
 	// The token goes only to a server that proves itself with the pinned CA.
-	client, err := versioned.NewForConfig(&rest.Config{Host: servers[0], BearerToken: o.Token, Timeout: time.Minute,
+	client, err := newClient(&rest.Config{Host: servers[0], BearerToken: o.Token, Timeout: time.Minute,
 		TLSClientConfig: rest.TLSClientConfig{CAData: caPEM}, WrapTransport: failover.Wrap(servers)})
 	if err != nil {
 		return 0, err

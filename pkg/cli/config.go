@@ -23,6 +23,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
+	"github.com/nodus-dev/nodus/pkg/answerbound"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/failover"
@@ -142,110 +143,20 @@ var maxAnswerBytes int64 = 256 << 20
 var maxWatchEventBytes int64 = 16 << 20
 
 // boundedAnswers cuts an answer past maxAnswerBytes, and a watch at an
-// event past maxWatchEventBytes.
+// event past maxWatchEventBytes (the bounds as they are when it is used).
 type boundedAnswers struct{ next http.RoundTripper }
 
 func (t boundedAnswers) RoundTrip(req *http.Request) (*http.Response, error) {
-	resp, err := t.next.RoundTrip(req)
-	if err != nil {
-		return resp, err
-	}
-	if req.URL.Query().Get("watch") == "true" {
-		resp.Body = &boundedEvents{ReadCloser: resp.Body, bound: maxWatchEventBytes}
-		return resp, nil
-	}
-	if shared, ok := req.Context().Value(sharedBoundKey{}).(*sharedBound); ok {
-		resp.Body = &boundedBody{ReadCloser: resp.Body, left: &shared.left, shared: true}
-		return resp, nil
-	}
-	left := maxAnswerBytes
-	resp.Body = &boundedBody{ReadCloser: resp.Body, left: &left}
-	return resp, nil
+	return answerbound.Transport{Next: t.next, Answer: maxAnswerBytes, WatchEvent: maxWatchEventBytes,
+		Refuse: func(e *answerbound.TooLargeError) error { return refuse(reasonAnswerTooLarge, e) },
+	}.RoundTrip(req)
 }
-
-// sharedBound is what is left of maxAnswerBytes to the answers of one
-// command that holds them all at once (withOneAnswersBound).
-type sharedBound struct{ left int64 }
-
-type sharedBoundKey struct{}
 
 // withOneAnswersBound has the answers read under ctx, one after the other,
 // share the bound of one answer: a listing made of many (each project's
 // hosts in turn) holds them all, and a server chooses how many there are.
 func withOneAnswersBound(ctx context.Context) context.Context {
-	return context.WithValue(ctx, sharedBoundKey{}, &sharedBound{left: maxAnswerBytes})
-}
-
-// boundedEvents refuses a watch's stream at an event longer than bound. It
-// follows the JSON's structure as far as it must to tell where a top-level
-// value ends (strings, with their escapes, and nesting); the decoder
-// refuses what is no JSON.
-type boundedEvents struct {
-	io.ReadCloser
-	bound int64
-	// used is what was read since the last event ended.
-	used              int64
-	depth             int
-	inString, escaped bool
-	refused           bool
-}
-
-func (b *boundedEvents) Read(p []byte) (int, error) {
-	if b.refused {
-		return 0, b.tooLarge()
-	}
-	n, err := b.ReadCloser.Read(p)
-	for _, c := range p[:n] {
-		// Counted before the byte that ends an event resets the count:
-		// that byte is the event's.
-		if b.used++; b.used > b.bound {
-			b.refused = true
-			return n, b.tooLarge()
-		}
-		switch {
-		case b.escaped:
-			b.escaped = false
-		case b.inString:
-			switch c {
-			case '\\':
-				b.escaped = true
-			case '"':
-				b.inString = false
-				if b.depth == 0 {
-					b.used = 0
-				}
-			}
-		case c == '"':
-			b.inString = true
-		case c == '{' || c == '[':
-			b.depth++
-		case c == '}' || c == ']':
-			if b.depth > 0 {
-				b.depth--
-			}
-			if b.depth == 0 {
-				b.used = 0
-			}
-		}
-	}
-	return n, err
-}
-
-// watchEventTooLargeText is the refusal's words, which reach the watch's
-// reader only as the text of an error event (client-go makes one of a
-// stream it cannot read): watchError knows it by them.
-const watchEventTooLargeText = "an event of the server's watch is larger than"
-
-func (b *boundedEvents) tooLarge() error {
-	return refuse(reasonAnswerTooLarge, fmt.Errorf("%s %s", watchEventTooLargeText, sizeText(b.bound)))
-}
-
-// sizeText is a bound in MiB where it is whole, else in KiB.
-func sizeText(bytes int64) string {
-	if bytes%(1<<20) == 0 {
-		return fmt.Sprintf("%d MiB", bytes>>20)
-	}
-	return fmt.Sprintf("%d KiB", bytes>>10)
+	return answerbound.WithOneBound(ctx, maxAnswerBytes)
 }
 
 // clientWatchDecoding is the cause client-go gives the error event it makes
@@ -262,7 +173,7 @@ func watchError(st *metav1.Status) error {
 			if cause.Type != clientWatchDecoding {
 				continue
 			}
-			if strings.Contains(cause.Message, watchEventTooLargeText) {
+			if strings.Contains(cause.Message, answerbound.WatchEventTooLargeText) {
 				return refuseWithFix(reasonAnswerTooLarge, errors.New(oneLine(cause.Message)),
 					"A nodus-server sends no event this large: tell your operator, with this message.")
 			}
@@ -270,35 +181,6 @@ func watchError(st *metav1.Status) error {
 		}
 	}
 	return apierrors.FromObject(st)
-}
-
-type boundedBody struct {
-	io.ReadCloser
-	left *int64
-	// shared: left is the bound of several answers (withOneAnswersBound).
-	shared bool
-}
-
-func (b *boundedBody) Read(p []byte) (int, error) {
-	if *b.left < 0 {
-		return 0, b.tooLarge()
-	}
-	if int64(len(p)) > *b.left+1 {
-		p = p[:*b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
-	}
-	n, err := b.ReadCloser.Read(p)
-	*b.left -= int64(n)
-	if *b.left < 0 {
-		return n, b.tooLarge()
-	}
-	return n, err
-}
-
-func (b *boundedBody) tooLarge() error {
-	if b.shared {
-		return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answers to this command are larger than %s in all", sizeText(maxAnswerBytes)))
-	}
-	return answerTooLarge()
 }
 
 // refuseRedirects turns a redirect into an error before the HTTP client
@@ -315,10 +197,6 @@ func (r refuseRedirects) RoundTrip(req *http.Request) (*http.Response, error) {
 	_ = resp.Body.Close()
 	return nil, refuse(reasonRedirectRefused, fmt.Errorf("the server answered with a redirect (%d) to %s: nodus follows none, as it would send your credentials there",
 		resp.StatusCode, oneLine(resp.Header.Get("Location"))))
-}
-
-func answerTooLarge() error {
-	return refuse(reasonAnswerTooLarge, fmt.Errorf("the server's answer is larger than %s", sizeText(maxAnswerBytes)))
 }
 
 // Client is the typed client of the current context.

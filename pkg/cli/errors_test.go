@@ -110,31 +110,6 @@ func TestAnAnswerPastTheBoundIsRefused(t *testing.T) {
 	}
 }
 
-// TestABodyOfExactlyTheBoundEnds: read a byte at a time, an answer of
-// exactly the bound ends with EOF, and one byte more is refused.
-func TestABodyOfExactlyTheBoundEnds(t *testing.T) {
-	for _, c := range []struct {
-		size    int
-		refused bool
-	}{{16, false}, {17, true}} {
-		left := int64(16)
-		b := &boundedBody{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: &left}
-		got, err := io.ReadAll(io.LimitReader(oneByteReader{b}, 1<<10))
-		if refused := err != nil; refused != c.refused || (!c.refused && len(got) != c.size) {
-			t.Errorf("a body of %d bytes, bound 16: %d bytes read, %v", c.size, len(got), err)
-		}
-	}
-}
-
-type oneByteReader struct{ r io.Reader }
-
-func (o oneByteReader) Read(p []byte) (int, error) {
-	if len(p) > 1 {
-		p = p[:1]
-	}
-	return o.r.Read(p)
-}
-
 // TestARefusedAnswerIsNotRetried: release, lend and executions run retry
 // what may succeed when sent again. Every error that was not an API status
 // counted, a server nodus does not trust and an answer it refused
@@ -148,7 +123,7 @@ func TestARefusedAnswerIsNotRetried(t *testing.T) {
 		"an unknown authority": {&url.Error{Op: "Post", URL: "https://x", Err: x509.UnknownAuthorityError{}}, false},
 		"another host's name":  {&url.Error{Op: "Post", URL: "https://x", Err: x509.HostnameError{Certificate: &x509.Certificate{}, Host: "x"}}, false},
 		"a redirect":           {refuseRedirectError(t), false},
-		"an answer too large":  {fmt.Errorf("decoding: %w", tooLarge()), false},
+		"an answer too large":  {fmt.Errorf("decoding: %w", tooLarge(t)), false},
 		"cancelled":            {&url.Error{Op: "Post", URL: "https://x", Err: context.Canceled}, false},
 		"a refused connection": {&url.Error{Op: "Post", URL: "https://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, true},
 		"503":                  {apierrors.NewServiceUnavailable("busy"), true},
@@ -162,9 +137,20 @@ func TestARefusedAnswerIsNotRetried(t *testing.T) {
 }
 
 // tooLarge is what the CLI's transport says of an answer past its bound.
-func tooLarge() error {
-	left := int64(-1)
-	_, err := (&boundedBody{ReadCloser: io.NopCloser(strings.NewReader("xx")), left: &left}).Read(make([]byte, 8))
+func tooLarge(t *testing.T) error {
+	t.Helper()
+	defer func(was int64) { maxAnswerBytes = was }(maxAnswerBytes)
+	maxAnswerBytes = 1
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = io.WriteString(w, "xx") }))
+	defer server.Close()
+	resp, err := (&http.Client{Transport: boundedAnswers{next: http.DefaultTransport}}).Get(server.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if _, err = io.ReadAll(resp.Body); err == nil {
+		t.Fatal("an answer past the bound was read")
+	}
 	return err
 }
 
@@ -192,7 +178,7 @@ func TestAFailureOfNodusOwnIsShownWithItsFixAndPage(t *testing.T) {
 		reason *cliReason
 	}{
 		{refuseRedirectError(t), reasonRedirectRefused},
-		{fmt.Errorf("decoding: %w", tooLarge()), reasonAnswerTooLarge},
+		{fmt.Errorf("decoding: %w", tooLarge(t)), reasonAnswerTooLarge},
 		{refuse(reasonAnswerRefused, errors.New("refusing acme/gpu-1: the server answered for acme/gpu-2")), reasonAnswerRefused},
 		{&url.Error{Op: "Get", URL: "https://x", Err: &net.OpError{Op: "dial", Err: syscall.ECONNREFUSED}}, reasonServerUnreachable},
 		{&url.Error{Op: "Get", URL: "https://x", Err: x509.UnknownAuthorityError{}}, reasonServerNotTrusted},

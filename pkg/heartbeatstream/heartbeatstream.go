@@ -31,6 +31,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodus-dev/nodus/pkg/answerbound"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
@@ -87,8 +88,11 @@ func Open(ctx context.Context, c rest.Interface, node string, timeout time.Durat
 		_ = w.CloseWithError(ErrNoAnswer)
 		cancel()
 	})
+	// Its answers are bounded line by line (read), not as a whole by a
+	// client's transport (answerbound): the stream lasts as long as the
+	// agent beats.
 	body, err := c.Post().Resource("nodes").Name(node).SubResource(Subresource).
-		SetHeader("Content-Type", "application/json").Body(io.Reader(r)).Stream(ctx)
+		SetHeader("Content-Type", "application/json").Body(io.Reader(r)).Stream(answerbound.Streamed(ctx))
 	timer.Stop()
 	if err == nil && timedOut.Load() {
 		body.Close()

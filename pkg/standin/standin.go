@@ -25,12 +25,7 @@ import (
 // waits for them), and h must answer 404 for paths it does not serve.
 func Serve(t testing.TB, h http.Handler) versioned.Interface {
 	t.Helper()
-	srv := httptest.NewUnstartedServer(h)
-	srv.EnableHTTP2 = true
-	srv.StartTLS()
-	t.Cleanup(srv.Close)
-	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
-	clients, err := versioned.NewForConfig(&rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}})
+	clients, err := versioned.NewForConfig(Config(t, h))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,4 +33,16 @@ func Serve(t testing.TB, h http.Handler) versioned.Interface {
 		t.Fatalf("connecting to the stand-in: %v", err)
 	}
 	return clients
+}
+
+// Config serves h as Serve does, and returns a client configuration of it,
+// for a test of the client a program makes of its own configuration.
+func Config(t testing.TB, h http.Handler) *rest.Config {
+	t.Helper()
+	srv := httptest.NewUnstartedServer(h)
+	srv.EnableHTTP2 = true
+	srv.StartTLS()
+	t.Cleanup(srv.Close)
+	ca := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+	return &rest.Config{Host: srv.URL, TLSClientConfig: rest.TLSClientConfig{CAData: ca}}
 }
