@@ -493,6 +493,12 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		desired.LoginUser = a.retiredLoginUser(previous, desired)
 	}
 	if desired.Granted() {
+		// No one else while a tenant's leftovers may be on the host: the
+		// store checks again as it records the grant.
+		if err := a.store.MayGrant(desired); err != nil {
+			a.refuseGrant(ctx, r, desired, err)
+			return
+		}
 		// Certificate-only before the first principal is served; never
 		// root, a system account or a borrower account (manageLoginUser).
 		if err := a.manageLoginUser(loginUser); err != nil {
@@ -525,7 +531,7 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 	}
 	applied, err := a.store.Apply(desired)
 	if err != nil {
-		a.unrecordable(ctx, desired, err)
+		a.refuseGrant(ctx, r, desired, err)
 		return
 	}
 	a.setUnrecorded(r.Name, false)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -29,7 +30,8 @@ func appliedBy(store *state.Store, node *nodusv1.Node, opts Options) *Agent {
 	return &Agent{opts: opts, store: store, procs: sessions.Procs{Root: "/proc"},
 		runner: executions.New(executions.Options{}), lent: func() bool { return true }, ownNode: func() *nodusv1.Node { return node },
 		cleaning: &cleaning.Cleaner{Procs: sessions.Procs{Root: "/proc"}, Paths: cleaning.DefaultPaths()},
-		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{}}
+		beatNow:  make(chan struct{}, 1), unrecorded: map[string]bool{}, refused: map[string]bool{}, rootWarned: map[string]bool{}, termEnded: map[string]bool{},
+		refusals: map[string]refusal{}}
 }
 
 // sessionAndStore adds a login account named after prefix, whose session
@@ -171,6 +173,8 @@ func TestATenantWhoCouldBecomeRootCannotLeaveItsAccountUncleaned(t *testing.T) {
 // TestACleaningThatCannotReadItsStateFails: whether another access grants
 // the account came from the state database; when it could not be read,
 // the cleaning took every account as granted, reset none, and succeeded.
+// Since session 59 the cleaning reads first which accesses owe it, and
+// fails there.
 func TestACleaningThatCannotReadItsStateFails(t *testing.T) {
 	login, _, store := sessionAndStore(t, "nodus-unread")
 	a := appliedBy(store, &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, Options{Grace: 100 * time.Millisecond})
@@ -178,7 +182,7 @@ func TestACleaningThatCannotReadItsStateFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	if ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 1, Users: []string{login}}); ev.Succeeded ||
-		!strings.Contains(ev.Message, "reading whether another access grants "+login) {
+		!strings.Contains(ev.Message, "reading which accesses owe a cleaning") {
 		t.Errorf("a cleaning that could not read the state database: %+v", ev)
 	}
 }
@@ -258,5 +262,75 @@ func TestAnAccountWithANamelessGroupIsNotATenants(t *testing.T) {
 	case <-ended:
 		t.Error("the cleaning ended the processes of an account no access used")
 	case <-time.After(500 * time.Millisecond):
+	}
+}
+
+// TestAHostIsNotHandedOverUncleaned: nodusd granted any reservation the
+// server showed active, so the server's order (no claim before a
+// succeeded cleaning) was all that kept a tenant's leftovers from the
+// next: a server at fault could hand the host over uncleaned, and a
+// cleaning that named nothing of the tenant before passed. The agent
+// grants no other access until a cleaning after the tenant succeeded, and
+// that cleaning resets what the agent's own record names.
+func TestAHostIsNotHandedOverUncleaned(t *testing.T) {
+	first, _, store := sessionAndStore(t, "nodus-first")
+	next, _, _, removeNext, err := testhost.LoginAccount("nodus-next")
+	if err != nil {
+		t.Skipf("no account can be added here: %v", err)
+	}
+	t.Cleanup(removeNext)
+	const firstUID, nextUID = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "6f5e4d3c-2b1a-4c9d-8e7f-5a4b3c2d1e0f"
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	node.Status.Reservation, node.Status.ReservationUID = "first", firstUID
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
+	reservation := func(name, uid, login string, epoch int64, st nodusv1.ReservationState) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid)}}
+		r.Spec.LoginUser, r.Spec.Project = login, "acme"
+		r.Status.Epoch, r.Status.State, r.Status.LoginUser = epoch, st, login
+		return r
+	}
+	ctx := context.Background()
+	a.apply(ctx, reservation("first", firstUID, first, 1, nodusv1.ReservationStateActive))
+	if !a.userStillGranted(first) {
+		t.Fatal("the first tenant's access was not applied")
+	}
+	home, err := user.Lookup(first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(home.HomeDir, "leftover")
+	if err := os.WriteFile(leftover, []byte("for the next tenant"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	refused := func(when string) {
+		t.Helper()
+		a.apply(ctx, reservation("next", nextUID, next, 1, nodusv1.ReservationStateActive))
+		if a.userStillGranted(next) {
+			t.Fatalf("%s: the next tenant was let in", when)
+		}
+		a.mu.Lock()
+		why := a.refusals["next"].why
+		a.mu.Unlock()
+		if why != refusalText(errHostOwesCleaning.Error()) || strings.Contains(why, "first") {
+			t.Errorf("%s: the next tenant is told %q", when, why)
+		}
+	}
+	// A server at fault: the next reservation, while the first holds the host.
+	node.Status.Reservation, node.Status.ReservationUID = "next", nextUID
+	refused("while the first tenant's access is granted")
+	// Released, then the next, with no cleaning between.
+	a.apply(ctx, reservation("first", firstUID, first, 2, nodusv1.ReservationStateReleased))
+	refused("after the first tenant's release, before a cleaning")
+	// A cleaning that names nothing of the first tenant resets it all the same.
+	if ev := a.clean(ctx, &nodusv1.NodeCleaning{Request: 1}); !ev.Succeeded {
+		t.Fatalf("the cleaning: %+v", ev)
+	}
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the first tenant's file outlived the cleaning: %v", err)
+	}
+	a.apply(ctx, reservation("next", nextUID, next, 1, nodusv1.ReservationStateActive))
+	if !a.userStillGranted(next) {
+		t.Error("the next tenant was not let in after the cleaning")
 	}
 }

@@ -271,13 +271,6 @@ func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
 		if ctx.Err() != nil {
 			return // stopped in the middle: the next start does it again, from the start
 		}
-		if ev.Succeeded && req.Reservation != "" {
-			// Its entry may go now; until a cleaning succeeds, a cleaning
-			// asked again needs the accounts it names.
-			if err := a.store.MarkCleaned(req.Reservation, time.Now()); err != nil {
-				klog.ErrorS(err, "recording the cleaning in the state database", "reservation", req.Reservation)
-			}
-		}
 		done = req.Request
 		a.mu.Lock()
 		a.evidence = ev
@@ -308,6 +301,26 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 			}
 		}
 		applied = max(before.Epoch, req.Epoch)
+	}
+	// And every access that owes a cleaning, whatever the server names:
+	// none other is granted until one succeeds (state.CleaningOwedError).
+	owed, err := a.store.Owed()
+	if err != nil {
+		return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "reading which accesses owe a cleaning: " + err.Error()}
+	}
+	var discharged []string
+	if req.Reservation != "" {
+		discharged = append(discharged, req.Reservation)
+	}
+	for _, o := range owed {
+		if !slices.Contains(discharged, o.Reservation) {
+			discharged = append(discharged, o.Reservation)
+		}
+		for _, u := range append(slices.Clone(o.FormerLoginUsers), o.LoginUser) {
+			if u != "" && !slices.Contains(users, u) {
+				users = append(users, u)
+			}
+		}
 	}
 	// Borrowers' executions ran under the reservation whose access ended:
 	// none may outlive its cleaning into the next tenant's time. A deleted
@@ -376,6 +389,15 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	}
 	klog.InfoS("cleaning", "request", req.Request, "reservation", req.Reservation, "users", keep)
 	r := a.cleaning.Clean(ctx, req.Request, keep, granted)
+	if r.Err == nil {
+		// Before the server hears of it, which then lets the next tenant
+		// claim the host: what the accesses owed is discharged, and their
+		// entries may go. Until then a cleaning asked again needs the
+		// accounts they name.
+		if err := a.store.MarkCleaned(discharged, time.Now()); err != nil {
+			r.Err = fmt.Errorf("recording the cleaning in the state database: %w", err)
+		}
+	}
 	if r.Err == nil {
 		// Clean (with a command, for an account that could become root): the
 		// next tenant's grant looks again at the host as it is then.

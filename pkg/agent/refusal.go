@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 )
@@ -24,19 +26,37 @@ type refusal struct {
 }
 
 // refuse records that the agent does not grant reservation's access (its
-// login user) at epoch, and, when that is news, logs it and has the next
-// heartbeat say so soon.
-func (a *Agent) refuse(reservation string, uid types.UID, user string, epoch int64, err error) {
+// login user) at epoch, and, when that is news, logs it, with logged's
+// keys and values, and has the next heartbeat say so soon. err's text is
+// the refusal's, which the reservation's tenant is shown.
+func (a *Agent) refuse(reservation string, uid types.UID, user string, epoch int64, err error, logged ...any) {
 	r := refusal{uid: uid, epoch: epoch, why: refusalText(err.Error())}
 	a.mu.Lock()
 	news := a.refusals[reservation] != r
 	a.refusals[reservation] = r
 	a.mu.Unlock()
 	if news {
-		klog.ErrorS(err, "making the login user certificate-only; access not applied", "reservation", reservation, "user", user, "epoch", epoch)
+		klog.ErrorS(err, "access not applied", append([]any{"reservation", reservation, "user", user, "epoch", epoch}, logged...)...)
 		a.beatSoon()
 	}
 }
+
+// refuseGrant refuses desired, r's access, for err of the state database:
+// a cleaning owed (tried again every retryRefusalsEvery: the cleaning may
+// come), or a failure to read or record it.
+func (a *Agent) refuseGrant(ctx context.Context, r *nodusv1.Reservation, desired state.Access, err error) {
+	var owed *state.CleaningOwedError
+	if errors.As(err, &owed) {
+		a.refuse(r.Name, r.UID, desired.LoginUser, desired.Epoch, errHostOwesCleaning, "owedBy", owed.Reservation)
+		return
+	}
+	a.unrecordable(ctx, desired, err)
+}
+
+// errHostOwesCleaning refuses an access while another reservation's owes
+// a cleaning (state.CleaningOwedError), in words its tenant may read: not
+// the other reservation's name.
+var errHostOwesCleaning = errors.New("no cleaning succeeded on this host since an earlier tenant's access: nodusd lets no one else in until one does (an operator's nodus nodes clean)")
 
 // retryRefusalsEvery is how often the refused reservations are applied again.
 const retryRefusalsEvery = 10 * time.Second

@@ -3,7 +3,8 @@
 //
 // Schema (version 1): bucket "meta" holds key "version" = "1"; bucket
 // "access" maps a reservation name to the JSON of Access. Fields added since
-// (uid, retiredAt) are optional, so version-1 databases read as they are;
+// (uid, retiredAt, cleanedAt, cleaningOwed, …) are optional, so version-1
+// databases read as they are;
 // so is bucket "rootaccess" (a login user's name to the JSON list of the
 // ways it could become root when it was granted), created where missing.
 package state
@@ -55,6 +56,25 @@ type Access struct {
 	// then a cleaning asked again (an operator's re-clean of a failed one,
 	// days later) needs the accounts the entry names.
 	CleanedAt *time.Time `json:"cleanedAt,omitempty"`
+	// CleaningOwed says that a tenant was let in under this access and no
+	// cleaning after it succeeded yet (MarkCleaned): no other
+	// reservation's access is granted meanwhile (Apply), and the entry is
+	// not forgotten. Set at a grant with a login user, kept through the
+	// object's later states. Entries written before session 59 lack it.
+	CleaningOwed bool `json:"cleaningOwed,omitempty"`
+}
+
+// CleaningOwedError refuses an access while another reservation's tenant
+// was let in on this host and no cleaning after it succeeded: the server
+// claims a host only after one, so a server at fault (or a view of it
+// behind the store) is what asks.
+type CleaningOwedError struct {
+	// Reservation is the one whose cleaning is owed.
+	Reservation string
+}
+
+func (e *CleaningOwedError) Error() string {
+	return fmt.Sprintf("no cleaning succeeded on this host since the access of reservation %s: no other access is granted until one does", e.Reservation)
 }
 
 // StateRetired is recorded for a reservation that left this node: deleted,
@@ -143,12 +163,15 @@ func (s *Store) All() ([]Access, error) {
 }
 
 // Apply records a, durably, only if its epoch is newer than the one applied
-// for its reservation; it reports whether it did.
+// for its reservation; it reports whether it did. It refuses
+// (*CleaningOwedError) an access that grants while another reservation's
+// owes a cleaning, and any access of another object of a name whose entry
+// owes one, which it would replace.
 func (s *Store) Apply(a Access) (bool, error) {
 	applied := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
-		a.FormerLoginUsers, a.ReplacedUIDs = nil, nil
+		a.FormerLoginUsers, a.ReplacedUIDs, a.CleaningOwed = nil, nil, false
 		if data := b.Get([]byte(a.Reservation)); data != nil {
 			var old Access
 			if err := json.Unmarshal(data, &old); err != nil {
@@ -158,9 +181,13 @@ func (s *Store) Apply(a Access) (bool, error) {
 				return nil // an earlier object of the name: never again
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
+			if !sameObject && old.CleaningOwed {
+				return &CleaningOwedError{Reservation: old.Reservation}
+			}
 			a.ReplacedUIDs = old.ReplacedUIDs
 			if sameObject {
 				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
+				a.CleaningOwed = old.CleaningOwed
 			} else {
 				a.ReplacedUIDs = append(slices.Clone(old.ReplacedUIDs), old.UID)
 				if len(a.ReplacedUIDs) > maxReplacedUIDs {
@@ -181,6 +208,12 @@ func (s *Store) Apply(a Access) (bool, error) {
 				return b.Put([]byte(a.Reservation), data)
 			}
 		}
+		if a.Granted() {
+			if err := owedBesides(b, a.Reservation); err != nil {
+				return err
+			}
+			a.CleaningOwed = a.CleaningOwed || a.LoginUser != ""
+		}
 		data, err := json.Marshal(a)
 		if err != nil {
 			return err
@@ -189,6 +222,52 @@ func (s *Store) Apply(a Access) (bool, error) {
 		return b.Put([]byte(a.Reservation), data)
 	})
 	return applied, err
+}
+
+// MayGrant says, as Apply would, whether a's access may be granted now:
+// nil, or a *CleaningOwedError. Apply checks again as it records.
+func (s *Store) MayGrant(a Access) error {
+	return s.db.View(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketAccess)
+		if data := b.Get([]byte(a.Reservation)); data != nil {
+			var old Access
+			if err := json.Unmarshal(data, &old); err != nil {
+				return err
+			}
+			if a.UID != "" && slices.Contains(old.ReplacedUIDs, a.UID) {
+				return nil // an earlier object of the name, which Apply never records
+			}
+			if old.CleaningOwed && a.UID != "" && old.UID != "" && a.UID != old.UID {
+				return &CleaningOwedError{Reservation: old.Reservation}
+			}
+		}
+		return owedBesides(b, a.Reservation)
+	})
+}
+
+// owedBesides refuses while an entry of another name than reservation
+// owes a cleaning.
+func owedBesides(b *bolt.Bucket, reservation string) error {
+	return b.ForEach(func(k, v []byte) error {
+		if string(k) == reservation {
+			return nil
+		}
+		var e Access
+		if err := json.Unmarshal(v, &e); err != nil {
+			return err
+		}
+		if e.CleaningOwed {
+			return &CleaningOwedError{Reservation: e.Reservation}
+		}
+		return nil
+	})
+}
+
+// Owed returns the accesses that owe a cleaning and grant nothing now:
+// what the next cleaning resets and, once it succeeds, marks cleaned.
+func (s *Store) Owed() ([]Access, error) {
+	all, err := s.All()
+	return slices.DeleteFunc(all, func(a Access) bool { return !a.CleaningOwed || a.Granted() }), err
 }
 
 // maxReplacedUIDs bounds the earlier objects an entry remembers (each a
@@ -247,39 +326,49 @@ func (s *Store) Retire(reservation string, epoch int64, now time.Time) (Access, 
 	return before, err
 }
 
-// MarkCleaned records that a cleaning after reservation succeeded, which
-// lets Forget drop its entry.
-func (s *Store) MarkCleaned(reservation string, now time.Time) error {
+// MarkCleaned records that a cleaning after reservations succeeded, which
+// discharges the cleaning they owe and lets Forget drop their entries. One
+// granted again since keeps what it owes: the cleaning was of an earlier
+// grant.
+func (s *Store) MarkCleaned(reservations []string, now time.Time) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
-		data := b.Get([]byte(reservation))
-		if data == nil {
-			return nil
+		for _, name := range reservations {
+			data := b.Get([]byte(name))
+			if data == nil {
+				continue
+			}
+			var a Access
+			if err := json.Unmarshal(data, &a); err != nil {
+				return err
+			}
+			if a.Granted() {
+				continue
+			}
+			a.CleanedAt, a.CleaningOwed = &now, false
+			data, err := json.Marshal(a)
+			if err != nil {
+				return err
+			}
+			if err := b.Put([]byte(name), data); err != nil {
+				return err
+			}
 		}
-		var a Access
-		if err := json.Unmarshal(data, &a); err != nil {
-			return err
-		}
-		if a.Granted() {
-			return nil // granted again since: the cleaning was of an earlier grant
-		}
-		a.CleanedAt = &now
-		data, err := json.Marshal(a)
-		if err != nil {
-			return err
-		}
-		return b.Put([]byte(reservation), data)
+		return nil
 	})
 }
 
-// ForgetUncleanedAfter bounds how long an entry whose cleaning never
-// succeeded is kept: the state stays bounded when no cleaning comes (the
-// node deleted and its machine enrolled again, say).
+// ForgetUncleanedAfter bounds how long an entry of an agent before session
+// 59 whose cleaning never succeeded is kept: the state stays bounded when
+// no cleaning comes (the node deleted and its machine enrolled again, say).
+// One that owes a cleaning is kept until one succeeds.
 const ForgetUncleanedAfter = 30 * 24 * time.Hour
 
 // Forget drops the entries that keep reservations retired for longer than
 // keep and cleaned after, which no longer need remembering, and those
-// retired longer than ForgetUncleanedAfter: the state stays bounded.
+// retired longer than ForgetUncleanedAfter that owe no cleaning (written
+// before session 59): the state stays bounded. One that owes a cleaning
+// stays until one succeeds; no other tenant is let in meanwhile.
 func (s *Store) Forget(current func(reservation string) bool, keep time.Duration, now time.Time) (int, error) {
 	n := 0
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -290,7 +379,7 @@ func (s *Store) Forget(current func(reservation string) bool, keep time.Duration
 			if err := json.Unmarshal(v, &a); err != nil {
 				return err
 			}
-			if !a.Granted() && a.RetiredAt != nil && now.Sub(*a.RetiredAt) > keep && !current(a.Reservation) &&
+			if !a.Granted() && !a.CleaningOwed && a.RetiredAt != nil && now.Sub(*a.RetiredAt) > keep && !current(a.Reservation) &&
 				(a.CleanedAt != nil || now.Sub(*a.RetiredAt) > ForgetUncleanedAfter) {
 				drop = append(drop, append([]byte(nil), k...))
 			}

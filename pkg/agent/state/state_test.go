@@ -65,6 +65,10 @@ func TestRetireAndForget(t *testing.T) {
 	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 3, State: "active"}); ok {
 		t.Error("the epoch it was retired at granted it again")
 	}
+	// After the cleaning it owes (TestNoOtherAccessIsGrantedWhileACleaningIsOwed).
+	if err := s.MarkCleaned([]string{"r1"}, now); err != nil {
+		t.Fatal(err)
+	}
 	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active"}); !ok {
 		t.Error("a reservation made again under the same name starts anew")
 	}
@@ -85,7 +89,7 @@ func TestRetireAndForget(t *testing.T) {
 	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(48*time.Hour)); n != 0 {
 		t.Errorf("forgot %d entries whose cleaning never succeeded", n)
 	}
-	if err := s.MarkCleaned("r1", now.Add(48*time.Hour)); err != nil {
+	if err := s.MarkCleaned([]string{"r1"}, now.Add(48*time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(49*time.Hour)); n != 1 {
@@ -94,15 +98,23 @@ func TestRetireAndForget(t *testing.T) {
 	if all, _ := s.All(); len(all) != 0 {
 		t.Errorf("left: %+v", all)
 	}
-	// One never cleaned goes after ForgetUncleanedAfter.
+	// One never cleaned that owes no cleaning (an older agent's) goes after
+	// ForgetUncleanedAfter; one that owes a cleaning stays.
 	if _, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "active", LoginUser: "ubuntu"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Retire("r2", 2, now); err != nil {
 		t.Fatal(err)
 	}
+	older := `{"reservation":"r3","uid":"u4","epoch":3,"state":"retired","loginUser":"bob","retiredAt":"` + now.Format(time.RFC3339Nano) + `"}`
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAccess).Put([]byte("r3"), []byte(older)) }); err != nil {
+		t.Fatal(err)
+	}
 	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, now.Add(ForgetUncleanedAfter+time.Hour)); n != 1 {
 		t.Errorf("forgot %d uncleaned entries past the bound, want 1", n)
+	}
+	if all, _ := s.All(); len(all) != 1 || all[0].Reservation != "r2" {
+		t.Errorf("left past the bound: %+v, want r2, which owes a cleaning", all)
 	}
 }
 
@@ -152,12 +164,24 @@ func TestAnEarlierObjectOfTheNameIsNeverAppliedAgain(t *testing.T) {
 		}
 		return ok
 	}
-	if !apply("earlier", 5, "active") || !apply("later", 1, "active") {
+	// Each followed by its cleaning, as the server orders them.
+	cleaned := func(epoch int64) {
+		t.Helper()
+		if _, err := s.Retire("r1", epoch, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !apply("earlier", 5, "active") {
+		t.Fatal("not applied")
+	}
+	cleaned(5)
+	if !apply("later", 1, "active") {
 		t.Fatal("a reservation made again under the name did not replace the earlier one's entry")
 	}
-	if _, err := s.Retire("r1", 2, time.Now()); err != nil {
-		t.Fatal(err)
-	}
+	cleaned(2)
 	for _, epoch := range []int64{5, 6} {
 		if apply("earlier", epoch, "active") {
 			t.Errorf("the earlier object was applied again at epoch %d", epoch)
@@ -244,11 +268,107 @@ func TestAppliedAccessKeepsItsFormerLoginUsers(t *testing.T) {
 	if a, _, _ := s.Applied("r1"); !slices.Equal(a.FormerLoginUsers, []string{"alice", "bob"}) {
 		t.Errorf("the retirement dropped the former login users: %v", a.FormerLoginUsers)
 	}
-	// Another reservation under the same name is another object: nothing of the old one's.
+	// Another reservation under the same name is another object: nothing
+	// of the old one's, once the cleaning it owes succeeded.
+	if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active", LoginUser: "dave"}); err != nil {
 		t.Fatal(err)
 	}
 	if a, _, _ := s.Applied("r1"); len(a.FormerLoginUsers) != 0 {
 		t.Errorf("a new reservation under the name inherits former login users %v", a.FormerLoginUsers)
+	}
+}
+
+// TestNoOtherAccessIsGrantedWhileACleaningIsOwed: nodusd granted a
+// reservation whenever the server showed it active, so the server's order
+// (no claim before a succeeded cleaning) was all that kept a tenant's
+// leftovers from the next: a server at fault could have handed a host
+// over uncleaned. A tenant's access owes a cleaning from its grant until
+// one succeeds (MarkCleaned), and no other reservation's access is granted
+// meanwhile; the store holds it, in the transaction that would grant.
+func TestNoOtherAccessIsGrantedWhileACleaningIsOwed(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	mustApply := func(a Access) {
+		t.Helper()
+		if ok, err := s.Apply(a); !ok || err != nil {
+			t.Fatalf("apply %+v: %v %v", a, ok, err)
+		}
+	}
+	refused := func(a Access, what string) {
+		t.Helper()
+		var owed *CleaningOwedError
+		if ok, err := s.Apply(a); ok || !errors.As(err, &owed) || owed.Reservation != "r1" {
+			t.Errorf("%s: %v %v, want refused for r1's cleaning", what, ok, err)
+		}
+	}
+	mustApply(Access{Reservation: "r1", UID: "u1", Epoch: 1, State: "active", LoginUser: "bob"})
+	// Its own access goes on changing.
+	mustApply(Access{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "alice"})
+	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation while r1 is granted")
+	if _, err := s.Retire("r1", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation before r1's cleaning")
+	refused(Access{Reservation: "r1", UID: "u3", Epoch: 1, State: "active", LoginUser: "carol"}, "r1 made again before its cleaning")
+	// Not granting, the name made again would still replace the entry
+	// that names what the cleaning must reset.
+	refused(Access{Reservation: "r1", UID: "u3", Epoch: 1, State: "pending"}, "r1 made again, not granted, before its cleaning")
+	// Another name that grants nothing is recorded: its epoch fences.
+	mustApply(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "pending", LoginUser: "carol"})
+	if owed, err := s.Owed(); err != nil || len(owed) != 1 || owed[0].Reservation != "r1" || !slices.Equal(owed[0].FormerLoginUsers, []string{"bob"}) {
+		t.Errorf("owed: %+v %v, want r1 (alice, and bob before her)", owed, err)
+	}
+	// Never forgotten while owed, however long no cleaning comes.
+	if n, _ := s.Forget(func(string) bool { return false }, time.Hour, time.Now().Add(2*ForgetUncleanedAfter)); n != 0 {
+		t.Errorf("forgot %d entries owing a cleaning", n)
+	}
+	if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if owed, err := s.Owed(); err != nil || len(owed) != 0 {
+		t.Errorf("owed after the cleaning: %+v %v", owed, err)
+	}
+	mustApply(Access{Reservation: "r2", UID: "u2", Epoch: 2, State: "active", LoginUser: "carol"})
+	// A cleaning while it is granted discharges nothing of its.
+	if err := s.MarkCleaned([]string{"r2"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if owed, _ := s.Owed(); len(owed) != 0 {
+		t.Errorf("a granted access is listed as owing a cleaning: %+v", owed)
+	}
+	refused2 := func(a Access) {
+		t.Helper()
+		var owed *CleaningOwedError
+		if _, err := s.Apply(a); !errors.As(err, &owed) || owed.Reservation != "r2" {
+			t.Errorf("apply %+v while r2 owes its cleaning: %v", a, err)
+		}
+	}
+	if _, err := s.Retire("r2", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	refused2(Access{Reservation: "r1", UID: "u3", Epoch: 1, State: "active", LoginUser: "bob"})
+}
+
+// TestAnEntryOfAnOlderAgentOwesNoCleaning: entries written before nodusd
+// recorded what a cleaning is owed for (session 59) hold no grant up: the
+// server's cleanings after them are not on record.
+func TestAnEntryOfAnOlderAgentOwesNoCleaning(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	old := `{"reservation":"r1","uid":"u1","epoch":3,"state":"retired","loginUser":"bob","project":"p","retiredAt":"2026-12-01T00:00:00Z"}`
+	if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAccess).Put([]byte("r1"), []byte(old)) }); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}); !ok || err != nil {
+		t.Errorf("a grant after an older agent's entry: %v %v", ok, err)
 	}
 }
