@@ -56,7 +56,7 @@ func (a *Agent) refuseGrant(ctx context.Context, r *nodusv1.Reservation, desired
 // errHostOwesCleaning refuses an access while another reservation's owes
 // a cleaning (state.CleaningOwedError), in words its tenant may read: not
 // the other reservation's name.
-var errHostOwesCleaning = errors.New("no cleaning succeeded on this host since an earlier tenant's access: nodusd lets no one else in until one does (an operator's nodus nodes clean)")
+var errHostOwesCleaning = errors.New("no cleaning succeeded on this host since an earlier tenant's access: nodusd lets no one else in until one does (tell the operator: the node needs a cleaning)")
 
 // retryRefusalsEvery is how often the refused reservations are applied again.
 const retryRefusalsEvery = 10 * time.Second
