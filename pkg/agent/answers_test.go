@@ -30,19 +30,12 @@ import (
 func TestTheServersAnswersAreBounded(t *testing.T) {
 	defer func(answer, event int64) { maxAnswerBytes, maxWatchEventBytes = answer, event }(maxAnswerBytes, maxWatchEventBytes)
 	maxAnswerBytes, maxWatchEventBytes = 64<<10, 16<<10
-	const endless = 16 << 20
+	const endless = 64 << 20
 	var written atomic.Int64
 	pad := func(w http.ResponseWriter, code int) {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
-		chunk := []byte(strings.Repeat(" ", 4<<10))
-		for range endless / len(chunk) {
-			n, err := w.Write(chunk)
-			written.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
+		writeEndlessly(w, ' ', endless, &written)
 	}
 	client, err := newClient(standin.Config(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"path/filepath"
@@ -26,14 +27,7 @@ func TestTheServersUserCAIsReadWithinItsBound(t *testing.T) {
 			return
 		}
 		w.WriteHeader(int(status.Load()))
-		chunk := []byte(strings.Repeat("A", 64<<10))
-		for range answer / len(chunk) {
-			n, err := w.Write(chunk)
-			written.Add(int64(n))
-			if err != nil {
-				return
-			}
-		}
+		writeEndlessly(w, 'A', answer, &written)
 	}))
 	a := &Agent{client: clients}
 	path := filepath.Join(t.TempDir(), "ca.pub")
@@ -52,5 +46,19 @@ func TestTheServersUserCAIsReadWithinItsBound(t *testing.T) {
 	}
 	if n := written.Load(); n >= answer/4 {
 		t.Errorf("the agent read %d MiB of an error answer for the SSH user CA", n>>20)
+	}
+}
+
+// writeEndlessly writes size bytes of c to w, as a server that answers
+// without end would, adding what went out to written; it stops when the
+// client stops reading.
+func writeEndlessly(w http.ResponseWriter, c byte, size int, written *atomic.Int64) {
+	chunk := bytes.Repeat([]byte{c}, 64<<10)
+	for range size / len(chunk) {
+		n, err := w.Write(chunk)
+		written.Add(int64(n))
+		if err != nil {
+			return
+		}
 	}
 }
