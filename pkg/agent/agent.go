@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -306,7 +307,7 @@ func (a *Agent) Run(ctx context.Context) error {
 				obj = t.Obj
 			}
 			if r, ok := obj.(*nodusv1.Reservation); ok {
-				a.retire(ctx, r.Name)
+				a.retire(ctx, r.Name, r.UID)
 			}
 			a.drainUnlent(ctx)
 		},
@@ -401,7 +402,7 @@ func (a *Agent) retireGone(ctx context.Context) {
 	}
 	for _, acc := range all {
 		if acc.State != state.StateRetired && !a.current(acc.Reservation) {
-			a.retire(ctx, acc.Reservation)
+			a.retire(ctx, acc.Reservation, "")
 		}
 	}
 }
@@ -493,17 +494,25 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		desired.LoginUser = a.retiredLoginUser(previous, desired)
 	}
 	if desired.Granted() {
-		// No one else while a tenant's leftovers may be on the host: the
-		// store checks again as it records the grant.
-		if err := a.store.MayGrant(desired); err != nil {
-			a.refuseGrant(ctx, r, desired, err)
+		// No one else while a tenant's leftovers may be on the host (the
+		// store checks again as it records the grant); then certificate-only
+		// before the first principal is served, and never root, a system
+		// account or a borrower account (manageLoginUser).
+		var logged []any
+		err := a.store.MayGrant(desired)
+		var owed *state.CleaningOwedError
+		switch {
+		case errors.As(err, &owed):
+			err, logged = errHostOwesCleaning, []any{"owedBy", owed.Reservation}
+		case err != nil:
+			a.unrecordable(ctx, desired, err)
 			return
+		default:
+			err = a.manageLoginUser(loginUser)
 		}
-		// Certificate-only before the first principal is served; never
-		// root, a system account or a borrower account (manageLoginUser).
-		if err := a.manageLoginUser(loginUser); err != nil {
-			a.refuse(r.Name, r.UID, loginUser, desired.Epoch, err)
-			if previous.Granted() && desired.Epoch > previous.Epoch {
+		if err != nil {
+			a.refuse(r.Name, r.UID, loginUser, desired.Epoch, err, logged...)
+			if previous.Granted() && (desired.Epoch > previous.Epoch || anotherObject(previous, desired)) {
 				// The access this state changes ends all the same: its
 				// principal, of the old epoch, and its sessions must not
 				// outlive the change.
@@ -621,6 +630,12 @@ func (a *Agent) node() *nodusv1.Node {
 // the reservation of acc.
 func (a *Agent) claimed(acc state.Access) bool { return holds(a.node(), acc.Reservation, acc.UID) }
 
+// anotherObject says whether desired is of a later object of previous'
+// name than previous (one deleted and made again under it).
+func anotherObject(previous, desired state.Access) bool {
+	return previous.UID != "" && desired.UID != "" && previous.UID != desired.UID && !slices.Contains(previous.ReplacedUIDs, desired.UID)
+}
+
 // withheld says whether the reservation's recorded access is not to be
 // served: its newest state is not recorded yet, or is refused.
 func (a *Agent) withheld(reservation string) bool {
@@ -660,7 +675,7 @@ func (a *Agent) recordAgain(ctx context.Context) {
 			case ok:
 				a.apply(ctx, obj.(*nodusv1.Reservation))
 			default:
-				a.retire(ctx, name)
+				a.retire(ctx, name, "")
 			}
 		}
 	}

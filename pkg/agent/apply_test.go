@@ -273,13 +273,14 @@ func TestAnAccountWithANamelessGroupIsNotATenants(t *testing.T) {
 // grants no other access until a cleaning after the tenant succeeded, and
 // that cleaning resets what the agent's own record names.
 func TestAHostIsNotHandedOverUncleaned(t *testing.T) {
-	first, _, store := sessionAndStore(t, "nodus-first")
+	first, session, store := sessionAndStore(t, "nodus-first")
 	next, _, _, removeNext, err := testhost.LoginAccount("nodus-next")
 	if err != nil {
 		t.Skipf("no account can be added here: %v", err)
 	}
 	t.Cleanup(removeNext)
 	const firstUID, nextUID = "1a2b3c4d-5e6f-4a7b-8c9d-0e1f2a3b4c5d", "6f5e4d3c-2b1a-4c9d-8e7f-5a4b3c2d1e0f"
+	const firstAgainUID = "9e8d7c6b-5a4f-4e3d-9c2b-1a0f9e8d7c6b"
 	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
 	node.Status.Reservation, node.Status.ReservationUID = "first", firstUID
 	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
@@ -319,7 +320,27 @@ func TestAHostIsNotHandedOverUncleaned(t *testing.T) {
 	// A server at fault: the next reservation, while the first holds the host.
 	node.Status.Reservation, node.Status.ReservationUID = "next", nextUID
 	refused("while the first tenant's access is granted")
+	// The first reservation deleted and made again, shown active without
+	// its deletion (a watch that missed it): another object, refused
+	// too, and shown so to its tenant, not hidden behind the first
+	// object's epoch; the first object's access ends.
+	ended := session()
+	node.Status.Reservation, node.Status.ReservationUID = "first", firstAgainUID
+	a.apply(ctx, reservation("first", firstAgainUID, first, 1, nodusv1.ReservationStateActive))
+	if ev := a.withRefusals([]nodusv1.ReservationEvidence{{Name: "first", AppliedEpoch: 1}}); ev[0].RefusedUID != firstAgainUID ||
+		ev[0].Refusal != refusalText(errHostOwesCleaning.Error()) {
+		t.Errorf("the evidence of the name made again: %+v", ev[0])
+	}
+	if !a.withheld("first") {
+		t.Error("the first object's access is still served")
+	}
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second):
+		t.Error("the first object's session outlived the name made again")
+	}
 	// Released, then the next, with no cleaning between.
+	node.Status.Reservation, node.Status.ReservationUID = "next", nextUID
 	a.apply(ctx, reservation("first", firstUID, first, 2, nodusv1.ReservationStateReleased))
 	refused("after the first tenant's release, before a cleaning")
 	// A cleaning that names nothing of the first tenant resets it all the same.

@@ -11,6 +11,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/agent/state"
@@ -31,11 +32,13 @@ const forgetAfter = 24 * time.Hour
 // moved elsewhere, or released or ended: the server shows an agent only
 // the reservations its node serves) as a release would: its principals go
 // first, then its login user's processes; a heartbeat follows. The
-// cleaning the server asks for next resets the account.
-func (a *Agent) retire(ctx context.Context, reservation string) {
+// cleaning the server asks for next resets the account. uid is the
+// object's, when known (not for a reservation the agent only has an entry
+// of).
+func (a *Agent) retire(ctx context.Context, reservation string, uid types.UID) {
 	a.applying.Lock()
 	defer a.applying.Unlock()
-	before, err := a.store.Retire(reservation, 0, time.Now())
+	before, err := a.store.Retire(reservation, string(uid), 0, time.Now())
 	if err != nil {
 		applied, _, _ := a.store.Applied(reservation)
 		a.unrecordable(ctx, state.Access{Reservation: reservation, LoginUser: applied.LoginUser, Epoch: applied.Epoch,
@@ -280,13 +283,15 @@ func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
 }
 
 // clean carries out one request: the reservation it follows is retired
-// here first (at the server's final epoch), then every account it used is
-// reset and the operator's command runs.
+// here first (at the server's final epoch), then every account it used,
+// and every account of an access that owes a cleaning on the agent's own
+// record (whatever the request names), is reset and the operator's command
+// runs. Its success discharges what those accesses owe.
 func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.CleaningEvidence {
 	users := slices.Clone(req.Users)
 	applied := req.Epoch
 	if req.Reservation != "" {
-		before, err := a.store.Retire(req.Reservation, req.Epoch, time.Now())
+		before, err := a.store.Retire(req.Reservation, "", req.Epoch, time.Now())
 		if err != nil {
 			// Refused in memory meanwhile; the cleaning fails, and the
 			// node goes to maintenance rather than to the next tenant.

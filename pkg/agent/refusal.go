@@ -93,8 +93,8 @@ func (a *Agent) retryRefusals(ctx context.Context) {
 
 // withRefusals adds the refusals of reservations on this node to
 // evidence: beside a reservation's evidence when it has some (an access it
-// granted before, at a lower epoch), else as evidence of its own with
-// nothing applied. A reservation no longer here leaves its refusal.
+// granted before, at a lower epoch, or of another object of the name),
+// else as evidence of its own with nothing applied. A reservation no longer here leaves its refusal.
 func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.ReservationEvidence {
 	a.mu.Lock()
 	names := slices.Sorted(maps.Keys(a.refusals))
@@ -114,13 +114,21 @@ func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.R
 		}
 		i := slices.IndexFunc(evidence, func(e nodusv1.ReservationEvidence) bool { return e.Name == name })
 		switch {
-		case i >= 0 && evidence[i].AppliedEpoch < r.epoch:
+		case i >= 0 && (evidence[i].AppliedEpoch < r.epoch || a.appliedAnother(name, r.uid)):
 			evidence[i].RefusedEpoch, evidence[i].Refusal, evidence[i].RefusedUID = r.epoch, r.why, r.uid
 		case i < 0 && len(evidence) < validation.MaxHeartbeatReservations:
 			evidence = append(evidence, nodusv1.ReservationEvidence{Name: name, RefusedEpoch: r.epoch, Refusal: r.why, RefusedUID: r.uid})
 		}
 	}
 	return evidence
+}
+
+// appliedAnother says whether the access recorded under name is of
+// another object than uid (one the server deleted, whose entry a cleaning
+// owed stops a namesake from replacing): its epoch says nothing of uid's.
+func (a *Agent) appliedAnother(name string, uid types.UID) bool {
+	acc, ok, err := a.store.Applied(name)
+	return err == nil && ok && acc.UID != "" && uid != "" && acc.UID != string(uid)
 }
 
 // refusalText is s as one line of at most validation.MaxRefusalText bytes,

@@ -64,10 +64,11 @@ type Access struct {
 	CleaningOwed bool `json:"cleaningOwed,omitempty"`
 }
 
-// CleaningOwedError refuses an access while another reservation's tenant
-// was let in on this host and no cleaning after it succeeded: the server
-// claims a host only after one, so a server at fault (or a view of it
-// behind the store) is what asks.
+// CleaningOwedError refuses an access while the tenant of another
+// reservation, or of another object of the same name (one deleted and made
+// again), was let in on this host and no cleaning after it succeeded: the
+// server claims a host only after one, so a server at fault (or a view of
+// it behind the store) is what asks.
 type CleaningOwedError struct {
 	// Reservation is the one whose cleaning is owed.
 	Reservation string
@@ -83,6 +84,11 @@ const StateRetired = "retired"
 
 // Granted says whether the access lets the login user in.
 func (a Access) Granted() bool { return a.State == "active" }
+
+// owesCleaning says whether a tenant was let in under the access and no
+// cleaning after it succeeded: it is recorded so, or it grants a login
+// user now (an access an agent before session 59 granted records nothing).
+func (a Access) owesCleaning() bool { return a.CleaningOwed || (a.Granted() && a.LoginUser != "") }
 
 // Store is the state database.
 type Store struct {
@@ -181,13 +187,13 @@ func (s *Store) Apply(a Access) (bool, error) {
 				return nil // an earlier object of the name: never again
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
-			if !sameObject && old.CleaningOwed {
+			if !sameObject && old.owesCleaning() {
 				return &CleaningOwedError{Reservation: old.Reservation}
 			}
 			a.ReplacedUIDs = old.ReplacedUIDs
 			if sameObject {
 				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
-				a.CleaningOwed = old.CleaningOwed
+				a.CleaningOwed = old.owesCleaning()
 			} else {
 				a.ReplacedUIDs = append(slices.Clone(old.ReplacedUIDs), old.UID)
 				if len(a.ReplacedUIDs) > maxReplacedUIDs {
@@ -225,7 +231,9 @@ func (s *Store) Apply(a Access) (bool, error) {
 }
 
 // MayGrant says, as Apply would, whether a's access may be granted now:
-// nil, or a *CleaningOwedError. Apply checks again as it records.
+// nil, or a *CleaningOwedError. An access Apply would not record (an
+// earlier object of the name, an epoch not newer) is not refused: it
+// changes nothing. Apply checks again as it records.
 func (s *Store) MayGrant(a Access) error {
 	return s.db.View(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
@@ -235,10 +243,14 @@ func (s *Store) MayGrant(a Access) error {
 				return err
 			}
 			if a.UID != "" && slices.Contains(old.ReplacedUIDs, a.UID) {
-				return nil // an earlier object of the name, which Apply never records
+				return nil
 			}
-			if old.CleaningOwed && a.UID != "" && old.UID != "" && a.UID != old.UID {
+			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
+			if !sameObject && old.owesCleaning() {
 				return &CleaningOwedError{Reservation: old.Reservation}
+			}
+			if sameObject && a.Epoch <= old.Epoch {
+				return nil
 			}
 		}
 		return owedBesides(b, a.Reservation)
@@ -256,7 +268,7 @@ func owedBesides(b *bolt.Bucket, reservation string) error {
 		if err := json.Unmarshal(v, &e); err != nil {
 			return err
 		}
-		if e.CleaningOwed {
+		if e.owesCleaning() {
 			return &CleaningOwedError{Reservation: e.Reservation}
 		}
 		return nil
@@ -299,19 +311,26 @@ func formerLoginUsers(old Access, loginUser string) []string {
 // Retire ends the access of a reservation that left this node, whatever its
 // epoch: from now on it grants nothing. epoch, when higher than the one
 // applied, is recorded (the server's final epoch of the reservation), so a
-// late event of the old epoch cannot grant it again. It returns the access
-// as it was before.
-func (s *Store) Retire(reservation string, epoch int64, now time.Time) (Access, error) {
+// late event of the old epoch cannot grant it again. uid, when known, is
+// the object's, recorded where nothing of the name was: another object made
+// later under the name is then told from it. It returns the access as it
+// was before.
+func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Access, error) {
 	var before Access
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
 		a := Access{Reservation: reservation}
-		if data := b.Get([]byte(reservation)); data != nil {
+		data := b.Get([]byte(reservation))
+		if data != nil {
 			if err := json.Unmarshal(data, &a); err != nil {
 				return err
 			}
 		}
 		before = a
+		if data == nil {
+			a.UID = uid
+		}
+		a.CleaningOwed = a.owesCleaning()
 		a.Epoch = max(a.Epoch, epoch)
 		a.State = StateRetired
 		if a.RetiredAt == nil {

@@ -54,7 +54,7 @@ func TestRetireAndForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	before, err := s.Retire("r1", 0, now)
+	before, err := s.Retire("r1", "", 0, now)
 	if err != nil || before.LoginUser != "ubuntu" || !before.Granted() {
 		t.Fatalf("retire: %+v %v", before, err)
 	}
@@ -72,7 +72,7 @@ func TestRetireAndForget(t *testing.T) {
 	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active"}); !ok {
 		t.Error("a reservation made again under the same name starts anew")
 	}
-	if _, err := s.Retire("r1", 9, now); err != nil {
+	if _, err := s.Retire("r1", "", 9, now); err != nil {
 		t.Fatal(err)
 	}
 	if a, _, _ := s.Applied("r1"); a.Epoch != 9 {
@@ -103,7 +103,7 @@ func TestRetireAndForget(t *testing.T) {
 	if _, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "active", LoginUser: "ubuntu"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Retire("r2", 2, now); err != nil {
+	if _, err := s.Retire("r2", "", 2, now); err != nil {
 		t.Fatal(err)
 	}
 	older := `{"reservation":"r3","uid":"u4","epoch":3,"state":"retired","loginUser":"bob","retiredAt":"` + now.Format(time.RFC3339Nano) + `"}`
@@ -167,7 +167,7 @@ func TestAnEarlierObjectOfTheNameIsNeverAppliedAgain(t *testing.T) {
 	// Each followed by its cleaning, as the server orders them.
 	cleaned := func(epoch int64) {
 		t.Helper()
-		if _, err := s.Retire("r1", epoch, time.Now()); err != nil {
+		if _, err := s.Retire("r1", "", epoch, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
@@ -258,7 +258,7 @@ func TestAppliedAccessKeepsItsFormerLoginUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before, err := s.Retire("r1", 5, time.Now())
+	before, err := s.Retire("r1", "", 5, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -311,7 +311,7 @@ func TestNoOtherAccessIsGrantedWhileACleaningIsOwed(t *testing.T) {
 	// Its own access goes on changing.
 	mustApply(Access{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "alice"})
 	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation while r1 is granted")
-	if _, err := s.Retire("r1", 3, time.Now()); err != nil {
+	if _, err := s.Retire("r1", "", 3, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation before r1's cleaning")
@@ -349,7 +349,7 @@ func TestNoOtherAccessIsGrantedWhileACleaningIsOwed(t *testing.T) {
 			t.Errorf("apply %+v while r2 owes its cleaning: %v", a, err)
 		}
 	}
-	if _, err := s.Retire("r2", 3, time.Now()); err != nil {
+	if _, err := s.Retire("r2", "", 3, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	refused2(Access{Reservation: "r1", UID: "u3", Epoch: 1, State: "active", LoginUser: "bob"})
@@ -370,5 +370,86 @@ func TestAnEntryOfAnOlderAgentOwesNoCleaning(t *testing.T) {
 	}
 	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}); !ok || err != nil {
 		t.Errorf("a grant after an older agent's entry: %v %v", ok, err)
+	}
+}
+
+// TestMayGrantAsApplyWould: the check before an access touches the
+// account refuses what Apply would refuse, and not what Apply would not
+// record at all (a repeat of a granted access while another owes a
+// cleaning was refused, and its tenant shown a refusal of an access it
+// has).
+func TestMayGrantAsApplyWould(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	// Granted while another owes a cleaning: only an agent before session
+	// 59 (or a server at fault before it) could have let it come to this.
+	put := func(name, entry string) {
+		t.Helper()
+		if err := s.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketAccess).Put([]byte(name), []byte(entry)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("r1", `{"reservation":"r1","uid":"u1","epoch":3,"state":"active","loginUser":"bob","replacedUIDs":["u0"]}`)
+	if _, err := s.Apply(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}); err == nil {
+		t.Fatal("a grant beside another that an older agent granted: the access granted now owes its cleaning")
+	}
+	put("r3", `{"reservation":"r3","uid":"u3","epoch":2,"state":"retired","loginUser":"eve","cleaningOwed":true}`)
+	for _, tc := range []struct {
+		a       Access
+		refused bool
+	}{
+		{Access{Reservation: "r1", UID: "u1", Epoch: 3, State: "active", LoginUser: "bob"}, false}, // a repeat
+		{Access{Reservation: "r1", UID: "u0", Epoch: 9, State: "active", LoginUser: "bob"}, false}, // an earlier object
+		{Access{Reservation: "r1", UID: "u1", Epoch: 4, State: "active", LoginUser: "bob"}, true},  // its own, newer, while r3 owes
+		{Access{Reservation: "r1", UID: "u9", Epoch: 1, State: "active", LoginUser: "dan"}, true},  // a later object
+		{Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, true},
+	} {
+		err := s.MayGrant(tc.a)
+		var owed *CleaningOwedError
+		if refused := errors.As(err, &owed); refused != tc.refused || (err != nil && !refused) {
+			t.Errorf("MayGrant %+v: %v, want refused %v", tc.a, err, tc.refused)
+		}
+		ok, err := s.Apply(tc.a)
+		if refused := errors.As(err, &owed); refused != tc.refused || (err != nil && !refused) {
+			t.Errorf("Apply %+v: %v %v, want refused %v", tc.a, ok, err, tc.refused)
+		}
+	}
+	// Retired, it owes its cleaning on record.
+	if _, err := s.Retire("r1", "", 5, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if owed, err := s.Owed(); err != nil || len(owed) != 2 || owed[0].Reservation != "r1" {
+		t.Errorf("owed after an older agent's grant retired: %+v %v, want r1 and r3", owed, err)
+	}
+}
+
+// TestANameRetiredBeforeItWasAppliedIsTold: a reservation the agent never
+// applied (refused, then deleted) left an entry of its name with no UID
+// at the final epoch; made again under its name, the new object's epoch 1
+// counted as an old one of the same object, and its access was never
+// applied, with nothing said. The deleted object's UID is recorded now.
+func TestANameRetiredBeforeItWasAppliedIsTold(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := s.Retire("r1", "u1", 0, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Retire("r1", "", 4, time.Now()); err != nil { // the cleaning's, at the final epoch
+		t.Fatal(err)
+	}
+	if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active", LoginUser: "bob"}); !ok || err != nil {
+		t.Errorf("the name made again: %v %v", ok, err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 4, State: "active", LoginUser: "bob"}); ok || err != nil {
+		t.Errorf("the deleted object at its final epoch: %v %v", ok, err)
 	}
 }
