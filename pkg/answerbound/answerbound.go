@@ -2,16 +2,19 @@
 // answers: client-go reads an answer whole into memory, and a watch for as
 // long as the server keeps it open, so a server (hostile, or at fault) that
 // sends an endless answer or event would otherwise have the client buffer
-// it. An answer read whole is bounded as a whole; a watch, event by event;
+// it. An answer read whole is bounded as a whole; a watch, event by event
+// (JSON's, or protobuf's frames);
 // a stream its caller reads itself (Streamed), not at all while it is
 // answered with success.
 package answerbound
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 )
 
 // TooLargeError is a refusal of an answer past its bound.
@@ -67,8 +70,8 @@ type Transport struct {
 	// Answer bounds an answer read whole (every answer but a watch's
 	// events and a Streamed request's successful stream).
 	Answer int64
-	// WatchEvent bounds one event of a watch, counted from the end of the
-	// event before it.
+	// WatchEvent bounds one event of a watch: in JSON counted from the end
+	// of the event before it, in protobuf the frame's length.
 	WatchEvent int64
 	// Refuse, when set, makes the error a read past a bound fails with
 	// (the caller's reason for it); else it is the *TooLargeError.
@@ -86,7 +89,11 @@ func (t Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	case succeeded && req.Context().Value(streamedKey{}) != nil:
 		return resp, nil
 	case succeeded && req.URL.Query().Get("watch") == "true":
-		resp.Body = &events{ReadCloser: resp.Body, bound: t.WatchEvent, refuse: t.refuse}
+		if strings.Contains(resp.Header.Get("Content-Type"), "protobuf") {
+			resp.Body = &frames{ReadCloser: resp.Body, bound: t.WatchEvent, refuse: t.refuse}
+		} else {
+			resp.Body = &events{ReadCloser: resp.Body, bound: t.WatchEvent, refuse: t.refuse}
+		}
 		return resp, nil
 	}
 	if shared, ok := req.Context().Value(sharedKey{}).(*shared); ok {
@@ -209,4 +216,50 @@ func (b *events) Read(p []byte) (int, error) {
 
 func (b *events) tooLarge() error {
 	return b.refuse(&TooLargeError{Bound: b.bound, Of: AWatchEvent})
+}
+
+// frames refuses a protobuf watch's stream at a frame longer than bound:
+// each event is a 4-byte big-endian length and that many bytes, and
+// client-go's framer reads a frame whole, of the length it names.
+type frames struct {
+	io.ReadCloser
+	bound  int64
+	refuse func(*TooLargeError) error
+	// header holds the length's bytes read so far; left is what is still
+	// to come of the frame it named.
+	header  [4]byte
+	read    int
+	left    int64
+	refused bool
+}
+
+func (f *frames) Read(p []byte) (int, error) {
+	if f.refused {
+		return 0, f.tooLarge()
+	}
+	n, err := f.ReadCloser.Read(p)
+	for rest := p[:n]; len(rest) > 0; {
+		if f.left > 0 {
+			skip := min(f.left, int64(len(rest)))
+			f.left -= skip
+			rest = rest[skip:]
+			continue
+		}
+		f.header[f.read] = rest[0]
+		f.read++
+		rest = rest[1:]
+		if f.read < len(f.header) {
+			continue
+		}
+		f.read = 0
+		if f.left = int64(binary.BigEndian.Uint32(f.header[:])); f.left > f.bound {
+			f.refused = true
+			return n, f.tooLarge()
+		}
+	}
+	return n, err
+}
+
+func (f *frames) tooLarge() error {
+	return f.refuse(&TooLargeError{Bound: f.bound, Of: AWatchEvent})
 }

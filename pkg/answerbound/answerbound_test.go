@@ -2,6 +2,7 @@ package answerbound
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net/http"
@@ -135,4 +136,40 @@ func (o oneByteReader) Read(p []byte) (int, error) {
 		p = p[:1]
 	}
 	return o.r.Read(p)
+}
+
+// TestAProtobufFramePastItsBoundIsRefused: a protobuf watch is frames, a
+// length and that many bytes, which no JSON structure ends: counted as
+// JSON, a watch of small frames would have been cut after the bound of
+// one event in all. Each frame is held to the bound, at its length.
+func TestAProtobufFramePastItsBoundIsRefused(t *testing.T) {
+	length := func(size int) string {
+		var b [4]byte
+		binary.BigEndian.PutUint32(b[:], uint32(size))
+		return string(b[:])
+	}
+	frame := func(size int) string { return length(size) + strings.Repeat("\x0a", size) }
+	var stream string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/vnd.kubernetes.protobuf;stream=watch")
+		_, _ = io.WriteString(w, stream)
+	}))
+	t.Cleanup(srv.Close)
+	for _, tc := range []struct {
+		stream  string
+		refused bool
+	}{
+		{strings.Repeat(frame(12), 512), false},
+		{frame(16) + frame(0) + frame(16), false},
+		{frame(16) + frame(17), true},
+		// Refused at the length, before any of the frame is read.
+		{frame(1) + length(1<<30), true},
+	} {
+		stream = tc.stream
+		n, err := read(t, context.Background(), srv, "watch=true")
+		var tooLarge *TooLargeError
+		if refused := errors.As(err, &tooLarge); refused != tc.refused || (!refused && (err != nil || n != len(tc.stream))) {
+			t.Errorf("frames of %d bytes in all, a bound of 16 a frame: %d read, %v", len(tc.stream), n, err)
+		}
+	}
 }
