@@ -41,9 +41,9 @@ func (a *Agent) refuse(reservation string, uid types.UID, user string, epoch int
 	}
 }
 
-// refuseGrant refuses desired, r's access, for err of the state database:
-// a cleaning owed (tried again every retryRefusalsEvery: the cleaning may
-// come), or a failure to read or record it.
+// refuseGrant refuses desired, r's access, for err of the state database
+// as it records it: a cleaning owed (tried again every retryRefusalsEvery:
+// the cleaning may come), or a failure to record it.
 func (a *Agent) refuseGrant(ctx context.Context, r *nodusv1.Reservation, desired state.Access, err error) {
 	var owed *state.CleaningOwedError
 	if errors.As(err, &owed) {
@@ -53,9 +53,10 @@ func (a *Agent) refuseGrant(ctx context.Context, r *nodusv1.Reservation, desired
 	a.unrecordable(ctx, desired, err)
 }
 
-// errHostOwesCleaning refuses an access while another reservation's owes
-// a cleaning (state.CleaningOwedError), in words its tenant may read: not
-// the other reservation's name.
+// errHostOwesCleaning refuses an access while another reservation's, or
+// another object's of the same name, owes a cleaning
+// (state.CleaningOwedError), in words its tenant may read: not the other
+// reservation's name.
 var errHostOwesCleaning = errors.New("no cleaning succeeded on this host since an earlier tenant's access: nodusd lets no one else in until one does (tell the operator: the node needs a cleaning)")
 
 // retryRefusalsEvery is how often the refused reservations are applied again.
@@ -94,7 +95,8 @@ func (a *Agent) retryRefusals(ctx context.Context) {
 // withRefusals adds the refusals of reservations on this node to
 // evidence: beside a reservation's evidence when it has some (an access it
 // granted before, at a lower epoch, or of another object of the name),
-// else as evidence of its own with nothing applied. A reservation no longer here leaves its refusal.
+// else as evidence of its own with nothing applied. A reservation no
+// longer here leaves its refusal.
 func (a *Agent) withRefusals(evidence []nodusv1.ReservationEvidence) []nodusv1.ReservationEvidence {
 	a.mu.Lock()
 	names := slices.Sorted(maps.Keys(a.refusals))

@@ -97,11 +97,11 @@ func (t Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		return resp, nil
 	}
 	if shared, ok := req.Context().Value(sharedKey{}).(*shared); ok {
-		resp.Body = &body{ReadCloser: resp.Body, left: &shared.left, tooLarge: t.refuse(&TooLargeError{Bound: shared.bound, Of: Answers})}
+		resp.Body = &body{ReadCloser: resp.Body, left: &shared.left, bound: shared.bound, of: Answers, refuse: t.refuse}
 		return resp, nil
 	}
 	left := t.Answer
-	resp.Body = &body{ReadCloser: resp.Body, left: &left, tooLarge: t.refuse(&TooLargeError{Bound: t.Answer, Of: AnAnswer})}
+	resp.Body = &body{ReadCloser: resp.Body, left: &left, bound: t.Answer, of: AnAnswer, refuse: t.refuse}
 	return resp, nil
 }
 
@@ -134,16 +134,20 @@ func WithOneBound(ctx context.Context, bound int64) context.Context {
 	return context.WithValue(ctx, sharedKey{}, &shared{bound: bound, left: bound})
 }
 
-// body refuses what is read past left.
+// body refuses what is read past left, of bound.
 type body struct {
 	io.ReadCloser
-	left     *int64
-	tooLarge error
+	left   *int64
+	bound  int64
+	of     Bounded
+	refuse func(*TooLargeError) error
 }
+
+func (b *body) tooLarge() error { return b.refuse(&TooLargeError{Bound: b.bound, Of: b.of}) }
 
 func (b *body) Read(p []byte) (int, error) {
 	if *b.left < 0 {
-		return 0, b.tooLarge
+		return 0, b.tooLarge()
 	}
 	if int64(len(p)) > *b.left+1 {
 		p = p[:*b.left+1] // one byte more tells a body of exactly the bound (EOF) from a longer one
@@ -151,7 +155,7 @@ func (b *body) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	*b.left -= int64(n)
 	if *b.left < 0 {
-		return n, b.tooLarge
+		return n, b.tooLarge()
 	}
 	return n, err
 }

@@ -121,7 +121,7 @@ func TestABodyOfExactlyTheBoundEnds(t *testing.T) {
 		refused bool
 	}{{16, false}, {17, true}} {
 		left := int64(16)
-		b := &body{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: &left, tooLarge: errors.New("too large")}
+		b := &body{ReadCloser: io.NopCloser(strings.NewReader(strings.Repeat("x", c.size))), left: &left, bound: 16, refuse: func(e *TooLargeError) error { return e }}
 		got, err := io.ReadAll(io.LimitReader(oneByteReader{b}, 1<<10))
 		if refused := err != nil; refused != c.refused || (!c.refused && len(got) != c.size) {
 			t.Errorf("a body of %d bytes, bound 16: %d bytes read, %v", c.size, len(got), err)
