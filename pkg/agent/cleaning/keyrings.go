@@ -7,8 +7,10 @@ import (
 	"io/fs"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -85,11 +87,11 @@ func removeOwnKeys() (int, error) {
 		}
 	}
 	uid := unix.Getuid() // this thread's
-	user, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING, fmt.Sprintf("_uid.%d", uid))
+	user, userLocked, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING, fmt.Sprintf("_uid.%d", uid))
 	if err != nil {
 		return removed, fmt.Errorf("finding the user keyring: %w", err)
 	}
-	userSession, err := existingKeyring(unix.KEY_SPEC_USER_SESSION_KEYRING, fmt.Sprintf("_uid_ses.%d", uid))
+	userSession, sessionLocked, err := existingKeyring(unix.KEY_SPEC_USER_SESSION_KEYRING, fmt.Sprintf("_uid_ses.%d", uid))
 	if err != nil {
 		return removed, fmt.Errorf("finding the user session keyring: %w", err)
 	}
@@ -106,7 +108,166 @@ func removeOwnKeys() (int, error) {
 			return removed, fmt.Errorf("emptying the %s keyring: %w", ring.name, err)
 		}
 	}
-	return removed, nil
+	// What no keyring it could empty reached: keys in a keyring the tenant
+	// locked, which a process of the uid still reads by their ids
+	// (/proc/keys lists them to it).
+	n, err := removeListedKeys([]int{persistent, user, userSession})
+	removed += n
+	if err != nil {
+		return removed, err
+	}
+	locked := 0
+	for _, l := range []bool{userLocked, sessionLocked} {
+		if l {
+			locked++
+		}
+	}
+	return removed, noHiddenKeys(uid, []int{persistent, user, userSession}, locked)
+}
+
+// readablePerm are the rights that let a process of the uid, or of another,
+// read a key it does not possess: read, search, or link (a key linked into
+// a keyring of its own is possessed, with the possessor's rights), for the
+// key's user, group or others.
+const readablePerm = 0x001a1a1a
+
+// removeListedKeys invalidates (or revokes) every key /proc/keys lists to
+// this thread as its uid's, but for those of keep and the thread's own
+// keyring, and reports how many. A key whose permissions allow neither
+// (nor a change of them, which needs the right revoking does) is left
+// where no process but its possessor's can read it; one that others could
+// read fails the cleaning, unless it goes within a moment (the session
+// keyring of a process just ended, which the kernel frees a moment
+// later).
+func removeListedKeys(keep []int) (int, error) {
+	thread, _ := unix.KeyctlGetKeyringID(unix.KEY_SPEC_THREAD_KEYRING, false)
+	done := map[int]bool{}
+	for deadline := time.Now().Add(keysSettle); ; time.Sleep(50 * time.Millisecond) {
+		keys, err := listedKeys()
+		if err != nil {
+			return len(done), err
+		}
+		var readable *listedKey
+		for _, k := range keys {
+			if k.id == thread || slices.Contains(keep, k.id) || done[k.id] {
+				continue
+			}
+			if neutralize(k.id) {
+				done[k.id] = true
+			} else if k.perm&readablePerm != 0 {
+				readable = &k
+			}
+		}
+		if readable == nil {
+			return len(done), nil
+		}
+		if time.Now().After(deadline) {
+			return len(done), fmt.Errorf("key %d (%s) of the tenant's stays readable by its id: its permissions (%08x) let the cleaning neither invalidate nor revoke it: restart the host (which ends it), then clean the node again",
+				readable.id, readable.kind, readable.perm)
+		}
+	}
+}
+
+// keysSettle is how long the cleaning waits for the kernel to free the keys
+// of processes just ended and the keys just unlinked.
+var keysSettle = 10 * time.Second
+
+// neutralize makes key id unreadable for good: invalidated (the kernel
+// unlinks it everywhere; the right to search it) or revoked (the right to
+// write it or to set its attributes).
+func neutralize(id int) bool {
+	if _, err := unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0); err == nil {
+		return true
+	}
+	_, err := unix.KeyctlInt(unix.KEYCTL_REVOKE, id, 0, 0, 0)
+	return err == nil
+}
+
+// noHiddenKeys fails while the uid owns more keys (/proc/key-users) than
+// /proc/keys lists to it, with its special keyrings (known, and locked
+// more whose ids it was refused): a key it may not view, which the
+// cleaning cannot find, while a process that guesses its id may still read
+// it. It waits a moment for the kernel to destroy the keys just unlinked.
+func noHiddenKeys(uid int, known []int, locked int) error {
+	var owned, listed int
+	for deadline := time.Now().Add(keysSettle); ; time.Sleep(50 * time.Millisecond) {
+		keys, err := listedKeys()
+		if err != nil {
+			return err
+		}
+		if owned, err = ownedKeys(uid); err != nil {
+			return err
+		}
+		listed = len(keys) + locked
+		for _, id := range known {
+			if id != 0 && !slices.ContainsFunc(keys, func(k listedKey) bool { return k.id == id }) {
+				listed++ // a special keyring the uid may not view: emptied, or locked for good
+			}
+		}
+		if owned <= listed {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d keys of the tenant's are hidden from its own uid: the cleaning cannot find them, and a process that guesses their ids may read them: restart the host (which ends them), then clean the node again", owned-listed)
+		}
+	}
+}
+
+type listedKey struct {
+	id                int
+	perm              uint32
+	kind, description string
+}
+
+// listedKeys are the keys /proc/keys lists to this thread (those its uid
+// may view) that its uid owns.
+func listedKeys() ([]listedKey, error) {
+	data, err := os.ReadFile("/proc/keys")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	uid := strconv.Itoa(unix.Getuid())
+	var keys []listedKey
+	for _, line := range strings.Split(string(data), "\n") {
+		// ID FLAGS USAGE EXPIRY PERM UID GID TYPE DESCRIPTION: SUMMARY
+		f := strings.Fields(line)
+		if len(f) < 9 || f[5] != uid {
+			continue
+		}
+		id, err := strconv.ParseInt(f[0], 16, 32)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/keys lists key %q", f[0])
+		}
+		perm, err := strconv.ParseUint(f[4], 16, 32)
+		if err != nil {
+			return nil, fmt.Errorf("/proc/keys lists key %q with permissions %q", f[0], f[4])
+		}
+		keys = append(keys, listedKey{id: int(id), perm: uint32(perm), kind: f[7], description: strings.TrimSuffix(f[8], ":")})
+	}
+	return keys, nil
+}
+
+// ownedKeys is how many keys uid owns, as /proc/key-users counts them.
+func ownedKeys(uid int) (int, error) {
+	data, err := os.ReadFile("/proc/key-users")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		// "  UID:  usage nkeys/nikeys qnkeys/maxkeys qnbytes/maxbytes"
+		f := strings.Fields(line)
+		if len(f) >= 3 && f[0] == strconv.Itoa(uid)+":" {
+			n, err := strconv.Atoi(strings.Split(f[2], "/")[0])
+			if err != nil {
+				return 0, fmt.Errorf("/proc/key-users counts %q keys of uid %d", f[2], uid)
+			}
+			return n, nil
+		}
+	}
+	return 0, nil
 }
 
 // existingKeyring is the id of the special keyring, named description. The
@@ -114,37 +275,31 @@ func removeOwnKeys() (int, error) {
 // a tenant may have taken every permission on that away (keyctl setperm @u
 // 0), and the user session keyring is then found in /proc/keys (what this
 // thread may view). 0: the uid has none, and none can be made for it (its
-// key quota is full: so it had none, and nothing in it to remove).
-func existingKeyring(special int, description string) (int, error) {
-	id, err := unix.KeyctlGetKeyringID(special, true)
+// key quota is full: so it had none, and nothing in it to remove), or it
+// is locked: refused, and not listed (no right to view it left).
+func existingKeyring(special int, description string) (id int, locked bool, err error) {
+	id, err = unix.KeyctlGetKeyringID(special, true)
 	if !errors.Is(err, unix.ENOKEY) && !errors.Is(err, unix.EDQUOT) && !errors.Is(err, unix.EACCES) {
-		return id, err
+		return id, false, err
 	}
-	return listedKeyring(description)
+	// Asked to make it where there is none, the kernel refuses one that
+	// exists (ENOKEY for a user keyring locked for good, EACCES).
+	refused := errors.Is(err, unix.EACCES) || errors.Is(err, unix.ENOKEY)
+	id, err = listedKeyring(description)
+	return id, refused && id == 0 && err == nil, err
 }
 
 // listedKeyring finds the keyring named description, of this thread's uid,
 // in /proc/keys; 0 when it lists none.
 func listedKeyring(description string) (int, error) {
-	data, err := os.ReadFile("/proc/keys")
-	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
-	}
+	keys, err := listedKeys()
 	if err != nil {
 		return 0, err
 	}
-	uid := strconv.Itoa(unix.Getuid())
-	for _, line := range strings.Split(string(data), "\n") {
-		// ID FLAGS USAGE EXPIRY PERM UID GID TYPE DESCRIPTION: SUMMARY
-		f := strings.Fields(line)
-		if len(f) < 9 || f[5] != uid || f[7] != "keyring" || f[8] != description+":" {
-			continue
+	for _, k := range keys {
+		if k.kind == "keyring" && k.description == description {
+			return k.id, nil
 		}
-		id, err := strconv.ParseInt(f[0], 16, 32)
-		if err != nil {
-			return 0, fmt.Errorf("/proc/keys lists key %q", f[0])
-		}
-		return int(id), nil
 	}
 	return 0, nil
 }

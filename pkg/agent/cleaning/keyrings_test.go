@@ -241,3 +241,66 @@ func TestTheKeyringWorkLeavesTheProcessRoots(t *testing.T) {
 		}
 	}
 }
+
+// TestAKeyTheTenantLockedInIsNotLeftToTheNext: a tenant may lock its
+// keyrings (keyctl setperm @u 0) with keys in them that its uid may view
+// and read. The cleaning, which cannot read a locked keyring, took it as
+// out of everyone's reach; but a key is read by its id, which /proc/keys
+// lists to every process of the uid that may view it: the next tenant, the
+// same uid, read it. Or the tenant keeps the right to set a keyring's
+// permissions, and the next one gives itself the rest back (by the
+// keyring's id, which it may guess). A key the
+// cleaning can neither remove nor change, which the next tenant could
+// read, fails the cleaning; so does one hidden from the uid (no right to
+// view it), whose id a process may guess.
+func TestAKeyTheTenantLockedInIsNotLeftToTheNext(t *testing.T) {
+	defer func(was time.Duration) { keysSettle = was }(keysSettle)
+	keysSettle = time.Second
+	for i, tc := range []struct {
+		name, perm, lock string
+		fails            string
+	}{
+		{name: "locked for good", perm: "0x3f0b0000", lock: "keyctl setperm @u 0"},
+		{name: "locked but for its permissions", perm: "0x3f0b0000", lock: "keyctl setperm @u 0x20200000"},
+		{name: "a key that may only be revoked", perm: "0x3f230000", lock: "keyctl setperm @u 0"},
+		{name: "a key that may only be read", perm: "0x3f030000", lock: "keyctl setperm @u 0", fails: "stays readable by its id"},
+		{name: "a key hidden from its uid", perm: "0x3f020000", lock: "keyctl setperm @u 0", fails: "hidden from its own uid"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := keyringScratch(t, 20+i)
+			plant := `k=$(keyctl add user readable-by-id tenant-secret @u)
+keyctl setperm "$k" ` + tc.perm + `
+echo "$k"
+` + tc.lock
+			id, err := keyctlAs(s.uid, plant)
+			if err != nil {
+				t.Fatalf("locking the tenant's key in: %v: %s", err, id)
+			}
+			id = id[strings.LastIndex(id, "\n")+1:]
+			// As a process of the next tenant's with no session keyring of
+			// its own (a cron job's), which cannot link the locked one: by
+			// the id it finds in /proc/keys, or knows (one it guessed), or
+			// in the keyring it unlocks.
+			next := `for key in $(grep readable-by-id /proc/keys | cut -d' ' -f1); do keyctl print 0x$key; done
+keyctl print ` + id + `
+keyctl setperm @u 0x3f3f0000 2>/dev/null && keyctl print "$(keyctl search @u user readable-by-id)"
+true`
+			read := func() string {
+				out, _ := as(s.uid, "/bin/sh", "-c", next).CombinedOutput()
+				return string(out)
+			}
+			if out := read(); !strings.Contains(out, "tenant-secret") {
+				t.Fatalf("the planted key cannot be read before the cleaning: the test does not test the case: %s", out)
+			}
+			r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
+			switch out := read(); {
+			case tc.fails == "" && r.Err != nil:
+				t.Errorf("the cleaning failed: %v (steps %v)", r.Err, r.Steps)
+			case tc.fails == "" && strings.Contains(out, "tenant-secret"):
+				t.Errorf("the next tenant reads the last one's key: %s (steps %v)", out, r.Steps)
+			case tc.fails != "" && (r.Err == nil || !strings.Contains(r.Err.Error(), tc.fails)):
+				t.Errorf("the cleaning of a key the next tenant reads: %v, want an error saying %q (steps %v)", r.Err, tc.fails, r.Steps)
+			}
+		})
+	}
+}
