@@ -76,7 +76,7 @@ func removeOwnKeys() (int, error) {
 	case errors.Is(err, unix.ENOSYS):
 		return 0, nil // no keyrings in this kernel: nothing kept
 	case errors.Is(err, unix.EOPNOTSUPP):
-		// no persistent keyrings in this kernel
+		persistent = 0 // no persistent keyrings in this kernel
 	case err != nil:
 		return 0, fmt.Errorf("finding the persistent keyring: %w", err)
 	default:
@@ -125,20 +125,15 @@ func removeOwnKeys() (int, error) {
 	return removed, noHiddenKeys(uid, []int{persistent, user, userSession}, locked)
 }
 
-// readablePerm are the rights that let a process of the uid, or of another,
-// read a key it does not possess: read, search, or link (a key linked into
-// a keyring of its own is possessed, with the possessor's rights), for the
-// key's user, group or others.
-const readablePerm = 0x001a1a1a
-
-// removeListedKeys invalidates (or revokes) every key /proc/keys lists to
-// this thread as its uid's, but for those of keep and the thread's own
-// keyring, and reports how many. A key whose permissions allow neither
-// (nor a change of them, which needs the right revoking does) is left
-// where no process but its possessor's can read it; one that others could
-// read fails the cleaning, unless it goes within a moment (the session
+// removeListedKeys invalidates (or revokes) every live key /proc/keys
+// lists to this thread as its uid's, but for those of keep and the
+// thread's own keyring, and reports how many. A key whose permissions
+// allow neither (nor a change of them, which needs the right revoking
+// does) fails the cleaning unless it goes within a moment (the session
 // keyring of a process just ended, which the kernel frees a moment
-// later).
+// later): the uid may view it, so the next tenant reads its description
+// at least, and whoever can make the keyring that holds it searchable
+// again (its id guessed) possesses it.
 func removeListedKeys(keep []int) (int, error) {
 	thread, _ := unix.KeyctlGetKeyringID(unix.KEY_SPEC_THREAD_KEYRING, false)
 	done := map[int]bool{}
@@ -147,23 +142,23 @@ func removeListedKeys(keep []int) (int, error) {
 		if err != nil {
 			return len(done), err
 		}
-		var readable *listedKey
+		var left *listedKey
 		for _, k := range keys {
-			if k.id == thread || slices.Contains(keep, k.id) || done[k.id] {
+			if k.id == thread || slices.Contains(keep, k.id) || done[k.id] || k.dead || k.processKeyring() {
 				continue
 			}
 			if neutralize(k.id) {
 				done[k.id] = true
-			} else if k.perm&readablePerm != 0 {
-				readable = &k
+			} else {
+				left = &k
 			}
 		}
-		if readable == nil {
+		if left == nil {
 			return len(done), nil
 		}
 		if time.Now().After(deadline) {
-			return len(done), fmt.Errorf("key %d (%s) of the tenant's stays readable by its id: its permissions (%08x) let the cleaning neither invalidate nor revoke it: restart the host (which ends it), then clean the node again",
-				readable.id, readable.kind, readable.perm)
+			return len(done), fmt.Errorf("key %d (%s) of the tenant's stays: its permissions (%08x) let the cleaning neither invalidate nor revoke it, and the next tenant would find it: restart the host (which ends it), then clean the node again",
+				left.id, left.kind, left.perm)
 		}
 	}
 }
@@ -190,12 +185,15 @@ func neutralize(id int) bool {
 // it. It waits a moment for the kernel to destroy the keys just unlinked.
 func noHiddenKeys(uid int, known []int, locked int) error {
 	var owned, listed int
+	var err error
 	for deadline := time.Now().Add(keysSettle); ; time.Sleep(50 * time.Millisecond) {
-		keys, err := listedKeys()
-		if err != nil {
+		// Counted before they are listed: a key the kernel destroys in
+		// between is then missing from the count, not from the list.
+		if owned, err = ownedKeys(uid); err != nil {
 			return err
 		}
-		if owned, err = ownedKeys(uid); err != nil {
+		keys, err := listedKeys()
+		if err != nil {
 			return err
 		}
 		listed = len(keys) + locked
@@ -208,7 +206,7 @@ func noHiddenKeys(uid int, known []int, locked int) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d keys of the tenant's are hidden from its own uid: the cleaning cannot find them, and a process that guesses their ids may read them: restart the host (which ends them), then clean the node again", owned-listed)
+			return fmt.Errorf("%d keys of the tenant's are hidden from its own uid: the cleaning cannot find them, and the next tenant may, by guessing their ids: restart the host (which ends them), then clean the node again", owned-listed)
 		}
 	}
 }
@@ -217,6 +215,19 @@ type listedKey struct {
 	id                int
 	perm              uint32
 	kind, description string
+	// dead: revoked, invalidated or expired, which no one reads again; the
+	// kernel destroys it later (minutes later, for a revoked one).
+	dead bool
+}
+
+// processKeyring says whether k is named as the kernel names a thread's,
+// a process's or a session's keyring: those of the tenant's ended
+// processes go with them (the kernel frees them a moment later), another
+// thread's of the cleaning's is no tenant's, and one the tenant named so
+// tells nothing but that name; what it holds is listed, and removed, on
+// its own.
+func (k listedKey) processKeyring() bool {
+	return k.kind == "keyring" && (k.description == "_tid" || k.description == "_pid" || k.description == "_ses")
 }
 
 // listedKeys are the keys /proc/keys lists to this thread (those its uid
@@ -245,7 +256,8 @@ func listedKeys() ([]listedKey, error) {
 		if err != nil {
 			return nil, fmt.Errorf("/proc/keys lists key %q with permissions %q", f[0], f[4])
 		}
-		keys = append(keys, listedKey{id: int(id), perm: uint32(perm), kind: f[7], description: strings.TrimSuffix(f[8], ":")})
+		keys = append(keys, listedKey{id: int(id), perm: uint32(perm), kind: f[7], description: strings.TrimSuffix(f[8], ":"),
+			dead: strings.ContainsAny(f[1], "RDi") || f[3] == "expd"})
 	}
 	return keys, nil
 }

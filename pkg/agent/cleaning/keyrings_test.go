@@ -190,10 +190,13 @@ func keyringScratch(t *testing.T, n int) *scratch {
 // (keyctl setperm @u 0; on the persistent keyring it may not):
 // then no process of the uid, the cleaning's nor the next tenant's, can read
 // or search it again. The cleaning does not fail on it (which would hold
-// the node in maintenance for good), and the next tenant finds nothing.
+// the node in maintenance until the host restarts), and the next tenant
+// finds nothing. (A key left in it that the cleaning cannot remove fails
+// the cleaning: TestAKeyTheTenantLockedInIsNotLeftToTheNext.)
 func TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning(t *testing.T) {
 	s := keyringScratch(t, 5)
 	const lock = `keyctl add user locked-away tenant-secret @u >/dev/null
+keyctl setperm "$(keyctl search @u user locked-away)" 0x3f0b0000
 p=$(keyctl get_persistent @s)
 keyctl add user locked-away tenant-secret "$p" >/dev/null
 keyctl add user locked-away tenant-secret @us >/dev/null
@@ -263,8 +266,12 @@ func TestAKeyTheTenantLockedInIsNotLeftToTheNext(t *testing.T) {
 		{name: "locked for good", perm: "0x3f0b0000", lock: "keyctl setperm @u 0"},
 		{name: "locked but for its permissions", perm: "0x3f0b0000", lock: "keyctl setperm @u 0x20200000"},
 		{name: "a key that may only be revoked", perm: "0x3f230000", lock: "keyctl setperm @u 0"},
-		{name: "a key that may only be read", perm: "0x3f030000", lock: "keyctl setperm @u 0", fails: "stays readable by its id"},
+		{name: "a key that may only be read", perm: "0x3f030000", lock: "keyctl setperm @u 0", fails: "stays"},
 		{name: "a key hidden from its uid", perm: "0x3f020000", lock: "keyctl setperm @u 0", fails: "hidden from its own uid"},
+		// Its rights as the kernel gives them (the uid views it, its
+		// possessor reads it) in a keyring the next tenant may give itself
+		// every right to again, by the id /proc/keys lists.
+		{name: "a key in a keyring the next may unlock", perm: "0x3f010000", lock: "keyctl setperm @u 0x00210000", fails: "stays"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := keyringScratch(t, 20+i)
@@ -283,7 +290,8 @@ echo "$k"
 			// in the keyring it unlocks.
 			next := `for key in $(grep readable-by-id /proc/keys | cut -d' ' -f1); do keyctl print 0x$key; done
 keyctl print ` + id + `
-keyctl setperm @u 0x3f3f0000 2>/dev/null && keyctl print "$(keyctl search @u user readable-by-id)"
+u=$(grep " _uid.` + strconv.Itoa(s.uid) + `: " /proc/keys | cut -d' ' -f1)
+[ -n "$u" ] && keyctl setperm 0x$u 0x3f3f0000 && keyctl session - /bin/sh -c "keyctl link 0x$u @s && keyctl print ` + id + `"
 true`
 			read := func() string {
 				out, _ := as(s.uid, "/bin/sh", "-c", next).CombinedOutput()
@@ -291,6 +299,12 @@ true`
 			}
 			if out := read(); !strings.Contains(out, "tenant-secret") {
 				t.Fatalf("the planted key cannot be read before the cleaning: the test does not test the case: %s", out)
+			}
+			// Locked again where reading it unlocked it.
+			relock := `u=$(grep " _uid.` + strconv.Itoa(s.uid) + `: " /proc/keys | cut -d' ' -f1)
+[ -z "$u" ] || keyctl setperm 0x$u ` + strings.Fields(tc.lock)[3]
+			if out, err := as(s.uid, "/bin/sh", "-c", relock).CombinedOutput(); err != nil {
+				t.Fatalf("locking the keyring again: %v: %s", err, out)
 			}
 			r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
 			switch out := read(); {
