@@ -188,7 +188,9 @@ func noHiddenKeys(uid int, known []int, locked int) error {
 	var err error
 	for deadline := time.Now().Add(keysSettle); ; time.Sleep(50 * time.Millisecond) {
 		// Counted before they are listed: a key the kernel destroys in
-		// between is then missing from the count, not from the list.
+		// between is then in the count and not in the list, which the next
+		// look clears, rather than in the list and not in the count, which
+		// would hide a hidden key.
 		if owned, err = ownedKeys(uid); err != nil {
 			return err
 		}
