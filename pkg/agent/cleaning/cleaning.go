@@ -330,6 +330,22 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		if err != nil {
 			return steps, fmt.Errorf("removing keys from the kernel keyrings: %w", err)
 		}
+		// And the keys of its subordinate uids (a rootless container's),
+		// which the next tenant of the account gets too.
+		keyed, err := keyedUIDs()
+		if err != nil {
+			return steps, fmt.Errorf("listing the uids that own keys: %w", err)
+		}
+		for _, sub := range keyed {
+			if sub == uid || !owns(sub) {
+				continue
+			}
+			m, err := removeKeys(sub)
+			n += m
+			if err != nil {
+				return steps, fmt.Errorf("removing keys of subordinate uid %d from the kernel keyrings: %w", sub, err)
+			}
+		}
 		steps = append(steps, fmt.Sprintf("removed %d keys from the kernel keyrings of %s", n, name))
 	}
 	if c.Paths.RuntimeDirs != "" {

@@ -264,6 +264,31 @@ func listedKeys() ([]listedKey, error) {
 	return keys, nil
 }
 
+// keyedUIDs are the uids /proc/key-users counts keys of: all of them, to
+// root; none where the kernel keeps no keyrings.
+func keyedUIDs() ([]int, error) {
+	data, err := os.ReadFile("/proc/key-users")
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var uids []int
+	for _, line := range strings.Split(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		uid, err := strconv.Atoi(strings.TrimSuffix(f[0], ":"))
+		if err != nil {
+			return nil, fmt.Errorf("/proc/key-users counts keys of %q", f[0])
+		}
+		uids = append(uids, uid)
+	}
+	return uids, nil
+}
+
 // ownedKeys is how many keys uid owns, as /proc/key-users counts them.
 func ownedKeys(uid int) (int, error) {
 	data, err := os.ReadFile("/proc/key-users")

@@ -2,9 +2,11 @@ package cleaning
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -316,5 +318,38 @@ true`
 				t.Errorf("the cleaning of a key the next tenant reads: %v, want an error saying %q (steps %v)", r.Err, tc.fails, r.Steps)
 			}
 		})
+	}
+}
+
+// TestTheKeysOfTheTenantsSubordinateUIDsGoToo: a tenant's rootless
+// containers run as its subordinate uids (subuid(5)), which the kernel
+// keeps keyrings for as for any uid, and the next tenant of the account
+// gets the same range. The cleaning ends those uids' processes and removes
+// their IPC, and kept their keys.
+func TestTheKeysOfTheTenantsSubordinateUIDsGoToo(t *testing.T) {
+	s := keyringScratch(t, 30)
+	sub := 600000 + (os.Getpid()%10000)*20
+	subuids := filepath.Join(t.TempDir(), "subuid")
+	if err := os.WriteFile(subuids, []byte(fmt.Sprintf("someone:%d:5\ntenant:%d:10\n", sub+10, sub)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s.cleaner.Paths.SubUIDFile = subuids
+	inside := sub + 3
+	if out, err := keyctlAs(inside, "keyctl add user in-a-container tenant-secret @u >/dev/null"); err != nil {
+		t.Fatalf("planting a key as a subordinate uid: %v: %s", err, out)
+	}
+	if out, err := keyctlAs(sub+12, "keyctl add user someone-elses others-secret @u >/dev/null"); err != nil {
+		t.Fatalf("planting another account's subordinate uid's key: %v: %s", err, out)
+	}
+	t.Cleanup(func() { _, _ = keyctlAs(sub+12, "keyctl clear @u") })
+	r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
+	if r.Err != nil {
+		t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
+	}
+	if out, err := keyctlAs(inside, "keyctl search @u user in-a-container"); err == nil {
+		t.Errorf("the next tenant's container finds the last one's key (key %s)", out)
+	}
+	if out, err := keyctlAs(sub+12, "keyctl search @u user someone-elses"); err != nil {
+		t.Errorf("another account's subordinate uid's key was removed: %v: %s", err, out)
 	}
 }
