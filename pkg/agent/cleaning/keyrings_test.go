@@ -142,24 +142,20 @@ func waitForKeysOf(t *testing.T, uid, n int) {
 // keysOf is how many keys uid owns, as /proc/key-users counts them.
 func keysOf(t *testing.T, uid int) int {
 	t.Helper()
-	data, err := os.ReadFile("/proc/key-users")
+	n, err := ownedKeys(uid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		// "  UID:  usage nkeys/nikeys qnkeys/maxkeys qnbytes/maxbytes"
-		f := strings.Fields(line)
-		if len(f) >= 3 && f[0] == strconv.Itoa(uid)+":" {
-			n, _ := strconv.Atoi(strings.Split(f[2], "/")[0])
-			return n
-		}
-	}
-	return 0
+	return n
 }
 
 // keyringScratch is a scratch account of a uid new to this kernel (one per
 // test process and n): the kernel keeps a uid's keyrings as long as it
-// runs, whatever an earlier test did to them. It skips where the kernel
+// runs, whatever an earlier test did to them. Some tests leave keys no one
+// can remove until the host restarts, so the uids lie above every range
+// useradd hands out as subordinate uids (SUB_UID_MAX, 600100000 by
+// default): a cleaning of an account another test made, which removes its
+// subordinate uids' keys, fails on none of them. It skips where the kernel
 // keeps none.
 func keyringScratch(t *testing.T, n int) *scratch {
 	t.Helper()
@@ -173,7 +169,7 @@ func keyringScratch(t *testing.T, n int) *scratch {
 	}
 	s := newScratch(t)
 	s.cleaner.Paths.KernelKeyrings = true
-	s.uid = 300000 + (os.Getpid()%10000)*20 + n
+	s.uid = scratchUIDs + (os.Getpid()%10000)*50 + n
 	uid, home := strconv.Itoa(s.uid), s.home
 	s.cleaner.Lookup = func(name string) (*user.User, error) {
 		if name != "tenant" {
@@ -246,6 +242,9 @@ func TestTheKeyringWorkLeavesTheProcessRoots(t *testing.T) {
 		}
 	}
 }
+
+// scratchUIDs is where the keyring tests' uids begin (keyringScratch).
+const scratchUIDs = 700000000
 
 // TestAKeyTheTenantLockedInIsNotLeftToTheNext: a tenant may lock its
 // keyrings (keyctl setperm @u 0) with keys in them that its uid may view
@@ -328,7 +327,7 @@ true`
 // their IPC, and kept their keys.
 func TestTheKeysOfTheTenantsSubordinateUIDsGoToo(t *testing.T) {
 	s := keyringScratch(t, 30)
-	sub := 600000 + (os.Getpid()%10000)*20
+	sub := scratchUIDs + 1000000 + (os.Getpid()%10000)*20
 	subuids := filepath.Join(t.TempDir(), "subuid")
 	if err := os.WriteFile(subuids, []byte(fmt.Sprintf("someone:%d:5\ntenant:%d:10\n", sub+10, sub)), 0o644); err != nil {
 		t.Fatal(err)
