@@ -498,12 +498,11 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		// store checks again as it records the grant); then certificate-only
 		// before the first principal is served, and never root, a system
 		// account or a borrower account (manageLoginUser).
-		var logged []any
 		err := a.store.MayGrant(desired)
-		var owed *state.CleaningOwedError
+		refusal, logged, owed := owedRefusal(err)
 		switch {
-		case errors.As(err, &owed):
-			err, logged = errHostOwesCleaning, []any{"owedBy", owed.Reservation}
+		case owed:
+			err = refusal
 		case err != nil:
 			a.unrecordable(ctx, desired, err)
 			return
@@ -539,8 +538,13 @@ func (a *Agent) apply(ctx context.Context, r *nodusv1.Reservation) {
 		}
 	}
 	applied, err := a.store.Apply(desired)
+	if refusal, logged, owed := owedRefusal(err); owed {
+		// Owed since MayGrant looked: tried again every retryRefusalsEvery.
+		a.refuse(r.Name, r.UID, loginUser, desired.Epoch, refusal, logged...)
+		return
+	}
 	if err != nil {
-		a.refuseGrant(ctx, r, desired, err)
+		a.unrecordable(ctx, desired, err)
 		return
 	}
 	a.setUnrecorded(r.Name, false)

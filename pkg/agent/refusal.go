@@ -41,16 +41,15 @@ func (a *Agent) refuse(reservation string, uid types.UID, user string, epoch int
 	}
 }
 
-// refuseGrant refuses desired, r's access, for err of the state database
-// as it records it: a cleaning owed (tried again every retryRefusalsEvery:
-// the cleaning may come), or a failure to record it.
-func (a *Agent) refuseGrant(ctx context.Context, r *nodusv1.Reservation, desired state.Access, err error) {
+// owedRefusal is the refusal a state database's CleaningOwedError stands
+// for, in its tenant's words, and what to log beside them; ok is false for
+// any other error.
+func owedRefusal(err error) (refusal error, logged []any, ok bool) {
 	var owed *state.CleaningOwedError
-	if errors.As(err, &owed) {
-		a.refuse(r.Name, r.UID, desired.LoginUser, desired.Epoch, errHostOwesCleaning, "owedBy", owed.Reservation)
-		return
+	if !errors.As(err, &owed) {
+		return nil, nil, false
 	}
-	a.unrecordable(ctx, desired, err)
+	return errHostOwesCleaning, []any{"owedBy", owed.Reservation}, true
 }
 
 // errHostOwesCleaning refuses an access while another reservation's, or
