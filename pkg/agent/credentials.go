@@ -27,7 +27,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
+	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/atomicfile"
 	"github.com/nodus-dev/nodus/pkg/failover"
@@ -96,6 +98,10 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err := os.MkdirAll(o.StateDir, 0o700); err != nil {
 		return 0, err
 	}
+	owed, err := cleaningOwed(o.StateDir)
+	if err != nil {
+		return 0, err
+	}
 	key, keyPEM, err := pendingKey(o.StateDir)
 	if err != nil {
 		return 0, err
@@ -111,7 +117,7 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		return 0, err
 	}
 	answer, err := enrollAsking(ctx, func(ctx context.Context) (*nodusv1.NodeEnrollment, error) {
-		return client.NodusV1().Nodes().Enroll(ctx, o.Node, &nodusv1.NodeEnrollment{CertificateRequest: csr}, metav1.CreateOptions{})
+		return client.NodusV1().Nodes().Enroll(ctx, o.Node, &nodusv1.NodeEnrollment{CertificateRequest: csr, CleaningOwed: owed}, metav1.CreateOptions{})
 	}, enrollPause)
 	if err != nil {
 		return 0, err
@@ -138,6 +144,25 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 		return 0, err
 	}
 	return answer.AgentGeneration, nil
+}
+
+// cleaningOwed says whether the state directory records a tenant's access
+// that no cleaning has discharged: the machine is enrolled again with its
+// state kept, and the server is to clean it before anyone claims it. A
+// database a running nodusd holds cannot be read, and is taken as owing.
+func cleaningOwed(stateDir string) (bool, error) {
+	owed, err := state.OwedIn(filepath.Join(stateDir, fileState))
+	if errors.Is(err, state.ErrLocked) {
+		klog.InfoS("a running nodusd holds the state database: the enrollment says that a cleaning is owed, and a node that nothing holds is cleaned before anyone claims it", "stateDir", stateDir)
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading whether the state directory owes a cleaning: %w", err)
+	}
+	if owed {
+		klog.InfoS("the state directory records a tenant's access that no cleaning discharged yet: the node is cleaned before anyone claims it", "stateDir", stateDir)
+	}
+	return owed, nil
 }
 
 // pendingKey is the key an enrollment in stateDir asks for: the one kept

@@ -13,6 +13,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 	"time"
 
@@ -85,10 +87,10 @@ const StateRetired = "retired"
 // Granted says whether the access lets the login user in.
 func (a Access) Granted() bool { return a.State == "active" }
 
-// owesCleaning says whether a tenant was let in under the access and no
+// OwesCleaning says whether a tenant was let in under the access and no
 // cleaning after it succeeded: it is recorded so, or it grants a login
 // user now (an access an agent before session 59 granted records nothing).
-func (a Access) owesCleaning() bool { return a.CleaningOwed || (a.Granted() && a.LoginUser != "") }
+func (a Access) OwesCleaning() bool { return a.CleaningOwed || (a.Granted() && a.LoginUser != "") }
 
 // Store is the state database.
 type Store struct {
@@ -132,6 +134,45 @@ func Open(path string) (*Store, error) {
 		return nil, err
 	}
 	return &Store{db: db}, nil
+}
+
+// OwedIn says whether the database at path records an access that owes a
+// cleaning, reading it without writing: `nodusd enroll` asks before it
+// enrolls the host (again). No database there owes nothing; one another
+// process holds is ErrLocked, one of a newer schema an error.
+func OwedIn(path string) (bool, error) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return false, fmt.Errorf("%s: %w", path, ErrLocked)
+	}
+	if err != nil {
+		return false, err
+	}
+	defer db.Close()
+	owed := false
+	err = db.View(func(tx *bolt.Tx) error {
+		if meta := tx.Bucket(bucketMeta); meta != nil {
+			if v := string(meta.Get([]byte("version"))); v != "" && v != schemaVersion {
+				return fmt.Errorf("state schema version %s is newer than this nodusd understands (%s)", v, schemaVersion)
+			}
+		}
+		access := tx.Bucket(bucketAccess)
+		if access == nil {
+			return nil
+		}
+		return access.ForEach(func(_, v []byte) error {
+			var a Access
+			if err := json.Unmarshal(v, &a); err != nil {
+				return err
+			}
+			owed = owed || a.OwesCleaning()
+			return nil
+		})
+	})
+	return owed, err
 }
 
 // Close closes the database.
@@ -187,13 +228,13 @@ func (s *Store) Apply(a Access) (bool, error) {
 				return nil // an earlier object of the name: never again
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
-			if !sameObject && old.owesCleaning() {
+			if !sameObject && old.OwesCleaning() {
 				return &CleaningOwedError{Reservation: old.Reservation}
 			}
 			a.ReplacedUIDs = old.ReplacedUIDs
 			if sameObject {
 				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
-				a.CleaningOwed = old.owesCleaning()
+				a.CleaningOwed = old.OwesCleaning()
 			} else {
 				a.ReplacedUIDs = append(slices.Clone(old.ReplacedUIDs), old.UID)
 				if len(a.ReplacedUIDs) > maxReplacedUIDs {
@@ -246,7 +287,7 @@ func (s *Store) MayGrant(a Access) error {
 				return nil
 			}
 			sameObject := a.UID == "" || old.UID == "" || a.UID == old.UID
-			if !sameObject && old.owesCleaning() {
+			if !sameObject && old.OwesCleaning() {
 				return &CleaningOwedError{Reservation: old.Reservation}
 			}
 			if sameObject && a.Epoch <= old.Epoch {
@@ -268,7 +309,7 @@ func owedBesides(b *bolt.Bucket, reservation string) error {
 		if err := json.Unmarshal(v, &e); err != nil {
 			return err
 		}
-		if e.owesCleaning() {
+		if e.OwesCleaning() {
 			return &CleaningOwedError{Reservation: e.Reservation}
 		}
 		return nil
@@ -330,7 +371,7 @@ func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Acc
 		if data == nil {
 			a.UID = uid
 		}
-		a.CleaningOwed = a.owesCleaning()
+		a.CleaningOwed = a.OwesCleaning()
 		a.Epoch = max(a.Epoch, epoch)
 		a.State = StateRetired
 		if a.RetiredAt == nil {

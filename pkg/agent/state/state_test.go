@@ -2,8 +2,11 @@ package state
 
 import (
 	"errors"
+	"io/fs"
+	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -451,5 +454,83 @@ func TestANameRetiredBeforeItWasAppliedIsTold(t *testing.T) {
 	}
 	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 4, State: "active", LoginUser: "bob"}); ok || err != nil {
 		t.Errorf("the deleted object at its final epoch: %v %v", ok, err)
+	}
+}
+
+// TestOwedInReadsWhatAnEnrollmentReports: `nodusd enroll` reports whether
+// the state directory it enrolls owes a cleaning, without writing the
+// database or waiting on a nodusd that holds it.
+func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "state.db")
+	owed := func(what string, want bool) {
+		t.Helper()
+		if got, err := OwedIn(path); err != nil || got != want {
+			t.Errorf("%s: owed %v (%v), want %v", what, got, err, want)
+		}
+	}
+	owed("no database", false)
+	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("asking made a database: %v", err)
+	}
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OwedIn(path); !errors.Is(err, ErrLocked) {
+		t.Errorf("a database nodusd holds: %v, want ErrLocked", err)
+	}
+	s.Close()
+	owed("an empty database", false)
+	reopen := func() *Store {
+		t.Helper()
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	s = reopen()
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 1, State: "pending"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	s.Close()
+	owed("an access that let no one in", false)
+	s = reopen()
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "bob"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	s.Close()
+	owed("a granted access", true)
+	s = reopen()
+	if _, err := s.Retire("r1", "u1", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	owed("a retired access not cleaned after", true)
+	s = reopen()
+	if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	owed("a cleaned access", false)
+
+	newer := filepath.Join(dir, "newer.db")
+	db, err := bolt.Open(newer, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		meta, err := tx.CreateBucket(bucketMeta)
+		if err != nil {
+			return err
+		}
+		return meta.Put([]byte("version"), []byte("2"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if _, err := OwedIn(newer); err == nil || !strings.Contains(err.Error(), "newer") {
+		t.Errorf("a database of a newer schema: %v, want it refused", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/auth"
+	"github.com/nodus-dev/nodus/pkg/lifecycle"
 	"github.com/nodus-dev/nodus/pkg/pki"
 )
 
@@ -110,10 +111,10 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if token, err = e.use(ctx, token.Name, name, key); err != nil {
 		return nil, err
 	}
-	if token, err = e.bind(ctx, token, name); err != nil {
+	if token, err = e.bind(ctx, token, name, req.CleaningOwed); err != nil {
 		return nil, err
 	}
-	n, err := e.raise(ctx, token, name)
+	n, err := e.raise(ctx, token, name, req.CleaningOwed)
 	if err != nil {
 		return nil, err
 	}
@@ -180,12 +181,20 @@ func deletedToken(name string) error {
 // gives it, once: the node as it is (a token for a node that exists), or
 // the one it creates (or created, before an answer was lost, as long as no
 // enrollment raised it since). A node created meanwhile by someone else is
-// not a token's to take over unless the token names it.
-func (e *EnrollREST) bind(ctx context.Context, token *nodusv1.EnrollmentToken, name string) (*nodusv1.EnrollmentToken, error) {
+// not a token's to take over unless the token names it. A node created for
+// an agent whose state owes a cleaning is created being cleaned.
+func (e *EnrollREST) bind(ctx context.Context, token *nodusv1.EnrollmentToken, name string, owed bool) (*nodusv1.EnrollmentToken, error) {
 	if token.Status.NodeUID != "" {
 		return token, nil
 	}
-	obj, err := e.Nodes.Create(ctx, newNode(name, token), rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
+	node, createCtx := newNode(name, token), ctx
+	if owed {
+		// Created being cleaned: a node in enroll may be claimed before
+		// its agent's first report.
+		cleaned := lifecycle.Handover(node, "", 0, nil, time.Now())
+		createCtx = withCreatedStatus(ctx, &cleaned.Status)
+	}
+	obj, err := e.Nodes.Create(createCtx, node, rest.ValidateAllObjectFunc, &metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		obj, err = e.Nodes.Get(ctx, name, &metav1.GetOptions{})
 	}
@@ -219,8 +228,9 @@ func (e *EnrollREST) bind(ctx context.Context, token *nodusv1.EnrollmentToken, n
 // from the generation before it, or not at all when this token raised it
 // already. Anything else means the node was deleted or enrolled again
 // since the token was bound to it, and its key gets nothing: a credential
-// never comes back.
-func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, name string) (*nodusv1.Node, error) {
+// never comes back. A node nothing holds goes to cleaning when the agent's
+// state owes one.
+func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, name string, owed bool) (*nodusv1.Node, error) {
 	want := token.Status.AgentGeneration
 	updated, _, err := e.NodeStatus.Update(ctx, name, rest.DefaultUpdatedObjectInfo(nil,
 		func(_ context.Context, _, old runtime.Object) (runtime.Object, error) {
@@ -241,6 +251,13 @@ func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, 
 			// The new agent reports them again when it starts.
 			n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = nodusv1.NodeInventory{}, "", "", 0
 			n.Status.AccessRefusal = nil
+			if owed && n.Status.Reservation == "" && n.Status.Allocation == "" && !lifecycle.OwesCleaning(n) {
+				// Another machine's state, or this one's kept through
+				// a re-image: cleaned before anyone claims the node. A
+				// held node's holder stays (its agent refuses it until
+				// the cleaning after it).
+				n = lifecycle.Handover(n, "", 0, nil, time.Now())
+			}
 			if n.Annotations == nil {
 				n.Annotations = map[string]string{}
 			}

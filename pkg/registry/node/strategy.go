@@ -19,10 +19,15 @@ var rules = base.Rules{
 	ValidateUpdate: func(obj, old runtime.Object) field.ErrorList {
 		return validation.ValidateNodeUpdate(obj.(*nodusv1.Node), old.(*nodusv1.Node))
 	},
-	PrepareForCreate: func(_ context.Context, obj runtime.Object) {
+	PrepareForCreate: func(ctx context.Context, obj runtime.Object) {
 		n := obj.(*nodusv1.Node)
-		// Status comes from the agent and the controllers, never from the creator.
+		// Status comes from the agent and the controllers, never from the
+		// creator: an enrollment creates a machine that owes a cleaning
+		// being cleaned (withCreatedStatus).
 		n.Status = nodusv1.NodeStatus{ProvisionState: nodusv1.ProvisionStateEnroll}
+		if status, ok := ctx.Value(createdStatusKey{}).(*nodusv1.NodeStatus); ok {
+			n.Status = *status.DeepCopy()
+		}
 	},
 	CopyStatus: func(obj, old runtime.Object) { obj.(*nodusv1.Node).Status = old.(*nodusv1.Node).Status },
 	CopySpec: func(obj, old runtime.Object) {
@@ -73,4 +78,13 @@ func keepClaimUIDs(n, old *nodusv1.NodeStatus) {
 	if n.Reservation == old.Reservation && n.ReservationUID == "" {
 		n.ReservationUID = old.ReservationUID
 	}
+}
+
+// createdStatusKey carries the status the server itself creates a Node
+// with; no request reaches it.
+type createdStatusKey struct{}
+
+// withCreatedStatus makes a Node created under ctx start with status.
+func withCreatedStatus(ctx context.Context, status *nodusv1.NodeStatus) context.Context {
+	return context.WithValue(ctx, createdStatusKey{}, status)
 }

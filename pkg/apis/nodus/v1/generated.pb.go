@@ -1758,6 +1758,14 @@ func (m *NodeEnrollment) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i--
+	if m.CleaningOwed {
+		dAtA[i] = 1
+	} else {
+		dAtA[i] = 0
+	}
+	i--
+	dAtA[i] = 0x28
 	i = encodeVarintGenerated(dAtA, i, uint64(m.AgentGeneration))
 	i--
 	dAtA[i] = 0x20
@@ -4134,6 +4142,7 @@ func (m *NodeEnrollment) Size() (n int) {
 	l = len(m.CA)
 	n += 1 + l + sovGenerated(uint64(l))
 	n += 1 + sovGenerated(uint64(m.AgentGeneration))
+	n += 2
 	return n
 }
 
@@ -5225,6 +5234,7 @@ func (this *NodeEnrollment) String() string {
 		`Certificate:` + fmt.Sprintf("%v", this.Certificate) + `,`,
 		`CA:` + fmt.Sprintf("%v", this.CA) + `,`,
 		`AgentGeneration:` + fmt.Sprintf("%v", this.AgentGeneration) + `,`,
+		`CleaningOwed:` + fmt.Sprintf("%v", this.CleaningOwed) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -11431,6 +11441,26 @@ func (m *NodeEnrollment) Unmarshal(dAtA []byte) error {
 					break
 				}
 			}
+		case 5:
+			if wireType != 0 {
+				return fmt.Errorf("proto: wrong wireType = %d for field CleaningOwed", wireType)
+			}
+			var v int
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				v |= int(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			m.CleaningOwed = bool(v != 0)
 		default:
 			iNdEx = preIndex
 			skippy, err := skipGenerated(dAtA[iNdEx:])

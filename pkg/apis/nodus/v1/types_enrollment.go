@@ -111,4 +111,13 @@ type NodeEnrollment struct {
 	// AgentGeneration is the node's new agent generation, in the answer.
 	// +optional
 	AgentGeneration int64 `json:"agentGeneration,omitempty" protobuf:"varint,4,opt,name=agentGeneration"`
+	// CleaningOwed says that the host's state directory records a tenant's
+	// access that no cleaning since has discharged: the machine is enrolled
+	// again with its state kept (or nodusd holds the state database and it
+	// could not be read). A node the enrollment creates is then created
+	// being cleaned, and one it enrolls again that nothing holds goes to
+	// cleaning, so that no one claims the machine before that cleaning
+	// succeeded. The agent's word can only hold its own node back.
+	// +optional
+	CleaningOwed bool `json:"cleaningOwed,omitempty" protobuf:"varint,5,opt,name=cleaningOwed"`
 }
