@@ -21,8 +21,9 @@ import (
 // days). The next tenant of the account is the same uid and would find
 // there what the last one kept (keyctl add user secret … @u). The user
 // session keyring keeps its link to the user keyring, as the kernel made
-// it. It reports how many keys were removed; a kernel without keyrings has
-// none.
+// it, and both get the permissions it made them with back where the tenant
+// changed them and kept the right to. It reports how many keys were
+// removed; a kernel without keyrings has none.
 //
 // Key permissions do not yield to root: the work is done as uid, on a
 // thread of its own that never runs anything else.
@@ -102,6 +103,12 @@ func removeOwnKeys() (int, error) {
 		if ring.id == 0 {
 			continue
 		}
+		// Where the tenant changed them and kept the right to: a keyring
+		// it locked would stay locked for the next tenant of the account,
+		// one it left unwritable would fail the cleaning. Where it kept
+		// no such right the keyring stays as it is, and what is left in
+		// it is judged below.
+		_ = unix.KeyctlSetperm(ring.id, keyringPerm)
 		n, err := unlinkAll(ring.id, ring.keep)
 		removed += n
 		if err != nil {
@@ -308,6 +315,11 @@ func ownedKeys(uid int) (int, error) {
 	}
 	return 0, nil
 }
+
+// keyringPerm is what the kernel gives a user keyring and a user session
+// keyring when it makes them (look_up_user_keyrings): every right to their
+// uid, every right but that to set their attributes to their possessor.
+const keyringPerm = 0x1f3f0000
 
 // existingKeyring is the id of the special keyring, named description. The
 // kernel finds it (or makes it) only while the user keyring is searchable:

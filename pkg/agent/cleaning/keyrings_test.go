@@ -272,7 +272,10 @@ func TestAKeyTheTenantLockedInIsNotLeftToTheNext(t *testing.T) {
 		// Its rights as the kernel gives them (the uid views it, its
 		// possessor reads it) in a keyring the next tenant may give itself
 		// every right to again, by the id /proc/keys lists.
-		{name: "a key in a keyring the next may unlock", perm: "0x3f010000", lock: "keyctl setperm @u 0x00210000", fails: "stays"},
+		{name: "a key in a keyring the next may unlock", perm: "0x3f010000", lock: "keyctl setperm @u 0x00210000"},
+		// The cleaning gives that keyring its rights back first (it may,
+		// as the next tenant may), and takes the key out of it.
+		{name: "a key that may only be read, in a keyring the next may unlock", perm: "0x3f030000", lock: "keyctl setperm @u 0x00210000"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := keyringScratch(t, 20+i)
@@ -350,5 +353,62 @@ func TestTheKeysOfTheTenantsSubordinateUIDsGoToo(t *testing.T) {
 	}
 	if out, err := keyctlAs(sub+12, "keyctl search @u user someone-elses"); err != nil {
 		t.Errorf("another account's subordinate uid's key was removed: %v: %s", err, out)
+	}
+}
+
+// TestAKeyringTheTenantChangedIsGivenBackAsTheKernelMadeIt: a tenant that
+// locked its user keyring (or its user session keyring) but kept the
+// right to set its permissions left it locked for the next tenant of the
+// account, whose keyctl add … @u was refused until the host restarted; one
+// that took the right to write it away failed the cleaning (its keys could
+// not be unlinked), holding the node in maintenance. The cleaning gives
+// both keyrings the permissions the kernel made them with back, and
+// empties them. (A keyring locked for good, with no such right left, stays
+// locked: TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning.)
+func TestAKeyringTheTenantChangedIsGivenBackAsTheKernelMadeIt(t *testing.T) {
+	// The ids first: once one of the two is locked, the kernel finds the
+	// other by its special id no more.
+	const change = `u=$(keyctl id @u); us=$(keyctl id @us)
+keyctl setperm "$us" PERM
+keyctl setperm "$u" PERM`
+	// As rdescribe shows them, without keyctlAs's first line.
+	describe := func(uid int) (string, error) {
+		out, err := keyctlAs(uid, "keyctl rdescribe @u; keyctl rdescribe @us")
+		return out[strings.Index(out, "\n")+1:], err
+	}
+	for i, tc := range []struct{ name, perm string }{
+		{"locked but for viewing it and setting its permissions", "0x00210000"},
+		{"made unwritable", "0x002b0000"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := keyringScratch(t, 40+i)
+			made, err := describe(s.uid)
+			if err != nil {
+				t.Fatalf("the keyrings as the kernel makes them: %v: %s", err, made)
+			}
+			plant := "keyctl add user changed tenant-secret @u >/dev/null\nkeyctl add user changed tenant-secret @us >/dev/null\n" +
+				strings.ReplaceAll(change, "PERM", tc.perm)
+			if out, err := keyctlAs(s.uid, plant); err != nil {
+				t.Fatalf("changing the tenant's keyrings: %v: %s", err, out)
+			}
+			if out, err := describe(s.uid); err == nil && out == made {
+				t.Fatalf("the keyrings did not change: the test does not test the case: %s", out)
+			}
+			r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
+			if r.Err != nil {
+				t.Fatalf("clean: %v (steps %v)", r.Err, r.Steps)
+			}
+			if out, err := describe(s.uid); err != nil || out != made {
+				t.Errorf("the next tenant's keyrings: %v\n%s\nwant them as the kernel made them:\n%s", err, out, made)
+			}
+			if out, err := keyctlAs(s.uid, "keyctl add user fresh next-tenants @u >/dev/null && keyctl add user fresh next-tenants @us >/dev/null"); err != nil {
+				t.Errorf("the next tenant cannot use its keyrings: %v: %s", err, out)
+			}
+			for _, ring := range []string{"@u", "@us"} {
+				if out, err := keyctlAs(s.uid, "keyctl search "+ring+" user changed"); err == nil {
+					t.Errorf("the next tenant finds the last one's key in %s: %s", ring, out)
+				}
+			}
+		})
 	}
 }
