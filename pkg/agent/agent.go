@@ -295,7 +295,7 @@ func (a *Agent) Run(ctx context.Context) error {
 			return users
 		},
 	})
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	applied, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 		UpdateFunc: func(_, obj interface{}) { a.observe(ctx, obj.(*nodusv1.Reservation)) },
 		// A reservation that leaves this node (deleted, moved to another, or
@@ -311,7 +311,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			}
 			a.drainUnlent(ctx)
 		},
-	}); err != nil {
+	})
+	if err != nil {
 		return err
 	}
 	if _, err := nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -335,8 +336,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	a.manageAppliedUsers()
 	go func() { _ = a.servePrincipals(ctx, a.opts.Socket) }()
 	factory.Start(ctx.Done())
-	// The runner asks whether the host is lent: only once the reservations are known.
-	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced) {
+	// The runner asks whether the host is lent: only once the reservations
+	// are known, and applied (the store's sync says nothing of its
+	// handlers): a reservation the list shows ended is retired by its
+	// handler, not by retireGone, and a cleaning that started before it
+	// would not reset what it granted.
+	if !cache.WaitForCacheSync(ctx.Done(), informer.HasSynced, applied.HasSynced) {
 		return ctx.Err()
 	}
 	// Reservations that left this node while the agent was down are retired now.

@@ -122,6 +122,12 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
+	switch {
+	case owed && answer.CleaningOwed:
+		klog.InfoS("the node is cleaned before anyone claims it", "node", o.Node)
+	case owed:
+		klog.InfoS("WARNING: the server does not hold the node back for the cleaning owed (a server before session 60, or a node a reservation holds): put the node in maintenance and clean it (nodus nodes clean) before anyone else claims it (docs/nodusd.md)", "node", o.Node)
+	}
 	roots := x509.NewCertPool()
 	if !roots.AppendCertsFromPEM(caPEM) {
 		return 0, errors.New("the server's CA is not a PEM certificate")
@@ -153,14 +159,14 @@ func Enroll(ctx context.Context, o EnrollOptions) (int64, error) {
 func cleaningOwed(stateDir string) (bool, error) {
 	owed, err := state.OwedIn(filepath.Join(stateDir, fileState))
 	if errors.Is(err, state.ErrLocked) {
-		klog.InfoS("a running nodusd holds the state database: the enrollment says that a cleaning is owed, and a node that nothing holds is cleaned before anyone claims it", "stateDir", stateDir)
+		klog.InfoS("a running nodusd holds the state database: the enrollment says that a cleaning is owed", "stateDir", stateDir)
 		return true, nil
 	}
 	if err != nil {
 		return false, fmt.Errorf("reading whether the state directory owes a cleaning: %w", err)
 	}
 	if owed {
-		klog.InfoS("the state directory records a tenant's access that no cleaning discharged yet: the node is cleaned before anyone claims it", "stateDir", stateDir)
+		klog.InfoS("the state directory records a tenant's access that no cleaning discharged yet", "stateDir", stateDir)
 	}
 	return owed, nil
 }

@@ -2,12 +2,17 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
 	"os/user"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -209,13 +214,37 @@ func TestAnEnrollmentOfAStateThatOwesACleaningHoldsItsNodeBack(t *testing.T) {
 		t.Errorf("a node enrolled while nodusd held the state database: %v %+v", err, n.Status)
 	}
 
-	// A held node keeps its holder.
+	// A held node keeps its holder, and the answer says that the node is
+	// not held back (nodusd enroll warns), where it says so of one that is.
 	f.host(t, "held", now.Add(-time.Hour), now.Add(time.Hour))
 	holder := spec
 	holder.NodeName = "held"
-	enrollAgent(t, s, "held", holder, owing())
+	enroll := func(spec nodusv1.EnrollmentTokenSpec, node string) nodusv1.NodeEnrollment {
+		t.Helper()
+		tok := issueToken(t, s, "", spec)
+		r := do(t, bearer(s, tok.Status.Token), "POST", "/apis/nodus.dev/v1/nodes/"+node+"/enroll", "application/json",
+			strings.NewReader(fmt.Sprintf(`{"certificateRequest":%q,"cleaningOwed":true}`, certificateRequest(t))))
+		var answer nodusv1.NodeEnrollment
+		if r.code != http.StatusCreated && r.code != http.StatusOK || json.Unmarshal(r.body, &answer) != nil {
+			t.Fatalf("enrolling %s: %d %s", node, r.code, r.body)
+		}
+		return answer
+	}
+	if answer := enroll(holder, "held"); answer.CleaningOwed {
+		t.Error("the answer for a held node says that it is held back for the cleaning owed")
+	}
 	if n, err := s.Client.NodusV1().Nodes().Get(ctx(t), "held", metav1.GetOptions{}); err != nil || n.Status.Reservation != "held" ||
 		n.Status.ProvisionState != nodusv1.ProvisionStateActive || n.Status.Cleaning != nil {
 		t.Errorf("a held node enrolled again for a state that owes a cleaning: %v %+v", err, n.Status)
+	}
+	if answer := enroll(spec, "answered"); !answer.CleaningOwed || answer.AgentGeneration != 1 {
+		t.Errorf("the answer for a node created being cleaned: %+v, want cleaningOwed", answer)
+	}
+
+	// Its deletion is refused as any node's that owes a cleaning is, in
+	// words that name no reservation before it.
+	err = s.Client.NodusV1().Nodes().Delete(ctx(t), "created", metav1.DeleteOptions{})
+	if !apierrors.IsConflict(err) || !strings.Contains(err.Error(), "has cleaning request 1 pending") || strings.Contains(err.Error(), "after reservation") {
+		t.Errorf("deleting a node created being cleaned: %v, want 409 saying that cleaning request 1 is pending", err)
 	}
 }

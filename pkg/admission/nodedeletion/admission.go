@@ -57,7 +57,13 @@ func Owed(n *nodusv1.Node) string {
 		owed = append(owed, "is held by reservation "+n.Status.Reservation)
 	}
 	if c := n.Status.Cleaning; c != nil && c.Phase != nodusv1.CleaningSucceeded {
-		owed = append(owed, fmt.Sprintf("has cleaning request %d %s after reservation %s", c.Request, strings.ToLower(string(c.Phase)), c.Reservation))
+		what := fmt.Sprintf("has cleaning request %d %s", c.Request, strings.ToLower(string(c.Phase)))
+		if c.Reservation != "" {
+			// None for an operator's first cleaning, or one its machine's
+			// state owed when it was enrolled.
+			what += " after reservation " + c.Reservation
+		}
+		owed = append(owed, what)
 	} else if n.Status.ProvisionState == nodusv1.ProvisionStateCleaning {
 		owed = append(owed, "is being cleaned")
 	}

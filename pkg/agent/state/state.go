@@ -138,10 +138,13 @@ func Open(path string) (*Store, error) {
 
 // OwedIn says whether the database at path records an access that owes a
 // cleaning, reading it without writing: `nodusd enroll` asks before it
-// enrolls the host (again). No database there owes nothing; one another
-// process holds is ErrLocked, one of a newer schema an error.
+// enrolls the host (again). No database there owes nothing, nor an empty
+// file (one a stop between its creation and its first write left: Open
+// makes it a database); one another process holds is ErrLocked, one of a
+// newer schema an error.
 func OwedIn(path string) (bool, error) {
-	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) {
+	info, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && info.Size() == 0) {
 		return false, nil
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: time.Second, ReadOnly: true})

@@ -473,6 +473,11 @@ func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("asking made a database: %v", err)
 	}
+	// What a stop between the file's creation and its first write leaves.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	owed("an empty file", false)
 	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)

@@ -1925,7 +1925,7 @@ func schema_pkg_apis_nodus_v1_NodeEnrollment(ref common.ReferenceCallback) commo
 					},
 					"cleaningOwed": {
 						SchemaProps: spec.SchemaProps{
-							Description: "CleaningOwed says that the host's state directory records a tenant's access that no cleaning since has discharged: the machine is enrolled again with its state kept (or nodusd holds the state database and it could not be read). A node the enrollment creates is then created being cleaned, and one it enrolls again that nothing holds goes to cleaning, so that no one claims the machine before that cleaning succeeded. The agent's word can only hold its own node back.",
+							Description: "CleaningOwed says that the host's state directory records a tenant's access that no cleaning since has discharged: the machine is enrolled again with its state kept (or nodusd holds the state database and it could not be read). A node the enrollment creates is then created being cleaned, and one it enrolls again that nothing holds goes to cleaning, so that no one claims the machine before that cleaning succeeded. The agent's word can only hold its own node back. In the answer, it says that the node owes that cleaning before anyone claims it (a server before session 60 answers without it).",
 							Type:        []string{"boolean"},
 							Format:      "",
 						},

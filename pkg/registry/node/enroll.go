@@ -122,7 +122,8 @@ func (e *EnrollREST) Create(ctx context.Context, name string, obj runtime.Object
 	if err != nil {
 		return nil, err
 	}
-	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration}, nil
+	return &nodusv1.NodeEnrollment{Certificate: string(cert), CA: string(e.CA.CertPEM), AgentGeneration: n.Status.AgentGeneration,
+		CleaningOwed: req.CleaningOwed && n.Status.Reservation == "" && lifecycle.OwesCleaning(n)}, nil
 }
 
 // check refuses, before an unused token is used up, what it may not

@@ -117,7 +117,9 @@ type NodeEnrollment struct {
 	// could not be read). A node the enrollment creates is then created
 	// being cleaned, and one it enrolls again that nothing holds goes to
 	// cleaning, so that no one claims the machine before that cleaning
-	// succeeded. The agent's word can only hold its own node back.
+	// succeeded. The agent's word can only hold its own node back. In the
+	// answer, it says that the node owes that cleaning before anyone claims
+	// it (a server before session 60 answers without it).
 	// +optional
 	CleaningOwed bool `json:"cleaningOwed,omitempty" protobuf:"varint,5,opt,name=cleaningOwed"`
 }
