@@ -33,8 +33,9 @@ import (
 // it while the earlier tenant's account still held what it left, and
 // nodusd, whose own record says that access owes a cleaning, refused the
 // new tenant (AccessRefused) until an operator cleaned the node by hand.
-// The agent says what it owes in its beats; the new node is cleaned first,
-// and the reservation claims it once that cleaning succeeded.
+// nodusd enroll says that the state owes a cleaning; the new node is
+// created being cleaned, and the reservation claims it once that cleaning
+// succeeded.
 func TestAMachineEnrolledAgainIsCleanedBeforeAnyoneClaimsIt(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: a login account of its own, which nodusd grants and cleans (CI runs as root)")

@@ -459,7 +459,7 @@ func TestANameRetiredBeforeItWasAppliedIsTold(t *testing.T) {
 
 // TestOwedInReadsWhatAnEnrollmentReports: `nodusd enroll` reports whether
 // the state directory it enrolls owes a cleaning, without writing the
-// database or waiting on a nodusd that holds it.
+// database, and is told when a nodusd holds it.
 func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "state.db")

@@ -253,10 +253,12 @@ func (e *EnrollREST) raise(ctx context.Context, token *nodusv1.EnrollmentToken, 
 			n.Status.Inventory, n.Status.SSHHostKey, n.Status.SSHAddress, n.Status.ExecutionSlots = nodusv1.NodeInventory{}, "", "", 0
 			n.Status.AccessRefusal = nil
 			if owed && n.Status.Reservation == "" && n.Status.Allocation == "" && !lifecycle.OwesCleaning(n) {
-				// Another machine's state, or this one's kept through
-				// a re-image: cleaned before anyone claims the node. A
-				// held node's holder stays (its agent refuses it until
-				// the cleaning after it).
+				// A state an earlier node's tenant is not cleaned after
+				// (another machine's enrolled as this node, or one kept
+				// through a reinstall): cleaned before anyone claims
+				// the node. A held node's holder stays (its agent
+				// refuses another reservation until the cleaning after
+				// the one that owes it).
 				n = lifecycle.Handover(n, "", 0, nil, time.Now())
 			}
 			if n.Annotations == nil {
