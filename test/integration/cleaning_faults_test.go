@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -106,4 +107,60 @@ func TestCleaningFaults(t *testing.T) {
 		t.Errorf("after a clean that works: %+v %+v (maintenance stays until the operator ends it)", done.Spec, c)
 	}
 	stop()
+}
+
+// TestACleaningItsRecordDoesNotTakeFails: nodusd records in its state
+// database that a cleaning discharged what the accesses before it owed
+// (session 59), before the server hears of the success, which then lets
+// the next tenant claim the node. A database that reads but does not
+// write (a failing disk; here the file made immutable, chattr +i) must
+// fail the cleaning, not hand the node on with nodusd's own record still
+// refusing the next tenant, or (the record lost) the next cleaning naming
+// less than is owed.
+func TestACleaningItsRecordDoesNotTakeFails(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes the agent's state database immutable (CI runs as root)")
+	}
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("chattr (e2fsprogs) is not installed")
+	}
+	s := testserver.StartTestServer(t)
+	newFleet(t, s)
+	dir := t.TempDir()
+	enrollAgent(t, s, "unrecorded", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
+	scratch := t.TempDir()
+	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths})
+	waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
+
+	db := filepath.Join(dir, "state.db")
+	if out, err := exec.Command("chattr", "+i", db).CombinedOutput(); err != nil {
+		t.Skipf("the state directory's filesystem takes no immutable attribute: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", db).Run() })
+	clean := func() {
+		t.Helper()
+		if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/unrecorded/clean", "application/json", strings.NewReader(`{}`)); r.code != 201 && r.code != 200 {
+			t.Fatalf("clean: %d %s", r.code, r.body)
+		}
+	}
+	clean()
+	failed := waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool {
+		return n.Status.Cleaning != nil && n.Status.Cleaning.Phase != nodusv1.CleaningPending
+	})
+	if c := failed.Status.Cleaning; c.Phase != nodusv1.CleaningFailed || !strings.Contains(c.Message, "recording the cleaning in the state database") ||
+		failed.Status.ProvisionState != nodusv1.ProvisionStateCleaning {
+		t.Fatalf("a cleaning whose record did not take: %s, %+v", failed.Status.ProvisionState, c)
+	}
+	waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool { return n.Spec.Maintenance })
+
+	// Once the database writes again, the operator's next cleaning hands on.
+	if out, err := exec.Command("chattr", "-i", db).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	clean()
+	done := waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
+	if c := done.Status.Cleaning; c.Request != 2 || c.Phase != nodusv1.CleaningSucceeded {
+		t.Errorf("the cleaning after the database wrote again: %+v", c)
+	}
 }
