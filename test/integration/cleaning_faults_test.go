@@ -128,9 +128,7 @@ func TestACleaningItsRecordDoesNotTakeFails(t *testing.T) {
 	newFleet(t, s)
 	dir := t.TempDir()
 	enrollAgent(t, s, "unrecorded", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
-	scratch := t.TempDir()
-	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
-	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths})
+	runAgent(t, agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: scratchCleaningPaths(t)})
 	waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
 
 	db := filepath.Join(dir, "state.db")
@@ -163,4 +161,25 @@ func TestACleaningItsRecordDoesNotTakeFails(t *testing.T) {
 	if c := done.Status.Cleaning; c.Request != 2 || c.Phase != nodusv1.CleaningSucceeded {
 		t.Errorf("the cleaning after the database wrote again: %+v", c)
 	}
+}
+
+// scratchCleaningPaths is a host tree of the test's own for an agent's
+// cleaning (a skeleton, a temporary directory): a cleaning then touches
+// nothing of this machine's but the accounts it resets.
+func scratchCleaningPaths(t *testing.T) *cleaning.Paths {
+	t.Helper()
+	scratch := t.TempDir()
+	paths := &cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
+	if err := os.Mkdir(paths.Skel, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range paths.TempDirs {
+		if err := os.Mkdir(d, 0o1777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, 0o1777); err != nil { // past the umask
+			t.Fatal(err)
+		}
+	}
+	return paths
 }

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
-	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testhost"
 	"github.com/nodus-dev/nodus/pkg/testserver"
@@ -48,17 +47,11 @@ func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
 	newFleet(t, s)
 	dir := t.TempDir()
 	enrollAgent(t, s, "maintained", nodusv1.EnrollmentTokenSpec{Pool: "fra1", ResourceClass: "gpu-h100x8", LoginUser: "nodus-test-login"}, dir)
-	scratch := t.TempDir()
-	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
-	for _, d := range paths.TempDirs {
-		if err := os.MkdirAll(d, 0o1777); err != nil {
-			t.Fatal(err)
-		}
-	}
+	paths := scratchCleaningPaths(t)
 	// The agent manages the login group (as with --sshd-drop-in): an
 	// account outside it never let a tenant in.
 	sshd := t.TempDir()
-	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths,
+	a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: paths,
 		SSHDDropIn: filepath.Join(sshd, "nodus.conf"), SSHDCAFile: filepath.Join(sshd, "ca.pub"), LoginGroup: "nodus-login-scope-test"})
 	if err != nil {
 		t.Fatal(err)

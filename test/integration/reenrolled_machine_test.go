@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
-	"github.com/nodus-dev/nodus/pkg/agent/cleaning"
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
@@ -52,16 +51,10 @@ func TestAMachineEnrolledAgainIsCleanedBeforeAnyoneClaimsIt(t *testing.T) {
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	dir := t.TempDir()
-	scratch := t.TempDir()
-	paths := cleaning.Paths{Skel: filepath.Join(scratch, "skel"), TempDirs: []string{filepath.Join(scratch, "tmp")}}
-	for _, d := range append([]string{paths.Skel}, paths.TempDirs...) {
-		if err := os.MkdirAll(d, 0o1777); err != nil {
-			t.Fatal(err)
-		}
-	}
+	paths := scratchCleaningPaths(t)
 	// nodusd on the machine, started and stopped as the operator would.
 	start := func() (stop func()) {
-		a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: &paths})
+		a, err := agent.New(agent.Options{StateDir: dir, DiskPath: dir, Grace: 100 * time.Millisecond, CleanCommand: "true", CleaningPaths: paths})
 		if err != nil {
 			t.Fatal(err)
 		}
