@@ -23,19 +23,8 @@ import (
 // the login group resets only accounts in it, or that an access it
 // recorded names.
 func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root, to add the account whose home is at stake (CI is root)")
-	}
-	name, uid, gid, remove, err := testhost.LoginAccount("nodus-maint")
-	if err != nil {
-		t.Skipf("no account can be added here: %v", err)
-	}
-	t.Cleanup(remove)
-	u, err := user.Lookup(name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keep := filepath.Join(u.HomeDir, "keep")
+	name, uid, gid, home := homeAccount(t, "nodus-maint", "the account whose home is at stake")
+	keep := filepath.Join(home, "keep")
 	if err := os.WriteFile(keep, []byte("the supplier's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -76,4 +65,24 @@ func TestACleaningResetsOnlyAccountsAnAccessUsed(t *testing.T) {
 	if c := cleaned.Status.Cleaning; !strings.Contains(strings.Join(c.Steps, "\n"), "left "+name+" alone") {
 		t.Errorf("the cleaning's steps do not say the account was left: %+v", c)
 	}
+}
+
+// homeAccount adds a login account of the test's own, with a home, gone
+// with whatever runs as it when the test ends. It needs root (CI is root),
+// and skips saying what the account is for where it cannot be added.
+func homeAccount(t *testing.T, prefix, what string) (name string, uid, gid int, home string) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skipf("needs root, to add %s (CI runs as root)", what)
+	}
+	name, uid, gid, remove, err := testhost.LoginAccount(prefix)
+	if err != nil {
+		t.Skipf("no account can be added here, for %s: %v", what, err)
+	}
+	t.Cleanup(remove)
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return name, uid, gid, u.HomeDir
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/user"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,7 +20,6 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/state"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/testfleet"
-	"github.com/nodus-dev/nodus/pkg/testhost"
 	"github.com/nodus-dev/nodus/pkg/testserver"
 )
 
@@ -36,18 +34,7 @@ import (
 // created being cleaned, and the reservation claims it once that cleaning
 // succeeded.
 func TestAMachineEnrolledAgainIsCleanedBeforeAnyoneClaimsIt(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: a login account of its own, which nodusd grants and cleans (CI runs as root)")
-	}
-	login, uid, gid, remove, err := testhost.LoginAccount("nodus-again")
-	if err != nil {
-		t.Skipf("no account can be added here: %v", err)
-	}
-	t.Cleanup(remove)
-	account, err := user.Lookup(login)
-	if err != nil {
-		t.Fatal(err)
-	}
+	login, uid, gid, home := homeAccount(t, "nodus-again", "the login account nodusd grants and cleans")
 	s := testserver.StartTestServer(t)
 	f := newFleet(t, s)
 	dir := t.TempDir()
@@ -76,7 +63,7 @@ func TestAMachineEnrolledAgainIsCleanedBeforeAnyoneClaimsIt(t *testing.T) {
 	stop := start()
 	f.reserve(t, "before", nodusv1.ReservationPlacement{Node: "before"}, now.Add(-time.Hour), now.Add(time.Hour))
 	f.waitHost(t, "before", connected)
-	leftover := filepath.Join(account.HomeDir, "leftover")
+	leftover := filepath.Join(home, "leftover")
 	if err := os.WriteFile(leftover, []byte("the earlier tenant's\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
