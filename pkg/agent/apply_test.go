@@ -355,3 +355,39 @@ func TestAHostIsNotHandedOverUncleaned(t *testing.T) {
 		t.Error("the next tenant was not let in after the cleaning")
 	}
 }
+
+// TestANameNeverAppliedHereIsToldFromOneMadeAgain: a reservation whose
+// whole time on this host passed while nodusd was down (or whose access it
+// refused, then deleted meanwhile) gets its entry from the cleaning's
+// retirement, which knew no UID: at its final epoch and of no object, the
+// entry took the reservation made again under the name for the same one,
+// and its access (epoch 1) was never applied, with nothing said. The
+// cleaning request names the UID of the claim it follows, and the entry
+// records it.
+func TestANameNeverAppliedHereIsToldFromOneMadeAgain(t *testing.T) {
+	login, _, store := sessionAndStore(t, "nodus-again")
+	const gone, again = "5d4c3b2a-1f0e-4d9c-8b7a-6f5e4d3c2b1a", "0a1b2c3d-4e5f-4a6b-9c8d-7e6f5a4b3c2d"
+	node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
+	ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 1, Reservation: "r", ReservationUID: gone, Epoch: 3})
+	if !ev.Succeeded {
+		t.Fatalf("the cleaning after a reservation never applied here: %+v", ev)
+	}
+	node.Status.Reservation, node.Status.ReservationUID = "r", again
+	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: again}}
+	r.Spec.LoginUser, r.Spec.Project = login, "acme"
+	r.Status.Epoch, r.Status.State, r.Status.LoginUser = 1, nodusv1.ReservationStateActive, login
+	a.apply(context.Background(), r)
+	if !a.userStillGranted(login) {
+		applied, _, _ := store.Applied("r")
+		t.Errorf("the reservation made again under the name is not applied: the entry is %+v", applied)
+	}
+	// What the server names is checked before it is written: a UID that is
+	// none is left out, as before.
+	if ev := a.clean(context.Background(), &nodusv1.NodeCleaning{Request: 2, Reservation: "s", ReservationUID: "x\nforged", Epoch: 2}); !ev.Succeeded {
+		t.Fatalf("the cleaning naming a UID that is none: %+v", ev)
+	}
+	if applied, _, err := store.Applied("s"); err != nil || applied.UID != "" {
+		t.Errorf("a UID that is none was recorded: %q %v", applied.UID, err)
+	}
+}

@@ -18,6 +18,7 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/lifecycle"
+	"github.com/nodus-dev/nodus/pkg/sshvalue"
 )
 
 // DefaultLoginGroup is the group of the login users Nodus manages, for
@@ -291,7 +292,15 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	users := slices.Clone(req.Users)
 	applied := req.Epoch
 	if req.Reservation != "" {
-		before, err := a.store.Retire(req.Reservation, "", req.Epoch, time.Now())
+		// With its UID, where the server names one that is one: a
+		// reservation never applied here (nodusd was down through its
+		// whole time) gets its entry from this retirement, and one made
+		// again under its name must be told from it.
+		uid := ""
+		if sshvalue.CanonicalUID(req.ReservationUID) {
+			uid = string(req.ReservationUID)
+		}
+		before, err := a.store.Retire(req.Reservation, uid, req.Epoch, time.Now())
 		if err != nil {
 			// Refused in memory meanwhile; the cleaning fails, and the
 			// node goes to maintenance rather than to the next tenant.

@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
@@ -139,7 +140,7 @@ func Claim(node *nodusv1.Node, r *nodusv1.Reservation) *nodusv1.Node {
 	next.Status.Reservation, next.Status.ReservationUID = r.Name, r.UID
 	next.Status.ProvisionState = nodusv1.ProvisionStateActive
 	if c := next.Status.Cleaning; c != nil && c.Phase == nodusv1.CleaningSucceeded {
-		c.Reservation, c.Epoch, c.Users, c.Steps, c.Message, c.CommandOutput = "", 0, nil, nil, "", ""
+		c.Reservation, c.ReservationUID, c.Epoch, c.Users, c.Steps, c.Message, c.CommandOutput = "", "", 0, nil, nil, "", ""
 	}
 	if a := next.Status.AccessRefusal; a != nil && a.ReservationUID != r.UID {
 		next.Status.AccessRefusal = nil
@@ -155,6 +156,9 @@ func Handover(node *nodusv1.Node, reservation string, epoch int64, users []strin
 	next.Status.Reservation, next.Status.ReservationUID = "", ""
 	next.Status.ProvisionState = nodusv1.ProvisionStateCleaning
 	next.Status.Cleaning = newCleaning(node, reservation, epoch, users, now)
+	if reservation != "" && node.Status.Reservation == reservation {
+		next.Status.Cleaning.ReservationUID = node.Status.ReservationUID
+	}
 	return next
 }
 
@@ -166,11 +170,13 @@ func Reclean(node *nodusv1.Node, now time.Time) (*nodusv1.Node, *Blocker) {
 			fmt.Sprintf("node %s is held by reservation %s; it is cleaned when that reservation's access ends", node.Name, node.Status.Reservation)}
 	}
 	var users []string
-	reservation, epoch := "", int64(0)
+	reservation, epoch, uid := "", int64(0), types.UID("")
 	if c := node.Status.Cleaning; c != nil {
-		users, reservation, epoch = c.Users, c.Reservation, c.Epoch
+		users, reservation, epoch, uid = c.Users, c.Reservation, c.Epoch, c.ReservationUID
 	}
-	return Handover(node, reservation, epoch, users, now), nil
+	next := Handover(node, reservation, epoch, users, now)
+	next.Status.Cleaning.ReservationUID = uid
+	return next, nil
 }
 
 func newCleaning(node *nodusv1.Node, reservation string, epoch int64, users []string, now time.Time) *nodusv1.NodeCleaning {

@@ -29,6 +29,16 @@ func TestHandoverAsksForANewCleaning(t *testing.T) {
 		len(c.Users) != 2 || c.Users[0] != "alice" || c.Users[1] != "ubuntu" {
 		t.Errorf("cleaning request: %+v", c)
 	}
+	// The claim's UID goes with the request: the agent records it with the
+	// retirement of a reservation it may never have applied.
+	held := nodeHeldBy("r1")
+	held.Status.ReservationUID = "uid-r1"
+	if uid := Handover(held, "r1", 5, nil, t0).Status.Cleaning.ReservationUID; uid != "uid-r1" {
+		t.Errorf("the cleaning request names the reservation's UID %q, want the claim's", uid)
+	}
+	if uid := Handover(held, "r0", 0, nil, t0).Status.Cleaning.ReservationUID; uid != "" {
+		t.Errorf("the cleaning after another name's reservation names the claim's UID %q", uid)
+	}
 	again := Handover(n, "r2", 1, nil, t0)
 	if again.Status.Cleaning.Request != 2 {
 		t.Errorf("a second cleaning must have a higher request: %d", again.Status.Cleaning.Request)
@@ -40,7 +50,9 @@ func TestHandoverAsksForANewCleaning(t *testing.T) {
 // record keeps that it was done, not what it names of the tenant before.
 func TestClaimKeepsNothingOfTheTenantBefore(t *testing.T) {
 	exit := int32(0)
-	cleaned := RecordCleaning(Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice"}, t0),
+	held := nodeHeldBy("r1")
+	held.Status.ReservationUID = "uid-r1"
+	cleaned := RecordCleaning(Handover(held, "r1", 5, []string{"alice"}, t0),
 		nodusv1.CleaningEvidence{Request: 1, AppliedEpoch: 5, Succeeded: true, Steps: []string{"ended every process of alice"},
 			CommandExitCode: &exit, CommandOutput: "removed /srv/alice"}, 3, t0.Add(time.Minute)).Node
 	cleaned.Status.AccessRefusal = &nodusv1.AccessRefusal{Reservation: "r1", ReservationUID: "uid-r1", Epoch: 5, Message: "alice is unknown"}
@@ -55,7 +67,7 @@ func TestClaimKeepsNothingOfTheTenantBefore(t *testing.T) {
 		c.AgentGeneration != 3 || c.CommandExitCode == nil || *c.CommandExitCode != 0 {
 		t.Errorf("the claim lost that the node was cleaned: %+v", c)
 	}
-	if c.Reservation != "" || c.Epoch != 0 || c.Users != nil || c.Steps != nil || c.Message != "" || c.CommandOutput != "" {
+	if c.Reservation != "" || c.ReservationUID != "" || c.Epoch != 0 || c.Users != nil || c.Steps != nil || c.Message != "" || c.CommandOutput != "" {
 		t.Errorf("the claimed node's cleaning record names the tenant before: %+v", c)
 	}
 	if claimed.Status.AccessRefusal != nil {
@@ -77,10 +89,12 @@ func TestRecleanRefusesAReservedNode(t *testing.T) {
 	if _, b := Reclean(nodeHeldBy("r1"), t0); b == nil || b.Reason != "NodeReserved" {
 		t.Errorf("recleaning a reserved node: %+v", b)
 	}
-	done := Handover(nodeHeldBy("r1"), "r1", 5, []string{"alice"}, t0)
+	held := nodeHeldBy("r1")
+	held.Status.ReservationUID = "uid-r1"
+	done := Handover(held, "r1", 5, []string{"alice"}, t0)
 	done.Status.Cleaning.Phase = nodusv1.CleaningFailed
 	n, b := Reclean(done, t0)
-	if b != nil || n.Status.Cleaning.Request != 2 || n.Status.Cleaning.Phase != nodusv1.CleaningPending || n.Status.Cleaning.Epoch != 5 {
+	if c := n.Status.Cleaning; b != nil || c.Request != 2 || c.Phase != nodusv1.CleaningPending || c.Epoch != 5 || c.ReservationUID != "uid-r1" {
 		t.Errorf("recleaning: %+v %+v", n, b)
 	}
 }

@@ -1864,6 +1864,13 @@ func schema_pkg_apis_nodus_v1_NodeCleaning(ref common.ReferenceCallback) common.
 							Format:      "",
 						},
 					},
+					"reservationUID": {
+						SchemaProps: spec.SchemaProps{
+							Description: "ReservationUID is the UID of the reservation whose access ended, when its claim named one: the agent records it with the retirement, so that a reservation made again under the name, which it never applied, is told from the one it follows.",
+							Type:        []string{"string"},
+							Format:      "",
+						},
+					},
 				},
 				Required: []string{"request", "requestedAt", "phase"},
 			},

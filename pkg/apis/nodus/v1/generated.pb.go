@@ -1661,6 +1661,11 @@ func (m *NodeCleaning) MarshalToSizedBuffer(dAtA []byte) (int, error) {
 	_ = i
 	var l int
 	_ = l
+	i -= len(m.ReservationUID)
+	copy(dAtA[i:], m.ReservationUID)
+	i = encodeVarintGenerated(dAtA, i, uint64(len(m.ReservationUID)))
+	i--
+	dAtA[i] = 0x6a
 	i -= len(m.CommandOutput)
 	copy(dAtA[i:], m.CommandOutput)
 	i = encodeVarintGenerated(dAtA, i, uint64(len(m.CommandOutput)))
@@ -4126,6 +4131,8 @@ func (m *NodeCleaning) Size() (n int) {
 	}
 	l = len(m.CommandOutput)
 	n += 1 + l + sovGenerated(uint64(l))
+	l = len(m.ReservationUID)
+	n += 1 + l + sovGenerated(uint64(l))
 	return n
 }
 
@@ -5221,6 +5228,7 @@ func (this *NodeCleaning) String() string {
 		`Message:` + fmt.Sprintf("%v", this.Message) + `,`,
 		`CommandExitCode:` + valueToStringGenerated(this.CommandExitCode) + `,`,
 		`CommandOutput:` + fmt.Sprintf("%v", this.CommandOutput) + `,`,
+		`ReservationUID:` + fmt.Sprintf("%v", this.ReservationUID) + `,`,
 		`}`,
 	}, "")
 	return s
@@ -11275,6 +11283,38 @@ func (m *NodeCleaning) Unmarshal(dAtA []byte) error {
 				return io.ErrUnexpectedEOF
 			}
 			m.CommandOutput = string(dAtA[iNdEx:postIndex])
+			iNdEx = postIndex
+		case 13:
+			if wireType != 2 {
+				return fmt.Errorf("proto: wrong wireType = %d for field ReservationUID", wireType)
+			}
+			var stringLen uint64
+			for shift := uint(0); ; shift += 7 {
+				if shift >= 64 {
+					return ErrIntOverflowGenerated
+				}
+				if iNdEx >= l {
+					return io.ErrUnexpectedEOF
+				}
+				b := dAtA[iNdEx]
+				iNdEx++
+				stringLen |= uint64(b&0x7F) << shift
+				if b < 0x80 {
+					break
+				}
+			}
+			intStringLen := int(stringLen)
+			if intStringLen < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			postIndex := iNdEx + intStringLen
+			if postIndex < 0 {
+				return ErrInvalidLengthGenerated
+			}
+			if postIndex > l {
+				return io.ErrUnexpectedEOF
+			}
+			m.ReservationUID = k8s_io_apimachinery_pkg_types.UID(dAtA[iNdEx:postIndex])
 			iNdEx = postIndex
 		default:
 			iNdEx = preIndex

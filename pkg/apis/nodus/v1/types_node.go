@@ -206,6 +206,12 @@ type NodeCleaning struct {
 	// CommandOutput is the tail of that command's output.
 	// +optional
 	CommandOutput string `json:"commandOutput,omitempty" protobuf:"bytes,12,opt,name=commandOutput"`
+	// ReservationUID is the UID of the reservation whose access ended, when
+	// its claim named one: the agent records it with the retirement, so that
+	// a reservation made again under the name, which it never applied, is
+	// told from the one it follows.
+	// +optional
+	ReservationUID types.UID `json:"reservationUID,omitempty" protobuf:"bytes,13,opt,name=reservationUID,casttype=k8s.io/apimachinery/pkg/types.UID"`
 }
 
 // CleaningPhase is the progress of a handover cleaning.

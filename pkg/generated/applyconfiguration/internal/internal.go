@@ -565,6 +565,9 @@ var schemaYAML = typed.YAMLObject(`types:
     - name: reservation
       type:
         scalar: string
+    - name: reservationUID
+      type:
+        scalar: string
     - name: steps
       type:
         list:

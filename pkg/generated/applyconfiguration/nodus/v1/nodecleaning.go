@@ -9,6 +9,7 @@ package v1
 import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	types "k8s.io/apimachinery/pkg/types"
 )
 
 // NodeCleaningApplyConfiguration represents a declarative configuration of the NodeCleaning type for use
@@ -48,6 +49,11 @@ type NodeCleaningApplyConfiguration struct {
 	CommandExitCode *int32 `json:"commandExitCode,omitempty"`
 	// CommandOutput is the tail of that command's output.
 	CommandOutput *string `json:"commandOutput,omitempty"`
+	// ReservationUID is the UID of the reservation whose access ended, when
+	// its claim named one: the agent records it with the retirement, so that
+	// a reservation made again under the name, which it never applied, is
+	// told from the one it follows.
+	ReservationUID *types.UID `json:"reservationUID,omitempty"`
 }
 
 // NodeCleaningApplyConfiguration constructs a declarative configuration of the NodeCleaning type for use with
@@ -153,5 +159,13 @@ func (b *NodeCleaningApplyConfiguration) WithCommandExitCode(value int32) *NodeC
 // If called multiple times, the CommandOutput field is set to the value of the last call.
 func (b *NodeCleaningApplyConfiguration) WithCommandOutput(value string) *NodeCleaningApplyConfiguration {
 	b.CommandOutput = &value
+	return b
+}
+
+// WithReservationUID sets the ReservationUID field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ReservationUID field is set to the value of the last call.
+func (b *NodeCleaningApplyConfiguration) WithReservationUID(value types.UID) *NodeCleaningApplyConfiguration {
+	b.ReservationUID = &value
 	return b
 }
