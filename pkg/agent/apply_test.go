@@ -373,11 +373,21 @@ func TestANameNeverAppliedHereIsToldFromOneMadeAgain(t *testing.T) {
 	if !ev.Succeeded {
 		t.Fatalf("the cleaning after a reservation never applied here: %+v", ev)
 	}
+	reservation := func(uid string, epoch int64) *nodusv1.Reservation {
+		r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: types.UID(uid)}}
+		r.Spec.LoginUser, r.Spec.Project = login, "acme"
+		r.Status.Epoch, r.Status.State, r.Status.LoginUser = epoch, nodusv1.ReservationStateActive, login
+		return r
+	}
+	// The reservation it follows is not applied again at its final epoch
+	// (a view behind the store, its claim shown again).
+	node.Status.Reservation, node.Status.ReservationUID = "r", gone
+	a.apply(context.Background(), reservation(gone, 3))
+	if a.userStillGranted(login) {
+		t.Fatal("the retired reservation was applied again at its final epoch")
+	}
 	node.Status.Reservation, node.Status.ReservationUID = "r", again
-	r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: again}}
-	r.Spec.LoginUser, r.Spec.Project = login, "acme"
-	r.Status.Epoch, r.Status.State, r.Status.LoginUser = 1, nodusv1.ReservationStateActive, login
-	a.apply(context.Background(), r)
+	a.apply(context.Background(), reservation(again, 1))
 	if !a.userStillGranted(login) {
 		applied, _, _ := store.Applied("r")
 		t.Errorf("the reservation made again under the name is not applied: the entry is %+v", applied)

@@ -28,20 +28,12 @@ import (
 // then does its heartbeat report the new epoch, and the release complete.
 // The failing disk is the database file made immutable (chattr +i).
 func TestARetirementTheAgentCannotRecordStillRefusesLogins(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it makes the agent's state database immutable (CI runs as root)")
-	}
-	if _, err := exec.LookPath("chattr"); err != nil {
-		t.Skip("chattr (e2fsprogs) is not installed")
-	}
+	canFailWrites(t)
 	s, f, dir, principalsOf := servedAgent(t)
 	principals := func() string { return principalsOf("nodus-test-login") }
 
 	db := filepath.Join(dir, "state.db")
-	if out, err := exec.Command("chattr", "+i", db).CombinedOutput(); err != nil {
-		t.Skipf("the state directory's filesystem takes no immutable attribute: %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("chattr", "-i", db).Run() })
+	failWrites(t, db)
 	if r := f.release(t, f.admin, "agent-1", agreed, ""); r.code != 200 {
 		t.Fatalf("release: %d %s", r.code, r.body)
 	}
@@ -254,4 +246,43 @@ func TestALoginThatStartsAfterTheCleaningIsEnded(t *testing.T) {
 	case <-time.After(45 * time.Second):
 		t.Error("a process of the account whose reservation was deleted still runs after three heartbeats")
 	}
+}
+
+// canFailWrites skips a test that fails the agent's writes of its state
+// database (failWrites) where it cannot: it needs root and chattr.
+func canFailWrites(t *testing.T) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: it makes the agent's state database immutable (CI runs as root)")
+	}
+	if _, err := exec.LookPath("chattr"); err != nil {
+		t.Skip("chattr (e2fsprogs) is not installed")
+	}
+}
+
+// failWrites makes file immutable (chattr +i), as a failing disk for the
+// process that holds it open, until the test ends; it skips where the
+// filesystem takes no such attribute, or where one still lets a file held
+// open be written (the failure the test needs would not come).
+func failWrites(t *testing.T, file string) {
+	t.Helper()
+	probe, err := os.OpenFile(filepath.Join(filepath.Dir(file), "immutable-probe"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer probe.Close()
+	if out, err := exec.Command("chattr", "+i", probe.Name()).CombinedOutput(); err != nil {
+		t.Skipf("the filesystem takes no immutable attribute: %v %s", err, out)
+	}
+	_, written := probe.Write([]byte("x"))
+	if out, err := exec.Command("chattr", "-i", probe.Name()).CombinedOutput(); err != nil {
+		t.Fatalf("chattr -i: %v %s", err, out)
+	}
+	if written == nil {
+		t.Skip("the filesystem lets a file held open be written though it is immutable")
+	}
+	if out, err := exec.Command("chattr", "+i", file).CombinedOutput(); err != nil {
+		t.Fatalf("chattr +i: %v %s", err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("chattr", "-i", file).Run() })
 }

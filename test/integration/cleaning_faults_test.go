@@ -118,12 +118,7 @@ func TestCleaningFaults(t *testing.T) {
 // refusing the next tenant, or (the record lost) the next cleaning naming
 // less than is owed.
 func TestACleaningItsRecordDoesNotTakeFails(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: it makes the agent's state database immutable (CI runs as root)")
-	}
-	if _, err := exec.LookPath("chattr"); err != nil {
-		t.Skip("chattr (e2fsprogs) is not installed")
-	}
+	canFailWrites(t)
 	s := testserver.StartTestServer(t)
 	newFleet(t, s)
 	dir := t.TempDir()
@@ -132,10 +127,7 @@ func TestACleaningItsRecordDoesNotTakeFails(t *testing.T) {
 	waitNode(t, s, "unrecorded", func(n *nodusv1.Node) bool { return n.Status.ProvisionState == nodusv1.ProvisionStateAvailable })
 
 	db := filepath.Join(dir, "state.db")
-	if out, err := exec.Command("chattr", "+i", db).CombinedOutput(); err != nil {
-		t.Skipf("the state directory's filesystem takes no immutable attribute: %v %s", err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("chattr", "-i", db).Run() })
+	failWrites(t, db)
 	clean := func() {
 		t.Helper()
 		if r := do(t, s.Config, "POST", "/apis/nodus.dev/v1/nodes/unrecorded/clean", "application/json", strings.NewReader(`{}`)); r.code != 201 && r.code != 200 {

@@ -88,6 +88,11 @@ func removeOwnKeys() (int, error) {
 		}
 	}
 	uid := unix.Getuid() // this thread's
+	// Given back first where the tenant locked them and kept the right to
+	// set them, so that the kernel finds them by their special ids again:
+	// found in /proc/keys instead, a keyring of the tenant's named like
+	// one could be taken for it (and the real one removed with the rest).
+	giveBackListed(fmt.Sprintf("_uid.%d", uid), fmt.Sprintf("_uid_ses.%d", uid))
 	user, userLocked, err := existingKeyring(unix.KEY_SPEC_USER_KEYRING, fmt.Sprintf("_uid.%d", uid))
 	if err != nil {
 		return removed, fmt.Errorf("finding the user keyring: %w", err)
@@ -103,12 +108,7 @@ func removeOwnKeys() (int, error) {
 		if ring.id == 0 {
 			continue
 		}
-		// Where the tenant changed them and kept the right to: a keyring
-		// it locked would stay locked for the next tenant of the account,
-		// one it left unwritable would fail the cleaning. Where it kept
-		// no such right the keyring stays as it is, and what is left in
-		// it is judged below.
-		_ = unix.KeyctlSetperm(ring.id, keyringPerm)
+		giveBack(ring.id)
 		n, err := unlinkAll(ring.id, ring.keep)
 		removed += n
 		if err != nil {
@@ -320,6 +320,33 @@ func ownedKeys(uid int) (int, error) {
 // keyring when it makes them (look_up_user_keyrings): every right to their
 // uid, every right but that to set their attributes to their possessor.
 const keyringPerm = 0x1f3f0000
+
+// giveBack gives keyring id the permissions and the lifetime (none) the
+// kernel makes a user or user session keyring with, where the tenant
+// changed them and kept the right to: a keyring it locked would stay
+// locked for the next tenant of the account, one it left unwritable would
+// fail the cleaning, one it set to expire would expire in the next
+// tenant's time. Where it kept no such right the keyring stays as it is,
+// and what is left in it is judged on its own.
+func giveBack(id int) {
+	_ = unix.KeyctlSetperm(id, keyringPerm)
+	_, _ = unix.KeyctlInt(unix.KEYCTL_SET_TIMEOUT, id, 0, 0, 0)
+}
+
+// giveBackListed gives back (giveBack) every keyring /proc/keys lists to
+// this thread as its uid's under one of names: the special one, and any of
+// the tenant's own named like it, which are emptied or removed after.
+func giveBackListed(names ...string) {
+	keys, err := listedKeys()
+	if err != nil {
+		return // read again, and failed on, where it counts
+	}
+	for _, k := range keys {
+		if k.kind == "keyring" && !k.dead && slices.Contains(names, k.description) {
+			giveBack(k.id)
+		}
+	}
+}
 
 // existingKeyring is the id of the special keyring, named description. The
 // kernel finds it (or makes it) only while the user keyring is searchable:

@@ -363,22 +363,38 @@ func TestTheKeysOfTheTenantsSubordinateUIDsGoToo(t *testing.T) {
 // that took the right to write it away failed the cleaning (its keys could
 // not be unlinked), holding the node in maintenance. The cleaning gives
 // both keyrings the permissions the kernel made them with back, and
-// empties them. (A keyring locked for good, with no such right left, stays
-// locked: TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning.)
+// empties them; one the tenant set to expire does not expire; and a
+// keyring of the tenant's own named like the locked one (/proc/keys lists
+// both, the tenant's first) was given its rights in its place while the
+// real one was revoked, by the right to set it the tenant had kept. (A
+// keyring locked for good, with no such right left, stays locked:
+// TestATenantThatLockedItsKeyringsDoesNotStopTheCleaning.)
 func TestAKeyringTheTenantChangedIsGivenBackAsTheKernelMadeIt(t *testing.T) {
 	// The ids first: once one of the two is locked, the kernel finds the
 	// other by its special id no more.
 	const change = `u=$(keyctl id @u); us=$(keyctl id @us)
+EXTRA
 keyctl setperm "$us" PERM
 keyctl setperm "$u" PERM`
+	// Keyrings named as the user keyring, until one is listed before it
+	// (/proc/keys lists keys by id).
+	const decoys = `for i in $(seq 64); do d=$(keyctl newring _uid.UID "$us"); [ "$d" -lt "$u" ] && break; done
+[ "$d" -lt "$u" ]`
+	// As /proc/keys shows when the two expire ("perm": never).
+	expiry := func(uid int) string {
+		out, _ := as(uid, "/bin/sh", "-c", fmt.Sprintf(`grep -E " _uid(_ses)?\.%d: " /proc/keys | awk '{print $4}' | sort -u`, uid)).CombinedOutput()
+		return strings.TrimSpace(string(out))
+	}
 	// As rdescribe shows them, without keyctlAs's first line.
 	describe := func(uid int) (string, error) {
 		out, err := keyctlAs(uid, "keyctl rdescribe @u; keyctl rdescribe @us")
 		return out[strings.Index(out, "\n")+1:], err
 	}
-	for i, tc := range []struct{ name, perm string }{
-		{"locked but for viewing it and setting its permissions", "0x00210000"},
-		{"made unwritable", "0x002b0000"},
+	for i, tc := range []struct{ name, perm, extra string }{
+		{"locked but for viewing it and setting its permissions", "0x00210000", ""},
+		{"made unwritable", "0x002b0000", ""},
+		{"set to expire", "0x3f3f0000", `keyctl timeout "$us" 3600; keyctl timeout "$u" 3600`},
+		{"locked, behind keyrings of the tenant's named like it", "0x00210000", decoys},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := keyringScratch(t, 40+i)
@@ -386,12 +402,13 @@ keyctl setperm "$u" PERM`
 			if err != nil {
 				t.Fatalf("the keyrings as the kernel makes them: %v: %s", err, made)
 			}
+			extra := strings.ReplaceAll(tc.extra, "UID", strconv.Itoa(s.uid))
 			plant := "keyctl add user changed tenant-secret @u >/dev/null\nkeyctl add user changed tenant-secret @us >/dev/null\n" +
-				strings.ReplaceAll(change, "PERM", tc.perm)
+				strings.NewReplacer("PERM", tc.perm, "EXTRA", extra).Replace(change)
 			if out, err := keyctlAs(s.uid, plant); err != nil {
 				t.Fatalf("changing the tenant's keyrings: %v: %s", err, out)
 			}
-			if out, err := describe(s.uid); err == nil && out == made {
+			if out, err := describe(s.uid); err == nil && out == made && expiry(s.uid) == "perm" {
 				t.Fatalf("the keyrings did not change: the test does not test the case: %s", out)
 			}
 			r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
@@ -400,6 +417,9 @@ keyctl setperm "$u" PERM`
 			}
 			if out, err := describe(s.uid); err != nil || out != made {
 				t.Errorf("the next tenant's keyrings: %v\n%s\nwant them as the kernel made them:\n%s", err, out, made)
+			}
+			if e := expiry(s.uid); e != "perm" {
+				t.Errorf("the next tenant's keyrings expire: %q, want never (perm)", e)
 			}
 			if out, err := keyctlAs(s.uid, "keyctl add user fresh next-tenants @u >/dev/null && keyctl add user fresh next-tenants @us >/dev/null"); err != nil {
 				t.Errorf("the next tenant cannot use its keyrings: %v: %s", err, out)

@@ -216,7 +216,7 @@ func logCleaning(node string, c *nodusv1.NodeCleaning) {
 		exit = strconv.Itoa(int(*c.CommandExitCode))
 	}
 	klog.InfoS("Cleaning recorded", "node", node, "request", c.Request, "phase", c.Phase, "reservation", c.Reservation,
-		"epoch", c.Epoch, "users", c.Users, "steps", c.Steps, "message", c.Message, "commandExitCode", exit, "commandOutput", c.CommandOutput)
+		"reservationUID", c.ReservationUID, "epoch", c.Epoch, "users", c.Users, "steps", c.Steps, "message", c.Message, "commandExitCode", exit, "commandOutput", c.CommandOutput)
 }
 
 // maintain puts a node whose cleaning failed in maintenance, with the reason.
