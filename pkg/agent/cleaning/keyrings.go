@@ -115,6 +115,9 @@ func removeOwnKeys() (int, error) {
 			return removed, fmt.Errorf("emptying the %s keyring: %w", ring.name, err)
 		}
 	}
+	if err := renewIfRestricted(user, userSession); err != nil {
+		return removed, err
+	}
 	// What no keyring it could empty reached: keys in a keyring the tenant
 	// locked, which a process of the uid still reads by their ids
 	// (/proc/keys lists them to it).
@@ -331,6 +334,45 @@ const keyringPerm = 0x1f3f0000
 func giveBack(id int) {
 	_ = unix.KeyctlSetperm(id, keyringPerm)
 	_, _ = unix.KeyctlInt(unix.KEYCTL_SET_TIMEOUT, id, 0, 0, 0)
+}
+
+// renewIfRestricted links the user keyring into the user session keyring
+// again, as the kernel made them (a tenant may have unlinked it, or linked
+// a keyring of its own named like it, which displaces the link). A keyring
+// the tenant restricted (keyctl restrict_keyring) takes no link, and no
+// key, again for as long as it lives, which no right undoes: then both are
+// invalidated, and the kernel makes them anew when the uid next asks for
+// them. One that cannot be fails the cleaning. Keyrings it cannot write (a
+// tenant's lock without the right to set it) are judged elsewhere.
+func renewIfRestricted(user, userSession int) error {
+	if user == 0 {
+		return nil
+	}
+	// The cleaning's own thread keyring, linked in and out again: linked
+	// only if the user keyring takes links.
+	_, err := unix.KeyctlInt(unix.KEYCTL_LINK, unix.KEY_SPEC_THREAD_KEYRING, user, 0, 0)
+	restricted := errors.Is(err, unix.EPERM)
+	if err == nil {
+		if _, err := unix.KeyctlInt(unix.KEYCTL_UNLINK, unix.KEY_SPEC_THREAD_KEYRING, user, 0, 0); err != nil {
+			return fmt.Errorf("unlinking the cleaning's own keyring from the user keyring: %w", err)
+		}
+	}
+	if !restricted && userSession != 0 {
+		_, err := unix.KeyctlInt(unix.KEYCTL_LINK, user, userSession, 0, 0)
+		restricted = errors.Is(err, unix.EPERM)
+	}
+	if !restricted {
+		return nil
+	}
+	for _, id := range []int{user, userSession} {
+		if id == 0 {
+			continue
+		}
+		if _, err := unix.KeyctlInt(unix.KEYCTL_INVALIDATE, id, 0, 0, 0); err != nil && !errors.Is(err, unix.ENOKEY) {
+			return fmt.Errorf("the tenant restricted its keyrings (keyctl restrict_keyring: no key may be added to them again while they live), and keyring %d cannot be invalidated: %w: restart the host (which ends it), then clean the node again", id, err)
+		}
+	}
+	return nil
 }
 
 // giveBackListed gives back (giveBack) every keyring /proc/keys lists to

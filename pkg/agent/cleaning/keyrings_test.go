@@ -376,9 +376,10 @@ func TestAKeyringTheTenantChangedIsGivenBackAsTheKernelMadeIt(t *testing.T) {
 EXTRA
 keyctl setperm "$us" PERM
 keyctl setperm "$u" PERM`
-	// Keyrings named as the user keyring, until one is listed before it
-	// (/proc/keys lists keys by id).
-	const decoys = `for i in $(seq 64); do d=$(keyctl newring _uid.UID "$us"); [ "$d" -lt "$u" ] && break; done
+	// A keyring named as the user keyring and listed before it (/proc/keys
+	// lists keys by id): made again until its id is lower (the others go,
+	// within the uid's key quota).
+	const decoys = `for i in $(seq 64); do d=$(keyctl newring _uid.UID "$us"); [ "$d" -lt "$u" ] && break; keyctl unlink "$d" "$us" >/dev/null; done
 [ "$d" -lt "$u" ]`
 	// As /proc/keys shows when the two expire ("perm": never).
 	expiry := func(uid int) string {
@@ -395,6 +396,11 @@ keyctl setperm "$u" PERM`
 		{"made unwritable", "0x002b0000", ""},
 		{"set to expire", "0x3f3f0000", `keyctl timeout "$us" 3600; keyctl timeout "$u" 3600`},
 		{"locked, behind keyrings of the tenant's named like it", "0x00210000", decoys},
+		// No link again for as long as it lives (no right undoes it): the
+		// next tenant's keyctl add … @u was refused until a restart.
+		{"restricted", "0x3f3f0000", `keyctl restrict_keyring "$u"`},
+		{"its user session keyring restricted", "0x3f3f0000", `keyctl restrict_keyring "$us"`},
+		{"unlinked from its user session keyring", "0x3f3f0000", `keyctl unlink "$u" "$us"`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := keyringScratch(t, 40+i)
@@ -408,7 +414,14 @@ keyctl setperm "$u" PERM`
 			if out, err := keyctlAs(s.uid, plant); err != nil {
 				t.Fatalf("changing the tenant's keyrings: %v: %s", err, out)
 			}
-			if out, err := describe(s.uid); err == nil && out == made && expiry(s.uid) == "perm" {
+			usable := func() error {
+				out, err := keyctlAs(s.uid, "keyctl add user fresh next-tenants @u >/dev/null && keyctl add user fresh next-tenants @us >/dev/null")
+				if err != nil {
+					return fmt.Errorf("%v: %s", err, out)
+				}
+				return nil
+			}
+			if out, err := describe(s.uid); err == nil && out == made && expiry(s.uid) == "perm" && usable() == nil {
 				t.Fatalf("the keyrings did not change: the test does not test the case: %s", out)
 			}
 			r := s.cleaner.Clean(context.Background(), 1, []string{"tenant"}, nil)
@@ -421,8 +434,11 @@ keyctl setperm "$u" PERM`
 			if e := expiry(s.uid); e != "perm" {
 				t.Errorf("the next tenant's keyrings expire: %q, want never (perm)", e)
 			}
-			if out, err := keyctlAs(s.uid, "keyctl add user fresh next-tenants @u >/dev/null && keyctl add user fresh next-tenants @us >/dev/null"); err != nil {
-				t.Errorf("the next tenant cannot use its keyrings: %v: %s", err, out)
+			if err := usable(); err != nil {
+				t.Errorf("the next tenant cannot use its keyrings: %v", err)
+			}
+			if out, err := keyctlAs(s.uid, "keyctl search @us keyring _uid."+strconv.Itoa(s.uid)); err != nil {
+				t.Errorf("the next tenant's user session keyring does not link its user keyring, as the kernel makes it: %v: %s", err, out)
 			}
 			for _, ring := range []string{"@u", "@us"} {
 				if out, err := keyctlAs(s.uid, "keyctl search "+ring+" user changed"); err == nil {
