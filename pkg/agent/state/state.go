@@ -358,7 +358,10 @@ func formerLoginUsers(old Access, loginUser string) []string {
 // late event of the old epoch cannot grant it again. uid, when known, is
 // the object's, recorded where nothing of the name was: another object made
 // later under the name is then told from it. It returns the access as it
-// was before.
+// was before. An entry of another object than uid (one made later under
+// the name, or one that replaced it) is left as it is, and an access of
+// uid alone, which grants nothing, is returned: its object's own events
+// govern it, and another's final epoch would hide them.
 func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Access, error) {
 	var before Access
 	err := s.db.Update(func(tx *bolt.Tx) error {
@@ -369,6 +372,10 @@ func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Acc
 			if err := json.Unmarshal(data, &a); err != nil {
 				return err
 			}
+		}
+		if uid != "" && a.UID != "" && uid != a.UID {
+			before = Access{Reservation: reservation, UID: uid}
+			return nil
 		}
 		before = a
 		if data == nil {

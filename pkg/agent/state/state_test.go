@@ -539,3 +539,65 @@ func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
 		t.Errorf("a database of a newer schema: %v, want it refused", err)
 	}
 }
+
+// TestARetirementOfAnotherObjectLeavesTheEntry: a retirement that names
+// another object of the name than the entry's (an earlier one, whose
+// cleaning or deletion comes late) neither ends the access the entry
+// grants nor raises its epoch past the events of its own object.
+func TestARetirementOfAnotherObjectLeavesTheEntry(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active", LoginUser: "bob"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	before, err := s.Retire("r1", "u1", 7, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if before.LoginUser != "" || before.UID != "u1" || before.Epoch != 0 {
+		t.Errorf("the retirement of another object was told of the entry's access: %+v", before)
+	}
+	a, ok, err := s.Applied("r1")
+	if err != nil || !ok || !a.Granted() || a.UID != "u2" || a.Epoch != 1 || a.RetiredAt != nil {
+		t.Errorf("the entry after another object's retirement: %+v %v %v", a, ok, err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 2, State: "releasing", LoginUser: "bob"}); !ok || err != nil {
+		t.Errorf("the entry's own object's next epoch: %v %v", ok, err)
+	}
+
+	// An object the entry replaced is another object too.
+	s, err = Open(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "pending"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u4", Epoch: 1, State: "active", LoginUser: "carol"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
+	if _, err := s.Retire("r2", "u3", 5, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := s.Applied("r2"); err != nil || !a.Granted() || a.UID != "u4" || a.Epoch != 1 {
+		t.Errorf("the entry after the retirement of the object it replaced: %+v %v", a, err)
+	}
+
+	// The entry's own object, or one not named, is retired.
+	if _, err := s.Retire("r2", "u4", 2, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := s.Applied("r2"); err != nil || a.Granted() || a.Epoch != 2 {
+		t.Errorf("the entry after its own object's retirement: %+v %v", a, err)
+	}
+	if _, err := s.Retire("r1", "", 3, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if a, _, err := s.Applied("r1"); err != nil || a.Granted() || a.Epoch != 3 {
+		t.Errorf("the entry after a retirement that names no object: %+v %v", a, err)
+	}
+}
