@@ -8,14 +8,12 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
+	"github.com/nodus-dev/nodus/pkg/terminalsafe"
 )
 
 // Exit codes, one per class of failure.
@@ -186,44 +184,14 @@ func (t keepErrorBodies) RoundTrip(req *http.Request) (*http.Response, error) {
 }
 
 // terminalSafe is text from the server (or an agent, through it) as nodus
-// prints it: the control characters a terminal would act on (escape
-// sequences that rewrite lines, set the clipboard, retitle the window)
-// shown escaped, as \x1b, so are Unicode's direction controls, as \u202e,
-// and invalid UTF-8 is replaced. Newlines and tabs stay.
-func terminalSafe(s string) string { return escapeControls(s, `\x%02x`) }
+// prints it: the control characters a terminal would act on shown escaped,
+// as \x1b, Unicode's direction controls as \u202e, and invalid UTF-8
+// replaced. Newlines and tabs stay.
+func terminalSafe(s string) string { return terminalsafe.Escape(s, `\x%02x`) }
 
 // jsonTerminalSafe is terminalSafe for JSON nodus prints: a control
 // character can stand only inside a string there, where \u00XX means it.
-func jsonTerminalSafe(s string) string { return escapeControls(s, `\u%04x`) }
-
-func escapeControls(s, format string) string {
-	if !strings.ContainsFunc(s, shownEscaped) && utf8.ValidString(s) {
-		return s
-	}
-	var b strings.Builder
-	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
-		switch {
-		case validation.IsTerminalControl(r):
-			fmt.Fprintf(&b, format, r)
-		case isDirectionControl(r):
-			fmt.Fprintf(&b, `\u%04x`, r)
-		default:
-			b.WriteRune(r)
-		}
-	}
-	return b.String()
-}
-
-// shownEscaped says whether nodus shows r escaped rather than as itself.
-func shownEscaped(r rune) bool { return validation.IsTerminalControl(r) || isDirectionControl(r) }
-
-// isDirectionControl says whether r is one of Unicode's embeddings,
-// overrides or isolates: a terminal that honours them shows the text after
-// it in another order than it has ("Trojan Source"), so a name or message
-// could read as something it is not.
-func isDirectionControl(r rune) bool {
-	return (r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069')
-}
+func jsonTerminalSafe(s string) string { return terminalsafe.Escape(s, `\u%04x`) }
 
 // printableAs renders the JSON of an object as output (json or yaml) asks,
 // every string in it terminalSafe: an object with control characters in

@@ -18,8 +18,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
-	"github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/generated/clientset/versioned"
+	"github.com/nodus-dev/nodus/pkg/terminalsafe"
 )
 
 // executionsCommand is the borrower's side of lending: submit, list, show
@@ -238,9 +238,9 @@ func (o *outputSafe) write(p []byte) error {
 			b.WriteByte(byte(r))
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, p[i])
-		case validation.IsTerminalControl(r):
+		case terminalsafe.IsControl(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case isDirectionControl(r):
+		case terminalsafe.IsDirectionControl(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.Write(p[i : i+size])

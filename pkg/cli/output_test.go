@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	"github.com/nodus-dev/nodus/pkg/terminalsafe"
 )
 
 // TestACertificatesNamesForgeNoLine: a man in the middle presents a
@@ -49,10 +50,10 @@ func TestAnExecutionsMessageIsOneLine(t *testing.T) {
 // reads as something else.
 func TestDirectionControlsAreShownEscaped(t *testing.T) {
 	const forged = "logs of run-\u202e4pm.exe\u202c and \u2067isolate\u2069"
-	if got := oneLine(forged); strings.ContainsFunc(got, isDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe\u202c`) || !strings.Contains(got, `\u2067isolate\u2069`) {
+	if got := oneLine(forged); strings.ContainsFunc(got, terminalsafe.IsDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe\u202c`) || !strings.Contains(got, `\u2067isolate\u2069`) {
 		t.Errorf("oneLine(%q) = %q, want each direction control shown as \\uNNNN", forged, got)
 	}
-	if got := jsonTerminalSafe(forged); strings.ContainsFunc(got, isDirectionControl) {
+	if got := jsonTerminalSafe(forged); strings.ContainsFunc(got, terminalsafe.IsDirectionControl) {
 		t.Errorf("jsonTerminalSafe(%q) = %q", forged, got)
 	}
 	var out bytes.Buffer
@@ -60,7 +61,7 @@ func TestDirectionControlsAreShownEscaped(t *testing.T) {
 	if _, err := safe.Write([]byte(forged + "\n")); err != nil {
 		t.Fatal(err)
 	}
-	if got := out.String(); strings.ContainsFunc(got, isDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe`) {
+	if got := out.String(); strings.ContainsFunc(got, terminalsafe.IsDirectionControl) || !strings.Contains(got, `run-\u202e4pm.exe`) {
 		t.Errorf("an execution's output %q printed as %q", forged, got)
 	}
 	if got := oneLine("مرحبا world"); got != "مرحبا world" {

@@ -19,6 +19,7 @@ import (
 
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/sshvalue"
+	"github.com/nodus-dev/nodus/pkg/terminalsafe"
 )
 
 var (
@@ -243,7 +244,7 @@ func validateReportedMessage(s string, max int, path *field.Path) field.ErrorLis
 		return field.ErrorList{field.Invalid(path, "", "must be UTF-8")}
 	}
 	for _, r := range s {
-		if IsTerminalControl(r) {
+		if terminalsafe.IsControl(r) {
 			return field.ErrorList{field.Invalid(path, "", fmt.Sprintf("must hold no control character but newline and tab (found %U)", r))}
 		}
 	}
@@ -251,21 +252,15 @@ func validateReportedMessage(s string, max int, path *field.Path) field.ErrorLis
 }
 
 // WithoutTerminalControls is s as an agent may report it: invalid UTF-8
-// and control characters (IsTerminalControl) replaced by U+FFFD.
+// and control characters (terminalsafe.IsControl) replaced by U+FFFD.
 func WithoutTerminalControls(s string) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
 	return strings.Map(func(r rune) rune {
-		if IsTerminalControl(r) {
+		if terminalsafe.IsControl(r) {
 			return utf8.RuneError
 		}
 		return r
 	}, s)
-}
-
-// IsTerminalControl says whether r is a control character a terminal acts
-// on (C0 but newline and tab, DEL, C1): what reported text may not hold.
-func IsTerminalControl(r rune) bool {
-	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
 }
 
 // ValidateReservation checks a Reservation contract.

@@ -1,0 +1,90 @@
+// Package terminalsafe shows text that crossed a trust boundary (from a
+// server, an agent, a tenant) as text only: the control characters a
+// terminal would act on (escape sequences that rewrite lines, set the
+// clipboard, retitle the window) are shown escaped, as \x1b, and so are
+// Unicode's direction controls, as \u202e.
+package terminalsafe
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"strings"
+	"unicode/utf8"
+)
+
+// IsControl says whether r is a control character a terminal acts on (C0
+// but newline and tab, DEL, C1).
+func IsControl(r rune) bool {
+	return (r < 0x20 && r != '\n' && r != '\t') || (r >= 0x7f && r <= 0x9f)
+}
+
+// IsDirectionControl says whether r is one of Unicode's embeddings,
+// overrides or isolates: a terminal that honours them shows the text after
+// it in another order than it has ("Trojan Source"), so a name or message
+// could read as something it is not.
+func IsDirectionControl(r rune) bool {
+	return (r >= '\u202a' && r <= '\u202e') || (r >= '\u2066' && r <= '\u2069')
+}
+
+// shownEscaped says whether r is shown escaped rather than as itself.
+func shownEscaped(r rune) bool { return IsControl(r) || IsDirectionControl(r) }
+
+// Escape is s with every control character written as format writes it
+// (`\x%02x`, or `\u%04x` inside a JSON string), every direction control as
+// \uNNNN, and invalid UTF-8 replaced. Newlines and tabs stay.
+func Escape(s, format string) string {
+	if !strings.ContainsFunc(s, shownEscaped) && utf8.ValidString(s) {
+		return s
+	}
+	var b strings.Builder
+	for _, r := range strings.ToValidUTF8(s, "\uFFFD") {
+		switch {
+		case IsControl(r):
+			fmt.Fprintf(&b, format, r)
+		case IsDirectionControl(r):
+			fmt.Fprintf(&b, `\u%04x`, r)
+		default:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+// Writer writes what it is given with its control characters escaped as
+// Escape does, and each byte that is no UTF-8 as \xNN: for a log, whose
+// entries quote what they are told but write a value with a line break
+// in it as it is, line by line. Each Write is taken as whole (a log entry):
+// a character cut between two writes is shown as its bytes.
+type Writer struct {
+	w io.Writer
+}
+
+// NewWriter is a Writer to w.
+func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
+
+// Write writes p, escaped, and reports all of p written when w took it all.
+func (w *Writer) Write(p []byte) (int, error) {
+	if !bytes.ContainsFunc(p, shownEscaped) && utf8.Valid(p) {
+		return w.w.Write(p)
+	}
+	b := make([]byte, 0, len(p)+32)
+	for i := 0; i < len(p); {
+		r, size := utf8.DecodeRune(p[i:])
+		switch {
+		case r == utf8.RuneError && size == 1:
+			b = fmt.Appendf(b, `\x%02x`, p[i])
+		case IsControl(r):
+			b = fmt.Appendf(b, `\x%02x`, r)
+		case IsDirectionControl(r):
+			b = fmt.Appendf(b, `\u%04x`, r)
+		default:
+			b = append(b, p[i:i+size]...)
+		}
+		i += size
+	}
+	if _, err := w.w.Write(b); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
