@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/component-base/cli"
 
+	"github.com/nodus-dev/nodus/pkg/safelogs"
 	"github.com/nodus-dev/nodus/pkg/server"
 	"github.com/nodus-dev/nodus/pkg/shutdownsignal"
 )
@@ -38,6 +39,11 @@ func newCommand() *cobra.Command {
   nodus-server --etcd-servers=... --cluster-key-file=... --print-join-command`,
 		SilenceUsage: true,
 		Args:         cobra.NoArgs,
+		// Its log holds names and messages tenants and agents chose:
+		// written as text only (safelogs).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return safelogs.Install(cmd.Flags(), os.Stderr)
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if printJoin {
 				line, err := opts.JoinCommand()

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/agent"
 	"github.com/nodus-dev/nodus/pkg/failover"
+	"github.com/nodus-dev/nodus/pkg/safelogs"
 	"github.com/nodus-dev/nodus/pkg/shutdownsignal"
 )
 
@@ -31,7 +32,13 @@ func main() {
 }
 
 func newCommand() *cobra.Command {
-	root := &cobra.Command{Use: "nodusd", Short: "The Nodus host agent", SilenceUsage: true}
+	root := &cobra.Command{Use: "nodusd", Short: "The Nodus host agent", SilenceUsage: true,
+		// Its log holds names, paths and messages tenants and the server
+		// chose: written as text only (safelogs).
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return safelogs.Install(cmd.Flags(), os.Stderr)
+		},
+	}
 	root.AddCommand(enrollCommand(), runCommand(), principalsCommand())
 	return root
 }

@@ -51,11 +51,13 @@ func Escape(s, format string) string {
 	return b.String()
 }
 
-// Writer writes what it is given with its control characters escaped as
-// Escape does, and each byte that is no UTF-8 as \xNN: for a log, whose
-// entries quote what they are told but write a value with a line break
-// in it as it is, line by line. Each Write is taken as whole (a log entry):
-// a character cut between two writes is shown as its bytes.
+// Writer writes log entries, one a Write, as text only: their control
+// characters escaped as Escape does, each byte that is no UTF-8 as \xNN,
+// and every line of an entry but its first indented with a tab where it
+// is not already (klog indents a value's lines itself, but writes an
+// unstructured message with line breaks as it is): no value, whoever chose
+// it, writes an escape sequence to the terminal that reads the log, or a
+// line that reads as an entry of its own.
 type Writer struct {
 	w io.Writer
 }
@@ -63,15 +65,21 @@ type Writer struct {
 // NewWriter is a Writer to w.
 func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 
-// Write writes p, escaped, and reports all of p written when w took it all.
+// Write writes the entry p as text and reports all of p written when the
+// writer below took it all.
 func (w *Writer) Write(p []byte) (int, error) {
-	if !bytes.ContainsFunc(p, shownEscaped) && utf8.Valid(p) {
+	if !bytes.ContainsFunc(p, shownEscaped) && utf8.Valid(p) && !startsALine(p) {
 		return w.w.Write(p)
 	}
 	b := make([]byte, 0, len(p)+32)
 	for i := 0; i < len(p); {
 		r, size := utf8.DecodeRune(p[i:])
 		switch {
+		case r == '\n':
+			b = append(b, '\n')
+			if i+1 < len(p) && p[i+1] != '\t' && p[i+1] != ' ' {
+				b = append(b, '\t')
+			}
 		case r == utf8.RuneError && size == 1:
 			b = fmt.Appendf(b, `\x%02x`, p[i])
 		case IsControl(r):
@@ -87,4 +95,15 @@ func (w *Writer) Write(p []byte) (int, error) {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// startsALine says whether a line break inside entry (not its last byte)
+// is followed by anything but the indentation klog gives a value's lines.
+func startsALine(entry []byte) bool {
+	for i, c := range entry[:max(len(entry)-1, 0)] {
+		if c == '\n' && entry[i+1] != '\t' && entry[i+1] != ' ' {
+			return true
+		}
+	}
+	return false
 }

@@ -41,10 +41,15 @@ func TestWriterShowsControlsAsText(t *testing.T) {
 	if strings.ContainsFunc(got, func(r rune) bool { return IsControl(r) || IsDirectionControl(r) || r == '\uFFFD' }) {
 		t.Errorf("the writer let a control character through: %q", got)
 	}
-	for _, want := range []string{"ok\nE1207", `\x0d`, `\x1b]0;owned\x07`, `\x7f`, `\x9b`, `\u202eexe.txt`, `\xff`} {
+	for _, want := range []string{"ok\n\tE1207", `\x0d`, `\x1b]0;owned\x07`, `\x7f`, `\x9b`, `\u202eexe.txt`, `\xff`} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the writer wrote %q: no %q", got, want)
 		}
+	}
+	out.Reset()
+	unstructured := "W1207 00:00:00.000000 1 a.go:1] line\nE1207 00:00:00.000000 1 forged.go:1] forged\n"
+	if _, err := w.Write([]byte(unstructured)); err != nil || out.String() != "W1207 00:00:00.000000 1 a.go:1] line\n\tE1207 00:00:00.000000 1 forged.go:1] forged\n" {
+		t.Errorf("a line of an entry was not indented: %q %v", out.String(), err)
 	}
 	out.Reset()
 	plain := "I1207 00:00:00.000000 1 a.go:1] \"plain\" key=<\n\tline\n >\n"
