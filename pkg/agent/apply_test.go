@@ -401,3 +401,70 @@ func TestANameNeverAppliedHereIsToldFromOneMadeAgain(t *testing.T) {
 		t.Errorf("a UID that is none was recorded: %q %v", applied.UID, err)
 	}
 }
+
+// TestAnObjectMadeAgainUnseenEndsTheOneBefore: a watch that missed a
+// reservation's deletion shows the one made again under its name as an
+// update; while the first owes a cleaning, the second is refused, and the
+// first's entry stays. When the second ends (deleted), or a cleaning names
+// it, the first's access ends with it and its account is reset: the
+// entry's object is gone as surely.
+func TestAnObjectMadeAgainUnseenEndsTheOneBefore(t *testing.T) {
+	const firstUID, againUID = "2b3c4d5e-6f7a-4b8c-9d0e-1f2a3b4c5d6e", "7a6b5c4d-3e2f-4a1b-8c9d-0e1f2a3b4c5d"
+	for _, ending := range []string{"deleted", "cleaned"} {
+		t.Run(ending, func(t *testing.T) {
+			login, session, store := sessionAndStore(t, "nodus-unseen")
+			node := &nodusv1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+			node.Status.Reservation, node.Status.ReservationUID = "r", firstUID
+			a := appliedBy(store, node, Options{Grace: 100 * time.Millisecond})
+			reservation := func(uid string) *nodusv1.Reservation {
+				r := &nodusv1.Reservation{ObjectMeta: metav1.ObjectMeta{Name: "r", UID: types.UID(uid)}}
+				r.Spec.LoginUser, r.Spec.Project = login, "acme"
+				r.Status.Epoch, r.Status.State, r.Status.LoginUser = 1, nodusv1.ReservationStateActive, login
+				return r
+			}
+			ctx := context.Background()
+			a.apply(ctx, reservation(firstUID))
+			if !a.userStillGranted(login) {
+				t.Fatal("the first object's access was not applied")
+			}
+			home, err := user.Lookup(login)
+			if err != nil {
+				t.Fatal(err)
+			}
+			leftover := filepath.Join(home.HomeDir, "leftover")
+			if err := os.WriteFile(leftover, []byte("for the next tenant"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			node.Status.ReservationUID = againUID
+			a.apply(ctx, reservation(againUID))
+			if !a.withheld("r") {
+				t.Fatal("the object made again was not refused while the first owes a cleaning")
+			}
+			ended := session() // what the first tenant started again meanwhile
+
+			switch ending {
+			case "deleted":
+				a.retire(ctx, "r", againUID)
+				select {
+				case <-ended:
+				case <-time.After(10 * time.Second):
+					t.Error("the first object's session outlived the deletion of the one made again")
+				}
+			case "cleaned":
+				if ev := a.clean(ctx, &nodusv1.NodeCleaning{Request: 1, Reservation: "r", ReservationUID: againUID, Epoch: 1}); !ev.Succeeded {
+					t.Fatalf("the cleaning after the object made again: %+v", ev)
+				}
+				if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+					t.Errorf("the first tenant's file outlived the cleaning: %v", err)
+				}
+				if owed, err := store.Owed(); err != nil || len(owed) != 0 {
+					t.Errorf("still owed after the cleaning: %+v %v", owed, err)
+				}
+			}
+			if a.userStillGranted(login) {
+				applied, _, _ := store.Applied("r")
+				t.Errorf("the first object's access outlived the one made again: the entry is %+v", applied)
+			}
+		})
+	}
+}

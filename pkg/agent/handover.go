@@ -39,12 +39,15 @@ const forgetAfter = 24 * time.Hour
 func (a *Agent) retire(ctx context.Context, reservation string, uid types.UID) {
 	a.applying.Lock()
 	defer a.applying.Unlock()
-	before, err := a.store.Retire(reservation, string(uid), 0, time.Now())
+	before, retired, err := a.store.Retire(reservation, string(uid), 0, time.Now())
 	if err != nil {
 		applied, _, _ := a.store.Applied(reservation)
 		a.unrecordable(ctx, state.Access{Reservation: reservation, LoginUser: applied.LoginUser, Epoch: applied.Epoch,
 			State: string(nodusv1.ReservationStateReleased)}, fmt.Errorf("retiring access: %w", err))
 		return
+	}
+	if !retired {
+		return // the entry is of an object made later under the name: its own events govern it
 	}
 	a.setUnrecorded(reservation, false)
 	klog.InfoS("retired access: the reservation ended or left this node", "reservation", reservation)
@@ -291,6 +294,7 @@ func (a *Agent) cleaner(ctx context.Context, latest func() *nodusv1.Node) {
 func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.CleaningEvidence {
 	users := slices.Clone(req.Users)
 	applied := req.Epoch
+	retiredHere := false
 	if req.Reservation != "" {
 		// With its UID, where the server names one that is one: a
 		// reservation never applied here (nodusd was down through its
@@ -300,7 +304,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 		if sshvalue.CanonicalUID(req.ReservationUID) {
 			uid = string(req.ReservationUID)
 		}
-		before, err := a.store.Retire(req.Reservation, uid, req.Epoch, time.Now())
+		before, retired, err := a.store.Retire(req.Reservation, uid, req.Epoch, time.Now())
 		if err != nil {
 			// Refused in memory meanwhile; the cleaning fails, and the
 			// node goes to maintenance rather than to the next tenant.
@@ -315,6 +319,7 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 			}
 		}
 		applied = max(before.Epoch, req.Epoch)
+		retiredHere = retired
 	}
 	// And every access that owes a cleaning, whatever the server names:
 	// none other is granted until one succeeds (state.CleaningOwedError).
@@ -322,8 +327,11 @@ func (a *Agent) clean(ctx context.Context, req *nodusv1.NodeCleaning) *nodusv1.C
 	if err != nil {
 		return &nodusv1.CleaningEvidence{Request: req.Request, AppliedEpoch: applied, Message: "reading which accesses owe a cleaning: " + err.Error()}
 	}
+	// An entry the retirement left (an object made later under the name)
+	// is discharged only if it owes a cleaning now, its accounts reset
+	// below with the rest.
 	var discharged []string
-	if req.Reservation != "" {
+	if retiredHere {
 		discharged = append(discharged, req.Reservation)
 	}
 	for _, o := range owed {

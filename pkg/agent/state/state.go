@@ -239,10 +239,7 @@ func (s *Store) Apply(a Access) (bool, error) {
 				a.FormerLoginUsers = formerLoginUsers(old, a.LoginUser)
 				a.CleaningOwed = old.OwesCleaning()
 			} else {
-				a.ReplacedUIDs = append(slices.Clone(old.ReplacedUIDs), old.UID)
-				if len(a.ReplacedUIDs) > maxReplacedUIDs {
-					a.ReplacedUIDs = a.ReplacedUIDs[len(a.ReplacedUIDs)-maxReplacedUIDs:]
-				}
+				a.ReplacedUIDs = replacedBy(old)
 			}
 			if sameObject && a.Epoch <= old.Epoch {
 				if old.UID != "" || a.UID == "" || a.Epoch != old.Epoch {
@@ -330,6 +327,16 @@ func (s *Store) Owed() ([]Access, error) {
 // reservation deleted and made again under the name).
 const maxReplacedUIDs = 16
 
+// replacedBy is what the entry of an object that replaces old's remembers
+// of the objects before it: old's and those old replaced.
+func replacedBy(old Access) []string {
+	replaced := append(slices.Clone(old.ReplacedUIDs), old.UID)
+	if len(replaced) > maxReplacedUIDs {
+		replaced = replaced[len(replaced)-maxReplacedUIDs:]
+	}
+	return replaced
+}
+
 // maxFormerLoginUsers bounds what an access remembers of its login users
 // (each change is an operator's): past it the oldest are dropped, whose
 // accounts were reset when the login user changed.
@@ -358,12 +365,18 @@ func formerLoginUsers(old Access, loginUser string) []string {
 // late event of the old epoch cannot grant it again. uid, when known, is
 // the object's, recorded where nothing of the name was: another object made
 // later under the name is then told from it. It returns the access as it
-// was before. An entry of another object than uid (one made later under
-// the name, or one that replaced it) is left as it is, and an access of
-// uid alone, which grants nothing, is returned: its object's own events
-// govern it, and another's final epoch would hide them.
-func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Access, error) {
+// was before, and whether it retired it.
+//
+// An entry of another object than uid is the name's before uid's (its
+// object is gone, or uid would not be retiring) unless it replaced uid.
+// The former passes to uid, retired at its final epoch, as Apply replaces
+// an object: it keeps what is owed and the login users to reset, and the
+// object before is never applied again. The latter, an object made later
+// under the name, is left as it is, and an access of uid alone, which
+// grants nothing, is returned.
+func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Access, bool, error) {
 	var before Access
+	retired := false
 	err := s.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketAccess)
 		a := Access{Reservation: reservation}
@@ -373,7 +386,8 @@ func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Acc
 				return err
 			}
 		}
-		if uid != "" && a.UID != "" && uid != a.UID {
+		anotherObject := uid != "" && a.UID != "" && uid != a.UID
+		if anotherObject && slices.Contains(a.ReplacedUIDs, uid) {
 			before = Access{Reservation: reservation, UID: uid}
 			return nil
 		}
@@ -381,8 +395,12 @@ func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Acc
 		if data == nil {
 			a.UID = uid
 		}
-		a.CleaningOwed = a.OwesCleaning()
+		if anotherObject {
+			a = Access{Reservation: reservation, UID: uid, Project: a.Project, FormerLoginUsers: formerLoginUsers(a, ""),
+				ReplacedUIDs: replacedBy(a), CleaningOwed: a.OwesCleaning()}
+		}
 		a.Epoch = max(a.Epoch, epoch)
+		a.CleaningOwed = a.OwesCleaning()
 		a.State = StateRetired
 		if a.RetiredAt == nil {
 			a.RetiredAt = &now
@@ -391,9 +409,10 @@ func (s *Store) Retire(reservation, uid string, epoch int64, now time.Time) (Acc
 		if err != nil {
 			return err
 		}
+		retired = true
 		return b.Put([]byte(reservation), data)
 	})
-	return before, err
+	return before, retired, err
 }
 
 // MarkCleaned records that a cleaning after reservations succeeded, which

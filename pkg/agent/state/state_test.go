@@ -57,7 +57,7 @@ func TestRetireAndForget(t *testing.T) {
 		t.Fatal(err)
 	}
 	now := time.Now()
-	before, err := s.Retire("r1", "", 0, now)
+	before, _, err := s.Retire("r1", "", 0, now)
 	if err != nil || before.LoginUser != "ubuntu" || !before.Granted() {
 		t.Fatalf("retire: %+v %v", before, err)
 	}
@@ -75,7 +75,7 @@ func TestRetireAndForget(t *testing.T) {
 	if ok, _ := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active"}); !ok {
 		t.Error("a reservation made again under the same name starts anew")
 	}
-	if _, err := s.Retire("r1", "", 9, now); err != nil {
+	if _, _, err := s.Retire("r1", "", 9, now); err != nil {
 		t.Fatal(err)
 	}
 	if a, _, _ := s.Applied("r1"); a.Epoch != 9 {
@@ -106,7 +106,7 @@ func TestRetireAndForget(t *testing.T) {
 	if _, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "active", LoginUser: "ubuntu"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Retire("r2", "", 2, now); err != nil {
+	if _, _, err := s.Retire("r2", "", 2, now); err != nil {
 		t.Fatal(err)
 	}
 	older := `{"reservation":"r3","uid":"u4","epoch":3,"state":"retired","loginUser":"bob","retiredAt":"` + now.Format(time.RFC3339Nano) + `"}`
@@ -170,7 +170,7 @@ func TestAnEarlierObjectOfTheNameIsNeverAppliedAgain(t *testing.T) {
 	// Each followed by its cleaning, as the server orders them.
 	cleaned := func(epoch int64) {
 		t.Helper()
-		if _, err := s.Retire("r1", "", epoch, time.Now()); err != nil {
+		if _, _, err := s.Retire("r1", "", epoch, time.Now()); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
@@ -261,7 +261,7 @@ func TestAppliedAccessKeepsItsFormerLoginUsers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	before, err := s.Retire("r1", "", 5, time.Now())
+	before, _, err := s.Retire("r1", "", 5, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -314,7 +314,7 @@ func TestNoOtherAccessIsGrantedWhileACleaningIsOwed(t *testing.T) {
 	// Its own access goes on changing.
 	mustApply(Access{Reservation: "r1", UID: "u1", Epoch: 2, State: "active", LoginUser: "alice"})
 	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation while r1 is granted")
-	if _, err := s.Retire("r1", "", 3, time.Now()); err != nil {
+	if _, _, err := s.Retire("r1", "", 3, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	refused(Access{Reservation: "r2", UID: "u2", Epoch: 1, State: "active", LoginUser: "carol"}, "another reservation before r1's cleaning")
@@ -352,7 +352,7 @@ func TestNoOtherAccessIsGrantedWhileACleaningIsOwed(t *testing.T) {
 			t.Errorf("apply %+v while r2 owes its cleaning: %v", a, err)
 		}
 	}
-	if _, err := s.Retire("r2", "", 3, time.Now()); err != nil {
+	if _, _, err := s.Retire("r2", "", 3, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	refused2(Access{Reservation: "r1", UID: "u3", Epoch: 1, State: "active", LoginUser: "bob"})
@@ -421,7 +421,7 @@ func TestMayGrantAsApplyWould(t *testing.T) {
 		}
 	}
 	// Retired, it owes its cleaning on record.
-	if _, err := s.Retire("r1", "", 5, time.Now()); err != nil {
+	if _, _, err := s.Retire("r1", "", 5, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	if owed, err := s.Owed(); err != nil || len(owed) != 2 || owed[0].Reservation != "r1" {
@@ -440,10 +440,10 @@ func TestANameRetiredBeforeItWasAppliedIsTold(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := s.Retire("r1", "u1", 0, time.Now()); err != nil {
+	if _, _, err := s.Retire("r1", "u1", 0, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Retire("r1", "", 4, time.Now()); err != nil { // the cleaning's, at the final epoch
+	if _, _, err := s.Retire("r1", "", 4, time.Now()); err != nil { // the cleaning's, at the final epoch
 		t.Fatal(err)
 	}
 	if err := s.MarkCleaned([]string{"r1"}, time.Now()); err != nil {
@@ -508,7 +508,7 @@ func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
 	s.Close()
 	owed("a granted access", true)
 	s = reopen()
-	if _, err := s.Retire("r1", "u1", 3, time.Now()); err != nil {
+	if _, _, err := s.Retire("r1", "u1", 3, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
@@ -540,64 +540,97 @@ func TestOwedInReadsWhatAnEnrollmentReports(t *testing.T) {
 	}
 }
 
-// TestARetirementOfAnotherObjectLeavesTheEntry: a retirement that names
-// another object of the name than the entry's (an earlier one, whose
-// cleaning or deletion comes late) neither ends the access the entry
-// grants nor raises its epoch past the events of its own object.
-func TestARetirementOfAnotherObjectLeavesTheEntry(t *testing.T) {
+// TestARetirementOfAnotherObject: a retirement that names another object
+// of the name than the entry's leaves an entry of an object made later
+// (one that replaced it) as it is, and retires one of an object made
+// before, whose object is gone, at its own epoch: another reservation's
+// final epoch would hide its own object's events.
+func TestARetirementOfAnotherObject(t *testing.T) {
 	s, err := Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
+	retire := func(name, uid string, epoch int64, wantRetired bool) Access {
+		t.Helper()
+		before, retired, err := s.Retire(name, uid, epoch, time.Now())
+		if err != nil || retired != wantRetired {
+			t.Fatalf("retire %s of %q at %d: retired %v (%v), want %v", name, uid, epoch, retired, err, wantRetired)
+		}
+		return before
+	}
+	applied := func(name string) Access {
+		t.Helper()
+		a, ok, err := s.Applied(name)
+		if err != nil || !ok {
+			t.Fatalf("the entry of %s: %v %v", name, ok, err)
+		}
+		return a
+	}
+
+	// An entry of an object made later under the name, which replaced the
+	// one a late retirement names.
+	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u1", Epoch: 1, State: "pending"}); !ok || err != nil {
+		t.Fatalf("apply: %v %v", ok, err)
+	}
 	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 1, State: "active", LoginUser: "bob"}); !ok || err != nil {
 		t.Fatalf("apply: %v %v", ok, err)
 	}
-	before, err := s.Retire("r1", "u1", 7, time.Now())
+	if before := retire("r1", "u1", 7, false); before.LoginUser != "" || before.UID != "u1" || before.Epoch != 0 {
+		t.Errorf("the retirement of the object replaced was told of the entry's access: %+v", before)
+	}
+	if a := applied("r1"); !a.Granted() || a.UID != "u2" || a.Epoch != 1 || a.RetiredAt != nil {
+		t.Errorf("the entry after the retirement of the object it replaced: %+v", a)
+	}
+
+	// The entry's own object, or one not named, is retired at the final
+	// epoch.
+	if before := retire("r1", "u2", 3, true); before.LoginUser != "bob" {
+		t.Errorf("the retirement of the entry's own object was not told of its access: %+v", before)
+	}
+	if a := applied("r1"); a.Granted() || a.Epoch != 3 || a.UID != "u2" {
+		t.Errorf("the entry after its own object's retirement: %+v", a)
+	}
+	retire("r1", "", 4, true)
+	if a := applied("r1"); a.Granted() || a.Epoch != 4 {
+		t.Errorf("the entry after a retirement that names no object: %+v", a)
+	}
+
+	// An entry of an object made before the one a retirement names (a
+	// watch that merged a deletion and a creation, the new object refused
+	// while the old one owes a cleaning): the old object is gone, and the
+	// entry passes to the new one, retired at its final epoch, with what
+	// the old one owes and the login user to reset; neither is applied
+	// again.
+	s2, err := Open(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if before.LoginUser != "" || before.UID != "u1" || before.Epoch != 0 {
-		t.Errorf("the retirement of another object was told of the entry's access: %+v", before)
-	}
-	a, ok, err := s.Applied("r1")
-	if err != nil || !ok || !a.Granted() || a.UID != "u2" || a.Epoch != 1 || a.RetiredAt != nil {
-		t.Errorf("the entry after another object's retirement: %+v %v %v", a, ok, err)
-	}
-	if ok, err := s.Apply(Access{Reservation: "r1", UID: "u2", Epoch: 2, State: "releasing", LoginUser: "bob"}); !ok || err != nil {
-		t.Errorf("the entry's own object's next epoch: %v %v", ok, err)
-	}
-
-	// An object the entry replaced is another object too.
-	s, err = Open(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 1, State: "pending"}); !ok || err != nil {
+	defer s2.Close()
+	s = s2
+	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u3", Epoch: 2, State: "active", LoginUser: "carol"}); !ok || err != nil {
 		t.Fatalf("apply: %v %v", ok, err)
 	}
-	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u4", Epoch: 1, State: "active", LoginUser: "carol"}); !ok || err != nil {
-		t.Fatalf("apply: %v %v", ok, err)
+	if ok, err := s.Apply(Access{Reservation: "r2", UID: "u4", Epoch: 1, State: "active", LoginUser: "dave"}); ok || err == nil {
+		t.Fatalf("another object of the name while the first owes a cleaning: %v %v", ok, err)
 	}
-	if _, err := s.Retire("r2", "u3", 5, time.Now()); err != nil {
-		t.Fatal(err)
+	if before := retire("r2", "u4", 5, true); before.LoginUser != "carol" || before.UID != "u3" {
+		t.Errorf("the retirement of the object after it was not told of the entry's access: %+v", before)
 	}
-	if a, _, err := s.Applied("r2"); err != nil || !a.Granted() || a.UID != "u4" || a.Epoch != 1 {
-		t.Errorf("the entry after the retirement of the object it replaced: %+v %v", a, err)
+	a := applied("r2")
+	if a.Granted() || a.UID != "u4" || a.Epoch != 5 || !a.OwesCleaning() || !slices.Equal(a.FormerLoginUsers, []string{"carol"}) ||
+		!slices.Equal(a.ReplacedUIDs, []string{"u3"}) {
+		t.Errorf("the entry after the retirement of the object made after it: %+v", a)
 	}
-
-	// The entry's own object, or one not named, is retired.
-	if _, err := s.Retire("r2", "u4", 2, time.Now()); err != nil {
-		t.Fatal(err)
+	for _, again := range []Access{
+		{Reservation: "r2", UID: "u3", Epoch: 3, State: "active", LoginUser: "carol"},
+		{Reservation: "r2", UID: "u4", Epoch: 5, State: "active", LoginUser: "dave"},
+	} {
+		if ok, err := s.Apply(again); ok || err != nil {
+			t.Errorf("%s applied again after the retirement: %v %v", again.UID, ok, err)
+		}
 	}
-	if a, _, err := s.Applied("r2"); err != nil || a.Granted() || a.Epoch != 2 {
-		t.Errorf("the entry after its own object's retirement: %+v %v", a, err)
-	}
-	if _, err := s.Retire("r1", "", 3, time.Now()); err != nil {
-		t.Fatal(err)
-	}
-	if a, _, err := s.Applied("r1"); err != nil || a.Granted() || a.Epoch != 3 {
-		t.Errorf("the entry after a retirement that names no object: %+v %v", a, err)
+	if owed, err := s.Owed(); err != nil || len(owed) != 1 || owed[0].UID != "u4" {
+		t.Errorf("what is owed after the retirement: %+v %v", owed, err)
 	}
 }
