@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
@@ -105,6 +106,7 @@ func TestTheEnrollmentTokenNeedNotBeOnTheCommandLine(t *testing.T) {
 	}
 
 	// Through the command: no token at all is refused before a server is asked.
+	t.Cleanup(func() { _ = logsapi.ResetForTest(nil) }) // the command installs its logging once a process
 	cmd := newCommand()
 	var out bytes.Buffer
 	cmd.SetOut(&out)

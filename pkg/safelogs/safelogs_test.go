@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/pflag"
 	"k8s.io/component-base/logs"
+	logsapi "k8s.io/component-base/logs/api/v1"
 	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/terminalsafe"
@@ -21,23 +22,24 @@ import (
 func TestALogShowsControlCharactersAsText(t *testing.T) {
 	fs := pflag.NewFlagSet("nodusd", pflag.ContinueOnError)
 	logs.AddFlags(fs) // as cli.Run does
-	if err := fs.Parse([]string{"-v=2"}); err != nil {
+	if err := fs.Parse([]string{"-v=2", "--vmodule=safelogs_test=3"}); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	if err := Install(fs, &out); err != nil {
 		t.Fatal(err)
 	}
-	defer klog.ClearLogger()
+	t.Cleanup(func() { _ = logsapi.ResetForTest(nil) }) // for the next test of this process
 	forged := "home/x\n\x1b]0;owned\x07\rE1207 00:00:00.000000 1 forged.go:1] \"forged\"\u202e"
 	klog.ErrorS(errors.New("removing "+forged), "the cleaning failed", "user", "bob\n\x1b[2J")
 	klog.InfoS("a name", "reservation", forged)
 	klog.Infof("an unstructured %s", forged)
 	klog.Warningf("a library's message: %s", "line\nE1207 00:00:00.000000 1 forged.go:1] \"forged\"")
 	klog.V(2).InfoS("at the verbosity the flags give", "path", forged)
-	klog.V(3).InfoS("above it")
+	klog.V(3).InfoS("raised for this file by --vmodule")
+	klog.V(4).InfoS("above it")
 	klog.Background().V(2).Info("a contextual logger at it")
-	klog.Background().V(3).Info("a contextual logger above it")
+	klog.Background().V(4).Info("a contextual logger above it")
 	klog.Flush()
 
 	got := out.String()
@@ -45,7 +47,7 @@ func TestALogShowsControlCharactersAsText(t *testing.T) {
 		t.Errorf("a control character reached the log:\n%q", got)
 	}
 	for _, want := range []string{`the cleaning failed`, `\x1b]0;owned\x07\x0d`, `\x1b[2J`, `\u202e`, "an unstructured home/x\n",
-		"at the verbosity the flags give", "a contextual logger at it"} {
+		"at the verbosity the flags give", "a contextual logger at it", "raised for this file by --vmodule"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("the log has no %q:\n%s", want, got)
 		}

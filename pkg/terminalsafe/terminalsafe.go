@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"unicode/utf8"
 )
 
@@ -54,12 +55,14 @@ func Escape(s, format string) string {
 // Writer writes log entries, one a Write, as text only: their control
 // characters escaped as Escape does, each byte that is no UTF-8 as \xNN,
 // and every line of an entry but its first indented with a tab where it
-// is not already (klog indents a value's lines itself, but writes an
-// unstructured message with line breaks as it is): no value, whoever chose
-// it, writes an escape sequence to the terminal that reads the log, or a
-// line that reads as an entry of its own.
+// is not already (klog indents a value's lines with a tab and ends the
+// value with " >", but writes an unstructured message with line breaks as
+// it is): no value, whoever chose it, writes an escape sequence to the
+// terminal that reads the log, or a line that reads as an entry of its
+// own. Entries written at once are written one after the other.
 type Writer struct {
-	w io.Writer
+	mu sync.Mutex
+	w  io.Writer
 }
 
 // NewWriter is a Writer to w.
@@ -68,6 +71,8 @@ func NewWriter(w io.Writer) *Writer { return &Writer{w: w} }
 // Write writes the entry p as text and reports all of p written when the
 // writer below took it all.
 func (w *Writer) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if !bytes.ContainsFunc(p, shownEscaped) && utf8.Valid(p) && !startsALine(p) {
 		return w.w.Write(p)
 	}
@@ -77,7 +82,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 		switch {
 		case r == '\n':
 			b = append(b, '\n')
-			if i+1 < len(p) && p[i+1] != '\t' && p[i+1] != ' ' {
+			if i+1 < len(p) && !indented(p[i+1:]) {
 				b = append(b, '\t')
 			}
 		case r == utf8.RuneError && size == 1:
@@ -98,12 +103,22 @@ func (w *Writer) Write(p []byte) (int, error) {
 }
 
 // startsALine says whether a line break inside entry (not its last byte)
-// is followed by anything but the indentation klog gives a value's lines.
+// starts a line klog would not have: one not indented.
 func startsALine(entry []byte) bool {
 	for i, c := range entry[:max(len(entry)-1, 0)] {
-		if c == '\n' && entry[i+1] != '\t' && entry[i+1] != ' ' {
+		if c == '\n' && !indented(entry[i+1:]) {
 			return true
 		}
 	}
 	return false
+}
+
+// indented says whether line, which follows a line break of an entry, is
+// one klog writes: a value's line (a tab first) or the end of a value
+// (" >", then a space before the next value or the entry's end).
+func indented(line []byte) bool {
+	if len(line) > 0 && line[0] == '\t' {
+		return true
+	}
+	return bytes.HasPrefix(line, []byte(" >")) && (len(line) == 2 || line[2] == ' ' || line[2] == '\n')
 }

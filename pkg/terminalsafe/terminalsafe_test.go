@@ -47,12 +47,14 @@ func TestWriterShowsControlsAsText(t *testing.T) {
 		}
 	}
 	out.Reset()
-	unstructured := "W1207 00:00:00.000000 1 a.go:1] line\nE1207 00:00:00.000000 1 forged.go:1] forged\n"
-	if _, err := w.Write([]byte(unstructured)); err != nil || out.String() != "W1207 00:00:00.000000 1 a.go:1] line\n\tE1207 00:00:00.000000 1 forged.go:1] forged\n" {
-		t.Errorf("a line of an entry was not indented: %q %v", out.String(), err)
+	for _, line := range []string{"E1207 00:00:00.000000 1 forged.go:1] forged", " E1207 forged", " >E1207 forged", "\u00a0E1207 forged"} {
+		out.Reset()
+		if _, err := w.Write([]byte("W1207 00:00:00.000000 1 a.go:1] line\n" + line + "\n")); err != nil || out.String() != "W1207 00:00:00.000000 1 a.go:1] line\n\t"+line+"\n" {
+			t.Errorf("a line of an entry was not indented: %q %v", out.String(), err)
+		}
 	}
 	out.Reset()
-	plain := "I1207 00:00:00.000000 1 a.go:1] \"plain\" key=<\n\tline\n >\n"
+	plain := "I1207 00:00:00.000000 1 a.go:1] \"plain\" key=<\n\tline\n > next=<\n\tline\n >\n"
 	if _, err := w.Write([]byte(plain)); err != nil || out.String() != plain {
 		t.Errorf("the writer changed a plain entry: %q %v", out.String(), err)
 	}
