@@ -141,7 +141,11 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 	for {
 		h, err := c.NodusV1().ReservedHosts(project).Get(waiting, name, metav1.GetOptions{})
 		if err != nil {
-			if waiting.Err() != nil && ctx.Err() == nil {
+			// The wait ran out: its context says so once its timer fired,
+			// the client's rate limiter as soon as the deadline passed
+			// ("would exceed context deadline", which wraps no context
+			// error).
+			if ctx.Err() == nil && (waiting.Err() != nil || o.Timeout > 0 && time.Since(start) >= o.Timeout) {
 				return notDrained()
 			}
 			return err
