@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 	logsapi "k8s.io/component-base/logs/api/v1"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/terminalsafe"
 )
@@ -41,5 +42,12 @@ func Install(flags *pflag.FlagSet, out io.Writer) error {
 		c.FlushFrequency.Duration.Duration = d
 	}
 	w := terminalsafe.NewWriter(out)
-	return logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: w, InfoStream: w}, nil)
+	if err := logsapi.ValidateAndApplyWithOptions(c, &logsapi.LoggingOptions{ErrorStream: w, InfoStream: w}, nil); err != nil {
+		return err
+	}
+	// Off, as cli.Run's InitLogs left it (applied without a feature gate,
+	// the configuration turns it on): what libraries log through a
+	// request's context is written as before, by the same writer.
+	klog.EnableContextualLogging(false)
+	return nil
 }
