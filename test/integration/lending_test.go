@@ -885,3 +885,79 @@ func TestAFormerOwnersHostLendingShowsNothingOfTheNext(t *testing.T) {
 		}
 	}
 }
+
+// TestABorrowerThePoolNoLongerLendsToRunsNothingMore: an operator takes a
+// project off a pool's borrowers, or closes the pool's lending. Its pending
+// executions waited, saying why; those already placed went on: a scheduled
+// one started whenever the host's agent got to it, a running one ran to its
+// maximum runtime. Now a scheduled one drains and a running one is asked to
+// drain, as when the owner withdraws the host; another borrower's go on
+// until the pool closes.
+func TestABorrowerThePoolNoLongerLendsToRunsNothingMore(t *testing.T) {
+	s := testserver.StartTestServer(t)
+	f := newLendingFleet(t, s, 1, map[string]int32{"beta": 8, "gamma": 8}, false)
+	node := "gpu-00"
+	if r := f.lend(t, f.admin, "lend", node, fmt.Sprintf(`{"epoch":%d,"maxGPUs":8}`, f.reservation(t, node).Status.Epoch)); r.code != 200 {
+		t.Fatalf("acme lends: %d %s", r.code, r.body)
+	}
+	scheduled := func(project string) *nodusv1.Execution {
+		t.Helper()
+		e := f.submit(t, project, 1, 3600)
+		return f.waitExecution(t, project, e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
+	}
+	started := func(project string) *nodusv1.Execution {
+		t.Helper()
+		e := scheduled(project)
+		if r := f.report(t, node, project, e.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+			t.Fatalf("%s's execution starts: %d %s", project, r.code, r.body)
+		}
+		return f.waitExecution(t, project, e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
+	}
+	running, waiting := started("beta"), scheduled("beta")
+	othersRunning, othersWaiting := started("gamma"), scheduled("gamma")
+	changePool := func(change func(*nodusv1.PoolLending)) {
+		t.Helper()
+		pool, err := s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		change(pool.Spec.Lending)
+		if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped := func(project string, running, waiting *nodusv1.Execution) {
+		t.Helper()
+		drained := f.waitExecution(t, project, waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionDrained })
+		if drained.Status.Reason != "Drained" || drained.Status.FinishedAt == nil || !strings.Contains(drained.Status.Message, "no longer lends to project "+project) {
+			t.Errorf("%s's execution placed, not started: %+v", project, drained.Status)
+		}
+		if r := f.report(t, node, project, waiting.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code == 200 {
+			t.Errorf("%s's drained execution started: %s", project, r.body)
+		}
+		asked := f.waitExecution(t, project, running.Name, func(e *nodusv1.Execution) bool { return e.Status.DrainRequestedAt != nil })
+		if asked.Status.Phase != nodusv1.ExecutionRunning {
+			t.Errorf("%s's running execution, asked to drain: %s", project, asked.Status.Phase)
+		}
+		if r := f.report(t, node, project, running.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionDrained, Reason: "Drained"}); r.code != 200 {
+			t.Errorf("%s's running execution reported drained: %d %s", project, r.code, r.body)
+		}
+	}
+
+	changePool(func(l *nodusv1.PoolLending) {
+		l.Borrowers = slices.DeleteFunc(l.Borrowers, func(b nodusv1.PoolBorrower) bool { return b.Project == "beta" })
+	})
+	stopped("beta", running, waiting)
+	// The other borrower's go on: its scheduled execution still starts.
+	if e, err := s.Client.NodusV1().Executions("gamma").Get(ctx(t), othersRunning.Name, metav1.GetOptions{}); err != nil ||
+		e.Status.Phase != nodusv1.ExecutionRunning || e.Status.DrainRequestedAt != nil {
+		t.Errorf("another borrower's running execution after beta was taken off: %v %+v", err, e.Status)
+	}
+	if r := f.report(t, node, "gamma", othersWaiting.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != 200 {
+		t.Errorf("another borrower's scheduled execution starts after beta was taken off: %d %s", r.code, r.body)
+	}
+	othersWaiting = scheduled("gamma")
+
+	changePool(func(l *nodusv1.PoolLending) { l.Open = false })
+	stopped("gamma", othersRunning, othersWaiting)
+}

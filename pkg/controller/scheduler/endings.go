@@ -128,6 +128,14 @@ func hostLost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 
 // drained is e, placed but not started, ended because its host stopped
 // being lent.
+// notLentTo is e, placed but not started, drained because its pool no
+// longer lends to its project.
+func notLentTo(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
+	w := drained(e, now)
+	w.Status.Message = fmt.Sprintf("pool %s no longer lends to project %s: it was placed, and never started", e.Spec.Pool, e.Namespace)
+	return w
+}
+
 func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	w := e.DeepCopy()
 	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionDrained, &now

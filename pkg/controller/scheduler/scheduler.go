@@ -275,9 +275,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Each pool a pending execution names, read from etcd once per pass: the
-	// cache may lag an operator's change, and a placement keeps the pool's
-	// cap and network policy as they were when it was made.
+	// Each pool a pending execution names (or a placed one, whose pool the
+	// cache says no longer lends to its project), read from etcd once per
+	// pass: the cache may lag an operator's change, and a placement keeps
+	// the pool's cap and network policy as they were when it was made.
 	pools := map[string]*nodusv1.Pool{}
 	// The nodes by alias are needed only for an execution placed on a host
 	// that is not lent, or whose agent went silent: read once, and only then.
@@ -300,6 +301,10 @@ func (c *Controller) Pass(ctx context.Context) error {
 		executions = append(executions, obj.(*nodusv1.Execution))
 	}
 	claims, err := c.claims.list(ctx)
+	if err != nil {
+		return err
+	}
+	revoked, err := c.revokedBorrowers(ctx, executions, pools)
 	if err != nil {
 		return err
 	}
@@ -340,6 +345,14 @@ func (c *Controller) Pass(ctx context.Context) error {
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && (h == nil || !lending.LentAt(h.reservation, now.Time)):
 			// Withdrawn, released or ended before the agent started it.
 			writes = append(writes, write{execution: drained(e, now)})
+		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && revoked[[2]string{e.Spec.Pool, e.Namespace}]:
+			writes = append(writes, write{execution: notLentTo(e, now)})
+		case e.Status.Phase == nodusv1.ExecutionRunning && !isAssumed && e.Status.DrainRequestedAt == nil && revoked[[2]string{e.Spec.Pool, e.Namespace}]:
+			// Its agent stops it and reports it drained, as after a
+			// withdrawal; one that does not is ended after stopAfter.
+			w := e.DeepCopy()
+			w.Status.DrainRequestedAt = &now
+			writes = append(writes, write{execution: w})
 		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed &&
 			(outlived(e, now.Time) || stopUnconfirmed(e, now.Time) || (e.Status.Phase == nodusv1.ExecutionRunning && h == nil)):
 			node, err := nodeOf(p.alias)
@@ -560,6 +573,37 @@ func (c *Controller) alias(n *nodusv1.Node) string {
 	}
 	c.aliasOf[n.UID] = a
 	return a
+}
+
+// revokedBorrowers are the pools and projects of placed executions
+// (scheduled or running) whose pool no longer lends to their project: an
+// operator took the project off its borrowers, closed the pool's lending
+// or deleted the pool. Nothing of such a borrower starts or runs on there
+// any more. The cache says which may be; etcd decides (poolNow), so that
+// a cache behind an operator who just added a borrower drains nothing.
+func (c *Controller) revokedBorrowers(ctx context.Context, executions []*nodusv1.Execution, pools map[string]*nodusv1.Pool) (map[[2]string]bool, error) {
+	revoked := map[[2]string]bool{}
+	for _, e := range executions {
+		key := [2]string{e.Spec.Pool, e.Namespace}
+		if _, known := revoked[key]; known || (e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning) {
+			continue
+		}
+		cached, err := c.pools.Get(e.Spec.Pool)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return nil, err
+		}
+		if _, ok := lending.Borrower(cached, e.Namespace); ok {
+			revoked[key] = false
+			continue
+		}
+		pool, err := c.poolNow(ctx, e.Spec.Pool, pools)
+		if err != nil {
+			return nil, err
+		}
+		_, ok := lending.Borrower(pool, e.Namespace)
+		revoked[key] = !ok
+	}
+	return revoked, nil
 }
 
 // poolNow is the pool as stored now, or nil when there is none, remembered
