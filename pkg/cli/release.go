@@ -141,10 +141,12 @@ func (o *ReleaseOptions) waitDrained(ctx context.Context, project, name string) 
 	for {
 		h, err := c.NodusV1().ReservedHosts(project).Get(waiting, name, metav1.GetOptions{})
 		if err != nil {
-			// The wait ran out: its context says so once its timer fired,
-			// the client's rate limiter as soon as the deadline passed
-			// ("would exceed context deadline", which wraps no context
-			// error).
+			// The wait ran out: its context says so once its timer fired;
+			// before that, a deadline just passed reaches the client's rate
+			// limiter first, which answers "would exceed context deadline"
+			// and wraps no context error. (It answers so ahead of the
+			// deadline too when it would have to wait past it, which one
+			// read a second under its default rate never does.)
 			if ctx.Err() == nil && (waiting.Err() != nil || o.Timeout > 0 && time.Since(start) >= o.Timeout) {
 				return notDrained()
 			}

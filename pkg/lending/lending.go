@@ -13,6 +13,22 @@ import (
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 )
 
+// drainAsked ends the message of a running execution the server asked to
+// drain (status.drainRequestedAt): what precedes it is why, and the host's
+// agent reports that as the drained execution's message.
+const drainAsked = "; the host stops it"
+
+// DrainAsked is the message of a running execution asked to drain, why.
+func DrainAsked(why string) string { return why + drainAsked }
+
+// WhyDrained is why a running execution was asked to drain, from its
+// message; ok is false for a message DrainAsked did not write (a server
+// before session 61 wrote none).
+func WhyDrained(message string) (why string, ok bool) {
+	why, ok = strings.CutSuffix(message, drainAsked)
+	return why, ok && why != ""
+}
+
 // MaxExecutionsPerHost bounds what an owner may allow at once on one host.
 const MaxExecutionsPerHost = 64
 

@@ -91,3 +91,17 @@ func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
 		}
 	}
 }
+
+// TestWhyDrainedReadsWhatDrainAskedWrote: the host's agent reports a
+// running execution's drain with the reason the server gave; a message the
+// server did not write as a drain's says none.
+func TestWhyDrainedReadsWhatDrainAskedWrote(t *testing.T) {
+	if why, ok := WhyDrained(DrainAsked("pool gpu no longer lends to project beta")); !ok || why != "pool gpu no longer lends to project beta" {
+		t.Errorf("a drain's message read back: %q %v", why, ok)
+	}
+	for _, message := range []string{"", "running on host-1", DrainAsked("")} {
+		if why, ok := WhyDrained(message); ok {
+			t.Errorf("%q read as a drain's, why %q", message, why)
+		}
+	}
+}

@@ -398,8 +398,37 @@ func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
 	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
 	withdrawAndLend()
 	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
-	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil {
+	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil || got.Status.Message != "the owner withdrew the host" {
 		t.Errorf("the execution running at the withdrawal ended %s (%s: %s), drain asked at %v", got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.DrainRequestedAt)
+	}
+}
+
+// TestAnExecutionOfABorrowerTakenOffThePoolDrains: the operator takes the
+// borrower off the pool's borrowers while its execution runs; the host's
+// agent, asked to drain it, stops it and reports it drained, saying why
+// as the server said it (not "the owner withdrew the host").
+func TestAnExecutionOfABorrowerTakenOffThePoolDrains(t *testing.T) {
+	f := lentHost(t)
+	startRunner(t, f, f.agents[lentNode])
+	running, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"sleep", "60"}, GPUs: 1, MaxRuntimeSeconds: 120}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
+	pools := f.s.Client.NodusV1().Pools()
+	pool, err := pools.Get(ctx(t), "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool.Spec.Lending.Borrowers = nil
+	if _, err := pools.Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
+	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil || got.Status.Message != "pool gpu no longer lends to project beta" {
+		t.Errorf("the execution running when its borrower was taken off ended %s (%s: %s), drain asked at %v", got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.DrainRequestedAt)
 	}
 }
 

@@ -932,12 +932,13 @@ func TestABorrowerThePoolNoLongerLendsToRunsNothingMore(t *testing.T) {
 		if drained.Status.Reason != "Drained" || drained.Status.FinishedAt == nil || !strings.Contains(drained.Status.Message, "no longer lends to project "+project) {
 			t.Errorf("%s's execution placed, not started: %+v", project, drained.Status)
 		}
-		if r := f.report(t, node, project, waiting.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code == 200 {
-			t.Errorf("%s's drained execution started: %s", project, r.body)
+		if r := f.report(t, node, project, waiting.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning}); r.code != http.StatusConflict ||
+			envelopeOf(t, r).Reason != apierror.ReasonExecutionFinished {
+			t.Errorf("%s's drained execution started: %d %s", project, r.code, r.body)
 		}
 		asked := f.waitExecution(t, project, running.Name, func(e *nodusv1.Execution) bool { return e.Status.DrainRequestedAt != nil })
-		if asked.Status.Phase != nodusv1.ExecutionRunning {
-			t.Errorf("%s's running execution, asked to drain: %s", project, asked.Status.Phase)
+		if asked.Status.Phase != nodusv1.ExecutionRunning || asked.Status.Message != "pool gpu no longer lends to project "+project+"; the host stops it" {
+			t.Errorf("%s's running execution, asked to drain: %s %q", project, asked.Status.Phase, asked.Status.Message)
 		}
 		if r := f.report(t, node, project, running.Name, nodusv1.ExecutionReport{Phase: nodusv1.ExecutionDrained, Reason: "Drained"}); r.code != 200 {
 			t.Errorf("%s's running execution reported drained: %d %s", project, r.code, r.body)

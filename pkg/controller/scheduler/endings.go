@@ -126,8 +126,6 @@ func hostLost(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	return w
 }
 
-// drained is e, placed but not started, ended because its host stopped
-// being lent.
 // notLentTo is e, placed but not started, drained because its pool no
 // longer lends to its project.
 func notLentTo(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
@@ -136,6 +134,8 @@ func notLentTo(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	return w
 }
 
+// drained is e, placed but not started, ended because its host stopped
+// being lent.
 func drained(e *nodusv1.Execution, now metav1.Time) *nodusv1.Execution {
 	w := e.DeepCopy()
 	w.Status.Phase, w.Status.FinishedAt = nodusv1.ExecutionDrained, &now

@@ -347,11 +347,14 @@ func (c *Controller) Pass(ctx context.Context) error {
 			writes = append(writes, write{execution: drained(e, now)})
 		case e.Status.Phase == nodusv1.ExecutionScheduled && !isAssumed && revoked[[2]string{e.Spec.Pool, e.Namespace}]:
 			writes = append(writes, write{execution: notLentTo(e, now)})
-		case e.Status.Phase == nodusv1.ExecutionRunning && !isAssumed && e.Status.DrainRequestedAt == nil && revoked[[2]string{e.Spec.Pool, e.Namespace}]:
+		case e.Status.Phase == nodusv1.ExecutionRunning && !isAssumed && stoppable(e) && h != nil && !outlived(e, now.Time) &&
+			revoked[[2]string{e.Spec.Pool, e.Namespace}]:
 			// Its agent stops it and reports it drained, as after a
-			// withdrawal; one that does not is ended after stopAfter.
+			// withdrawal; one whose agent confirms nothing is ended after
+			// stopAfter (below, in a later pass).
 			w := e.DeepCopy()
 			w.Status.DrainRequestedAt = &now
+			w.Status.Message = lending.DrainAsked(fmt.Sprintf("pool %s no longer lends to project %s", e.Spec.Pool, e.Namespace))
 			writes = append(writes, write{execution: w})
 		case (e.Status.Phase == nodusv1.ExecutionRunning || e.Status.Phase == nodusv1.ExecutionScheduled) && !isAssumed &&
 			(outlived(e, now.Time) || stopUnconfirmed(e, now.Time) || (e.Status.Phase == nodusv1.ExecutionRunning && h == nil)):
@@ -585,8 +588,8 @@ func (c *Controller) revokedBorrowers(ctx context.Context, executions []*nodusv1
 	revoked := map[[2]string]bool{}
 	for _, e := range executions {
 		key := [2]string{e.Spec.Pool, e.Namespace}
-		if _, known := revoked[key]; known || (e.Status.Phase != nodusv1.ExecutionScheduled && e.Status.Phase != nodusv1.ExecutionRunning) {
-			continue
+		if _, known := revoked[key]; known || (e.Status.Phase != nodusv1.ExecutionScheduled && (e.Status.Phase != nodusv1.ExecutionRunning || !stoppable(e))) {
+			continue // one already asked to stop is left to its agent: no read of etcd every pass until it reports
 		}
 		cached, err := c.pools.Get(e.Spec.Pool)
 		if err != nil && !apierrors.IsNotFound(err) {
@@ -604,6 +607,12 @@ func (c *Controller) revokedBorrowers(ctx context.Context, executions []*nodusv1
 		revoked[key] = !ok
 	}
 	return revoked, nil
+}
+
+// stoppable says whether a running execution has been asked to stop by
+// no one yet (a cancel or a drain).
+func stoppable(e *nodusv1.Execution) bool {
+	return e.Status.CancelRequestedAt == nil && e.Status.DrainRequestedAt == nil
 }
 
 // poolNow is the pool as stored now, or nil when there is none, remembered

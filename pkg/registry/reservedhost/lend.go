@@ -217,6 +217,7 @@ func (r *LendREST) drain(ctx context.Context, res *nodusv1.Reservation, now meta
 					d.Status.Reason, d.Status.Message = "Drained", "the owner withdrew the host before the execution started"
 				case d.Status.Phase == nodusv1.ExecutionRunning && d.Status.DrainRequestedAt == nil:
 					d.Status.DrainRequestedAt = &now
+					d.Status.Message = lending.DrainAsked("the owner withdrew the host")
 				}
 				return d, nil
 			}), nil, nil, false, &metav1.UpdateOptions{})
