@@ -1309,7 +1309,7 @@ func schema_pkg_apis_nodus_v1_ExecutionStatus(ref common.ReferenceCallback) comm
 					},
 					"drainRequestedAt": {
 						SchemaProps: spec.SchemaProps{
-							Description: "DrainRequestedAt is when the owner withdrew the host while it ran: the host's agent stops it and reports it drained, whether or not it saw the withdrawal itself.",
+							Description: "DrainRequestedAt is when the server asked the host to stop it while it ran: the owner withdrew the host, or the pool no longer lends to its project (the message says which). The host's agent stops it and reports it drained, whether or not it saw the withdrawal itself.",
 							Ref:         ref(metav1.Time{}.OpenAPIModelName()),
 						},
 					},

@@ -104,9 +104,10 @@ type ExecutionStatus struct {
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
 	// +optional
 	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty" protobuf:"bytes,8,opt,name=cancelRequestedAt"`
-	// DrainRequestedAt is when the owner withdrew the host while it ran:
-	// the host's agent stops it and reports it drained, whether or not it
-	// saw the withdrawal itself.
+	// DrainRequestedAt is when the server asked the host to stop it while
+	// it ran: the owner withdrew the host, or the pool no longer lends to
+	// its project (the message says which). The host's agent stops it and
+	// reports it drained, whether or not it saw the withdrawal itself.
 	// +optional
 	DrainRequestedAt *metav1.Time `json:"drainRequestedAt,omitempty" protobuf:"bytes,14,opt,name=drainRequestedAt"`
 	// StartedAt is when it started.

@@ -35,9 +35,10 @@ type ExecutionStatusApplyConfiguration struct {
 	ScheduledAt *metav1.Time `json:"scheduledAt,omitempty"`
 	// CancelRequestedAt is when a borrower asked to cancel it while it ran.
 	CancelRequestedAt *metav1.Time `json:"cancelRequestedAt,omitempty"`
-	// DrainRequestedAt is when the owner withdrew the host while it ran:
-	// the host's agent stops it and reports it drained, whether or not it
-	// saw the withdrawal itself.
+	// DrainRequestedAt is when the server asked the host to stop it while
+	// it ran: the owner withdrew the host, or the pool no longer lends to
+	// its project (the message says which). The host's agent stops it and
+	// reports it drained, whether or not it saw the withdrawal itself.
 	DrainRequestedAt *metav1.Time `json:"drainRequestedAt,omitempty"`
 	// StartedAt is when it started.
 	StartedAt *metav1.Time `json:"startedAt,omitempty"`
