@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,16 +12,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/nodus-dev/nodus/pkg/agent"
+	"github.com/nodus-dev/nodus/pkg/safelogs/safelogstest"
 )
 
-// TestMain runs this test binary as nodusd itself where a test asks for
-// it, so that a test sees what the real command writes.
-func TestMain(m *testing.M) {
-	if os.Getenv("NODUSD_TEST_AS_NODUSD") == "1" {
-		main()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { safelogstest.Main(m, main) }
 
 // TestNodusdLogsControlCharactersAsText: nodusd's journal holds names,
 // paths and messages tenants and the server chose (a tenant's file names
@@ -30,24 +23,11 @@ func TestMain(m *testing.M) {
 // as it was, escape sequences included. The real command, failing on a
 // file name that carries them, logs them escaped.
 func TestNodusdLogsControlCharactersAsText(t *testing.T) {
-	config := filepath.Join(t.TempDir(), "nodusd\n\x1b]0;owned\x07\rE1207 forged.yaml")
+	config := filepath.Join(t.TempDir(), "nodusd"+safelogstest.Forged+".yaml")
 	if err := os.WriteFile(config, []byte("notAKey: 1\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(os.Args[0], "run", "--config", config)
-	cmd.Env = append(os.Environ(), "NODUSD_TEST_AS_NODUSD=1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err == nil {
-		t.Fatalf("nodusd run accepted a configuration with an unknown key:\n%s", stderr.String())
-	}
-	got := stderr.String()
-	if !strings.Contains(got, "command failed") || !strings.Contains(got, `\x1b]0;owned\x07\x0dE1207 forged.yaml`) {
-		t.Errorf("nodusd did not log the file's name, escaped:\n%q", got)
-	}
-	if strings.ContainsAny(got, "\x1b\x07\r") {
-		t.Errorf("a control character reached nodusd's log:\n%q", got)
-	}
+	safelogstest.FailsLoggingAsText(t, "run", "--config", config)
 }
 
 // The configuration file shipped in deploy/ must be one nodusd accepts.

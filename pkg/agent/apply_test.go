@@ -66,6 +66,21 @@ func sessionAndStore(t *testing.T, prefix string) (login string, session func() 
 	return login, session, store
 }
 
+// leftoverOf is the path of a file login's tenant leaves in its home for
+// the next tenant, written.
+func leftoverOf(t *testing.T, login string) string {
+	t.Helper()
+	home, err := user.Lookup(login)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leftover := filepath.Join(home.HomeDir, "leftover")
+	if err := os.WriteFile(leftover, []byte("for the next tenant"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return leftover
+}
+
 // TestAnEndingAccessLeavesTheSessionsOfAnotherThatGrantsTheUser: a machine
 // enrolled under a deleted node's name lists that node's reservations; one
 // of them, ending, names the login user the reservation holding the node
@@ -295,14 +310,7 @@ func TestAHostIsNotHandedOverUncleaned(t *testing.T) {
 	if !a.userStillGranted(first) {
 		t.Fatal("the first tenant's access was not applied")
 	}
-	home, err := user.Lookup(first)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leftover := filepath.Join(home.HomeDir, "leftover")
-	if err := os.WriteFile(leftover, []byte("for the next tenant"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	leftover := leftoverOf(t, first)
 
 	refused := func(when string) {
 		t.Helper()
@@ -427,14 +435,7 @@ func TestAnObjectMadeAgainUnseenEndsTheOneBefore(t *testing.T) {
 			if !a.userStillGranted(login) {
 				t.Fatal("the first object's access was not applied")
 			}
-			home, err := user.Lookup(login)
-			if err != nil {
-				t.Fatal(err)
-			}
-			leftover := filepath.Join(home.HomeDir, "leftover")
-			if err := os.WriteFile(leftover, []byte("for the next tenant"), 0o644); err != nil {
-				t.Fatal(err)
-			}
+			leftover := leftoverOf(t, login)
 			node.Status.ReservationUID = againUID
 			a.apply(ctx, reservation(againUID))
 			if !a.withheld("r") {

@@ -389,13 +389,7 @@ func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
 	}
 
 	startRunner(t, f, f.agents[lentNode])
-	running, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
-		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"sleep", "60"}, GPUs: 1, MaxRuntimeSeconds: 120}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
+	running := runningLong(t, f)
 	withdrawAndLend()
 	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
 	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil || got.Status.Message != "the owner withdrew the host" {
@@ -410,22 +404,8 @@ func TestAWithdrawalTheAgentMissesStillDrains(t *testing.T) {
 func TestAnExecutionOfABorrowerTakenOffThePoolDrains(t *testing.T) {
 	f := lentHost(t)
 	startRunner(t, f, f.agents[lentNode])
-	running, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
-		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"sleep", "60"}, GPUs: 1, MaxRuntimeSeconds: 120}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
-	pools := f.s.Client.NodusV1().Pools()
-	pool, err := pools.Get(ctx(t), "gpu", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool.Spec.Lending.Borrowers = nil
-	if _, err := pools.Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	running := runningLong(t, f)
+	f.changePool(t, func(l *nodusv1.PoolLending) { l.Borrowers = nil })
 	got := f.waitExecution(t, "beta", running.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase.Finished() })
 	if got.Status.Phase != nodusv1.ExecutionDrained || got.Status.DrainRequestedAt == nil || got.Status.Message != "pool gpu no longer lends to project beta" {
 		t.Errorf("the execution running when its borrower was taken off ended %s (%s: %s), drain asked at %v", got.Status.Phase, got.Status.Reason, got.Status.Message, got.Status.DrainRequestedAt)
@@ -490,6 +470,19 @@ func startRunner(t *testing.T, f *lendingFleet, config *rest.Config) *executions
 	go func() { defer close(done); _ = runner.Run(runCtx) }()
 	t.Cleanup(func() { stop(); <-done })
 	return runner
+}
+
+// runningLong is an execution of beta's that sleeps a minute, once the
+// host's runner has started it.
+func runningLong(t *testing.T, f *lendingFleet) *nodusv1.Execution {
+	t.Helper()
+	e, err := versioned.NewForConfigOrDie(f.borrowers["beta"]).NodusV1().Executions("beta").Create(ctx(t), &nodusv1.Execution{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "long-"},
+		Spec:       nodusv1.ExecutionSpec{Pool: "gpu", Command: []string{"sleep", "60"}, GPUs: 1, MaxRuntimeSeconds: 120}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionRunning })
 }
 
 // submitTrue submits, as project beta, an execution of `true` on one GPU,

@@ -97,6 +97,20 @@ func newLendingFleet(t *testing.T, s *testserver.Server, nodes int, caps map[str
 	return f
 }
 
+// changePool updates the pool "gpu" as change says.
+func (f *lendingFleet) changePool(t *testing.T, change func(*nodusv1.PoolLending)) {
+	t.Helper()
+	pools := f.s.Client.NodusV1().Pools()
+	pool, err := pools.Get(ctx(t), "gpu", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	change(pool.Spec.Lending)
+	if _, err := pools.Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // lend POSTs to lend (or withdraw) as cfg.
 func (f *lendingFleet) lend(t *testing.T, cfg *rest.Config, action, name, body string, headers ...string) response {
 	t.Helper()
@@ -761,23 +775,11 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	if _, err := s.Client.NodusV1().Pools().Update(ctx(t), bad, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
 		t.Errorf("a network policy that does not exist: %v", err)
 	}
-	// changePool updates the pool "gpu" as change says.
-	changePool := func(change func(*nodusv1.PoolLending)) {
-		t.Helper()
-		pool, err := s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		change(pool.Spec.Lending)
-		if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	// placedAfter sets the pool's network policy and places one more
 	// execution right after.
 	placedAfter := func(network nodusv1.LendingNetwork) *nodusv1.Execution {
 		t.Helper()
-		changePool(func(l *nodusv1.PoolLending) { l.Network = network })
+		f.changePool(t, func(l *nodusv1.PoolLending) { l.Network = network })
 		e := f.submit(t, "beta", 1, 60)
 		return f.waitExecution(t, "beta", e.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionScheduled })
 	}
@@ -793,7 +795,7 @@ func TestLendingSharesMemoryAndCPUs(t *testing.T) {
 	// the pool stops lending: it says why it waits.
 	waiting := f.submit(t, "beta", 5, 60)
 	f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Reason == "Waiting" })
-	changePool(func(l *nodusv1.PoolLending) { l.Open = false })
+	f.changePool(t, func(l *nodusv1.PoolLending) { l.Open = false })
 	closed := f.waitExecution(t, "beta", waiting.Name, func(e *nodusv1.Execution) bool {
 		return strings.Contains(e.Status.Message, "no longer lends")
 	})
@@ -915,17 +917,6 @@ func TestABorrowerThePoolNoLongerLendsToRunsNothingMore(t *testing.T) {
 	}
 	running, waiting := started("beta"), scheduled("beta")
 	othersRunning, othersWaiting := started("gamma"), scheduled("gamma")
-	changePool := func(change func(*nodusv1.PoolLending)) {
-		t.Helper()
-		pool, err := s.Client.NodusV1().Pools().Get(ctx(t), "gpu", metav1.GetOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		change(pool.Spec.Lending)
-		if _, err := s.Client.NodusV1().Pools().Update(ctx(t), pool, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	stopped := func(project string, running, waiting *nodusv1.Execution) {
 		t.Helper()
 		drained := f.waitExecution(t, project, waiting.Name, func(e *nodusv1.Execution) bool { return e.Status.Phase == nodusv1.ExecutionDrained })
@@ -945,7 +936,7 @@ func TestABorrowerThePoolNoLongerLendsToRunsNothingMore(t *testing.T) {
 		}
 	}
 
-	changePool(func(l *nodusv1.PoolLending) {
+	f.changePool(t, func(l *nodusv1.PoolLending) {
 		l.Borrowers = slices.DeleteFunc(l.Borrowers, func(b nodusv1.PoolBorrower) bool { return b.Project == "beta" })
 	})
 	stopped("beta", running, waiting)
@@ -959,6 +950,6 @@ func TestABorrowerThePoolNoLongerLendsToRunsNothingMore(t *testing.T) {
 	}
 	othersWaiting = scheduled("gamma")
 
-	changePool(func(l *nodusv1.PoolLending) { l.Open = false })
+	f.changePool(t, func(l *nodusv1.PoolLending) { l.Open = false })
 	stopped("gamma", othersRunning, othersWaiting)
 }
