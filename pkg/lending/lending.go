@@ -22,11 +22,14 @@ const drainAsked = "; the host stops it"
 func DrainAsked(why string) string { return why + drainAsked }
 
 // WhyDrained is why a running execution was asked to drain, from its
-// message; ok is false for a message DrainAsked did not write (a server
-// before session 61 wrote none).
-func WhyDrained(message string) (why string, ok bool) {
-	why, ok = strings.CutSuffix(message, drainAsked)
-	return why, ok && why != ""
+// message: what DrainAsked wrote, or, for a message it did not write (a
+// server before session 61 wrote none), the only drain such a server
+// asked for, a withdrawal.
+func WhyDrained(message string) string {
+	if why, ok := strings.CutSuffix(message, drainAsked); ok && why != "" {
+		return why
+	}
+	return "the owner withdrew the host"
 }
 
 // MaxExecutionsPerHost bounds what an owner may allow at once on one host.

@@ -94,13 +94,14 @@ func TestAnAgreementIsHeldToTheHostsShare(t *testing.T) {
 
 // TestWhyDrainedReadsWhatDrainAskedWrote: the host's agent reports a
 // running execution's drain with the reason the server gave; a message the
-// server did not write as a drain's says none.
+// server did not write as a drain's reads as a withdrawal, the only drain
+// a server before session 61 asked for.
 func TestWhyDrainedReadsWhatDrainAskedWrote(t *testing.T) {
-	if why, ok := WhyDrained(DrainAsked("pool gpu no longer lends to project beta")); !ok || why != "pool gpu no longer lends to project beta" {
-		t.Errorf("a drain's message read back: %q %v", why, ok)
+	if why := WhyDrained(DrainAsked("pool gpu no longer lends to project beta")); why != "pool gpu no longer lends to project beta" {
+		t.Errorf("a drain's message read back: %q", why)
 	}
 	for _, message := range []string{"", "running on host-1", DrainAsked("")} {
-		if why, ok := WhyDrained(message); ok {
+		if why := WhyDrained(message); why != "the owner withdrew the host" {
 			t.Errorf("%q read as a drain's, why %q", message, why)
 		}
 	}

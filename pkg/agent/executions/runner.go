@@ -419,13 +419,8 @@ func (r *Runner) observe(ctx context.Context, e *nodusv1.Execution) {
 		r.stop(x, outcome{phase: nodusv1.ExecutionCancelled, reason: ReasonCancelled, message: "cancelled by the borrower while it ran"})
 	case known && e.Status.Phase == nodusv1.ExecutionRunning && e.Status.DrainRequestedAt != nil:
 		// The owner withdrew the host (whether or not this agent saw it),
-		// or the pool no longer lends to the borrower: the server says
-		// which (a server before session 61 said nothing: a withdrawal).
-		why, ok := lending.WhyDrained(e.Status.Message)
-		if !ok {
-			why = "the owner withdrew the host"
-		}
-		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: why})
+		// or the pool no longer lends to the borrower: the server says which.
+		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained, message: lending.WhyDrained(e.Status.Message)})
 	case known && (e.Status.Phase == nodusv1.ExecutionCancelled || e.Status.Phase == nodusv1.ExecutionDrained):
 		r.stop(x, outcome{phase: e.Status.Phase, reason: e.Status.Reason, message: e.Status.Message})
 	}
