@@ -2,7 +2,7 @@
 // account's processes, removes what would outlive the tenant or let it back
 // in (crontab, at jobs, lingering user services, System V IPC objects, keys
 // in the kernel's keyrings, the runtime directory's contents, files left in shared temporary
-// directories, the whole home with ~/.ssh), recreates the home
+// directories, its journal files, the whole home with ~/.ssh), recreates the home
 // from /etc/skel, and runs the operator's own cleaning command — without
 // which it calls no host clean after a login user that could become root.
 // What it did is the evidence nodusd reports; the node is available again
@@ -50,6 +50,15 @@ type Paths struct {
 	// name the uid and let it read them): the user's are removed, the
 	// memory of its crashed processes.
 	CrashDirs []string
+	// JournalDirs hold journald's journals, a directory per machine and
+	// journald namespace (MACHINE-ID[.NAMESPACE]); in each, what a
+	// non-system uid logs is in files of its own (user-UID.journal and
+	// their archives), which that uid reads: the account's are removed.
+	JournalDirs []string
+	// JournaldRuntime is where each running journald listens
+	// (journal[.NAMESPACE]/io.systemd.journal): one whose directory lost a
+	// file is asked to start new ones. Empty: none is asked.
+	JournaldRuntime string
 	// RuntimeDirs hold a directory per logged-in uid, named after the uid
 	// (systemd-logind's XDG_RUNTIME_DIR): its contents are removed.
 	RuntimeDirs string
@@ -71,20 +80,22 @@ type Paths struct {
 // DefaultPaths are a host's real ones.
 func DefaultPaths() Paths {
 	return Paths{
-		Skel:           "/etc/skel",
-		CronSpools:     []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
-		AtSpools:       []string{"/var/spool/cron/atjobs", "/var/spool/at"},
-		LingerDir:      "/var/lib/systemd/linger",
-		TempDirs:       []string{"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock"},
-		MailSpools:     []string{"/var/mail", "/var/spool/mail"},
-		CrashDirs:      []string{"/var/crash", "/var/lib/systemd/coredump"},
-		RuntimeDirs:    "/run/user",
-		SysVIPC:        "/proc/sysvipc",
-		KernelKeyrings: true,
-		SubUIDFile:     "/etc/subuid",
-		GroupFile:      "/etc/group",
-		Sudoers:        "/etc/sudoers",
-		SudoersDir:     "/etc/sudoers.d",
+		Skel:            "/etc/skel",
+		CronSpools:      []string{"/var/spool/cron/crontabs", "/var/spool/cron"},
+		AtSpools:        []string{"/var/spool/cron/atjobs", "/var/spool/at"},
+		LingerDir:       "/var/lib/systemd/linger",
+		TempDirs:        []string{"/tmp", "/var/tmp", "/dev/shm", "/dev/mqueue", "/run/lock"},
+		MailSpools:      []string{"/var/mail", "/var/spool/mail"},
+		CrashDirs:       []string{"/var/crash", "/var/lib/systemd/coredump"},
+		JournalDirs:     []string{"/var/log/journal", "/run/log/journal"},
+		JournaldRuntime: "/run/systemd",
+		RuntimeDirs:     "/run/user",
+		SysVIPC:         "/proc/sysvipc",
+		KernelKeyrings:  true,
+		SubUIDFile:      "/etc/subuid",
+		GroupFile:       "/etc/group",
+		Sudoers:         "/etc/sudoers",
+		SudoersDir:      "/etc/sudoers.d",
 	}
 }
 
@@ -382,6 +393,13 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 	}
 	if len(c.Paths.CrashDirs) > 0 {
 		steps = append(steps, fmt.Sprintf("removed %d crash reports and core dumps of %s", crashes, name))
+	}
+	if len(c.Paths.JournalDirs) > 0 {
+		journals, err := c.removeJournals(ctx, name, owns)
+		steps = append(steps, journals...)
+		if err != nil {
+			return steps, fmt.Errorf("removing journal files: %w", err)
+		}
 	}
 
 	if err := resetHome(home, c.Paths.Skel, uid, gid); err != nil {
