@@ -88,9 +88,9 @@ spec:
 // same node, becomes active only after the cleaning evidence and finds a
 // fresh home.
 func handoverRun(t *testing.T, s *serverProcess, rig sshRig) {
-	for _, tool := range []string{"crontab", "at", "atq", "keyctl"} {
+	for _, tool := range []string{"crontab", "at", "atq", "keyctl", "lastlog"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs cron, at and keyutils)", tool)
+			t.Skipf("%s is not installed (.ci/run installs cron, at, keyutils and login)", tool)
 		}
 	}
 	s.apply(t, `apiVersion: nodus.dev/v1
@@ -135,6 +135,16 @@ echo planted`
 		t.Fatal("a key planted in ~/.ssh/authorized_keys logs in on a stock sshd_config with nodusd's drop-in")
 	}
 	oldCert, _ := os.ReadFile(filepath.Join(people.home, ".config", "nodus", "ssh", "tenant-a.acme.nodus-cert.pub"))
+	// An interactive login (a terminal): sshd records where it came from,
+	// and shows it at the account's next one ("Last login: … from …").
+	terminal := exec.Command("ssh", "-F", filepath.Join(people.home, ".ssh", "config"), "-tt", "-o", "BatchMode=yes", "--", "tenant-a.acme.nodus", "true")
+	terminal.Env = append(os.Environ(), "HOME="+people.home)
+	if out, err := terminal.CombinedOutput(); err != nil {
+		t.Fatalf("tenant A's interactive login: %v\n%s", err, out)
+	}
+	if last := lastLogin(t, rig.login); !strings.Contains(last, "127.0.0.1") {
+		t.Fatalf("sshd recorded no last login of tenant A's interactive session:\n%s", last)
+	}
 
 	requested := cleaningRequest(t, s)
 	if out, err := people.run("ada", "release", "acme/tenant-a", "--yes", "--wait", "--timeout", "60s"); err != nil || !strings.Contains(out, "drained after") {
@@ -193,6 +203,11 @@ echo planted`
 	}
 	if n := atJobs(t, rig.login); n != 0 {
 		t.Errorf("%d at jobs of tenant A survived", n)
+	}
+
+	// Tenant B, the same account, is not shown where tenant A logged in from.
+	if last := lastLogin(t, rig.login); strings.Contains(last, "127.0.0.1") {
+		t.Errorf("tenant A's last login survived the handover:\n%s", last)
 	}
 
 	people.waitConnected(t, "gus", "gamma/tenant-b")
@@ -277,6 +292,17 @@ echo planted`
 	}
 	t.Logf("handover over %d runs: release → drainedAt %s, → cleaning done %s, → next tenant active %s",
 		runs, p50p99(toDrained), p50p99(toCleaned), p50p99(toNext))
+}
+
+// lastLogin is what lastlog(8) shows of login's last login, as any user of
+// the host can read it.
+func lastLogin(t *testing.T, login string) string {
+	t.Helper()
+	out, err := exec.Command("lastlog", "--user", login).CombinedOutput()
+	if err != nil {
+		t.Fatalf("lastlog --user %s: %v\n%s", login, err, out)
+	}
+	return string(out)
 }
 
 // sleepsStartedAfter says whether login runs a "sleep 600" that started

@@ -2,7 +2,7 @@
 // account's processes, removes what would outlive the tenant or let it back
 // in (crontab, at jobs, lingering user services, System V IPC objects, keys
 // in the kernel's keyrings, the runtime directory's contents, files left in shared temporary
-// directories, its journal files, the whole home with ~/.ssh), recreates the home
+// directories, its journal files and last login, the whole home with ~/.ssh), recreates the home
 // from /etc/skel, and runs the operator's own cleaning command — without
 // which it calls no host clean after a login user that could become root.
 // What it did is the evidence nodusd reports; the node is available again
@@ -59,6 +59,11 @@ type Paths struct {
 	// (journal[.NAMESPACE]/io.systemd.journal): one whose directory lost a
 	// file is asked to start new ones. Empty: none is asked.
 	JournaldRuntime string
+	// LastLog: the account's record in shadow's lastlog (/var/log/lastlog:
+	// its last terminal login and where it came from, which sshd shows the
+	// account at its next one and any user of the host reads) is cleared.
+	// False: not looked at.
+	LastLog bool
 	// RuntimeDirs hold a directory per logged-in uid, named after the uid
 	// (systemd-logind's XDG_RUNTIME_DIR): its contents are removed.
 	RuntimeDirs string
@@ -89,6 +94,7 @@ func DefaultPaths() Paths {
 		CrashDirs:       []string{"/var/crash", "/var/lib/systemd/coredump"},
 		JournalDirs:     []string{"/var/log/journal", "/run/log/journal"},
 		JournaldRuntime: "/run/systemd",
+		LastLog:         true,
 		RuntimeDirs:     "/run/user",
 		SysVIPC:         "/proc/sysvipc",
 		KernelKeyrings:  true,
@@ -400,6 +406,13 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 		if err != nil {
 			return steps, fmt.Errorf("removing journal files: %w", err)
 		}
+	}
+	if c.Paths.LastLog {
+		step, err := clearLastLog(ctx, name)
+		if err != nil {
+			return steps, fmt.Errorf("clearing the last login: %w", err)
+		}
+		steps = append(steps, step)
 	}
 
 	if err := resetHome(home, c.Paths.Skel, uid, gid); err != nil {
