@@ -88,9 +88,9 @@ spec:
 // same node, becomes active only after the cleaning evidence and finds a
 // fresh home.
 func handoverRun(t *testing.T, s *serverProcess, rig sshRig) {
-	for _, tool := range []string{"crontab", "at", "atq", "keyctl", "lastlog"} {
+	for _, tool := range []string{"crontab", "at", "atq", "keyctl"} {
 		if _, err := exec.LookPath(tool); err != nil {
-			t.Skipf("%s is not installed (.ci/run installs cron, at, keyutils and login)", tool)
+			t.Skipf("%s is not installed (.ci/run installs cron, at and keyutils)", tool)
 		}
 	}
 	s.apply(t, `apiVersion: nodus.dev/v1
@@ -137,13 +137,19 @@ echo planted`
 	oldCert, _ := os.ReadFile(filepath.Join(people.home, ".config", "nodus", "ssh", "tenant-a.acme.nodus-cert.pub"))
 	// An interactive login (a terminal): sshd records where it came from,
 	// and shows it at the account's next one ("Last login: … from …").
-	terminal := exec.Command("ssh", "-F", filepath.Join(people.home, ".ssh", "config"), "-tt", "-o", "BatchMode=yes", "--", "tenant-a.acme.nodus", "true")
-	terminal.Env = append(os.Environ(), "HOME="+people.home)
-	if out, err := terminal.CombinedOutput(); err != nil {
-		t.Fatalf("tenant A's interactive login: %v\n%s", err, out)
-	}
-	if last := lastLogin(t, rig.login); !strings.Contains(last, "127.0.0.1") {
-		t.Fatalf("sshd recorded no last login of tenant A's interactive session:\n%s", last)
+	_, lastlogErr := exec.LookPath("lastlog")
+	if lastlogErr != nil {
+		t.Logf("the last login is not checked: %v (Debian 12's login package has lastlog; .ci/run installs it)", lastlogErr)
+	} else {
+		run(t, "lastlog", "--clear", "--user", rig.login) // not an earlier run's record
+		terminal := exec.Command("ssh", "-F", filepath.Join(people.home, ".ssh", "config"), "-tt", "-o", "BatchMode=yes", "--", "tenant-a.acme.nodus", "true")
+		terminal.Env = append(os.Environ(), "HOME="+people.home)
+		if out, err := terminal.CombinedOutput(); err != nil {
+			t.Fatalf("tenant A's interactive login: %v\n%s", err, out)
+		}
+		if last := lastLogin(t, rig.login); !strings.Contains(last, "127.0.0.1") {
+			t.Fatalf("sshd recorded no last login of tenant A's interactive session:\n%s", last)
+		}
 	}
 
 	requested := cleaningRequest(t, s)
@@ -206,8 +212,10 @@ echo planted`
 	}
 
 	// Tenant B, the same account, is not shown where tenant A logged in from.
-	if last := lastLogin(t, rig.login); strings.Contains(last, "127.0.0.1") {
-		t.Errorf("tenant A's last login survived the handover:\n%s", last)
+	if lastlogErr == nil {
+		if last := lastLogin(t, rig.login); strings.Contains(last, "127.0.0.1") {
+			t.Errorf("tenant A's last login survived the handover:\n%s", last)
+		}
 	}
 
 	people.waitConnected(t, "gus", "gamma/tenant-b")

@@ -59,11 +59,12 @@ type Paths struct {
 	// (journal[.NAMESPACE]/io.systemd.journal): one whose directory lost a
 	// file is asked to start new ones. Empty: none is asked.
 	JournaldRuntime string
-	// LastLog: the account's record in shadow's lastlog (/var/log/lastlog:
-	// its last terminal login and where it came from, which sshd shows the
-	// account at its next one and any user of the host reads) is cleared.
-	// False: not looked at.
-	LastLog bool
+	// LastLog is shadow's lastlog file: each account's last terminal login
+	// and where it came from, which sshd shows the account at its next one
+	// and any user of the host reads. Where it exists, lastlog(8) clears the
+	// account's record (in the file built into it: /var/log/lastlog, where
+	// this is a host's). Empty: not looked at.
+	LastLog string
 	// RuntimeDirs hold a directory per logged-in uid, named after the uid
 	// (systemd-logind's XDG_RUNTIME_DIR): its contents are removed.
 	RuntimeDirs string
@@ -94,7 +95,7 @@ func DefaultPaths() Paths {
 		CrashDirs:       []string{"/var/crash", "/var/lib/systemd/coredump"},
 		JournalDirs:     []string{"/var/log/journal", "/run/log/journal"},
 		JournaldRuntime: "/run/systemd",
-		LastLog:         true,
+		LastLog:         "/var/log/lastlog",
 		RuntimeDirs:     "/run/user",
 		SysVIPC:         "/proc/sysvipc",
 		KernelKeyrings:  true,
@@ -407,12 +408,8 @@ func (c *Cleaner) ResetAccount(ctx context.Context, name string) ([]string, erro
 			return steps, fmt.Errorf("removing journal files: %w", err)
 		}
 	}
-	if c.Paths.LastLog {
-		step, err := clearLastLog(ctx, name)
-		if err != nil {
-			return steps, fmt.Errorf("clearing the last login: %w", err)
-		}
-		steps = append(steps, step)
+	if c.Paths.LastLog != "" {
+		steps = append(steps, clearLastLog(ctx, c.Paths.LastLog, name))
 	}
 
 	if err := resetHome(home, c.Paths.Skel, uid, gid); err != nil {

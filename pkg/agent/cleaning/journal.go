@@ -16,95 +16,157 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 )
 
-// rotateTimeout bounds one journald's rotation: it answers once its files
-// are new, in well under a second on a host that is not stuck.
-const rotateTimeout = 30 * time.Second
+// journalctlTimeout bounds one journald's answer to a sync or a rotation,
+// which comes in well under a second on a host that is not stuck.
+const journalctlTimeout = 30 * time.Second
 
-// removeJournals removes, in the machine and namespace directories of
-// every dir, the journal files of the account's uids (its own and its
-// subordinate ones), and asks each running journald that wrote one to start
-// new files: it holds the active one open and would write the account's
-// next lines (the next tenant's) into the removed file. A journald that
-// does not is said in the steps, not a failed cleaning: the tenant's lines
-// are gone from every path all the same.
+// journalDir is a directory journald writes journals to: one machine's
+// (and namespace's), or the top level itself (where journald runs with no
+// machine ID).
+type journalDir struct {
+	path      string
+	namespace string // "": the default journald's
+	named     bool   // false: no journald namespace is named so, and no journald is asked anything
+}
+
+// removeJournals removes, in every directory journald writes to under
+// JournalDirs, the journal files of the account's uids (its own and its
+// subordinate ones). Each running journald is asked to write out first what
+// it holds, and one whose active file was removed to start new files after:
+// it holds that file open, and would write the account's next lines (the
+// next tenant's) into it. A journald that does not answer is said in the
+// steps, not a failed cleaning: the tenant's lines are gone from every path
+// all the same.
 func (c *Cleaner) removeJournals(ctx context.Context, name string, owns sessions.OwnedBy) ([]string, error) {
+	dirs, err := journalDirs(c.Paths.JournalDirs)
+	if err != nil {
+		return nil, err
+	}
+	var notes []string
+	running := map[string]bool{}
+	for _, d := range dirs {
+		if _, asked := running[d.namespace]; !d.named || asked {
+			continue
+		}
+		running[d.namespace] = c.journaldRuns(d.namespace)
+		if running[d.namespace] {
+			// From systemd 256 on, also what it has not read yet of the
+			// tenant's last lines; before, what it has.
+			if err := journalctl(ctx, d.namespace, "--sync"); err != nil {
+				notes = append(notes, fmt.Sprintf("%s did not write out its journals: %v", journaldName(d.namespace), err))
+			}
+		}
+	}
 	removed := 0
-	var namespaces []string // of the directories files were removed from
-	for _, dir := range c.Paths.JournalDirs {
-		machines, err := os.ReadDir(dir)
+	var rotate []string
+	for _, d := range dirs {
+		n, active, err := removeJournalFiles(d.path, owns, false)
+		removed += n
+		if err != nil {
+			return nil, err
+		}
+		switch {
+		case !active:
+		case !d.named:
+			notes = append(notes, fmt.Sprintf("no journald was asked to start new files in %s (no journald namespace is named so)", d.path))
+		case !running[d.namespace]:
+			notes = append(notes, fmt.Sprintf("%s does not run: no removed file is held open", journaldName(d.namespace)))
+		case !slices.Contains(rotate, d.namespace):
+			rotate = append(rotate, d.namespace)
+		}
+	}
+	for _, ns := range rotate {
+		if err := journalctl(ctx, ns, "--rotate"); err != nil {
+			notes = append(notes, fmt.Sprintf("%s did not start new journal files (%v): the account's next lines go to a removed file until it does",
+				journaldName(ns), err))
+		} else {
+			notes = append(notes, journaldName(ns)+" started new journal files")
+		}
+	}
+	// An archive journald made of an active file after the listing
+	// (rotating by size or age), which the removal then missed.
+	for _, d := range dirs {
+		n, _, err := removeJournalFiles(d.path, owns, true)
+		removed += n
+		if err != nil {
+			return nil, err
+		}
+	}
+	return append([]string{fmt.Sprintf("removed %d journal files of %s", removed, name)}, notes...), nil
+}
+
+// journalDirs lists the directories journald writes to under each of roots.
+func journalDirs(roots []string) ([]journalDir, error) {
+	var dirs []journalDir
+	for _, root := range roots {
+		entries, err := os.ReadDir(root)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, err
 		}
-		for _, machine := range machines {
-			if !machine.IsDir() { // a symlink too: journald makes directories
+		dirs = append(dirs, journalDir{path: root, named: true})
+		for _, e := range entries {
+			if !e.IsDir() { // a symlink too: journald makes directories
 				continue
 			}
-			n, err := removeJournalFiles(filepath.Join(dir, machine.Name()), owns)
-			removed += n
-			if err != nil {
-				return nil, err
-			}
-			ns, ok := journalNamespace(machine.Name())
-			if n > 0 && ok && !slices.Contains(namespaces, ns) {
-				namespaces = append(namespaces, ns)
-			}
+			ns, ok := journalNamespace(e.Name())
+			dirs = append(dirs, journalDir{path: filepath.Join(root, e.Name()), namespace: ns, named: ok})
 		}
 	}
-	steps := []string{fmt.Sprintf("removed %d journal files of %s", removed, name)}
-	for _, ns := range namespaces {
-		steps = append(steps, c.rotateJournal(ctx, ns))
-	}
-	return steps, nil
+	return dirs, nil
 }
 
 // removeJournalFiles removes the regular files of dir that journald names
-// for one of the account's uids, and reports how many.
-func removeJournalFiles(dir string, owns sessions.OwnedBy) (int, error) {
+// for one of the account's uids (only archived ones, with archivesOnly), and
+// reports how many and whether an active one was among them.
+func removeJournalFiles(dir string, owns sessions.OwnedBy, archivesOnly bool) (n int, active bool, err error) {
 	entries, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, nil
+		return 0, false, nil
 	}
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	n := 0
 	for _, e := range entries {
-		uid, ok := journalUID(e.Name())
-		if !ok || !e.Type().IsRegular() || !owns(uid) {
+		uid, archived, ok := journalUID(e.Name())
+		if !ok || !e.Type().IsRegular() || !owns(uid) || (archivesOnly && !archived) {
 			continue
 		}
-		if err := os.Remove(filepath.Join(dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			return n, err
+		if err := os.Remove(filepath.Join(dir, e.Name())); errors.Is(err, fs.ErrNotExist) {
+			continue // archived meanwhile: the second pass takes the archive
+		} else if err != nil {
+			return n, active, err
 		}
 		n++
+		active = active || !archived
 	}
-	return n, nil
+	return n, active, nil
 }
 
 // journalUID reads the uid out of the name journald gives a uid's journal
-// file: user-UID.journal while it is written, user-UID@ID.journal once
-// archived, user-UID@ID.journal~ when it was found unclean.
-func journalUID(name string) (int, bool) {
+// file, and says whether the file is archived: user-UID.journal while it is
+// written, user-UID@ID.journal once archived, user-UID@ID.journal~ when it
+// was found unclean.
+func journalUID(name string) (uid int, archived, ok bool) {
 	rest, ok := strings.CutPrefix(name, "user-")
 	if !ok {
-		return 0, false
+		return 0, false, false
 	}
-	digits, archived, isArchive := strings.Cut(rest, "@")
-	if isArchive {
-		if archived == "" || !(strings.HasSuffix(archived, ".journal") || strings.HasSuffix(archived, ".journal~")) {
-			return 0, false
+	digits, archive, archived := strings.Cut(rest, "@")
+	if archived {
+		if archive == "" || !(strings.HasSuffix(archive, ".journal") || strings.HasSuffix(archive, ".journal~")) {
+			return 0, false, false
 		}
 	} else if digits, ok = strings.CutSuffix(rest, ".journal"); !ok {
-		return 0, false
+		return 0, false, false
 	}
 	if digits == "" || strings.Trim(digits, "0123456789") != "" {
-		return 0, false
+		return 0, false, false
 	}
 	uid, err := strconv.Atoi(digits)
-	return uid, err == nil
+	return uid, archived, err == nil
 }
 
 // journalNamespace is the journald namespace of a machine directory
@@ -121,27 +183,38 @@ func journalNamespace(dir string) (string, bool) {
 	return ns, true
 }
 
-// rotateJournal asks the journald of namespace ns, if one runs, to start
-// new files, and says what came of it.
-func (c *Cleaner) rotateJournal(ctx context.Context, ns string) string {
-	who, args := "journald", []string{"--rotate"}
-	runtime := "journal"
-	if ns != "" {
-		who, args = "journald "+ns, append(args, "--namespace="+ns)
-		runtime += "." + ns
-	}
+// journaldRuns says whether the journald of namespace ns listens.
+// journalctl reaches it at /run/systemd/journal[.NS]: JournaldRuntime is
+// that /run/systemd on a host, another directory only in tests.
+func (c *Cleaner) journaldRuns(ns string) bool {
 	if c.Paths.JournaldRuntime == "" {
-		return who + " was not asked to start new journal files (no runtime directory configured)"
+		return false
 	}
-	if _, err := os.Stat(filepath.Join(c.Paths.JournaldRuntime, runtime, "io.systemd.journal")); err != nil {
-		return who + " does not run: it holds no removed file"
+	socket := "journal"
+	if ns != "" {
+		socket += "." + ns
 	}
-	ctx, cancel := context.WithTimeout(ctx, rotateTimeout)
+	_, err := os.Stat(filepath.Join(c.Paths.JournaldRuntime, socket, "io.systemd.journal"))
+	return err == nil
+}
+
+// journalctl runs journalctl with an action for the journald of namespace ns.
+func journalctl(ctx context.Context, ns, action string) error {
+	args := []string{action}
+	if ns != "" {
+		args = append(args, "--namespace="+ns)
+	}
+	ctx, cancel := context.WithTimeout(ctx, journalctlTimeout)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, "journalctl", args...).CombinedOutput()
-	if err != nil {
-		return fmt.Sprintf("%s did not start new journal files (journalctl --rotate: %v: %s): the account's next lines go to a removed file until it does",
-			who, err, strings.TrimSpace(string(out)))
+	if out, err := exec.CommandContext(ctx, "journalctl", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("journalctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
-	return who + " started new journal files"
+	return nil
+}
+
+func journaldName(ns string) string {
+	if ns == "" {
+		return "journald"
+	}
+	return "journald " + ns
 }
