@@ -51,13 +51,15 @@ type Paths struct {
 	// memory of its crashed processes.
 	CrashDirs []string
 	// JournalDirs hold journald's journals, a directory per machine and
-	// journald namespace (MACHINE-ID[.NAMESPACE]); in each, what a
-	// non-system uid logs is in files of its own (user-UID.journal and
-	// their archives), which that uid reads: the account's are removed.
+	// journald namespace (MACHINE-ID[.NAMESPACE]; the top level where the
+	// machine has no ID); in each, what a non-system uid logs is in files
+	// of its own (user-UID.journal and their archives), which that uid
+	// reads: the account's are removed.
 	JournalDirs []string
 	// JournaldRuntime is where each running journald listens
-	// (journal[.NAMESPACE]/io.systemd.journal): one whose directory lost a
-	// file is asked to start new ones. Empty: none is asked.
+	// (journal[.NAMESPACE]/io.systemd.journal): each is asked to write out
+	// what it holds first, and one whose active file went to start new
+	// ones. Empty: none is asked.
 	JournaldRuntime string
 	// LastLog is shadow's lastlog file: each account's last terminal login
 	// and where it came from, which sshd shows the account at its next one

@@ -16,9 +16,10 @@ import (
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
 )
 
-// journalctlTimeout bounds one journald's answer to a sync or a rotation,
-// which comes in well under a second on a host that is not stuck.
-const journalctlTimeout = 30 * time.Second
+// toolTimeout bounds a tool the cleaning asks something of (journalctl,
+// lastlog), which answers in well under a second on a host that is not
+// stuck.
+const toolTimeout = 30 * time.Second
 
 // journalDir is a directory journald writes journals to: one machine's
 // (and namespace's), or the top level itself (where journald runs with no
@@ -26,7 +27,10 @@ const journalctlTimeout = 30 * time.Second
 type journalDir struct {
 	path      string
 	namespace string // "": the default journald's
-	named     bool   // false: no journald namespace is named so, and no journald is asked anything
+	// knownNamespace is false for a directory no journald namespace is
+	// named after, and a top level that holds no journal: no journald is
+	// asked anything for it.
+	knownNamespace bool
 }
 
 // removeJournals removes, in every directory journald writes to under
@@ -35,20 +39,23 @@ type journalDir struct {
 // it holds, and one whose active file was removed to start new files after:
 // it holds that file open, and would write the account's next lines (the
 // next tenant's) into it. A journald that does not answer is said in the
-// steps, not a failed cleaning: the tenant's lines are gone from every path
-// all the same.
+// steps, not a failed cleaning: the files are removed all the same.
 func (c *Cleaner) removeJournals(ctx context.Context, name string, owns sessions.OwnedBy) ([]string, error) {
 	dirs, err := journalDirs(c.Paths.JournalDirs)
 	if err != nil {
 		return nil, err
 	}
+	removed := 0
 	var notes []string
-	running := map[string]bool{}
+	steps := func() []string {
+		return append([]string{fmt.Sprintf("removed %d journal files of %s", removed, name)}, notes...)
+	}
+	running := map[string]bool{} // by namespace, each looked for once
 	for _, d := range dirs {
-		if _, asked := running[d.namespace]; !d.named || asked {
+		if _, looked := running[d.namespace]; !d.knownNamespace || looked {
 			continue
 		}
-		running[d.namespace] = c.journaldRuns(d.namespace)
+		running[d.namespace] = c.journaldListens(d.namespace)
 		if running[d.namespace] {
 			// From systemd 256 on, also what it has not read yet of the
 			// tenant's last lines; before, what it has.
@@ -57,23 +64,32 @@ func (c *Cleaner) removeJournals(ctx context.Context, name string, owns sessions
 			}
 		}
 	}
-	removed := 0
-	var rotate []string
+	var rotate, notAsked []string
+	unknownNoted := false
 	for _, d := range dirs {
 		n, active, err := removeJournalFiles(d.path, owns, false)
 		removed += n
 		if err != nil {
-			return nil, err
+			return steps(), err
 		}
 		switch {
 		case !active:
-		case !d.named:
-			notes = append(notes, fmt.Sprintf("no journald was asked to start new files in %s (no journald namespace is named so)", d.path))
+		case !d.knownNamespace:
+			if !unknownNoted {
+				notes = append(notes, fmt.Sprintf("no journald was asked to start new files in %s (no journald namespace is named so)", d.path))
+				unknownNoted = true
+			}
 		case !running[d.namespace]:
-			notes = append(notes, fmt.Sprintf("%s does not run: no removed file is held open", journaldName(d.namespace)))
+			if !slices.Contains(notAsked, d.namespace) {
+				notAsked = append(notAsked, d.namespace)
+			}
 		case !slices.Contains(rotate, d.namespace):
 			rotate = append(rotate, d.namespace)
 		}
+	}
+	for _, ns := range notAsked {
+		notes = append(notes, fmt.Sprintf("%s was not asked to start new journal files (no io.systemd.journal socket: it does not run, or is older than systemd 245)",
+			journaldName(ns)))
 	}
 	for _, ns := range rotate {
 		if err := journalctl(ctx, ns, "--rotate"); err != nil {
@@ -89,10 +105,10 @@ func (c *Cleaner) removeJournals(ctx context.Context, name string, owns sessions
 		n, _, err := removeJournalFiles(d.path, owns, true)
 		removed += n
 		if err != nil {
-			return nil, err
+			return steps(), err
 		}
 	}
-	return append([]string{fmt.Sprintf("removed %d journal files of %s", removed, name)}, notes...), nil
+	return steps(), nil
 }
 
 // journalDirs lists the directories journald writes to under each of roots.
@@ -106,14 +122,16 @@ func journalDirs(roots []string) ([]journalDir, error) {
 		if err != nil {
 			return nil, err
 		}
-		dirs = append(dirs, journalDir{path: root, named: true})
+		top := journalDir{path: root}
 		for _, e := range entries {
-			if !e.IsDir() { // a symlink too: journald makes directories
-				continue
+			if e.IsDir() { // not a symlink: journald makes directories
+				ns, ok := journalNamespace(e.Name())
+				dirs = append(dirs, journalDir{path: filepath.Join(root, e.Name()), namespace: ns, knownNamespace: ok})
+			} else if strings.HasSuffix(e.Name(), ".journal") {
+				top.knownNamespace = true // the default journald's, with no machine ID
 			}
-			ns, ok := journalNamespace(e.Name())
-			dirs = append(dirs, journalDir{path: filepath.Join(root, e.Name()), namespace: ns, named: ok})
 		}
+		dirs = append(dirs, top)
 	}
 	return dirs, nil
 }
@@ -183,10 +201,11 @@ func journalNamespace(dir string) (string, bool) {
 	return ns, true
 }
 
-// journaldRuns says whether the journald of namespace ns listens.
-// journalctl reaches it at /run/systemd/journal[.NS]: JournaldRuntime is
-// that /run/systemd on a host, another directory only in tests.
-func (c *Cleaner) journaldRuns(ns string) bool {
+// journaldListens says whether the journald of namespace ns has its
+// control socket. journalctl reaches it at /run/systemd/journal[.NS]:
+// JournaldRuntime is that /run/systemd on a host, another directory only
+// in tests.
+func (c *Cleaner) journaldListens(ns string) bool {
 	if c.Paths.JournaldRuntime == "" {
 		return false
 	}
@@ -204,7 +223,7 @@ func journalctl(ctx context.Context, ns, action string) error {
 	if ns != "" {
 		args = append(args, "--namespace="+ns)
 	}
-	ctx, cancel := context.WithTimeout(ctx, journalctlTimeout)
+	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
 	if out, err := exec.CommandContext(ctx, "journalctl", args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("journalctl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))

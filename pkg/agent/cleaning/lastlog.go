@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"strings"
-	"time"
 )
 
 // clearLastLog clears name's record in file, shadow's lastlog: the time and
@@ -20,9 +19,9 @@ import (
 // wtmp does (which the cleaning leaves whole), and lets no one in.
 func clearLastLog(ctx context.Context, file, name string) string {
 	if _, err := os.Stat(file); errors.Is(err, fs.ErrNotExist) {
-		return "no " + file + ": no last login recorded"
+		return "no " + file + ": no last login recorded there (lastlog2's and wtmpdb's databases are not looked at)"
 	}
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, toolTimeout)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, "lastlog", "--clear", "--user", name).CombinedOutput()
 	if err != nil {
