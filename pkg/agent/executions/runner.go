@@ -861,12 +861,21 @@ func (r *Runner) account(name string) (*syscall.Credential, error) {
 }
 
 func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
-	// The borrower account passes through the root to its own directory,
-	// and lists nothing of the others.
-	if err := os.MkdirAll(r.opts.WorkRoot, 0o711); err != nil {
+	// Sandboxed, no account but root passes through the root: runc mounts
+	// the directory as root, and what an execution leaves there (a file
+	// it made setuid to the borrower account, which the sandbox's nosuid
+	// mount does not stop on the host) is out of every other account's
+	// reach, the owner's login user's included. Without a sandbox the
+	// borrower account passes through to its own directory, and lists
+	// nothing of the others.
+	mode := os.FileMode(0o700)
+	if r.opts.Sandbox == nil {
+		mode = 0o711
+	}
+	if err := os.MkdirAll(r.opts.WorkRoot, mode); err != nil {
 		return err
 	}
-	if err := os.Chmod(r.opts.WorkRoot, 0o711); err != nil {
+	if err := os.Chmod(r.opts.WorkRoot, mode); err != nil {
 		return err
 	}
 	if err := os.Mkdir(dir, 0o700); err != nil {

@@ -191,6 +191,9 @@ func (rt *Runtime) Config(s Spec, rootfs, netns, resolvConf, identityDir string)
 			NoNewPrivileges: true,
 			// No capabilities at all: an unprivileged account's process.
 			Capabilities: &specs.LinuxCapabilities{},
+			// No core dump it could raise: the host's handler
+			// (systemd-coredump) would keep its memory outside the sandbox.
+			Rlimits: []specs.POSIXRlimit{{Type: "RLIMIT_CORE", Hard: 0, Soft: 0}},
 		},
 		Hostname: Hostname,
 		Mounts: []specs.Mount{

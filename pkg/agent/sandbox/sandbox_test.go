@@ -187,6 +187,15 @@ func TestSandboxLimits(t *testing.T) {
 	if !strings.Contains(out, "fork") && !strings.Contains(out, "Resource temporarily unavailable") {
 		t.Errorf("40 processes under a pids limit of 20: %q", out)
 	}
+	// No core dump: where the host pipes them to systemd-coredump, a root
+	// helper outside the sandbox would keep the crashed process's memory
+	// (its environment with it) on the host, in files and a journal the
+	// execution's cleaning never sees. Nodusd's own limit (systemd's soft 0,
+	// hard unlimited) would let the execution raise it.
+	out, err, _ = run(t, rt, Spec{}, "ulimit -H -c; (ulimit -c unlimited) 2>/dev/null && echo raised; true")
+	if err != nil || strings.TrimSpace(out) != "0" {
+		t.Errorf("an execution's core dump limit (want a hard limit of 0 it cannot raise): %v %q", err, out)
+	}
 }
 
 // TestSandboxGPUs: only the given GPU's node is in the sandbox, and the
