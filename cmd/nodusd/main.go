@@ -179,7 +179,7 @@ func runCommand() *cobra.Command {
 	f.IntVar(&o.BorrowerSlots, "borrower-slots", 0, "when above 0, run each execution as an account of its own: BORROWER-USER-0 … BORROWER-USER-(N-1); at most N at once")
 	f.StringVar(&o.Sandbox, "sandbox", agent.SandboxRunc, `how borrowers' executions are isolated: "runc" (an OCI sandbox: own namespaces, read-only system, no capabilities, only its GPUs) or "none" (a plain process of the borrower account: no isolation, development only)`)
 	f.StringVar(&o.ImagesDir, "images-dir", agent.DefaultImagesDir, "OCI images executions may name (--image NAME[:TAG]): layout directories NAME/ or archives NAME.tar, unpacked with umoci")
-	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed; the borrower account must be able to reach it")
+	f.StringVar(&o.ExecutionsDir, "executions-dir", agent.DefaultExecutionsDir, "where executions' work directories are made and removed (root's, 0700; 0711 with --sandbox none, for the borrower account to reach its own)")
 	f.StringVar(&o.SSHDDropIn, "sshd-drop-in", o.SSHDDropIn, "write the sshd configuration for Nodus access here (e.g. /etc/ssh/sshd_config.d/nodus.conf); reload sshd once after the first start")
 	f.StringVar(&o.LoginGroup, "login-group", agent.DefaultLoginGroup, "group of the login users Nodus manages; the sshd drop-in accepts only Nodus certificates for its members")
 	f.StringVar(&o.CleanCommand, "clean-command", "", "the operator's own handover step, run by /bin/sh -c after a tenant's login account is reset (e.g. wipe scratch disks, reset GPUs, re-image); it must exit 0 for the node to be available again")

@@ -71,8 +71,9 @@ type Options struct {
 	// ImagesDir holds the OCI images executions may name; default DefaultImagesDir.
 	ImagesDir string
 	// ExecutionsDir holds the executions' work directories; default
-	// DefaultExecutionsDir. The borrower account must be able to reach it,
-	// so it is not inside the private state directory.
+	// DefaultExecutionsDir. nodusd makes it root's, 0700 (0711 without a
+	// sandbox, for the borrower account to reach its own directory); it is
+	// not inside the private state directory.
 	ExecutionsDir string
 	// CleanCommand, when set, is the operator's own handover step (wipe
 	// scratch disks, reset GPUs, re-image), run by /bin/sh -c after the

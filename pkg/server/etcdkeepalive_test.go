@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,17 +40,29 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
+	// A value larger than every frame the client sends unasked (pings,
+	// settings, window updates): what the proxy forwards tells a call.
+	value := strings.Repeat("v", 2<<10)
 	put := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 		defer cancel()
-		_, err := client.Put(ctx, "k", "v")
+		_, err := client.Put(ctx, "k", value)
 		return err
 	}
-	// Both connections up and used.
-	for i := range 4 {
+	// Both connections up and used: a call went through the proxy. Under
+	// load its connection may come up after the first calls, which round
+	// robin then sends to the member alone (CI once saw every call go
+	// there, and the test tested nothing).
+	throughProxy := false
+	for i := 0; !throughProxy; i++ {
+		if i == 200 {
+			t.Fatal("no call went through the proxy's connection before the hang")
+		}
+		before := hang.forwarded.Load()
 		if err := put(); err != nil {
 			t.Fatalf("put %d before the hang: %v", i, err)
 		}
+		throughProxy = hang.forwarded.Load()-before >= int64(len(value))
 	}
 	hang.hanging.Store(true)
 	deadline := time.Now().Add(30 * time.Second)
@@ -81,6 +94,8 @@ func TestTheEtcdClientGivesUpAMemberThatHangs(t *testing.T) {
 type proxy struct {
 	addr    string
 	hanging atomic.Bool
+	// forwarded counts the bytes forwarded from the client.
+	forwarded atomic.Int64
 }
 
 func hangingProxy(t *testing.T, upstream string) *proxy {
@@ -114,6 +129,9 @@ func hangingProxy(t *testing.T, upstream string) *proxy {
 					if n > 0 && !p.hanging.Load() {
 						if _, err := to.Write(buf[:n]); err != nil {
 							return
+						}
+						if from == in {
+							p.forwarded.Add(int64(n))
 						}
 					}
 					if err != nil {

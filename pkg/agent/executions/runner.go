@@ -875,6 +875,20 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 	if err := os.MkdirAll(r.opts.WorkRoot, mode); err != nil {
 		return err
 	}
+	if r.opts.Sandbox != nil {
+		// Root's, and no link to elsewhere: an account that owned it could
+		// open it again.
+		info, err := os.Lstat(r.opts.WorkRoot)
+		if err != nil {
+			return err
+		}
+		if !info.IsDir() {
+			return fmt.Errorf("%s is not a directory of its own (a symbolic link?): the executions' directory must be root's", r.opts.WorkRoot)
+		}
+		if err := os.Lchown(r.opts.WorkRoot, 0, 0); err != nil {
+			return err
+		}
+	}
 	if err := os.Chmod(r.opts.WorkRoot, mode); err != nil {
 		return err
 	}

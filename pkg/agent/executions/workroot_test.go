@@ -48,6 +48,27 @@ func TestASandboxedExecutionsFilesAreOutOfTheOwnersReach(t *testing.T) {
 		}
 	}
 	r := &Runner{opts: Options{WorkRoot: filepath.Join(varLib, "nodus-executions"), Sandbox: rt}}
+	// One an account of the host made open and its own before nodusd came.
+	if err := os.Mkdir(r.opts.WorkRoot, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(r.opts.WorkRoot, owner, owner); err != nil {
+		t.Fatal(err)
+	}
+	// The control: the owner's account runs what is in reach, so a refusal below is the work root's.
+	ownerRuns := func(path string) ([]byte, error) {
+		// Through a shell of the owner's account: setpriv itself may reach
+		// a path before it drops root's rights.
+		return exec.Command("setpriv", "--reuid", strconv.Itoa(owner), "--regid", strconv.Itoa(owner), "--clear-groups",
+			"/bin/sh", "-c", `"$0" -u`, path).CombinedOutput()
+	}
+	reachable := filepath.Join(varLib, "id")
+	if err := exec.Command("cp", "/usr/bin/id", reachable).Run(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ownerRuns(reachable); err != nil || strings.TrimSpace(string(got)) != strconv.Itoa(owner) {
+		t.Fatalf("the owner's account cannot run a program beside the work root: %v %q", err, got)
+	}
 	dir := filepath.Join(r.opts.WorkRoot, "an-execution")
 	if err := r.workDir(dir, &syscall.Credential{Uid: borrower, Gid: borrower}); err != nil {
 		t.Fatal(err)
@@ -72,17 +93,14 @@ func TestASandboxedExecutionsFilesAreOutOfTheOwnersReach(t *testing.T) {
 		t.Fatalf("the execution did not get to plant its file through its work directory: %v (its output: %q)", err, out.String())
 	}
 
-	// Through a shell of the owner's account: setpriv itself may reach a
-	// path before it drops root's rights.
-	planted := exec.Command("setpriv", "--reuid", strconv.Itoa(owner), "--regid", strconv.Itoa(owner), "--clear-groups",
-		"/bin/sh", "-c", `"$0" -u`, filepath.Join(dir, "x"))
-	got, err := planted.CombinedOutput()
+	got, err := ownerRuns(filepath.Join(dir, "x"))
 	if err == nil || strings.TrimSpace(string(got)) == strconv.Itoa(borrower) {
 		t.Fatalf("another account of the host ran the execution's setuid file as the borrower account: %v %q", err, got)
 	}
-	if info, err := os.Stat(r.opts.WorkRoot); err != nil {
+	var st syscall.Stat_t
+	if err := syscall.Stat(r.opts.WorkRoot, &st); err != nil {
 		t.Error(err)
-	} else if info.Mode().Perm() != 0o700 {
-		t.Errorf("the work root of sandboxed executions is %v, want 0700", info.Mode().Perm())
+	} else if st.Mode&0o7777 != 0o700 || st.Uid != 0 {
+		t.Errorf("the work root of sandboxed executions is %o, uid %d; want 0700, root's", st.Mode&0o7777, st.Uid)
 	}
 }

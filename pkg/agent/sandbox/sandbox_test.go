@@ -191,7 +191,15 @@ func TestSandboxLimits(t *testing.T) {
 	// helper outside the sandbox would keep the crashed process's memory
 	// (its environment with it) on the host, in files and a journal the
 	// execution's cleaning never sees. Nodusd's own limit (systemd's soft 0,
-	// hard unlimited) would let the execution raise it.
+	// hard unlimited) would let the execution raise it: so is this test's.
+	var limit syscall.Rlimit
+	if err := syscall.Getrlimit(syscall.RLIMIT_CORE, &limit); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Setrlimit(syscall.RLIMIT_CORE, &syscall.Rlimit{Cur: 0, Max: ^uint64(0)}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = syscall.Setrlimit(syscall.RLIMIT_CORE, &limit) })
 	out, err, _ = run(t, rt, Spec{}, "ulimit -H -c; (ulimit -c unlimited) 2>/dev/null && echo raised; true")
 	if err != nil || strings.TrimSpace(out) != "0" {
 		t.Errorf("an execution's core dump limit (want a hard limit of 0 it cannot raise): %v %q", err, out)
