@@ -191,6 +191,10 @@ func (r *Runner) Sweep(ctx context.Context) {
 		}
 	}
 	r.endBorrowerProcesses(ctx)
+	if err := r.workRoot(); err != nil {
+		klog.ErrorS(err, "not sweeping the executions' directory: no execution starts here until it is the agent's alone")
+		return
+	}
 	if entries, err := os.ReadDir(r.opts.WorkRoot); err == nil {
 		for _, e := range entries {
 			_ = os.RemoveAll(filepath.Join(r.opts.WorkRoot, e.Name()))

@@ -1,7 +1,9 @@
 package executions
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -9,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // account resolves the borrower account. Running as it needs root, unless
@@ -35,7 +39,31 @@ func (r *Runner) account(name string) (*syscall.Credential, error) {
 	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}, nil
 }
 
+// workDir makes an execution's directory, dir, in the executions'
+// directory: the borrower account's (cred) where it runs as one.
 func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
+	if err := r.workRoot(); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			_ = os.Remove(dir)
+			return err
+		}
+	}
+	return nil
+}
+
+// workRoot makes the executions' directory, and checks that it is the
+// agent's alone. Root sweeps it and makes the borrower accounts'
+// directories in it: an account that could change what its path names (a
+// symbolic link there or on its way, a directory on its way it can write
+// or owns, the directory itself its own) could have root remove, or hand
+// to a borrower account, whatever the path then pointed to.
+func (r *Runner) workRoot() error {
 	// Sandboxed, no account but root passes through the root: runc mounts
 	// the directory as root, and what an execution leaves there (a file
 	// it made setuid to the borrower account, which the sandbox's nosuid
@@ -47,33 +75,96 @@ func (r *Runner) workDir(dir string, cred *syscall.Credential) error {
 	if r.opts.Sandbox == nil {
 		mode = 0o711
 	}
-	if err := os.MkdirAll(r.opts.WorkRoot, mode); err != nil {
-		return err
+	root := filepath.Clean(r.opts.WorkRoot)
+	refuse := func(format string, args ...any) error {
+		return fmt.Errorf("the executions' directory %s "+format, append([]any{root}, args...)...)
 	}
-	if r.opts.Sandbox != nil {
-		// Root's, and no link to elsewhere: an account that owned it could
-		// open it again.
-		info, err := os.Lstat(r.opts.WorkRoot)
-		if err != nil {
-			return err
+	if !filepath.IsAbs(root) {
+		return refuse("is not an absolute path")
+	}
+	// The way is checked before anything is made on it, and again once
+	// made.
+	if err := trustedWay(root); err != nil {
+		return refuse("%w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(root), mode); err != nil {
+		return refuse("cannot be made: %w", err)
+	}
+	if err := trustedWay(root); err != nil {
+		return refuse("%w", err)
+	}
+	if err := os.Mkdir(root, mode); err != nil && !errors.Is(err, fs.ErrExist) {
+		return refuse("cannot be made: %w", err)
+	}
+	if info, err := os.Lstat(root); err != nil {
+		return refuse("cannot be read: %w", err)
+	} else if info.Mode()&fs.ModeSymlink != 0 {
+		return refuse("is a symbolic link: give the directory's real path (readlink -f)")
+	} else if !info.IsDir() {
+		return refuse("is not a directory")
+	}
+	// Through a descriptor of the directory itself: the path could be
+	// given another while an account still owned it.
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return refuse("cannot be opened as a directory of its own: %w", err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return refuse("cannot be read: %w", err)
+	}
+	euid := os.Geteuid()
+	switch {
+	case euid == 0 && (st.Uid != 0 || st.Gid != 0):
+		// One an account made before the agent came: root's from now on.
+		if err := unix.Fchown(fd, 0, 0); err != nil {
+			return refuse("cannot be made root's: %w", err)
 		}
-		if !info.IsDir() {
-			return fmt.Errorf("%s is not a directory of its own (a symbolic link?): the executions' directory must be root's", r.opts.WorkRoot)
+	case euid != 0 && int(st.Uid) != euid:
+		return refuse("is uid %d's, not the agent's (uid %d)", st.Uid, euid)
+	}
+	if err := unix.Fchmod(fd, uint32(mode)); err != nil {
+		return refuse("cannot be made %o: %w", mode, err)
+	}
+	// Now root's, in a directory where no one else can rename it: the
+	// path must still name it.
+	var now unix.Stat_t
+	if err := unix.Lstat(root, &now); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return refuse("was replaced while it was made the agent's")
+	}
+	return nil
+}
+
+// trustedWay checks every directory above path that exists: a directory
+// of its own (no symbolic link), owned by root or the agent, that no other
+// account can write, unless sticky (as /tmp: others cannot rename or
+// remove what is not theirs there).
+func trustedWay(path string) error {
+	euid := uint32(os.Geteuid())
+	var way []string
+	for dir := filepath.Dir(path); ; dir = filepath.Dir(dir) {
+		way = append(way, dir)
+		if dir == filepath.Dir(dir) {
+			break
 		}
-		if err := os.Lchown(r.opts.WorkRoot, 0, 0); err != nil {
-			return err
+	}
+	for _, dir := range slices.Backward(way) {
+		var st unix.Stat_t
+		if err := unix.Lstat(dir, &st); errors.Is(err, unix.ENOENT) {
+			return nil // made by the agent, from here down
+		} else if err != nil {
+			return fmt.Errorf("cannot be checked: %s: %w", dir, err)
 		}
-	}
-	if err := os.Chmod(r.opts.WorkRoot, mode); err != nil {
-		return err
-	}
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		return err
-	}
-	if cred != nil {
-		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
-			_ = os.Remove(dir)
-			return err
+		switch {
+		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
+			return fmt.Errorf("goes through the symbolic link %s: give the directory's real path (readlink -f)", dir)
+		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
+			return fmt.Errorf("is under %s, which is not a directory", dir)
+		case st.Uid != 0 && st.Uid != euid:
+			return fmt.Errorf("is under %s, which uid %d owns: only root may own the directories above it", dir, st.Uid)
+		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+			return fmt.Errorf("is under %s, which accounts other than its owner can write (mode %o): only its owner may, or make it sticky as /tmp is", dir, st.Mode&0o7777)
 		}
 	}
 	return nil

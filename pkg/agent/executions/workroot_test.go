@@ -104,3 +104,137 @@ func TestASandboxedExecutionsFilesAreOutOfTheOwnersReach(t *testing.T) {
 		t.Errorf("the work root of sandboxed executions is %o, uid %d; want 0700, root's", st.Mode&0o7777, st.Uid)
 	}
 }
+
+// The executions' directory is swept and written by root, so whoever can
+// change what its path names could have root remove or hand over what it
+// points to instead: a symbolic link there, or anywhere on its way (a
+// directory another account can write could get one at any time). Such a
+// directory is refused, and nothing is removed through it.
+func TestAnExecutionsDirectoryOthersCouldRedirectIsRefused(t *testing.T) {
+	cases := map[string]func(t *testing.T, base string) (workRoot string){
+		"a link": func(t *testing.T, base string) string {
+			link := filepath.Join(base, "nodus-executions")
+			if err := os.Symlink(victim(t, base), link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		},
+		"a link on the way": func(t *testing.T, base string) string {
+			link := filepath.Join(base, "lib")
+			if err := os.Symlink(filepath.Dir(victim(t, base)), link); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(link, "victim")
+		},
+		"under a directory others can write": func(t *testing.T, base string) string {
+			open := filepath.Join(base, "open")
+			if err := os.Mkdir(open, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(open, 0o777); err != nil {
+				t.Fatal(err)
+			}
+			workRoot := filepath.Join(open, "victim")
+			if err := os.Rename(victim(t, base), workRoot); err != nil {
+				t.Fatal(err)
+			}
+			return workRoot
+		},
+		"under a directory another account owns": func(t *testing.T, base string) string {
+			if os.Geteuid() != 0 {
+				t.Skip("giving a directory to another account needs root (CI runs as root)")
+			}
+			theirs := filepath.Join(base, "theirs")
+			if err := os.Mkdir(theirs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(theirs, 4243, 4243); err != nil {
+				t.Fatal(err)
+			}
+			workRoot := filepath.Join(theirs, "victim")
+			if err := os.Rename(victim(t, base), workRoot); err != nil {
+				t.Fatal(err)
+			}
+			return workRoot
+		},
+	}
+	for name, prepare := range cases {
+		t.Run(name, func(t *testing.T) {
+			base := t.TempDir()
+			workRoot := prepare(t, base)
+			kept, err := filepath.EvalSymlinks(filepath.Join(workRoot, "kept"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := &Runner{opts: Options{WorkRoot: workRoot, User: "nodus-test-no-such-account"}}
+			r.Sweep(context.Background())
+			if _, err := os.Stat(kept); err != nil {
+				t.Errorf("the sweep removed what a redirected executions' directory held: %v", err)
+			}
+			err = r.workDir(filepath.Join(workRoot, "an-execution"), nil)
+			if err == nil {
+				t.Fatal("an execution's work directory was made through a directory others could redirect")
+			}
+			if !strings.Contains(err.Error(), "executions' directory") {
+				t.Errorf("the refusal does not say it is the executions' directory: %v", err)
+			}
+			if _, err := os.Lstat(filepath.Join(filepath.Dir(kept), "an-execution")); err == nil {
+				t.Error("the work directory was made where the link pointed")
+			}
+		})
+	}
+}
+
+// victim is a directory of base's holding a file, "kept", that a sweep
+// through a redirected executions' directory would remove.
+func victim(t *testing.T, base string) string {
+	dir := filepath.Join(base, "real", "victim")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kept"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// The control: an executions' directory in a sticky directory open to all
+// (as /tmp and /var/tmp are, where others cannot rename what is not
+// theirs) is the agent's own, and swept.
+func TestAnExecutionsDirectoryInAStickyDirectoryIsSwept(t *testing.T) {
+	sticky := filepath.Join(t.TempDir(), "tmp")
+	if err := os.Mkdir(sticky, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(sticky, 0o777|os.ModeSticky); err != nil {
+		t.Fatal(err)
+	}
+	workRoot := filepath.Join(sticky, "nodus-executions")
+	left := filepath.Join(workRoot, "left-by-an-execution")
+	if err := os.MkdirAll(left, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Made by an account before the agent came, where root could take it.
+	if os.Geteuid() == 0 {
+		for _, dir := range []string{workRoot, left} {
+			if err := os.Chown(dir, 4243, 4243); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	r := &Runner{opts: Options{WorkRoot: workRoot, User: "nodus-test-no-such-account"}}
+	r.Sweep(context.Background())
+	if _, err := os.Stat(left); !os.IsNotExist(err) {
+		t.Errorf("the sweep left what an execution left: %v", err)
+	}
+	if err := r.workDir(filepath.Join(workRoot, "an-execution"), nil); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Lstat(workRoot, &st); err != nil {
+		t.Fatal(err)
+	}
+	if want := os.Geteuid(); int(st.Uid) != want || st.Mode&0o7777 != 0o711 {
+		t.Errorf("the executions' directory is uid %d's, mode %o; want uid %d's, 0711 (no sandbox)", st.Uid, st.Mode&0o7777, want)
+	}
+}
