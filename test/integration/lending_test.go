@@ -268,7 +268,9 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 	}
 	// An agent tells the borrower how its execution ended only where it
 	// could know: not a success of one it never started, a cancel the
-	// borrower never asked for, or an end the server decides.
+	// borrower never asked for, or an end the server decides. A refused
+	// report writes nothing: its output would have been kept as the
+	// execution's last, and the real end's dropped.
 	for what, lie := range map[string]struct {
 		report nodusv1.ExecutionReport
 		code   int
@@ -279,6 +281,7 @@ func TestLendingAgreementAndExecutionLifecycle(t *testing.T) {
 		"the server's NotEndedByHost":        {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionFailed, Reason: "NotEndedByHost"}, http.StatusUnprocessableEntity},
 		"the server's Waiting, as it starts": {nodusv1.ExecutionReport{Phase: nodusv1.ExecutionRunning, Reason: "Waiting"}, http.StatusUnprocessableEntity},
 	} {
+		lie.report.Log = "forged output of " + what + "\n"
 		if r := f.report(t, node, "beta", placed.Name, lie.report); r.code != lie.code {
 			t.Errorf("an agent reports %s: %d %s, want %d", what, r.code, r.body, lie.code)
 		}

@@ -257,12 +257,13 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		}
 	}
 
-	// An end after another end is refused before its output replaces the
-	// first one's (the update below refuses it again, on the version it
-	// writes).
-	if placed.Status.Phase.Finished() && placed.Status.Phase != report.Phase {
-		return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
-			fmt.Sprintf("execution %q is %s: it cannot become %s", name, placed.Status.Phase, report.Phase), "")
+	// A report the update below would refuse is refused before its output
+	// is kept: an end's output is final, and a refused one (a success of
+	// an execution never started, an end after another) would stand for
+	// the borrower in place of the real end's. The update refuses it
+	// again, on the version it writes.
+	if err := refusedReport(ctx, name, placed, report); err != nil {
+		return nil, err
 	}
 	// The output is kept before the phase changes: whoever sees the end
 	// also finds the last output. An ended execution's output is final: its
@@ -288,21 +289,8 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 			if e.Status.Phase == report.Phase {
 				return e, nil // a repeated report, or fresh output only
 			}
-			if e.Status.Phase.Finished() {
-				return nil, apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name,
-					fmt.Sprintf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase), "")
-			}
-			if e.Status.Phase == nodusv1.ExecutionPending || (report.Phase == nodusv1.ExecutionRunning && e.Status.Phase != nodusv1.ExecutionScheduled) {
-				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q is %s: it cannot become %s", name, e.Status.Phase, report.Phase))
-			}
-			// What the borrower reads of its end is the agent's word only
-			// where the agent could know it: a success needs a start, a
-			// cancel the borrower's asking.
-			if report.Phase == nodusv1.ExecutionSucceeded && e.Status.Phase != nodusv1.ExecutionRunning {
-				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q never started: it cannot have succeeded", name))
-			}
-			if report.Phase == nodusv1.ExecutionCancelled && e.Status.CancelRequestedAt == nil {
-				return nil, apierrors.NewConflict(gr, name, fmt.Errorf("execution %q was not cancelled by its borrower: report how it ended", name))
+			if err := refusedReport(ctx, name, e, report); err != nil {
+				return nil, err
 			}
 			e.Status.Phase = report.Phase
 			e.Status.Reason, e.Status.Message = report.Reason, report.Message
@@ -321,6 +309,28 @@ func (r *ReportREST) Create(ctx context.Context, name string, obj runtime.Object
 		return nil, err
 	}
 	return withoutRecord(updated.(*nodusv1.Execution)), nil
+}
+
+// refusedReport says why report cannot change e, nil where it can (or
+// changes no phase).
+func refusedReport(ctx context.Context, name string, e *nodusv1.Execution, report *nodusv1.ExecutionReport) error {
+	from, to := e.Status.Phase, report.Phase
+	switch {
+	case from == to:
+		return nil
+	case from.Finished():
+		return apierror.New(ctx, apierror.ReasonExecutionFinished, gr, name, fmt.Sprintf("execution %q is %s: it cannot become %s", name, from, to), "")
+	case from == nodusv1.ExecutionPending || (to == nodusv1.ExecutionRunning && from != nodusv1.ExecutionScheduled):
+		return apierrors.NewConflict(gr, name, fmt.Errorf("execution %q is %s: it cannot become %s", name, from, to))
+	// What the borrower reads of its end is the agent's word only where
+	// the agent could know it: a success needs a start, a cancel the
+	// borrower's asking.
+	case to == nodusv1.ExecutionSucceeded && from != nodusv1.ExecutionRunning:
+		return apierrors.NewConflict(gr, name, fmt.Errorf("execution %q never started: it cannot have succeeded", name))
+	case to == nodusv1.ExecutionCancelled && e.Status.CancelRequestedAt == nil:
+		return apierrors.NewConflict(gr, name, fmt.Errorf("execution %q was not cancelled by its borrower: report how it ended", name))
+	}
+	return nil
 }
 
 // forgetOrphanedOutput removes the output just stored for an execution
