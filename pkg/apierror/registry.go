@@ -138,6 +138,9 @@ const (
 	ReasonAllocationNameTaken metav1.StatusReason = "AllocationNameTaken"
 	// ReasonAllocationUUIDTaken: another allocation has the UUID.
 	ReasonAllocationUUIDTaken metav1.StatusReason = "AllocationUUIDTaken"
+	// ReasonMicroversionNotSupported: the Ironic API microversion asked
+	// for, or the one a field, filter or route needs, is not served.
+	ReasonMicroversionNotSupported metav1.StatusReason = "MicroversionNotSupported"
 )
 
 var registry = func() map[metav1.StatusReason]Reason {
@@ -412,6 +415,10 @@ var registry = func() map[metav1.StatusReason]Reason {
 		{ReasonAllocationUUIDTaken, http.StatusConflict, "Another allocation has that UUID.",
 			func(Request) string {
 				return "Leave uuid out of the request to get a new UUID, or send another one; `openstack baremetal allocation show UUID` shows the allocation that has it."
+			}},
+		{ReasonMicroversionNotSupported, http.StatusNotAcceptable, "The Ironic API microversion asked for, or the one a field, filter or route needs, is not served.",
+			func(Request) string {
+				return "Send X-OpenStack-Ironic-API-Version: a version from 1.1 to 1.60, or latest (openstack --os-baremetal-api-version, gophercloud's client.Microversion); a field, filter or route newer than the request's version needs its version or later."
 			}},
 		{ReasonProjectNotFound, http.StatusNotFound, "The namespace is not a Nodus project.",
 			func(r Request) string {

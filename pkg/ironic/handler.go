@@ -20,6 +20,7 @@ import (
 	genericapirequest "k8s.io/apiserver/pkg/endpoints/request"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 
+	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
@@ -79,7 +80,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		// Writes are audited with their body, as API writes are; Ironic's
 		// bodies are small documents.
 		body, err := io.ReadAll(io.LimitReader(req.Body, maxBody+1))
-		if err != nil || len(body) > maxBody {
+		switch {
+		case err != nil:
+			h.fail(w, req, errorf(http.StatusBadRequest, "the request body cannot be read: %v", err))
+			return
+		case len(body) > maxBody:
 			h.fail(w, req, &apiError{code: http.StatusRequestEntityTooLarge, msg: fmt.Sprintf("the request body takes at most %d bytes", maxBody)})
 			return
 		}
@@ -94,6 +99,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 
 // fail hands an error to the envelope, which writes it in Ironic's format.
 func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
+	ex := exchange.From(req.Context())
 	var ae *apiError
 	var status apierrors.APIStatus
 	switch {
@@ -101,11 +107,7 @@ func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
 		if ae.code == http.StatusMethodNotAllowed {
 			w.Header().Set("Allow", strings.Join(ae.allow, ", "))
 		}
-		// Ironic's 406 is a microversion's, not a media type's (the
-		// registered NotAcceptable fix).
-		if ex := exchange.From(req.Context()); ae.code == http.StatusNotAcceptable && ex.Fix() == "" {
-			ex.SetFix(fmt.Sprintf("What the message names needs a later microversion: send %s: %s (or latest), or leave it out.", headerVersion, maxVersion))
-		}
+		ironicRefusal(ex, ae.code, "")
 		http.Error(w, ae.msg, ae.code)
 	case errors.As(err, &status):
 		s := status.Status()
@@ -119,12 +121,45 @@ func (h *Handler) fail(w http.ResponseWriter, req *http.Request, err error) {
 			code, s.Reason = http.StatusBadRequest, metav1.StatusReasonBadRequest
 		}
 		s.Code = int32(code)
+		ironicRefusal(ex, code, s.Reason)
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(code)
 		s.Kind, s.APIVersion = "Status", "v1"
 		_ = json.NewEncoder(w).Encode(s)
 	default:
 		http.Error(w, err.Error(), http.StatusInternalServerError)
+	}
+}
+
+// ironicRefusal gives a refusal of /v1 with code, and reason where it has
+// one, the registered reason and fix an Ironic client needs, where the
+// handler set none: a 406 is a microversion's (not a media type's), and
+// the fixes of the generic 400, 404, 405 and 413 name Ironic's requests,
+// not kubectl. A refusal of a reason of its own (NodeActive, …) keeps the
+// fix registered with it.
+func ironicRefusal(ex *exchange.Exchange, code int, reason metav1.StatusReason) {
+	if code == http.StatusNotAcceptable {
+		ex.SetReason(string(apierror.ReasonMicroversionNotSupported))
+	}
+	switch reason {
+	case "", metav1.StatusReasonBadRequest, metav1.StatusReasonNotFound, metav1.StatusReasonMethodNotAllowed, metav1.StatusReasonRequestEntityTooLarge:
+	default:
+		return
+	}
+	if ex.Fix() != "" {
+		return
+	}
+	switch code {
+	case http.StatusBadRequest:
+		ex.SetFix("Correct what the message names and send the request again: /v1 takes the fields, filters and patch paths of Ironic's API at the request's microversion (docs/ironic.md lists them).")
+	case http.StatusNotFound:
+		ex.SetFix(fmt.Sprintf("List what exists (openstack baremetal node list, openstack baremetal allocation list): a node is found by its UUID, or its name from microversion %s on; allocations are served from %s on.", nodeNamesSince, allocationsSince))
+	case http.StatusMethodNotAllowed:
+		ex.SetFix(fmt.Sprintf("Use a method the Allow header lists for this path; allocations are written from microversion %s on (%s).", allocationsSince, headerVersion))
+	case http.StatusNotAcceptable:
+		ex.SetFix(fmt.Sprintf("What the message names needs a later microversion: send %s: %s (or latest), or leave it out.", headerVersion, maxVersion))
+	case http.StatusRequestEntityTooLarge:
+		ex.SetFix(fmt.Sprintf("Send a body of at most %d KiB: /v1 writes are small documents (a node's or an allocation's extra holds 64 KiB in all).", maxBody>>10))
 	}
 }
 
@@ -323,6 +358,11 @@ func (c *call) findNode(ident string) (*nodusv1.Node, error) {
 		// As Ironic's get_rpc_node: before 1.5 a node has no name to be found by.
 		return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
 	}
+	if !isUUID && (ident == "." || ident == "..") {
+		// Logical names, but no object's: the store would refuse them as
+		// a path's.
+		return nil, errorf(http.StatusNotFound, "Node %s could not be found.", ident)
+	}
 	if !isUUID {
 		obj, err := c.h.Nodes.Get(c.ctx(), ident, &metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
@@ -381,6 +421,11 @@ func (c *call) nodeOfUID(name, uid string) (*nodusv1.Node, error) {
 // one that does not exist is the request's fault, a 400 with message (as
 // Ironic's); a failure to look stays what it is.
 func (c *call) findNamedNode(ident, message string) (*nodusv1.Node, error) {
+	if !isUUIDLike(ident) && !isValidLogicalName(ident) {
+		// As Ironic's get_rpc_node (InvalidUuidOrName): a path's ident is
+		// checked as the route's; one in a body or query is checked here.
+		return nil, errorf(http.StatusBadRequest, "Expected a logical name or UUID but received %s.", ident)
+	}
 	n, err := c.findNode(ident)
 	var e *apiError
 	if errors.As(err, &e) && e.code == http.StatusNotFound {

@@ -247,13 +247,18 @@ func patchedNode(cur *nodusv1.Node, ops []patchOp) (*nodusv1.Node, error) {
 	var upd struct {
 		ResourceClass     *string                `json:"resource_class"`
 		Traits            []string               `json:"traits"`
-		Maintenance       bool                   `json:"maintenance"`
+		Maintenance       *bool                  `json:"maintenance"`
 		MaintenanceReason *string                `json:"maintenance_reason"`
 		Extra             map[string]interface{} `json:"extra"`
 		Owner             *string                `json:"owner"`
 	}
 	if err := remarshal(patched, &upd); err != nil {
 		return nil, err
+	}
+	if upd.Maintenance == nil {
+		// Removed, or null: it would read as false, and take the node out
+		// of maintenance unasked.
+		return nil, errorf(http.StatusBadRequest, "maintenance is true or false: it cannot be removed or null")
 	}
 	extra, err := stringMap(upd.Extra)
 	if err != nil {
@@ -262,7 +267,7 @@ func patchedNode(cur *nodusv1.Node, ops []patchOp) (*nodusv1.Node, error) {
 	next := cur.DeepCopy()
 	next.Spec.ResourceClass = deref(upd.ResourceClass)
 	next.Spec.Traits = upd.Traits
-	next.Spec.Maintenance = upd.Maintenance
+	next.Spec.Maintenance = *upd.Maintenance
 	next.Spec.MaintenanceReason = deref(upd.MaintenanceReason)
 	if cur.Spec.Maintenance && !next.Spec.Maintenance {
 		// Out of maintenance, its reason goes, as in Ironic. A reason set

@@ -53,6 +53,8 @@ var provokedElsewhere = map[metav1.StatusReason]string{
 	apierror.ReasonTooManyIdempotencyKeys: "TestNoCallerCanFillEtcd (30 kept answers per caller)",
 	// Only an Ironic client chooses a UUID, and /v1 answers in Ironic's body.
 	apierror.ReasonAllocationUUIDTaken: "TestIronicAllocationUUID (a uuid in use, through /v1)",
+	// Only /v1 has microversions.
+	apierror.ReasonMicroversionNotSupported: "TestIronicRefusalsSpeakToIronicClients (a version not served, a field of a later one)",
 	// A condition's reason: a held node deleted, enrolled again and claimed by another.
 	apierror.ReasonNodeLost: "TestAReservationWhoseNodeWasTakenEnds (Placed and the host's Eligible)",
 	// A node's agent that reports no SSH address takes a node of its own.

@@ -27,7 +27,9 @@ func (r *REST) Update(ctx context.Context, name string, objInfo rest.UpdatedObje
 // patch, merge patch, apply, admission) already carry their status and
 // pass as they are; so does every error of an update that is not a patch.
 func PatchRefusals(ctx context.Context, objInfo rest.UpdatedObjectInfo) rest.UpdatedObjectInfo {
-	if info, ok := request.RequestInfoFrom(ctx); ok && info.Verb == "patch" {
+	// A resource's only: the Ironic API's PATCH (/v1, no resource request)
+	// applies its own JSON patch, and answers its own errors.
+	if info, ok := request.RequestInfoFrom(ctx); ok && info.IsResourceRequest && info.Verb == "patch" {
 		return patchRefusals{objInfo}
 	}
 	return objInfo
