@@ -88,7 +88,13 @@ func Make(h Host) (Entry, error) {
 		// known_hosts: keys a host offers after login (a "Host *" with
 		// UpdateHostKeys yes) would be added outside the block, and stay
 		// trusted for the alias when the reservation moves to another machine.
-		{"UpdateHostKeys", "no"}}
+		{"UpdateHostKeys", "no"},
+		// And it alone vouches for the host: not a key the machine's
+		// global known_hosts trusts (an @cert-authority line there for
+		// every host), nor one DNS names (SSHFP), which a "Host *" may
+		// turn on. (KnownHostsCommand stays: ssh before 8.5 refuses the
+		// whole file for a setting it does not know.)
+		{"GlobalKnownHostsFile", "none"}, {"VerifyHostKeyDNS", "no"}}
 	config := "Host " + alias + "\n"
 	options := make([]string, 0, len(settings))
 	for _, kv := range settings {
