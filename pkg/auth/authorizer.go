@@ -35,9 +35,9 @@ import (
 type Authorizer struct {
 	Projects ProjectGetter
 	Nodes    NodeGetter
-	// Tokens, when set, reads the AccessToken of a tenant's write as
-	// stored: a token revoked a moment ago that the authenticator's cache
-	// still holds makes no write.
+	// Tokens, when set, reads the AccessToken of a write (a tenant's or an
+	// operator's) as stored: a token revoked a moment ago that the
+	// authenticator's cache still holds makes no write.
 	Tokens AccessTokenGetter
 
 	// rechecks budgets the etcd reads that make sure a refusal is not the
@@ -124,6 +124,16 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		return authorizer.DecisionDeny, "no one acts as a system: user or group: the server itself is one, and writes what no one else may", nil
 	}
 	if IsOperator(u) {
+		// An operator's write can do more than any tenant's: one by a token
+		// revoked a moment ago, which the authenticator's cache still
+		// holds, is refused as a tenant's is.
+		if verb := attrs.GetVerb(); !readVerbs[verb] && verb != "head" { // head: a non-resource HEAD
+			if why, err := a.tokenRevoked(ctx, u); err != nil {
+				return authorizer.DecisionNoOpinion, "", err
+			} else if why != "" {
+				return authorizer.DecisionDeny, why, nil
+			}
+		}
 		return authorizer.DecisionAllow, "operator", nil
 	}
 	if node, generation, ok := NodeOf(u); ok {

@@ -97,6 +97,13 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 			Spec: nodusv1.AccessTokenSpec{User: "alice", ExpiresAt: &metav1.Time{Time: time.Now().Add(in)}}}
 	}
 	withUID := func(t *nodusv1.AccessToken, uid types.UID) *nodusv1.AccessToken { t.UID = uid; return t }
+	opsByToken := &user.DefaultInfo{Name: "ops", Groups: []string{GroupOperators, GroupAuthenticated},
+		Extra: map[string][]string{ExtraAccessToken: {"ops-laptop"}, ExtraAccessTokenUID: {"uid-ops"}}}
+	opsByCertificate := &user.DefaultInfo{Name: "admin", Groups: []string{GroupOperators, GroupAuthenticated}}
+	opsToken := &nodusv1.AccessToken{ObjectMeta: metav1.ObjectMeta{UID: "uid-ops"}, Spec: nodusv1.AccessTokenSpec{User: "ops", Groups: []string{GroupOperators}}}
+	deleteNode := authorizer.AttributesRecord{Verb: "delete", APIGroup: nodusv1.GroupName, Resource: "nodes", Name: "n1", ResourceRequest: true}
+	listNodes := authorizer.AttributesRecord{Verb: "list", APIGroup: nodusv1.GroupName, Resource: "nodes", ResourceRequest: true}
+	ironicWrite := authorizer.AttributesRecord{Verb: "post", Path: "/v1/allocations"}
 	aliceAdmin := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleAdmin}
 	aliceMember := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "alice", Role: nodusv1.ProjectRoleViewer}
 	bob := nodusv1.ProjectMember{Kind: nodusv1.MemberKindUser, Name: "bob", Role: nodusv1.ProjectRoleAdmin}
@@ -174,6 +181,24 @@ func TestAuthorizerLooksPastALaggingCache(t *testing.T) {
 				latestProjects: map[string]*nodusv1.Project{"acme": projectWith(bob, aliceAdmin)},
 				latestTokens:   map[string]*nodusv1.AccessToken{"alice-laptop": tokenExpiring(time.Hour)}},
 			user: aliceByToken, attrs: release, allowed: true, freshReads: 2,
+		},
+		// An operator's write can do more than any tenant's: a token revoked
+		// a moment ago makes none either.
+		"an operator's revoked token, cache behind: no write": {
+			user: opsByToken, attrs: deleteNode, allowed: false, freshReads: 1,
+		},
+		"an operator's revoked token, cache behind: no /v1 write": {
+			user: opsByToken, attrs: ironicWrite, allowed: false, freshReads: 1,
+		},
+		"an operator's token as stored writes": {
+			store: laggingStore{latestTokens: map[string]*nodusv1.AccessToken{"ops-laptop": opsToken}},
+			user:  opsByToken, attrs: deleteNode, allowed: true, freshReads: 1,
+		},
+		"an operator's read never reads the token": {
+			user: opsByToken, attrs: listNodes, allowed: true, freshReads: 0,
+		},
+		"an operator's certificate has no token to read": {
+			user: opsByCertificate, attrs: deleteNode, allowed: true, freshReads: 0,
 		},
 		"a read never reads the token": {
 			store: laggingStore{cachedProjects: map[string]*nodusv1.Project{"acme": projectWith(aliceMember)}},
