@@ -127,7 +127,9 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 		// An operator's write can do more than any tenant's: one by a token
 		// revoked a moment ago, which the authenticator's cache still
 		// holds, is refused as a tenant's is.
-		if verb := attrs.GetVerb(); !readVerbs[verb] && verb != "head" { // head: a non-resource HEAD
+		// A resource's HEAD arrives as get; a non-resource path's as head
+		// (and options), which write nothing either.
+		if verb := attrs.GetVerb(); !readVerbs[verb] && verb != "head" && verb != "options" {
 			if why, err := a.tokenRevoked(ctx, u); err != nil {
 				return authorizer.DecisionNoOpinion, "", err
 			} else if why != "" {

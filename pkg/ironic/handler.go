@@ -22,6 +22,7 @@ import (
 
 	"github.com/nodus-dev/nodus/pkg/apierror"
 	nodusv1 "github.com/nodus-dev/nodus/pkg/apis/nodus/v1"
+	nodusvalidation "github.com/nodus-dev/nodus/pkg/apis/nodus/validation"
 	"github.com/nodus-dev/nodus/pkg/exchange"
 	"github.com/nodus-dev/nodus/pkg/registry/allocation"
 )
@@ -159,7 +160,7 @@ func ironicRefusal(ex *exchange.Exchange, code int, reason metav1.StatusReason) 
 	case http.StatusNotAcceptable:
 		ex.SetFix(fmt.Sprintf("What the message names needs a later microversion: send %s: %s (or latest), or leave it out.", headerVersion, maxVersion))
 	case http.StatusRequestEntityTooLarge:
-		ex.SetFix(fmt.Sprintf("Send a body of at most %d KiB: /v1 writes are small documents (a node's or an allocation's extra holds 64 KiB in all).", maxBody>>10))
+		ex.SetFix(fmt.Sprintf("Send a body of at most %d KiB: /v1 writes are small documents (a node's or an allocation's extra holds %d KiB in all).", maxBody>>10, nodusvalidation.MaxExtraBytes>>10))
 	}
 }
 

@@ -93,6 +93,22 @@ func TestIronicRefusalsSpeakToIronicClients(t *testing.T) {
 			t.Errorf("%s: the fix is not an Ironic client's: %d %s", what, r.code, r.body)
 		}
 	}
+	tooLarge := do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"name":"`+strings.Repeat("x", 70<<10)+`"}`), "X-OpenStack-Ironic-API-Version", "1.60")
+	if e := read(tooLarge); tooLarge.code != http.StatusRequestEntityTooLarge || !strings.Contains(e.Fix, "64 KiB") || strings.Contains(e.Fix, "MiB") {
+		t.Errorf("a body over the bound: %d %s", tooLarge.code, tooLarge.body)
+	}
+	// A refusal of a reason of its own keeps the fix registered with it.
+	create := func() response {
+		return do(t, op, "POST", "/v1/allocations", "application/json", strings.NewReader(`{"name":"taken","resource_class":"gpu"}`), "X-OpenStack-Ironic-API-Version", "1.60")
+	}
+	if r := create(); r.code != http.StatusCreated {
+		t.Fatalf("the first allocation: %d %s", r.code, r.body)
+	}
+	taken := create()
+	if e := read(taken); taken.code != http.StatusConflict || e.Reason != string(apierror.ReasonAllocationNameTaken) ||
+		!strings.Contains(e.Fix, "openstack baremetal allocation show taken") {
+		t.Errorf("a name taken: %d %s", taken.code, taken.body)
+	}
 }
 
 // TestIronicNodeIdentsInABodyOrQueryAreChecked: a node named in a request's

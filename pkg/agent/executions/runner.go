@@ -192,7 +192,7 @@ func (r *Runner) Sweep(ctx context.Context) {
 	}
 	r.endBorrowerProcesses(ctx)
 	if err := r.workRoot(); err != nil {
-		klog.ErrorS(err, "not sweeping the executions' directory: no execution starts here until it is the agent's alone")
+		klog.ErrorS(err, "not sweeping the executions' directory: no execution starts here until it is the agent's alone; restart nodusd once it is, for its start to sweep what earlier executions left there")
 		return
 	}
 	if entries, err := os.ReadDir(r.opts.WorkRoot); err == nil {

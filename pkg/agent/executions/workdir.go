@@ -77,10 +77,10 @@ func (r *Runner) workRoot() error {
 	}
 	root := filepath.Clean(r.opts.WorkRoot)
 	refuse := func(format string, args ...any) error {
-		return fmt.Errorf("the executions' directory %s "+format, append([]any{root}, args...)...)
+		return fmt.Errorf("the executions' directory %s (executionsDir, --executions-dir) "+format, append([]any{root}, args...)...)
 	}
-	if !filepath.IsAbs(root) {
-		return refuse("is not an absolute path")
+	if !filepath.IsAbs(root) || root == "/" {
+		return refuse("is not an absolute path below /: name a directory of its own")
 	}
 	// The way is checked before anything is made on it, and again once
 	// made.
@@ -99,7 +99,7 @@ func (r *Runner) workRoot() error {
 	if info, err := os.Lstat(root); err != nil {
 		return refuse("cannot be read: %w", err)
 	} else if info.Mode()&fs.ModeSymlink != 0 {
-		return refuse("is a symbolic link: give the directory's real path (readlink -f)")
+		return refuse("is a symbolic link: set it to the directory's real path (readlink -f)")
 	} else if !info.IsDir() {
 		return refuse("is not a directory")
 	}
@@ -139,7 +139,9 @@ func (r *Runner) workRoot() error {
 // trustedWay checks every directory above path that exists: a directory
 // of its own (no symbolic link), owned by root or the agent, that no other
 // account can write, unless sticky (as /tmp: others cannot rename or
-// remove what is not theirs there).
+// remove what is not theirs there). The first that does not exist must
+// not be in a directory others can write, sticky or not: one could put a
+// link there before the agent makes it.
 func trustedWay(path string) error {
 	euid := uint32(os.Geteuid())
 	var way []string
@@ -149,23 +151,28 @@ func trustedWay(path string) error {
 			break
 		}
 	}
+	openToOthers := false
 	for _, dir := range slices.Backward(way) {
 		var st unix.Stat_t
 		if err := unix.Lstat(dir, &st); errors.Is(err, unix.ENOENT) {
+			if openToOthers {
+				return fmt.Errorf("is under %s, which does not exist, in a directory other accounts can write: make it first (root's, mode 755)", dir)
+			}
 			return nil // made by the agent, from here down
 		} else if err != nil {
 			return fmt.Errorf("cannot be checked: %s: %w", dir, err)
 		}
 		switch {
 		case st.Mode&unix.S_IFMT == unix.S_IFLNK:
-			return fmt.Errorf("goes through the symbolic link %s: give the directory's real path (readlink -f)", dir)
+			return fmt.Errorf("goes through the symbolic link %s: set it to the directory's real path (readlink -f)", dir)
 		case st.Mode&unix.S_IFMT != unix.S_IFDIR:
 			return fmt.Errorf("is under %s, which is not a directory", dir)
 		case st.Uid != 0 && st.Uid != euid:
-			return fmt.Errorf("is under %s, which uid %d owns: only root may own the directories above it", dir, st.Uid)
+			return fmt.Errorf("is under %s, which uid %d owns: only root may own the directories above it (chown root %s, or choose another)", dir, st.Uid, dir)
 		case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
-			return fmt.Errorf("is under %s, which accounts other than its owner can write (mode %o): only its owner may, or make it sticky as /tmp is", dir, st.Mode&0o7777)
+			return fmt.Errorf("is under %s, which accounts other than its owner can write (mode %o): only its owner may (chmod go-w %s), or make it sticky as /tmp is", dir, st.Mode&0o7777, dir)
 		}
+		openToOthers = st.Mode&0o022 != 0
 	}
 	return nil
 }

@@ -111,36 +111,40 @@ func TestASandboxedExecutionsFilesAreOutOfTheOwnersReach(t *testing.T) {
 // directory another account can write could get one at any time). Such a
 // directory is refused, and nothing is removed through it.
 func TestAnExecutionsDirectoryOthersCouldRedirectIsRefused(t *testing.T) {
-	cases := map[string]func(t *testing.T, base string) (workRoot string){
-		"a link": func(t *testing.T, base string) string {
+	cases := map[string]struct {
+		prepare func(t *testing.T, base string) (workRoot string)
+		why     string // in the refusal
+	}{
+		"a link": {func(t *testing.T, base string) string {
 			link := filepath.Join(base, "nodus-executions")
 			if err := os.Symlink(victim(t, base), link); err != nil {
 				t.Fatal(err)
 			}
 			return link
-		},
-		"a link on the way": func(t *testing.T, base string) string {
+		}, "is a symbolic link"},
+		"a link on the way": {func(t *testing.T, base string) string {
 			link := filepath.Join(base, "lib")
 			if err := os.Symlink(filepath.Dir(victim(t, base)), link); err != nil {
 				t.Fatal(err)
 			}
 			return filepath.Join(link, "victim")
-		},
-		"under a directory others can write": func(t *testing.T, base string) string {
-			open := filepath.Join(base, "open")
-			if err := os.Mkdir(open, 0o777); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(open, 0o777); err != nil {
-				t.Fatal(err)
-			}
+		}, "goes through the symbolic link"},
+		"under a directory others can write": {func(t *testing.T, base string) string {
+			open := openDir(t, base, 0o777)
 			workRoot := filepath.Join(open, "victim")
 			if err := os.Rename(victim(t, base), workRoot); err != nil {
 				t.Fatal(err)
 			}
 			return workRoot
-		},
-		"under a directory another account owns": func(t *testing.T, base string) string {
+		}, "accounts other than its owner can write"},
+		// Sticky, the directory's own entry would be safe once made; one
+		// on the way to it is not: another account could make it a link
+		// first, and the agent make directories where it leads.
+		"to be made under a sticky directory, a directory on its way": {func(t *testing.T, base string) string {
+			victim(t, base)
+			return filepath.Join(openDir(t, base, 0o777|os.ModeSticky), "not-yet", "victim")
+		}, "make it first"},
+		"under a directory another account owns": {func(t *testing.T, base string) string {
 			if os.Geteuid() != 0 {
 				t.Skip("giving a directory to another account needs root (CI runs as root)")
 			}
@@ -156,33 +160,49 @@ func TestAnExecutionsDirectoryOthersCouldRedirectIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			return workRoot
-		},
+		}, "which uid 4243 owns"},
 	}
-	for name, prepare := range cases {
+	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
 			base := t.TempDir()
-			workRoot := prepare(t, base)
-			kept, err := filepath.EvalSymlinks(filepath.Join(workRoot, "kept"))
-			if err != nil {
-				t.Fatal(err)
+			workRoot := c.prepare(t, base)
+			// What the directory holds, or where a link on its way leads.
+			kept := filepath.Join(base, "real", "victim", "kept")
+			if p, err := filepath.EvalSymlinks(filepath.Join(workRoot, "kept")); err == nil {
+				kept = p
 			}
 			r := &Runner{opts: Options{WorkRoot: workRoot, User: "nodus-test-no-such-account"}}
 			r.Sweep(context.Background())
 			if _, err := os.Stat(kept); err != nil {
 				t.Errorf("the sweep removed what a redirected executions' directory held: %v", err)
 			}
-			err = r.workDir(filepath.Join(workRoot, "an-execution"), nil)
+			err := r.workDir(filepath.Join(workRoot, "an-execution"), nil)
 			if err == nil {
 				t.Fatal("an execution's work directory was made through a directory others could redirect")
 			}
-			if !strings.Contains(err.Error(), "executions' directory") {
-				t.Errorf("the refusal does not say it is the executions' directory: %v", err)
+			if !strings.Contains(err.Error(), c.why) || !strings.Contains(err.Error(), "--executions-dir") {
+				t.Errorf("the refusal does not say %q, and which setting: %v", c.why, err)
 			}
 			if _, err := os.Lstat(filepath.Join(filepath.Dir(kept), "an-execution")); err == nil {
 				t.Error("the work directory was made where the link pointed")
 			}
 		})
 	}
+	if err := (&Runner{opts: Options{WorkRoot: "/"}}).workRoot(); err == nil {
+		t.Error("/ taken for the executions' directory: the sweep would empty it")
+	}
+}
+
+// openDir is a directory of base's with mode (group and others may write).
+func openDir(t *testing.T, base string, mode os.FileMode) string {
+	dir := filepath.Join(base, "open")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, mode); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // victim is a directory of base's holding a file, "kept", that a sweep

@@ -47,7 +47,7 @@ func TestOnlyThePinnedKeyVouchesForTheHost(t *testing.T) {
 	fromConfig := effective("-G", "-F", config)
 	fromOptions := effective(append(append([]string{"-G", "-F", config}, optionArgs(e.Options)...))...)
 	for how, got := range map[string]map[string]string{"the config's block": fromConfig, "the command line's options": fromOptions} {
-		if got["globalknownhostsfile"] != "none" || got["verifyhostkeydns"] != "false" || got["stricthostkeychecking"] != "true" {
+		if got["globalknownhostsfile"] != "/dev/null" || got["verifyhostkeydns"] != "false" || got["stricthostkeychecking"] != "true" {
 			t.Errorf("through %s, ssh trusts more than the pinned key: globalknownhostsfile %q, verifyhostkeydns %q, stricthostkeychecking %q",
 				how, got["globalknownhostsfile"], got["verifyhostkeydns"], got["stricthostkeychecking"])
 		}

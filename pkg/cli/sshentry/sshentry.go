@@ -92,9 +92,10 @@ func Make(h Host) (Entry, error) {
 		// And it alone vouches for the host: not a key the machine's
 		// global known_hosts trusts (an @cert-authority line there for
 		// every host), nor one DNS names (SSHFP), which a "Host *" may
-		// turn on. (KnownHostsCommand stays: ssh before 8.5 refuses the
-		// whole file for a setting it does not know.)
-		{"GlobalKnownHostsFile", "none"}, {"VerifyHostKeyDNS", "no"}}
+		// turn on. /dev/null, not none: ssh before 8.5 reads "none" as a
+		// file of the directory it runs in. (KnownHostsCommand stays: ssh
+		// before 8.5 refuses the whole file for a setting it does not know.)
+		{"GlobalKnownHostsFile", "/dev/null"}, {"VerifyHostKeyDNS", "no"}}
 	config := "Host " + alias + "\n"
 	options := make([]string, 0, len(settings))
 	for _, kv := range settings {
