@@ -45,7 +45,7 @@ func TestOnlyThePinnedKeyVouchesForTheHost(t *testing.T) {
 		return settings
 	}
 	fromConfig := effective("-G", "-F", config)
-	fromOptions := effective(append(append([]string{"-G", "-F", config}, optionArgs(e.Options)...))...)
+	fromOptions := effective(append([]string{"-G", "-F", config}, optionArgs(e.Options)...)...)
 	for how, got := range map[string]map[string]string{"the config's block": fromConfig, "the command line's options": fromOptions} {
 		if got["globalknownhostsfile"] != "/dev/null" || got["verifyhostkeydns"] != "false" || got["stricthostkeychecking"] != "true" {
 			t.Errorf("through %s, ssh trusts more than the pinned key: globalknownhostsfile %q, verifyhostkeydns %q, stricthostkeychecking %q",
