@@ -126,9 +126,9 @@ func (a *Authorizer) Authorize(ctx context.Context, attrs authorizer.Attributes)
 	if IsOperator(u) {
 		// An operator's write can do more than any tenant's: one by a token
 		// revoked a moment ago, which the authenticator's cache still
-		// holds, is refused as a tenant's is.
-		// A resource's HEAD arrives as get; a non-resource path's as head
-		// (and options), which write nothing either.
+		// holds, is refused as a tenant's is. Reads are not writes, nor
+		// are a non-resource path's HEAD and OPTIONS (a resource's HEAD
+		// arrives as get).
 		if verb := attrs.GetVerb(); !readVerbs[verb] && verb != "head" && verb != "options" {
 			if why, err := a.tokenRevoked(ctx, u); err != nil {
 				return authorizer.DecisionNoOpinion, "", err
