@@ -386,6 +386,15 @@ spec: {user: bob}
 		t.Errorf("a borrower's execution outlived the cleaning of its host: %s\nnodusd: %s", out, rig.agentLog.String())
 	}
 	waitOr(t, "the stubborn execution to end drained", func() bool { return phase(stubborn) == "drained" }, func() string { return dump(stubborn) })
+	// nodusd's log goes to the system journal, which the adm and
+	// systemd-journal groups read (the owner's login user may be in one):
+	// it names a borrower's execution by its UID, never by its project,
+	// which a pool that does not show borrowers keeps from the owner.
+	for line := range strings.SplitSeq(rig.agentLog.String(), "\n") {
+		if strings.Contains(line, "beta/") || strings.Contains(line, `"beta"`) || strings.Contains(line, "namespace=beta") {
+			t.Errorf("nodusd's log names the borrower's project: %s", line)
+		}
+	}
 }
 
 // waitOr waits like waitFor and says what dump shows when it times out.

@@ -150,7 +150,7 @@ func (r *Runner) Trim() {
 			gpus, count, memoryMiB, milliCPUs = g, n, m, c
 			continue
 		}
-		klog.InfoS("stopping an execution beyond what the owner lends now", "execution", x.namespace+"/"+x.name,
+		klog.InfoS("stopping an execution beyond what the owner lends now", "execution", x.uid,
 			"maxGPUs", agreement.MaxGPUs, "maxExecutions", agreement.MaxExecutions, "memoryMiB", agreement.MemoryMiB, "milliCPUs", agreement.MilliCPUs)
 		r.stop(x, outcome{phase: nodusv1.ExecutionDrained, reason: ReasonDrained,
 			message: "the owner lends the host with smaller caps now: executions that do not fit beside older ones were stopped"})

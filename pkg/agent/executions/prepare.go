@@ -39,7 +39,7 @@ func (r *Runner) prepare(x *run, spec sandbox.Spec) (*sandbox.Sandbox, error) {
 			defer close(x.prepared)
 			if p := <-done; p.err == nil {
 				if err := p.box.Close(); err != nil {
-					klog.ErrorS(err, "removing the sandbox of an execution stopped while it was prepared", "execution", x.namespace+"/"+x.name)
+					klog.ErrorS(err, "removing the sandbox of an execution stopped while it was prepared", "execution", x.uid)
 				}
 			}
 		}()

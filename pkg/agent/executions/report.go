@@ -3,6 +3,8 @@ package executions
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/url"
 	"time"
 	"unicode/utf8"
 
@@ -28,11 +30,11 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 		_, err := r.post(ctx, namespace, name, uid, rep)
 		if err == nil || apioutcome.Final(err) {
 			if err != nil {
-				klog.InfoS("execution report refused", "execution", namespace+"/"+name, "uid", uid, "err", err)
+				klog.InfoS("execution report refused", "execution", uid, "err", logged(err))
 			}
 			return
 		}
-		klog.ErrorS(err, "reporting execution", "execution", namespace+"/"+name)
+		klog.ErrorS(logged(err), "reporting execution", "execution", uid)
 		select {
 		case <-ctx.Done():
 			return
@@ -107,7 +109,7 @@ func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *ou
 		if apioutcome.Final(err) {
 			// Refused (this agent's credential retired, say): asking again
 			// changes nothing, and the run holds its GPUs meanwhile.
-			klog.ErrorS(err, "cannot tell whether an unconfirmed start landed", "execution", e.Namespace+"/"+e.Name)
+			klog.ErrorS(logged(err), "cannot tell whether an unconfirmed start landed", "execution", e.UID)
 			return nil
 		}
 		if err == nil {
@@ -125,4 +127,23 @@ func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *ou
 		case <-time.After(wait):
 		}
 	}
+}
+
+// logged is err as nodusd's log shows it, which names an execution by its
+// UID only: the log reaches the system journal, which the adm and
+// systemd-journal groups read, and an owner's login user may be in one. A
+// request's URL (in a transport error) names the execution's project, and
+// the server's message its name: a refusal is logged by its code and
+// reason, the message staying in the server's own log.
+func logged(err error) error {
+	var status apierrors.APIStatus
+	if errors.As(err, &status) {
+		s := status.Status()
+		return fmt.Errorf("refused: %d %s", s.Code, s.Reason)
+	}
+	var u *url.Error
+	if errors.As(err, &u) {
+		return fmt.Errorf("%s: %w", u.Op, u.Err)
+	}
+	return err
 }

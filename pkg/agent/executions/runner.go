@@ -482,7 +482,7 @@ func (x *run) signal(sig syscall.Signal) {
 	switch {
 	case x.box != nil:
 		if err := x.box.Signal(sig); err != nil {
-			klog.ErrorS(err, "signalling an execution's sandbox", "execution", x.namespace+"/"+x.name)
+			klog.ErrorS(err, "signalling an execution's sandbox", "execution", x.uid)
 		}
 	case x.pgid > 0:
 		_ = syscall.Kill(-x.pgid, sig)
@@ -512,19 +512,19 @@ func (r *Runner) start(ctx context.Context, e *nodusv1.Execution) {
 	}
 	if holder := r.holder(e.Status.GPUIndices); holder != nil {
 		r.mu.Unlock()
-		klog.InfoS("execution waits for GPUs held on this host", "execution", e.Namespace+"/"+e.Name,
-			"gpus", e.Status.GPUIndices, "heldBy", holder.namespace+"/"+holder.name)
+		klog.InfoS("execution waits for GPUs held on this host", "execution", e.UID,
+			"gpus", e.Status.GPUIndices, "heldBy", holder.uid)
 		return
 	}
 	if over := r.overShare(agreement, e); over != "" {
 		r.mu.Unlock()
-		klog.InfoS("execution waits for the lent "+over+" the executions running here hold", "execution", e.Namespace+"/"+e.Name)
+		klog.InfoS("execution waits for the lent "+over+" the executions running here hold", "execution", e.UID)
 		return
 	}
 	account := r.freeAccount()
 	if account == "" {
 		r.mu.Unlock()
-		klog.InfoS("execution waits for a free borrower account", "execution", e.Namespace+"/"+e.Name, "slots", r.opts.Slots)
+		klog.InfoS("execution waits for a free borrower account", "execution", e.UID, "slots", r.opts.Slots)
 		return
 	}
 	x := &run{namespace: e.Namespace, name: e.Name, uid: e.UID, gpus: e.Status.GPUIndices, account: account, out: newTail(),
@@ -663,7 +663,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		return notLent
 	}
 	if err := checkPlacement(e, agreement); err != nil {
-		klog.ErrorS(err, "refusing an execution's placement", "execution", e.Namespace+"/"+e.Name)
+		klog.ErrorS(err, "refusing an execution's placement", "execution", e.UID)
 		return &outcome{phase: nodusv1.ExecutionFailed, reason: ReasonInvalidPlacement, message: "the host agent refused the placement: " + err.Error()}
 	}
 	err := r.claim(ctx, e)
@@ -673,11 +673,11 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	case err != nil && !apioutcome.Final(err):
 		// The server stayed unreachable, but a start whose answer was lost
 		// may have landed.
-		klog.InfoS("not starting execution: its start is unconfirmed", "execution", e.Namespace+"/"+e.Name, "err", err)
+		klog.InfoS("not starting execution: its start is unconfirmed", "execution", e.UID, "err", logged(err))
 		return r.unconfirmedStart(ctx, e)
 	case err != nil:
 		// Cancelled or deleted meanwhile: it did not start here.
-		klog.InfoS("not starting execution", "execution", e.Namespace+"/"+e.Name, "err", err)
+		klog.InfoS("not starting execution", "execution", e.UID, "err", logged(err))
 		return nil
 	}
 
@@ -721,7 +721,7 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 		if err == nil {
 			defer func() {
 				if err := box.Close(); err != nil {
-					klog.ErrorS(err, "removing an execution's sandbox", "execution", e.Namespace+"/"+e.Name)
+					klog.ErrorS(err, "removing an execution's sandbox", "execution", e.UID)
 				}
 			}()
 		}

@@ -1,8 +1,10 @@
 package executions
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"net/url"
 	"os/exec"
 	"slices"
 	"strings"
@@ -11,7 +13,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 
 	"github.com/nodus-dev/nodus/pkg/agent/nvidiagpus"
 	"github.com/nodus-dev/nodus/pkg/agent/sessions"
@@ -376,6 +380,44 @@ func TestLendingFewerStopsTheNewestBeyondIt(t *testing.T) {
 		r.Trim()
 		if runs[0].stopped() != nil || runs[1].stopped() == nil {
 			t.Errorf("lent %+v: the oldest stopped %v, the second %v; want only the second", fewer, runs[0].stopped(), runs[1].stopped())
+		}
+	}
+}
+
+// TestTheAgentsLogNamesNoBorrower: nodusd's log goes to the system journal,
+// which the adm and systemd-journal groups read, and an owner's login user
+// may be in one. A pool that does not show borrowers keeps their projects
+// from the owner: the log names an execution by its UID, not by its
+// project and name.
+func TestTheAgentsLogNamesNoBorrower(t *testing.T) {
+	var journal bytes.Buffer
+	klog.LogToStderr(false)
+	klog.SetOutput(&journal)
+	t.Cleanup(func() { klog.LogToStderr(true) })
+	r := New(Options{})
+	r.runs["uid-of-the-first"] = &run{namespace: "beta-project", name: "first-run", uid: "uid-of-the-first", gpus: []int32{2, 5}}
+	e := &nodusv1.Execution{}
+	e.Namespace, e.Name, e.UID = "gamma-project", "second-run", "uid-of-the-second"
+	e.Status.Phase, e.Status.GPUIndices = nodusv1.ExecutionScheduled, []int32{5, 6}
+	r.start(context.Background(), e)
+	klog.Flush()
+	out := journal.String()
+	if !strings.Contains(out, "execution waits for GPUs held on this host") || !strings.Contains(out, "uid-of-the-second") ||
+		!strings.Contains(out, "uid-of-the-first") {
+		t.Fatalf("the wait is not logged with the executions' UIDs: %q", out)
+	}
+	for _, borrower := range []string{"beta-project", "gamma-project", "first-run", "second-run"} {
+		if strings.Contains(out, borrower) {
+			t.Errorf("nodusd's log names %s: %q", borrower, out)
+		}
+	}
+	// What a report's failure logs: not the request's URL, nor the
+	// server's message, which name them.
+	unreachable := &url.Error{Op: "Post", URL: "https://server/apis/nodus.dev/v1/namespaces/beta-project/executions/first-run/report", Err: syscall.ECONNREFUSED}
+	refused := apierrors.NewConflict(nodusv1.Resource("executions"), "first-run", fmt.Errorf("execution %q never started", "first-run"))
+	for err, want := range map[error]string{unreachable: "Post: connection refused", refused: "refused: 409 Conflict"} {
+		if got := logged(err).Error(); got != want {
+			t.Errorf("%v is logged as %q, want %q", err, got, want)
 		}
 	}
 }
