@@ -206,6 +206,7 @@ spec: {pool: e2e, resourceClass: gpu-e2e, loginUser: %s}
 	t.Run("lending drains with the release", func(t *testing.T) { lendingRun(t, s, rig) })
 	t.Run("handover to the next tenant", func(t *testing.T) { handoverRun(t, s, rig) })
 	t.Run("every way out retires access", func(t *testing.T) { wayOutRuns(t, s, rig) })
+	t.Run("nodusd's log names no borrower", func(t *testing.T) { noBorrowerLogged(t, s, rig) })
 }
 
 // stockSSHDConfig is Debian's shipped sshd_config (the pristine copy the

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -30,11 +32,11 @@ func (r *Runner) report(ctx context.Context, namespace, name string, uid types.U
 		_, err := r.post(ctx, namespace, name, uid, rep)
 		if err == nil || apioutcome.Final(err) {
 			if err != nil {
-				klog.InfoS("execution report refused", "execution", uid, "err", logged(err))
+				klog.InfoS("execution report refused", "execution", uid, "err", logged(err, namespace, name))
 			}
 			return
 		}
-		klog.ErrorS(logged(err), "reporting execution", "execution", uid)
+		klog.ErrorS(logged(err, namespace, name), "reporting execution", "execution", uid)
 		select {
 		case <-ctx.Done():
 			return
@@ -109,7 +111,7 @@ func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *ou
 		if apioutcome.Final(err) {
 			// Refused (this agent's credential retired, say): asking again
 			// changes nothing, and the run holds its GPUs meanwhile.
-			klog.ErrorS(logged(err), "cannot tell whether an unconfirmed start landed", "execution", e.UID)
+			klog.ErrorS(logged(err, e.Namespace, e.Name), "cannot tell whether an unconfirmed start landed", "execution", e.UID)
 			return nil
 		}
 		if err == nil {
@@ -129,17 +131,27 @@ func (r *Runner) unconfirmedStart(ctx context.Context, e *nodusv1.Execution) *ou
 	}
 }
 
-// logged is err as nodusd's log shows it, which names an execution by its
-// UID only: the log reaches the system journal, which the adm and
-// systemd-journal groups read, and an owner's login user may be in one. A
-// request's URL (in a transport error) names the execution's project, and
-// the server's message its name: a refusal is logged by its code and
-// reason, the message staying in the server's own log.
-func logged(err error) error {
+// logged is err, of a request about the execution namespace/name, as
+// nodusd's log shows it, which names an execution by its UID only: the log
+// reaches the system journal, which the adm and systemd-journal groups
+// read, and an owner's login user may be in one. A request's URL (in a
+// transport error) names the execution's project; the server's message
+// names both where it quotes them, and keeps the rest.
+func logged(err error, namespace, name string) error {
 	var status apierrors.APIStatus
 	if errors.As(err, &status) {
 		s := status.Status()
-		return fmt.Errorf("refused: %d %s", s.Code, s.Reason)
+		msg := s.Message
+		for _, quoted := range [][2]string{{name, "<execution>"}, {namespace, "<project>"}} {
+			if quoted[0] != "" {
+				msg = strings.ReplaceAll(msg, strconv.Quote(quoted[0]), quoted[1])
+			}
+		}
+		how := "the server answered"
+		if apioutcome.Final(err) {
+			how = "refused"
+		}
+		return fmt.Errorf("%s %d %s: %s", how, s.Code, s.Reason, msg)
 	}
 	var u *url.Error
 	if errors.As(err, &u) {

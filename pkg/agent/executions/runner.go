@@ -673,11 +673,11 @@ func (r *Runner) execute(ctx context.Context, e *nodusv1.Execution, x *run) *out
 	case err != nil && !apioutcome.Final(err):
 		// The server stayed unreachable, but a start whose answer was lost
 		// may have landed.
-		klog.InfoS("not starting execution: its start is unconfirmed", "execution", e.UID, "err", logged(err))
+		klog.InfoS("not starting execution: its start is unconfirmed", "execution", e.UID, "err", logged(err, e.Namespace, e.Name))
 		return r.unconfirmedStart(ctx, e)
 	case err != nil:
 		// Cancelled or deleted meanwhile: it did not start here.
-		klog.InfoS("not starting execution", "execution", e.UID, "err", logged(err))
+		klog.InfoS("not starting execution", "execution", e.UID, "err", logged(err, e.Namespace, e.Name))
 		return nil
 	}
 

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -390,10 +391,11 @@ func TestLendingFewerStopsTheNewestBeyondIt(t *testing.T) {
 // from the owner: the log names an execution by its UID, not by its
 // project and name.
 func TestTheAgentsLogNamesNoBorrower(t *testing.T) {
-	var journal bytes.Buffer
+	state := klog.CaptureState()
+	t.Cleanup(state.Restore)
+	journal := &lockedBuffer{}
 	klog.LogToStderr(false)
-	klog.SetOutput(&journal)
-	t.Cleanup(func() { klog.LogToStderr(true) })
+	klog.SetOutput(journal)
 	r := New(Options{})
 	r.runs["uid-of-the-first"] = &run{namespace: "beta-project", name: "first-run", uid: "uid-of-the-first", gpus: []int32{2, 5}}
 	e := &nodusv1.Execution{}
@@ -414,10 +416,33 @@ func TestTheAgentsLogNamesNoBorrower(t *testing.T) {
 	// What a report's failure logs: not the request's URL, nor the
 	// server's message, which name them.
 	unreachable := &url.Error{Op: "Post", URL: "https://server/apis/nodus.dev/v1/namespaces/beta-project/executions/first-run/report", Err: syscall.ECONNREFUSED}
-	refused := apierrors.NewConflict(nodusv1.Resource("executions"), "first-run", fmt.Errorf("execution %q never started", "first-run"))
-	for err, want := range map[error]string{unreachable: "Post: connection refused", refused: "refused: 409 Conflict"} {
-		if got := logged(err).Error(); got != want {
+	refused := apierrors.NewConflict(nodusv1.Resource("executions"), "first-run", fmt.Errorf("execution %q never started: it cannot have succeeded", "first-run"))
+	busy := apierrors.NewServiceUnavailable("etcd is not ready")
+	for err, want := range map[error]string{
+		unreachable: "Post: connection refused",
+		refused:     `refused 409 Conflict: Operation cannot be fulfilled on executions.nodus.dev <execution>: execution <execution> never started: it cannot have succeeded`,
+		busy:        "the server answered 503 ServiceUnavailable: etcd is not ready",
+	} {
+		if got := logged(err, "beta-project", "first-run").Error(); got != want {
 			t.Errorf("%v is logged as %q, want %q", err, got, want)
 		}
 	}
+}
+
+// lockedBuffer is a bytes.Buffer klog may write while the test reads it.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
